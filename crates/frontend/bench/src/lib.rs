@@ -1,0 +1,1 @@
+//! Workload generator, presets, latency histograms and fio-style reports

@@ -1,0 +1,1 @@
+//! PCIe/sysfs topology walker, bandwidth model and advice

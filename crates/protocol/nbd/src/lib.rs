@@ -1,0 +1,1 @@
+//! NBD protocol codec (sans-IO), shared by the server and NBD members
