@@ -1,0 +1,293 @@
+use std::fmt;
+
+/// Smallest chunk nvraid accepts (and md's smallest useful one on 4 KiB pages).
+pub const CHUNK_BYTES_MIN: u64 = 4 * 1024;
+/// Largest chunk nvraid accepts.
+pub const CHUNK_BYTES_MAX: u64 = 4 * 1024 * 1024;
+/// The most members an array may have (md v1.2 role table size used by nvraid).
+pub const MEMBERS_MAX: u32 = 128;
+
+/// A RAID level with its layout parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Level {
+    /// Striping without redundancy.
+    Raid0,
+    /// Mirroring: every member holds the whole array.
+    Raid1,
+    /// Striped mirrors, md "near" layout with `near` copies (md default 2).
+    Raid10 {
+        /// Number of copies of each chunk, on consecutive members.
+        near: u32,
+    },
+}
+
+impl Level {
+    /// The md level number (0, 1 or 10).
+    pub fn number(self) -> u32 {
+        match self {
+            Level::Raid0 => 0,
+            Level::Raid1 => 1,
+            Level::Raid10 { .. } => 10,
+        }
+    }
+
+    /// Fewest members the level accepts.
+    pub fn members_min(self) -> u32 {
+        match self {
+            Level::Raid0 => 1,
+            Level::Raid1 => 2,
+            Level::Raid10 { near } => near.max(2),
+        }
+    }
+
+    /// Whether the level stripes data in chunks.
+    pub fn has_chunks(self) -> bool {
+        !matches!(self, Level::Raid1)
+    }
+}
+
+impl fmt::Display for Level {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Level::Raid0 => write!(f, "raid0"),
+            Level::Raid1 => write!(f, "raid1"),
+            Level::Raid10 { near } => write!(f, "raid10 (near={near})"),
+        }
+    }
+}
+
+/// Why a geometry was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum GeometryError {
+    #[error("an array needs at least one member")]
+    NoMembers,
+    #[error("{level} needs at least {min} members, got {got}")]
+    TooFewMembers { level: Level, min: u32, got: u32 },
+    #[error("at most {max} members are supported, got {got}", max = MEMBERS_MAX)]
+    TooManyMembers { got: u32 },
+    #[error("chunk size {0} bytes is not a power of two")]
+    ChunkNotPowerOfTwo(u64),
+    #[error("chunk size {0} bytes is outside 4 KiB ..= 4 MiB")]
+    ChunkOutOfRange(u64),
+    #[error("raid10 near copies must be 2..=members, got {near} with {members} members")]
+    BadCopies { near: u32, members: u32 },
+    #[error("member data size {member_bytes} bytes holds less than one chunk of {chunk_bytes} bytes")]
+    MemberTooSmall { member_bytes: u64, chunk_bytes: u64 },
+}
+
+/// A validated array geometry. Construct with [`Geometry::new`]; every
+/// mapping function relies on the invariants checked there (non-zero member
+/// count, power-of-two chunk, at least one chunk per member).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    level: Level,
+    members: u32,
+    /// Chunk size; for RAID 1 (no chunks) this is the whole member.
+    chunk_bytes: u64,
+    chunk_shift: u32,
+    /// Bytes of each member used for data (a whole number of chunks).
+    member_used_bytes: u64,
+    array_bytes: u64,
+}
+
+/// One piece of a request: a logical range that does not cross a chunk
+/// boundary, so each of its copies is contiguous on one member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Piece {
+    /// Offset of the piece in the array.
+    pub logical_offset: u64,
+    /// Length of the piece.
+    pub len: u64,
+}
+
+/// Where one copy of a piece lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Location {
+    /// The member's role (index in the array).
+    pub member: u32,
+    /// Offset in the member's data area.
+    pub member_offset: u64,
+}
+
+impl Geometry {
+    /// Validate a geometry for `members` members of `member_data_bytes`
+    /// usable bytes each. `chunk_bytes` is ignored for RAID 1. The member data
+    /// size is rounded down to a whole number of chunks, as md does.
+    pub fn new(
+        level: Level,
+        members: u32,
+        chunk_bytes: u64,
+        member_data_bytes: u64,
+    ) -> Result<Geometry, GeometryError> {
+        Self::check_members(level, members)?;
+        let chunk_bytes = if level.has_chunks() {
+            Self::check_chunk(chunk_bytes)?;
+            chunk_bytes
+        } else {
+            // RAID 1 has no chunks: one "chunk" spans the whole member, kept a
+            // power of two so the shift arithmetic stays uniform.
+            member_data_bytes.max(1).checked_next_power_of_two().unwrap_or(1 << 63)
+        };
+        let member_chunks = member_data_bytes / chunk_bytes;
+        if level.has_chunks() && member_chunks == 0 {
+            return Err(GeometryError::MemberTooSmall { member_bytes: member_data_bytes, chunk_bytes });
+        }
+        let (member_used_bytes, array_bytes) = match level {
+            Level::Raid0 => {
+                let used = member_chunks * chunk_bytes;
+                (used, used * u64::from(members))
+            }
+            Level::Raid1 => (member_data_bytes, member_data_bytes),
+            Level::Raid10 { near } => {
+                // md: array chunks = member chunks * members / copies (rounded down).
+                let array_chunks = member_chunks * u64::from(members) / u64::from(near);
+                (member_chunks * chunk_bytes, array_chunks * chunk_bytes)
+            }
+        };
+        let geometry = Geometry {
+            level,
+            members,
+            chunk_bytes,
+            chunk_shift: chunk_bytes.trailing_zeros(),
+            member_used_bytes,
+            array_bytes,
+        };
+        debug_assert!(geometry.chunk_bytes.is_power_of_two());
+        Ok(geometry)
+    }
+
+    fn check_members(level: Level, members: u32) -> Result<(), GeometryError> {
+        if members == 0 {
+            return Err(GeometryError::NoMembers);
+        }
+        if members > MEMBERS_MAX {
+            return Err(GeometryError::TooManyMembers { got: members });
+        }
+        if let Level::Raid10 { near } = level {
+            if near < 2 || near > members {
+                return Err(GeometryError::BadCopies { near, members });
+            }
+        }
+        let min = level.members_min();
+        if members < min {
+            return Err(GeometryError::TooFewMembers { level, min, got: members });
+        }
+        Ok(())
+    }
+
+    fn check_chunk(chunk_bytes: u64) -> Result<(), GeometryError> {
+        if !chunk_bytes.is_power_of_two() {
+            return Err(GeometryError::ChunkNotPowerOfTwo(chunk_bytes));
+        }
+        if !(CHUNK_BYTES_MIN..=CHUNK_BYTES_MAX).contains(&chunk_bytes) {
+            return Err(GeometryError::ChunkOutOfRange(chunk_bytes));
+        }
+        Ok(())
+    }
+
+    pub fn level(&self) -> Level {
+        self.level
+    }
+
+    pub fn members(&self) -> u32 {
+        self.members
+    }
+
+    /// The chunk size, or `None` for RAID 1.
+    pub fn chunk_bytes(&self) -> Option<u64> {
+        self.level.has_chunks().then_some(self.chunk_bytes)
+    }
+
+    /// Usable size of the array.
+    pub fn array_bytes(&self) -> u64 {
+        self.array_bytes
+    }
+
+    /// Bytes of each member's data area that hold array data.
+    pub fn member_used_bytes(&self) -> u64 {
+        self.member_used_bytes
+    }
+
+    /// How many copies of each byte the array keeps.
+    pub fn copies(&self) -> u32 {
+        match self.level {
+            Level::Raid0 => 1,
+            Level::Raid1 => self.members,
+            Level::Raid10 { near } => near,
+        }
+    }
+
+    /// Split `[offset, offset + len)` into pieces that do not cross chunk
+    /// boundaries. The range must lie inside the array (checked by callers;
+    /// a debug assertion here).
+    pub fn pieces(&self, offset: u64, len: u64) -> Pieces {
+        debug_assert!(offset.checked_add(len).is_some_and(|end| end <= self.array_bytes));
+        Pieces { chunk_mask: self.chunk_bytes - 1, next: offset, end: offset + len }
+    }
+
+    /// Where copy `copy` (0-based, `< copies()`) of the byte at
+    /// `logical_offset` lives. Within a [`Piece`], the copy is contiguous, so
+    /// the piece's start locates the whole piece.
+    pub fn locate(&self, logical_offset: u64, copy: u32) -> Location {
+        debug_assert!(logical_offset < self.array_bytes);
+        debug_assert!(copy < self.copies());
+        let chunk = logical_offset >> self.chunk_shift;
+        let in_chunk = logical_offset & (self.chunk_bytes - 1);
+        let n = u64::from(self.members);
+        let (member, row) = match self.level {
+            Level::Raid0 => (chunk % n, chunk / n),
+            Level::Raid1 => (u64::from(copy), 0),
+            Level::Raid10 { near } => {
+                let slot = chunk * u64::from(near) + u64::from(copy);
+                (slot % n, slot / n)
+            }
+        };
+        Location { member: member as u32, member_offset: (row << self.chunk_shift) + in_chunk }
+    }
+
+    /// The inverse of [`Geometry::locate`]: which array byte (and which copy
+    /// of it) member `member` holds at `member_offset`, or `None` if that
+    /// member byte holds no array data.
+    pub fn logical_of(&self, member: u32, member_offset: u64) -> Option<(u64, u32)> {
+        if member >= self.members || member_offset >= self.member_used_bytes {
+            return None;
+        }
+        let row = member_offset >> self.chunk_shift;
+        let in_chunk = member_offset & (self.chunk_bytes - 1);
+        let n = u64::from(self.members);
+        let (chunk, copy) = match self.level {
+            Level::Raid0 => (row * n + u64::from(member), 0),
+            Level::Raid1 => (0, member),
+            Level::Raid10 { near } => {
+                let slot = row * n + u64::from(member);
+                (slot / u64::from(near), (slot % u64::from(near)) as u32)
+            }
+        };
+        let logical = (chunk << self.chunk_shift) + in_chunk;
+        (logical < self.array_bytes).then_some((logical, copy))
+    }
+}
+
+/// Iterator over the [`Piece`]s of a request. Allocation free.
+#[derive(Clone, Debug)]
+pub struct Pieces {
+    chunk_mask: u64,
+    next: u64,
+    end: u64,
+}
+
+impl Iterator for Pieces {
+    type Item = Piece;
+
+    fn next(&mut self) -> Option<Piece> {
+        if self.next >= self.end {
+            return None;
+        }
+        let chunk_end = (self.next | self.chunk_mask).saturating_add(1);
+        let piece_end = chunk_end.min(self.end);
+        let piece = Piece { logical_offset: self.next, len: piece_end - self.next };
+        self.next = piece_end;
+        Some(piece)
+    }
+}

@@ -1,0 +1,34 @@
+//! nvraid-layout: where each byte of an array lives on its members.
+//!
+//! Pure arithmetic, no I/O, no `unsafe`. The layouts are those of Linux md for
+//! members of equal size, so that an array created by nvraid can be assembled
+//! by the kernel's md driver and the other way round. The mapping is on-disk
+//! format: it is pinned by golden vectors (`tests/golden.rs`) that may only be
+//! appended to.
+//!
+//! All quantities are bytes. A request is split into [`Piece`]s that never
+//! cross a chunk boundary; every copy of a piece is one contiguous extent on
+//! one member ([`Geometry::locate`]). [`Geometry::logical_of`] is the inverse
+//! map.
+//!
+//! ## RAID 0 (md `raid0`, one zone)
+//! Chunk `c` of the array (`c = offset / chunk`) lives on member `c % n` at
+//! member chunk `c / n`. With 4 members and 64 KiB chunks, array offset
+//! 300 KiB is in chunk 4 (256..320 KiB) at 44 KiB into it: member 0, member
+//! offset 64 KiB + 44 KiB = 108 KiB.
+//!
+//! ## RAID 1 (md `raid1`)
+//! Every member holds the whole array at the same offset. There is no chunk;
+//! a request is a single piece.
+//!
+//! ## RAID 10, near layout (md `raid10`, layout `n2` = 0x102)
+//! Each array chunk is written `k` times (the near copies) to consecutive
+//! members, wrapping to member 0 and the next member chunk at the end of a
+//! row. Copy `j` of chunk `c` is at slot `i = c * k + j`: member `i % n`,
+//! member chunk `i / n`. With 3 members and `k = 2` (odd member count), chunk 0
+//! lives on members 0 and 1 (row 0), chunk 1 on member 2 (row 0) and member 0
+//! (row 1), chunk 2 on members 1 and 2 (row 1).
+
+mod geometry;
+
+pub use geometry::{Geometry, GeometryError, Level, Location, Piece, Pieces};
