@@ -1,7 +1,16 @@
-//! nvraid-io: the only crate that talks to the kernel's I/O interfaces.
+//! nvraid-io: the only crate that talks to the kernel's I/O interfaces, and
+//! the only one with `unsafe`.
 //!
 //! - [`queue`]: the per-worker queue interface every I/O target implements
 //!   (an array, a single raw member, a test double). The benchmark and the
 //!   NBD server drive targets only through it.
+//! - [`buf`]: heap buffers aligned for O_DIRECT.
+//! - [`sys`]: thin, checked wrappers over the system calls nvraid needs that
+//!   `std` lacks (positioned full reads/writes, block-device ioctls, memfd,
+//!   hole punching, O_DIRECT opens).
 
+pub mod buf;
 pub mod queue;
+pub mod sys;
+
+pub use buf::AlignedBuf;

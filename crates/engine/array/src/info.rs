@@ -1,0 +1,158 @@
+//! What `detail` and `examine` report, as plain serialisable data. The JSON
+//! field names are a stable interface (docs/cli.md).
+
+use crate::array::Array;
+use crate::assemble::{level_of, member_data_bytes};
+use nvraid_layout::Level;
+use nvraid_metadata::{format_uuid, Role, Superblock};
+use serde::Serialize;
+
+/// One member in `detail`.
+#[derive(Clone, Debug, Serialize)]
+pub struct MemberDetail {
+    /// The member's spec; `null` for a missing role.
+    pub path: Option<String>,
+    /// The role (slot in the layout); `null` for a stale member.
+    pub role: Option<u32>,
+    /// `active`, `missing` or `stale`.
+    pub state: &'static str,
+    pub events: Option<u64>,
+    pub device_uuid: Option<String>,
+    pub size_bytes: Option<u64>,
+    pub direct_io: Option<bool>,
+}
+
+/// The assembled array, as `detail` shows it.
+#[derive(Clone, Debug, Serialize)]
+pub struct ArrayDetail {
+    pub uuid: String,
+    pub name: String,
+    /// 0, 1 or 10.
+    pub level: u32,
+    /// `near=2` for raid10, `null` otherwise.
+    pub layout: Option<String>,
+    /// `null` for raid1, which has no chunks.
+    pub chunk_bytes: Option<u64>,
+    pub size_bytes: u64,
+    pub sector_bytes: u32,
+    pub raid_disks: u32,
+    /// `clean` or `active` (dirty), with `, degraded` when a role is missing.
+    pub state: String,
+    pub events: u64,
+    pub creation_time: u64,
+    pub update_time: u64,
+    pub data_offset_bytes: u64,
+    pub members: Vec<MemberDetail>,
+}
+
+fn layout_text(level: Level) -> Option<String> {
+    match level {
+        Level::Raid10 { near } => Some(format!("near={near}")),
+        _ => None,
+    }
+}
+
+/// Build the `detail` report of an assembled array.
+pub fn detail(array: &Array) -> ArrayDetail {
+    let sb = array.superblock();
+    let geometry = array.geometry();
+    let mut members: Vec<MemberDetail> = array
+        .slots()
+        .iter()
+        .enumerate()
+        .map(|(role, slot)| match slot {
+            Some(slot) => MemberDetail {
+                path: Some(slot.member.spec().to_string()),
+                role: Some(role as u32),
+                state: "active",
+                events: Some(slot.superblock.events),
+                device_uuid: Some(format_uuid(&slot.superblock.device_uuid)),
+                size_bytes: Some(slot.member.size_bytes()),
+                direct_io: Some(slot.member.is_direct()),
+            },
+            None => MemberDetail {
+                path: None,
+                role: Some(role as u32),
+                state: "missing",
+                events: None,
+                device_uuid: None,
+                size_bytes: None,
+                direct_io: None,
+            },
+        })
+        .collect();
+    members.extend(array.stale().iter().map(|(spec, sb)| MemberDetail {
+        path: Some(spec.clone()),
+        role: None,
+        state: "stale",
+        events: Some(sb.events),
+        device_uuid: Some(format_uuid(&sb.device_uuid)),
+        size_bytes: None,
+        direct_io: None,
+    }));
+    let mut state = if array.is_dirty() { "active".to_string() } else { "clean".to_string() };
+    if array.is_degraded() {
+        state.push_str(", degraded");
+    }
+    ArrayDetail {
+        uuid: format_uuid(&sb.set_uuid),
+        name: sb.name(),
+        level: geometry.level().number(),
+        layout: layout_text(geometry.level()),
+        chunk_bytes: geometry.chunk_bytes(),
+        size_bytes: geometry.array_bytes(),
+        sector_bytes: array.sector_bytes(),
+        raid_disks: geometry.members(),
+        state,
+        events: array.slots().iter().flatten().map(|s| s.superblock.events).max().unwrap_or(0),
+        creation_time: sb.ctime.seconds,
+        update_time: array.slots().iter().flatten().map(|s| s.superblock.utime.seconds).max().unwrap_or(0),
+        data_offset_bytes: sb.data_offset_sectors * 512,
+        members,
+    }
+}
+
+/// One member's superblock, as `examine` shows it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Examine {
+    pub path: String,
+    pub version: &'static str,
+    /// `Active device N`, `spare` or `faulty`.
+    pub role: String,
+    /// `clean` or `active`.
+    pub state: &'static str,
+    pub checksum: String,
+    /// The array's size as this superblock describes it, if the level and
+    /// layout are ones nvraid supports.
+    pub array_size_bytes: Option<u64>,
+    pub layout_text: Option<String>,
+    pub member_data_bytes: u64,
+    pub superblock: Superblock,
+}
+
+/// Build the `examine` report of one member's superblock.
+pub fn examine(path: &str, sb: &Superblock) -> Examine {
+    let role = match sb.role() {
+        Role::Active(n) => format!("Active device {n}"),
+        Role::Spare => "spare".into(),
+        Role::Faulty => "faulty".into(),
+        Role::Journal => "journal".into(),
+    };
+    let geometry = crate::assemble::geometry_of(sb, path).ok();
+    let mut raw = vec![0u8; 4096];
+    let checksum = match sb.encode(&mut raw) {
+        Ok(()) => format!("{:08x}", u32::from_le_bytes(raw[216..220].try_into().expect("4 bytes"))),
+        Err(e) => format!("unencodable: {e}"),
+    };
+    Examine {
+        path: path.to_string(),
+        version: "1.2",
+        role,
+        state: if sb.is_clean() { "clean" } else { "active" },
+        checksum,
+        array_size_bytes: geometry.map(|g| g.array_bytes()),
+        layout_text: level_of(sb, path).ok().and_then(layout_text),
+        member_data_bytes: member_data_bytes(sb),
+        superblock: sb.clone(),
+    }
+}

@@ -1,0 +1,23 @@
+//! nvraid-array: arrays built from members.
+//!
+//! - [`create()`]: validate members, then write md v1.2 superblocks;
+//! - [`assemble()`]: read superblocks, order members by role, start the array;
+//! - [`scan()`]: find members among paths and group them into arrays;
+//! - [`Array`]: the data path (read, write with FUA, flush, discard) and the
+//!   clean/dirty state;
+//! - [`info`]: what `detail` and `examine` print.
+
+mod array;
+mod assemble;
+mod create;
+mod error;
+pub mod info;
+mod scan;
+mod signature;
+
+pub use array::{read_superblock, Array, Slot};
+pub use assemble::{assemble, geometry_of, has_every_byte, level_of, AssembleOptions};
+pub use create::{create, CreateOptions, CHUNK_BYTES_DEFAULT, DATA_OFFSET_SECTORS};
+pub use error::{Error, Result};
+pub use scan::{scan, ScanReport, ScannedArray, ScannedMember};
+pub use signature::detect as detect_signature;

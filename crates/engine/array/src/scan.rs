@@ -1,0 +1,154 @@
+//! `assemble --scan`: find md members among files, devices and directories,
+//! group them by array UUID and say whether each array can start.
+
+use crate::array::read_superblock;
+use crate::assemble::{geometry_of, has_every_byte};
+use crate::error::Error;
+use nvraid_member::{Member, OpenOptions};
+use nvraid_metadata::{format_uuid, DecodeError, Role, Superblock};
+use serde::Serialize;
+use std::path::Path;
+
+/// One member found by the scan.
+#[derive(Clone, Debug, Serialize)]
+pub struct ScannedMember {
+    pub path: String,
+    /// The recorded active role, if any.
+    pub role: Option<u16>,
+    pub events: u64,
+    /// `active`, `stale` (events behind the freshest member), `spare`,
+    /// `faulty` or `duplicate` (a second member claiming the same role).
+    pub state: &'static str,
+}
+
+/// One array found by the scan.
+#[derive(Clone, Debug, Serialize)]
+pub struct ScannedArray {
+    pub uuid: String,
+    pub name: String,
+    pub level: i32,
+    pub raid_disks: u32,
+    pub events: u64,
+    /// `complete`, `degraded` or `not startable`.
+    pub status: &'static str,
+    /// Why the array is degraded or cannot start.
+    pub reason: Option<String>,
+    pub members: Vec<ScannedMember>,
+}
+
+/// Everything the scan found.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ScanReport {
+    pub arrays: Vec<ScannedArray>,
+    /// Paths that hold no usable superblock, with the reason.
+    pub ignored: Vec<(String, String)>,
+}
+
+/// Scan `paths`: files and block devices directly, directories one level
+/// deep (sorted by name).
+pub fn scan(paths: &[String]) -> ScanReport {
+    let mut report = ScanReport::default();
+    let mut found: Vec<(String, Superblock)> = Vec::new();
+    for candidate in expand(paths, &mut report.ignored) {
+        match probe(&candidate) {
+            Ok(sb) => found.push((candidate, sb)),
+            Err(reason) => report.ignored.push((candidate, reason)),
+        }
+    }
+    let mut uuids: Vec<[u8; 16]> = Vec::new();
+    for (_, sb) in &found {
+        if !uuids.contains(&sb.set_uuid) {
+            uuids.push(sb.set_uuid);
+        }
+    }
+    for uuid in uuids {
+        let group: Vec<&(String, Superblock)> = found.iter().filter(|(_, sb)| sb.set_uuid == uuid).collect();
+        report.arrays.push(judge(&group));
+    }
+    report
+}
+
+fn expand(paths: &[String], ignored: &mut Vec<(String, String)>) -> Vec<String> {
+    let mut out = Vec::new();
+    for path in paths {
+        let p = Path::new(path);
+        if !p.is_dir() {
+            out.push(path.clone());
+            continue;
+        }
+        match std::fs::read_dir(p) {
+            Ok(entries) => {
+                let mut names: Vec<String> = entries
+                    .flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| !t.is_dir()))
+                    .map(|e| e.path().display().to_string())
+                    .collect();
+                names.sort();
+                out.extend(names);
+            }
+            Err(e) => ignored.push((path.clone(), e.to_string())),
+        }
+    }
+    out
+}
+
+fn probe(path: &str) -> Result<Superblock, String> {
+    let member = Member::open(path, OpenOptions { write: false, create_bytes: None, direct: false }).map_err(|e| e.to_string())?;
+    match read_superblock(&member) {
+        Ok(sb) => Ok(sb),
+        Err(Error::Superblock { source: DecodeError::BadMagic { .. }, .. }) => Err("no md superblock".into()),
+        Err(Error::Superblock { source, .. }) => Err(source.to_string()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn judge(group: &[&(String, Superblock)]) -> ScannedArray {
+    let freshest = group.iter().map(|(_, sb)| sb.events).max().unwrap_or(0);
+    let (_, head) = group.iter().find(|(_, sb)| sb.events == freshest).expect("group is non-empty");
+    let mut present = vec![false; head.raid_disks as usize];
+    let members = group.iter().map(|(path, sb)| classify(path, sb, freshest, &mut present)).collect();
+    let (status, reason) = status_of(head, &present);
+    ScannedArray {
+        uuid: format_uuid(&head.set_uuid),
+        name: head.name(),
+        level: head.level,
+        raid_disks: head.raid_disks,
+        events: freshest,
+        status,
+        reason,
+        members,
+    }
+}
+
+fn classify(path: &str, sb: &Superblock, freshest: u64, present: &mut [bool]) -> ScannedMember {
+    let role = match sb.role() {
+        Role::Active(r) => Some(r),
+        _ => None,
+    };
+    let state = match (sb.role(), role.and_then(|r| present.get(r as usize).copied())) {
+        (Role::Faulty, _) => "faulty",
+        (Role::Spare | Role::Journal, _) | (Role::Active(_), None) => "spare",
+        _ if sb.events < freshest => "stale",
+        (_, Some(true)) => "duplicate",
+        (Role::Active(r), Some(false)) => {
+            present[r as usize] = true;
+            "active"
+        }
+    };
+    ScannedMember { path: path.to_string(), role, events: sb.events, state }
+}
+
+fn status_of(head: &Superblock, present: &[bool]) -> (&'static str, Option<String>) {
+    let geometry = match geometry_of(head, "array") {
+        Ok(g) => g,
+        Err(e) => return ("not startable", Some(e.to_string())),
+    };
+    let missing: Vec<String> = present.iter().enumerate().filter(|(_, &p)| !p).map(|(r, _)| r.to_string()).collect();
+    if missing.is_empty() {
+        ("complete", None)
+    } else if has_every_byte(&geometry, present) {
+        ("degraded", Some(format!("roles {} missing or stale", missing.join(", "))))
+    } else {
+        ("not startable", Some(format!("roles {} missing or stale and some data has no copy left", missing.join(", "))))
+    }
+}

@@ -1,0 +1,83 @@
+//! Checked wrappers over system calls `std` does not offer.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::fs::FileExt;
+
+const BLKSSZGET: libc::c_ulong = 0x1268;
+const BLKPBSZGET: libc::c_ulong = 0x127b;
+const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
+const BLKDISCARD: libc::c_ulong = 0x1277;
+
+fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// Size in bytes of a block device.
+pub fn block_device_bytes(file: &File) -> io::Result<u64> {
+    let mut size: u64 = 0;
+    // SAFETY: BLKGETSIZE64 writes one u64 through the pointer, which is valid.
+    cvt(unsafe { libc::ioctl(file.as_raw_fd(), BLKGETSIZE64 as _, &mut size as *mut u64) })?;
+    Ok(size)
+}
+
+/// Logical and physical block size of a block device.
+pub fn block_device_block_bytes(file: &File) -> io::Result<(u32, u32)> {
+    let mut logical: libc::c_int = 0;
+    let mut physical: libc::c_uint = 0;
+    // SAFETY: BLKSSZGET writes one int through the pointer, which is valid.
+    cvt(unsafe { libc::ioctl(file.as_raw_fd(), BLKSSZGET as _, &mut logical as *mut libc::c_int) })?;
+    // SAFETY: BLKPBSZGET writes one unsigned int through the pointer, which is valid.
+    cvt(unsafe { libc::ioctl(file.as_raw_fd(), BLKPBSZGET as _, &mut physical as *mut libc::c_uint) })?;
+    Ok((logical as u32, physical))
+}
+
+/// Discard a byte range of a block device.
+pub fn block_device_discard(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    let range: [u64; 2] = [offset, len];
+    // SAFETY: BLKDISCARD reads two u64 through the pointer, which is valid.
+    cvt(unsafe { libc::ioctl(file.as_raw_fd(), BLKDISCARD as _, range.as_ptr()) })?;
+    Ok(())
+}
+
+/// Deallocate a byte range of a regular file (reads then return zeros).
+pub fn punch_hole(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+    // SAFETY: fallocate takes plain integers; the fd is open for the call.
+    cvt(unsafe { libc::fallocate(file.as_raw_fd(), mode, offset as libc::off_t, len as libc::off_t) })?;
+    Ok(())
+}
+
+/// An anonymous in-memory file (memfd) of `len` bytes, sparse.
+pub fn memfd(name: &str, len: u64) -> io::Result<File> {
+    let cname = CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in name"))?;
+    // SAFETY: cname is a valid NUL-terminated string for the duration of the call.
+    let fd = cvt(unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) })?;
+    // SAFETY: fd was just returned by memfd_create and is owned by nobody else.
+    let file = unsafe { File::from_raw_fd(fd) };
+    file.set_len(len)?;
+    Ok(file)
+}
+
+/// Read exactly `buf.len()` bytes at `offset`, retrying short reads and
+/// EINTR. Reading past the end of the file is an `UnexpectedEof` error.
+pub fn read_full_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
+    file.read_exact_at(buf, offset)
+}
+
+/// Write all of `buf` at `offset`, retrying short writes and EINTR.
+pub fn write_full_at(file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
+    file.write_all_at(buf, offset)
+}
+
+/// Flush a file's data (and the metadata needed to read it back) to stable
+/// storage.
+pub fn data_sync(file: &File) -> io::Result<()> {
+    file.sync_data()
+}

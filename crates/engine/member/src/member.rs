@@ -1,0 +1,378 @@
+use crate::size::{parse_size, SizeError};
+use nvraid_io::{buf, sys, AlignedBuf};
+use std::fs::{File, OpenOptions as FsOpenOptions};
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// What kind of device a member is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemberKind {
+    File,
+    BlockDevice,
+    Mem,
+    Null,
+}
+
+/// How the fast engines reach a member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// A file descriptor to read and write at byte offsets.
+    Fd(RawFd),
+    /// No device: reads return zeros, writes are dropped.
+    Null,
+}
+
+/// Why a member could not be opened or used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MemberError {
+    #[error("{spec}: {source}")]
+    Open { spec: String, source: io::Error },
+    #[error("{spec}: {source}")]
+    BadSize { spec: String, source: SizeError },
+    #[error("{spec}: not a regular file or block device")]
+    NotFileOrDevice { spec: String },
+    #[error("{spec}: does not exist (give --size to create it)")]
+    Missing { spec: String },
+}
+
+/// How to open a member.
+#[derive(Clone, Copy, Debug)]
+pub struct OpenOptions {
+    /// Open for writing.
+    pub write: bool,
+    /// Create a missing file, and extend a smaller one, to this size.
+    pub create_bytes: Option<u64>,
+    /// Try O_DIRECT (falls back to buffered I/O when refused).
+    pub direct: bool,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions { write: false, create_bytes: None, direct: true }
+    }
+}
+
+/// An open member. Shared between threads by reference; every method takes
+/// `&self`.
+#[derive(Debug)]
+pub struct Member {
+    spec: String,
+    kind: MemberKind,
+    file: Option<File>,
+    size_bytes: u64,
+    logical_block_bytes: u32,
+    physical_block_bytes: u32,
+    direct: bool,
+    direct_fallback: Option<String>,
+    writable: bool,
+    identity: Option<(u64, u64)>,
+    /// Requests in flight on this member (the read policy's load measure).
+    inflight: AtomicU32,
+}
+
+impl Member {
+    /// Open the member named by `spec`. See the crate docs for the spec forms.
+    pub fn open(spec: &str, options: OpenOptions) -> Result<Member, MemberError> {
+        if let Some(size) = spec.strip_prefix("mem:") {
+            let size_bytes = Self::spec_size(spec, size)?;
+            let file = sys::memfd(spec, size_bytes).map_err(|source| MemberError::Open { spec: spec.into(), source })?;
+            return Ok(Self::new(spec, MemberKind::Mem, Some(file), size_bytes, (512, 4096), None, options.write));
+        }
+        if let Some(size) = spec.strip_prefix("null:") {
+            let size_bytes = Self::spec_size(spec, size)?;
+            return Ok(Self::new(spec, MemberKind::Null, None, size_bytes, (512, 4096), None, options.write));
+        }
+        Self::open_path(spec, options)
+    }
+
+    fn spec_size(spec: &str, size: &str) -> Result<u64, MemberError> {
+        parse_size(size).map_err(|source| MemberError::BadSize { spec: spec.into(), source })
+    }
+
+    fn new(
+        spec: &str,
+        kind: MemberKind,
+        file: Option<File>,
+        size_bytes: u64,
+        (logical, physical): (u32, u32),
+        identity: Option<(u64, u64)>,
+        writable: bool,
+    ) -> Member {
+        Member {
+            spec: spec.to_string(),
+            kind,
+            file,
+            size_bytes,
+            logical_block_bytes: logical,
+            physical_block_bytes: physical,
+            direct: false,
+            direct_fallback: None,
+            writable,
+            identity,
+            inflight: AtomicU32::new(0),
+        }
+    }
+
+    fn open_path(spec: &str, options: OpenOptions) -> Result<Member, MemberError> {
+        let err = |source| MemberError::Open { spec: spec.into(), source };
+        let path = Path::new(spec);
+        match (std::fs::metadata(path), options.create_bytes) {
+            (Err(e), None) if e.kind() == io::ErrorKind::NotFound => return Err(MemberError::Missing { spec: spec.into() }),
+            (Err(e), None) => return Err(err(e)),
+            (Ok(meta), Some(bytes)) if meta.is_file() && meta.len() < bytes => File::options().write(true).open(path).and_then(|f| f.set_len(bytes)).map_err(err)?,
+            (Err(_), Some(bytes)) => File::options().write(true).create_new(true).open(path).and_then(|f| f.set_len(bytes)).map_err(err)?,
+            _ => {}
+        }
+        let meta = std::fs::metadata(path).map_err(err)?;
+        let kind = match meta.file_type() {
+            t if t.is_file() => MemberKind::File,
+            t if t.is_block_device() => MemberKind::BlockDevice,
+            _ => return Err(MemberError::NotFileOrDevice { spec: spec.into() }),
+        };
+        let (file, direct_fallback) = Self::open_file(path, options)?;
+        let (size_bytes, blocks) = match kind {
+            MemberKind::BlockDevice => (
+                sys::block_device_bytes(&file).map_err(err)?,
+                sys::block_device_block_bytes(&file).map_err(err)?,
+            ),
+            _ => (meta.len(), (512, 4096)),
+        };
+        let identity = Some((meta.dev(), meta.ino()));
+        let mut member = Self::new(spec, kind, Some(file), size_bytes, blocks, identity, options.write);
+        member.direct = options.direct && direct_fallback.is_none();
+        member.direct_fallback = direct_fallback;
+        Ok(member)
+    }
+
+    /// Open with O_DIRECT, falling back to buffered I/O if the kernel or
+    /// the filesystem refuses it (at open or at the first aligned read).
+    fn open_file(path: &Path, options: OpenOptions) -> Result<(File, Option<String>), MemberError> {
+        let spec = path.display().to_string();
+        let open = |flags: i32| FsOpenOptions::new().read(true).write(options.write).custom_flags(flags).open(path);
+        if !options.direct {
+            return open(0).map(|f| (f, None)).map_err(|source| MemberError::Open { spec, source });
+        }
+        match open(libc::O_DIRECT) {
+            Ok(file) => match Self::probe_direct(&file) {
+                Ok(()) => Ok((file, None)),
+                Err(reason) => {
+                    let file = open(0).map_err(|source| MemberError::Open { spec, source })?;
+                    Ok((file, Some(format!("O_DIRECT read failed ({reason}); using buffered I/O"))))
+                }
+            },
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                let file = open(0).map_err(|source| MemberError::Open { spec, source })?;
+                Ok((file, Some("filesystem refuses O_DIRECT; using buffered I/O".into())))
+            }
+            Err(source) => Err(MemberError::Open { spec, source }),
+        }
+    }
+
+    fn probe_direct(file: &File) -> io::Result<()> {
+        let mut block = AlignedBuf::zeroed(4096);
+        match nvraid_io::sys::read_full_at(file, &mut block, 0) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The spec the member was opened with (its path, or `mem:SIZE`).
+    pub fn spec(&self) -> &str {
+        &self.spec
+    }
+
+    /// The path, for members that have one.
+    pub fn path(&self) -> Option<PathBuf> {
+        matches!(self.kind, MemberKind::File | MemberKind::BlockDevice).then(|| PathBuf::from(&self.spec))
+    }
+
+    pub fn kind(&self) -> MemberKind {
+        self.kind
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+
+    /// Smallest I/O unit the member accepts.
+    pub fn logical_block_bytes(&self) -> u32 {
+        self.logical_block_bytes
+    }
+
+    pub fn physical_block_bytes(&self) -> u32 {
+        self.physical_block_bytes
+    }
+
+    /// Whether I/O bypasses the page cache.
+    pub fn is_direct(&self) -> bool {
+        self.direct
+    }
+
+    /// Why O_DIRECT was not used, if it was asked for and refused.
+    pub fn direct_fallback(&self) -> Option<&str> {
+        self.direct_fallback.as_deref()
+    }
+
+    pub fn is_writable(&self) -> bool {
+        self.writable
+    }
+
+    /// (device, inode) of files and block devices: two specs naming the same
+    /// object have the same identity.
+    pub fn identity(&self) -> Option<(u64, u64)> {
+        self.identity
+    }
+
+    /// How the fast engines reach this member.
+    pub fn backend(&self) -> Backend {
+        match &self.file {
+            Some(file) => Backend::Fd(file.as_raw_fd()),
+            None => Backend::Null,
+        }
+    }
+
+    /// Requests in flight on the member right now.
+    pub fn inflight(&self) -> u32 {
+        self.inflight.load(Ordering::Relaxed)
+    }
+
+    /// Count a request as in flight until the guard drops.
+    pub fn track(&self) -> InflightGuard<'_> {
+        self.inflight.fetch_add(1, Ordering::Relaxed);
+        InflightGuard(&self.inflight)
+    }
+
+    fn check_range(&self, offset: u64, len: usize) -> io::Result<()> {
+        let end = offset.checked_add(len as u64);
+        if end.is_none_or(|end| end > self.size_bytes) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{}: I/O at {offset}+{len} is past the end ({} bytes)", self.spec, self.size_bytes),
+            ));
+        }
+        Ok(())
+    }
+
+    fn needs_bounce(&self, ptr: *const u8, len: usize, offset: u64) -> bool {
+        self.direct && !(buf::is_aligned(ptr, len, buf::BUF_ALIGN_BYTES) && offset % u64::from(self.logical_block_bytes) == 0)
+    }
+
+    /// Read exactly `buf.len()` bytes at `offset`.
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.check_range(offset, buf.len())?;
+        let Some(file) = &self.file else {
+            buf.fill(0);
+            return Ok(());
+        };
+        let _guard = self.track();
+        if self.needs_bounce(buf.as_ptr(), buf.len(), offset) {
+            let mut bounce = AlignedBuf::zeroed(buf.len().next_multiple_of(buf::BUF_ALIGN_BYTES));
+            sys::read_full_at(file, &mut bounce[..buf.len()], offset)?;
+            buf.copy_from_slice(&bounce[..buf.len()]);
+            return Ok(());
+        }
+        sys::read_full_at(file, buf, offset)
+    }
+
+    /// Write all of `buf` at `offset`.
+    pub fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.check_range(offset, buf.len())?;
+        let Some(file) = &self.file else { return Ok(()) };
+        let _guard = self.track();
+        if self.needs_bounce(buf.as_ptr(), buf.len(), offset) {
+            let mut bounce = AlignedBuf::zeroed(buf.len());
+            bounce.copy_from_slice(buf);
+            return sys::write_full_at(file, &bounce, offset);
+        }
+        sys::write_full_at(file, buf, offset)
+    }
+
+    /// Make completed writes durable.
+    pub fn flush(&self) -> io::Result<()> {
+        match (&self.file, self.kind) {
+            (Some(file), MemberKind::File | MemberKind::BlockDevice) => sys::data_sync(file),
+            _ => Ok(()),
+        }
+    }
+
+    /// Discard a range: later reads return zeros on files and mem members,
+    /// and whatever the device returns after a discard on block devices.
+    pub fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.check_range(offset, len as usize)?;
+        match (&self.file, self.kind) {
+            (Some(file), MemberKind::BlockDevice) => sys::block_device_discard(file, offset, len),
+            (Some(file), _) => sys::punch_hole(file, offset, len),
+            (None, _) => Ok(()),
+        }
+    }
+}
+
+/// Decrements a member's in-flight count when dropped.
+pub struct InflightGuard<'a>(&'a AtomicU32);
+
+impl Drop for InflightGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mem_member_round_trips_unaligned_buffers() {
+        let m = Member::open("mem:1M", OpenOptions { write: true, ..Default::default() }).unwrap();
+        assert_eq!(m.size_bytes(), 1 << 20);
+        let data: Vec<u8> = (0..1536u32).map(|i| (i % 251) as u8).collect();
+        m.write_at(&data[1..1025], 512).unwrap();
+        let mut back = vec![0u8; 1024];
+        m.read_at(&mut back, 512).unwrap();
+        assert_eq!(back, data[1..1025]);
+        assert!(m.read_at(&mut back, (1 << 20) - 512).is_err(), "read past end must fail");
+    }
+
+    #[test]
+    fn null_member_reads_zeros_and_drops_writes() {
+        let m = Member::open("null:8G", OpenOptions { write: true, ..Default::default() }).unwrap();
+        assert_eq!(m.size_bytes(), 8 << 30);
+        m.write_at(&[1u8; 4096], 4096).unwrap();
+        let mut back = vec![9u8; 4096];
+        m.read_at(&mut back, 4096).unwrap();
+        assert!(back.iter().all(|&b| b == 0));
+        assert_eq!(m.backend(), Backend::Null);
+    }
+
+    #[test]
+    fn file_member_is_created_extended_and_direct_or_explains_why_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m0");
+        let spec = path.to_str().unwrap();
+        assert!(matches!(Member::open(spec, OpenOptions::default()), Err(MemberError::Missing { .. })));
+        let m = Member::open(spec, OpenOptions { write: true, create_bytes: Some(4 << 20), direct: true }).unwrap();
+        assert_eq!(m.size_bytes(), 4 << 20);
+        assert!(m.is_direct() || m.direct_fallback().is_some());
+        let data = vec![0x5au8; 8192];
+        m.write_at(&data[..4608], 512 * 3).unwrap();
+        let mut back = vec![0u8; 4608];
+        m.read_at(&mut back, 512 * 3).unwrap();
+        assert_eq!(back, data[..4608]);
+        m.discard(0, 1 << 20).unwrap();
+        m.read_at(&mut back, 512 * 3).unwrap();
+        assert!(back.iter().all(|&b| b == 0), "punched hole reads zeros");
+        m.flush().unwrap();
+    }
+
+    #[test]
+    fn bad_specs_are_named() {
+        let err = Member::open("mem:12Q", OpenOptions::default()).unwrap_err();
+        assert!(err.to_string().starts_with("mem:12Q"), "{err}");
+        let err = Member::open("/dev/null", OpenOptions::default()).unwrap_err();
+        assert!(err.to_string().contains("not a regular file or block device"), "{err}");
+    }
+}
