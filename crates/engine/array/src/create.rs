@@ -53,7 +53,7 @@ pub fn create(specs: &[String], options: &CreateOptions) -> Result<Array> {
         return Err(Error::NoMembers);
     }
     // Count and chunk errors first, before looking at any member.
-    Geometry::new(options.level, specs.len() as u32, options.chunk_bytes, u64::MAX / 2)?;
+    Geometry::new(options.level, specs.len() as u32, options.chunk_bytes, 1 << 40)?;
     let plans = specs.iter().map(|spec| plan_member(spec, options)).collect::<Result<Vec<_>>>()?;
     check_duplicates(&plans)?;
     if !options.force {

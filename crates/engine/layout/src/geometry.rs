@@ -72,6 +72,8 @@ pub enum GeometryError {
     ChunkOutOfRange(u64),
     #[error("raid10 near copies must be 2..=members, got {near} with {members} members")]
     BadCopies { near: u32, members: u32 },
+    #[error("the array would be larger than 2^64 bytes")]
+    TooLarge,
     #[error("member data size {member_bytes} bytes holds less than one chunk of {chunk_bytes} bytes")]
     MemberTooSmall { member_bytes: u64, chunk_bytes: u64 },
 }
@@ -136,13 +138,15 @@ impl Geometry {
         let (member_used_bytes, array_bytes) = match level {
             Level::Raid0 => {
                 let used = member_chunks * chunk_bytes;
-                (used, used * u64::from(members))
+                (used, used.checked_mul(u64::from(members)).ok_or(GeometryError::TooLarge)?)
             }
             Level::Raid1 => (member_data_bytes, member_data_bytes),
             Level::Raid10 { near } => {
                 // md: array chunks = member chunks * members / copies (rounded down).
-                let array_chunks = member_chunks * u64::from(members) / u64::from(near);
-                (member_chunks * chunk_bytes, array_chunks * chunk_bytes)
+                let slots = member_chunks.checked_mul(u64::from(members)).ok_or(GeometryError::TooLarge)?;
+                let array_chunks = slots / u64::from(near);
+                let array_bytes = array_chunks.checked_mul(chunk_bytes).ok_or(GeometryError::TooLarge)?;
+                (member_chunks * chunk_bytes, array_bytes)
             }
         };
         let geometry = Geometry {
