@@ -39,8 +39,9 @@ pub struct Array {
     /// on close, since nvraid has not resynced it.
     assembled_dirty: bool,
     dirty: AtomicBool,
-    /// Serialises superblock updates.
-    meta: Mutex<()>,
+    /// The events counter on the members; its lock serialises superblock
+    /// updates.
+    events: Mutex<u64>,
     read_rotor: AtomicU32,
     /// Members given at assembly but left out because their events counter
     /// is behind the others' (spec and superblock).
@@ -51,8 +52,19 @@ impl Array {
     pub(crate) fn new(geometry: Geometry, slots: Vec<Option<Slot>>, writable: bool) -> Array {
         debug_assert_eq!(slots.len(), geometry.members() as usize);
         let present = slots.iter().flatten();
-        let sector_bytes = present.clone().map(|s| s.member.logical_block_bytes()).max().unwrap_or(512).max(512);
+        let sector_bytes = present
+            .clone()
+            .map(|s| s.member.logical_block_bytes())
+            .max()
+            .unwrap_or(512)
+            .max(512);
         let assembled_dirty = slots.iter().flatten().any(|s| !s.superblock.is_clean());
+        let events = slots
+            .iter()
+            .flatten()
+            .map(|s| s.superblock.events)
+            .max()
+            .unwrap_or(0);
         Array {
             geometry,
             slots,
@@ -60,7 +72,7 @@ impl Array {
             writable,
             assembled_dirty,
             dirty: AtomicBool::new(assembled_dirty),
-            meta: Mutex::new(()),
+            events: Mutex::new(events),
             read_rotor: AtomicU32::new(0),
             stale: Vec::new(),
         }
@@ -100,7 +112,18 @@ impl Array {
 
     /// The superblock of the first present member (array-wide fields).
     pub fn superblock(&self) -> &Superblock {
-        &self.slots.iter().flatten().next().expect("an array has a present member").superblock
+        &self
+            .slots
+            .iter()
+            .flatten()
+            .next()
+            .expect("an array has a present member")
+            .superblock
+    }
+
+    /// The events counter recorded on the members now.
+    pub fn events(&self) -> u64 {
+        *self.events.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Whether a member is missing.
@@ -120,10 +143,21 @@ impl Array {
     fn check(&self, offset: u64, len: u64) -> Result<()> {
         let sector = u64::from(self.sector_bytes);
         if offset % sector != 0 || len % sector != 0 {
-            return Err(Error::Unaligned { offset, len, sector_bytes: self.sector_bytes });
+            return Err(Error::Unaligned {
+                offset,
+                len,
+                sector_bytes: self.sector_bytes,
+            });
         }
-        if offset.checked_add(len).is_none_or(|end| end > self.size_bytes()) {
-            return Err(Error::OutOfRange { offset, len, size_bytes: self.size_bytes() });
+        if offset
+            .checked_add(len)
+            .is_none_or(|end| end > self.size_bytes())
+        {
+            return Err(Error::OutOfRange {
+                offset,
+                len,
+                size_bytes: self.size_bytes(),
+            });
         }
         Ok(())
     }
@@ -143,9 +177,13 @@ impl Array {
     fn read_piece(&self, piece: Piece, buf: &mut [u8]) -> Result<()> {
         let copy = self.choose_copy(piece.logical_offset)?;
         let location = self.geometry.locate(piece.logical_offset, copy);
-        let slot = self.slots[location.member as usize].as_ref().expect("chosen copy is present");
+        let slot = self.slots[location.member as usize]
+            .as_ref()
+            .expect("chosen copy is present");
         let member_offset = slot.data_offset_bytes() + location.member_offset;
-        slot.member.read_at(buf, member_offset).map_err(|e| Error::io(slot.member.spec(), e))
+        slot.member
+            .read_at(buf, member_offset)
+            .map_err(|e| Error::io(slot.member.spec(), e))
     }
 
     /// The read policy: among present copies, the member with the fewest
@@ -153,18 +191,26 @@ impl Array {
     /// mirrors share the load.
     pub fn choose_copy(&self, logical_offset: u64) -> Result<u32> {
         let copies = self.geometry.copies();
-        let start = if copies > 1 { self.read_rotor.fetch_add(1, Ordering::Relaxed) % copies } else { 0 };
+        let start = if copies > 1 {
+            self.read_rotor.fetch_add(1, Ordering::Relaxed) % copies
+        } else {
+            0
+        };
         let mut best: Option<(u32, u32)> = None;
         for step in 0..copies {
             let copy = (start + step) % copies;
             let member = self.geometry.locate(logical_offset, copy).member as usize;
-            let Some(slot) = &self.slots[member] else { continue };
+            let Some(slot) = &self.slots[member] else {
+                continue;
+            };
             let load = slot.member.inflight();
             if best.is_none_or(|(_, best_load)| load < best_load) {
                 best = Some((copy, load));
             }
         }
-        best.map(|(copy, _)| copy).ok_or_else(|| Error::NotStartable(format!("no copy of offset {logical_offset} is present")))
+        best.map(|(copy, _)| copy).ok_or_else(|| {
+            Error::NotStartable(format!("no copy of offset {logical_offset} is present"))
+        })
     }
 
     /// Write `buf` at `offset` to every copy; with `fua`, the data is durable
@@ -191,9 +237,13 @@ impl Array {
     fn write_piece(&self, piece: Piece, buf: &[u8], touched: &mut [bool]) -> Result<()> {
         for copy in 0..self.geometry.copies() {
             let location = self.geometry.locate(piece.logical_offset, copy);
-            let Some(slot) = &self.slots[location.member as usize] else { continue };
+            let Some(slot) = &self.slots[location.member as usize] else {
+                continue;
+            };
             let member_offset = slot.data_offset_bytes() + location.member_offset;
-            slot.member.write_at(buf, member_offset).map_err(|e| Error::io(slot.member.spec(), e))?;
+            slot.member
+                .write_at(buf, member_offset)
+                .map_err(|e| Error::io(slot.member.spec(), e))?;
             touched[location.member as usize] = true;
         }
         Ok(())
@@ -209,9 +259,13 @@ impl Array {
         for piece in self.geometry.pieces(offset, len) {
             for copy in 0..self.geometry.copies() {
                 let location = self.geometry.locate(piece.logical_offset, copy);
-                let Some(slot) = &self.slots[location.member as usize] else { continue };
+                let Some(slot) = &self.slots[location.member as usize] else {
+                    continue;
+                };
                 let member_offset = slot.data_offset_bytes() + location.member_offset;
-                slot.member.discard(member_offset, piece.len).map_err(|e| Error::io(slot.member.spec(), e))?;
+                slot.member
+                    .discard(member_offset, piece.len)
+                    .map_err(|e| Error::io(slot.member.spec(), e))?;
             }
         }
         Ok(())
@@ -225,7 +279,9 @@ impl Array {
     fn flush_slots(&self, wanted: impl Fn(usize) -> bool) -> Result<()> {
         for (role, slot) in self.slots.iter().enumerate() {
             if let (Some(slot), true) = (slot, wanted(role)) {
-                slot.member.flush().map_err(|e| Error::io(slot.member.spec(), e))?;
+                slot.member
+                    .flush()
+                    .map_err(|e| Error::io(slot.member.spec(), e))?;
             }
         }
         Ok(())
@@ -239,11 +295,11 @@ impl Array {
         if !self.has_redundancy() || self.dirty.load(Ordering::Acquire) {
             return Ok(());
         }
-        let _meta = self.meta.lock().unwrap_or_else(|p| p.into_inner());
+        let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
         if self.dirty.load(Ordering::Acquire) {
             return Ok(());
         }
-        self.update_superblocks(0)?;
+        self.update_superblocks(&mut events, 0)?;
         self.dirty.store(true, Ordering::Release);
         Ok(())
     }
@@ -255,27 +311,31 @@ impl Array {
             self.flush()?;
         }
         if self.writable && self.dirty.load(Ordering::Acquire) && !self.assembled_dirty {
-            let _meta = self.meta.lock().unwrap_or_else(|p| p.into_inner());
-            self.update_superblocks(RESYNC_CLEAN)?;
+            let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+            self.update_superblocks(&mut events, RESYNC_CLEAN)?;
         }
         Ok(())
     }
 
     /// Write every present member's superblock with `resync_offset`, one more
-    /// event and the current time, then flush them.
-    fn update_superblocks(&self, resync_offset: u64) -> Result<()> {
-        let events = self.slots.iter().flatten().map(|s| s.superblock.events).max().unwrap_or(0) + 1;
+    /// event and the current time, then flush them. `events` is the locked
+    /// counter; it advances once the superblocks are written.
+    fn update_superblocks(&self, events: &mut u64, resync_offset: u64) -> Result<()> {
+        let next = *events + 1;
         let now = Timestamp::now();
         for slot in self.slots.iter().flatten() {
             let mut sb = slot.superblock.clone();
-            sb.events = events;
+            sb.events = next;
             sb.resync_offset = resync_offset;
             sb.utime = now;
             write_superblock(&slot.member, &sb)?;
         }
         for slot in self.slots.iter().flatten() {
-            slot.member.flush().map_err(|e| Error::io(slot.member.spec(), e))?;
+            slot.member
+                .flush()
+                .map_err(|e| Error::io(slot.member.spec(), e))?;
         }
+        *events = next;
         Ok(())
     }
 }
@@ -283,17 +343,31 @@ impl Array {
 /// Encode `sb` and write it at 4 KiB on `member` (not flushed).
 pub(crate) fn write_superblock(member: &Member, sb: &Superblock) -> Result<()> {
     let mut block = nvraid_io::AlignedBuf::zeroed(4096);
-    sb.encode(&mut block).map_err(|source| Error::Superblock { spec: member.spec().into(), source })?;
-    member.write_at(&block, SUPER_OFFSET_BYTES).map_err(|e| Error::io(member.spec(), e))
+    sb.encode(&mut block).map_err(|source| Error::Superblock {
+        spec: member.spec().into(),
+        source,
+    })?;
+    member
+        .write_at(&block, SUPER_OFFSET_BYTES)
+        .map_err(|e| Error::io(member.spec(), e))
 }
 
 /// Read and decode the superblock at 4 KiB on `member`.
 pub fn read_superblock(member: &Member) -> Result<Superblock> {
     let needed_bytes = SUPER_OFFSET_BYTES + 4096;
     if member.size_bytes() < needed_bytes {
-        return Err(Error::Truncated { spec: member.spec().into(), needed_bytes, size_bytes: member.size_bytes() });
+        return Err(Error::Truncated {
+            spec: member.spec().into(),
+            needed_bytes,
+            size_bytes: member.size_bytes(),
+        });
     }
     let mut block = nvraid_io::AlignedBuf::zeroed(4096);
-    member.read_at(&mut block, SUPER_OFFSET_BYTES).map_err(|e| Error::io(member.spec(), e))?;
-    Superblock::decode(&block).map_err(|source| Error::Superblock { spec: member.spec().into(), source })
+    member
+        .read_at(&mut block, SUPER_OFFSET_BYTES)
+        .map_err(|e| Error::io(member.spec(), e))?;
+    Superblock::decode(&block).map_err(|source| Error::Superblock {
+        spec: member.spec().into(),
+        source,
+    })
 }

@@ -19,13 +19,20 @@ pub struct AssembleOptions {
 
 impl Default for AssembleOptions {
     fn default() -> Self {
-        AssembleOptions { writable: false, direct: true, allow_degraded: false }
+        AssembleOptions {
+            writable: false,
+            direct: true,
+            allow_degraded: false,
+        }
     }
 }
 
 /// Decode md's level and layout words into a supported [`Level`].
 pub fn level_of(sb: &Superblock, spec: &str) -> Result<Level> {
-    let unsupported = |what: String| Error::Unsupported { spec: spec.into(), what };
+    let unsupported = |what: String| Error::Unsupported {
+        spec: spec.into(),
+        what,
+    };
     match sb.level {
         0 => Ok(Level::Raid0),
         1 => Ok(Level::Raid1),
@@ -33,7 +40,10 @@ pub fn level_of(sb: &Superblock, spec: &str) -> Result<Level> {
             let near = sb.layout & 0xff;
             let far = (sb.layout >> 8) & 0xff;
             if far != 1 || sb.layout >> 16 != 0 {
-                return Err(unsupported(format!("raid10 layout {:#x} (only the near layout is)", sb.layout)));
+                return Err(unsupported(format!(
+                    "raid10 layout {:#x} (only the near layout is)",
+                    sb.layout
+                )));
             }
             Ok(Level::Raid10 { near })
         }
@@ -54,7 +64,12 @@ pub fn member_data_bytes(sb: &Superblock) -> u64 {
 /// Build the geometry a superblock describes.
 pub fn geometry_of(sb: &Superblock, spec: &str) -> Result<Geometry> {
     let level = level_of(sb, spec)?;
-    Ok(Geometry::new(level, sb.raid_disks, u64::from(sb.chunk_sectors) * 512, member_data_bytes(sb))?)
+    Ok(Geometry::new(
+        level,
+        sb.raid_disks,
+        u64::from(sb.chunk_sectors) * 512,
+        member_data_bytes(sb),
+    )?)
 }
 
 /// Assemble the array `specs` form. The order of `specs` does not matter:
@@ -63,7 +78,11 @@ pub fn assemble(specs: &[String], options: AssembleOptions) -> Result<Array> {
     if specs.is_empty() {
         return Err(Error::NoMembers);
     }
-    let open = OpenOptions { write: options.writable, create_bytes: None, direct: options.direct };
+    let open = OpenOptions {
+        write: options.writable,
+        create_bytes: None,
+        direct: options.direct,
+    };
     let mut found = Vec::with_capacity(specs.len());
     for spec in specs {
         let member = Member::open(spec, open)?;
@@ -72,7 +91,10 @@ pub fn assemble(specs: &[String], options: AssembleOptions) -> Result<Array> {
     }
     check_same_array(&found)?;
     let freshest = found.iter().map(|(_, sb)| sb.events).max().unwrap_or(0);
-    let (first_member, first_sb) = found.iter().find(|(_, sb)| sb.events == freshest).expect("non-empty");
+    let (first_member, first_sb) = found
+        .iter()
+        .find(|(_, sb)| sb.events == freshest)
+        .expect("non-empty");
     let geometry = geometry_of(first_sb, first_member.spec())?;
     let mut slots: Vec<Option<Slot>> = (0..geometry.members()).map(|_| None).collect();
     let mut stale = Vec::new();
@@ -100,7 +122,11 @@ fn check_same_array(found: &[(Member, Superblock)]) -> Result<()> {
         }
         for (other, _) in &found[..i] {
             if member.identity().is_some() && member.identity() == other.identity() {
-                return Err(Error::Duplicate { spec: member.spec().into(), other: other.spec().into(), what: "file or device" });
+                return Err(Error::Duplicate {
+                    spec: member.spec().into(),
+                    other: other.spec().into(),
+                    what: "file or device",
+                });
             }
         }
     }
@@ -119,26 +145,46 @@ fn place(
 ) -> Result<Option<(String, Superblock)>> {
     let spec = member.spec().to_string();
     let Role::Active(role) = sb.role() else {
-        return Err(Error::Unsupported { spec, what: format!("a member whose role is {:?}", sb.role()) });
+        return Err(Error::Unsupported {
+            spec,
+            what: format!("a member whose role is {:?}", sb.role()),
+        });
     };
     if u32::from(role) >= geometry.members() {
-        return Err(Error::Unsupported { spec, what: format!("role {role} in an array of {} members", geometry.members()) });
+        return Err(Error::Unsupported {
+            spec,
+            what: format!("role {role} in an array of {} members", geometry.members()),
+        });
     }
     let needed_bytes = sb.data_offset_sectors * 512 + geometry.member_used_bytes();
     if member.size_bytes() < needed_bytes {
-        return Err(Error::Truncated { spec, needed_bytes, size_bytes: member.size_bytes() });
+        return Err(Error::Truncated {
+            spec,
+            needed_bytes,
+            size_bytes: member.size_bytes(),
+        });
     }
     if member_data_bytes(&sb) < geometry.member_used_bytes() {
-        return Err(Error::Unsupported { spec, what: "members of unequal size".into() });
+        return Err(Error::Unsupported {
+            spec,
+            what: "members of unequal size".into(),
+        });
     }
     if sb.events < freshest {
         // Stale: its data is behind the others'. md leaves such a member out.
         return Ok(Some((spec, sb)));
     }
     if let Some(existing) = &slots[role as usize] {
-        return Err(Error::SameRole { spec, other: existing.member.spec().into(), role });
+        return Err(Error::SameRole {
+            spec,
+            other: existing.member.spec().into(),
+            role,
+        });
     }
-    slots[role as usize] = Some(Slot { member, superblock: sb });
+    slots[role as usize] = Some(Slot {
+        member,
+        superblock: sb,
+    });
     Ok(None)
 }
 
@@ -150,22 +196,40 @@ pub fn has_every_byte(geometry: &Geometry, present: &[bool]) -> bool {
         // Near layout: chunk rows repeat with period lcm(n, near) slots; it
         // is enough to check the first n chunks' copy sets.
         Level::Raid10 { near } => (0..u64::from(geometry.members())).all(|chunk| {
-            (0..near).any(|copy| present[((chunk * u64::from(near) + u64::from(copy)) % u64::from(geometry.members())) as usize])
+            (0..near).any(|copy| {
+                present[((chunk * u64::from(near) + u64::from(copy))
+                    % u64::from(geometry.members())) as usize]
+            })
         }),
     }
 }
 
-fn check_startable(geometry: &Geometry, slots: &[Option<Slot>], allow_degraded: bool) -> Result<()> {
+fn check_startable(
+    geometry: &Geometry,
+    slots: &[Option<Slot>],
+    allow_degraded: bool,
+) -> Result<()> {
     let present: Vec<bool> = slots.iter().map(Option::is_some).collect();
-    let missing: Vec<String> = present.iter().enumerate().filter(|(_, &p)| !p).map(|(r, _)| r.to_string()).collect();
+    let missing: Vec<String> = present
+        .iter()
+        .enumerate()
+        .filter(|(_, &p)| !p)
+        .map(|(r, _)| r.to_string())
+        .collect();
     if missing.is_empty() {
         return Ok(());
     }
     if !has_every_byte(geometry, &present) {
-        return Err(Error::NotStartable(format!("roles {} are missing or stale and some data has no copy left", missing.join(", "))));
+        return Err(Error::NotStartable(format!(
+            "roles {} are missing or stale and some data has no copy left",
+            missing.join(", ")
+        )));
     }
     if !allow_degraded {
-        return Err(Error::NotStartable(format!("roles {} are missing or stale (the array would run degraded)", missing.join(", "))));
+        return Err(Error::NotStartable(format!(
+            "roles {} are missing or stale (the array would run degraded)",
+            missing.join(", ")
+        )));
     }
     Ok(())
 }

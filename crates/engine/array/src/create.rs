@@ -53,31 +53,54 @@ pub fn create(specs: &[String], options: &CreateOptions) -> Result<Array> {
         return Err(Error::NoMembers);
     }
     // Count and chunk errors first, before looking at any member.
-    Geometry::new(options.level, specs.len() as u32, options.chunk_bytes, 1 << 40)?;
-    let plans = specs.iter().map(|spec| plan_member(spec, options)).collect::<Result<Vec<_>>>()?;
+    Geometry::new(
+        options.level,
+        specs.len() as u32,
+        options.chunk_bytes,
+        1 << 40,
+    )?;
+    let plans = specs
+        .iter()
+        .map(|spec| plan_member(spec, options))
+        .collect::<Result<Vec<_>>>()?;
     check_duplicates(&plans)?;
     if !options.force {
         check_signatures(&plans)?;
     }
     let data_bytes = check_sizes(&plans, options)?;
-    let geometry = Geometry::new(options.level, specs.len() as u32, options.chunk_bytes, data_bytes)?;
+    let geometry = Geometry::new(
+        options.level,
+        specs.len() as u32,
+        options.chunk_bytes,
+        data_bytes,
+    )?;
     drop(plans);
     write_array(specs, options, geometry, data_bytes)
 }
 
 fn plan_member(spec: &str, options: &CreateOptions) -> Result<Plan> {
-    let probe_options = OpenOptions { write: false, create_bytes: None, direct: options.direct };
+    let probe_options = OpenOptions {
+        write: false,
+        create_bytes: None,
+        direct: options.direct,
+    };
     match Member::open(spec, probe_options) {
         Ok(member) => {
             let grown = match (member.kind(), options.size_bytes) {
                 (MemberKind::File, Some(size)) => member.size_bytes().max(size),
                 _ => member.size_bytes(),
             };
-            Ok(Plan { spec: spec.into(), size_bytes: grown, probe: Some(member) })
+            Ok(Plan {
+                spec: spec.into(),
+                size_bytes: grown,
+                probe: Some(member),
+            })
         }
-        Err(MemberError::Missing { .. }) if options.size_bytes.is_some() => {
-            Ok(Plan { spec: spec.into(), size_bytes: options.size_bytes.unwrap_or(0), probe: None })
-        }
+        Err(MemberError::Missing { .. }) if options.size_bytes.is_some() => Ok(Plan {
+            spec: spec.into(),
+            size_bytes: options.size_bytes.unwrap_or(0),
+            probe: None,
+        }),
         Err(e) => Err(e.into()),
     }
 }
@@ -85,8 +108,13 @@ fn plan_member(spec: &str, options: &CreateOptions) -> Result<Plan> {
 /// A file to be created is identified by its canonical parent and name.
 fn future_path(spec: &str) -> PathBuf {
     let path = Path::new(spec);
-    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let parent = parent.canonicalize().unwrap_or_else(|_| parent.to_path_buf());
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let parent = parent
+        .canonicalize()
+        .unwrap_or_else(|_| parent.to_path_buf());
     parent.join(path.file_name().unwrap_or_default())
 }
 
@@ -99,7 +127,11 @@ fn check_duplicates(plans: &[Plan]) -> Result<()> {
                 _ => false,
             };
             if same_object {
-                return Err(Error::Duplicate { spec: a.spec.clone(), other: b.spec.clone(), what: "file or device" });
+                return Err(Error::Duplicate {
+                    spec: a.spec.clone(),
+                    other: b.spec.clone(),
+                    what: "file or device",
+                });
             }
         }
     }
@@ -113,7 +145,10 @@ fn check_signatures(plans: &[Plan]) -> Result<()> {
             continue;
         }
         if let Some(what) = signature::detect(member).map_err(|e| Error::io(&plan.spec, e))? {
-            return Err(Error::InUse { spec: plan.spec.clone(), what });
+            return Err(Error::InUse {
+                spec: plan.spec.clone(),
+                what,
+            });
         }
     }
     Ok(())
@@ -123,7 +158,11 @@ fn check_signatures(plans: &[Plan]) -> Result<()> {
 /// array uses the smallest member's data size on all of them.
 fn check_sizes(plans: &[Plan], options: &CreateOptions) -> Result<u64> {
     let data_offset_bytes = DATA_OFFSET_SECTORS * 512;
-    let data_min_bytes = if options.level.has_chunks() { options.chunk_bytes } else { 64 * 1024 };
+    let data_min_bytes = if options.level.has_chunks() {
+        options.chunk_bytes
+    } else {
+        64 * 1024
+    };
     let min_bytes = data_offset_bytes + data_min_bytes;
     for plan in plans {
         if plan.size_bytes < min_bytes {
@@ -140,9 +179,21 @@ fn check_sizes(plans: &[Plan], options: &CreateOptions) -> Result<u64> {
     Ok((smallest - data_offset_bytes) & !4095)
 }
 
-fn write_array(specs: &[String], options: &CreateOptions, geometry: Geometry, data_bytes: u64) -> Result<Array> {
-    let open = OpenOptions { write: true, create_bytes: options.size_bytes, direct: options.direct };
-    let members = specs.iter().map(|spec| Member::open(spec, open)).collect::<Result<Vec<_>, _>>()?;
+fn write_array(
+    specs: &[String],
+    options: &CreateOptions,
+    geometry: Geometry,
+    data_bytes: u64,
+) -> Result<Array> {
+    let open = OpenOptions {
+        write: true,
+        create_bytes: options.size_bytes,
+        direct: options.direct,
+    };
+    let members = specs
+        .iter()
+        .map(|spec| Member::open(spec, open))
+        .collect::<Result<Vec<_>, _>>()?;
     let template = template_superblock(options, &geometry, data_bytes)?;
     let mut slots = Vec::with_capacity(members.len());
     for (role, member) in members.into_iter().enumerate() {
@@ -150,10 +201,15 @@ fn write_array(specs: &[String], options: &CreateOptions, geometry: Geometry, da
         sb.dev_number = role as u32;
         sb.device_uuid = random_uuid()?;
         write_superblock(&member, &sb)?;
-        slots.push(Some(Slot { member, superblock: sb }));
+        slots.push(Some(Slot {
+            member,
+            superblock: sb,
+        }));
     }
     for slot in slots.iter().flatten() {
-        slot.member.flush().map_err(|e| Error::io(slot.member.spec(), e))?;
+        slot.member
+            .flush()
+            .map_err(|e| Error::io(slot.member.spec(), e))?;
     }
     Ok(Array::new(geometry, slots, true))
 }
@@ -169,7 +225,11 @@ fn layout_word(level: Level) -> u32 {
     }
 }
 
-fn template_superblock(options: &CreateOptions, geometry: &Geometry, data_bytes: u64) -> Result<Superblock> {
+fn template_superblock(
+    options: &CreateOptions,
+    geometry: &Geometry,
+    data_bytes: u64,
+) -> Result<Superblock> {
     let now = Timestamp::now();
     let members = geometry.members();
     let mut roles_raw = vec![0xffffu16; MAX_DEV.max(members) as usize];

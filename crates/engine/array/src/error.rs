@@ -18,24 +18,56 @@ pub enum Error {
     Io { spec: String, source: io::Error },
     #[error("{spec}: already carries {what} (use --force to overwrite it)")]
     InUse { spec: String, what: String },
-    #[error("{spec}: {size_bytes} bytes is too small: a member needs {min_bytes} bytes ({reason})")]
-    TooSmall { spec: String, size_bytes: u64, min_bytes: u64, reason: String },
+    #[error(
+        "{spec}: {size_bytes} bytes is too small: a member needs {min_bytes} bytes ({reason})"
+    )]
+    TooSmall {
+        spec: String,
+        size_bytes: u64,
+        min_bytes: u64,
+        reason: String,
+    },
     #[error("{spec}: given twice (the same {what} as {other})")]
-    Duplicate { spec: String, other: String, what: &'static str },
+    Duplicate {
+        spec: String,
+        other: String,
+        what: &'static str,
+    },
     #[error("{spec} belongs to array {uuid} but {other} belongs to array {other_uuid}: members of two different arrays")]
-    MixedArrays { spec: String, uuid: String, other: String, other_uuid: String },
+    MixedArrays {
+        spec: String,
+        uuid: String,
+        other: String,
+        other_uuid: String,
+    },
     #[error("{spec} and {other} both claim role {role}")]
-    SameRole { spec: String, other: String, role: u16 },
+    SameRole {
+        spec: String,
+        other: String,
+        role: u16,
+    },
     #[error("{spec}: truncated: the superblock needs {needed_bytes} bytes but the member has {size_bytes}")]
-    Truncated { spec: String, needed_bytes: u64, size_bytes: u64 },
+    Truncated {
+        spec: String,
+        needed_bytes: u64,
+        size_bytes: u64,
+    },
     #[error("{spec}: {what} is not supported")]
     Unsupported { spec: String, what: String },
     #[error("array cannot start: {0}")]
     NotStartable(String),
     #[error("request {offset}+{len} is past the end of the array ({size_bytes} bytes)")]
-    OutOfRange { offset: u64, len: u64, size_bytes: u64 },
+    OutOfRange {
+        offset: u64,
+        len: u64,
+        size_bytes: u64,
+    },
     #[error("request {offset}+{len} is not aligned to the array's {sector_bytes}-byte sector")]
-    Unaligned { offset: u64, len: u64, sector_bytes: u32 },
+    Unaligned {
+        offset: u64,
+        len: u64,
+        sector_bytes: u32,
+    },
     #[error("the array is read-only")]
     ReadOnly,
     #[error("no members given")]
@@ -44,7 +76,10 @@ pub enum Error {
 
 impl Error {
     pub(crate) fn io(spec: &str, source: io::Error) -> Error {
-        Error::Io { spec: spec.to_string(), source }
+        Error::Io {
+            spec: spec.to_string(),
+            source,
+        }
     }
 }
 

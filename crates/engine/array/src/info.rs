@@ -45,6 +45,13 @@ pub struct ArrayDetail {
     pub members: Vec<MemberDetail>,
 }
 
+impl ArrayDetail {
+    /// `raid0`, `raid1` or `raid10`.
+    pub fn level_name(&self) -> String {
+        format!("raid{}", self.level)
+    }
+}
+
 fn layout_text(level: Level) -> Option<String> {
     match level {
         Level::Raid10 { near } => Some(format!("near={near}")),
@@ -90,7 +97,11 @@ pub fn detail(array: &Array) -> ArrayDetail {
         size_bytes: None,
         direct_io: None,
     }));
-    let mut state = if array.is_dirty() { "active".to_string() } else { "clean".to_string() };
+    let mut state = if array.is_dirty() {
+        "active".to_string()
+    } else {
+        "clean".to_string()
+    };
     if array.is_degraded() {
         state.push_str(", degraded");
     }
@@ -104,9 +115,15 @@ pub fn detail(array: &Array) -> ArrayDetail {
         sector_bytes: array.sector_bytes(),
         raid_disks: geometry.members(),
         state,
-        events: array.slots().iter().flatten().map(|s| s.superblock.events).max().unwrap_or(0),
+        events: array.events(),
         creation_time: sb.ctime.seconds,
-        update_time: array.slots().iter().flatten().map(|s| s.superblock.utime.seconds).max().unwrap_or(0),
+        update_time: array
+            .slots()
+            .iter()
+            .flatten()
+            .map(|s| s.superblock.utime.seconds)
+            .max()
+            .unwrap_or(0),
         data_offset_bytes: sb.data_offset_sectors * 512,
         members,
     }
@@ -141,7 +158,10 @@ pub fn examine(path: &str, sb: &Superblock) -> Examine {
     let geometry = crate::assemble::geometry_of(sb, path).ok();
     let mut raw = vec![0u8; 4096];
     let checksum = match sb.encode(&mut raw) {
-        Ok(()) => format!("{:08x}", u32::from_le_bytes(raw[216..220].try_into().expect("4 bytes"))),
+        Ok(()) => format!(
+            "{:08x}",
+            u32::from_le_bytes(raw[216..220].try_into().expect("4 bytes"))
+        ),
         Err(e) => format!("unencodable: {e}"),
     };
     Examine {

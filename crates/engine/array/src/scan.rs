@@ -62,7 +62,8 @@ pub fn scan(paths: &[String]) -> ScanReport {
         }
     }
     for uuid in uuids {
-        let group: Vec<&(String, Superblock)> = found.iter().filter(|(_, sb)| sb.set_uuid == uuid).collect();
+        let group: Vec<&(String, Superblock)> =
+            found.iter().filter(|(_, sb)| sb.set_uuid == uuid).collect();
         report.arrays.push(judge(&group));
     }
     report
@@ -93,10 +94,21 @@ fn expand(paths: &[String], ignored: &mut Vec<(String, String)>) -> Vec<String> 
 }
 
 fn probe(path: &str) -> Result<Superblock, String> {
-    let member = Member::open(path, OpenOptions { write: false, create_bytes: None, direct: false }).map_err(|e| e.to_string())?;
+    let member = Member::open(
+        path,
+        OpenOptions {
+            write: false,
+            create_bytes: None,
+            direct: false,
+        },
+    )
+    .map_err(|e| e.to_string())?;
     match read_superblock(&member) {
         Ok(sb) => Ok(sb),
-        Err(Error::Superblock { source: DecodeError::BadMagic { .. }, .. }) => Err("no md superblock".into()),
+        Err(Error::Superblock {
+            source: DecodeError::BadMagic { .. },
+            ..
+        }) => Err("no md superblock".into()),
         Err(Error::Superblock { source, .. }) => Err(source.to_string()),
         Err(e) => Err(e.to_string()),
     }
@@ -104,9 +116,15 @@ fn probe(path: &str) -> Result<Superblock, String> {
 
 fn judge(group: &[&(String, Superblock)]) -> ScannedArray {
     let freshest = group.iter().map(|(_, sb)| sb.events).max().unwrap_or(0);
-    let (_, head) = group.iter().find(|(_, sb)| sb.events == freshest).expect("group is non-empty");
+    let (_, head) = group
+        .iter()
+        .find(|(_, sb)| sb.events == freshest)
+        .expect("group is non-empty");
     let mut present = vec![false; head.raid_disks as usize];
-    let members = group.iter().map(|(path, sb)| classify(path, sb, freshest, &mut present)).collect();
+    let members = group
+        .iter()
+        .map(|(path, sb)| classify(path, sb, freshest, &mut present))
+        .collect();
     let (status, reason) = status_of(head, &present);
     ScannedArray {
         uuid: format_uuid(&head.set_uuid),
@@ -125,7 +143,10 @@ fn classify(path: &str, sb: &Superblock, freshest: u64, present: &mut [bool]) ->
         Role::Active(r) => Some(r),
         _ => None,
     };
-    let state = match (sb.role(), role.and_then(|r| present.get(r as usize).copied())) {
+    let state = match (
+        sb.role(),
+        role.and_then(|r| present.get(r as usize).copied()),
+    ) {
         (Role::Faulty, _) => "faulty",
         (Role::Spare | Role::Journal, _) | (Role::Active(_), None) => "spare",
         _ if sb.events < freshest => "stale",
@@ -135,7 +156,12 @@ fn classify(path: &str, sb: &Superblock, freshest: u64, present: &mut [bool]) ->
             "active"
         }
     };
-    ScannedMember { path: path.to_string(), role, events: sb.events, state }
+    ScannedMember {
+        path: path.to_string(),
+        role,
+        events: sb.events,
+        state,
+    }
 }
 
 fn status_of(head: &Superblock, present: &[bool]) -> (&'static str, Option<String>) {
@@ -143,12 +169,26 @@ fn status_of(head: &Superblock, present: &[bool]) -> (&'static str, Option<Strin
         Ok(g) => g,
         Err(e) => return ("not startable", Some(e.to_string())),
     };
-    let missing: Vec<String> = present.iter().enumerate().filter(|(_, &p)| !p).map(|(r, _)| r.to_string()).collect();
+    let missing: Vec<String> = present
+        .iter()
+        .enumerate()
+        .filter(|(_, &p)| !p)
+        .map(|(r, _)| r.to_string())
+        .collect();
     if missing.is_empty() {
         ("complete", None)
     } else if has_every_byte(&geometry, present) {
-        ("degraded", Some(format!("roles {} missing or stale", missing.join(", "))))
+        (
+            "degraded",
+            Some(format!("roles {} missing or stale", missing.join(", "))),
+        )
     } else {
-        ("not startable", Some(format!("roles {} missing or stale and some data has no copy left", missing.join(", "))))
+        (
+            "not startable",
+            Some(format!(
+                "roles {} missing or stale and some data has no copy left",
+                missing.join(", ")
+            )),
+        )
     }
 }

@@ -75,7 +75,10 @@ fn detect_tail(member: &Member) -> std::io::Result<Option<String>> {
     let v10 = (size - 8192) & !4095;
     let v090 = (size & !65535) - 65536;
     let mut block = vec![0u8; 4096];
-    for (offset, what) in [(v10, "an md v1.0 superblock"), (v090, "an md v0.90 superblock")] {
+    for (offset, what) in [
+        (v10, "an md v1.0 superblock"),
+        (v090, "an md v0.90 superblock"),
+    ] {
         member.read_at(&mut block, offset)?;
         if at(&block, 0, &MAGIC.to_le_bytes()) {
             return Ok(Some(what.to_string()));

@@ -22,7 +22,11 @@ fn unpack(name: &str, dir: &Path) -> Vec<String> {
             break;
         }
         let img = dir.join(format!("{name}-disk{disk}.img"));
-        let data = Command::new("xz").arg("-dc").arg(&xz).output().expect("xz must be installed");
+        let data = Command::new("xz")
+            .arg("-dc")
+            .arg(&xz)
+            .output()
+            .expect("xz must be installed");
         assert!(data.status.success());
         std::fs::write(&img, data.stdout).unwrap();
         out.push(img.display().to_string());
@@ -38,7 +42,11 @@ fn check(name: &str, size_bytes: u64, sha256: &str) {
     assert_eq!(array.size_bytes(), size_bytes);
     let mut content = vec![0u8; size_bytes as usize];
     array.read_at(&mut content, 0).unwrap();
-    assert_eq!(format!("{:x}", Sha256::digest(&content)), sha256, "{name} content hash");
+    assert_eq!(
+        format!("{:x}", Sha256::digest(&content)),
+        sha256,
+        "{name} content hash"
+    );
     for (block, data) in content.chunks(4096).enumerate() {
         let expected = (block as u64).to_le_bytes().repeat(512);
         assert_eq!(data, &expected[..], "{name}: block {block}");
@@ -50,23 +58,41 @@ fn check(name: &str, size_bytes: u64, sha256: &str) {
             let loc = g.locate(offset, copy);
             let slot = array.slots()[loc.member as usize].as_ref().unwrap();
             let mut block = vec![0u8; 4096];
-            slot.member.read_at(&mut block, slot.data_offset_bytes() + loc.member_offset).unwrap();
-            assert_eq!(block, content[offset as usize..offset as usize + 4096], "{name} copy {copy} at {offset}");
+            slot.member
+                .read_at(&mut block, slot.data_offset_bytes() + loc.member_offset)
+                .unwrap();
+            assert_eq!(
+                block,
+                content[offset as usize..offset as usize + 4096],
+                "{name} copy {copy} at {offset}"
+            );
         }
     }
 }
 
 #[test]
 fn kernel_raid0_four_disks_64k() {
-    check("raid0-4d-64k", 62914560, "8e6e73eea1220034991c9011134b0b04bade2d528c3461586aa3246116d77ffe");
+    check(
+        "raid0-4d-64k",
+        62914560,
+        "8e6e73eea1220034991c9011134b0b04bade2d528c3461586aa3246116d77ffe",
+    );
 }
 
 #[test]
 fn kernel_raid1_two_disks() {
-    check("raid1-2d", 15728640, "c2d1f08aafe760a103a34b1dbd40baebfee00c75656c3fe8f1333fb0a928fb99");
+    check(
+        "raid1-2d",
+        15728640,
+        "c2d1f08aafe760a103a34b1dbd40baebfee00c75656c3fe8f1333fb0a928fb99",
+    );
 }
 
 #[test]
 fn kernel_raid10_near2_four_disks_64k() {
-    check("raid10-n2-4d-64k", 31457280, "b8ced061a8866ab159a41700c17e0c6a0e611caf466f23d8376d6b312b8e8a90");
+    check(
+        "raid10-n2-4d-64k",
+        31457280,
+        "b8ced061a8866ab159a41700c17e0c6a0e611caf466f23d8376d6b312b8e8a90",
+    );
 }

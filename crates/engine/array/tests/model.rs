@@ -4,7 +4,7 @@
 //!
 //! Replays from a seed: set NVRAID_SEED to reproduce a failure.
 
-use nvraid_array::{assemble, create, AssembleOptions, Array, CreateOptions};
+use nvraid_array::{assemble, create, Array, AssembleOptions, CreateOptions};
 use nvraid_layout::Level;
 use std::os::fd::AsRawFd;
 
@@ -24,7 +24,10 @@ impl Rng {
 }
 
 fn seed() -> u64 {
-    std::env::var("NVRAID_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x5eed_1234_abcd)
+    std::env::var("NVRAID_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5eed_1234_abcd)
 }
 
 const MEMBER_BYTES: u64 = 3 << 20;
@@ -65,11 +68,21 @@ fn run_model(level: Level, members: usize, kind: &str, rounds: usize, ops: usize
         array.close().unwrap();
         let mut shuffled = specs.clone();
         shuffled.rotate_left(round % members);
-        array = assemble(&shuffled, AssembleOptions { writable: true, ..Default::default() }).unwrap();
+        array = assemble(
+            &shuffled,
+            AssembleOptions {
+                writable: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         assert!(!array.is_dirty(), "an orderly close leaves the array clean");
         let mut whole = vec![0u8; size as usize];
         array.read_at(&mut whole, 0).unwrap();
-        assert!(whole == model, "{level} on {kind}: content differs from the model after reassembly {round}");
+        assert!(
+            whole == model,
+            "{level} on {kind}: content differs from the model after reassembly {round}"
+        );
     }
     array.close().unwrap();
     drop(keep_alive);
@@ -88,14 +101,21 @@ fn step(array: &Array, model: &mut [u8], rng: &mut Rng) {
     match rng.below(10) {
         0..=4 => {
             let fill = rng.next();
-            let data: Vec<u8> = (0..bytes).map(|i| (fill.rotate_left(i as u32 % 64) as u8) ^ i as u8).collect();
-            array.write_at(&data, offset as u64, rng.below(4) == 0).unwrap();
+            let data: Vec<u8> = (0..bytes)
+                .map(|i| (fill.rotate_left(i as u32 % 64) as u8) ^ i as u8)
+                .collect();
+            array
+                .write_at(&data, offset as u64, rng.below(4) == 0)
+                .unwrap();
             model[offset..offset + bytes].copy_from_slice(&data);
         }
         5..=7 => {
             let mut back = vec![0u8; bytes];
             array.read_at(&mut back, offset as u64).unwrap();
-            assert!(back == model[offset..offset + bytes], "read {offset}+{bytes} differs from the model");
+            assert!(
+                back == model[offset..offset + bytes],
+                "read {offset}+{bytes} differs from the model"
+            );
         }
         8 => array.flush().unwrap(),
         _ => {

@@ -51,12 +51,17 @@ pub trait Queue {
     /// the next [`Queue::reap`]. `offset` and `len` must be multiples of the
     /// target's sector size and lie inside the target; `fua` asks for the
     /// write to be durable when it completes.
-    fn submit(&mut self, slot: u32, op: OpKind, offset: u64, len: u32, fua: bool) -> io::Result<()>;
+    fn submit(&mut self, slot: u32, op: OpKind, offset: u64, len: u32, fua: bool)
+        -> io::Result<()>;
 
     /// Hand queued requests to the kernel, wait until at least `min_complete`
     /// requests have completed (0: do not wait), and call `on_complete` once
     /// for every completed request. Returns how many completions were passed.
-    fn reap(&mut self, min_complete: u32, on_complete: &mut dyn FnMut(Completion)) -> io::Result<u32>;
+    fn reap(
+        &mut self,
+        min_complete: u32,
+        on_complete: &mut dyn FnMut(Completion),
+    ) -> io::Result<u32>;
 }
 
 /// Something queues can be opened on.

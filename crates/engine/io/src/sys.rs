@@ -32,9 +32,21 @@ pub fn block_device_block_bytes(file: &File) -> io::Result<(u32, u32)> {
     let mut logical: libc::c_int = 0;
     let mut physical: libc::c_uint = 0;
     // SAFETY: BLKSSZGET writes one int through the pointer, which is valid.
-    cvt(unsafe { libc::ioctl(file.as_raw_fd(), BLKSSZGET as _, &mut logical as *mut libc::c_int) })?;
+    cvt(unsafe {
+        libc::ioctl(
+            file.as_raw_fd(),
+            BLKSSZGET as _,
+            &mut logical as *mut libc::c_int,
+        )
+    })?;
     // SAFETY: BLKPBSZGET writes one unsigned int through the pointer, which is valid.
-    cvt(unsafe { libc::ioctl(file.as_raw_fd(), BLKPBSZGET as _, &mut physical as *mut libc::c_uint) })?;
+    cvt(unsafe {
+        libc::ioctl(
+            file.as_raw_fd(),
+            BLKPBSZGET as _,
+            &mut physical as *mut libc::c_uint,
+        )
+    })?;
     Ok((logical as u32, physical))
 }
 
@@ -50,13 +62,21 @@ pub fn block_device_discard(file: &File, offset: u64, len: u64) -> io::Result<()
 pub fn punch_hole(file: &File, offset: u64, len: u64) -> io::Result<()> {
     let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
     // SAFETY: fallocate takes plain integers; the fd is open for the call.
-    cvt(unsafe { libc::fallocate(file.as_raw_fd(), mode, offset as libc::off_t, len as libc::off_t) })?;
+    cvt(unsafe {
+        libc::fallocate(
+            file.as_raw_fd(),
+            mode,
+            offset as libc::off_t,
+            len as libc::off_t,
+        )
+    })?;
     Ok(())
 }
 
 /// An anonymous in-memory file (memfd) of `len` bytes, sparse.
 pub fn memfd(name: &str, len: u64) -> io::Result<File> {
-    let cname = CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in name"))?;
+    let cname = CString::new(name)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in name"))?;
     // SAFETY: cname is a valid NUL-terminated string for the duration of the call.
     let fd = cvt(unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) })?;
     // SAFETY: fd was just returned by memfd_create and is owned by nobody else.

@@ -74,7 +74,9 @@ pub enum GeometryError {
     BadCopies { near: u32, members: u32 },
     #[error("the array would be larger than 2^64 bytes")]
     TooLarge,
-    #[error("member data size {member_bytes} bytes holds less than one chunk of {chunk_bytes} bytes")]
+    #[error(
+        "member data size {member_bytes} bytes holds less than one chunk of {chunk_bytes} bytes"
+    )]
     MemberTooSmall { member_bytes: u64, chunk_bytes: u64 },
 }
 
@@ -129,23 +131,37 @@ impl Geometry {
         } else {
             // RAID 1 has no chunks: one "chunk" spans the whole member, kept a
             // power of two so the shift arithmetic stays uniform.
-            member_data_bytes.max(1).checked_next_power_of_two().unwrap_or(1 << 63)
+            member_data_bytes
+                .max(1)
+                .checked_next_power_of_two()
+                .unwrap_or(1 << 63)
         };
         let member_chunks = member_data_bytes / chunk_bytes;
         if level.has_chunks() && member_chunks == 0 {
-            return Err(GeometryError::MemberTooSmall { member_bytes: member_data_bytes, chunk_bytes });
+            return Err(GeometryError::MemberTooSmall {
+                member_bytes: member_data_bytes,
+                chunk_bytes,
+            });
         }
         let (member_used_bytes, array_bytes) = match level {
             Level::Raid0 => {
                 let used = member_chunks * chunk_bytes;
-                (used, used.checked_mul(u64::from(members)).ok_or(GeometryError::TooLarge)?)
+                (
+                    used,
+                    used.checked_mul(u64::from(members))
+                        .ok_or(GeometryError::TooLarge)?,
+                )
             }
             Level::Raid1 => (member_data_bytes, member_data_bytes),
             Level::Raid10 { near } => {
                 // md: array chunks = member chunks * members / copies (rounded down).
-                let slots = member_chunks.checked_mul(u64::from(members)).ok_or(GeometryError::TooLarge)?;
+                let slots = member_chunks
+                    .checked_mul(u64::from(members))
+                    .ok_or(GeometryError::TooLarge)?;
                 let array_chunks = slots / u64::from(near);
-                let array_bytes = array_chunks.checked_mul(chunk_bytes).ok_or(GeometryError::TooLarge)?;
+                let array_bytes = array_chunks
+                    .checked_mul(chunk_bytes)
+                    .ok_or(GeometryError::TooLarge)?;
                 (member_chunks * chunk_bytes, array_bytes)
             }
         };
@@ -175,7 +191,11 @@ impl Geometry {
         }
         let min = level.members_min();
         if members < min {
-            return Err(GeometryError::TooFewMembers { level, min, got: members });
+            return Err(GeometryError::TooFewMembers {
+                level,
+                min,
+                got: members,
+            });
         }
         Ok(())
     }
@@ -226,8 +246,14 @@ impl Geometry {
     /// boundaries. The range must lie inside the array (checked by callers;
     /// a debug assertion here).
     pub fn pieces(&self, offset: u64, len: u64) -> Pieces {
-        debug_assert!(offset.checked_add(len).is_some_and(|end| end <= self.array_bytes));
-        Pieces { chunk_mask: self.chunk_bytes - 1, next: offset, end: offset + len }
+        debug_assert!(offset
+            .checked_add(len)
+            .is_some_and(|end| end <= self.array_bytes));
+        Pieces {
+            chunk_mask: self.chunk_bytes - 1,
+            next: offset,
+            end: offset + len,
+        }
     }
 
     /// Where copy `copy` (0-based, `< copies()`) of the byte at
@@ -247,7 +273,10 @@ impl Geometry {
                 (slot % n, slot / n)
             }
         };
-        Location { member: member as u32, member_offset: (row << self.chunk_shift) + in_chunk }
+        Location {
+            member: member as u32,
+            member_offset: (row << self.chunk_shift) + in_chunk,
+        }
     }
 
     /// The inverse of [`Geometry::locate`]: which array byte (and which copy
@@ -290,7 +319,10 @@ impl Iterator for Pieces {
         }
         let chunk_end = (self.next | self.chunk_mask).saturating_add(1);
         let piece_end = chunk_end.min(self.end);
-        let piece = Piece { logical_offset: self.next, len: piece_end - self.next };
+        let piece = Piece {
+            logical_offset: self.next,
+            len: piece_end - self.next,
+        };
         self.next = piece_end;
         Some(piece)
     }

@@ -13,12 +13,19 @@ const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
 
 fn loc(member: u32, member_offset: u64) -> Location {
-    Location { member, member_offset }
+    Location {
+        member,
+        member_offset,
+    }
 }
 
 fn check(geometry: &Geometry, rows: &[(u64, u32, Location)]) {
     for &(logical, copy, expected) in rows {
-        assert_eq!(geometry.locate(logical, copy), expected, "logical {logical} copy {copy}");
+        assert_eq!(
+            geometry.locate(logical, copy),
+            expected,
+            "logical {logical} copy {copy}"
+        );
         assert_eq!(
             geometry.logical_of(expected.member, expected.member_offset),
             Some((logical, copy)),
@@ -51,7 +58,11 @@ fn raid0_two_members_256k_like_the_seeds_mdadm_command() {
     let g = Geometry::new(Level::Raid0, 2, 256 * KIB, 10 * MIB).unwrap();
     check(
         &g,
-        &[(0, 0, loc(0, 0)), (256 * KIB, 0, loc(1, 0)), (512 * KIB + 7 * 512, 0, loc(0, 256 * KIB + 3584))],
+        &[
+            (0, 0, loc(0, 0)),
+            (256 * KIB, 0, loc(1, 0)),
+            (512 * KIB + 7 * 512, 0, loc(0, 256 * KIB + 3584)),
+        ],
     );
 }
 
@@ -67,7 +78,14 @@ fn raid1_two_and_three_mirrors() {
     let g = Geometry::new(Level::Raid1, 2, 0, 15 * MIB).unwrap();
     assert_eq!(g.array_bytes(), 15 * MIB);
     assert_eq!(g.chunk_bytes(), None);
-    check(&g, &[(0, 0, loc(0, 0)), (0, 1, loc(1, 0)), (12345 * 512, 1, loc(1, 12345 * 512))]);
+    check(
+        &g,
+        &[
+            (0, 0, loc(0, 0)),
+            (0, 1, loc(1, 0)),
+            (12345 * 512, 1, loc(1, 12345 * 512)),
+        ],
+    );
     let g = Geometry::new(Level::Raid1, 3, 0, MIB).unwrap();
     check(&g, &[(MIB - 512, 2, loc(2, MIB - 512))]);
     assert_eq!(g.pieces(0, MIB).count(), 1);

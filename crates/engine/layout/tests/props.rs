@@ -6,7 +6,11 @@ use proptest::prelude::*;
 use std::collections::HashSet;
 
 fn level() -> impl Strategy<Value = Level> {
-    prop_oneof![Just(Level::Raid0), Just(Level::Raid1), (2u32..=4).prop_map(|near| Level::Raid10 { near })]
+    prop_oneof![
+        Just(Level::Raid0),
+        Just(Level::Raid1),
+        (2u32..=4).prop_map(|near| Level::Raid10 { near })
+    ]
 }
 
 fn geometry() -> impl Strategy<Value = Geometry> {
@@ -24,7 +28,11 @@ fn geometry_and_range() -> impl Strategy<Value = (Geometry, u64, u64)> {
         let sectors = g.array_bytes() / 512;
         (Just(g), 0..sectors).prop_flat_map(move |(g, start)| {
             let max_len = (sectors - start).min(4096);
-            (Just(g), Just(start * 512), (1..=max_len).prop_map(|l| l * 512))
+            (
+                Just(g),
+                Just(start * 512),
+                (1..=max_len).prop_map(|l| l * 512),
+            )
         })
     })
 }
@@ -85,19 +93,53 @@ fn capacity_is_members_times_used_over_copies() {
 
 #[test]
 fn constructor_refuses_bad_geometry() {
-    assert_eq!(Geometry::new(Level::Raid0, 0, 65536, 1 << 20), Err(GeometryError::NoMembers));
-    assert_eq!(Geometry::new(Level::Raid0, 2, 65536 + 512, 1 << 20), Err(GeometryError::ChunkNotPowerOfTwo(65536 + 512)));
-    assert_eq!(Geometry::new(Level::Raid0, 2, 2048, 1 << 20), Err(GeometryError::ChunkOutOfRange(2048)));
-    assert_eq!(Geometry::new(Level::Raid0, 2, 8 << 20, 1 << 30), Err(GeometryError::ChunkOutOfRange(8 << 20)));
+    assert_eq!(
+        Geometry::new(Level::Raid0, 0, 65536, 1 << 20),
+        Err(GeometryError::NoMembers)
+    );
+    assert_eq!(
+        Geometry::new(Level::Raid0, 2, 65536 + 512, 1 << 20),
+        Err(GeometryError::ChunkNotPowerOfTwo(65536 + 512))
+    );
+    assert_eq!(
+        Geometry::new(Level::Raid0, 2, 2048, 1 << 20),
+        Err(GeometryError::ChunkOutOfRange(2048))
+    );
+    assert_eq!(
+        Geometry::new(Level::Raid0, 2, 8 << 20, 1 << 30),
+        Err(GeometryError::ChunkOutOfRange(8 << 20))
+    );
     assert_eq!(
         Geometry::new(Level::Raid1, 1, 0, 1 << 20),
-        Err(GeometryError::TooFewMembers { level: Level::Raid1, min: 2, got: 1 })
+        Err(GeometryError::TooFewMembers {
+            level: Level::Raid1,
+            min: 2,
+            got: 1
+        })
     );
-    assert_eq!(Geometry::new(Level::Raid10 { near: 2 }, 1, 65536, 1 << 20), Err(GeometryError::BadCopies { near: 2, members: 1 }));
-    assert_eq!(Geometry::new(Level::Raid10 { near: 1 }, 4, 65536, 1 << 20), Err(GeometryError::BadCopies { near: 1, members: 4 }));
+    assert_eq!(
+        Geometry::new(Level::Raid10 { near: 2 }, 1, 65536, 1 << 20),
+        Err(GeometryError::BadCopies {
+            near: 2,
+            members: 1
+        })
+    );
+    assert_eq!(
+        Geometry::new(Level::Raid10 { near: 1 }, 4, 65536, 1 << 20),
+        Err(GeometryError::BadCopies {
+            near: 1,
+            members: 4
+        })
+    );
     assert_eq!(
         Geometry::new(Level::Raid0, 2, 1 << 20, 1 << 19),
-        Err(GeometryError::MemberTooSmall { member_bytes: 1 << 19, chunk_bytes: 1 << 20 })
+        Err(GeometryError::MemberTooSmall {
+            member_bytes: 1 << 19,
+            chunk_bytes: 1 << 20
+        })
     );
-    assert_eq!(Geometry::new(Level::Raid0, 129, 65536, 1 << 20), Err(GeometryError::TooManyMembers { got: 129 }));
+    assert_eq!(
+        Geometry::new(Level::Raid0, 129, 65536, 1 << 20),
+        Err(GeometryError::TooManyMembers { got: 129 })
+    );
 }

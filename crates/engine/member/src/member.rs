@@ -52,7 +52,11 @@ pub struct OpenOptions {
 
 impl Default for OpenOptions {
     fn default() -> Self {
-        OpenOptions { write: false, create_bytes: None, direct: true }
+        OpenOptions {
+            write: false,
+            create_bytes: None,
+            direct: true,
+        }
     }
 }
 
@@ -79,18 +83,40 @@ impl Member {
     pub fn open(spec: &str, options: OpenOptions) -> Result<Member, MemberError> {
         if let Some(size) = spec.strip_prefix("mem:") {
             let size_bytes = Self::spec_size(spec, size)?;
-            let file = sys::memfd(spec, size_bytes).map_err(|source| MemberError::Open { spec: spec.into(), source })?;
-            return Ok(Self::new(spec, MemberKind::Mem, Some(file), size_bytes, (512, 4096), None, options.write));
+            let file = sys::memfd(spec, size_bytes).map_err(|source| MemberError::Open {
+                spec: spec.into(),
+                source,
+            })?;
+            return Ok(Self::new(
+                spec,
+                MemberKind::Mem,
+                Some(file),
+                size_bytes,
+                (512, 4096),
+                None,
+                options.write,
+            ));
         }
         if let Some(size) = spec.strip_prefix("null:") {
             let size_bytes = Self::spec_size(spec, size)?;
-            return Ok(Self::new(spec, MemberKind::Null, None, size_bytes, (512, 4096), None, options.write));
+            return Ok(Self::new(
+                spec,
+                MemberKind::Null,
+                None,
+                size_bytes,
+                (512, 4096),
+                None,
+                options.write,
+            ));
         }
         Self::open_path(spec, options)
     }
 
     fn spec_size(spec: &str, size: &str) -> Result<u64, MemberError> {
-        parse_size(size).map_err(|source| MemberError::BadSize { spec: spec.into(), source })
+        parse_size(size).map_err(|source| MemberError::BadSize {
+            spec: spec.into(),
+            source,
+        })
     }
 
     fn new(
@@ -118,13 +144,27 @@ impl Member {
     }
 
     fn open_path(spec: &str, options: OpenOptions) -> Result<Member, MemberError> {
-        let err = |source| MemberError::Open { spec: spec.into(), source };
+        let err = |source| MemberError::Open {
+            spec: spec.into(),
+            source,
+        };
         let path = Path::new(spec);
         match (std::fs::metadata(path), options.create_bytes) {
-            (Err(e), None) if e.kind() == io::ErrorKind::NotFound => return Err(MemberError::Missing { spec: spec.into() }),
+            (Err(e), None) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(MemberError::Missing { spec: spec.into() })
+            }
             (Err(e), None) => return Err(err(e)),
-            (Ok(meta), Some(bytes)) if meta.is_file() && meta.len() < bytes => File::options().write(true).open(path).and_then(|f| f.set_len(bytes)).map_err(err)?,
-            (Err(_), Some(bytes)) => File::options().write(true).create_new(true).open(path).and_then(|f| f.set_len(bytes)).map_err(err)?,
+            (Ok(meta), Some(bytes)) if meta.is_file() && meta.len() < bytes => File::options()
+                .write(true)
+                .open(path)
+                .and_then(|f| f.set_len(bytes))
+                .map_err(err)?,
+            (Err(_), Some(bytes)) => File::options()
+                .write(true)
+                .create_new(true)
+                .open(path)
+                .and_then(|f| f.set_len(bytes))
+                .map_err(err)?,
             _ => {}
         }
         let meta = std::fs::metadata(path).map_err(err)?;
@@ -142,7 +182,15 @@ impl Member {
             _ => (meta.len(), (512, 4096)),
         };
         let identity = Some((meta.dev(), meta.ino()));
-        let mut member = Self::new(spec, kind, Some(file), size_bytes, blocks, identity, options.write);
+        let mut member = Self::new(
+            spec,
+            kind,
+            Some(file),
+            size_bytes,
+            blocks,
+            identity,
+            options.write,
+        );
         member.direct = options.direct && direct_fallback.is_none();
         member.direct_fallback = direct_fallback;
         Ok(member)
@@ -152,21 +200,37 @@ impl Member {
     /// the filesystem refuses it (at open or at the first aligned read).
     fn open_file(path: &Path, options: OpenOptions) -> Result<(File, Option<String>), MemberError> {
         let spec = path.display().to_string();
-        let open = |flags: i32| FsOpenOptions::new().read(true).write(options.write).custom_flags(flags).open(path);
+        let open = |flags: i32| {
+            FsOpenOptions::new()
+                .read(true)
+                .write(options.write)
+                .custom_flags(flags)
+                .open(path)
+        };
         if !options.direct {
-            return open(0).map(|f| (f, None)).map_err(|source| MemberError::Open { spec, source });
+            return open(0)
+                .map(|f| (f, None))
+                .map_err(|source| MemberError::Open { spec, source });
         }
         match open(libc::O_DIRECT) {
             Ok(file) => match Self::probe_direct(&file) {
                 Ok(()) => Ok((file, None)),
                 Err(reason) => {
                     let file = open(0).map_err(|source| MemberError::Open { spec, source })?;
-                    Ok((file, Some(format!("O_DIRECT read failed ({reason}); using buffered I/O"))))
+                    Ok((
+                        file,
+                        Some(format!(
+                            "O_DIRECT read failed ({reason}); using buffered I/O"
+                        )),
+                    ))
                 }
             },
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
                 let file = open(0).map_err(|source| MemberError::Open { spec, source })?;
-                Ok((file, Some("filesystem refuses O_DIRECT; using buffered I/O".into())))
+                Ok((
+                    file,
+                    Some("filesystem refuses O_DIRECT; using buffered I/O".into()),
+                ))
             }
             Err(source) => Err(MemberError::Open { spec, source }),
         }
@@ -188,7 +252,8 @@ impl Member {
 
     /// The path, for members that have one.
     pub fn path(&self) -> Option<PathBuf> {
-        matches!(self.kind, MemberKind::File | MemberKind::BlockDevice).then(|| PathBuf::from(&self.spec))
+        matches!(self.kind, MemberKind::File | MemberKind::BlockDevice)
+            .then(|| PathBuf::from(&self.spec))
     }
 
     pub fn kind(&self) -> MemberKind {
@@ -252,14 +317,19 @@ impl Member {
         if end.is_none_or(|end| end > self.size_bytes) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("{}: I/O at {offset}+{len} is past the end ({} bytes)", self.spec, self.size_bytes),
+                format!(
+                    "{}: I/O at {offset}+{len} is past the end ({} bytes)",
+                    self.spec, self.size_bytes
+                ),
             ));
         }
         Ok(())
     }
 
     fn needs_bounce(&self, ptr: *const u8, len: usize, offset: u64) -> bool {
-        self.direct && !(buf::is_aligned(ptr, len, buf::BUF_ALIGN_BYTES) && offset % u64::from(self.logical_block_bytes) == 0)
+        self.direct
+            && !(buf::is_aligned(ptr, len, buf::BUF_ALIGN_BYTES)
+                && offset % u64::from(self.logical_block_bytes) == 0)
     }
 
     /// Read exactly `buf.len()` bytes at `offset`.
@@ -282,7 +352,9 @@ impl Member {
     /// Write all of `buf` at `offset`.
     pub fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.check_range(offset, buf.len())?;
-        let Some(file) = &self.file else { return Ok(()) };
+        let Some(file) = &self.file else {
+            return Ok(());
+        };
         let _guard = self.track();
         if self.needs_bounce(buf.as_ptr(), buf.len(), offset) {
             let mut bounce = AlignedBuf::zeroed(buf.len());
@@ -327,19 +399,36 @@ mod tests {
 
     #[test]
     fn mem_member_round_trips_unaligned_buffers() {
-        let m = Member::open("mem:1M", OpenOptions { write: true, ..Default::default() }).unwrap();
+        let m = Member::open(
+            "mem:1M",
+            OpenOptions {
+                write: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         assert_eq!(m.size_bytes(), 1 << 20);
         let data: Vec<u8> = (0..1536u32).map(|i| (i % 251) as u8).collect();
         m.write_at(&data[1..1025], 512).unwrap();
         let mut back = vec![0u8; 1024];
         m.read_at(&mut back, 512).unwrap();
         assert_eq!(back, data[1..1025]);
-        assert!(m.read_at(&mut back, (1 << 20) - 512).is_err(), "read past end must fail");
+        assert!(
+            m.read_at(&mut back, (1 << 20) - 512).is_err(),
+            "read past end must fail"
+        );
     }
 
     #[test]
     fn null_member_reads_zeros_and_drops_writes() {
-        let m = Member::open("null:8G", OpenOptions { write: true, ..Default::default() }).unwrap();
+        let m = Member::open(
+            "null:8G",
+            OpenOptions {
+                write: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
         assert_eq!(m.size_bytes(), 8 << 30);
         m.write_at(&[1u8; 4096], 4096).unwrap();
         let mut back = vec![9u8; 4096];
@@ -353,8 +442,19 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("m0");
         let spec = path.to_str().unwrap();
-        assert!(matches!(Member::open(spec, OpenOptions::default()), Err(MemberError::Missing { .. })));
-        let m = Member::open(spec, OpenOptions { write: true, create_bytes: Some(4 << 20), direct: true }).unwrap();
+        assert!(matches!(
+            Member::open(spec, OpenOptions::default()),
+            Err(MemberError::Missing { .. })
+        ));
+        let m = Member::open(
+            spec,
+            OpenOptions {
+                write: true,
+                create_bytes: Some(4 << 20),
+                direct: true,
+            },
+        )
+        .unwrap();
         assert_eq!(m.size_bytes(), 4 << 20);
         assert!(m.is_direct() || m.direct_fallback().is_some());
         let data = vec![0x5au8; 8192];
@@ -373,6 +473,10 @@ mod tests {
         let err = Member::open("mem:12Q", OpenOptions::default()).unwrap_err();
         assert!(err.to_string().starts_with("mem:12Q"), "{err}");
         let err = Member::open("/dev/null", OpenOptions::default()).unwrap_err();
-        assert!(err.to_string().contains("not a regular file or block device"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("not a regular file or block device"),
+            "{err}"
+        );
     }
 }

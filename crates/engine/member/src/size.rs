@@ -11,13 +11,20 @@ pub struct SizeError {
 /// Parse a size with an optional binary suffix (K, M, G, T, P; `KiB`, `KB`
 /// and `k` all mean 1024). A bare number is bytes.
 pub fn parse_size(input: &str) -> Result<u64, SizeError> {
-    let err = |reason| SizeError { input: input.to_string(), reason };
+    let err = |reason| SizeError {
+        input: input.to_string(),
+        reason,
+    };
     let text = input.trim();
-    let digits_end = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let digits_end = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
     if digits_end == 0 {
         return Err(err("expected a number"));
     }
-    let number: u64 = text[..digits_end].parse().map_err(|_| err("number too large"))?;
+    let number: u64 = text[..digits_end]
+        .parse()
+        .map_err(|_| err("number too large"))?;
     let suffix = text[digits_end..].trim().to_ascii_lowercase();
     let shift = match suffix.trim_end_matches("ib").trim_end_matches('b') {
         "" => 0,
@@ -28,7 +35,9 @@ pub fn parse_size(input: &str) -> Result<u64, SizeError> {
         "p" => 50,
         _ => return Err(err("unknown suffix (use K, M, G, T or P)")),
     };
-    number.checked_mul(1u64 << shift).ok_or_else(|| err("size overflows 64 bits"))
+    number
+        .checked_mul(1u64 << shift)
+        .ok_or_else(|| err("size overflows 64 bits"))
 }
 
 /// Format bytes with the largest binary unit that divides them exactly,
@@ -43,8 +52,12 @@ pub fn format_size(bytes: u64) -> String {
     }
     match unit {
         None => format!("{bytes} B"),
-        Some((power, name)) if bytes % (1u64 << (10 * power)) == 0 => format!("{} {name}", bytes >> (10 * power)),
-        Some((power, name)) => format!("{:.1} {name}", bytes as f64 / (1u64 << (10 * power)) as f64),
+        Some((power, name)) if bytes % (1u64 << (10 * power)) == 0 => {
+            format!("{} {name}", bytes >> (10 * power))
+        }
+        Some((power, name)) => {
+            format!("{:.1} {name}", bytes as f64 / (1u64 << (10 * power)) as f64)
+        }
     }
 }
 

@@ -41,6 +41,6 @@
 mod superblock;
 
 pub use superblock::{
-    checksum, format_uuid, DecodeError, Role, Superblock, Timestamp, MAGIC, RESYNC_CLEAN, SUPERBLOCK_BYTES_MAX,
-    SUPER_OFFSET_BYTES, SUPER_OFFSET_SECTORS,
+    checksum, format_uuid, DecodeError, Role, Superblock, Timestamp, MAGIC, RESYNC_CLEAN,
+    SUPERBLOCK_BYTES_MAX, SUPER_OFFSET_BYTES, SUPER_OFFSET_SECTORS,
 };

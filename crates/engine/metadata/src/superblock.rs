@@ -62,7 +62,10 @@ pub struct Timestamp {
 
 impl Timestamp {
     pub fn from_raw(raw: u64) -> Timestamp {
-        Timestamp { seconds: raw & ((1 << 40) - 1), micros: (raw >> 40) as u32 }
+        Timestamp {
+            seconds: raw & ((1 << 40) - 1),
+            micros: (raw >> 40) as u32,
+        }
     }
 
     pub fn to_raw(self) -> u64 {
@@ -70,8 +73,13 @@ impl Timestamp {
     }
 
     pub fn now() -> Timestamp {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        Timestamp { seconds: now.as_secs(), micros: now.subsec_micros() }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        Timestamp {
+            seconds: now.as_secs(),
+            micros: now.subsec_micros(),
+        }
     }
 }
 
@@ -146,7 +154,10 @@ fn ser_name<S: serde::Serializer>(name: &[u8; 32], s: S) -> Result<S::Ok, S::Err
 
 /// md's UUID notation: four groups of 8 hex digits separated by colons.
 pub fn format_uuid(uuid: &[u8; 16]) -> String {
-    let hex: Vec<String> = uuid.chunks(4).map(|g| g.iter().map(|b| format!("{b:02x}")).collect()).collect();
+    let hex: Vec<String> = uuid
+        .chunks(4)
+        .map(|g| g.iter().map(|b| format!("{b:02x}")).collect())
+        .collect();
     hex.join(":")
 }
 
@@ -207,7 +218,12 @@ impl Superblock {
 
     /// This member's role.
     pub fn role(&self) -> Role {
-        Role::from_raw(self.roles_raw.get(self.dev_number as usize).copied().unwrap_or(ROLE_SPARE))
+        Role::from_raw(
+            self.roles_raw
+                .get(self.dev_number as usize)
+                .copied()
+                .unwrap_or(ROLE_SPARE),
+        )
     }
 
     /// Whether the array was shut down cleanly.
@@ -222,10 +238,15 @@ impl Superblock {
             return Err(DecodeError::BadMaxDev(self.max_dev));
         }
         if self.super_offset_sectors != SUPER_OFFSET_SECTORS {
-            return Err(DecodeError::NotVersion12 { found: self.super_offset_sectors });
+            return Err(DecodeError::NotVersion12 {
+                found: self.super_offset_sectors,
+            });
         }
         if self.dev_number >= self.max_dev {
-            return Err(DecodeError::BadDevNumber { dev_number: self.dev_number, max_dev: self.max_dev });
+            return Err(DecodeError::BadDevNumber {
+                dev_number: self.dev_number,
+                max_dev: self.max_dev,
+            });
         }
         debug_assert_eq!(self.roles_raw.len(), self.max_dev as usize);
         Ok(())
@@ -295,7 +316,9 @@ impl Superblock {
             events: le64(b, 200),
             resync_offset: le64(b, 208),
             max_dev,
-            roles_raw: (0..max_dev as usize).map(|i| le16(b, FIXED_BYTES + 2 * i)).collect(),
+            roles_raw: (0..max_dev as usize)
+                .map(|i| le16(b, FIXED_BYTES + 2 * i))
+                .collect(),
         }
     }
 

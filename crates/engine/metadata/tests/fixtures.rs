@@ -13,7 +13,11 @@ fn fixture_dir() -> PathBuf {
 /// The first 8 KiB of a decompressed member image.
 fn member_head(array: &str, disk: u32) -> Vec<u8> {
     let path = fixture_dir().join(array).join(format!("disk{disk}.img.xz"));
-    let out = Command::new("xz").arg("-dc").arg(&path).output().expect("xz must be installed (apt-get install xz-utils)");
+    let out = Command::new("xz")
+        .arg("-dc")
+        .arg(&path)
+        .output()
+        .expect("xz must be installed (apt-get install xz-utils)");
     assert!(out.status.success(), "xz failed on {}", path.display());
     out.stdout[..8192].to_vec()
 }
@@ -21,7 +25,10 @@ fn member_head(array: &str, disk: u32) -> Vec<u8> {
 fn decode(array: &str, disk: u32) -> (Superblock, Vec<u8>) {
     let head = member_head(array, disk);
     let raw = head[SUPER_OFFSET_BYTES as usize..SUPER_OFFSET_BYTES as usize + 4096].to_vec();
-    (Superblock::decode(&raw).expect("kernel superblock decodes"), raw)
+    (
+        Superblock::decode(&raw).expect("kernel superblock decodes"),
+        raw,
+    )
 }
 
 #[test]
@@ -38,21 +45,37 @@ fn raid0_fixture_superblocks() {
         assert_eq!(sb.events, 0);
         assert_eq!(sb.resync_offset, RESYNC_CLEAN);
         assert_eq!(sb.name(), "mdvm:raid0-4d-64k");
-        assert_eq!(nvraid_metadata::format_uuid(&sb.set_uuid), "8c4c13b5:6e3847c8:0dc50d99:17702a54");
-        assert_eq!(u32::from_le_bytes(raw[216..220].try_into().unwrap()), expected_csums[disk as usize]);
+        assert_eq!(
+            nvraid_metadata::format_uuid(&sb.set_uuid),
+            "8c4c13b5:6e3847c8:0dc50d99:17702a54"
+        );
+        assert_eq!(
+            u32::from_le_bytes(raw[216..220].try_into().unwrap()),
+            expected_csums[disk as usize]
+        );
         let mut again = vec![0u8; 4096];
         sb.encode(&mut again).unwrap();
-        assert_eq!(again[..sb.encoded_len()], raw[..sb.encoded_len()], "re-encode of disk {disk}");
+        assert_eq!(
+            again[..sb.encoded_len()],
+            raw[..sb.encoded_len()],
+            "re-encode of disk {disk}"
+        );
     }
 }
 
 #[test]
 fn raid10_and_raid1_fixture_superblocks() {
     let (sb, _) = decode("raid10-n2-4d-64k", 2);
-    assert_eq!((sb.level, sb.layout, sb.size_sectors, sb.events), (10, 258, 30720, 3));
+    assert_eq!(
+        (sb.level, sb.layout, sb.size_sectors, sb.events),
+        (10, 258, 30720, 3)
+    );
     assert_eq!(sb.role(), Role::Active(2));
     let (sb, _) = decode("raid1-2d", 1);
-    assert_eq!((sb.level, sb.layout, sb.chunk_sectors, sb.events), (1, 0, 0, 4));
+    assert_eq!(
+        (sb.level, sb.layout, sb.chunk_sectors, sb.events),
+        (1, 0, 0, 4)
+    );
     assert_eq!(sb.role(), Role::Active(1));
     assert!(sb.is_clean());
 }
@@ -61,11 +84,20 @@ fn raid10_and_raid1_fixture_superblocks() {
 fn corrupted_kernel_superblock_is_refused() {
     let (_, mut raw) = decode("raid1-2d", 0);
     raw[100] ^= 1;
-    assert!(matches!(Superblock::decode(&raw), Err(nvraid_metadata::DecodeError::BadChecksum { .. })));
+    assert!(matches!(
+        Superblock::decode(&raw),
+        Err(nvraid_metadata::DecodeError::BadChecksum { .. })
+    ));
     let (_, mut raw) = decode("raid1-2d", 0);
     raw[4] = 2;
-    assert_eq!(Superblock::decode(&raw), Err(nvraid_metadata::DecodeError::UnsupportedVersion(2)));
+    assert_eq!(
+        Superblock::decode(&raw),
+        Err(nvraid_metadata::DecodeError::UnsupportedVersion(2))
+    );
     let (_, mut raw) = decode("raid1-2d", 0);
     raw[0] = 0;
-    assert!(matches!(Superblock::decode(&raw), Err(nvraid_metadata::DecodeError::BadMagic { .. })));
+    assert!(matches!(
+        Superblock::decode(&raw),
+        Err(nvraid_metadata::DecodeError::BadMagic { .. })
+    ));
 }

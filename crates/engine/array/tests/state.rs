@@ -1,0 +1,134 @@
+//! Clean/dirty state and the events counter follow md's rules.
+
+use nvraid_array::{assemble, create, read_superblock, AssembleOptions, CreateOptions};
+use nvraid_layout::Level;
+use nvraid_member::{Member, OpenOptions};
+use nvraid_metadata::RESYNC_CLEAN;
+
+fn specs(dir: &tempfile::TempDir, n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| dir.path().join(format!("m{i}")).display().to_string())
+        .collect()
+}
+
+fn options(level: Level) -> CreateOptions {
+    CreateOptions {
+        level,
+        chunk_bytes: 64 * 1024,
+        name: "state".into(),
+        size_bytes: Some(8 << 20),
+        force: false,
+        direct: true,
+    }
+}
+
+fn on_disk(spec: &str) -> (u64, u64) {
+    let sb = read_superblock(&Member::open(spec, OpenOptions::default()).unwrap()).unwrap();
+    (sb.events, sb.resync_offset)
+}
+
+const RW: AssembleOptions = AssembleOptions {
+    writable: true,
+    direct: true,
+    allow_degraded: false,
+};
+
+#[test]
+fn raid1_is_dirty_on_disk_before_the_first_write_lands_and_clean_after_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let specs = specs(&dir, 2);
+    create(&specs, &options(Level::Raid1))
+        .unwrap()
+        .close()
+        .unwrap();
+    assert_eq!(on_disk(&specs[0]), (0, RESYNC_CLEAN));
+    let array = assemble(&specs, RW).unwrap();
+    let mut buf = vec![0u8; 4096];
+    array.read_at(&mut buf, 0).unwrap();
+    assert_eq!(
+        on_disk(&specs[1]),
+        (0, RESYNC_CLEAN),
+        "reads do not dirty the array"
+    );
+    array.write_at(&[7u8; 4096], 0, false).unwrap();
+    for spec in &specs {
+        assert_eq!(
+            on_disk(spec),
+            (1, 0),
+            "{spec} marked dirty before the write completes"
+        );
+    }
+    array.write_at(&[8u8; 4096], 4096, true).unwrap();
+    assert_eq!(
+        on_disk(&specs[0]).0,
+        1,
+        "only the first write updates the superblock"
+    );
+    array.close().unwrap();
+    for spec in &specs {
+        assert_eq!(on_disk(spec), (2, RESYNC_CLEAN));
+    }
+}
+
+#[test]
+fn a_crash_leaves_the_array_dirty_and_nvraid_does_not_pretend_it_is_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    let specs = specs(&dir, 4);
+    create(&specs, &options(Level::Raid10 { near: 2 }))
+        .unwrap()
+        .close()
+        .unwrap();
+    let array = assemble(&specs, RW).unwrap();
+    array.write_at(&[1u8; 8192], 65536 - 4096, false).unwrap();
+    drop(array); // no orderly close: as if the process died
+    let array = assemble(&specs, RW).unwrap();
+    assert!(array.is_dirty());
+    assert_eq!(nvraid_array::info::detail(&array).state, "active");
+    array.close().unwrap();
+    assert_eq!(
+        on_disk(&specs[2]),
+        (1, 0),
+        "still dirty: nvraid has not resynced the copies"
+    );
+}
+
+#[test]
+fn raid0_is_never_marked_dirty_as_in_md() {
+    let dir = tempfile::tempdir().unwrap();
+    let specs = specs(&dir, 2);
+    create(&specs, &options(Level::Raid0))
+        .unwrap()
+        .close()
+        .unwrap();
+    let array = assemble(&specs, RW).unwrap();
+    array.write_at(&[1u8; 4096], 0, true).unwrap();
+    assert_eq!(on_disk(&specs[0]), (0, RESYNC_CLEAN));
+    array.close().unwrap();
+    assert_eq!(on_disk(&specs[1]), (0, RESYNC_CLEAN));
+}
+
+#[test]
+fn stale_member_is_left_out_and_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let specs = specs(&dir, 2);
+    create(&specs, &options(Level::Raid1))
+        .unwrap()
+        .close()
+        .unwrap();
+    // Assemble with only member 0 and write: member 1 falls behind.
+    let degraded = AssembleOptions {
+        allow_degraded: true,
+        ..RW
+    };
+    let array = assemble(&specs[..1], degraded).unwrap();
+    array.write_at(&[3u8; 4096], 0, false).unwrap();
+    array.close().unwrap();
+    let err = assemble(&specs, RW).unwrap_err().to_string();
+    assert!(err.contains("roles 1 are missing or stale"), "{err}");
+    let array = assemble(&specs, degraded).unwrap();
+    assert_eq!(array.stale().len(), 1);
+    assert_eq!(array.stale()[0].0, specs[1]);
+    let mut buf = vec![0u8; 4096];
+    array.read_at(&mut buf, 0).unwrap();
+    assert_eq!(buf, vec![3u8; 4096], "reads come from the fresh copy");
+}

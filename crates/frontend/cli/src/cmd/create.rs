@@ -1,0 +1,74 @@
+//! `nvraid create`.
+
+use super::{bytes_text, size_arg};
+use anyhow::{bail, Result};
+use clap::Args;
+use nvraid_array::{create, info, CreateOptions, CHUNK_BYTES_DEFAULT};
+use nvraid_layout::Level;
+
+#[derive(Args, Debug)]
+pub struct CreateArgs {
+    /// RAID level: 0 (stripe), 1 (mirror) or 10 (striped mirrors, near=2).
+    #[arg(long, short = 'l')]
+    level: String,
+    /// Chunk (stripe unit) size for levels 0 and 10: a power of two from 4K
+    /// to 4M. Default 64K.
+    #[arg(long, short = 'c', value_parser = size_arg)]
+    chunk: Option<u64>,
+    /// Array name stored in the superblock.
+    #[arg(long, short = 'N', default_value = "nvraid")]
+    name: String,
+    /// Create missing member files, and extend smaller ones, to this size.
+    #[arg(long, short = 'z', value_parser = size_arg)]
+    size: Option<u64>,
+    /// Overwrite members that carry a filesystem or md superblock.
+    #[arg(long, short = 'f')]
+    force: bool,
+    /// Print the new array as JSON (as `detail --json`).
+    #[arg(long)]
+    json: bool,
+    /// Members, in role order: files, block devices, mem:SIZE or null:SIZE.
+    #[arg(required = true)]
+    members: Vec<String>,
+}
+
+/// Parse `0`, `1`, `10` (also `raid0`…) into a level.
+pub fn parse_level(text: &str) -> Result<Level> {
+    match text.trim_start_matches("raid") {
+        "0" => Ok(Level::Raid0),
+        "1" => Ok(Level::Raid1),
+        "10" => Ok(Level::Raid10 { near: 2 }),
+        other => bail!("unsupported level {other:?}: use 0, 1 or 10"),
+    }
+}
+
+pub fn run(args: &CreateArgs, direct: bool) -> Result<u8> {
+    let level = parse_level(&args.level)?;
+    if level == Level::Raid1 && args.chunk.is_some() {
+        bail!("--chunk does not apply to raid1 (mirrors have no chunks)");
+    }
+    let options = CreateOptions {
+        level,
+        chunk_bytes: args.chunk.unwrap_or(CHUNK_BYTES_DEFAULT),
+        name: args.name.clone(),
+        size_bytes: args.size,
+        force: args.force,
+        direct,
+    };
+    let array = create(&args.members, &options)?;
+    let detail = info::detail(&array);
+    array.close()?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&detail)?);
+    } else {
+        println!(
+            "nvraid: created {} array {} ({}) of {} members, {}",
+            detail.level_name(),
+            detail.uuid,
+            detail.name,
+            detail.raid_disks,
+            bytes_text(detail.size_bytes)
+        );
+    }
+    Ok(0)
+}

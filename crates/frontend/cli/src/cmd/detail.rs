@@ -1,0 +1,67 @@
+//! `nvraid detail`.
+
+use super::{bytes_text, time_text};
+use anyhow::Result;
+use clap::Args;
+use nvraid_array::{assemble, info, AssembleOptions};
+
+#[derive(Args, Debug)]
+pub struct DetailArgs {
+    /// Print JSON (fields documented in docs/cli.md).
+    #[arg(long)]
+    json: bool,
+    /// Members of the array, in any order.
+    #[arg(required = true)]
+    members: Vec<String>,
+}
+
+pub fn run(args: &DetailArgs, direct: bool) -> Result<u8> {
+    let options = AssembleOptions {
+        writable: false,
+        direct,
+        allow_degraded: true,
+    };
+    let array = assemble(&args.members, options)?;
+    let detail = info::detail(&array);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&detail)?);
+    } else {
+        print_text(&detail);
+    }
+    Ok(0)
+}
+
+pub fn print_text(d: &info::ArrayDetail) {
+    println!("          UUID : {}", d.uuid);
+    println!("          Name : {}", d.name);
+    println!("    Raid Level : {}", d.level_name());
+    if let Some(layout) = &d.layout {
+        println!("        Layout : {layout}");
+    }
+    if let Some(chunk) = d.chunk_bytes {
+        println!("    Chunk Size : {}", bytes_text(chunk));
+    }
+    println!("    Array Size : {}", bytes_text(d.size_bytes));
+    println!("   Sector Size : {}", d.sector_bytes);
+    println!("  Raid Devices : {}", d.raid_disks);
+    println!("         State : {}", d.state);
+    println!("        Events : {}", d.events);
+    println!(" Creation Time : {}", time_text(d.creation_time));
+    println!("   Update Time : {}", time_text(d.update_time));
+    println!("   Data Offset : {}", bytes_text(d.data_offset_bytes));
+    println!();
+    println!(
+        "  {:>4}  {:<8}  {:>8}  {:<6}  path",
+        "role", "state", "events", "direct"
+    );
+    for m in &d.members {
+        let role = m.role.map_or("-".into(), |r| r.to_string());
+        let events = m.events.map_or("-".into(), |e| e.to_string());
+        let direct = m.direct_io.map_or("-", |d| if d { "yes" } else { "no" });
+        println!(
+            "  {role:>4}  {:<8}  {events:>8}  {direct:<6}  {}",
+            m.state,
+            m.path.as_deref().unwrap_or("(missing)")
+        );
+    }
+}

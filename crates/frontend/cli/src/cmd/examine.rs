@@ -1,0 +1,74 @@
+//! `nvraid examine`.
+
+use super::{bytes_text, time_text};
+use anyhow::Result;
+use clap::Args;
+use nvraid_array::{info, read_superblock};
+use nvraid_member::{Member, OpenOptions};
+use nvraid_metadata::format_uuid;
+
+#[derive(Args, Debug)]
+pub struct ExamineArgs {
+    /// Print JSON: one object per member, in a list.
+    #[arg(long)]
+    json: bool,
+    /// Members to examine.
+    #[arg(required = true)]
+    members: Vec<String>,
+}
+
+pub fn run(args: &ExamineArgs) -> Result<u8> {
+    let mut reports = Vec::new();
+    for spec in &args.members {
+        let member = Member::open(
+            spec,
+            OpenOptions {
+                write: false,
+                create_bytes: None,
+                direct: false,
+            },
+        )?;
+        let sb = read_superblock(&member)?;
+        reports.push(info::examine(spec, &sb));
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+    } else {
+        for report in &reports {
+            print_text(report);
+        }
+    }
+    Ok(0)
+}
+
+fn print_text(r: &info::Examine) {
+    let sb = &r.superblock;
+    println!("{}:", r.path);
+    println!("          Magic : a92b4efc");
+    println!("        Version : {}", r.version);
+    println!("    Feature Map : {:#x}", sb.feature_map);
+    println!("     Array UUID : {}", format_uuid(&sb.set_uuid));
+    println!("           Name : {}", sb.name());
+    println!("  Creation Time : {}", time_text(sb.ctime.seconds));
+    println!("     Raid Level : raid{}", sb.level);
+    println!("   Raid Devices : {}", sb.raid_disks);
+    println!(" Avail Dev Size : {} sectors", sb.data_size_sectors);
+    if let Some(size) = r.array_size_bytes {
+        println!("     Array Size : {}", bytes_text(size));
+    }
+    println!("    Data Offset : {} sectors", sb.data_offset_sectors);
+    println!("   Super Offset : {} sectors", sb.super_offset_sectors);
+    println!("          State : {}", r.state);
+    println!("    Device UUID : {}", format_uuid(&sb.device_uuid));
+    println!("    Update Time : {}", time_text(sb.utime.seconds));
+    println!("       Checksum : {} - correct", r.checksum);
+    println!("         Events : {}", sb.events);
+    if let Some(layout) = &r.layout_text {
+        println!("         Layout : {layout}");
+    }
+    if sb.chunk_sectors > 0 {
+        println!("     Chunk Size : {}K", sb.chunk_sectors / 2);
+    }
+    println!("    Device Role : {}", r.role);
+    println!();
+}

@@ -1,0 +1,60 @@
+//! The `nvraid` binary: parse the command line, dispatch, print.
+//!
+//! Exit codes (docs/cli.md):
+//! - 0: success;
+//! - 1: the command failed or was refused (the message names the culprit);
+//! - 2: the command line is invalid;
+//! - 3: `assemble --scan` found a degraded array (and none that cannot start);
+//! - 4: `assemble --scan` found an array that cannot start.
+
+mod cmd;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Software RAID for NVMe drives, using Linux md's on-disk format.
+#[derive(Parser, Debug)]
+#[command(name = "nvraid", version, about, long_about = None)]
+struct Cli {
+    /// Open members with buffered I/O instead of O_DIRECT.
+    #[arg(long, global = true)]
+    buffered: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Create an array: write md v1.2 superblocks to every member.
+    Create(cmd::create::CreateArgs),
+    /// Show one member's superblock (like `mdadm --examine`).
+    Examine(cmd::examine::ExamineArgs),
+    /// Assemble the array the members form and show it.
+    Detail(cmd::detail::DetailArgs),
+    /// Assemble members, or find arrays among paths with --scan.
+    Assemble(cmd::assemble::AssembleArgs),
+    /// Copy bytes from a file or stdin into the array.
+    Write(cmd::io::WriteArgs),
+    /// Copy bytes out of the array to a file or stdout.
+    Read(cmd::io::ReadArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let direct = !cli.buffered;
+    let result = match &cli.command {
+        Command::Create(args) => cmd::create::run(args, direct),
+        Command::Examine(args) => cmd::examine::run(args),
+        Command::Detail(args) => cmd::detail::run(args, direct),
+        Command::Assemble(args) => cmd::assemble::run(args, direct),
+        Command::Write(args) => cmd::io::write(args, direct),
+        Command::Read(args) => cmd::io::read(args, direct),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("nvraid: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
