@@ -1,0 +1,475 @@
+//! End-to-end tests of the `nvraid` binary: every refusal leaves every byte
+//! of every member as it was; real peers (mdadm) read what nvraid writes;
+//! arrays the kernel wrote read back exactly.
+
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn nvraid(args: &[&str], dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_nvraid"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run nvraid")
+}
+
+fn ok(args: &[&str], dir: &Path) -> String {
+    let out = nvraid(args, dir);
+    assert!(
+        out.status.success(),
+        "nvraid {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn hash_files(dir: &Path) -> Vec<(PathBuf, String)> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    entries
+        .into_iter()
+        .filter(|p| p.is_file())
+        .map(|p| {
+            let digest = format!("{:x}", Sha256::digest(std::fs::read(&p).unwrap()));
+            (p, digest)
+        })
+        .collect()
+}
+
+/// Run a command that must be refused: exit code 1, a message containing
+/// every `needles`, and no byte of any file in `dir` changed.
+fn refused(args: &[&str], dir: &Path, needles: &[&str]) {
+    let before = hash_files(dir);
+    let out = nvraid(args, dir);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "nvraid {args:?} should be refused; stderr: {stderr}"
+    );
+    for needle in needles {
+        assert!(
+            stderr.contains(needle),
+            "nvraid {args:?}: message {stderr:?} lacks {needle:?}"
+        );
+    }
+    assert_eq!(hash_files(dir), before, "nvraid {args:?} changed a member");
+}
+
+fn tool(name: &str) -> String {
+    let found = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {name}"))
+        .output()
+        .unwrap();
+    assert!(
+        found.status.success(),
+        "{name} is not installed: run .ci/run (apt-get install) first"
+    );
+    String::from_utf8(found.stdout).unwrap().trim().to_string()
+}
+
+mod bad_input {
+    use super::*;
+
+    fn array(dir: &Path, level: &str, names: &[&str]) {
+        let mut args = vec!["create", "--level", level, "--size", "8M"];
+        args.extend_from_slice(names);
+        ok(&args, dir);
+    }
+
+    #[test]
+    fn member_with_an_md_superblock_needs_force() {
+        let dir = tempfile::tempdir().unwrap();
+        array(dir.path(), "1", &["a", "b"]);
+        refused(
+            &["create", "--level", "0", "a", "b"],
+            dir.path(),
+            &["a: already carries an md v1.2 superblock", "--force"],
+        );
+        ok(&["create", "--level", "0", "--force", "a", "b"], dir.path());
+        assert!(ok(&["detail", "--json", "a", "b"], dir.path()).contains("\"level\": 0"));
+    }
+
+    #[test]
+    fn member_with_a_filesystem_needs_force() {
+        let dir = tempfile::tempdir().unwrap();
+        for (mkfs, what) in [("mkfs.ext4", "ext2/3/4"), ("mkfs.xfs", "XFS")] {
+            let fs = dir.path().join("fs.img");
+            // Sparse: mkfs.xfs wants at least 300 MB.
+            std::fs::File::create(&fs)
+                .unwrap()
+                .set_len(320 << 20)
+                .unwrap();
+            let status = Command::new(tool(mkfs))
+                .arg("-q")
+                .arg(if mkfs == "mkfs.xfs" { "-f" } else { "-F" })
+                .arg(&fs)
+                .status()
+                .unwrap();
+            assert!(status.success(), "{mkfs} failed");
+            refused(
+                &["create", "--level", "1", "--size", "32M", "fs.img", "other"],
+                dir.path(),
+                &["fs.img", what],
+            );
+            assert!(
+                !dir.path().join("other").exists(),
+                "a refused create must not create files"
+            );
+        }
+    }
+
+    #[test]
+    fn too_small_and_wrong_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("small"), vec![0u8; 512 * 1024]).unwrap();
+        std::fs::write(dir.path().join("big"), vec![0u8; 8 << 20]).unwrap();
+        refused(
+            &["create", "--level", "0", "big", "small"],
+            dir.path(),
+            &["small", "too small"],
+        );
+        refused(
+            &["create", "--level", "1", "big"],
+            dir.path(),
+            &["raid1 needs at least 2 members, got 1"],
+        );
+        refused(
+            &["create", "--level", "10", "big"],
+            dir.path(),
+            &["near copies"],
+        );
+        refused(
+            &["create", "--level", "5", "big", "small"],
+            dir.path(),
+            &["unsupported level"],
+        );
+    }
+
+    #[test]
+    fn chunk_must_be_a_power_of_two() {
+        let dir = tempfile::tempdir().unwrap();
+        refused(
+            &[
+                "create", "--level", "0", "--chunk", "96K", "--size", "8M", "a", "b",
+            ],
+            dir.path(),
+            &["98304", "not a power of two"],
+        );
+        refused(
+            &[
+                "create", "--level", "0", "--chunk", "2K", "--size", "8M", "a", "b",
+            ],
+            dir.path(),
+            &["outside 4 KiB"],
+        );
+        assert!(hash_files(dir.path()).is_empty());
+    }
+
+    #[test]
+    fn the_same_member_twice() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a"), vec![0u8; 8 << 20]).unwrap();
+        std::os::unix::fs::symlink("a", dir.path().join("link")).unwrap();
+        refused(
+            &["create", "--level", "1", "a", "a"],
+            dir.path(),
+            &["a: given twice"],
+        );
+        refused(
+            &["create", "--level", "1", "a", "link"],
+            dir.path(),
+            &["link: given twice", "a"],
+        );
+        refused(
+            &["create", "--level", "1", "--size", "8M", "new", "./new"],
+            dir.path(),
+            &["given twice"],
+        );
+    }
+
+    #[test]
+    fn members_of_two_arrays() {
+        let dir = tempfile::tempdir().unwrap();
+        array(dir.path(), "1", &["a0", "a1"]);
+        array(dir.path(), "1", &["b0", "b1"]);
+        refused(
+            &["detail", "a0", "b1"],
+            dir.path(),
+            &["b1 belongs to array", "a0", "two different arrays"],
+        );
+        refused(
+            &["write", "--input", "/dev/null", "a0", "b1"],
+            dir.path(),
+            &["two different arrays"],
+        );
+    }
+
+    fn corrupt(path: &Path, offset: u64, byte: u8) {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+        f.write_all_at(&[byte], offset).unwrap();
+    }
+
+    #[test]
+    fn bad_checksum_and_unknown_version() {
+        let dir = tempfile::tempdir().unwrap();
+        array(dir.path(), "1", &["a", "b"]);
+        corrupt(&dir.path().join("a"), 4096 + 100, 0x77);
+        refused(
+            &["examine", "a"],
+            dir.path(),
+            &["a: md superblock checksum mismatch"],
+        );
+        refused(
+            &["detail", "b", "a"],
+            dir.path(),
+            &["a: md superblock checksum mismatch"],
+        );
+        corrupt(&dir.path().join("b"), 4096 + 4, 9);
+        refused(
+            &["examine", "b"],
+            dir.path(),
+            &["b: md superblock major version 9"],
+        );
+    }
+
+    #[test]
+    fn wrong_order_on_assemble_is_put_right_by_roles() {
+        let dir = tempfile::tempdir().unwrap();
+        array(dir.path(), "0", &["m0", "m1", "m2"]);
+        let data: Vec<u8> = (0..3 << 20).map(|i: u32| (i * 7 % 253) as u8).collect();
+        std::fs::write(dir.path().join("in"), &data).unwrap();
+        ok(&["write", "--input", "in", "m2", "m0", "m1"], dir.path());
+        ok(
+            &[
+                "read", "--length", "3M", "--output", "out", "m1", "m2", "m0",
+            ],
+            dir.path(),
+        );
+        assert_eq!(std::fs::read(dir.path().join("out")).unwrap(), data);
+        let detail: serde_json::Value =
+            serde_json::from_str(&ok(&["detail", "--json", "m2", "m1", "m0"], dir.path())).unwrap();
+        let roles: Vec<(String, u64)> = detail["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| {
+                (
+                    m["path"].as_str().unwrap().to_string(),
+                    m["role"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            roles,
+            vec![("m0".into(), 0), ("m1".into(), 1), ("m2".into(), 2)]
+        );
+    }
+
+    #[test]
+    fn truncated_member() {
+        let dir = tempfile::tempdir().unwrap();
+        array(dir.path(), "0", &["m0", "m1"]);
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.path().join("m1"))
+            .unwrap();
+        f.set_len(4 << 20).unwrap();
+        refused(&["detail", "m0", "m1"], dir.path(), &["m1: truncated"]);
+        f.set_len(6000).unwrap();
+        refused(&["examine", "m1"], dir.path(), &["m1: truncated"]);
+    }
+
+    #[test]
+    fn read_and_write_past_the_end() {
+        let dir = tempfile::tempdir().unwrap();
+        array(dir.path(), "0", &["m0", "m1"]);
+        let size: u64 = serde_json::from_str::<serde_json::Value>(&ok(
+            &["detail", "--json", "m0", "m1"],
+            dir.path(),
+        ))
+        .unwrap()["size_bytes"]
+            .as_u64()
+            .unwrap();
+        std::fs::write(dir.path().join("in"), vec![1u8; 8192]).unwrap();
+        let offset = (size - 4096).to_string();
+        refused(
+            &["write", "--offset", &offset, "--input", "in", "m0", "m1"],
+            dir.path(),
+            &["pass the end of the array", "nothing written"],
+        );
+        refused(
+            &["read", "--offset", &offset, "--length", "8192", "m0", "m1"],
+            dir.path(),
+            &["pass the end of the array"],
+        );
+        refused(
+            &["write", "--offset", "100", "--input", "in", "m0", "m1"],
+            dir.path(),
+            &["offset 100 is not a multiple"],
+        );
+        // From a pipe, too: the input is measured before anything is written.
+        let before = hash_files(dir.path());
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "head -c 8192 /dev/zero | {} write --offset {offset} m0 m1",
+                env!("CARGO_BIN_EXE_nvraid")
+            ))
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        assert_eq!(hash_files(dir.path()), before);
+    }
+}
+
+mod interop {
+    use super::*;
+
+    fn examine(path: &Path) -> String {
+        let out = Command::new(tool("mdadm"))
+            .arg("--examine")
+            .arg(path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "mdadm --examine {} failed: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn field<'a>(text: &'a str, name: &str) -> &'a str {
+        text.lines()
+            .find_map(|l| {
+                l.trim()
+                    .strip_prefix(name)
+                    .map(|r| r.trim_start_matches([' ', ':']).trim())
+            })
+            .unwrap_or_else(|| panic!("mdadm output lacks {name}:\n{text}"))
+    }
+
+    #[test]
+    fn mdadm_examine_reads_nvraid_members() {
+        let cases = [
+            ("0", "raid0", Some("64K"), None),
+            ("1", "raid1", None, None),
+            ("10", "raid10", Some("256K"), Some("near=2")),
+        ];
+        for (level, name, chunk, layout) in cases {
+            let dir = tempfile::tempdir().unwrap();
+            let mut args = vec![
+                "create", "--level", level, "--size", "40M", "--name", "interop",
+            ];
+            if let Some(c) = chunk {
+                args.extend_from_slice(&["--chunk", c]);
+            }
+            args.extend_from_slice(&["d0", "d1", "d2"]);
+            if level == "1" {
+                args.pop();
+            }
+            ok(&args, dir.path());
+            let members: Vec<&str> = if level == "1" {
+                vec!["d0", "d1"]
+            } else {
+                vec!["d0", "d1", "d2"]
+            };
+            let detail: serde_json::Value = serde_json::from_str(&ok(
+                &[&["detail", "--json"][..], &members[..]].concat(),
+                dir.path(),
+            ))
+            .unwrap();
+            for (role, m) in members.iter().enumerate() {
+                let text = examine(&dir.path().join(m));
+                assert!(field(&text, "Checksum").ends_with("- correct"), "{text}");
+                assert_eq!(field(&text, "Array UUID"), detail["uuid"].as_str().unwrap());
+                assert_eq!(field(&text, "Raid Level"), name);
+                assert_eq!(field(&text, "Raid Devices"), members.len().to_string());
+                assert_eq!(field(&text, "Device Role"), format!("Active device {role}"));
+                assert_eq!(field(&text, "Data Offset"), "2048 sectors");
+                assert_eq!(field(&text, "State"), "clean");
+                if let Some(c) = chunk {
+                    assert_eq!(field(&text, "Chunk Size"), c);
+                }
+                if let Some(l) = layout {
+                    assert_eq!(field(&text, "Layout"), l);
+                }
+                if level != "0" {
+                    // "Array Size : 39936 KiB (...)": mdadm's own arithmetic agrees with nvraid's.
+                    let kib: u64 = field(&text, "Array Size")
+                        .split_whitespace()
+                        .next()
+                        .unwrap()
+                        .parse()
+                        .unwrap();
+                    assert_eq!(kib * 1024, detail["size_bytes"].as_u64().unwrap(), "{text}");
+                }
+            }
+        }
+    }
+}
+
+mod fixtures {
+    use super::*;
+
+    #[test]
+    fn kernel_arrays_read_back_through_the_cli() {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../../shared/fixtures/md");
+        let readme =
+            std::fs::read_to_string(root.join("README.md")).expect("shared/fixtures/md/README.md");
+        // Table rows: | `folder` | level | members | chunk | layout | size | `sha256` |
+        let rows: Vec<(String, String)> = readme
+            .lines()
+            .filter(|l| l.starts_with("| `"))
+            .map(|l| {
+                let cells: Vec<&str> = l.split('|').map(|c| c.trim().trim_matches('`')).collect();
+                (cells[1].to_string(), cells[7].to_string())
+            })
+            .collect();
+        assert_eq!(rows.len(), 3, "fixture table");
+        for (folder, sha) in rows {
+            let dir = tempfile::tempdir().unwrap();
+            let mut members = Vec::new();
+            for entry in std::fs::read_dir(root.join(&folder)).unwrap() {
+                let path = entry.unwrap().path();
+                if path.extension().is_some_and(|e| e == "xz") {
+                    let img = dir.path().join(path.file_stem().unwrap());
+                    let out = Command::new(tool("xz"))
+                        .arg("-dc")
+                        .arg(&path)
+                        .output()
+                        .unwrap();
+                    std::fs::write(&img, out.stdout).unwrap();
+                    members.push(img.file_name().unwrap().to_str().unwrap().to_string());
+                }
+            }
+            let mut args = vec!["read".to_string()];
+            args.extend(members);
+            let out = nvraid(
+                &args.iter().map(String::as_str).collect::<Vec<_>>(),
+                dir.path(),
+            );
+            assert!(
+                out.status.success(),
+                "{folder}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(
+                format!("{:x}", Sha256::digest(&out.stdout)),
+                sha,
+                "{folder}"
+            );
+            let scan = ok(&["assemble", "--scan", "--json", "."], dir.path());
+            assert!(scan.contains("\"status\": \"complete\""), "{scan}");
+        }
+    }
+}
