@@ -14,6 +14,7 @@ mod error;
 pub mod info;
 mod scan;
 mod signature;
+mod target;
 
 pub use array::{read_superblock, Array, Slot};
 pub use assemble::{assemble, geometry_of, has_every_byte, level_of, AssembleOptions};
@@ -21,3 +22,4 @@ pub use create::{create, CreateOptions, CHUNK_BYTES_DEFAULT, DATA_OFFSET_SECTORS
 pub use error::{Error, Result};
 pub use scan::{scan, ScanReport, ScannedArray, ScannedMember};
 pub use signature::detect as detect_signature;
+pub use target::{FanoutQueue, FanoutTarget};

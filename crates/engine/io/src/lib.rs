@@ -4,12 +4,14 @@
 //! - [`queue`]: the per-worker queue interface every I/O target implements
 //!   (an array, a single raw member, a test double). The benchmark and the
 //!   NBD server drive targets only through it.
+//! - [`engine`]: the io_uring and psync engines that execute member operations.
 //! - [`buf`]: heap buffers aligned for O_DIRECT.
 //! - [`sys`]: thin, checked wrappers over the system calls nvraid needs that
 //!   `std` lacks (positioned full reads/writes, block-device ioctls, memfd,
 //!   hole punching, O_DIRECT opens).
 
 pub mod buf;
+pub mod engine;
 pub mod queue;
 pub mod sys;
 

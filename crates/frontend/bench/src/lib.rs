@@ -1,1 +1,67 @@
-//! Workload generator, presets, latency histograms and fio-style reports
+//! nvraid-bench: the workload generator behind `nvraid bench`.
+//!
+//! - [`spec`]: a job in fio's vocabulary, and its validation;
+//! - [`runner`]: worker threads driving [`nvraid_io::queue::Target`]s;
+//! - [`hist`]: the latency histogram;
+//! - [`presets`]: CrystalDiskMark, ATTO, AS SSD, IOMeter-style and sweeps;
+//! - [`report`]: text, fio-style JSON and CSV;
+//! - [`cli`]: the `nvraid bench` flags and the entry point the binary calls;
+//! - [`testing`]: test-double targets.
+//!
+//! docs/bench.md is the user's guide.
+
+pub mod cli;
+pub mod cpu;
+pub mod hist;
+pub mod presets;
+pub mod report;
+pub mod rng;
+pub mod runner;
+pub mod spec;
+pub mod testing;
+pub mod units;
+
+pub use cli::{plan, run, BenchArgs};
+pub use report::BenchReport;
+pub use runner::{run_job, JobResult, Progress};
+pub use spec::{JobSpec, RwMode, SpecError};
+
+use std::io;
+
+/// Why a benchmark did not produce results.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The job was refused before any I/O.
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    /// A worker could not open its queue on a target.
+    #[error("opening a queue on {target}: {source}")]
+    OpenQueue {
+        /// The target's name.
+        target: String,
+        /// What the engine said.
+        source: io::Error,
+    },
+    /// Waiting for completions failed.
+    #[error("reaping completions on {target}: {source}")]
+    Reap {
+        /// The target's name.
+        target: String,
+        /// What the engine said.
+        source: io::Error,
+    },
+    /// I/Os failed or came back short: the job's numbers are not valid.
+    #[error("job {job:?} failed: {count} I/O error(s); first: {first}")]
+    IoFailed {
+        /// The job's name.
+        job: String,
+        /// How many I/Os failed.
+        count: u64,
+        /// The first failure.
+        first: String,
+    },
+    /// Writing the report failed.
+    #[error("writing the report: {0}")]
+    Output(#[from] io::Error),
+}

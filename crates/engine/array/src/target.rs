@@ -1,0 +1,544 @@
+//! The fast data path: an [`Array`] (or one raw member) as an
+//! `nvraid_io::queue::Target`, with a per-worker [`FanoutQueue`] that splits
+//! each request at chunk boundaries into member operations, runs them on the
+//! worker's own engine (io_uring or psync), and joins them on completion.
+//!
+//! Per worker and fixed at open: the engine with its file table and
+//! registered slot buffers, a pool of member-operation records sized for the
+//! worst request, and per-member in-flight counts for the read policy. The
+//! hot path takes no lock, makes no allocation and copies no data; workers
+//! share nothing but the array's read-only geometry.
+
+use crate::array::Array;
+use nvraid_io::engine::{open_engine, Engine, EngineKind, MemberOp, MemberOpKind};
+use nvraid_io::queue::{Completion, OpKind, Queue, Target};
+use nvraid_io::AlignedBuf;
+use nvraid_member::{Backend, Member};
+use std::io;
+use std::sync::Arc;
+
+/// What the queue maps requests onto.
+#[derive(Clone, Debug)]
+enum Shape {
+    /// An assembled array.
+    Array(Arc<Array>),
+    /// One member used whole, at offset 0, no metadata (the JBOD baseline).
+    Raw(Arc<Member>),
+}
+
+/// A target that opens [`FanoutQueue`]s.
+#[derive(Clone, Debug)]
+pub struct FanoutTarget {
+    shape: Shape,
+    engine: EngineKind,
+}
+
+impl FanoutTarget {
+    /// The array as a target, driven by `engine`.
+    pub fn array(array: Arc<Array>, engine: EngineKind) -> FanoutTarget {
+        FanoutTarget {
+            shape: Shape::Array(array),
+            engine,
+        }
+    }
+
+    /// One member used whole as a plain target (no RAID, no metadata).
+    pub fn raw(member: Arc<Member>, engine: EngineKind) -> FanoutTarget {
+        FanoutTarget {
+            shape: Shape::Raw(member),
+            engine,
+        }
+    }
+
+    pub fn engine(&self) -> EngineKind {
+        self.engine
+    }
+
+    fn members(&self) -> Vec<Option<&Member>> {
+        match &self.shape {
+            Shape::Array(a) => a
+                .slots()
+                .iter()
+                .map(|s| s.as_ref().map(|s| &s.member))
+                .collect(),
+            Shape::Raw(m) => vec![Some(m)],
+        }
+    }
+}
+
+impl Target for FanoutTarget {
+    fn size_bytes(&self) -> u64 {
+        match &self.shape {
+            Shape::Array(a) => a.size_bytes(),
+            Shape::Raw(m) => m.size_bytes(),
+        }
+    }
+
+    fn sector_bytes(&self) -> u32 {
+        match &self.shape {
+            Shape::Array(a) => a.sector_bytes(),
+            Shape::Raw(m) => m.logical_block_bytes().max(512),
+        }
+    }
+
+    fn writable(&self) -> bool {
+        match &self.shape {
+            Shape::Array(a) => a.is_writable(),
+            Shape::Raw(m) => m.is_writable(),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match &self.shape {
+            Shape::Array(a) => format!(
+                "{} array of {} members ({})",
+                a.geometry().level(),
+                a.geometry().members(),
+                self.engine.name()
+            ),
+            Shape::Raw(m) => format!("{} ({})", m.spec(), self.engine.name()),
+        }
+    }
+
+    fn open_queue(&self, depth: u32, max_io_bytes: u32) -> io::Result<Box<dyn Queue>> {
+        Ok(Box::new(FanoutQueue::open(self, depth, max_io_bytes)?))
+    }
+}
+
+/// One member operation in flight (or waiting to be resubmitted).
+#[derive(Clone, Copy, Debug, Default)]
+struct SubOp {
+    slot: u32,
+    member: u32,
+    kind: u8,
+    dsync: bool,
+    /// Member byte offset where this operation starts.
+    member_offset: u64,
+    /// Offset in the slot buffer.
+    buf_offset: u32,
+    len: u32,
+    /// Bytes already moved (short transfers are continued).
+    done: u32,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct SlotState {
+    pending: u32,
+    /// First error seen (positive errno), 0 if none.
+    errno: i32,
+    len: u32,
+}
+
+/// Per-worker queue over a [`FanoutTarget`].
+pub struct FanoutQueue {
+    shape: Shape,
+    /// Byte offset of each member's data area; `None` for missing members.
+    data_offsets: Vec<Option<u64>>,
+    null: Vec<bool>,
+    engine: Box<dyn Engine>,
+    buffers: Vec<AlignedBuf>,
+    slots: Vec<SlotState>,
+    subs: Vec<SubOp>,
+    free_subs: Vec<u32>,
+    /// Completions that need no engine (null members, discards, errors).
+    ready: Vec<Completion>,
+    inflight: Vec<u32>,
+    rotor: u32,
+    max_io_bytes: u32,
+}
+
+const KIND_READ: u8 = 0;
+const KIND_WRITE: u8 = 1;
+const KIND_FLUSH: u8 = 2;
+
+impl FanoutQueue {
+    fn open(target: &FanoutTarget, depth: u32, max_io_bytes: u32) -> io::Result<FanoutQueue> {
+        if depth == 0 || max_io_bytes == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "queue depth and I/O size must be positive",
+            ));
+        }
+        let members = target.members();
+        let files: Vec<i32> = members
+            .iter()
+            .map(|m| match m.map(|m| m.backend()) {
+                Some(Backend::Fd(fd)) => fd,
+                _ => -1,
+            })
+            .collect();
+        let null = members
+            .iter()
+            .map(|m| m.is_some_and(|m| m.backend() == Backend::Null))
+            .collect();
+        let data_offsets = match &target.shape {
+            Shape::Array(a) => a
+                .slots()
+                .iter()
+                .map(|s| s.as_ref().map(|s| s.data_offset_bytes()))
+                .collect(),
+            Shape::Raw(_) => vec![Some(0)],
+        };
+        let mut buffers: Vec<AlignedBuf> = (0..depth)
+            .map(|_| AlignedBuf::zeroed(max_io_bytes as usize))
+            .collect();
+        let regions: Vec<(*mut u8, usize)> = buffers
+            .iter_mut()
+            .map(|b| (b.as_mut_ptr(), b.len()))
+            .collect();
+        let subs_max =
+            depth as usize * Self::subs_per_request(&target.shape, max_io_bytes, members.len());
+        let engine = open_engine(target.engine, &files, &regions, (subs_max as u32).min(4096))?;
+        Ok(FanoutQueue {
+            shape: target.shape.clone(),
+            data_offsets,
+            null,
+            engine,
+            buffers,
+            slots: vec![
+                SlotState {
+                    pending: 0,
+                    errno: 0,
+                    len: 0
+                };
+                depth as usize
+            ],
+            subs: vec![SubOp::default(); subs_max],
+            free_subs: (0..subs_max as u32).rev().collect(),
+            ready: Vec::with_capacity(depth as usize),
+            inflight: vec![0; members.len()],
+            rotor: 0,
+            max_io_bytes,
+        })
+    }
+
+    /// The most member operations one request can need.
+    fn subs_per_request(shape: &Shape, max_io_bytes: u32, members: usize) -> usize {
+        let pieces_copies = match shape {
+            Shape::Raw(_) => 1,
+            Shape::Array(a) => {
+                let g = a.geometry();
+                let pieces = g
+                    .chunk_bytes()
+                    .map_or(1, |c| u64::from(max_io_bytes) / c + 2)
+                    as usize;
+                pieces * g.copies() as usize
+            }
+        };
+        pieces_copies.max(members)
+    }
+
+    /// Choose the copy to read: fewest of this worker's operations in
+    /// flight on its member, ties broken by rotation.
+    fn choose_copy(&mut self, array: &Array, logical_offset: u64) -> Option<u32> {
+        let copies = array.geometry().copies();
+        if copies == 1 {
+            return Some(0);
+        }
+        self.rotor = self.rotor.wrapping_add(1);
+        let mut best: Option<(u32, u32)> = None;
+        for step in 0..copies {
+            let copy = (self.rotor + step) % copies;
+            let member = array.geometry().locate(logical_offset, copy).member as usize;
+            if self.data_offsets[member].is_none() {
+                continue;
+            }
+            if best.is_none_or(|(_, load)| self.inflight[member] < load) {
+                best = Some((copy, self.inflight[member]));
+            }
+        }
+        best.map(|(copy, _)| copy)
+    }
+
+    fn push_sub(&mut self, sub: SubOp) -> io::Result<()> {
+        let slot = sub.slot as usize;
+        self.slots[slot].pending += 1;
+        if self.null[sub.member as usize] {
+            if sub.kind == KIND_READ {
+                let start = sub.buf_offset as usize;
+                self.buffers[slot][start..start + sub.len as usize].fill(0);
+            }
+            self.finish_sub(sub.slot, 0);
+            return Ok(());
+        }
+        let index = self
+            .free_subs
+            .pop()
+            .ok_or_else(|| io::Error::other("member operation pool exhausted"))?;
+        self.subs[index as usize] = sub;
+        self.inflight[sub.member as usize] += 1;
+        self.issue(index)
+    }
+
+    /// Hand sub-operation `index` (its remaining part) to the engine.
+    fn issue(&mut self, index: u32) -> io::Result<()> {
+        let sub = self.subs[index as usize];
+        let data_offset = self.data_offsets[sub.member as usize].unwrap_or(0);
+        let kind = match sub.kind {
+            KIND_READ => MemberOpKind::Read,
+            KIND_WRITE => MemberOpKind::Write,
+            _ => MemberOpKind::Flush,
+        };
+        let buf = &mut self.buffers[sub.slot as usize];
+        let op = MemberOp {
+            kind,
+            file: sub.member,
+            offset: data_offset + sub.member_offset + u64::from(sub.done),
+            // SAFETY (pointer arithmetic): buf_offset + len <= max_io_bytes,
+            // the buffer's length, checked in submit.
+            buf: unsafe { buf.as_mut_ptr().add((sub.buf_offset + sub.done) as usize) },
+            len: sub.len - sub.done,
+            buf_index: sub.slot as u16,
+            dsync: sub.dsync,
+            user_data: u64::from(index),
+        };
+        // SAFETY: the slot buffer lives in self.buffers, which outlives the
+        // engine (dropped first, see Drop), and the slot is not reused
+        // before its completion is reaped.
+        unsafe { self.engine.push(&op) }
+    }
+
+    /// One member operation of `slot` finished with `errno` (0 = success).
+    fn finish_sub(&mut self, slot: u32, errno: i32) {
+        let state = &mut self.slots[slot as usize];
+        if errno != 0 && state.errno == 0 {
+            state.errno = errno;
+        }
+        state.pending -= 1;
+        if state.pending == 0 {
+            let result = if state.errno == 0 {
+                Ok(state.len)
+            } else {
+                Err(state.errno)
+            };
+            self.ready.push(Completion { slot, result });
+        }
+    }
+
+    /// Handle one engine completion: continue short transfers, retry
+    /// EAGAIN/EINTR, record errors.
+    fn on_engine_completion(&mut self, user_data: u64, result: i32) -> io::Result<()> {
+        let index = user_data as u32;
+        let sub = &mut self.subs[index as usize];
+        let retry = result == -libc::EAGAIN || result == -libc::EINTR;
+        let errno = match result {
+            _ if retry => return self.issue(index),
+            r if r < 0 => -r,
+            0 if sub.kind != KIND_FLUSH => libc::EIO, // no progress: end of file
+            r => {
+                sub.done += if sub.kind == KIND_FLUSH { 0 } else { r as u32 };
+                if sub.done < sub.len {
+                    return self.issue(index);
+                }
+                0
+            }
+        };
+        let (slot, member) = (sub.slot, sub.member);
+        self.inflight[member as usize] -= 1;
+        self.free_subs.push(index);
+        self.finish_sub(slot, errno);
+        Ok(())
+    }
+
+    fn submit_rw(
+        &mut self,
+        slot: u32,
+        write: bool,
+        offset: u64,
+        len: u32,
+        fua: bool,
+    ) -> io::Result<()> {
+        let shape = self.shape.clone();
+        let kind = if write { KIND_WRITE } else { KIND_READ };
+        let base = SubOp {
+            slot,
+            member: 0,
+            kind,
+            dsync: write && fua,
+            member_offset: offset,
+            buf_offset: 0,
+            len,
+            done: 0,
+        };
+        let array = match &shape {
+            Shape::Raw(_) => return self.push_sub(base),
+            Shape::Array(array) => array,
+        };
+        if write {
+            array.mark_dirty().map_err(io::Error::other)?;
+        }
+        let geometry = *array.geometry();
+        let mut buf_offset = 0u32;
+        for piece in geometry.pieces(offset, u64::from(len)) {
+            let copies = if write {
+                0..geometry.copies()
+            } else {
+                let Some(copy) = self.choose_copy(array, piece.logical_offset) else {
+                    self.slots[slot as usize].errno = libc::EIO;
+                    break;
+                };
+                copy..copy + 1
+            };
+            for copy in copies {
+                let location = geometry.locate(piece.logical_offset, copy);
+                if self.data_offsets[location.member as usize].is_none() {
+                    continue; // a missing member of a degraded array
+                }
+                let sub = SubOp {
+                    member: location.member,
+                    member_offset: location.member_offset,
+                    buf_offset,
+                    len: piece.len as u32,
+                    ..base
+                };
+                self.push_sub(sub)?;
+            }
+            buf_offset += piece.len as u32;
+        }
+        Ok(())
+    }
+
+    fn submit_flush(&mut self, slot: u32) -> io::Result<()> {
+        for member in 0..self.data_offsets.len() as u32 {
+            if self.data_offsets[member as usize].is_some() {
+                let sub = SubOp {
+                    slot,
+                    member,
+                    kind: KIND_FLUSH,
+                    dsync: false,
+                    member_offset: 0,
+                    buf_offset: 0,
+                    len: 0,
+                    done: 0,
+                };
+                self.push_sub(sub)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn discard(&self, offset: u64, len: u32) -> Result<(), i32> {
+        let errno = |e: crate::Error| match e {
+            crate::Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+            _ => libc::EIO,
+        };
+        match &self.shape {
+            Shape::Array(a) => a.discard(offset, u64::from(len)).map_err(errno),
+            Shape::Raw(m) => m
+                .discard(offset, u64::from(len))
+                .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO)),
+        }
+    }
+
+    fn size_bytes(&self) -> u64 {
+        match &self.shape {
+            Shape::Array(a) => a.size_bytes(),
+            Shape::Raw(m) => m.size_bytes(),
+        }
+    }
+}
+
+impl Queue for FanoutQueue {
+    fn depth(&self) -> u32 {
+        self.slots.len() as u32
+    }
+
+    fn buffer_mut(&mut self, slot: u32) -> &mut [u8] {
+        &mut self.buffers[slot as usize]
+    }
+
+    fn submit(
+        &mut self,
+        slot: u32,
+        op: OpKind,
+        offset: u64,
+        len: u32,
+        fua: bool,
+    ) -> io::Result<()> {
+        let invalid = |what: String| Err(io::Error::new(io::ErrorKind::InvalidInput, what));
+        if slot as usize >= self.slots.len() || self.slots[slot as usize].pending != 0 {
+            return invalid(format!("slot {slot} is out of range or busy"));
+        }
+        let moves_data = matches!(op, OpKind::Read | OpKind::Write | OpKind::Discard);
+        if moves_data
+            && (len > self.max_io_bytes && op != OpKind::Discard
+                || offset
+                    .checked_add(u64::from(len))
+                    .is_none_or(|e| e > self.size_bytes()))
+        {
+            return invalid(format!(
+                "request {offset}+{len} is past the end or larger than the queue's buffers"
+            ));
+        }
+        self.slots[slot as usize] = SlotState {
+            pending: 1,
+            errno: 0,
+            len,
+        };
+        let outcome = match op {
+            OpKind::Read => self.submit_rw(slot, false, offset, len, false),
+            OpKind::Write => self.submit_rw(slot, true, offset, len, fua),
+            OpKind::Flush => self.submit_flush(slot),
+            OpKind::Discard => {
+                if let Err(errno) = self.discard(offset, len) {
+                    self.slots[slot as usize].errno = errno;
+                }
+                Ok(())
+            }
+        };
+        // The guard count of 1 keeps the slot from completing while its
+        // operations are being queued; drop it now.
+        self.finish_sub(slot, 0);
+        outcome
+    }
+
+    fn reap(
+        &mut self,
+        min_complete: u32,
+        on_complete: &mut dyn FnMut(Completion),
+    ) -> io::Result<u32> {
+        let mut passed = 0u32;
+        loop {
+            for completion in self.ready.drain(..) {
+                on_complete(completion);
+                passed += 1;
+            }
+            let busy = self.slots.iter().any(|s| s.pending > 0);
+            let wait = if passed >= min_complete || !busy {
+                0
+            } else {
+                1
+            };
+            let mut results = [(0u64, 0i32); 64];
+            let mut count = 0usize;
+            let mut overflow = Vec::new();
+            self.engine.complete(wait, &mut |user_data, result| {
+                if count < results.len() {
+                    results[count] = (user_data, result);
+                    count += 1;
+                } else {
+                    overflow.push((user_data, result));
+                }
+            })?;
+            for &(user_data, result) in results[..count].iter().chain(overflow.iter()) {
+                self.on_engine_completion(user_data, result)?;
+            }
+            if self.ready.is_empty()
+                && (passed >= min_complete || !self.slots.iter().any(|s| s.pending > 0))
+            {
+                return Ok(passed);
+            }
+        }
+    }
+}
+
+impl Drop for FanoutQueue {
+    fn drop(&mut self) {
+        // Let in-flight operations finish before their buffers are freed.
+        while self.slots.iter().any(|s| s.pending > 0) {
+            if self.reap(1, &mut |_| {}).is_err() {
+                break;
+            }
+        }
+    }
+}

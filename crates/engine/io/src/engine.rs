@@ -1,0 +1,320 @@
+//! I/O engines: how one worker thread moves bytes to and from member files.
+//!
+//! An engine executes *member operations* ([`MemberOp`]): a read, write or
+//! flush of one file descriptor (by index in the worker's file table) at one
+//! offset. It reports each operation's raw result — bytes moved or a negative
+//! errno — tagged with the caller's `user_data`. It does not retry: the
+//! caller (the array queue) owns short-transfer and EAGAIN handling, so both
+//! engines behave alike and one conformance test covers them.
+//!
+//! - [`UringEngine`]: one io_uring per worker, the member files registered as
+//!   fixed files and the worker's slot buffers registered as fixed buffers;
+//!   submissions are batched until the caller waits.
+//! - [`PsyncEngine`]: `pread`/`pwrite` in the calling thread; the operation
+//!   is done when `push` returns. Best where the member's driver completes
+//!   inline (tmpfs, zram), where io_uring only adds overhead.
+
+use io_uring::{opcode, squeue, types, IoUring};
+use std::io;
+use std::os::fd::RawFd;
+
+/// What a member operation does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemberOpKind {
+    Read,
+    Write,
+    /// fdatasync of the whole file.
+    Flush,
+}
+
+/// One operation on one member file.
+#[derive(Clone, Copy, Debug)]
+pub struct MemberOp {
+    pub kind: MemberOpKind,
+    /// Index in the worker's file table.
+    pub file: u32,
+    pub offset: u64,
+    pub buf: *mut u8,
+    pub len: u32,
+    /// Index of the registered buffer `buf` lies in.
+    pub buf_index: u16,
+    /// Write with RWF_DSYNC (durable on completion: FUA).
+    pub dsync: bool,
+    pub user_data: u64,
+}
+
+/// A per-worker I/O engine.
+pub trait Engine {
+    /// Queue (or, for psync, perform) one operation.
+    ///
+    /// # Safety
+    /// `op.buf` must be valid for `op.len` bytes (writable for reads) until
+    /// the operation's completion has been passed to [`Engine::complete`].
+    unsafe fn push(&mut self, op: &MemberOp) -> io::Result<()>;
+
+    /// Hand queued operations to the kernel, wait until at least `min`
+    /// completions are available (0: don't wait), and pass each to
+    /// `on_complete(user_data, result)`. Returns the number passed.
+    fn complete(&mut self, min: u32, on_complete: &mut dyn FnMut(u64, i32)) -> io::Result<u32>;
+
+    /// Short name for reports (`io_uring`, `psync`).
+    fn name(&self) -> &'static str;
+}
+
+/// Which engine to use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineKind {
+    Uring,
+    Psync,
+    /// psync with injected faults, for tests of the layers above.
+    Faulty(FaultPlan),
+}
+
+/// Faults a [`FaultyEngine`] injects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FaultPlan {
+    /// Move at most this many bytes per operation (short transfers).
+    pub transfer_bytes_max: u32,
+    /// Answer every Nth operation with -EAGAIN without doing it (0: never).
+    pub eagain_every: u32,
+}
+
+impl EngineKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineKind::Uring => "io_uring",
+            EngineKind::Psync => "psync",
+            EngineKind::Faulty(_) => "faulty-psync",
+        }
+    }
+}
+
+/// Build an engine for a worker. `files` is the file table (-1 for a slot
+/// with no file, e.g. a null member); `buffers` the worker's slot buffers.
+pub fn open_engine(
+    kind: EngineKind,
+    files: &[RawFd],
+    buffers: &[(*mut u8, usize)],
+    entries: u32,
+) -> io::Result<Box<dyn Engine>> {
+    Ok(match kind {
+        EngineKind::Uring => Box::new(UringEngine::new(files, buffers, entries)?),
+        EngineKind::Psync => Box::new(PsyncEngine::new(files, entries as usize)),
+        EngineKind::Faulty(plan) => Box::new(FaultyEngine {
+            inner: PsyncEngine::new(files, entries as usize),
+            plan,
+            count: 0,
+        }),
+    })
+}
+
+/// io_uring engine with fixed files and (when the kernel accepts them) fixed
+/// buffers.
+pub struct UringEngine {
+    ring: IoUring,
+    fixed_buffers: bool,
+    queued: u32,
+}
+
+impl UringEngine {
+    pub fn new(
+        files: &[RawFd],
+        buffers: &[(*mut u8, usize)],
+        entries: u32,
+    ) -> io::Result<UringEngine> {
+        let entries = entries.clamp(8, 4096).next_power_of_two();
+        let ring = IoUring::builder()
+            .setup_cqsize(entries * 2)
+            .build(entries)?;
+        ring.submitter().register_files(files)?;
+        let iovecs: Vec<libc::iovec> = buffers
+            .iter()
+            .map(|&(ptr, len)| libc::iovec {
+                iov_base: ptr.cast(),
+                iov_len: len,
+            })
+            .collect();
+        // SAFETY: the caller keeps the buffers alive as long as the engine
+        // (the array queue owns both and drops the engine first).
+        let fixed_buffers =
+            !iovecs.is_empty() && unsafe { ring.submitter().register_buffers(&iovecs) }.is_ok();
+        Ok(UringEngine {
+            ring,
+            fixed_buffers,
+            queued: 0,
+        })
+    }
+
+    fn entry(&self, op: &MemberOp) -> squeue::Entry {
+        let fd = types::Fixed(op.file);
+        let flags = if op.dsync { libc::RWF_DSYNC } else { 0 };
+        let entry = match (op.kind, self.fixed_buffers) {
+            (MemberOpKind::Read, true) => opcode::ReadFixed::new(fd, op.buf, op.len, op.buf_index)
+                .offset(op.offset)
+                .build(),
+            (MemberOpKind::Read, false) => opcode::Read::new(fd, op.buf, op.len)
+                .offset(op.offset)
+                .build(),
+            (MemberOpKind::Write, true) => {
+                opcode::WriteFixed::new(fd, op.buf, op.len, op.buf_index)
+                    .offset(op.offset)
+                    .rw_flags(flags)
+                    .build()
+            }
+            (MemberOpKind::Write, false) => opcode::Write::new(fd, op.buf, op.len)
+                .offset(op.offset)
+                .rw_flags(flags)
+                .build(),
+            (MemberOpKind::Flush, _) => opcode::Fsync::new(fd)
+                .flags(types::FsyncFlags::DATASYNC)
+                .build(),
+        };
+        entry.user_data(op.user_data)
+    }
+}
+
+impl Engine for UringEngine {
+    unsafe fn push(&mut self, op: &MemberOp) -> io::Result<()> {
+        let entry = self.entry(op);
+        loop {
+            // SAFETY: the caller guarantees the buffer outlives the operation.
+            if unsafe { self.ring.submission().push(&entry) }.is_ok() {
+                self.queued += 1;
+                return Ok(());
+            }
+            // Submission queue full: hand what is queued to the kernel.
+            self.ring.submit()?;
+            self.queued = 0;
+        }
+    }
+
+    fn complete(&mut self, min: u32, on_complete: &mut dyn FnMut(u64, i32)) -> io::Result<u32> {
+        let mut passed = 0u32;
+        loop {
+            let ready = self.ring.completion().len() as u32;
+            let want = if passed + ready >= min {
+                0
+            } else {
+                (min - passed - ready) as usize
+            };
+            if self.queued > 0 || want > 0 {
+                match self.ring.submit_and_wait(want) {
+                    Ok(_) => self.queued = 0,
+                    Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                    Err(e) => return Err(e),
+                }
+            }
+            for cqe in self.ring.completion() {
+                on_complete(cqe.user_data(), cqe.result());
+                passed += 1;
+            }
+            if passed >= min {
+                return Ok(passed);
+            }
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        "io_uring"
+    }
+}
+
+/// Synchronous positioned I/O in the calling thread.
+pub struct PsyncEngine {
+    files: Vec<RawFd>,
+    done: Vec<(u64, i32)>,
+}
+
+impl PsyncEngine {
+    pub fn new(files: &[RawFd], capacity: usize) -> PsyncEngine {
+        PsyncEngine {
+            files: files.to_vec(),
+            done: Vec::with_capacity(capacity.max(16)),
+        }
+    }
+
+    /// Perform `op` once; the raw result (bytes or -errno).
+    ///
+    /// # Safety
+    /// As [`Engine::push`].
+    unsafe fn perform(&self, op: &MemberOp) -> i32 {
+        let fd = self.files[op.file as usize];
+        let offset = op.offset as libc::off_t;
+        // SAFETY: the caller guarantees buf is valid for len bytes.
+        let ret = unsafe {
+            match op.kind {
+                MemberOpKind::Read => {
+                    libc::pread(fd, op.buf.cast(), op.len as usize, offset) as i64
+                }
+                MemberOpKind::Write => {
+                    let iov = libc::iovec {
+                        iov_base: op.buf.cast(),
+                        iov_len: op.len as usize,
+                    };
+                    let flags = if op.dsync { libc::RWF_DSYNC } else { 0 };
+                    libc::pwritev2(fd, &iov, 1, offset, flags) as i64
+                }
+                MemberOpKind::Flush => i64::from(libc::fdatasync(fd)),
+            }
+        };
+        if ret < 0 {
+            -io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO)
+        } else {
+            ret as i32
+        }
+    }
+}
+
+impl Engine for PsyncEngine {
+    unsafe fn push(&mut self, op: &MemberOp) -> io::Result<()> {
+        // SAFETY: forwarded from the caller.
+        let result = unsafe { self.perform(op) };
+        self.done.push((op.user_data, result));
+        Ok(())
+    }
+
+    fn complete(&mut self, _min: u32, on_complete: &mut dyn FnMut(u64, i32)) -> io::Result<u32> {
+        let count = self.done.len() as u32;
+        for (user_data, result) in self.done.drain(..) {
+            on_complete(user_data, result);
+        }
+        Ok(count)
+    }
+
+    fn name(&self) -> &'static str {
+        "psync"
+    }
+}
+
+/// psync with injected short transfers and EAGAIN answers.
+pub struct FaultyEngine {
+    inner: PsyncEngine,
+    plan: FaultPlan,
+    count: u32,
+}
+
+impl Engine for FaultyEngine {
+    unsafe fn push(&mut self, op: &MemberOp) -> io::Result<()> {
+        self.count = self.count.wrapping_add(1);
+        if self.plan.eagain_every > 0 && self.count % self.plan.eagain_every == 0 {
+            self.inner.done.push((op.user_data, -libc::EAGAIN));
+            return Ok(());
+        }
+        let mut short = *op;
+        if op.kind != MemberOpKind::Flush {
+            short.len = op.len.min(self.plan.transfer_bytes_max.max(1));
+        }
+        // SAFETY: forwarded from the caller; the shortened range lies inside the original.
+        unsafe { self.inner.push(&short) }
+    }
+
+    fn complete(&mut self, min: u32, on_complete: &mut dyn FnMut(u64, i32)) -> io::Result<u32> {
+        self.inner.complete(min, on_complete)
+    }
+
+    fn name(&self) -> &'static str {
+        "faulty-psync"
+    }
+}
