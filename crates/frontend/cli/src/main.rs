@@ -37,6 +37,8 @@ enum Command {
     Write(cmd::io::WriteArgs),
     /// Copy bytes out of the array to a file or stdout.
     Read(cmd::io::ReadArgs),
+    /// Measure an array, raw members, or (with no member) a temporary RAID 0.
+    Bench(nvraid_bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -49,6 +51,7 @@ fn main() -> ExitCode {
         Command::Assemble(args) => cmd::assemble::run(args, direct),
         Command::Write(args) => cmd::io::write(args, direct),
         Command::Read(args) => cmd::io::read(args, direct),
+        Command::Bench(args) => cmd::bench::run(args, direct),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod assemble;
+pub mod bench;
 pub mod create;
 pub mod detail;
 pub mod examine;

@@ -1,0 +1,183 @@
+//! `nvraid bench`: build the targets the flags describe, then hand them to
+//! nvraid-bench.
+//!
+//! Targets: the array the members form (assembled); with `--raw`, each
+//! member as a plain target (JBOD); with `--level`, a throwaway array formed
+//! from `mem:`/`null:` members (or, with `--destructive`, from real ones);
+//! with no member, a temporary 4-member RAID 0 on sparse files.
+
+use crate::cmd::create::parse_level;
+use anyhow::{bail, Context, Result};
+use nvraid_array::{
+    assemble, create, detect_signature, Array, AssembleOptions, CreateOptions, FanoutTarget,
+    CHUNK_BYTES_DEFAULT,
+};
+use nvraid_bench::cli::Engine;
+use nvraid_bench::BenchArgs;
+use nvraid_io::engine::EngineKind;
+use nvraid_io::queue::Target;
+use nvraid_member::{Member, MemberKind, OpenOptions};
+use std::io::IsTerminal;
+use std::sync::Arc;
+
+/// Members of the default temporary array, and their (sparse) size.
+const DEFAULT_MEMBERS: usize = 4;
+const DEFAULT_MEMBER_BYTES: u64 = 1 << 30;
+
+pub fn run(args: &BenchArgs, direct_flag: bool) -> Result<u8> {
+    let plan = nvraid_bench::plan(args)?;
+    let writes = plan.writes();
+    let direct = direct_flag && args.direct != 0;
+    let _tempdir;
+    let (targets, arrays) = if args.members.is_empty() {
+        let dir = tempfile::Builder::new()
+            .prefix("nvraid-bench-")
+            .tempdir()
+            .context("cannot create a temporary directory")?;
+        let specs: Vec<String> = (0..DEFAULT_MEMBERS)
+            .map(|i| dir.path().join(format!("m{i}")).display().to_string())
+            .collect();
+        let options = CreateOptions {
+            level: nvraid_layout::Level::Raid0,
+            chunk_bytes: args.chunk.unwrap_or(CHUNK_BYTES_DEFAULT),
+            name: "bench".into(),
+            size_bytes: Some(DEFAULT_MEMBER_BYTES),
+            force: false,
+            direct,
+        };
+        let array = Arc::new(create(&specs, &options)?);
+        eprintln!(
+            "nvraid: benchmarking a temporary RAID 0 of {DEFAULT_MEMBERS} sparse files in {}",
+            dir.path().display()
+        );
+        _tempdir = dir;
+        array_targets(array, args)
+    } else if args.raw {
+        (raw_targets(args, writes, direct)?, Vec::new())
+    } else if let Some(level) = &args.level {
+        let array = Arc::new(throwaway_array(args, level, direct)?);
+        array_targets(array, args)
+    } else {
+        if writes && !args.destructive {
+            bail!("this job writes, which would destroy the data of the array on {}; add --destructive to go ahead", args.members.join(", "));
+        }
+        let array = Arc::new(assemble(
+            &args.members,
+            AssembleOptions {
+                writable: writes,
+                direct,
+                allow_degraded: false,
+            },
+        )?);
+        array_targets(array, args)
+    };
+    let progress = std::io::stderr().is_terminal();
+    let mut stdout = std::io::stdout().lock();
+    let outcome = nvraid_bench::run(args, targets, &mut stdout, progress);
+    for array in arrays {
+        if let Ok(array) = Arc::try_unwrap(array) {
+            array.close()?;
+        }
+    }
+    outcome?;
+    Ok(0)
+}
+
+/// The engine for `auto`: psync when every member completes I/O inline in
+/// the submitting thread (RAM-backed: mem:, null:, tmpfs files, zram), where
+/// io_uring only adds work; io_uring otherwise. docs/PERFORMANCE.md has the
+/// measurements behind the rule.
+pub fn engine_for(choice: Engine, members: &[&Member]) -> EngineKind {
+    match choice {
+        Engine::Uring => EngineKind::Uring,
+        Engine::Psync => EngineKind::Psync,
+        Engine::Auto if members.iter().all(|m| completes_inline(m)) => EngineKind::Psync,
+        Engine::Auto => EngineKind::Uring,
+    }
+}
+
+fn completes_inline(member: &Member) -> bool {
+    match member.kind() {
+        MemberKind::Mem | MemberKind::Null => true,
+        MemberKind::File => member.path().is_some_and(|p| on_tmpfs(&p)),
+        MemberKind::BlockDevice => member.path().is_some_and(|p| is_zram(&p)),
+    }
+}
+
+fn on_tmpfs(path: &std::path::Path) -> bool {
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    let mut stat: libc::statfs = unsafe_zeroed_statfs();
+    // SAFETY: c is a valid C string and stat a valid out-pointer for the call.
+    let ret = unsafe { libc::statfs(c.as_ptr(), &mut stat) };
+    ret == 0 && stat.f_type == libc::TMPFS_MAGIC
+}
+
+fn unsafe_zeroed_statfs() -> libc::statfs {
+    // SAFETY: statfs is a plain C struct for which all-zero bytes are valid.
+    unsafe { std::mem::zeroed() }
+}
+
+fn is_zram(path: &std::path::Path) -> bool {
+    std::fs::canonicalize(path)
+        .ok()
+        .and_then(|p| {
+            p.file_name()
+                .map(|n| n.to_string_lossy().starts_with("zram"))
+        })
+        .unwrap_or(false)
+}
+
+fn array_targets(array: Arc<Array>, args: &BenchArgs) -> (Vec<Arc<dyn Target>>, Vec<Arc<Array>>) {
+    let members: Vec<&Member> = array.slots().iter().flatten().map(|s| &s.member).collect();
+    let engine = engine_for(args.engine, &members);
+    let target: Arc<dyn Target> = Arc::new(FanoutTarget::array(array.clone(), engine));
+    (vec![target], vec![array])
+}
+
+fn raw_targets(args: &BenchArgs, writes: bool, direct: bool) -> Result<Vec<Arc<dyn Target>>> {
+    let mut targets: Vec<Arc<dyn Target>> = Vec::new();
+    for spec in &args.members {
+        let member = Member::open(
+            spec,
+            OpenOptions {
+                write: writes,
+                create_bytes: None,
+                direct,
+            },
+        )?;
+        if writes
+            && !args.destructive
+            && matches!(member.kind(), MemberKind::File | MemberKind::BlockDevice)
+        {
+            if let Some(what) =
+                detect_signature(&member).with_context(|| format!("{spec}: cannot read"))?
+            {
+                bail!("{spec}: carries {what}; a write job would destroy it (add --destructive to go ahead)");
+            }
+        }
+        let engine = engine_for(args.engine, &[&member]);
+        targets.push(Arc::new(FanoutTarget::raw(Arc::new(member), engine)));
+    }
+    Ok(targets)
+}
+
+fn throwaway_array(args: &BenchArgs, level: &str, direct: bool) -> Result<Array> {
+    let in_memory = args
+        .members
+        .iter()
+        .all(|m| m.starts_with("mem:") || m.starts_with("null:"));
+    if !in_memory && !args.destructive {
+        bail!("--level writes new superblocks on {}; add --destructive to go ahead (or use mem:/null: members)", args.members.join(", "));
+    }
+    let options = CreateOptions {
+        level: parse_level(level)?,
+        chunk_bytes: args.chunk.unwrap_or(CHUNK_BYTES_DEFAULT),
+        name: "bench".into(),
+        size_bytes: None,
+        force: args.destructive,
+        direct,
+    };
+    Ok(create(&args.members, &options)?)
+}
