@@ -20,6 +20,6 @@ pub use array::{read_superblock, Array, Slot};
 pub use assemble::{assemble, geometry_of, has_every_byte, level_of, AssembleOptions};
 pub use create::{create, CreateOptions, CHUNK_BYTES_DEFAULT, DATA_OFFSET_SECTORS};
 pub use error::{Error, Result};
-pub use scan::{scan, ScanReport, ScannedArray, ScannedMember};
+pub use scan::{scan, Ignored, ScanReport, ScannedArray, ScannedMember};
 pub use signature::detect as detect_signature;
 pub use target::{FanoutQueue, FanoutTarget};

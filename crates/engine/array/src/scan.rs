@@ -41,7 +41,14 @@ pub struct ScannedArray {
 pub struct ScanReport {
     pub arrays: Vec<ScannedArray>,
     /// Paths that hold no usable superblock, with the reason.
-    pub ignored: Vec<(String, String)>,
+    pub ignored: Vec<Ignored>,
+}
+
+/// A path the scan looked at and left out.
+#[derive(Clone, Debug, Serialize)]
+pub struct Ignored {
+    pub path: String,
+    pub reason: String,
 }
 
 /// Scan `paths`: files and block devices directly, directories one level
@@ -52,7 +59,7 @@ pub fn scan(paths: &[String]) -> ScanReport {
     for candidate in expand(paths, &mut report.ignored) {
         match probe(&candidate) {
             Ok(sb) => found.push((candidate, sb)),
-            Err(reason) => report.ignored.push((candidate, reason)),
+            Err(reason) => report.ignored.push(Ignored { path: candidate, reason }),
         }
     }
     let mut uuids: Vec<[u8; 16]> = Vec::new();
@@ -69,7 +76,7 @@ pub fn scan(paths: &[String]) -> ScanReport {
     report
 }
 
-fn expand(paths: &[String], ignored: &mut Vec<(String, String)>) -> Vec<String> {
+fn expand(paths: &[String], ignored: &mut Vec<Ignored>) -> Vec<String> {
     let mut out = Vec::new();
     for path in paths {
         let p = Path::new(path);
@@ -87,7 +94,7 @@ fn expand(paths: &[String], ignored: &mut Vec<(String, String)>) -> Vec<String> 
                 names.sort();
                 out.extend(names);
             }
-            Err(e) => ignored.push((path.clone(), e.to_string())),
+            Err(e) => ignored.push(Ignored { path: path.clone(), reason: e.to_string() }),
         }
     }
     out

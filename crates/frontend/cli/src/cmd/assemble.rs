@@ -86,7 +86,7 @@ fn print_report(report: &ScanReport) {
             println!("  role {role:>3}  {:<9} {}{note}", m.state, m.path);
         }
     }
-    for (path, reason) in &report.ignored {
-        println!("ignored {path}: {reason}");
+    for ignored in &report.ignored {
+        println!("ignored {}: {}", ignored.path, ignored.reason);
     }
 }
