@@ -39,6 +39,8 @@ enum Command {
     Read(cmd::io::ReadArgs),
     /// Measure an array, raw members, or (with no member) a temporary RAID 0.
     Bench(nvraid_bench::BenchArgs),
+    /// Read the PCIe tree and say where an array's ceiling is, and why.
+    Topology(nvraid_topology::cli::TopologyArgs),
 }
 
 fn main() -> ExitCode {
@@ -52,6 +54,7 @@ fn main() -> ExitCode {
         Command::Write(args) => cmd::io::write(args, direct),
         Command::Read(args) => cmd::io::read(args, direct),
         Command::Bench(args) => cmd::bench::run(args, direct),
+        Command::Topology(args) => cmd::topology::run(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),
