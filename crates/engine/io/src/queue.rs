@@ -20,8 +20,10 @@ pub enum OpKind {
     Read,
     /// Write `len` bytes from the slot's buffer at `offset`.
     Write,
-    /// Make every write completed before this request durable. `offset` and
-    /// `len` are ignored.
+    /// Make every write completed before this request durable: on this
+    /// queue *and on every other queue of the same target* (a flush of the
+    /// members' files, not of this queue's own writes). NBD's CAN_MULTI_CONN
+    /// relies on that. `offset` and `len` are ignored.
     Flush,
     /// The range's contents may be discarded (reads afterwards return either
     /// the old data or zeros).

@@ -41,6 +41,10 @@ enum Command {
     Bench(nvraid_bench::BenchArgs),
     /// Read the PCIe tree and say where an array's ceiling is, and why.
     Topology(nvraid_topology::cli::TopologyArgs),
+    /// Export the array over NBD until SIGINT/SIGTERM.
+    Serve(cmd::serve::ServeCmd),
+    /// Show a running server's array, connections and rates.
+    Status(cmd::serve::StatusArgs),
 }
 
 fn main() -> ExitCode {
@@ -55,6 +59,8 @@ fn main() -> ExitCode {
         Command::Read(args) => cmd::io::read(args, direct),
         Command::Bench(args) => cmd::bench::run(args, direct),
         Command::Topology(args) => cmd::topology::run(args),
+        Command::Serve(args) => cmd::serve::serve(args, direct),
+        Command::Status(args) => cmd::serve::status(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -1,0 +1,203 @@
+//! The flags of `nvraid serve` other than the members, for the binary to
+//! embed with `#[command(flatten)]`.
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+use crate::options::{ListenAddress, ServeOptions, TlsFiles, TlsMode};
+
+/// Default Unix socket when no `--listen` is given.
+pub const DEFAULT_SOCKET: &str = "/run/nvraid/nvraid.sock";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum TlsArg {
+    /// No TLS.
+    Off,
+    /// Allow clients to upgrade with STARTTLS.
+    On,
+    /// Refuse clients that do not upgrade, before they see the export.
+    Require,
+}
+
+/// Export flags.
+#[derive(Clone, Debug, Args)]
+pub struct ServeArgs {
+    /// Where to listen: unix:PATH or tcp:HOST:PORT (tcp:PORT binds
+    /// 127.0.0.1). Repeatable. Default: unix:/run/nvraid/nvraid.sock.
+    #[arg(long = "listen", value_name = "ADDRESS", value_parser = ListenAddress::parse)]
+    pub listen: Vec<ListenAddress>,
+    /// Export name clients ask for (the empty name also selects it).
+    #[arg(long, default_value = "")]
+    pub export: String,
+    /// Refuse writes, trims and zeroing.
+    #[arg(long)]
+    pub read_only: bool,
+    /// TLS mode; `on` and `require` need --tls-cert and --tls-key.
+    #[arg(long, value_enum, default_value = "off")]
+    pub tls: TlsArg,
+    /// PEM certificate chain for TLS.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key for TLS.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Most clients connected at once; more are refused.
+    #[arg(long, default_value_t = 16)]
+    pub max_connections: u32,
+    /// Largest READ/WRITE in bytes (advertised as the maximum block size).
+    #[arg(long, value_name = "BYTES", default_value_t = 32 << 20)]
+    pub max_request: u32,
+    /// Requests in flight per connection.
+    #[arg(long, default_value_t = 64)]
+    pub max_inflight: u32,
+    /// Control socket for `nvraid status` (default: beside the first Unix
+    /// listen socket, with extension .ctl).
+    #[arg(long, value_name = "PATH")]
+    pub control: Option<PathBuf>,
+    /// Worker threads (default: one per core, at most 8).
+    #[arg(long)]
+    pub workers: Option<u32>,
+}
+
+impl ServeArgs {
+    /// Turn flags into options (defaults for everything not a flag).
+    /// `--tls on|require` without a certificate, or a certificate with
+    /// `--tls off`, is refused.
+    pub fn to_options(&self) -> Result<ServeOptions, String> {
+        let listen = if self.listen.is_empty() {
+            vec![ListenAddress::Unix(PathBuf::from(DEFAULT_SOCKET))]
+        } else {
+            self.listen.clone()
+        };
+        let tls = match self.tls {
+            TlsArg::Off => TlsMode::Off,
+            TlsArg::On => TlsMode::On,
+            TlsArg::Require => TlsMode::Require,
+        };
+        let tls_files = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            _ => None,
+        };
+        if tls == TlsMode::Off && tls_files.is_some() {
+            return Err("--tls-cert/--tls-key given but --tls is off".into());
+        }
+        let defaults = ServeOptions::default();
+        let mut options = ServeOptions {
+            listen,
+            export_name: self.export.clone(),
+            read_only: self.read_only,
+            tls,
+            tls_files,
+            connections_max: self.max_connections,
+            request_max_bytes: self.max_request,
+            inflight_max: self.max_inflight,
+            inflight_max_bytes: defaults
+                .inflight_max_bytes
+                .max(2 * u64::from(self.max_request)),
+            workers: self.workers.unwrap_or(defaults.workers),
+            ..defaults
+        };
+        options.control_socket = self
+            .control
+            .clone()
+            .or_else(|| default_control(&options.listen));
+        options.validate()?;
+        Ok(options)
+    }
+}
+
+fn default_control(listen: &[ListenAddress]) -> Option<PathBuf> {
+    listen.iter().find_map(|a| match a {
+        ListenAddress::Unix(path) => Some(path.with_extension("ctl")),
+        ListenAddress::Tcp(_) => None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Binary {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<ServeOptions, String> {
+        let mut all = vec!["nvraid"];
+        all.extend_from_slice(args);
+        Binary::try_parse_from(all)
+            .map_err(|e| e.to_string())?
+            .serve
+            .to_options()
+    }
+
+    #[test]
+    fn defaults_listen_on_a_unix_socket_with_a_control_socket_beside_it() {
+        let options = parse(&[]).unwrap();
+        assert_eq!(
+            options.listen,
+            vec![ListenAddress::Unix(DEFAULT_SOCKET.into())]
+        );
+        assert_eq!(
+            options.control_socket,
+            Some(PathBuf::from("/run/nvraid/nvraid.ctl"))
+        );
+        assert_eq!(options.request_max_bytes, 32 << 20);
+        assert_eq!(options.tls, TlsMode::Off);
+    }
+
+    #[test]
+    fn tcp_without_host_binds_loopback() {
+        let options = parse(&["--listen", "tcp:10809", "--listen", "unix:/tmp/x.sock"]).unwrap();
+        assert_eq!(
+            options.listen[0],
+            ListenAddress::Tcp("127.0.0.1:10809".into())
+        );
+        assert_eq!(options.listen[1], ListenAddress::Unix("/tmp/x.sock".into()));
+        assert!(parse(&["--listen", "tcp:host"]).is_err());
+        assert!(parse(&["--listen", "relative"]).is_err());
+    }
+
+    #[test]
+    fn tls_flags_must_agree() {
+        assert!(parse(&["--tls", "require"]).is_err());
+        assert!(parse(&["--tls-cert", "c.pem", "--tls-key", "k.pem"]).is_err());
+        assert!(parse(&["--tls-cert", "c.pem"]).is_err());
+        let options = parse(&[
+            "--tls",
+            "require",
+            "--tls-cert",
+            "c.pem",
+            "--tls-key",
+            "k.pem",
+        ])
+        .unwrap();
+        assert_eq!(options.tls, TlsMode::Require);
+    }
+
+    #[test]
+    fn limits_are_taken_and_checked() {
+        let options = parse(&[
+            "--max-connections",
+            "4",
+            "--max-request",
+            "1048576",
+            "--read-only",
+            "--export",
+            "a",
+        ])
+        .unwrap();
+        assert_eq!(options.connections_max, 4);
+        assert_eq!(options.request_max_bytes, 1 << 20);
+        assert!(options.read_only);
+        assert_eq!(options.export_name, "a");
+        assert!(parse(&["--max-connections", "0"]).is_err());
+        assert!(parse(&["--max-request", "100"]).is_err());
+    }
+}

@@ -1,0 +1,565 @@
+//! One client connection: the handshake, then a reader (this thread) that
+//! parses requests and hands them to workers, and a writer thread that
+//! sends replies in completion order.
+//!
+//! Bounds: at most `inflight_max` requests and `inflight_max_bytes` payload
+//! bytes in flight per connection (the reader waits for a permit before it
+//! reads a payload or dispatches); the reply channel holds no more than
+//! the permits allow, so workers never block on it.
+
+use std::io::{self, BufWriter, Read, Write};
+use std::net::Shutdown;
+use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
+
+use nvraid_nbd::consts::{cmd_flags, REQUEST_HEADER_BYTES};
+use nvraid_nbd::server::BASE_ALLOCATION_ID;
+use nvraid_nbd::transmission::{
+    encode_block_status_chunk, encode_error_chunk, encode_none_chunk, encode_offset_data_header,
+    encode_simple_reply, Extent,
+};
+use nvraid_nbd::{
+    Command, ErrorCode, Negotiated, RequestHeader, RequestRules, ServerEvent, ServerHandshake,
+};
+
+use crate::server::Shared;
+use crate::stats::Counters;
+use crate::stream::Stream;
+use crate::transport::Channel;
+use crate::worker::{Finish, Job, Work};
+
+/// What the reply thread sends.
+pub(crate) enum Outgoing {
+    Reply {
+        cookie: u64,
+        command: Command,
+        offset: u64,
+        length: u32,
+        result: Result<(), (ErrorCode, &'static str)>,
+        data: Vec<u8>,
+        permit_bytes: u64,
+    },
+    BlockStatus {
+        cookie: u64,
+        length: u32,
+    },
+    Close,
+}
+
+/// State shared by a connection's reader, writer, workers and the status
+/// report.
+pub(crate) struct Connection {
+    pub id: u64,
+    pub client: String,
+    pub started: Instant,
+    pub counters: Counters,
+    pub tls: Mutex<bool>,
+    socket: Stream,
+    replies: SyncSender<Outgoing>,
+    permits: Mutex<(u32, u64)>,
+    permit_freed: Condvar,
+    buffers: Mutex<Vec<Vec<u8>>>,
+    shared: Arc<Shared>,
+}
+
+impl Finish for Connection {
+    fn finish(&self, job: Job, result: Result<(), ErrorCode>) {
+        let reply = Outgoing::Reply {
+            cookie: job.cookie,
+            command: job.command,
+            offset: job.offset,
+            length: job.length,
+            result: result.map_err(|code| (code, "storage error")),
+            data: job.buffer,
+            permit_bytes: job.permit_bytes,
+        };
+        let _ = self.replies.send(reply);
+    }
+}
+
+impl Connection {
+    pub(crate) fn log(&self, event: &str) {
+        (self.shared.options.log)(&format!("nvraid-serve: client={} {event}", self.client));
+    }
+
+    /// Wait until one more request of `bytes` fits in the budget.
+    fn acquire(&self, bytes: u64) {
+        let options = &self.shared.options;
+        let mut permits = self.permits.lock().expect("permit lock");
+        loop {
+            let (count, used) = *permits;
+            let fits_bytes = count == 0 || used + bytes <= options.inflight_max_bytes;
+            if count < options.inflight_max && fits_bytes {
+                *permits = (count + 1, used + bytes);
+                return;
+            }
+            permits = self.permit_freed.wait(permits).expect("permit lock");
+        }
+    }
+
+    fn release(&self, bytes: u64) {
+        let mut permits = self.permits.lock().expect("permit lock");
+        permits.0 -= 1;
+        permits.1 -= bytes;
+        self.permit_freed.notify_all();
+    }
+
+    fn wait_idle(&self) {
+        let mut permits = self.permits.lock().expect("permit lock");
+        while permits.0 > 0 {
+            permits = self.permit_freed.wait(permits).expect("permit lock");
+        }
+    }
+
+    /// A buffer of `length` bytes, reused when possible.
+    fn buffer(&self, length: u32) -> Vec<u8> {
+        let mut buffer = self
+            .buffers
+            .lock()
+            .expect("buffer lock")
+            .pop()
+            .unwrap_or_default();
+        buffer.clear();
+        buffer.resize(length as usize, 0);
+        buffer
+    }
+
+    fn recycle(&self, buffer: Vec<u8>) {
+        let mut buffers = self.buffers.lock().expect("buffer lock");
+        if buffers.len() < self.shared.options.inflight_max as usize && buffer.capacity() > 0 {
+            buffers.push(buffer);
+        }
+    }
+
+    /// Stop reading from the client (used on server shutdown).
+    pub(crate) fn stop_reading(&self) {
+        self.socket.shutdown(Shutdown::Read);
+    }
+}
+
+/// Serve one accepted client to the end.
+pub(crate) fn run(shared: Arc<Shared>, stream: Stream, id: u64, client: String) {
+    let Ok(socket) = stream.try_clone() else {
+        return;
+    };
+    let (replies, outbox) = mpsc::sync_channel(shared.options.inflight_max as usize + 1);
+    let connection = Arc::new(Connection {
+        id,
+        client,
+        started: Instant::now(),
+        counters: Counters::default(),
+        tls: Mutex::new(false),
+        socket,
+        replies,
+        permits: Mutex::new((0, 0)),
+        permit_freed: Condvar::new(),
+        buffers: Mutex::new(Vec::new()),
+        shared: Arc::clone(&shared),
+    });
+    shared.register(&connection);
+    connection.log("event=connected");
+    let outcome = negotiate(&connection, Channel::Plain(stream));
+    if let Some((channel, negotiated)) = outcome {
+        transmit(&connection, channel, negotiated, outbox);
+    }
+    shared.unregister(&connection);
+}
+
+/// The handshake; `None` when the client left or was refused.
+fn negotiate(connection: &Arc<Connection>, mut channel: Channel) -> Option<(Channel, Negotiated)> {
+    let shared = &connection.shared;
+    let _ = channel
+        .stream()
+        .set_read_timeout(Some(shared.options.handshake_timeout));
+    let mut handshake = ServerHandshake::new(Arc::clone(&shared.handshake));
+    let mut buffer = [0u8; 4096];
+    loop {
+        let output = handshake.take_output();
+        if let Err(e) = channel.write_all(&output).and_then(|_| channel.flush()) {
+            connection.log(&format!("event=disconnected phase=handshake error=\"{e}\""));
+            return None;
+        }
+        let wanted = handshake.bytes_wanted().min(buffer.len());
+        let received = match channel.read(&mut buffer[..wanted]) {
+            Ok(0) => {
+                connection.log(
+                    "event=disconnected phase=handshake reason=\"client closed the connection\"",
+                );
+                return None;
+            }
+            Ok(n) => n,
+            Err(e) => {
+                connection.log(&format!("event=disconnected phase=handshake error=\"{e}\""));
+                return None;
+            }
+        };
+        let event = match handshake.receive(&buffer[..received]) {
+            Ok((_, event)) => event,
+            Err(e) => {
+                connection.log(&format!("event=refused phase=handshake reason=\"{e}\""));
+                return None;
+            }
+        };
+        match event {
+            None => {}
+            Some(ServerEvent::Refused {
+                option,
+                reply,
+                reason,
+            }) => connection.log(&format!(
+                "event=option-refused option={option} reply={reply:#x} reason=\"{reason}\""
+            )),
+            Some(ServerEvent::StartTls) => {
+                channel = start_tls(connection, channel, &mut handshake)?;
+            }
+            Some(ServerEvent::Aborted) => {
+                let _ = channel.write_all(&handshake.take_output());
+                connection.log("event=disconnected phase=handshake reason=\"client aborted\"");
+                return None;
+            }
+            Some(ServerEvent::Ready(negotiated)) => {
+                let output = handshake.take_output();
+                channel
+                    .write_all(&output)
+                    .and_then(|_| channel.flush())
+                    .ok()?;
+                let _ = channel.stream().set_read_timeout(None);
+                return Some((channel, negotiated));
+            }
+        }
+    }
+}
+
+fn start_tls(
+    connection: &Arc<Connection>,
+    mut channel: Channel,
+    handshake: &mut ServerHandshake,
+) -> Option<Channel> {
+    let output = handshake.take_output();
+    channel.write_all(&output).ok()?;
+    let config = connection.shared.tls.as_ref()?;
+    match channel.start_tls(config) {
+        Ok(channel) => {
+            handshake.tls_started();
+            *connection.tls.lock().expect("tls flag") = true;
+            connection.log("event=tls-started");
+            Some(channel)
+        }
+        Err(e) => {
+            connection.log(&format!("event=disconnected phase=tls error=\"{e}\""));
+            None
+        }
+    }
+}
+
+fn transmit(
+    connection: &Arc<Connection>,
+    channel: Channel,
+    negotiated: Negotiated,
+    outbox: Receiver<Outgoing>,
+) {
+    let shared = &connection.shared;
+    let (mut reader, writer) = match channel.split() {
+        Ok(halves) => halves,
+        Err(e) => return connection.log(&format!("event=disconnected error=\"{e}\"")),
+    };
+    connection.log(&format!(
+        "event=transmission export={:?} structured={} tls={}",
+        shared.options.export_name, negotiated.structured_replies, negotiated.tls_active
+    ));
+    let rules = RequestRules {
+        size_bytes: shared.size_bytes,
+        minimum_block_bytes: shared.block_sizes.minimum_bytes,
+        maximum_payload_bytes: shared.block_sizes.maximum_bytes,
+        transmission_flags: negotiated.transmission_flags,
+        block_status: !negotiated.meta_context_ids.is_empty(),
+    };
+    let writer_connection = Arc::clone(connection);
+    let structured = negotiated.structured_replies;
+    let writer_thread = std::thread::Builder::new()
+        .name(format!("nbd-reply-{}", connection.id))
+        .spawn(move || write_replies(&writer_connection, writer, outbox, structured));
+    let reason = read_requests(connection, &mut reader, &rules);
+    connection.wait_idle();
+    let _ = connection.replies.send(Outgoing::Close);
+    if let Ok(thread) = writer_thread {
+        let _ = thread.join();
+    }
+    let totals = connection.counters.snapshot();
+    connection.log(&format!(
+        "event=disconnected reason=\"{reason}\" reads={} writes={} errors={}",
+        totals.reads, totals.writes, totals.errors
+    ));
+}
+
+/// Read and dispatch requests until the client leaves; returns why.
+fn read_requests(
+    connection: &Arc<Connection>,
+    reader: &mut dyn Read,
+    rules: &RequestRules,
+) -> String {
+    let mut header = [0u8; REQUEST_HEADER_BYTES];
+    loop {
+        match read_full(reader, &mut header) {
+            Ok(true) => {}
+            Ok(false) => return "client closed the connection".into(),
+            Err(e) => return format!("disconnected mid-request: {e}"),
+        }
+        let request = match RequestHeader::parse(&header) {
+            Ok(request) => request,
+            Err(e) => {
+                connection.log(&format!("event=bad-request reason=\"{e}\""));
+                return "protocol violation".into();
+            }
+        };
+        if request.command == Command::Disconnect {
+            return "client sent NBD_CMD_DISC".into();
+        }
+        if let Err(e) = handle(connection, reader, rules, request) {
+            return format!("disconnected mid-request: {e}");
+        }
+    }
+}
+
+/// Fill `buffer`; `Ok(false)` on a clean end of stream before any byte.
+fn read_full(reader: &mut dyn Read, buffer: &mut [u8]) -> io::Result<bool> {
+    let mut filled = 0;
+    while filled < buffer.len() {
+        match reader.read(&mut buffer[filled..]) {
+            Ok(0) if filled == 0 => return Ok(false),
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}
+
+fn handle(
+    connection: &Arc<Connection>,
+    reader: &mut dyn Read,
+    rules: &RequestRules,
+    request: RequestHeader,
+) -> io::Result<()> {
+    if let Err(rejection) = rules.check(&request) {
+        if request.command == Command::Write {
+            io::copy(&mut reader.take(u64::from(request.length)), &mut io::sink())?;
+        }
+        connection.log(&format!(
+            "event=request-refused command={:?} offset={} length={} error={:?} reason=\"{}\"",
+            request.command, request.offset, request.length, rejection.code, rejection.reason
+        ));
+        connection.acquire(0);
+        send(
+            connection,
+            &request,
+            Err((rejection.code, rejection.reason)),
+            Vec::new(),
+            0,
+        );
+        return Ok(());
+    }
+    let work = match request.command {
+        Command::Read => Work::Read,
+        Command::Write => Work::Write,
+        Command::Flush => Work::Flush,
+        Command::Trim => Work::Discard,
+        Command::WriteZeroes => Work::Zero,
+        Command::BlockStatus => {
+            connection.acquire(0);
+            let _ = connection.replies.send(Outgoing::BlockStatus {
+                cookie: request.cookie,
+                length: request.length,
+            });
+            return Ok(());
+        }
+        _ => {
+            connection.acquire(0);
+            send(connection, &request, Ok(()), Vec::new(), 0);
+            return Ok(());
+        }
+    };
+    let with_data = matches!(work, Work::Read | Work::Write);
+    let bytes = if with_data {
+        u64::from(request.length)
+    } else {
+        0
+    };
+    connection.acquire(bytes);
+    let mut buffer = if with_data {
+        connection.buffer(request.length)
+    } else {
+        Vec::new()
+    };
+    if work == Work::Write {
+        if let Err(e) = read_full(reader, &mut buffer).and_then(|full| {
+            if full {
+                Ok(())
+            } else {
+                Err(io::ErrorKind::UnexpectedEof.into())
+            }
+        }) {
+            connection.release(bytes);
+            return Err(e);
+        }
+    }
+    let job = Job {
+        owner: Arc::clone(connection) as Arc<dyn Finish>,
+        cookie: request.cookie,
+        work,
+        offset: request.offset,
+        length: if work == Work::Flush {
+            0
+        } else {
+            request.length
+        },
+        fua: request.flags & cmd_flags::FUA != 0,
+        buffer,
+        permit_bytes: bytes,
+        command: request.command,
+    };
+    connection.shared.workers.dispatch(job);
+    Ok(())
+}
+
+fn send(
+    connection: &Connection,
+    request: &RequestHeader,
+    result: Result<(), (ErrorCode, &'static str)>,
+    data: Vec<u8>,
+    permit_bytes: u64,
+) {
+    let reply = Outgoing::Reply {
+        cookie: request.cookie,
+        command: request.command,
+        offset: request.offset,
+        length: request.length,
+        result,
+        data,
+        permit_bytes,
+    };
+    let _ = connection.replies.send(reply);
+}
+
+/// The reply thread: write replies as they come, flush when idle.
+fn write_replies(
+    connection: &Connection,
+    writer: Box<dyn Write + Send>,
+    outbox: Receiver<Outgoing>,
+    structured: bool,
+) {
+    let mut out = BufWriter::with_capacity(256 * 1024, writer);
+    let mut broken = false;
+    loop {
+        let message = match outbox.try_recv() {
+            Ok(message) => message,
+            Err(TryRecvError::Empty) => {
+                broken = broken || out.flush().is_err();
+                match outbox.recv() {
+                    Ok(message) => message,
+                    Err(_) => break,
+                }
+            }
+            Err(TryRecvError::Disconnected) => break,
+        };
+        if let Outgoing::Close = message {
+            break;
+        }
+        let written = if broken {
+            Ok(())
+        } else {
+            write_one(connection, &mut out, &message, structured)
+        };
+        if let Err(e) = written {
+            broken = true;
+            connection.log(&format!("event=write-failed error=\"{e}\""));
+            connection.socket.shutdown(Shutdown::Both);
+        }
+        settle(connection, message);
+    }
+    let _ = out.flush();
+}
+
+/// Count a sent reply, give back its permit and buffer.
+fn settle(connection: &Connection, message: Outgoing) {
+    match message {
+        Outgoing::Reply {
+            command,
+            length,
+            result,
+            data,
+            permit_bytes,
+            ..
+        } => {
+            connection.counters.record(command, length, result.is_ok());
+            connection.recycle(data);
+            connection.release(permit_bytes);
+        }
+        Outgoing::BlockStatus { .. } => {
+            connection.counters.record(Command::BlockStatus, 0, true);
+            connection.release(0);
+        }
+        Outgoing::Close => {}
+    }
+}
+
+fn write_one(
+    connection: &Connection,
+    out: &mut impl Write,
+    message: &Outgoing,
+    structured: bool,
+) -> io::Result<()> {
+    match message {
+        Outgoing::Reply {
+            cookie,
+            command,
+            offset,
+            result,
+            data,
+            ..
+        } => match (result, structured) {
+            (Ok(()), false) => {
+                out.write_all(&encode_simple_reply(*cookie, None))?;
+                if *command == Command::Read {
+                    out.write_all(data)?;
+                }
+                Ok(())
+            }
+            (Ok(()), true) if *command == Command::Read => {
+                out.write_all(&encode_offset_data_header(
+                    *cookie,
+                    *offset,
+                    data.len() as u32,
+                    true,
+                ))?;
+                out.write_all(data)
+            }
+            (Ok(()), true) => out.write_all(&encode_none_chunk(*cookie)),
+            (Err((code, _)), false) => out.write_all(&encode_simple_reply(*cookie, Some(*code))),
+            (Err((code, reason)), true) => {
+                out.write_all(&encode_error_chunk(*cookie, *code, reason))
+            }
+        },
+        Outgoing::BlockStatus { cookie, length } => {
+            // The target cannot tell holes from data, so every block is
+            // reported as allocated with unknown contents (status 0), which
+            // the protocol defines as always correct.
+            let extents = [Extent {
+                length_bytes: *length,
+                flags: 0,
+            }];
+            out.write_all(&encode_block_status_chunk(
+                *cookie,
+                BASE_ALLOCATION_ID,
+                &extents,
+                true,
+            ))
+        }
+        Outgoing::Close => {
+            let _ = connection;
+            Ok(())
+        }
+    }
+}

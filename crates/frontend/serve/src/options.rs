@@ -1,0 +1,191 @@
+//! What the server is told at start-up.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Where to listen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ListenAddress {
+    Unix(PathBuf),
+    /// `host:port`; port 0 picks a free port (see [`crate::ServerInfo`]).
+    Tcp(String),
+}
+
+impl ListenAddress {
+    /// Parse `unix:PATH`, `tcp:HOST:PORT`, `tcp:PORT` (binds 127.0.0.1) or
+    /// a bare absolute path.
+    pub fn parse(text: &str) -> Result<ListenAddress, String> {
+        if let Some(path) = text.strip_prefix("unix:") {
+            return Ok(ListenAddress::Unix(PathBuf::from(path)));
+        }
+        if let Some(rest) = text.strip_prefix("tcp:") {
+            if rest.parse::<u16>().is_ok() {
+                return Ok(ListenAddress::Tcp(format!("127.0.0.1:{rest}")));
+            }
+            if rest
+                .rsplit_once(':')
+                .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+            {
+                return Ok(ListenAddress::Tcp(rest.to_string()));
+            }
+            return Err(format!("{text:?}: expected tcp:HOST:PORT or tcp:PORT"));
+        }
+        if text.starts_with('/') {
+            return Ok(ListenAddress::Unix(PathBuf::from(text)));
+        }
+        Err(format!("{text:?}: expected unix:PATH or tcp:HOST:PORT"))
+    }
+}
+
+impl fmt::Display for ListenAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ListenAddress::Unix(path) => write!(f, "unix:{}", path.display()),
+            ListenAddress::Tcp(address) => write!(f, "tcp:{address}"),
+        }
+    }
+}
+
+/// TLS mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum TlsMode {
+    /// Plaintext only.
+    #[default]
+    Off,
+    /// Clients may upgrade with STARTTLS.
+    On,
+    /// Clients must upgrade before they see anything about the export.
+    Require,
+}
+
+/// Certificate chain and key (PEM files).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+/// A place log lines go (one line per call, no newline).
+pub type LogSink = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// Extra JSON for the control socket's status (the array's `detail`,
+/// per-member counters), provided by the caller that owns the array.
+pub type StatusHook = Arc<dyn Fn() -> serde_json::Value + Send + Sync>;
+
+/// Everything `serve` needs besides the target.
+#[derive(Clone)]
+pub struct ServeOptions {
+    pub listen: Vec<ListenAddress>,
+    pub export_name: String,
+    pub description: String,
+    pub read_only: bool,
+    pub tls: TlsMode,
+    pub tls_files: Option<TlsFiles>,
+    /// Longest READ/WRITE accepted (the advertised maximum block size).
+    pub request_max_bytes: u32,
+    pub connections_max: u32,
+    /// Requests in flight on one connection.
+    pub inflight_max: u32,
+    /// Payload bytes in flight on one connection (bounds its memory).
+    pub inflight_max_bytes: u64,
+    /// Preferred block size to advertise (the array's chunk, or 4 KiB).
+    pub preferred_block_bytes: u32,
+    /// Worker threads, each with its own queue on the target.
+    pub workers: u32,
+    /// Slots per worker queue.
+    pub queue_depth: u32,
+    /// Largest single I/O a worker submits (requests are split).
+    pub io_max_bytes: u32,
+    /// A client must finish the handshake within this time.
+    pub handshake_timeout: Duration,
+    /// Control socket path; `None` for none.
+    pub control_socket: Option<PathBuf>,
+    pub log: LogSink,
+    pub status_hook: Option<StatusHook>,
+}
+
+impl fmt::Debug for ServeOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServeOptions")
+            .field("listen", &self.listen)
+            .field("export_name", &self.export_name)
+            .field("read_only", &self.read_only)
+            .field("tls", &self.tls)
+            .field("request_max_bytes", &self.request_max_bytes)
+            .field("connections_max", &self.connections_max)
+            .field("workers", &self.workers)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The default log sink: standard error.
+pub fn stderr_log() -> LogSink {
+    Arc::new(|line: &str| eprintln!("{line}"))
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get() as u32);
+        ServeOptions {
+            listen: Vec::new(),
+            export_name: String::new(),
+            description: String::new(),
+            read_only: false,
+            tls: TlsMode::Off,
+            tls_files: None,
+            request_max_bytes: 32 << 20,
+            connections_max: 16,
+            inflight_max: 64,
+            inflight_max_bytes: 64 << 20,
+            preferred_block_bytes: 4096,
+            workers: cores.clamp(1, 8),
+            queue_depth: 32,
+            io_max_bytes: 1 << 20,
+            handshake_timeout: Duration::from_secs(30),
+            control_socket: None,
+            log: stderr_log(),
+            status_hook: None,
+        }
+    }
+}
+
+impl ServeOptions {
+    /// Check the limits make sense together.
+    pub fn validate(&self) -> Result<(), String> {
+        let checks = [
+            (self.listen.is_empty(), "no listen address"),
+            (self.request_max_bytes < 4096, "maximum request below 4 KiB"),
+            (self.connections_max == 0, "maximum connections is 0"),
+            (
+                self.inflight_max == 0,
+                "in-flight requests per connection is 0",
+            ),
+            (
+                self.inflight_max_bytes < u64::from(self.request_max_bytes),
+                "in-flight bytes below one request",
+            ),
+            (
+                !self.preferred_block_bytes.is_power_of_two(),
+                "preferred block size not a power of two",
+            ),
+            (
+                self.workers == 0 || self.queue_depth == 0,
+                "no workers or zero queue depth",
+            ),
+            (
+                self.io_max_bytes < 4096 || !self.io_max_bytes.is_power_of_two(),
+                "worker I/O size not a power of two >= 4 KiB",
+            ),
+            (
+                self.tls != TlsMode::Off && self.tls_files.is_none(),
+                "TLS needs --tls-cert and --tls-key",
+            ),
+        ];
+        match checks.iter().find(|(bad, _)| *bad) {
+            Some((_, reason)) => Err(reason.to_string()),
+            None => Ok(()),
+        }
+    }
+}

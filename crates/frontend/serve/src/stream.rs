@@ -1,0 +1,139 @@
+//! Listening sockets and accepted streams, Unix or TCP.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::options::ListenAddress;
+use crate::Error;
+
+/// A bound listener.
+#[derive(Debug)]
+pub(crate) enum Listener {
+    Unix(UnixListener, PathBuf),
+    Tcp(TcpListener),
+}
+
+impl Listener {
+    pub(crate) fn bind(address: &ListenAddress) -> Result<Listener, Error> {
+        let fail = |source| Error::Listen {
+            address: address.to_string(),
+            source,
+        };
+        match address {
+            ListenAddress::Unix(path) => {
+                remove_stale_socket(path);
+                UnixListener::bind(path)
+                    .map(|l| Listener::Unix(l, path.clone()))
+                    .map_err(fail)
+            }
+            ListenAddress::Tcp(host_port) => TcpListener::bind(host_port)
+                .map(Listener::Tcp)
+                .map_err(fail),
+        }
+    }
+
+    /// The address actually bound (with the real port for port 0).
+    pub(crate) fn local(&self) -> ListenAddress {
+        match self {
+            Listener::Unix(_, path) => ListenAddress::Unix(path.clone()),
+            Listener::Tcp(l) => {
+                ListenAddress::Tcp(l.local_addr().map_or(String::new(), |a| a.to_string()))
+            }
+        }
+    }
+
+    /// Accept one client, naming it for log lines.
+    pub(crate) fn accept(&self, id: u64) -> io::Result<(Stream, String)> {
+        match self {
+            Listener::Unix(l, path) => {
+                let (s, _) = l.accept()?;
+                Ok((Stream::Unix(s), format!("unix:{}#{id}", path.display())))
+            }
+            Listener::Tcp(l) => {
+                let (s, peer) = l.accept()?;
+                s.set_nodelay(true)?;
+                Ok((Stream::Tcp(s), format!("tcp:{peer}#{id}")))
+            }
+        }
+    }
+
+    /// Connect to ourselves so a blocked `accept` returns (used on shutdown).
+    pub(crate) fn poke(&self) {
+        let _ = match self {
+            Listener::Unix(_, path) => UnixStream::connect(path).map(drop),
+            Listener::Tcp(l) => l.local_addr().and_then(TcpStream::connect).map(drop),
+        };
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let Listener::Unix(_, path) = self {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// Remove a socket file left by a previous run (never a regular file).
+fn remove_stale_socket(path: &std::path::Path) {
+    use std::os::unix::fs::FileTypeExt;
+    let is_socket = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket());
+    if is_socket && UnixStream::connect(path).is_err() {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// A connected stream.
+#[derive(Debug)]
+pub(crate) enum Stream {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+impl Stream {
+    pub(crate) fn try_clone(&self) -> io::Result<Stream> {
+        match self {
+            Stream::Unix(s) => s.try_clone().map(Stream::Unix),
+            Stream::Tcp(s) => s.try_clone().map(Stream::Tcp),
+        }
+    }
+
+    pub(crate) fn shutdown(&self, how: Shutdown) {
+        let _ = match self {
+            Stream::Unix(s) => s.shutdown(how),
+            Stream::Tcp(s) => s.shutdown(how),
+        };
+    }
+
+    pub(crate) fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.set_read_timeout(timeout),
+            Stream::Tcp(s) => s.set_read_timeout(timeout),
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.read(buf),
+            Stream::Tcp(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(s) => s.write(buf),
+            Stream::Tcp(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}

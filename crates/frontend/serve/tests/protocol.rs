@@ -1,0 +1,578 @@
+//! Bad input and protocol semantics, driven by a raw client built on the
+//! codec. After each misbehaving client the server must still serve
+//! others, and must have logged a line naming the client.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+use common::TestServer;
+use nvraid_nbd::consts::{cmd_flags, reply_type};
+use nvraid_nbd::transmission::ReplyHeader;
+use nvraid_nbd::{
+    ClientConfig, ClientEvent, ClientHandshake, ClientNegotiated, Command, ErrorCode,
+    OptionRequest, RequestHeader,
+};
+use nvraid_serve::testing::MemTarget;
+
+const MIB: u64 = 1 << 20;
+
+struct Client {
+    stream: UnixStream,
+    negotiated: ClientNegotiated,
+}
+
+/// A reply: cookie, error value, data (for reads).
+#[derive(Debug)]
+struct Reply {
+    cookie: u64,
+    error: u32,
+    data: Vec<u8>,
+}
+
+fn connect(server: &TestServer, structured: bool) -> Client {
+    let mut stream = UnixStream::connect(&server.socket).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let config = ClientConfig {
+        export: String::new(),
+        tls: false,
+        structured_replies: structured,
+        meta_contexts: vec!["base:allocation".into()],
+    };
+    let mut handshake = ClientHandshake::new(config);
+    let mut byte = [0u8; 1];
+    loop {
+        stream.write_all(&handshake.take_output()).unwrap();
+        stream.read_exact(&mut byte).unwrap();
+        if let (_, Some(ClientEvent::Ready(negotiated))) = handshake.receive(&byte).unwrap() {
+            return Client { stream, negotiated };
+        }
+    }
+}
+
+impl Client {
+    fn send(
+        &mut self,
+        command: Command,
+        flags: u16,
+        cookie: u64,
+        offset: u64,
+        length: u32,
+        payload: &[u8],
+    ) {
+        let header = RequestHeader {
+            flags,
+            command,
+            cookie,
+            offset,
+            length,
+        };
+        self.stream.write_all(&header.encode()).unwrap();
+        self.stream.write_all(payload).unwrap();
+    }
+
+    fn reply(&mut self) -> Reply {
+        let mut head = [0u8; 20];
+        self.stream.read_exact(&mut head[..4]).unwrap();
+        let size =
+            ReplyHeader::header_bytes(u32::from_be_bytes(head[..4].try_into().unwrap())).unwrap();
+        self.stream.read_exact(&mut head[4..size]).unwrap();
+        match ReplyHeader::parse(&head[..size]).unwrap().unwrap().0 {
+            ReplyHeader::Simple { error, cookie } => Reply {
+                cookie,
+                error,
+                data: Vec::new(),
+            },
+            ReplyHeader::Chunk(chunk) => {
+                let mut payload = vec![0; chunk.length_bytes as usize];
+                self.stream.read_exact(&mut payload).unwrap();
+                assert!(chunk.is_done(), "this server sends one chunk per reply");
+                match chunk.reply_type {
+                    reply_type::OFFSET_DATA => Reply {
+                        cookie: chunk.cookie,
+                        error: 0,
+                        data: payload[8..].to_vec(),
+                    },
+                    reply_type::ERROR => {
+                        let error = u32::from_be_bytes(payload[..4].try_into().unwrap());
+                        Reply {
+                            cookie: chunk.cookie,
+                            error,
+                            data: Vec::new(),
+                        }
+                    }
+                    _ => Reply {
+                        cookie: chunk.cookie,
+                        error: 0,
+                        data: payload,
+                    },
+                }
+            }
+        }
+    }
+
+    /// Send and wait for the reply.
+    fn call(
+        &mut self,
+        command: Command,
+        flags: u16,
+        offset: u64,
+        length: u32,
+        payload: &[u8],
+    ) -> Reply {
+        self.send(command, flags, 99, offset, length, payload);
+        let reply = self.reply();
+        assert_eq!(reply.cookie, 99);
+        reply
+    }
+
+    fn read_simple_data(&mut self, length: usize) -> Vec<u8> {
+        let mut data = vec![0; length];
+        self.stream.read_exact(&mut data).unwrap();
+        data
+    }
+
+    fn is_closed(&mut self) -> bool {
+        let mut byte = [0u8; 1];
+        matches!(self.stream.read(&mut byte), Ok(0) | Err(_))
+    }
+}
+
+/// The server still serves a well-behaved client.
+fn still_serving(server: &TestServer) {
+    let mut client = connect(server, true);
+    let reply = client.call(Command::Read, 0, 0, 4096, &[]);
+    assert_eq!(reply.error, 0);
+    assert_eq!(reply.data.len(), 4096);
+}
+
+fn code(error: ErrorCode) -> u32 {
+    error.value()
+}
+
+#[test]
+fn pipelined_requests_all_complete_with_the_right_data() {
+    let server = TestServer::start(MemTarget::new(16 * MIB, 512));
+    let mut client = connect(&server, true);
+    for i in 0..64u64 {
+        let payload = vec![i as u8; 64 * 1024];
+        client.send(Command::Write, 0, i, i * 65536, 65536, &payload);
+    }
+    let mut seen: Vec<u64> = (0..64)
+        .map(|_| client.reply())
+        .inspect(|r| assert_eq!(r.error, 0))
+        .map(|r| r.cookie)
+        .collect();
+    seen.sort();
+    assert_eq!(seen, (0..64).collect::<Vec<_>>());
+    for i in 0..64u64 {
+        client.send(Command::Read, 0, 1000 + i, i * 65536, 65536, &[]);
+    }
+    for _ in 0..64 {
+        let reply = client.reply();
+        let i = reply.cookie - 1000;
+        assert!(
+            reply.data.iter().all(|b| *b == i as u8),
+            "read {i} has wrong data"
+        );
+    }
+    // A request larger than a worker's I/O size is split and reassembled.
+    let big: Vec<u8> = common::random_bytes(5 * MIB as usize, 3);
+    assert_eq!(
+        client
+            .call(Command::Write, 0, MIB, 5 * MIB as u32, &big)
+            .error,
+        0
+    );
+    assert_eq!(
+        client.call(Command::Read, 0, MIB, 5 * MIB as u32, &[]).data,
+        big
+    );
+}
+
+#[test]
+fn simple_replies_carry_read_data() {
+    let server = TestServer::start(MemTarget::new(MIB, 512));
+    let mut client = connect(&server, false);
+    assert!(!client.negotiated.structured_replies);
+    assert_eq!(
+        client.call(Command::Write, 0, 512, 512, &[7u8; 512]).error,
+        0
+    );
+    let reply = client.call(Command::Read, 0, 512, 512, &[]);
+    assert_eq!(reply.error, 0);
+    assert_eq!(client.read_simple_data(512), vec![7u8; 512]);
+    // An error reply to a simple read carries no data.
+    let reply = client.call(Command::Read, 0, MIB, 512, &[]);
+    assert_eq!(reply.error, code(ErrorCode::Invalid));
+    assert_eq!(client.call(Command::Flush, 0, 0, 0, &[]).error, 0);
+}
+
+#[test]
+fn out_of_range_oversized_and_unaligned_requests_get_errors() {
+    let server = TestServer::start(MemTarget::new(MIB, 4096));
+    let mut client = connect(&server, true);
+    assert_eq!(
+        client.call(Command::Read, 0, MIB, 4096, &[]).error,
+        code(ErrorCode::Invalid)
+    );
+    assert_eq!(
+        client
+            .call(Command::Write, 0, MIB - 4096, 8192, &[0; 8192])
+            .error,
+        code(ErrorCode::NoSpace)
+    );
+    assert_eq!(
+        client
+            .call(Command::Read, 0, u64::MAX - 4095, 4096, &[])
+            .error,
+        code(ErrorCode::Invalid)
+    );
+    assert_eq!(
+        client.call(Command::Read, 0, 512, 4096, &[]).error,
+        code(ErrorCode::Invalid)
+    );
+    assert_eq!(
+        client.call(Command::Write, 0, 0, 1000, &[1; 1000]).error,
+        code(ErrorCode::Invalid)
+    );
+    assert_eq!(
+        client.call(Command::Unknown(77), 0, 0, 4096, &[]).error,
+        code(ErrorCode::Invalid)
+    );
+    assert_eq!(
+        client.call(Command::Read, 0x8000, 0, 4096, &[]).error,
+        code(ErrorCode::Invalid)
+    );
+    // The connection is still in step after refused writes' payloads.
+    let reply = client.call(Command::Read, 0, 0, 4096, &[]);
+    assert_eq!(reply.error, 0);
+    assert!(
+        reply.data.iter().all(|b| *b == 0),
+        "refused writes changed data"
+    );
+    server.wait_log(&[
+        "client=unix:",
+        "event=request-refused",
+        "reason=\"range past the end of the export\"",
+    ]);
+    server.wait_log(&["reason=\"not aligned to the minimum block size\""]);
+}
+
+#[test]
+fn oversized_write_is_drained_and_refused() {
+    let server = TestServer::start_with(MemTarget::new(8 * MIB, 512), |o| {
+        o.request_max_bytes = MIB as u32;
+        o.inflight_max_bytes = 2 * MIB;
+    });
+    let mut client = connect(&server, true);
+    assert_eq!(
+        client.negotiated.block_sizes.unwrap().maximum_bytes,
+        MIB as u32
+    );
+    let payload = vec![9u8; 2 * MIB as usize];
+    let reply = client.call(Command::Write, 0, 0, 2 * MIB as u32, &payload);
+    assert_eq!(reply.error, code(ErrorCode::Overflow));
+    assert_eq!(
+        client.call(Command::Read, 0, 0, 2 * MIB as u32, &[]).error,
+        code(ErrorCode::Overflow)
+    );
+    assert_eq!(
+        client.call(Command::Read, 0, 0, 4096, &[]).data,
+        vec![0u8; 4096]
+    );
+}
+
+#[test]
+fn writes_to_a_read_only_export_are_refused() {
+    let server = TestServer::start_with(MemTarget::new(MIB, 512), |o| o.read_only = true);
+    let mut client = connect(&server, true);
+    assert_eq!(
+        client.call(Command::Write, 0, 0, 512, &[1; 512]).error,
+        code(ErrorCode::NotPermitted)
+    );
+    assert_eq!(
+        client.call(Command::Trim, 0, 0, 512, &[]).error,
+        code(ErrorCode::NotPermitted)
+    );
+    assert_eq!(
+        client.call(Command::WriteZeroes, 0, 0, 512, &[]).error,
+        code(ErrorCode::NotPermitted)
+    );
+    assert_eq!(client.call(Command::Read, 0, 0, 512, &[]).error, 0);
+    assert!(server.target.contents().iter().all(|b| *b == 0));
+}
+
+#[test]
+fn trim_zeroes_cache_and_block_status() {
+    let server = TestServer::start(MemTarget::new(MIB, 512));
+    server.target.fill(&vec![0xab; MIB as usize]);
+    let mut client = connect(&server, true);
+    assert_eq!(client.negotiated.meta_contexts.len(), 1);
+    assert_eq!(
+        client
+            .call(Command::WriteZeroes, cmd_flags::NO_HOLE, 4096, 8192, &[])
+            .error,
+        0
+    );
+    assert_eq!(
+        client.call(Command::Read, 0, 4096, 8192, &[]).data,
+        vec![0u8; 8192]
+    );
+    assert_eq!(client.call(Command::Trim, 0, 65536, 4096, &[]).error, 0);
+    assert_eq!(client.call(Command::Cache, 0, 0, 4096, &[]).error, 0);
+    let status = client.call(Command::BlockStatus, 0, 0, 65536, &[]);
+    assert_eq!(status.error, 0);
+    // context id 1, one extent of the whole range, status 0 (allocated).
+    assert_eq!(status.data, [0, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(server.target.contents()[0], 0xab);
+}
+
+#[test]
+fn storage_errors_become_eio_replies() {
+    let server = TestServer::start(MemTarget::new(MIB, 512));
+    server.target.fail_between(Some((8192, 16384)));
+    let mut client = connect(&server, true);
+    assert_eq!(
+        client.call(Command::Read, 0, 8192, 512, &[]).error,
+        code(ErrorCode::Io)
+    );
+    assert_eq!(
+        client.call(Command::Write, 0, 0, 65536, &[1; 65536]).error,
+        code(ErrorCode::Io)
+    );
+    assert_eq!(client.call(Command::Read, 0, 0, 4096, &[]).error, 0);
+    server.target.fail_between(None);
+    let status = nvraid_serve::query_status(&server.control).unwrap();
+    assert_eq!(status["totals"]["errors"], 2);
+}
+
+#[test]
+fn flush_on_one_connection_covers_writes_completed_on_another() {
+    let server = TestServer::start(MemTarget::new(MIB, 512));
+    let mut writer = connect(&server, true);
+    let mut flusher = connect(&server, false);
+    assert_eq!(writer.call(Command::Write, 0, 0, 4096, &[5; 4096]).error, 0);
+    assert_eq!(
+        server.target.durable_contents()[0],
+        0,
+        "write should not be durable yet"
+    );
+    assert_eq!(flusher.call(Command::Flush, 0, 0, 0, &[]).error, 0);
+    assert_eq!(&server.target.durable_contents()[..4096], &[5; 4096][..]);
+    assert_eq!(
+        writer
+            .call(Command::Write, cmd_flags::FUA, 8192, 512, &[6; 512])
+            .error,
+        0
+    );
+    assert_eq!(
+        server.target.durable_contents()[8192],
+        6,
+        "FUA write not durable"
+    );
+}
+
+#[test]
+fn wrong_option_magic_disconnects_and_is_logged() {
+    let server = TestServer::start(MemTarget::new(MIB, 512));
+    let mut stream = UnixStream::connect(&server.socket).unwrap();
+    let mut greeting = [0u8; 18];
+    stream.read_exact(&mut greeting).unwrap();
+    stream.write_all(&[0, 0, 0, 1]).unwrap();
+    stream.write_all(b"NOTMAGIC\0\0\0\x07\0\0\0\0").unwrap();
+    let mut rest = Vec::new();
+    let _ = stream.read_to_end(&mut rest);
+    assert!(rest.is_empty(), "server answered a bad magic");
+    server.wait_log(&["client=unix:", "event=refused phase=handshake", "bad magic"]);
+    still_serving(&server);
+}
+
+#[test]
+fn unknown_option_gets_err_unsup_then_go_works() {
+    let server = TestServer::start(MemTarget::new(MIB, 512));
+    let mut stream = UnixStream::connect(&server.socket).unwrap();
+    let mut greeting = [0u8; 18];
+    stream.read_exact(&mut greeting).unwrap();
+    stream.write_all(&[0, 0, 0, 3]).unwrap();
+    stream
+        .write_all(
+            &OptionRequest::Unknown {
+                option: 4242,
+                data: b"hello".to_vec(),
+            }
+            .encode(),
+        )
+        .unwrap();
+    let mut reply = [0u8; 20];
+    stream.read_exact(&mut reply).unwrap();
+    assert_eq!(&reply[8..12], &4242u32.to_be_bytes());
+    assert_eq!(
+        &reply[12..16],
+        &nvraid_nbd::consts::rep::ERR_UNSUP.to_be_bytes()
+    );
+    let mut message = vec![0u8; u32::from_be_bytes(reply[16..20].try_into().unwrap()) as usize];
+    stream.read_exact(&mut message).unwrap();
+    server.wait_log(&["event=option-refused option=4242"]);
+    stream
+        .write_all(&OptionRequest::ExportName(String::new()).encode())
+        .unwrap();
+    let mut export = [0u8; 10];
+    stream.read_exact(&mut export).unwrap();
+    assert_eq!(u64::from_be_bytes(export[..8].try_into().unwrap()), MIB);
+}
+
+#[test]
+fn disconnects_mid_handshake_and_mid_request_are_logged() {
+    let server = TestServer::start(MemTarget::new(MIB, 512));
+    {
+        let mut stream = UnixStream::connect(&server.socket).unwrap();
+        let mut greeting = [0u8; 18];
+        stream.read_exact(&mut greeting).unwrap();
+        stream.write_all(&[0, 0]).unwrap();
+    }
+    server.wait_log(&["event=disconnected phase=handshake"]);
+    {
+        let mut client = connect(&server, true);
+        let header = RequestHeader {
+            flags: 0,
+            command: Command::Write,
+            cookie: 1,
+            offset: 0,
+            length: 65536,
+        };
+        client.stream.write_all(&header.encode()).unwrap();
+        client.stream.write_all(&[3; 1000]).unwrap();
+    }
+    server.wait_log(&["event=disconnected", "mid-request"]);
+    {
+        let mut client = connect(&server, true);
+        client.stream.write_all(&[0x25, 0x60, 0x95]).unwrap();
+    }
+    let mid_request = || {
+        server
+            .log_lines()
+            .iter()
+            .filter(|l| l.contains("mid-request"))
+            .count()
+    };
+    for _ in 0..200 {
+        if mid_request() >= 2 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    assert_eq!(mid_request(), 2, "{}", server.log_lines().join("\n"));
+    still_serving(&server);
+    assert!(
+        server.target.contents().iter().all(|b| *b == 0),
+        "a partial write reached the target"
+    );
+}
+
+#[test]
+fn garbage_after_the_handshake_disconnects() {
+    let server = TestServer::start(MemTarget::new(MIB, 512));
+    let mut client = connect(&server, true);
+    client.stream.write_all(&[0x55; 28]).unwrap();
+    assert!(client.is_closed());
+    server.wait_log(&["event=bad-request", "bad magic"]);
+    server.wait_log(&["event=disconnected", "protocol violation"]);
+    still_serving(&server);
+}
+
+#[test]
+fn connection_flood_beyond_the_limit_is_refused() {
+    let server = TestServer::start_with(MemTarget::new(MIB, 512), |o| o.connections_max = 3);
+    let mut held: Vec<Client> = (0..3).map(|_| connect(&server, true)).collect();
+    let mut extra = UnixStream::connect(&server.socket).unwrap();
+    extra
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    assert_eq!(
+        extra.read(&mut byte).unwrap(),
+        0,
+        "connection beyond the limit was served"
+    );
+    server.wait_log(&["event=refused", "connection limit (3) reached"]);
+    for client in &mut held {
+        assert_eq!(client.call(Command::Read, 0, 0, 512, &[]).error, 0);
+    }
+    held.pop();
+    // Once one leaves, a new client is admitted.
+    for _ in 0..100 {
+        let status = nvraid_serve::query_status(&server.control).unwrap();
+        if status["connections"].as_array().unwrap().len() < 3 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    still_serving(&server);
+}
+
+#[test]
+fn shutdown_finishes_in_flight_requests_and_flushes() {
+    let server = TestServer::start(MemTarget::new(16 * MIB, 512));
+    let mut client = connect(&server, true);
+    for i in 0..32u64 {
+        client.send(
+            Command::Write,
+            0,
+            i,
+            i * 262144,
+            262144,
+            &vec![i as u8 + 1; 262144],
+        );
+    }
+    let shutdown = server.shutdown.clone();
+    let replies =
+        std::thread::spawn(move || (0..32).map(|_| client.reply().error).collect::<Vec<_>>());
+    shutdown.trigger();
+    let errors = replies.join().unwrap();
+    assert!(errors.iter().all(|e| *e == 0), "{errors:?}");
+    let target = server.target.clone();
+    server.stop();
+    let durable = target.durable_contents();
+    for i in 0..32usize {
+        assert_eq!(
+            durable[i * 262144],
+            i as u8 + 1,
+            "write {i} not durable after shutdown"
+        );
+    }
+}
+
+#[test]
+fn control_socket_reports_connections_and_counters() {
+    let server = TestServer::start(MemTarget::new(MIB, 512));
+    let mut client = connect(&server, true);
+    client.call(Command::Write, 0, 0, 4096, &[1; 4096]);
+    client.call(Command::Read, 0, 0, 4096, &[]);
+    let status = nvraid_serve::query_status(&server.control).unwrap();
+    assert_eq!(status["export"]["size_bytes"], MIB);
+    assert_eq!(status["export"]["block_sizes"]["minimum_bytes"], 512);
+    assert_eq!(status["totals"]["reads"], 1);
+    assert_eq!(status["totals"]["writes"], 1);
+    assert_eq!(status["totals"]["written_bytes"], 4096);
+    let connections = status["connections"].as_array().unwrap();
+    assert_eq!(connections.len(), 1);
+    assert!(connections[0]["client"]
+        .as_str()
+        .unwrap()
+        .starts_with("unix:"));
+    assert!(status["rates"]["iops"].is_number());
+    let text = nvraid_serve::format_status(&status);
+    assert!(text.contains("connections: 1"), "{text}");
+    // Garbage on the control socket gets an error, the server stays up.
+    let mut raw = UnixStream::connect(&server.control).unwrap();
+    raw.write_all(b"not json\n").unwrap();
+    let mut answer = String::new();
+    raw.read_to_string(&mut answer).unwrap();
+    assert!(answer.contains("error"), "{answer}");
+    assert!(nvraid_serve::query_status(&server.control).is_ok());
+}
