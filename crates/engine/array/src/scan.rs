@@ -59,7 +59,10 @@ pub fn scan(paths: &[String]) -> ScanReport {
     for candidate in expand(paths, &mut report.ignored) {
         match probe(&candidate) {
             Ok(sb) => found.push((candidate, sb)),
-            Err(reason) => report.ignored.push(Ignored { path: candidate, reason }),
+            Err(reason) => report.ignored.push(Ignored {
+                path: candidate,
+                reason,
+            }),
         }
     }
     let mut uuids: Vec<[u8; 16]> = Vec::new();
@@ -94,7 +97,10 @@ fn expand(paths: &[String], ignored: &mut Vec<Ignored>) -> Vec<String> {
                 names.sort();
                 out.extend(names);
             }
-            Err(e) => ignored.push(Ignored { path: path.clone(), reason: e.to_string() }),
+            Err(e) => ignored.push(Ignored {
+                path: path.clone(),
+                reason: e.to_string(),
+            }),
         }
     }
     out
