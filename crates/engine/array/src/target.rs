@@ -132,6 +132,9 @@ struct SlotState {
 /// Per-worker queue over a [`FanoutTarget`].
 pub struct FanoutQueue {
     shape: Shape,
+    /// The array's geometry (a copy: the hot path reads it without touching
+    /// the shared `Arc`).
+    geometry: Option<nvraid_layout::Geometry>,
     /// Byte offset of each member's data area; `None` for missing members.
     data_offsets: Vec<Option<u64>>,
     null: Vec<bool>,
@@ -189,8 +192,13 @@ impl FanoutQueue {
         let subs_max =
             depth as usize * Self::subs_per_request(&target.shape, max_io_bytes, members.len());
         let engine = open_engine(target.engine, &files, &regions, (subs_max as u32).min(4096))?;
+        let geometry = match &target.shape {
+            Shape::Array(a) => Some(*a.geometry()),
+            Shape::Raw(_) => None,
+        };
         Ok(FanoutQueue {
             shape: target.shape.clone(),
+            geometry,
             data_offsets,
             null,
             engine,
@@ -230,8 +238,12 @@ impl FanoutQueue {
 
     /// Choose the copy to read: fewest of this worker's operations in
     /// flight on its member, ties broken by rotation.
-    fn choose_copy(&mut self, array: &Array, logical_offset: u64) -> Option<u32> {
-        let copies = array.geometry().copies();
+    fn choose_copy(
+        &mut self,
+        geometry: &nvraid_layout::Geometry,
+        logical_offset: u64,
+    ) -> Option<u32> {
+        let copies = geometry.copies();
         if copies == 1 {
             return Some(0);
         }
@@ -239,7 +251,7 @@ impl FanoutQueue {
         let mut best: Option<(u32, u32)> = None;
         for step in 0..copies {
             let copy = (self.rotor + step) % copies;
-            let member = array.geometry().locate(logical_offset, copy).member as usize;
+            let member = geometry.locate(logical_offset, copy).member as usize;
             if self.data_offsets[member].is_none() {
                 continue;
             }
@@ -348,7 +360,6 @@ impl FanoutQueue {
         len: u32,
         fua: bool,
     ) -> io::Result<()> {
-        let shape = self.shape.clone();
         let kind = if write { KIND_WRITE } else { KIND_READ };
         let base = SubOp {
             slot,
@@ -360,20 +371,18 @@ impl FanoutQueue {
             len,
             done: 0,
         };
-        let array = match &shape {
-            Shape::Raw(_) => return self.push_sub(base),
-            Shape::Array(array) => array,
+        let Some(geometry) = self.geometry else {
+            return self.push_sub(base);
         };
-        if write {
+        if let (true, Shape::Array(array)) = (write, &self.shape) {
             array.mark_dirty().map_err(io::Error::other)?;
         }
-        let geometry = *array.geometry();
         let mut buf_offset = 0u32;
         for piece in geometry.pieces(offset, u64::from(len)) {
             let copies = if write {
                 0..geometry.copies()
             } else {
-                let Some(copy) = self.choose_copy(array, piece.logical_offset) else {
+                let Some(copy) = self.choose_copy(&geometry, piece.logical_offset) else {
                     self.slots[slot as usize].errno = libc::EIO;
                     break;
                 };
@@ -431,9 +440,10 @@ impl FanoutQueue {
     }
 
     fn size_bytes(&self) -> u64 {
-        match &self.shape {
-            Shape::Array(a) => a.size_bytes(),
-            Shape::Raw(m) => m.size_bytes(),
+        match (&self.geometry, &self.shape) {
+            (Some(g), _) => g.array_bytes(),
+            (None, Shape::Raw(m)) => m.size_bytes(),
+            (None, Shape::Array(a)) => a.size_bytes(),
         }
     }
 }
@@ -441,6 +451,10 @@ impl FanoutQueue {
 impl Queue for FanoutQueue {
     fn depth(&self) -> u32 {
         self.slots.len() as u32
+    }
+
+    fn completes_inline(&self) -> bool {
+        self.engine.completes_inline()
     }
 
     fn buffer_mut(&mut self, slot: u32) -> &mut [u8] {

@@ -59,6 +59,11 @@ pub trait Engine {
 
     /// Short name for reports (`io_uring`, `psync`).
     fn name(&self) -> &'static str;
+
+    /// Whether operations are done inside [`Engine::push`].
+    fn completes_inline(&self) -> bool {
+        false
+    }
 }
 
 /// Which engine to use.
@@ -286,6 +291,10 @@ impl Engine for PsyncEngine {
     fn name(&self) -> &'static str {
         "psync"
     }
+
+    fn completes_inline(&self) -> bool {
+        true
+    }
 }
 
 /// psync with injected short transfers and EAGAIN answers.
@@ -316,5 +325,9 @@ impl Engine for FaultyEngine {
 
     fn name(&self) -> &'static str {
         "faulty-psync"
+    }
+
+    fn completes_inline(&self) -> bool {
+        true
     }
 }

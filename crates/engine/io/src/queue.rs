@@ -64,6 +64,13 @@ pub trait Queue {
         min_complete: u32,
         on_complete: &mut dyn FnMut(Completion),
     ) -> io::Result<u32>;
+
+    /// Whether [`Queue::submit`] performs the I/O before it returns (a
+    /// synchronous engine). Such a queue gains nothing from depth; callers
+    /// that time I/Os reap each one before submitting the next.
+    fn completes_inline(&self) -> bool {
+        false
+    }
 }
 
 /// Something queues can be opened on.

@@ -511,6 +511,13 @@ impl<'a> Worker<'a> {
                 return;
             }
             self.in_flight += 1;
+            // A queue that completes I/O inside submit (psync) gives no
+            // concurrency: reap each I/O before the next, so its latency is
+            // its own and not that of the I/Os submitted after it (fio runs
+            // its sync engines at an effective depth of 1 for the same reason).
+            if lane.queue.completes_inline() {
+                return;
+            }
         }
     }
 

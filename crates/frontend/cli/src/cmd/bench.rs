@@ -84,13 +84,17 @@ pub fn run(args: &BenchArgs, direct_flag: bool) -> Result<u8> {
 }
 
 /// The engine for `auto`: psync when every member completes I/O inline in
-/// the submitting thread (RAM-backed: mem:, null:, tmpfs files, zram), where
-/// io_uring only adds work; io_uring otherwise. docs/PERFORMANCE.md has the
-/// measurements behind the rule.
+/// the submitting thread (RAM-backed: mem:, tmpfs files, zram), where
+/// io_uring only adds work; io_uring otherwise. Arrays of null: members only
+/// never reach an engine (the queue completes their operations itself), so
+/// they get the batching queue. docs/PERFORMANCE.md has the measurements
+/// behind the rule.
 pub fn engine_for(choice: Engine, members: &[&Member]) -> EngineKind {
+    let all_null = members.iter().all(|m| m.kind() == MemberKind::Null);
     match choice {
         Engine::Uring => EngineKind::Uring,
         Engine::Psync => EngineKind::Psync,
+        Engine::Auto if all_null => EngineKind::Uring,
         Engine::Auto if members.iter().all(|m| completes_inline(m)) => EngineKind::Psync,
         Engine::Auto => EngineKind::Uring,
     }
