@@ -114,11 +114,23 @@ struct SubOp {
     dsync: bool,
     /// Member byte offset where this operation starts.
     member_offset: u64,
-    /// Offset in the slot buffer.
-    buf_offset: u32,
+    /// The buffer pieces, in member order: `segs[seg_first..][..seg_count]`
+    /// (0 for a flush).
+    seg_first: u32,
+    seg_count: u32,
+    /// Total bytes.
     len: u32,
     /// Bytes already moved (short transfers are continued).
     done: u32,
+}
+
+/// A piece of a request bound for one member, before merging.
+#[derive(Clone, Copy, Debug, Default)]
+struct Part {
+    member: u32,
+    member_offset: u64,
+    buf_offset: u32,
+    len: u32,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -143,6 +155,14 @@ pub struct FanoutQueue {
     slots: Vec<SlotState>,
     subs: Vec<SubOp>,
     free_subs: Vec<u32>,
+    /// Buffer segments `(offset in the slot buffer, length)`; slot `s` owns
+    /// `segs[s * segs_per_slot..][..segs_per_slot]`.
+    segs: Vec<(u32, u32)>,
+    /// iovecs built from `segs` for vectored operations (same indexing).
+    iovs: Vec<libc::iovec>,
+    segs_per_slot: u32,
+    /// Scratch list of one request's parts (capacity fixed at open).
+    parts: Vec<Part>,
     /// Completions that need no engine (null members, discards, errors).
     ready: Vec<Completion>,
     inflight: Vec<u32>,
@@ -189,8 +209,8 @@ impl FanoutQueue {
             .iter_mut()
             .map(|b| (b.as_mut_ptr(), b.len()))
             .collect();
-        let subs_max =
-            depth as usize * Self::subs_per_request(&target.shape, max_io_bytes, members.len());
+        let per_request = Self::subs_per_request(&target.shape, max_io_bytes, members.len());
+        let subs_max = depth as usize * per_request;
         let engine = open_engine(target.engine, &files, &regions, (subs_max as u32).min(4096))?;
         let geometry = match &target.shape {
             Shape::Array(a) => Some(*a.geometry()),
@@ -213,6 +233,16 @@ impl FanoutQueue {
             ],
             subs: vec![SubOp::default(); subs_max],
             free_subs: (0..subs_max as u32).rev().collect(),
+            segs: vec![(0, 0); subs_max],
+            iovs: vec![
+                libc::iovec {
+                    iov_base: std::ptr::null_mut(),
+                    iov_len: 0
+                };
+                subs_max
+            ],
+            segs_per_slot: per_request as u32,
+            parts: Vec::with_capacity(per_request),
             ready: Vec::with_capacity(depth as usize),
             inflight: vec![0; members.len()],
             rotor: 0,
@@ -267,8 +297,10 @@ impl FanoutQueue {
         self.slots[slot].pending += 1;
         if self.null[sub.member as usize] {
             if sub.kind == KIND_READ {
-                let start = sub.buf_offset as usize;
-                self.buffers[slot][start..start + sub.len as usize].fill(0);
+                for k in sub.seg_first..sub.seg_first + sub.seg_count {
+                    let (start, len) = self.segs[k as usize];
+                    self.buffers[slot][start as usize..(start + len) as usize].fill(0);
+                }
             }
             self.finish_sub(sub.slot, 0);
             return Ok(());
@@ -291,23 +323,54 @@ impl FanoutQueue {
             KIND_WRITE => MemberOpKind::Write,
             _ => MemberOpKind::Flush,
         };
-        let buf = &mut self.buffers[sub.slot as usize];
-        let op = MemberOp {
+        let base = self.buffers[sub.slot as usize].as_mut_ptr();
+        let mut op = MemberOp {
             kind,
             file: sub.member,
             offset: data_offset + sub.member_offset + u64::from(sub.done),
-            // SAFETY (pointer arithmetic): buf_offset + len <= max_io_bytes,
-            // the buffer's length, checked in submit.
-            buf: unsafe { buf.as_mut_ptr().add((sub.buf_offset + sub.done) as usize) },
+            buf: base,
             len: sub.len - sub.done,
+            iov: std::ptr::null(),
+            iov_count: 0,
             buf_index: sub.slot as u16,
             dsync: sub.dsync,
             user_data: u64::from(index),
         };
-        // SAFETY: the slot buffer lives in self.buffers, which outlives the
-        // engine (dropped first, see Drop), and the slot is not reused
-        // before its completion is reaped.
+        if sub.seg_count == 1 {
+            let (start, _) = self.segs[sub.seg_first as usize];
+            // SAFETY (pointer arithmetic): every segment lies inside the slot
+            // buffer (submit checks len <= max_io_bytes, its length).
+            op.buf = unsafe { base.add((start + sub.done) as usize) };
+        } else if sub.seg_count > 1 {
+            op.iov_count = self.build_iovecs(&sub, base);
+            op.iov = &self.iovs[sub.seg_first as usize];
+        }
+        // SAFETY: the slot buffer and the iovecs live in self, which outlives
+        // the engine's use of them (Drop drains in-flight operations first),
+        // and neither is reused before this operation's completion is reaped.
         unsafe { self.engine.push(&op) }
+    }
+
+    /// Fill `iovs[seg_first..]` with the part of `sub`'s segments not yet
+    /// moved; returns how many iovecs.
+    fn build_iovecs(&mut self, sub: &SubOp, base: *mut u8) -> u32 {
+        let mut skip = sub.done;
+        let mut count = 0u32;
+        for k in 0..sub.seg_count {
+            let (start, len) = self.segs[(sub.seg_first + k) as usize];
+            if skip >= len {
+                skip -= len;
+                continue;
+            }
+            self.iovs[(sub.seg_first + count) as usize] = libc::iovec {
+                // SAFETY (pointer arithmetic): the segment lies inside the slot buffer.
+                iov_base: unsafe { base.add((start + skip) as usize) }.cast(),
+                iov_len: (len - skip) as usize,
+            };
+            skip = 0;
+            count += 1;
+        }
+        count
     }
 
     /// One member operation of `slot` finished with `errno` (0 = success).
@@ -360,49 +423,101 @@ impl FanoutQueue {
         len: u32,
         fua: bool,
     ) -> io::Result<()> {
-        let kind = if write { KIND_WRITE } else { KIND_READ };
-        let base = SubOp {
-            slot,
-            member: 0,
-            kind,
-            dsync: write && fua,
-            member_offset: offset,
-            buf_offset: 0,
-            len,
-            done: 0,
-        };
-        let Some(geometry) = self.geometry else {
-            return self.push_sub(base);
-        };
-        if let (true, Shape::Array(array)) = (write, &self.shape) {
-            array.mark_dirty().map_err(io::Error::other)?;
+        self.parts.clear();
+        match self.geometry {
+            None => self.parts.push(Part {
+                member: 0,
+                member_offset: offset,
+                buf_offset: 0,
+                len,
+            }),
+            Some(geometry) => {
+                if let (true, Shape::Array(array)) = (write, &self.shape) {
+                    array.mark_dirty().map_err(io::Error::other)?;
+                }
+                if !self.split(&geometry, write, offset, len) {
+                    self.slots[slot as usize].errno = libc::EIO;
+                    return Ok(());
+                }
+            }
         }
+        let kind = if write { KIND_WRITE } else { KIND_READ };
+        self.merge_and_push(slot, kind, write && fua)
+    }
+
+    /// Split a request into parts, one per piece and copy written (or the
+    /// copy chosen for a read). False when a piece has no copy present.
+    fn split(
+        &mut self,
+        geometry: &nvraid_layout::Geometry,
+        write: bool,
+        offset: u64,
+        len: u32,
+    ) -> bool {
         let mut buf_offset = 0u32;
         for piece in geometry.pieces(offset, u64::from(len)) {
             let copies = if write {
                 0..geometry.copies()
             } else {
-                let Some(copy) = self.choose_copy(&geometry, piece.logical_offset) else {
-                    self.slots[slot as usize].errno = libc::EIO;
-                    break;
+                let Some(copy) = self.choose_copy(geometry, piece.logical_offset) else {
+                    return false;
                 };
                 copy..copy + 1
             };
             for copy in copies {
-                let location = geometry.locate(piece.logical_offset, copy);
-                if self.data_offsets[location.member as usize].is_none() {
-                    continue; // a missing member of a degraded array
+                let at = geometry.locate(piece.logical_offset, copy);
+                if self.data_offsets[at.member as usize].is_some() {
+                    let part = Part {
+                        member: at.member,
+                        member_offset: at.member_offset,
+                        buf_offset,
+                        len: piece.len as u32,
+                    };
+                    self.parts.push(part);
                 }
-                let sub = SubOp {
-                    member: location.member,
-                    member_offset: location.member_offset,
-                    buf_offset,
-                    len: piece.len as u32,
-                    ..base
-                };
-                self.push_sub(sub)?;
             }
             buf_offset += piece.len as u32;
+        }
+        true
+    }
+
+    /// Turn the request's parts into member operations: parts that are
+    /// adjacent on the same member become one vectored operation (a 1 MiB
+    /// read of a 4-member RAID 0 with 64 KiB chunks is 4 operations, not 16).
+    fn merge_and_push(&mut self, slot: u32, kind: u8, dsync: bool) -> io::Result<()> {
+        self.parts
+            .sort_unstable_by_key(|p| (p.member, p.member_offset));
+        let seg_base = slot * self.segs_per_slot;
+        let mut next_seg = seg_base;
+        let mut i = 0;
+        while i < self.parts.len() {
+            let first = self.parts[i];
+            let mut sub = SubOp {
+                slot,
+                member: first.member,
+                kind,
+                dsync,
+                member_offset: first.member_offset,
+                seg_first: next_seg,
+                seg_count: 0,
+                len: 0,
+                done: 0,
+            };
+            while i < self.parts.len() {
+                let part = self.parts[i];
+                let adjacent = part.member == sub.member
+                    && part.member_offset == sub.member_offset + u64::from(sub.len);
+                if !adjacent || sub.seg_count as usize >= libc::UIO_MAXIOV as usize {
+                    break;
+                }
+                self.segs[next_seg as usize] = (part.buf_offset, part.len);
+                next_seg += 1;
+                sub.seg_count += 1;
+                sub.len += part.len;
+                i += 1;
+            }
+            debug_assert!(next_seg <= seg_base + self.segs_per_slot);
+            self.push_sub(sub)?;
         }
         Ok(())
     }
@@ -416,7 +531,8 @@ impl FanoutQueue {
                     kind: KIND_FLUSH,
                     dsync: false,
                     member_offset: 0,
-                    buf_offset: 0,
+                    seg_first: 0,
+                    seg_count: 0,
                     len: 0,
                     done: 0,
                 };

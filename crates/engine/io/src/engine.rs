@@ -36,6 +36,10 @@ pub struct MemberOp {
     pub offset: u64,
     pub buf: *mut u8,
     pub len: u32,
+    /// A vectored operation: `iov_count` iovecs at `iov` (then `buf` and
+    /// `len` are ignored). 0 for a plain one.
+    pub iov: *const libc::iovec,
+    pub iov_count: u32,
     /// Index of the registered buffer `buf` lies in.
     pub buf_index: u16,
     /// Write with RWF_DSYNC (durable on completion: FUA).
@@ -48,7 +52,8 @@ pub trait Engine {
     /// Queue (or, for psync, perform) one operation.
     ///
     /// # Safety
-    /// `op.buf` must be valid for `op.len` bytes (writable for reads) until
+    /// `op.buf` must be valid for `op.len` bytes (writable for reads), or
+    /// `op.iov` for `op.iov_count` iovecs each describing valid memory, until
     /// the operation's completion has been passed to [`Engine::complete`].
     unsafe fn push(&mut self, op: &MemberOp) -> io::Result<()>;
 
@@ -154,6 +159,17 @@ impl UringEngine {
         let fd = types::Fixed(op.file);
         let flags = if op.dsync { libc::RWF_DSYNC } else { 0 };
         let entry = match (op.kind, self.fixed_buffers) {
+            (MemberOpKind::Read, _) if op.iov_count > 0 => {
+                opcode::Readv::new(fd, op.iov, op.iov_count)
+                    .offset(op.offset)
+                    .build()
+            }
+            (MemberOpKind::Write, _) if op.iov_count > 0 => {
+                opcode::Writev::new(fd, op.iov, op.iov_count)
+                    .offset(op.offset)
+                    .rw_flags(flags)
+                    .build()
+            }
             (MemberOpKind::Read, true) => opcode::ReadFixed::new(fd, op.buf, op.len, op.buf_index)
                 .offset(op.offset)
                 .build(),
@@ -245,20 +261,26 @@ impl PsyncEngine {
     unsafe fn perform(&self, op: &MemberOp) -> i32 {
         let fd = self.files[op.file as usize];
         let offset = op.offset as libc::off_t;
-        // SAFETY: the caller guarantees buf is valid for len bytes.
+        let single = libc::iovec {
+            iov_base: op.buf.cast(),
+            iov_len: op.len as usize,
+        };
+        let (iov, count) = if op.iov_count > 0 {
+            (op.iov, op.iov_count as i32)
+        } else {
+            (&single as *const libc::iovec, 1)
+        };
+        let flags = if op.dsync { libc::RWF_DSYNC } else { 0 };
+        // SAFETY: the caller guarantees buf (or each iovec) is valid for its
+        // length and that iov points at iov_count iovecs; `single` lives
+        // until the call returns.
         let ret = unsafe {
             match op.kind {
-                MemberOpKind::Read => {
-                    libc::pread(fd, op.buf.cast(), op.len as usize, offset) as i64
+                MemberOpKind::Read if count == 1 => {
+                    libc::pread(fd, (*iov).iov_base, (*iov).iov_len, offset) as i64
                 }
-                MemberOpKind::Write => {
-                    let iov = libc::iovec {
-                        iov_base: op.buf.cast(),
-                        iov_len: op.len as usize,
-                    };
-                    let flags = if op.dsync { libc::RWF_DSYNC } else { 0 };
-                    libc::pwritev2(fd, &iov, 1, offset, flags) as i64
-                }
+                MemberOpKind::Read => libc::preadv(fd, iov, count, offset) as i64,
+                MemberOpKind::Write => libc::pwritev2(fd, iov, count, offset, flags) as i64,
                 MemberOpKind::Flush => i64::from(libc::fdatasync(fd)),
             }
         };
@@ -313,7 +335,15 @@ impl Engine for FaultyEngine {
         }
         let mut short = *op;
         if op.kind != MemberOpKind::Flush {
-            short.len = op.len.min(self.plan.transfer_bytes_max.max(1));
+            // A short transfer: the first iovec only, capped.
+            if op.iov_count > 0 {
+                // SAFETY: the caller guarantees op.iov holds iov_count >= 1 entries.
+                let first = unsafe { *op.iov };
+                short.buf = first.iov_base.cast();
+                short.len = first.iov_len as u32;
+                short.iov_count = 0;
+            }
+            short.len = short.len.min(self.plan.transfer_bytes_max.max(1));
         }
         // SAFETY: forwarded from the caller; the shortened range lies inside the original.
         unsafe { self.inner.push(&short) }
