@@ -8,6 +8,10 @@ members as JBOD (best of its io_uring and psync engines) and nvraid bench on
 the RAID 0, with the same total queue depth and worker count. Reports the
 ratio nvraid / fio per repetition and the median.
 
+fio writes a fixed random buffer (--scramble_buffers=0), as nvraid does: on a
+compressing member (zram) the data written changes the cost of a write
+several-fold, so both tools must write the same kind of data.
+
 Also: null-member throughput per core against fio's null engine, the
 2-worker / 1-worker scaling on null members, and nvraid bench on ONE raw
 member against fio on the same member and job (IOPS, bandwidth, p50).
@@ -35,9 +39,12 @@ def ensure_tools():
     sh(["cargo", "build", "--release", "-p", "nvraid"], cwd=ROOT)
 
 
-def setup_members(tmp):
-    """Four members: zram devices if possible, else /dev/shm files."""
-    if os.geteuid() == 0 and os.path.exists("/sys/class/zram-control/hot_add"):
+def setup_members(tmp, want):
+    """Four members: zram devices if possible (or asked), else /dev/shm files."""
+    zram_ok = os.geteuid() == 0 and os.path.exists("/sys/class/zram-control/hot_add")
+    if want == "zram" and not zram_ok:
+        sys.exit("zram members need root and the zram module")
+    if want != "tmpfs" and zram_ok:
         devs = []
         for _ in range(4):
             with open("/sys/class/zram-control/hot_add") as f:
@@ -83,7 +90,8 @@ def fio(tmp, files, rw, bs, depth, jobs, runtime, engine, extra=("--offset=1M",)
     sh(["fio", "--name=job", f"--filename={':'.join(files)}", f"--rw={rw}", f"--bs={bs}",
         f"--iodepth={depth}", f"--numjobs={jobs}", f"--ioengine={engine}", "--direct=1",
         "--time_based", f"--runtime={runtime}", "--ramp_time=1", "--group_reporting",
-        "--norandommap", "--randrepeat=0", "--output-format=json", f"--output={out}", *extra])
+        "--norandommap", "--randrepeat=0", "--scramble_buffers=0",
+        "--output-format=json", f"--output={out}", *extra])
     with open(out) as f:
         return summarize(json.load(f)["jobs"][0])
 
@@ -112,11 +120,14 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--runtime", type=int, default=5)
     ap.add_argument("--json")
+    ap.add_argument("--members", choices=["auto", "zram", "tmpfs"], default="auto",
+                    help="member kind (auto: zram when root and available)")
     a = ap.parse_args()
     ensure_tools()
     tmp = tempfile.mkdtemp(prefix="vs-fio-")
-    kind, devs = setup_members(tmp)
+    kind, devs = setup_members(tmp, a.members)
     results = {"members": kind, "rows": []}
+    print(f"members: 4 x {MEMBER_BYTES >> 20} MiB {kind}; runtime {a.runtime}s; {a.reps} repetitions", flush=True)
     try:
         workloads = [
             ("4K random read, QD 32, 2 workers", "randread", "4k", 32, 2, 1.00),

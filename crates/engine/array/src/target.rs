@@ -165,6 +165,10 @@ pub struct FanoutQueue {
     parts: Vec<Part>,
     /// Completions that need no engine (null members, discards, errors).
     ready: Vec<Completion>,
+    /// Slots submitted and not yet completed.
+    busy_slots: u32,
+    /// Engine completions being handled (capacity fixed at open).
+    engine_done: Vec<(u64, i32)>,
     inflight: Vec<u32>,
     rotor: u32,
     max_io_bytes: u32,
@@ -244,6 +248,8 @@ impl FanoutQueue {
             segs_per_slot: per_request as u32,
             parts: Vec::with_capacity(per_request),
             ready: Vec::with_capacity(depth as usize),
+            busy_slots: 0,
+            engine_done: Vec::with_capacity(subs_max),
             inflight: vec![0; members.len()],
             rotor: 0,
             max_io_bytes,
@@ -381,6 +387,7 @@ impl FanoutQueue {
         }
         state.pending -= 1;
         if state.pending == 0 {
+            self.busy_slots -= 1;
             let result = if state.errno == 0 {
                 Ok(state.len)
             } else {
@@ -605,6 +612,7 @@ impl Queue for FanoutQueue {
             errno: 0,
             len,
         };
+        self.busy_slots += 1;
         let outcome = match op {
             OpKind::Read => self.submit_rw(slot, false, offset, len, false),
             OpKind::Write => self.submit_rw(slot, true, offset, len, fua),
@@ -633,29 +641,15 @@ impl Queue for FanoutQueue {
                 on_complete(completion);
                 passed += 1;
             }
-            let busy = self.slots.iter().any(|s| s.pending > 0);
-            let wait = if passed >= min_complete || !busy {
-                0
-            } else {
-                1
-            };
-            let mut results = [(0u64, 0i32); 64];
-            let mut count = 0usize;
-            let mut overflow = Vec::new();
-            self.engine.complete(wait, &mut |user_data, result| {
-                if count < results.len() {
-                    results[count] = (user_data, result);
-                    count += 1;
-                } else {
-                    overflow.push((user_data, result));
-                }
-            })?;
-            for &(user_data, result) in results[..count].iter().chain(overflow.iter()) {
+            let wait = if passed >= min_complete || self.busy_slots == 0 { 0 } else { 1 };
+            let mut engine_done = std::mem::take(&mut self.engine_done);
+            self.engine.complete(wait, &mut |user_data, result| engine_done.push((user_data, result)))?;
+            for &(user_data, result) in &engine_done {
                 self.on_engine_completion(user_data, result)?;
             }
-            if self.ready.is_empty()
-                && (passed >= min_complete || !self.slots.iter().any(|s| s.pending > 0))
-            {
+            engine_done.clear();
+            self.engine_done = engine_done;
+            if self.ready.is_empty() && (passed >= min_complete || self.busy_slots == 0) {
                 return Ok(passed);
             }
         }
@@ -665,7 +659,7 @@ impl Queue for FanoutQueue {
 impl Drop for FanoutQueue {
     fn drop(&mut self) {
         // Let in-flight operations finish before their buffers are freed.
-        while self.slots.iter().any(|s| s.pending > 0) {
+        while self.busy_slots > 0 {
             if self.reap(1, &mut |_| {}).is_err() {
                 break;
             }
