@@ -641,9 +641,15 @@ impl Queue for FanoutQueue {
                 on_complete(completion);
                 passed += 1;
             }
-            let wait = if passed >= min_complete || self.busy_slots == 0 { 0 } else { 1 };
+            let wait = if passed >= min_complete || self.busy_slots == 0 {
+                0
+            } else {
+                1
+            };
             let mut engine_done = std::mem::take(&mut self.engine_done);
-            self.engine.complete(wait, &mut |user_data, result| engine_done.push((user_data, result)))?;
+            self.engine.complete(wait, &mut |user_data, result| {
+                engine_done.push((user_data, result))
+            })?;
             for &(user_data, result) in &engine_done {
                 self.on_engine_completion(user_data, result)?;
             }

@@ -280,7 +280,9 @@ impl PsyncEngine {
                     libc::pread(fd, (*iov).iov_base, (*iov).iov_len, offset) as i64
                 }
                 MemberOpKind::Read => libc::preadv(fd, iov, count, offset) as i64,
-                MemberOpKind::Write if count == 1 && flags == 0 => libc::pwrite(fd, (*iov).iov_base, (*iov).iov_len, offset) as i64,
+                MemberOpKind::Write if count == 1 && flags == 0 => {
+                    libc::pwrite(fd, (*iov).iov_base, (*iov).iov_len, offset) as i64
+                }
                 MemberOpKind::Write => libc::pwritev2(fd, iov, count, offset, flags) as i64,
                 MemberOpKind::Flush => i64::from(libc::fdatasync(fd)),
             }

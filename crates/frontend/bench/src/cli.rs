@@ -237,7 +237,12 @@ pub fn plan(args: &BenchArgs) -> Result<Plan, SpecError> {
 /// Adapts a step to the targets: a preset's region shrinks to fit small
 /// targets, a block below the sector size is rounded up or the step skipped.
 /// Returns the job to run, or why the step is skipped.
-fn fit_step(step: &Step, targets: &[Arc<dyn Target>], size_given: bool) -> Result<JobSpec, String> {
+fn fit_step(
+    step: &Step,
+    targets: &[Arc<dyn Target>],
+    size_given: bool,
+    from_preset: bool,
+) -> Result<JobSpec, String> {
     let mut job = step.job.clone();
     let sector_bytes = targets
         .iter()
@@ -245,7 +250,10 @@ fn fit_step(step: &Step, targets: &[Arc<dyn Target>], size_given: bool) -> Resul
         .max()
         .unwrap_or(512)
         .max(1);
-    if !job.bs_bytes.is_multiple_of(sector_bytes) {
+    // Only a preset's own small sizes (ATTO's 512 B on a 4 KiB-sector
+    // target) are rounded up or skipped; a block size the user gave that
+    // does not fit the sector is refused by validation.
+    if from_preset && job.bs_bytes < sector_bytes {
         if !step.bs_round_up_to_sector {
             return Err(format!(
                 "block size {} is below the sector size {sector_bytes}",
@@ -272,7 +280,7 @@ type PreparedStep = (String, Result<JobSpec, String>);
 fn prepare(plan: &Plan, targets: &[Arc<dyn Target>]) -> Result<Vec<PreparedStep>, Error> {
     let mut prepared = Vec::with_capacity(plan.steps.len());
     for step in &plan.steps {
-        let fitted = fit_step(step, targets, plan.size_given);
+        let fitted = fit_step(step, targets, plan.size_given, plan.preset.is_some());
         if let Ok(job) = &fitted {
             job.validate(targets)?;
         }

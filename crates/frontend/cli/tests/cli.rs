@@ -473,3 +473,202 @@ mod fixtures {
         }
     }
 }
+
+mod bench {
+    use super::*;
+
+    fn members(dir: &Path, level: &str) {
+        ok(
+            &["create", "--level", level, "--size", "16M", "m0", "m1"],
+            dir,
+        );
+    }
+
+    #[test]
+    fn write_jobs_on_an_existing_array_need_destructive() {
+        let dir = tempfile::tempdir().unwrap();
+        members(dir.path(), "1");
+        let job = [
+            "bench",
+            "--rw",
+            "randwrite",
+            "--runtime",
+            "200ms",
+            "m0",
+            "m1",
+        ];
+        refused(&job, dir.path(), &["--destructive", "m0"]);
+        // Read-only jobs are always allowed, and change nothing.
+        let before = hash_files(dir.path());
+        ok(
+            &[
+                "bench",
+                "--rw",
+                "randread",
+                "--runtime",
+                "200ms",
+                "m0",
+                "m1",
+            ],
+            dir.path(),
+        );
+        assert_eq!(
+            hash_files(dir.path()),
+            before,
+            "a read job changed a member"
+        );
+        let out = ok(
+            &[&job[..6], &["--destructive", "--json"], &job[6..]].concat(),
+            dir.path(),
+        );
+        let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert!(
+            json["jobs"][0]["write"]["iops"].as_f64().unwrap() > 0.0,
+            "{out}"
+        );
+        // The array is still an array, closed clean.
+        let detail: serde_json::Value =
+            serde_json::from_str(&ok(&["detail", "--json", "m0", "m1"], dir.path())).unwrap();
+        assert_eq!(detail["state"], "clean");
+    }
+
+    #[test]
+    fn raw_members_with_a_signature_need_destructive() {
+        let dir = tempfile::tempdir().unwrap();
+        members(dir.path(), "0");
+        refused(
+            &[
+                "bench",
+                "--raw",
+                "--rw",
+                "write",
+                "--runtime",
+                "200ms",
+                "m0",
+            ],
+            dir.path(),
+            &["m0: carries an md v1.2 superblock", "--destructive"],
+        );
+        refused(
+            &[
+                "bench",
+                "--level",
+                "0",
+                "--rw",
+                "read",
+                "--runtime",
+                "200ms",
+                "m0",
+                "m1",
+            ],
+            dir.path(),
+            &["--destructive"],
+        );
+    }
+
+    #[test]
+    fn bad_job_specs_are_refused_before_any_io() {
+        let dir = tempfile::tempdir().unwrap();
+        members(dir.path(), "0");
+        refused(
+            &[
+                "bench",
+                "--rw",
+                "read",
+                "--bs",
+                "1000",
+                "--runtime",
+                "200ms",
+                "m0",
+                "m1",
+            ],
+            dir.path(),
+            &["bs"],
+        );
+        refused(
+            &[
+                "bench",
+                "--rw",
+                "read",
+                "--size",
+                "1G",
+                "--runtime",
+                "200ms",
+                "m0",
+                "m1",
+            ],
+            dir.path(),
+            &["size"],
+        );
+        let usage = nvraid(
+            &["bench", "--rw", "read", "--iodepth", "0", "m0", "m1"],
+            dir.path(),
+        );
+        assert_ne!(usage.status.code(), Some(0));
+        assert!(String::from_utf8_lossy(&usage.stderr).contains("iodepth"));
+        let usage = nvraid(
+            &["bench", "--rw", "read", "--runtime", "0s", "m0", "m1"],
+            dir.path(),
+        );
+        assert_ne!(usage.status.code(), Some(0));
+        assert!(String::from_utf8_lossy(&usage.stderr).contains("runtime"));
+    }
+
+    #[test]
+    fn null_members_form_a_throwaway_array() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = ok(
+            &[
+                "bench",
+                "--level",
+                "10",
+                "--rw",
+                "randrw",
+                "--runtime",
+                "300ms",
+                "--json",
+                "null:1G",
+                "null:1G",
+                "null:1G",
+                "null:1G",
+            ],
+            dir.path(),
+        );
+        let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let job = &json["jobs"][0];
+        assert!(job["read"]["iops"].as_f64().unwrap() > 0.0);
+        assert!(job["write"]["iops"].as_f64().unwrap() > 0.0);
+        assert!(
+            job["read"]["clat_ns"]["percentile"]["99.000000"]
+                .as_u64()
+                .is_some(),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn the_readme_main_job_runs_on_a_fresh_machine() {
+        // `cargo run --release -- bench`: no members, a temporary RAID 0.
+        let dir = tempfile::tempdir().unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_nvraid"))
+            .arg("bench")
+            .arg("--json")
+            .env("TMPDIR", dir.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let jobs = json["jobs"].as_array().unwrap();
+        assert!(jobs.len() >= 4, "the quick preset has read and write steps");
+        assert!(jobs.iter().all(|j| j["error"] == 0));
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            0,
+            "the temporary array is removed"
+        );
+    }
+}
