@@ -165,6 +165,10 @@ pub struct FanoutQueue {
     parts: Vec<Part>,
     /// Completions that need no engine (null members, discards, errors).
     ready: Vec<Completion>,
+    /// Slot buffers known to hold only zeros (a null member's read then
+    /// needs no fill). Cleared when the caller may have written the buffer
+    /// or a real member read into it.
+    zeroed: Vec<bool>,
     /// Slots submitted and not yet completed.
     busy_slots: u32,
     /// Engine completions being handled (capacity fixed at open).
@@ -249,6 +253,7 @@ impl FanoutQueue {
             parts: Vec::with_capacity(per_request),
             ready: Vec::with_capacity(depth as usize),
             busy_slots: 0,
+            zeroed: vec![true; depth as usize],
             engine_done: Vec::with_capacity(subs_max),
             inflight: vec![0; members.len()],
             rotor: 0,
@@ -302,14 +307,16 @@ impl FanoutQueue {
         let slot = sub.slot as usize;
         self.slots[slot].pending += 1;
         if self.null[sub.member as usize] {
-            if sub.kind == KIND_READ {
-                for k in sub.seg_first..sub.seg_first + sub.seg_count {
-                    let (start, len) = self.segs[k as usize];
-                    self.buffers[slot][start as usize..(start + len) as usize].fill(0);
-                }
+            if sub.kind == KIND_READ && !self.zeroed[slot] {
+                // Zero the whole buffer once; it stays zero until written.
+                self.buffers[slot].fill(0);
+                self.zeroed[slot] = true;
             }
             self.finish_sub(sub.slot, 0);
             return Ok(());
+        }
+        if sub.kind == KIND_READ {
+            self.zeroed[slot] = false;
         }
         let index = self
             .free_subs
@@ -581,6 +588,7 @@ impl Queue for FanoutQueue {
     }
 
     fn buffer_mut(&mut self, slot: u32) -> &mut [u8] {
+        self.zeroed[slot as usize] = false;
         &mut self.buffers[slot as usize]
     }
 
