@@ -27,7 +27,7 @@ use crate::server::Shared;
 use crate::stats::Counters;
 use crate::stream::Stream;
 use crate::transport::Channel;
-use crate::worker::{Finish, Job, Work};
+use crate::worker::{Finish, InlineRunner, Job, Work};
 
 /// What the reply thread sends.
 pub(crate) enum Outgoing {
@@ -280,7 +280,8 @@ fn transmit(
     let writer_thread = std::thread::Builder::new()
         .name(format!("nbd-reply-{}", connection.id))
         .spawn(move || write_replies(&writer_connection, writer, outbox, structured));
-    let reason = read_requests(connection, &mut reader, &rules);
+    let mut inline = InlineRunner::open(&shared.target, shared.options.io_max_bytes);
+    let reason = read_requests(connection, &mut reader, &rules, inline.as_mut());
     connection.wait_idle();
     let _ = connection.replies.send(Outgoing::Close);
     if let Ok(thread) = writer_thread {
@@ -298,6 +299,7 @@ fn read_requests(
     connection: &Arc<Connection>,
     reader: &mut dyn Read,
     rules: &RequestRules,
+    mut inline: Option<&mut InlineRunner>,
 ) -> String {
     let mut header = [0u8; REQUEST_HEADER_BYTES];
     loop {
@@ -316,7 +318,7 @@ fn read_requests(
         if request.command == Command::Disconnect {
             return "client sent NBD_CMD_DISC".into();
         }
-        if let Err(e) = handle(connection, reader, rules, request) {
+        if let Err(e) = handle(connection, reader, rules, request, inline.as_deref_mut()) {
             return format!("disconnected mid-request: {e}");
         }
     }
@@ -342,6 +344,7 @@ fn handle(
     reader: &mut dyn Read,
     rules: &RequestRules,
     request: RequestHeader,
+    inline: Option<&mut InlineRunner>,
 ) -> io::Result<()> {
     if let Err(rejection) = rules.check(&request) {
         if request.command == Command::Write {
@@ -420,7 +423,10 @@ fn handle(
         permit_bytes: bytes,
         command: request.command,
     };
-    connection.shared.workers.dispatch(job);
+    match inline {
+        Some(runner) => runner.run(job),
+        None => connection.shared.workers.dispatch(job),
+    }
     Ok(())
 }
 

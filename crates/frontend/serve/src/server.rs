@@ -27,6 +27,9 @@ pub(crate) struct Shared {
     pub size_bytes: u64,
     pub block_sizes: BlockSizes,
     pub workers: WorkerPool,
+    /// The target, for connections that run requests on their own thread
+    /// (see `worker::InlineRunner`).
+    pub target: Arc<dyn Target>,
     pub target_description: String,
     pub read_only: bool,
     pub started: Instant,
@@ -150,6 +153,7 @@ pub fn start(
         size_bytes: target.size_bytes(),
         block_sizes,
         workers,
+        target: Arc::clone(&target),
         target_description: target.describe(),
         read_only,
         started: Instant::now(),

@@ -143,6 +143,41 @@ impl WorkerPool {
     }
 }
 
+/// Runs one connection's requests on the connection's own reader thread,
+/// for targets whose queues complete I/O inside `submit` (psync over
+/// RAM-backed members). Handing such a request to a pool worker buys no
+/// concurrency and costs two thread wake-ups per request; here it costs
+/// none. Each request finishes before the next is read, so replies keep
+/// request order.
+pub(crate) struct InlineRunner {
+    worker: Worker,
+}
+
+impl InlineRunner {
+    /// A runner for this thread, or `None` when the target's queues hand
+    /// I/O to the kernel asynchronously (the pool's workers overlap those).
+    pub(crate) fn open(target: &Arc<dyn Target>, io_max_bytes: u32) -> Option<InlineRunner> {
+        let queue = target.open_queue(1, io_max_bytes).ok()?;
+        if !queue.completes_inline() {
+            return None;
+        }
+        // The runner is driven by `run`, never by an inbox.
+        let (_unused, inbox) = mpsc::sync_channel(1);
+        Some(InlineRunner {
+            worker: Worker::new(queue, inbox, io_max_bytes),
+        })
+    }
+
+    /// Execute `job` to completion; its owner is told as usual.
+    pub(crate) fn run(&mut self, job: Job) {
+        self.worker.start(job);
+        while self.worker.active_count > 0 {
+            self.worker.submit_ready();
+            self.worker.reap();
+        }
+    }
+}
+
 struct Collector(SyncSender<Result<(), ErrorCode>>);
 
 impl Finish for Collector {
