@@ -235,18 +235,30 @@ impl Array {
     }
 
     fn write_piece(&self, piece: Piece, buf: &[u8], touched: &mut [bool]) -> Result<()> {
-        for copy in 0..self.geometry.copies() {
-            let location = self.geometry.locate(piece.logical_offset, copy);
-            let Some(slot) = &self.slots[location.member as usize] else {
-                continue;
-            };
-            let member_offset = slot.data_offset_bytes() + location.member_offset;
+        for (role, slot, member_offset) in self.present_copies(piece.logical_offset) {
             slot.member
                 .write_at(buf, member_offset)
                 .map_err(|e| Error::io(slot.member.spec(), e))?;
-            touched[location.member as usize] = true;
+            touched[role] = true;
         }
         Ok(())
+    }
+
+    /// Every present copy of the piece starting at `logical_offset`: its
+    /// role, its slot and its byte offset on the member.
+    fn present_copies(
+        &self,
+        logical_offset: u64,
+    ) -> impl Iterator<Item = (usize, &Slot, u64)> + '_ {
+        (0..self.geometry.copies()).filter_map(move |copy| {
+            let location = self.geometry.locate(logical_offset, copy);
+            let slot = self.slots[location.member as usize].as_ref()?;
+            Some((
+                location.member as usize,
+                slot,
+                slot.data_offset_bytes() + location.member_offset,
+            ))
+        })
     }
 
     /// Discard `[offset, offset + len)` on every copy.
@@ -257,12 +269,7 @@ impl Array {
         }
         self.mark_dirty()?;
         for piece in self.geometry.pieces(offset, len) {
-            for copy in 0..self.geometry.copies() {
-                let location = self.geometry.locate(piece.logical_offset, copy);
-                let Some(slot) = &self.slots[location.member as usize] else {
-                    continue;
-                };
-                let member_offset = slot.data_offset_bytes() + location.member_offset;
+            for (_, slot, member_offset) in self.present_copies(piece.logical_offset) {
                 slot.member
                     .discard(member_offset, piece.len)
                     .map_err(|e| Error::io(slot.member.spec(), e))?;

@@ -204,18 +204,23 @@ pub fn has_every_byte(geometry: &Geometry, present: &[bool]) -> bool {
     }
 }
 
+/// The roles not present, as text (`1, 3`); empty when none is missing.
+pub(crate) fn missing_roles(present: &[bool]) -> Vec<String> {
+    present
+        .iter()
+        .enumerate()
+        .filter(|(_, &p)| !p)
+        .map(|(role, _)| role.to_string())
+        .collect()
+}
+
 fn check_startable(
     geometry: &Geometry,
     slots: &[Option<Slot>],
     allow_degraded: bool,
 ) -> Result<()> {
     let present: Vec<bool> = slots.iter().map(Option::is_some).collect();
-    let missing: Vec<String> = present
-        .iter()
-        .enumerate()
-        .filter(|(_, &p)| !p)
-        .map(|(r, _)| r.to_string())
-        .collect();
+    let missing = missing_roles(&present);
     if missing.is_empty() {
         return Ok(());
     }

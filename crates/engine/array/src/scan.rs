@@ -2,7 +2,7 @@
 //! group them by array UUID and say whether each array can start.
 
 use crate::array::read_superblock;
-use crate::assemble::{geometry_of, has_every_byte};
+use crate::assemble::{geometry_of, has_every_byte, missing_roles};
 use crate::error::Error;
 use nvraid_member::{Member, OpenOptions};
 use nvraid_metadata::{format_uuid, DecodeError, Role, Superblock};
@@ -182,12 +182,7 @@ fn status_of(head: &Superblock, present: &[bool]) -> (&'static str, Option<Strin
         Ok(g) => g,
         Err(e) => return ("not startable", Some(e.to_string())),
     };
-    let missing: Vec<String> = present
-        .iter()
-        .enumerate()
-        .filter(|(_, &p)| !p)
-        .map(|(r, _)| r.to_string())
-        .collect();
+    let missing = missing_roles(present);
     if missing.is_empty() {
         ("complete", None)
     } else if has_every_byte(&geometry, present) {

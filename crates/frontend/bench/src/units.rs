@@ -48,22 +48,10 @@ fn split_number(text: &str) -> Option<(u64, String)> {
 /// Parses a size in bytes: `512`, `4k`, `4K`, `4KiB`, `1M`, `1MiB`, `8G`, `1T`.
 ///
 /// Every suffix is binary (fio's default for `bs=` and `size=`); a trailing
-/// `b`, `ib` or `iB` is accepted and changes nothing.
+/// `b`, `ib` or `iB` is accepted and changes nothing. The same parser reads
+/// member sizes (`mem:8G`), so one spelling works everywhere.
 pub fn parse_size_bytes(text: &str) -> Result<u64, ParseError> {
-    let (number, suffix) =
-        split_number(text).ok_or_else(|| parse_error(text, "size", "expected a number first"))?;
-    let shift = match suffix.trim_end_matches("ib").trim_end_matches('b') {
-        "" => 0,
-        "k" => 10,
-        "m" => 20,
-        "g" => 30,
-        "t" => 40,
-        "p" => 50,
-        _ => return Err(parse_error(text, "size", "unknown suffix (use k, M, G, T)")),
-    };
-    number
-        .checked_mul(1u64 << shift)
-        .ok_or_else(|| parse_error(text, "size", "too large"))
+    nvraid_member::parse_size(text).map_err(|e| parse_error(text, "size", e.reason))
 }
 
 /// Parses a duration: `10s`, `500ms`, `2m`, `1h`, `250us`; a bare number is

@@ -424,11 +424,19 @@ fn handle(
         command: request.command,
     };
     match inline {
-        Some(runner) => runner.run(job),
-        None => connection.shared.workers.dispatch(job),
+        Some(runner) if job.length >= INLINE_MIN_BYTES => runner.run(job),
+        _ => connection.shared.workers.dispatch(job),
     }
     Ok(())
 }
+
+/// Requests at least this long run on the connection's own thread when the
+/// target completes I/O inline: they are bound by copying, and running them
+/// where they were read saves two thread hand-offs. Smaller ones go to the
+/// worker pool, which batches them across connections. Measured with
+/// bench/vs-nbdkit.py (docs/PERFORMANCE.md): all inline, 1 MiB reads gained
+/// and 4 KiB requests lost.
+const INLINE_MIN_BYTES: u32 = 128 * 1024;
 
 fn send(
     connection: &Connection,

@@ -143,12 +143,11 @@ impl WorkerPool {
     }
 }
 
-/// Runs one connection's requests on the connection's own reader thread,
-/// for targets whose queues complete I/O inside `submit` (psync over
+/// Runs a connection's large requests on the connection's own reader
+/// thread, for targets whose queues complete I/O inside `submit` (psync over
 /// RAM-backed members). Handing such a request to a pool worker buys no
-/// concurrency and costs two thread wake-ups per request; here it costs
-/// none. Each request finishes before the next is read, so replies keep
-/// request order.
+/// concurrency and costs two thread wake-ups; here it costs none. A request
+/// run here finishes before the next one is read.
 pub(crate) struct InlineRunner {
     worker: Worker,
 }
