@@ -142,7 +142,7 @@ impl Array {
 
     fn check(&self, offset: u64, len: u64) -> Result<()> {
         let sector = u64::from(self.sector_bytes);
-        if offset % sector != 0 || len % sector != 0 {
+        if !offset.is_multiple_of(sector) || !len.is_multiple_of(sector) {
             return Err(Error::Unaligned {
                 offset,
                 len,

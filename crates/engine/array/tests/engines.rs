@@ -79,7 +79,7 @@ fn drive(target: &FanoutTarget, depth: u32, ops: usize, seed: u64) -> Vec<u8> {
                     .for_each(|(i, b)| *b = fill ^ (i as u8));
             }
             queue
-                .submit(slot, op, start, len, rng.next() % 5 == 0)
+                .submit(slot, op, start, len, rng.next().is_multiple_of(5))
                 .unwrap();
             pending[slot as usize] = Some((op, start, len, fill));
             issued += 1;

@@ -89,8 +89,7 @@ fn run_model(level: Level, members: usize, kind: &str, rounds: usize, ops: usize
 }
 
 fn memfd(len: u64) -> std::fs::File {
-    let member = nvraid_io::sys::memfd("model", len).unwrap();
-    member
+    nvraid_io::sys::memfd("model", len).unwrap()
 }
 
 fn step(array: &Array, model: &mut [u8], rng: &mut Rng) {

@@ -75,7 +75,7 @@ impl Drop for AlignedBuf {
 
 /// Whether `ptr` and `len` satisfy an alignment of `align` bytes.
 pub fn is_aligned(ptr: *const u8, len: usize, align: usize) -> bool {
-    (ptr as usize) % align == 0 && len % align == 0
+    (ptr as usize).is_multiple_of(align) && len.is_multiple_of(align)
 }
 
 #[cfg(test)]

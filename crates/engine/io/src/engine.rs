@@ -355,7 +355,7 @@ pub struct FaultyEngine {
 impl Engine for FaultyEngine {
     unsafe fn push(&mut self, op: &MemberOp) -> io::Result<()> {
         self.count = self.count.wrapping_add(1);
-        if self.plan.eagain_every > 0 && self.count % self.plan.eagain_every == 0 {
+        if self.plan.eagain_every > 0 && self.count.is_multiple_of(self.plan.eagain_every) {
             self.inner.done.push((op.user_data, -libc::EAGAIN));
             return Ok(());
         }

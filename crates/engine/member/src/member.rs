@@ -329,7 +329,7 @@ impl Member {
     fn needs_bounce(&self, ptr: *const u8, len: usize, offset: u64) -> bool {
         self.direct
             && !(buf::is_aligned(ptr, len, buf::BUF_ALIGN_BYTES)
-                && offset % u64::from(self.logical_block_bytes) == 0)
+                && offset.is_multiple_of(u64::from(self.logical_block_bytes)))
     }
 
     /// Read exactly `buf.len()` bytes at `offset`.

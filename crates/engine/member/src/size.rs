@@ -52,7 +52,7 @@ pub fn format_size(bytes: u64) -> String {
     }
     match unit {
         None => format!("{bytes} B"),
-        Some((power, name)) if bytes % (1u64 << (10 * power)) == 0 => {
+        Some((power, name)) if bytes.is_multiple_of(1u64 << (10 * power)) => {
             format!("{} {name}", bytes >> (10 * power))
         }
         Some((power, name)) => {

@@ -79,7 +79,7 @@ pub fn write(args: &WriteArgs, direct: bool) -> Result<u8> {
     )?;
     let size = array.size_bytes();
     let sector = u64::from(array.sector_bytes());
-    if args.offset % sector != 0 {
+    if !args.offset.is_multiple_of(sector) {
         bail!(
             "offset {} is not a multiple of the array's {sector}-byte sector",
             args.offset
