@@ -23,6 +23,31 @@ use std::sync::Arc;
 /// Members of the default temporary array, and their (sparse) size.
 const DEFAULT_MEMBERS: usize = 4;
 const DEFAULT_MEMBER_BYTES: u64 = 1 << 30;
+/// How much of the temporary array is written before measuring (the quick
+/// preset's region), so reads measure data rather than holes in sparse
+/// files, as CrystalDiskMark writes its test file before reading it.
+const PREFILL_BYTES: u64 = 1 << 30;
+
+/// Write random bytes over the first `len` bytes of `array`.
+fn prefill(array: &Array, len: u64) -> Result<()> {
+    const BLOCK_BYTES: usize = 4 << 20;
+    eprintln!(
+        "nvraid: writing {} MiB of random data to read back",
+        len >> 20
+    );
+    let mut block = nvraid_io::AlignedBuf::zeroed(BLOCK_BYTES);
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut block))
+        .context("/dev/urandom")?;
+    let mut at = 0u64;
+    while at < len {
+        let n = (len - at).min(BLOCK_BYTES as u64) as usize;
+        array.write_at(&block[..n], at, false)?;
+        at += n as u64;
+    }
+    array.flush()?;
+    Ok(())
+}
 
 pub fn run(args: &BenchArgs, direct_flag: bool) -> Result<u8> {
     let plan = nvraid_bench::plan(args)?;
@@ -50,6 +75,7 @@ pub fn run(args: &BenchArgs, direct_flag: bool) -> Result<u8> {
             "nvraid: benchmarking a temporary RAID 0 of {DEFAULT_MEMBERS} sparse files in {}",
             dir.path().display()
         );
+        prefill(&array, PREFILL_BYTES.min(array.size_bytes()))?;
         _tempdir = dir;
         array_targets(array, args)
     } else if args.raw {
