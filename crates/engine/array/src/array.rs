@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use nvraid_layout::{Geometry, Level, Piece};
 use nvraid_member::Member;
 use nvraid_metadata::{Superblock, Timestamp, RESYNC_CLEAN, SUPER_OFFSET_BYTES};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// One role of the array: a member and its own superblock.
@@ -24,6 +24,25 @@ pub struct Slot {
 impl Slot {
     pub fn data_offset_bytes(&self) -> u64 {
         self.superblock.data_offset_sectors * 512
+    }
+}
+
+/// Operations, bytes and errors of one member, counted by the fast path's
+/// queues (each queue counts privately and adds its counts here in batches,
+/// so workers do not share a cache line per I/O).
+#[derive(Debug, Default)]
+pub struct MemberCounters {
+    pub ops: AtomicU64,
+    pub bytes: AtomicU64,
+    pub errors: AtomicU64,
+}
+
+impl MemberCounters {
+    /// Add a batch of counts.
+    pub fn add(&self, ops: u64, bytes: u64, errors: u64) {
+        self.ops.fetch_add(ops, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.errors.fetch_add(errors, Ordering::Relaxed);
     }
 }
 
@@ -46,6 +65,8 @@ pub struct Array {
     /// Members given at assembly but left out because their events counter
     /// is behind the others' (spec and superblock).
     stale: Vec<(String, Superblock)>,
+    /// Per-role I/O counts of the fast path.
+    counters: Vec<MemberCounters>,
 }
 
 impl Array {
@@ -75,7 +96,15 @@ impl Array {
             events: Mutex::new(events),
             read_rotor: AtomicU32::new(0),
             stale: Vec::new(),
+            counters: (0..geometry.members())
+                .map(|_| MemberCounters::default())
+                .collect(),
         }
+    }
+
+    /// Per-role I/O counts of the fast path (index = role).
+    pub fn member_counters(&self) -> &[MemberCounters] {
+        &self.counters
     }
 
     pub(crate) fn set_stale(&mut self, stale: Vec<(String, Superblock)>) {

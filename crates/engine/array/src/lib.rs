@@ -16,7 +16,7 @@ mod scan;
 mod signature;
 mod target;
 
-pub use array::{read_superblock, Array, Slot};
+pub use array::{read_superblock, Array, MemberCounters, Slot};
 pub use assemble::{assemble, geometry_of, has_every_byte, level_of, AssembleOptions};
 pub use create::{create, CreateOptions, CHUNK_BYTES_DEFAULT, DATA_OFFSET_SECTORS};
 pub use error::{Error, Result};

@@ -165,6 +165,10 @@ pub struct FanoutQueue {
     parts: Vec<Part>,
     /// Completions that need no engine (null members, discards, errors).
     ready: Vec<Completion>,
+    /// This queue's per-member counts (ops, bytes, errors) not yet added to
+    /// the array's counters.
+    counts: Vec<(u64, u64, u64)>,
+    counted_since_publish: u32,
     /// Slot buffers known to hold only zeros (a null member's read then
     /// needs no fill). Cleared when the caller may have written the buffer
     /// or a real member read into it.
@@ -254,6 +258,8 @@ impl FanoutQueue {
             ready: Vec::with_capacity(depth as usize),
             busy_slots: 0,
             zeroed: vec![true; depth as usize],
+            counts: vec![(0, 0, 0); members.len()],
+            counted_since_publish: 0,
             engine_done: Vec::with_capacity(subs_max),
             inflight: vec![0; members.len()],
             rotor: 0,
@@ -312,6 +318,7 @@ impl FanoutQueue {
                 self.buffers[slot].fill(0);
                 self.zeroed[slot] = true;
             }
+            self.count(sub.member, u64::from(sub.len), false);
             self.finish_sub(sub.slot, 0);
             return Ok(());
         }
@@ -386,6 +393,32 @@ impl FanoutQueue {
         count
     }
 
+    /// Count one finished member operation; every 256, add this queue's
+    /// counts to the array's.
+    fn count(&mut self, member: u32, bytes: u64, error: bool) {
+        let entry = &mut self.counts[member as usize];
+        entry.0 += 1;
+        entry.1 += bytes;
+        entry.2 += u64::from(error);
+        self.counted_since_publish += 1;
+        if self.counted_since_publish >= 256 {
+            self.publish_counts();
+        }
+    }
+
+    fn publish_counts(&mut self) {
+        self.counted_since_publish = 0;
+        let Shape::Array(array) = &self.shape else {
+            return;
+        };
+        for (counters, entry) in array.member_counters().iter().zip(self.counts.iter_mut()) {
+            if entry.0 > 0 {
+                counters.add(entry.0, entry.1, entry.2);
+                *entry = (0, 0, 0);
+            }
+        }
+    }
+
     /// One member operation of `slot` finished with `errno` (0 = success).
     fn finish_sub(&mut self, slot: u32, errno: i32) {
         let state = &mut self.slots[slot as usize];
@@ -423,6 +456,8 @@ impl FanoutQueue {
             }
         };
         let (slot, member) = (sub.slot, sub.member);
+        let moved = if errno == 0 { u64::from(sub.len) } else { 0 };
+        self.count(member, moved, errno != 0);
         self.inflight[member as usize] -= 1;
         self.free_subs.push(index);
         self.finish_sub(slot, errno);
@@ -664,6 +699,9 @@ impl Queue for FanoutQueue {
             engine_done.clear();
             self.engine_done = engine_done;
             if self.ready.is_empty() && (passed >= min_complete || self.busy_slots == 0) {
+                if self.busy_slots == 0 && self.counted_since_publish > 0 {
+                    self.publish_counts();
+                }
                 return Ok(passed);
             }
         }
@@ -678,5 +716,6 @@ impl Drop for FanoutQueue {
                 break;
             }
         }
+        self.publish_counts();
     }
 }

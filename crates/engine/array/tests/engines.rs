@@ -294,3 +294,53 @@ fn merged_vectored_write_then_read_on_every_engine() {
         );
     }
 }
+
+#[test]
+fn queues_count_each_members_operations_and_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let specs = new_array(&dir, Level::Raid1, 2);
+    let array = Arc::new(
+        assemble(
+            &specs,
+            AssembleOptions {
+                writable: true,
+                ..Default::default()
+            },
+        )
+        .unwrap(),
+    );
+    for engine in [EngineKind::Uring, EngineKind::Psync] {
+        let target = FanoutTarget::array(array.clone(), engine);
+        let mut queue = target.open_queue(2, 65536).unwrap();
+        queue.submit(0, OpKind::Write, 0, 8192, false).unwrap();
+        queue.submit(1, OpKind::Read, 65536, 4096, false).unwrap();
+        let mut done = 0;
+        while done < 2 {
+            done += queue.reap(1, &mut |c| assert!(c.result.is_ok())).unwrap();
+        }
+        queue.submit(0, OpKind::Read, 4096, 4096, false).unwrap();
+        queue.reap(1, &mut |c| assert!(c.result.is_ok())).unwrap();
+    }
+    // Per engine: the write reaches both mirrors (2 ops of 8 KiB) and each
+    // read one of them (2 ops of 4 KiB).
+    let counters = array.member_counters();
+    let ops: u64 = counters
+        .iter()
+        .map(|c| c.ops.load(std::sync::atomic::Ordering::Relaxed))
+        .sum();
+    let bytes: u64 = counters
+        .iter()
+        .map(|c| c.bytes.load(std::sync::atomic::Ordering::Relaxed))
+        .sum();
+    assert_eq!(ops, 2 * 4);
+    assert_eq!(bytes, 2 * (2 * 8192 + 2 * 4096));
+    assert!(
+        counters
+            .iter()
+            .all(|c| c.ops.load(std::sync::atomic::Ordering::Relaxed) >= 2),
+        "both mirrors are used"
+    );
+    assert!(counters
+        .iter()
+        .all(|c| c.errors.load(std::sync::atomic::Ordering::Relaxed) == 0));
+}

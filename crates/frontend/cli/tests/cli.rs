@@ -672,3 +672,89 @@ mod bench {
         );
     }
 }
+
+mod serve {
+    use super::*;
+
+    #[test]
+    fn serve_counts_member_io_and_closes_clean_on_sigint() {
+        let dir = tempfile::tempdir().unwrap();
+        ok(
+            &[
+                "create", "--level", "10", "--size", "16M", "m0", "m1", "m2", "m3",
+            ],
+            dir.path(),
+        );
+        let socket = dir.path().join("md.sock");
+        let mut server = Command::new(env!("CARGO_BIN_EXE_nvraid"))
+            .args([
+                "serve",
+                "--listen",
+                &format!("unix:{}", socket.display()),
+                "m0",
+                "m1",
+                "m2",
+                "m3",
+            ])
+            .current_dir(dir.path())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let control = dir.path().join("md.ctl");
+        for _ in 0..200 {
+            if control.exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
+        let data: Vec<u8> = (0..4 << 20).map(|i: u32| (i % 241) as u8).collect();
+        std::fs::write(dir.path().join("in"), &data).unwrap();
+        let uri = format!("nbd+unix:///?socket={}", socket.display());
+        let copied = Command::new(tool("nbdcopy"))
+            .arg(dir.path().join("in"))
+            .arg(&uri)
+            .status()
+            .unwrap();
+        assert!(copied.success());
+        let status: serde_json::Value = serde_json::from_str(&ok(
+            &["status", "--json", "--socket", control.to_str().unwrap()],
+            dir.path(),
+        ))
+        .unwrap();
+        let members = status["array"]["members"].as_array().unwrap();
+        let written: u64 = members
+            .iter()
+            .map(|m| m["io"]["bytes"].as_u64().unwrap())
+            .sum();
+        assert_eq!(
+            written,
+            2 * (4 << 20),
+            "raid10 near2 writes every byte twice: {status}"
+        );
+        assert_eq!(
+            status["array"]["state"], "active",
+            "dirty while serving writes"
+        );
+        // SIGINT: finish, flush, mark clean, exit 0.
+        let killed = Command::new("kill")
+            .arg("-INT")
+            .arg(server.id().to_string())
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        assert!(server.wait().unwrap().success());
+        let detail: serde_json::Value = serde_json::from_str(&ok(
+            &["detail", "--json", "m0", "m1", "m2", "m3"],
+            dir.path(),
+        ))
+        .unwrap();
+        assert_eq!(detail["state"], "clean");
+        ok(
+            &[
+                "read", "--length", "4M", "--output", "out", "m3", "m2", "m1", "m0",
+            ],
+            dir.path(),
+        );
+        assert_eq!(std::fs::read(dir.path().join("out")).unwrap(), data);
+    }
+}

@@ -10,6 +10,7 @@ use nvraid_member::Member;
 use nvraid_serve::cli::ServeArgs;
 use nvraid_serve::{ServeOptions, ShutdownHandle};
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 #[derive(Args, Debug)]
@@ -73,9 +74,29 @@ fn configure(options: &mut ServeOptions, array: &Arc<Array>) {
     let chunk = array.geometry().chunk_bytes().unwrap_or(4096);
     options.preferred_block_bytes = (chunk as u32).clamp(array.sector_bytes(), 1 << 20);
     let status_array = array.clone();
-    options.status_hook = Some(Arc::new(move || {
-        serde_json::to_value(info::detail(&status_array)).unwrap_or_default()
-    }));
+    options.status_hook = Some(Arc::new(move || array_status(&status_array)));
+}
+
+/// The array as `detail` shows it, each member with the I/O the server's
+/// queues have done on it (`io`: ops, bytes, errors).
+fn array_status(array: &Array) -> serde_json::Value {
+    let mut value = serde_json::to_value(info::detail(array)).unwrap_or_default();
+    if let Some(members) = value["members"].as_array_mut() {
+        for member in members {
+            let Some(role) = member["role"].as_u64() else {
+                continue;
+            };
+            let Some(counters) = array.member_counters().get(role as usize) else {
+                continue;
+            };
+            member["io"] = serde_json::json!({
+                "ops": counters.ops.load(Ordering::Relaxed),
+                "bytes": counters.bytes.load(Ordering::Relaxed),
+                "errors": counters.errors.load(Ordering::Relaxed),
+            });
+        }
+    }
+    value
 }
 
 fn watch_signals(shutdown: ShutdownHandle) -> Result<()> {
@@ -99,8 +120,43 @@ pub fn status(args: &StatusArgs) -> Result<u8> {
     let status = nvraid_serve::query_status(&args.socket)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&status)?);
-    } else {
-        print!("{}", nvraid_serve::format_status(&status));
+        return Ok(0);
     }
+    let text = nvraid_serve::format_status(&status);
+    // The server's own lines, then the array as a table instead of raw JSON.
+    text.lines()
+        .filter(|line| !line.starts_with("array: "))
+        .for_each(|line| println!("{line}"));
+    print_array(&status["array"]);
     Ok(0)
+}
+
+fn print_array(array: &serde_json::Value) {
+    if array.is_null() {
+        return;
+    }
+    println!(
+        "array: {} raid{} {} bytes, state {}, events {}",
+        array["uuid"].as_str().unwrap_or("?"),
+        array["level"],
+        array["size_bytes"],
+        array["state"].as_str().unwrap_or("?"),
+        array["events"]
+    );
+    println!(
+        "  {:>4}  {:<8}  {:>12}  {:>16}  {:>6}  path",
+        "role", "state", "ops", "bytes", "errors"
+    );
+    for m in array["members"].as_array().into_iter().flatten() {
+        let io = &m["io"];
+        println!(
+            "  {:>4}  {:<8}  {:>12}  {:>16}  {:>6}  {}",
+            m["role"].as_u64().map_or("-".into(), |r| r.to_string()),
+            m["state"].as_str().unwrap_or("?"),
+            io["ops"].as_u64().unwrap_or(0),
+            io["bytes"].as_u64().unwrap_or(0),
+            io["errors"].as_u64().unwrap_or(0),
+            m["path"].as_str().unwrap_or("(missing)")
+        );
+    }
 }
