@@ -5,7 +5,6 @@
 use anyhow::Result;
 use nvraid_array::FanoutTarget;
 use nvraid_bench::{run_job, JobSpec, RwMode};
-use nvraid_io::engine::EngineKind;
 use nvraid_io::queue::Target;
 use nvraid_member::{Member, OpenOptions};
 use nvraid_topology::cli::TopologyArgs;
@@ -15,7 +14,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Sequential 1 MiB reads at queue depth 8 on one worker, read-only.
+/// Sequential 1 MiB reads at queue depth 8 on one worker, read-only, on the
+/// engine `nvraid bench --engine auto` would pick for the device.
 struct BenchMeasurer;
 
 impl Measurer for BenchMeasurer {
@@ -31,8 +31,8 @@ impl Measurer for BenchMeasurer {
         )
         .map_err(io::Error::other)?;
         let direct_io = member.is_direct();
-        let target: Arc<dyn Target> =
-            Arc::new(FanoutTarget::raw(Arc::new(member), EngineKind::Uring));
+        let engine = crate::cmd::bench::engine_for(nvraid_bench::cli::Engine::Auto, &[&member]);
+        let target: Arc<dyn Target> = Arc::new(FanoutTarget::raw(Arc::new(member), engine));
         let mut job = JobSpec::new(RwMode::Read);
         job.bs_bytes = 1 << 20;
         job.iodepth = 8;
