@@ -153,7 +153,11 @@ fn qemu_io_patterns_at_unaligned_and_crossing_offsets() {
 fn fio_nbd_random_writes_verify_over_several_connections() {
     let fio = require("fio", "fio");
     let server = TestServer::start(MemTarget::new(64 * MIB, 512));
+    // fio leaves verify state files in its working directory: keep them out
+    // of the source tree.
+    let scratch = tempfile::tempdir().unwrap();
     let output = run(Command::new(fio)
+        .current_dir(scratch.path())
         .arg("--name=verify")
         .arg("--ioengine=nbd")
         .arg(format!("--uri={}", server.uri()))
