@@ -219,25 +219,14 @@ impl Array {
     /// requests in flight; ties broken by a rotating start so that equal
     /// mirrors share the load.
     pub fn choose_copy(&self, logical_offset: u64) -> Result<u32> {
-        let copies = self.geometry.copies();
-        let start = if copies > 1 {
-            self.read_rotor.fetch_add(1, Ordering::Relaxed) % copies
+        // RAID 0 has one copy: no shared rotor to bump.
+        let start = if self.geometry.copies() > 1 {
+            self.read_rotor.fetch_add(1, Ordering::Relaxed)
         } else {
             0
         };
-        let mut best: Option<(u32, u32)> = None;
-        for step in 0..copies {
-            let copy = (start + step) % copies;
-            let member = self.geometry.locate(logical_offset, copy).member as usize;
-            let Some(slot) = &self.slots[member] else {
-                continue;
-            };
-            let load = slot.member.inflight();
-            if best.is_none_or(|(_, best_load)| load < best_load) {
-                best = Some((copy, load));
-            }
-        }
-        best.map(|(copy, _)| copy).ok_or_else(|| {
+        let load = |member: usize| self.slots[member].as_ref().map(|s| s.member.inflight());
+        least_loaded_copy(&self.geometry, logical_offset, start, load).ok_or_else(|| {
             Error::NotStartable(format!("no copy of offset {logical_offset} is present"))
         })
     }
@@ -374,6 +363,31 @@ impl Array {
         *events = next;
         Ok(())
     }
+}
+
+/// The read policy of both data paths: among the copies of the byte at
+/// `logical_offset` whose member is present (`load` gives its requests in
+/// flight, `None` for a missing member), the least loaded one; the scan
+/// starts at copy `start % copies`, so ties rotate as `start` advances.
+pub(crate) fn least_loaded_copy(
+    geometry: &Geometry,
+    logical_offset: u64,
+    start: u32,
+    load: impl Fn(usize) -> Option<u32>,
+) -> Option<u32> {
+    let copies = geometry.copies();
+    let mut best: Option<(u32, u32)> = None;
+    for step in 0..copies {
+        let copy = (start % copies + step) % copies;
+        let member = geometry.locate(logical_offset, copy).member as usize;
+        let Some(member_load) = load(member) else {
+            continue;
+        };
+        if best.is_none_or(|(_, best_load)| member_load < best_load) {
+            best = Some((copy, member_load));
+        }
+    }
+    best.map(|(copy, _)| copy)
 }
 
 /// Encode `sb` and write it at 4 KiB on `member` (not flushed).

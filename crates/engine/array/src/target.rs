@@ -9,7 +9,7 @@
 //! hot path takes no lock, makes no allocation and copies no data; workers
 //! share nothing but the array's read-only geometry.
 
-use crate::array::Array;
+use crate::array::{least_loaded_copy, Array};
 use nvraid_io::engine::{open_engine, Engine, EngineKind, MemberOp, MemberOpKind};
 use nvraid_io::queue::{Completion, OpKind, Queue, Target};
 use nvraid_io::AlignedBuf;
@@ -180,6 +180,7 @@ pub struct FanoutQueue {
     inflight: Vec<u32>,
     rotor: u32,
     max_io_bytes: u32,
+    size_bytes: u64,
 }
 
 const KIND_READ: u8 = 0;
@@ -264,6 +265,7 @@ impl FanoutQueue {
             inflight: vec![0; members.len()],
             rotor: 0,
             max_io_bytes,
+            size_bytes: target.size_bytes(),
         })
     }
 
@@ -290,23 +292,12 @@ impl FanoutQueue {
         geometry: &nvraid_layout::Geometry,
         logical_offset: u64,
     ) -> Option<u32> {
-        let copies = geometry.copies();
-        if copies == 1 {
+        if geometry.copies() == 1 {
             return Some(0);
         }
         self.rotor = self.rotor.wrapping_add(1);
-        let mut best: Option<(u32, u32)> = None;
-        for step in 0..copies {
-            let copy = (self.rotor + step) % copies;
-            let member = geometry.locate(logical_offset, copy).member as usize;
-            if self.data_offsets[member].is_none() {
-                continue;
-            }
-            if best.is_none_or(|(_, load)| self.inflight[member] < load) {
-                best = Some((copy, self.inflight[member]));
-            }
-        }
-        best.map(|(copy, _)| copy)
+        let load = |member: usize| self.data_offsets[member].map(|_| self.inflight[member]);
+        least_loaded_copy(geometry, logical_offset, self.rotor, load)
     }
 
     fn push_sub(&mut self, sub: SubOp) -> io::Result<()> {
@@ -603,14 +594,6 @@ impl FanoutQueue {
                 .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO)),
         }
     }
-
-    fn size_bytes(&self) -> u64 {
-        match (&self.geometry, &self.shape) {
-            (Some(g), _) => g.array_bytes(),
-            (None, Shape::Raw(m)) => m.size_bytes(),
-            (None, Shape::Array(a)) => a.size_bytes(),
-        }
-    }
 }
 
 impl Queue for FanoutQueue {
@@ -644,7 +627,7 @@ impl Queue for FanoutQueue {
             && (len > self.max_io_bytes && op != OpKind::Discard
                 || offset
                     .checked_add(u64::from(len))
-                    .is_none_or(|e| e > self.size_bytes()))
+                    .is_none_or(|e| e > self.size_bytes))
         {
             return invalid(format!(
                 "request {offset}+{len} is past the end or larger than the queue's buffers"
