@@ -101,3 +101,16 @@ pub fn write_full_at(file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
 pub fn data_sync(file: &File) -> io::Result<()> {
     file.sync_data()
 }
+
+/// Whether `path` lies on a tmpfs (RAM-backed, completes I/O in the caller).
+pub fn is_on_tmpfs(path: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c_path) = CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs is a plain C struct for which all-zero bytes are valid.
+    let mut stat: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: c_path is a valid C string and stat a valid out-pointer for the call.
+    let ret = unsafe { libc::statfs(c_path.as_ptr(), &mut stat) };
+    ret == 0 && stat.f_type == libc::TMPFS_MAGIC
+}

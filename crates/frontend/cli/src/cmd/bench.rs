@@ -129,24 +129,11 @@ pub fn engine_for(choice: Engine, members: &[&Member]) -> EngineKind {
 fn completes_inline(member: &Member) -> bool {
     match member.kind() {
         MemberKind::Mem | MemberKind::Null => true,
-        MemberKind::File => member.path().is_some_and(|p| on_tmpfs(&p)),
+        MemberKind::File => member
+            .path()
+            .is_some_and(|p| nvraid_io::sys::is_on_tmpfs(&p)),
         MemberKind::BlockDevice => member.path().is_some_and(|p| is_zram(&p)),
     }
-}
-
-fn on_tmpfs(path: &std::path::Path) -> bool {
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
-        return false;
-    };
-    let mut stat: libc::statfs = unsafe_zeroed_statfs();
-    // SAFETY: c is a valid C string and stat a valid out-pointer for the call.
-    let ret = unsafe { libc::statfs(c.as_ptr(), &mut stat) };
-    ret == 0 && stat.f_type == libc::TMPFS_MAGIC
-}
-
-fn unsafe_zeroed_statfs() -> libc::statfs {
-    // SAFETY: statfs is a plain C struct for which all-zero bytes are valid.
-    unsafe { std::mem::zeroed() }
 }
 
 fn is_zram(path: &std::path::Path) -> bool {
