@@ -45,6 +45,15 @@ fn new_array(dir: &tempfile::TempDir, level: Level, members: usize) -> Vec<Strin
     specs
 }
 
+/// Assemble the array `specs` form, writable, for queues to share.
+fn open_writable(specs: &[String]) -> Arc<nvraid_array::Array> {
+    let options = AssembleOptions {
+        writable: true,
+        ..Default::default()
+    };
+    Arc::new(assemble(specs, options).unwrap())
+}
+
 /// Keep `depth` random requests in flight; writes land in the model when
 /// they complete, and reads are checked against the model, so no read ever
 /// overlaps a write in flight (each slot owns a disjoint region stripe).
@@ -128,16 +137,7 @@ fn every_engine_matches_the_model_on_every_level() {
             for depth in [1u32, 8, 32] {
                 let dir = tempfile::tempdir().unwrap();
                 let specs = new_array(&dir, level, members);
-                let array = Arc::new(
-                    assemble(
-                        &specs,
-                        AssembleOptions {
-                            writable: true,
-                            ..Default::default()
-                        },
-                    )
-                    .unwrap(),
-                );
+                let array = open_writable(&specs);
                 let target = FanoutTarget::array(array.clone(), engine);
                 let model = drive(&target, depth, 600, 99 + u64::from(depth));
                 drop(target);
@@ -255,16 +255,7 @@ fn null_members_complete_without_io_and_read_zeros() {
 fn merged_vectored_write_then_read_on_every_engine() {
     let dir = tempfile::tempdir().unwrap();
     let specs = new_array(&dir, Level::Raid0, 4);
-    let array = Arc::new(
-        assemble(
-            &specs,
-            AssembleOptions {
-                writable: true,
-                ..Default::default()
-            },
-        )
-        .unwrap(),
-    );
+    let array = open_writable(&specs);
     for engine in ENGINES {
         let target = FanoutTarget::array(array.clone(), engine);
         let mut queue = target.open_queue(1, 65536).unwrap();
@@ -299,16 +290,7 @@ fn merged_vectored_write_then_read_on_every_engine() {
 fn queues_count_each_members_operations_and_bytes() {
     let dir = tempfile::tempdir().unwrap();
     let specs = new_array(&dir, Level::Raid1, 2);
-    let array = Arc::new(
-        assemble(
-            &specs,
-            AssembleOptions {
-                writable: true,
-                ..Default::default()
-            },
-        )
-        .unwrap(),
-    );
+    let array = open_writable(&specs);
     for engine in [EngineKind::Uring, EngineKind::Psync] {
         let target = FanoutTarget::array(array.clone(), engine);
         let mut queue = target.open_queue(2, 65536).unwrap();

@@ -22,6 +22,13 @@ fn options(level: Level) -> CreateOptions {
     }
 }
 
+/// A new array of `members` files in `dir`, created and cleanly closed.
+fn created(dir: &tempfile::TempDir, level: Level, members: usize) -> Vec<String> {
+    let specs = specs(dir, members);
+    create(&specs, &options(level)).unwrap().close().unwrap();
+    specs
+}
+
 fn on_disk(spec: &str) -> (u64, u64) {
     let sb = read_superblock(&Member::open(spec, OpenOptions::default()).unwrap()).unwrap();
     (sb.events, sb.resync_offset)
@@ -36,11 +43,7 @@ const RW: AssembleOptions = AssembleOptions {
 #[test]
 fn raid1_is_dirty_on_disk_before_the_first_write_lands_and_clean_after_close() {
     let dir = tempfile::tempdir().unwrap();
-    let specs = specs(&dir, 2);
-    create(&specs, &options(Level::Raid1))
-        .unwrap()
-        .close()
-        .unwrap();
+    let specs = created(&dir, Level::Raid1, 2);
     assert_eq!(on_disk(&specs[0]), (0, RESYNC_CLEAN));
     let array = assemble(&specs, RW).unwrap();
     let mut buf = vec![0u8; 4096];
@@ -73,11 +76,7 @@ fn raid1_is_dirty_on_disk_before_the_first_write_lands_and_clean_after_close() {
 #[test]
 fn a_crash_leaves_the_array_dirty_and_nvraid_does_not_pretend_it_is_clean() {
     let dir = tempfile::tempdir().unwrap();
-    let specs = specs(&dir, 4);
-    create(&specs, &options(Level::Raid10 { near: 2 }))
-        .unwrap()
-        .close()
-        .unwrap();
+    let specs = created(&dir, Level::Raid10 { near: 2 }, 4);
     let array = assemble(&specs, RW).unwrap();
     array.write_at(&[1u8; 8192], 65536 - 4096, false).unwrap();
     drop(array); // no orderly close: as if the process died
@@ -95,11 +94,7 @@ fn a_crash_leaves_the_array_dirty_and_nvraid_does_not_pretend_it_is_clean() {
 #[test]
 fn raid0_is_never_marked_dirty_as_in_md() {
     let dir = tempfile::tempdir().unwrap();
-    let specs = specs(&dir, 2);
-    create(&specs, &options(Level::Raid0))
-        .unwrap()
-        .close()
-        .unwrap();
+    let specs = created(&dir, Level::Raid0, 2);
     let array = assemble(&specs, RW).unwrap();
     array.write_at(&[1u8; 4096], 0, true).unwrap();
     assert_eq!(on_disk(&specs[0]), (0, RESYNC_CLEAN));
@@ -110,11 +105,7 @@ fn raid0_is_never_marked_dirty_as_in_md() {
 #[test]
 fn stale_member_is_left_out_and_named() {
     let dir = tempfile::tempdir().unwrap();
-    let specs = specs(&dir, 2);
-    create(&specs, &options(Level::Raid1))
-        .unwrap()
-        .close()
-        .unwrap();
+    let specs = created(&dir, Level::Raid1, 2);
     // Assemble with only member 0 and write: member 1 falls behind.
     let degraded = AssembleOptions {
         allow_degraded: true,
