@@ -9,7 +9,9 @@ use crate::error::{Error, Result};
 use crate::signature;
 use nvraid_layout::{Geometry, Level};
 use nvraid_member::{Member, MemberError, MemberKind, OpenOptions};
-use nvraid_metadata::{Superblock, Timestamp, RESYNC_CLEAN, SUPER_OFFSET_SECTORS};
+use nvraid_metadata::{
+    Superblock, Timestamp, RESYNC_CLEAN, SUPER_OFFSET_BYTES, SUPER_OFFSET_SECTORS,
+};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -31,7 +33,9 @@ pub struct CreateOptions {
     pub level: Level,
     pub chunk_bytes: u64,
     pub name: String,
-    /// Create missing files, and extend smaller ones, to this size.
+    /// How much of each member to use: missing files are created and
+    /// smaller files extended to this size; larger members are used only up
+    /// to it.
     pub size_bytes: Option<u64>,
     /// Overwrite existing signatures (filesystems, md superblocks).
     pub force: bool,
@@ -86,21 +90,36 @@ fn plan_member(spec: &str, options: &CreateOptions) -> Result<Plan> {
     };
     match Member::open(spec, probe_options) {
         Ok(member) => {
-            let grown = match (member.kind(), options.size_bytes) {
-                (MemberKind::File, Some(size)) => member.size_bytes().max(size),
-                _ => member.size_bytes(),
+            let size_bytes = match (member.kind(), options.size_bytes) {
+                (_, None) => member.size_bytes(),
+                // A file grows to --size; any larger member is used up to it.
+                (MemberKind::File, Some(size)) => size,
+                (_, Some(size)) if member.size_bytes() >= size => size,
+                (_, Some(size)) => {
+                    return Err(Error::TooSmall {
+                        spec: spec.into(),
+                        size_bytes: member.size_bytes(),
+                        min_bytes: size,
+                        reason:
+                            "--size asks for that much of every member, and only files can grow"
+                                .into(),
+                    })
+                }
             };
             Ok(Plan {
                 spec: spec.into(),
-                size_bytes: grown,
+                size_bytes,
                 probe: Some(member),
             })
         }
-        Err(MemberError::Missing { .. }) if options.size_bytes.is_some() => Ok(Plan {
-            spec: spec.into(),
-            size_bytes: options.size_bytes.unwrap_or(0),
-            probe: None,
-        }),
+        Err(MemberError::Missing { .. }) => match options.size_bytes {
+            Some(size) => Ok(Plan {
+                spec: spec.into(),
+                size_bytes: size,
+                probe: None,
+            }),
+            None => Err(Error::MissingMember { spec: spec.into() }),
+        },
         Err(e) => Err(e.into()),
     }
 }
@@ -174,9 +193,28 @@ fn check_sizes(plans: &[Plan], options: &CreateOptions) -> Result<u64> {
             });
         }
     }
-    let smallest = plans.iter().map(|p| p.size_bytes).min().unwrap_or(0);
+    let smallest = plans.iter().min_by_key(|p| p.size_bytes).expect("members");
+    let largest = plans.iter().max_by_key(|p| p.size_bytes).expect("members");
+    // Members of unequal size: the array uses the smallest on all of them.
+    // Like mdadm, more than 1% of difference needs the user's say-so, here
+    // an explicit --size (which also caps every larger member).
+    if options.size_bytes.is_none()
+        && largest.size_bytes > smallest.size_bytes + smallest.size_bytes / 100
+    {
+        let lost_bytes = plans
+            .iter()
+            .map(|p| p.size_bytes - smallest.size_bytes)
+            .sum();
+        return Err(Error::UnequalSizes {
+            small: smallest.spec.clone(),
+            small_bytes: smallest.size_bytes,
+            large: largest.spec.clone(),
+            large_bytes: largest.size_bytes,
+            lost_bytes,
+        });
+    }
     // Data size in whole 4 KiB blocks.
-    Ok((smallest - data_offset_bytes) & !4095)
+    Ok((smallest.size_bytes - data_offset_bytes) & !4095)
 }
 
 fn write_array(
@@ -185,21 +223,104 @@ fn write_array(
     geometry: Geometry,
     data_bytes: u64,
 ) -> Result<Array> {
+    let mut undo = Vec::with_capacity(specs.len());
+    let written = write_members(specs, options, &geometry, data_bytes, &mut undo);
+    match written {
+        Ok(slots) => Ok(Array::new(geometry, slots, true)),
+        Err(e) => {
+            // Put back what this command changed, newest first: a refused
+            // or failed create leaves every member as it found it.
+            while let Some(step) = undo.pop() {
+                step.revert();
+            }
+            Err(e)
+        }
+    }
+}
+
+/// One change create made to a member, and how to take it back.
+enum Undo {
+    /// The file did not exist: remove it.
+    Created(PathBuf),
+    /// The file was this long: truncate it back.
+    Extended(PathBuf, u64),
+    /// The 4 KiB where the superblock goes held these bytes.
+    Overwrote(Member, nvraid_io::AlignedBuf),
+}
+
+impl Undo {
+    fn revert(self) {
+        // Best effort: the error that led here is what the user sees.
+        match self {
+            Undo::Created(path) => {
+                let _ = std::fs::remove_file(path);
+            }
+            Undo::Extended(path, len) => {
+                let _ = std::fs::File::options()
+                    .write(true)
+                    .open(path)
+                    .and_then(|f| f.set_len(len));
+            }
+            Undo::Overwrote(member, old) => {
+                let _ = member.write_at(&old, SUPER_OFFSET_BYTES);
+                let _ = member.flush();
+            }
+        }
+    }
+}
+
+fn write_members(
+    specs: &[String],
+    options: &CreateOptions,
+    geometry: &Geometry,
+    data_bytes: u64,
+    undo: &mut Vec<Undo>,
+) -> Result<Vec<Option<Slot>>> {
     let open = OpenOptions {
         write: true,
         create_bytes: options.size_bytes,
         direct: options.direct,
     };
-    let members = specs
-        .iter()
-        .map(|spec| Member::open(spec, open))
-        .collect::<Result<Vec<_>, _>>()?;
-    let template = template_superblock(options, &geometry, data_bytes)?;
+    let mut members = Vec::with_capacity(specs.len());
+    for spec in specs {
+        let is_path = !spec.starts_with("mem:") && !spec.starts_with("null:");
+        let before = if is_path {
+            std::fs::metadata(spec).ok()
+        } else {
+            None
+        };
+        let opened = Member::open(spec, open);
+        if is_path && options.size_bytes.is_some() {
+            match &before {
+                None => undo.push(Undo::Created(PathBuf::from(spec))),
+                Some(meta) if meta.is_file() && Some(meta.len()) < options.size_bytes => {
+                    undo.push(Undo::Extended(PathBuf::from(spec), meta.len()))
+                }
+                Some(_) => {}
+            }
+        }
+        members.push(opened?);
+    }
+    let template = template_superblock(options, geometry, data_bytes)?;
     let mut slots = Vec::with_capacity(members.len());
     for (role, member) in members.into_iter().enumerate() {
         let mut sb = template.clone();
         sb.dev_number = role as u32;
         sb.device_uuid = random_uuid()?;
+        if matches!(member.kind(), MemberKind::File | MemberKind::BlockDevice) {
+            let mut old = nvraid_io::AlignedBuf::zeroed(4096);
+            member
+                .read_at(&mut old, SUPER_OFFSET_BYTES)
+                .map_err(|e| Error::io(member.spec(), e))?;
+            let again = Member::open(
+                member.spec(),
+                OpenOptions {
+                    create_bytes: None,
+                    ..open
+                },
+            )?;
+            undo.push(Undo::Overwrote(again, old));
+        }
         write_superblock(&member, &sb)?;
         slots.push(Some(Slot {
             member,
@@ -211,7 +332,7 @@ fn write_array(
             .flush()
             .map_err(|e| Error::io(slot.member.spec(), e))?;
     }
-    Ok(Array::new(geometry, slots, true))
+    Ok(slots)
 }
 
 /// The md layout word: raid10 near copies in the low byte, far copies

@@ -10,8 +10,23 @@ use std::io;
 pub enum Error {
     #[error(transparent)]
     Member(#[from] MemberError),
-    #[error("{0}")]
+    #[error(transparent)]
     Geometry(#[from] GeometryError),
+    #[error("{spec}: does not exist (give --size to create member files)")]
+    MissingMember { spec: String },
+    #[error(
+        "{small} has {} but {large} has {}: the array would use only the smallest member's \
+         size on every member and leave {} unused in all; give --size to choose how much of \
+         each member to use, or use members of equal size",
+        size_text(*small_bytes), size_text(*large_bytes), size_text(*lost_bytes)
+    )]
+    UnequalSizes {
+        small: String,
+        small_bytes: u64,
+        large: String,
+        large_bytes: u64,
+        lost_bytes: u64,
+    },
     #[error("{spec}: {source}")]
     Superblock { spec: String, source: DecodeError },
     #[error("{spec}: {source}")]
@@ -72,6 +87,11 @@ pub enum Error {
     ReadOnly,
     #[error("no members given")]
     NoMembers,
+}
+
+/// `8388608 bytes (8 MiB)`.
+fn size_text(bytes: u64) -> String {
+    format!("{bytes} bytes ({})", nvraid_member::format_size(bytes))
 }
 
 impl Error {

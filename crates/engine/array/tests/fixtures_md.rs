@@ -1,4 +1,4 @@
-//! Arrays written by the Linux kernel's md driver (shared/fixtures/md):
+//! Arrays written by the Linux kernel's md driver (tests/fixtures/md):
 //! nvraid assembles each one, in any member order, and reads exactly the
 //! content the fixture's README records.
 
@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn fixture_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../../shared/fixtures/md")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../tests/fixtures/md")
 }
 
 /// Decompress a fixture's members into `dir`; returns their paths by role.

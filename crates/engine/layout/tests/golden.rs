@@ -4,7 +4,7 @@
 //! Rows were derived by hand from md's rules (drivers/md/raid0.c: one zone,
 //! chunk c on disk c % n at member chunk c / n; drivers/md/raid10.c near
 //! layout: copy j of chunk c at slot c*k + j, disk slot % n, row slot / n) and
-//! agree with the kernel-written fixtures in shared/fixtures/md (see the
+//! agree with the kernel-written fixtures in tests/fixtures/md (see the
 //! array crate's fixture test).
 
 use nvraid_layout::{Geometry, Level, Location};

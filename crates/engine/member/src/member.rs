@@ -35,7 +35,7 @@ pub enum MemberError {
     BadSize { spec: String, source: SizeError },
     #[error("{spec}: not a regular file or block device")]
     NotFileOrDevice { spec: String },
-    #[error("{spec}: does not exist (give --size to create it)")]
+    #[error("{spec}: does not exist")]
     Missing { spec: String },
 }
 

@@ -72,13 +72,19 @@ impl Timestamp {
         (self.seconds & ((1 << 40) - 1)) | (u64::from(self.micros) << 40)
     }
 
+    /// The current time in whole seconds. The field's layout leaves room
+    /// for microseconds, but the kernel's md driver and mdadm write plain
+    /// seconds and the kernel reads the whole 64-bit word as seconds: a
+    /// non-zero microsecond part makes the kernel see a time past 2106,
+    /// and then `mdadm --detail` cannot match the array to its superblock
+    /// (it compares the kernel's creation time with the superblock's).
     pub fn now() -> Timestamp {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
         Timestamp {
             seconds: now.as_secs(),
-            micros: now.subsec_micros(),
+            micros: 0,
         }
     }
 }
@@ -377,5 +383,21 @@ impl Superblock {
         for (i, role) in self.roles_raw.iter().enumerate() {
             b[FIXED_BYTES + 2 * i..FIXED_BYTES + 2 * i + 2].copy_from_slice(&role.to_le_bytes());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Timestamp;
+
+    #[test]
+    fn now_is_whole_seconds_as_the_kernel_reads_them() {
+        // The kernel takes the whole 64-bit word as seconds.
+        let raw = Timestamp::now().to_raw();
+        assert!(
+            raw < u64::from(u32::MAX),
+            "{raw:#x} is past 2106 to the kernel"
+        );
+        assert!(raw > 1_700_000_000, "{raw} is not the current time");
     }
 }

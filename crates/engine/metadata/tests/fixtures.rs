@@ -1,4 +1,4 @@
-//! Superblocks written by the Linux kernel (shared/fixtures/md) decode with a
+//! Superblocks written by the Linux kernel (tests/fixtures/md) decode with a
 //! valid checksum and the values mdadm --examine printed, and re-encode to
 //! the same bytes.
 
@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn fixture_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../../shared/fixtures/md")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../tests/fixtures/md")
 }
 
 /// The first 8 KiB of a decompressed member image.

@@ -9,7 +9,7 @@
 
 mod cmd;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::process::ExitCode;
 
 /// Software RAID for NVMe drives, using Linux md's on-disk format.
@@ -45,6 +45,10 @@ enum Command {
     Serve(cmd::serve::ServeCmd),
     /// Show a running server's array, connections and rates.
     Status(cmd::serve::StatusArgs),
+    /// Print the man page (roff), or write every command's page with --dir.
+    Man(cmd::manual::ManArgs),
+    /// Print shell completions: bash, zsh or fish.
+    Completions(cmd::manual::CompletionsArgs),
 }
 
 fn main() -> ExitCode {
@@ -61,12 +65,67 @@ fn main() -> ExitCode {
         Command::Topology(args) => cmd::topology::run(args),
         Command::Serve(args) => cmd::serve::serve(args, direct),
         Command::Status(args) => cmd::serve::status(args),
+        Command::Man(args) => cmd::manual::man(args, Cli::command()),
+        Command::Completions(args) => cmd::manual::completions(args, Cli::command()),
     };
     match result {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("nvraid: {e:#}");
+            eprintln!("nvraid: {}", error_text(&e));
             ExitCode::from(1)
         }
+    }
+}
+
+/// The error and its causes on one line, each cause once: many errors
+/// already include their cause's text in their own message, and printing the
+/// chain as well would say the same reason twice.
+fn error_text(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let part = cause.to_string();
+        if text.contains(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_text;
+
+    #[derive(Debug)]
+    struct Inner;
+    impl std::fmt::Display for Inner {
+        fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("checksum mismatch")
+        }
+    }
+    impl std::error::Error for Inner {}
+
+    #[derive(Debug)]
+    struct Outer(Inner);
+    impl std::fmt::Display for Outer {
+        fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            write!(f, "m0.img: {}", self.0)
+        }
+    }
+    impl std::error::Error for Outer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn each_reason_is_printed_once() {
+        let e = anyhow::Error::new(Outer(Inner));
+        assert_eq!(error_text(&e), "m0.img: checksum mismatch");
+        let e = anyhow::Error::new(Inner).context("reading m0.img");
+        assert_eq!(error_text(&e), "reading m0.img: checksum mismatch");
     }
 }

@@ -58,6 +58,21 @@ fn refused(args: &[&str], dir: &Path, needles: &[&str]) {
         );
     }
     assert_eq!(hash_files(dir), before, "nvraid {args:?} changed a member");
+    said_once(&stderr);
+}
+
+/// No part of a message repeats (an error that prints its cause, whose cause
+/// is then printed again).
+fn said_once(stderr: &str) {
+    for line in stderr.lines() {
+        let parts: Vec<&str> = line.split(": ").filter(|p| p.len() > 12).collect();
+        for (i, part) in parts.iter().enumerate() {
+            assert!(
+                !parts[..i].contains(part),
+                "{part:?} is said twice in {line:?}"
+            );
+        }
+    }
 }
 
 fn tool(name: &str) -> String {
@@ -122,6 +137,107 @@ mod bad_input {
                 "a refused create must not create files"
             );
         }
+    }
+
+    #[test]
+    fn a_create_that_fails_part_way_puts_everything_back() {
+        let dir = tempfile::tempdir().unwrap();
+        // An existing, smaller file that create would extend, and a member
+        // whose directory does not exist: the second open fails after the
+        // first member was already extended.
+        std::fs::write(dir.path().join("a.img"), vec![7u8; 2 << 20]).unwrap();
+        refused(
+            &[
+                "create",
+                "--level",
+                "1",
+                "--size",
+                "8M",
+                "a.img",
+                "no-dir/b.img",
+                "c.img",
+            ],
+            dir.path(),
+            &["no-dir/b.img"],
+        );
+        assert!(!dir.path().join("c.img").exists());
+    }
+
+    #[test]
+    fn members_of_unequal_size_need_an_explicit_size() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, size) in [
+            ("big.img", 256u64 << 20),
+            ("small.img", 8 << 20),
+            ("big2.img", 256 << 20),
+        ] {
+            std::fs::File::create(dir.path().join(name))
+                .unwrap()
+                .set_len(size)
+                .unwrap();
+        }
+        refused(
+            &["create", "--level", "1", "big.img", "small.img"],
+            dir.path(),
+            &["small.img has 8388608 bytes (8 MiB)", "big.img", "--size"],
+        );
+        refused(
+            &["create", "--level", "0", "small.img", "big.img"],
+            dir.path(),
+            &["unused", "--size"],
+        );
+        // --size on members larger than it is honoured: 64 MiB of each.
+        let size = |args: &[&str]| {
+            let out = ok(args, dir.path());
+            let detail: serde_json::Value = serde_json::from_str(&out).unwrap();
+            detail["size_bytes"].as_u64().unwrap()
+        };
+        assert_eq!(
+            size(&["create", "--json", "--level", "1", "--size", "64M", "big.img", "big2.img"]),
+            63 << 20
+        );
+        assert_eq!(
+            size(&[
+                "create",
+                "--json",
+                "--force",
+                "--level",
+                "0",
+                "--size",
+                "8M",
+                "big.img",
+                "small.img"
+            ]),
+            14 << 20
+        );
+        assert_eq!(
+            std::fs::metadata(dir.path().join("big.img")).unwrap().len(),
+            256 << 20
+        );
+    }
+
+    #[test]
+    fn a_missing_member_is_named_without_a_create_hint() {
+        let dir = tempfile::tempdir().unwrap();
+        array(dir.path(), "1", &["a", "b"]);
+        for command in ["detail", "read"] {
+            let out = nvraid(&[command, "a", "gone.img"], dir.path());
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{command}: {stderr}");
+            assert!(
+                stderr.contains("gone.img: does not exist"),
+                "{command}: {stderr}"
+            );
+            assert!(
+                !stderr.contains("--size"),
+                "{command} has no --size: {stderr}"
+            );
+        }
+        refused(
+            &["create", "--level", "1", "x.img", "y.img"],
+            dir.path(),
+            &["x.img: does not exist", "give --size"],
+        );
     }
 
     #[test]
@@ -423,9 +539,9 @@ mod fixtures {
 
     #[test]
     fn kernel_arrays_read_back_through_the_cli() {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../../shared/fixtures/md");
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../tests/fixtures/md");
         let readme =
-            std::fs::read_to_string(root.join("README.md")).expect("shared/fixtures/md/README.md");
+            std::fs::read_to_string(root.join("README.md")).expect("tests/fixtures/md/README.md");
         // Table rows: | `folder` | level | members | chunk | layout | size | `sha256` |
         let rows: Vec<(String, String)> = readme
             .lines()
@@ -756,5 +872,62 @@ mod serve {
             dir.path(),
         );
         assert_eq!(std::fs::read(dir.path().join("out")).unwrap(), data);
+    }
+}
+
+mod manual {
+    use super::*;
+
+    const COMMANDS: [&str; 10] = [
+        "create", "examine", "detail", "assemble", "write", "read", "bench", "topology", "serve",
+        "status",
+    ];
+
+    #[test]
+    fn man_page_documents_every_command() {
+        let dir = tempfile::tempdir().unwrap();
+        let page = ok(&["man"], dir.path());
+        assert!(page.contains(".TH nvraid 1"), "{page}");
+        for command in COMMANDS {
+            assert!(page.contains(command), "man page lacks {command}");
+        }
+        ok(&["man", "--dir", "pages"], dir.path());
+        for command in COMMANDS {
+            let sub = dir.path().join(format!("pages/nvraid-{command}.1"));
+            let text = std::fs::read_to_string(&sub).unwrap_or_else(|e| panic!("{sub:?}: {e}"));
+            assert!(text.contains(&format!(".TH nvraid-{command} 1")), "{sub:?}");
+        }
+        // The create page carries create's options, from the same definitions as --help.
+        let create = std::fs::read_to_string(dir.path().join("pages/nvraid-create.1")).unwrap();
+        for option in ["\\-\\-level", "\\-\\-chunk", "\\-\\-size", "\\-\\-force"] {
+            assert!(create.contains(option), "nvraid-create.1 lacks {option}");
+        }
+    }
+
+    #[test]
+    fn completions_for_each_shell_know_every_command() {
+        let dir = tempfile::tempdir().unwrap();
+        for shell in ["bash", "zsh", "fish"] {
+            let script = ok(&["completions", shell], dir.path());
+            for command in COMMANDS {
+                assert!(
+                    script.contains(command),
+                    "{shell} completions lack {command}"
+                );
+            }
+        }
+        let bash = ok(&["completions", "bash"], dir.path());
+        assert!(bash.contains("complete -F _nvraid"), "{bash}");
+        let out = nvraid(&["completions", "tcsh"], dir.path());
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "an unknown shell is a usage error"
+        );
+        // bash itself accepts the script.
+        let file = dir.path().join("nvraid.bash");
+        std::fs::write(&file, &bash).unwrap();
+        let status = Command::new("bash").arg("-n").arg(&file).status().unwrap();
+        assert!(status.success(), "bash -n rejects the completion script");
     }
 }

@@ -18,7 +18,9 @@ pub struct CreateArgs {
     /// Array name stored in the superblock.
     #[arg(long, short = 'N', default_value = "nvraid")]
     name: String,
-    /// Create missing member files, and extend smaller ones, to this size.
+    /// How much of each member to use: missing member files are created and
+    /// smaller ones extended to this size; larger members are used only up
+    /// to it. Needed when members differ in size by more than 1%.
     #[arg(long, short = 'z', value_parser = size_arg)]
     size: Option<u64>,
     /// Overwrite members that carry a filesystem or md superblock.

@@ -54,10 +54,9 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
     let shutdown = ShutdownHandle::new();
     watch_signals(shutdown.clone())?;
     eprintln!(
-        "nvraid: serving {} ({} bytes, {}) until SIGINT/SIGTERM",
+        "nvraid: serving {} ({} bytes) until SIGINT/SIGTERM",
         target.describe(),
         target.size_bytes(),
-        engine.name()
     );
     let served = nvraid_serve::serve(target, options, shutdown);
     // The server has stopped, finished in-flight requests and flushed; only

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The whole test suite, on a fresh Debian machine or a developer's: installs
+# the test peers that are missing (apt-get, as root), then runs every test.
+#
+#   ./test.sh                 # everything
+#   ./test.sh -p nvraid-array # extra arguments go to `cargo test --workspace`
+set -euo pipefail
+cd "$(dirname "$0")"
+
+# Each entry: a command (or file) that must exist, and the Debian package
+# that provides it.
+needs=(
+    "mdadm mdadm"                    # interop: mdadm --examine; the kernel VM's mdadm
+    "xz xz-utils"                    # kernel md fixtures are xz-compressed
+    "mkfs.ext4 e2fsprogs"            # filesystem signatures; mkfs on the NBD export
+    "mkfs.xfs xfsprogs"
+    "fio fio"                        # peer for the benchmark and the NBD export
+    "nbdkit nbdkit"                  # NBD peers and clients
+    "nbdinfo libnbd-bin"
+    "nbdfuse nbdfuse"
+    "fusermount3 fuse3"
+    "qemu-img qemu-utils"            # qemu-img / qemu-io / qemu-nbd clients
+    "openssl openssl"                # test certificates for NBD over TLS
+    "qemu-system-x86_64 qemu-system-x86"   # tools/mdvm: the kernel md VM
+    "busybox:/bin/busybox busybox-static"
+    "cpio cpio"
+    "modprobe kmod"
+    "objcopy binutils"
+    "gcc gcc"
+    "libc.a:/usr/lib/x86_64-linux-gnu/libc.a libc6-dev"
+)
+missing=()
+for entry in "${needs[@]}"; do
+    what=${entry%% *} package=${entry##* }
+    case "$what" in
+    *:*) [ -e "${what#*:}" ] || missing+=("$package") ;;
+    *) command -v "$what" >/dev/null 2>&1 || missing+=("$package") ;;
+    esac
+done
+# The VM boots an installed Debian kernel that has md as modules.
+if ! compgen -G "/boot/vmlinuz-*" >/dev/null; then
+    missing+=(linux-image-amd64)
+fi
+
+if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" != 0 ]; then
+        echo "test.sh: missing test peers: ${missing[*]}; install them as root:" >&2
+        echo "  apt-get install ${missing[*]}" >&2
+        exit 1
+    fi
+    echo "test.sh: installing ${missing[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    extra=()
+    # Debian's qemu-system-x86 wants the qemu-utils of its own version; a
+    # newer qemu-utils (from backports) is brought to that version.
+    if [[ " ${missing[*]} " == *" qemu-system-x86 "* ]]; then
+        version=$(apt-cache policy qemu-system-common | awk '/Candidate:/ {print $2}')
+        missing=("${missing[@]/qemu-utils/}")
+        extra=(--allow-downgrades "qemu-utils=$version")
+    fi
+    apt-get install -y -qq --no-install-recommends "${extra[@]}" ${missing[*]} >/dev/null
+fi
+
+cargo test --workspace "$@"
