@@ -7,24 +7,113 @@
 //! `data_offset + member_offset`. With FUA, every member written is flushed
 //! before the call returns.
 
+use crate::decision::SetAside;
 use crate::error::{Error, Result};
 use nvraid_layout::{Geometry, Level, Piece};
 use nvraid_member::Member;
-use nvraid_metadata::{Superblock, Timestamp, RESYNC_CLEAN, SUPER_OFFSET_BYTES};
+use nvraid_metadata::{
+    badblocks, features, Role, Superblock, Timestamp, RESYNC_CLEAN, SUPER_OFFSET_BYTES,
+};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
-/// One role of the array: a member and its own superblock.
+/// One role of the array: a member, its own superblock, and the parts of
+/// it that md would not read.
 #[derive(Debug)]
 pub struct Slot {
     pub member: Member,
     pub superblock: Superblock,
+    pub read_limit: ReadLimit,
 }
 
 impl Slot {
+    /// A slot for `member`, reading its bad-block log when the superblock
+    /// has one and noting how far a member being recovered is in sync.
+    pub fn new(member: Member, superblock: Superblock) -> Result<Slot> {
+        let read_limit = ReadLimit::of(&member, &superblock)?;
+        Ok(Slot {
+            member,
+            superblock,
+            read_limit,
+        })
+    }
+
     pub fn data_offset_bytes(&self) -> u64 {
         self.superblock.data_offset_sectors * 512
     }
+}
+
+/// What md would not read from a member: the part above a recovery that has
+/// not finished (`RECOVERY_OFFSET`), and the ranges of its bad-block log
+/// (`BAD_BLOCKS`). Offsets are bytes from the start of the member's data.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReadLimit {
+    /// The member is in sync below this many bytes only (`None`: all of it).
+    pub in_sync_bytes: Option<u64>,
+    /// Bad ranges, `(start, end)`, sorted.
+    pub bad: Vec<(u64, u64)>,
+}
+
+impl ReadLimit {
+    fn of(member: &Member, sb: &Superblock) -> Result<ReadLimit> {
+        let recovering = sb.feature_map & (features::RECOVERY_OFFSET | features::RECOVERY_BITMAP);
+        let in_sync_bytes = (recovering != 0).then(|| sb.recovery_offset.saturating_mul(512));
+        let data_start = sb.data_offset_sectors * 512;
+        let mut bad: Vec<(u64, u64)> = bad_blocks(member, sb)?
+            .into_iter()
+            .map(|r| (r.sector * 512, (r.sector + r.sectors) * 512))
+            .filter(|&(_, end)| end > data_start)
+            .map(|(start, end)| (start.saturating_sub(data_start), end - data_start))
+            .collect();
+        bad.sort_unstable();
+        Ok(ReadLimit { in_sync_bytes, bad })
+    }
+
+    /// Whether nothing limits reads.
+    pub fn is_none(&self) -> bool {
+        self.in_sync_bytes.is_none() && self.bad.is_empty()
+    }
+
+    /// Whether md would read `[offset, offset + len)` of the data area.
+    pub fn allows(&self, offset: u64, len: u64) -> bool {
+        let end = offset + len;
+        if self.in_sync_bytes.is_some_and(|in_sync| end > in_sync) {
+            return false;
+        }
+        !self.bad.iter().any(|&(s, e)| offset < e && s < end)
+    }
+}
+
+/// The member's bad-block log, when its superblock says it has entries.
+fn bad_blocks(member: &Member, sb: &Superblock) -> Result<Vec<badblocks::BadRange>> {
+    if sb.feature_map & features::BAD_BLOCKS == 0 || sb.bblog_size == 0 {
+        return Ok(Vec::new());
+    }
+    // The log's offset is signed, in sectors from the superblock.
+    let at = (sb.super_offset_sectors as i64 + i64::from(sb.bblog_offset as i32)) * 512;
+    let len = usize::from(sb.bblog_size) * 512;
+    let bad_log = |what: String| Error::Unsupported {
+        spec: member.spec().into(),
+        what,
+    };
+    if at <= 0 || len > 4096 || at as u64 + len as u64 > member.size_bytes() {
+        return Err(bad_log(format!(
+            "a bad-block log of {len} bytes at byte {at} (outside the member, or larger than md allows)"
+        )));
+    }
+    let mut log = nvraid_io::AlignedBuf::zeroed(len);
+    member
+        .read_at(&mut log, at as u64)
+        .map_err(|e| Error::io(member.spec(), e))?;
+    Ok(badblocks::decode(&log[..len], sb.bblog_shift))
+}
+
+/// A member given at assembly that takes no part in the array.
+#[derive(Clone, Debug)]
+pub struct SetAsideMember {
+    pub spec: String,
+    pub superblock: Superblock,
+    pub reason: SetAside,
 }
 
 /// Operations, bytes and errors of one member, counted by the fast path's
@@ -57,14 +146,21 @@ pub struct Array {
     /// The array was dirty when assembled (unclean shutdown): it stays dirty
     /// on close, since nvraid has not resynced it.
     assembled_dirty: bool,
+    /// Reads take the first readable copy, never a balanced choice: the
+    /// copies of a redundant array assembled dirty may differ, and md reads
+    /// the first in-sync copy until resync has passed (so one block never
+    /// gives two answers).
+    first_copy_reads: bool,
+    /// Some member has a read limit (recovery, bad blocks).
+    read_limited: bool,
+    /// This process has recorded the array dirty on the members.
     dirty: AtomicBool,
     /// The events counter on the members; its lock serialises superblock
     /// updates.
     events: Mutex<u64>,
     read_rotor: AtomicU32,
-    /// Members given at assembly but left out because their events counter
-    /// is behind the others' (spec and superblock).
-    stale: Vec<(String, Superblock)>,
+    /// Members given at assembly but left out, with the reason.
+    set_aside: Vec<SetAsideMember>,
     /// Per-role I/O counts of the fast path.
     counters: Vec<MemberCounters>,
 }
@@ -86,16 +182,20 @@ impl Array {
             .map(|s| s.superblock.events)
             .max()
             .unwrap_or(0);
+        let first_copy_reads = assembled_dirty && geometry.copies() > 1;
+        let read_limited = slots.iter().flatten().any(|s| !s.read_limit.is_none());
         Array {
             geometry,
             slots,
             sector_bytes,
             writable,
             assembled_dirty,
-            dirty: AtomicBool::new(assembled_dirty),
+            first_copy_reads,
+            read_limited,
+            dirty: AtomicBool::new(false),
             events: Mutex::new(events),
             read_rotor: AtomicU32::new(0),
-            stale: Vec::new(),
+            set_aside: Vec::new(),
             counters: (0..geometry.members())
                 .map(|_| MemberCounters::default())
                 .collect(),
@@ -107,13 +207,33 @@ impl Array {
         &self.counters
     }
 
-    pub(crate) fn set_stale(&mut self, stale: Vec<(String, Superblock)>) {
-        self.stale = stale;
+    pub(crate) fn set_aside_members(&mut self, set_aside: Vec<SetAsideMember>) {
+        self.set_aside = set_aside;
     }
 
-    /// Members left out at assembly because they are stale.
-    pub fn stale(&self) -> &[(String, Superblock)] {
-        &self.stale
+    /// Members given at assembly but left out (stale, faulty, spare...).
+    pub fn set_aside(&self) -> &[SetAsideMember] {
+        &self.set_aside
+    }
+
+    /// Whether some member may not be read everywhere (see [`ReadLimit`]).
+    pub fn read_limited(&self) -> bool {
+        self.read_limited
+    }
+
+    /// Whether reads must take the first readable copy (see the field).
+    pub fn first_copy_reads(&self) -> bool {
+        self.first_copy_reads
+    }
+
+    /// Whether `role`'s member may be read at `[offset, offset + len)` of
+    /// its data area (present, and not limited there).
+    pub fn readable(&self, role: usize, offset: u64, len: u64) -> bool {
+        match &self.slots[role] {
+            None => false,
+            Some(_) if !self.read_limited => true,
+            Some(slot) => slot.read_limit.allows(offset, len),
+        }
     }
 
     pub fn geometry(&self) -> &Geometry {
@@ -162,7 +282,7 @@ impl Array {
 
     /// Whether the array is marked dirty on its members right now.
     pub fn is_dirty(&self) -> bool {
-        self.dirty.load(Ordering::Acquire)
+        self.assembled_dirty || self.dirty.load(Ordering::Acquire)
     }
 
     fn has_redundancy(&self) -> bool {
@@ -204,7 +324,62 @@ impl Array {
     }
 
     fn read_piece(&self, piece: Piece, buf: &mut [u8]) -> Result<()> {
-        let copy = self.choose_copy(piece.logical_offset)?;
+        let mut result = Ok(());
+        let sector = u64::from(self.sector_bytes);
+        let covered = self.cover(
+            piece,
+            sector,
+            &mut |part, copy| {
+                if result.is_ok() {
+                    let at = (part.logical_offset - piece.logical_offset) as usize;
+                    result = self.read_copy(part, copy, &mut buf[at..at + part.len as usize]);
+                }
+            },
+            &mut |part| self.choose_copy(part.logical_offset, part.len).ok(),
+        );
+        if !covered {
+            return Err(Error::Unreadable {
+                offset: piece.logical_offset,
+                len: piece.len,
+            });
+        }
+        result
+    }
+
+    /// Cover `piece` with readable copies: one copy for the whole piece when
+    /// one can be read there (`choose`), otherwise the piece is halved (at
+    /// multiples of `sector`) until each part has one, as md reads around a
+    /// bad range or a recovery point. `emit` gets each part and its copy.
+    /// False when some sector has no readable copy at all.
+    pub(crate) fn cover(
+        &self,
+        piece: Piece,
+        sector: u64,
+        emit: &mut dyn FnMut(Piece, u32),
+        choose: &mut dyn FnMut(Piece) -> Option<u32>,
+    ) -> bool {
+        if let Some(copy) = choose(piece) {
+            emit(piece, copy);
+            return true;
+        }
+        if !self.read_limited || piece.len <= sector {
+            return false;
+        }
+        let half = (piece.len / 2)
+            .next_multiple_of(sector)
+            .min(piece.len - sector);
+        let first = Piece {
+            logical_offset: piece.logical_offset,
+            len: half,
+        };
+        let second = Piece {
+            logical_offset: piece.logical_offset + half,
+            len: piece.len - half,
+        };
+        self.cover(first, sector, emit, choose) && self.cover(second, sector, emit, choose)
+    }
+
+    fn read_copy(&self, piece: Piece, copy: u32, buf: &mut [u8]) -> Result<()> {
         let location = self.geometry.locate(piece.logical_offset, copy);
         let slot = self.slots[location.member as usize]
             .as_ref()
@@ -215,19 +390,32 @@ impl Array {
             .map_err(|e| Error::io(slot.member.spec(), e))
     }
 
-    /// The read policy: among present copies, the member with the fewest
+    /// The read policy: among readable copies, the member with the fewest
     /// requests in flight; ties broken by a rotating start so that equal
-    /// mirrors share the load.
-    pub fn choose_copy(&self, logical_offset: u64) -> Result<u32> {
+    /// mirrors share the load (or the first readable copy, see
+    /// [`Array::first_copy_reads`]).
+    pub fn choose_copy(&self, logical_offset: u64, len: u64) -> Result<u32> {
         // RAID 0 has one copy: no shared rotor to bump.
-        let start = if self.geometry.copies() > 1 {
+        let start = if self.geometry.copies() > 1 && !self.first_copy_reads {
             self.read_rotor.fetch_add(1, Ordering::Relaxed)
         } else {
             0
         };
-        let load = |member: usize| self.slots[member].as_ref().map(|s| s.member.inflight());
-        least_loaded_copy(&self.geometry, logical_offset, start, load).ok_or_else(|| {
-            Error::NotStartable(format!("no copy of offset {logical_offset} is present"))
+        let load = |member: usize, member_offset: u64| {
+            let slot = self.slots[member].as_ref()?;
+            self.readable(member, member_offset, len)
+                .then(|| slot.member.inflight())
+        };
+        least_loaded_copy(
+            &self.geometry,
+            logical_offset,
+            start,
+            self.first_copy_reads,
+            load,
+        )
+        .ok_or(Error::Unreadable {
+            offset: logical_offset,
+            len,
         })
     }
 
@@ -314,8 +502,12 @@ impl Array {
 
     /// md's rule: before the first write to a redundant array, record on
     /// every member that it is dirty (resync_offset 0, events + 1), so that
-    /// a crash before the next clean close is detected. RAID 0 has no copies
-    /// to get out of step and, as in md, is never marked dirty.
+    /// a crash before the next clean close is detected. The events counter
+    /// moves even when the array was already dirty, and the roles of
+    /// members that are missing are recorded as faulty in the same update:
+    /// a member that misses this write must never again be taken as in
+    /// sync, by nvraid or by the kernel. RAID 0 has no copies to get out of
+    /// step and, as in md, is never marked dirty.
     pub fn mark_dirty(&self) -> Result<()> {
         if !self.has_redundancy() || self.dirty.load(Ordering::Acquire) {
             return Ok(());
@@ -330,29 +522,66 @@ impl Array {
     }
 
     /// Orderly close: flush, then mark a dirty array clean (unless it was
-    /// already dirty when assembled: nvraid has not resynced it).
+    /// already dirty when assembled: nvraid has not resynced it; the
+    /// update still moves the events counter).
     pub fn close(self) -> Result<()> {
         if self.writable {
             self.flush()?;
         }
-        if self.writable && self.dirty.load(Ordering::Acquire) && !self.assembled_dirty {
+        if self.writable && self.dirty.load(Ordering::Acquire) {
+            let resync_offset = if self.assembled_dirty {
+                0
+            } else {
+                RESYNC_CLEAN
+            };
             let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
-            self.update_superblocks(&mut events, RESYNC_CLEAN)?;
+            self.update_superblocks(&mut events, resync_offset)?;
         }
         Ok(())
     }
 
+    /// The role table every present member records from now on: the
+    /// reference table with each role that has no present member marked
+    /// faulty (md writes 0xfffe for a slot no present member holds).
+    fn role_table(&self) -> Vec<u16> {
+        let reference = self.superblock();
+        let mut table = reference.roles_raw.clone();
+        for entry in table.iter_mut() {
+            if let Role::Active(role) = Role::from_raw(*entry) {
+                let present = self
+                    .slots
+                    .get(usize::from(role))
+                    .is_some_and(Option::is_some);
+                if !present {
+                    *entry = Role::Faulty.to_raw();
+                }
+            }
+        }
+        table
+    }
+
     /// Write every present member's superblock with `resync_offset`, one more
-    /// event and the current time, then flush them. `events` is the locked
-    /// counter; it advances once the superblocks are written.
+    /// event, the current time and the role table, then flush them.
+    /// `events` is the locked counter; it advances once the superblocks are
+    /// written.
     fn update_superblocks(&self, events: &mut u64, resync_offset: u64) -> Result<()> {
         let next = *events + 1;
         let now = Timestamp::now();
-        for slot in self.slots.iter().flatten() {
+        let table = self.role_table();
+        for (role, slot) in self.slots.iter().enumerate() {
+            let Some(slot) = slot else { continue };
             let mut sb = slot.superblock.clone();
             sb.events = next;
             sb.resync_offset = resync_offset;
             sb.utime = now;
+            sb.roles_raw = table.clone();
+            // Paired with assembly's placement: the table still gives this
+            // member the role it holds.
+            assert_eq!(
+                sb.role(),
+                Role::Active(role as u16),
+                "role table lost a present member"
+            );
             write_superblock(&slot.member, &sb)?;
         }
         for slot in self.slots.iter().flatten() {
@@ -366,23 +595,29 @@ impl Array {
 }
 
 /// The read policy of both data paths: among the copies of the byte at
-/// `logical_offset` whose member is present (`load` gives its requests in
-/// flight, `None` for a missing member), the least loaded one; the scan
-/// starts at copy `start % copies`, so ties rotate as `start` advances.
+/// `logical_offset` that may be read (`load` gives the requests in flight on
+/// the copy's member, given the member and the offset on it, or `None` when
+/// the member is missing or may not be read there), the least loaded one;
+/// the scan starts at copy `start % copies`, so ties rotate as `start`
+/// advances. With `first`, the first readable copy in copy order.
 pub(crate) fn least_loaded_copy(
     geometry: &Geometry,
     logical_offset: u64,
     start: u32,
-    load: impl Fn(usize) -> Option<u32>,
+    first: bool,
+    load: impl Fn(usize, u64) -> Option<u32>,
 ) -> Option<u32> {
     let copies = geometry.copies();
     let mut best: Option<(u32, u32)> = None;
     for step in 0..copies {
         let copy = (start % copies + step) % copies;
-        let member = geometry.locate(logical_offset, copy).member as usize;
-        let Some(member_load) = load(member) else {
+        let at = geometry.locate(logical_offset, copy);
+        let Some(member_load) = load(at.member as usize, at.member_offset) else {
             continue;
         };
+        if first {
+            return Some(copy);
+        }
         if best.is_none_or(|(_, best_load)| member_load < best_load) {
             best = Some((copy, member_load));
         }
@@ -390,15 +625,21 @@ pub(crate) fn least_loaded_copy(
     best.map(|(copy, _)| copy)
 }
 
-/// Encode `sb` and write it at 4 KiB on `member` (not flushed).
+/// Encode `sb` and write it at 4 KiB on `member` (not flushed). Only the
+/// sectors the superblock occupies are written (whole logical blocks of the
+/// member), so a bitmap or bad-block log that md placed right after it stays
+/// as it is.
 pub(crate) fn write_superblock(member: &Member, sb: &Superblock) -> Result<()> {
-    let mut block = nvraid_io::AlignedBuf::zeroed(4096);
-    sb.encode(&mut block).map_err(|source| Error::Superblock {
-        spec: member.spec().into(),
-        source,
-    })?;
+    let block_bytes = member.logical_block_bytes().max(512) as usize;
+    let len = sb.encoded_len().div_ceil(block_bytes) * block_bytes;
+    let mut block = nvraid_io::AlignedBuf::zeroed(len.max(4096));
+    sb.encode(&mut block[..len])
+        .map_err(|source| Error::Superblock {
+            spec: member.spec().into(),
+            source,
+        })?;
     member
-        .write_at(&block, SUPER_OFFSET_BYTES)
+        .write_at(&block[..len], SUPER_OFFSET_BYTES)
         .map_err(|e| Error::io(member.spec(), e))
 }
 

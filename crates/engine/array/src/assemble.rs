@@ -1,11 +1,12 @@
 //! `assemble`: read every member's superblock, check that they form one
 //! array, order them by their recorded roles and build the [`Array`].
 
-use crate::array::{read_superblock, Array, Slot};
+use crate::array::{read_superblock, Array, SetAsideMember, Slot};
+use crate::decision::decide;
 use crate::error::{Error, Result};
 use nvraid_layout::{Geometry, Level};
 use nvraid_member::{Member, OpenOptions};
-use nvraid_metadata::{format_uuid, Role, Superblock};
+use nvraid_metadata::Superblock;
 
 /// How to assemble.
 #[derive(Clone, Copy, Debug)]
@@ -73,7 +74,9 @@ pub fn geometry_of(sb: &Superblock, spec: &str) -> Result<Geometry> {
 }
 
 /// Assemble the array `specs` form. The order of `specs` does not matter:
-/// members are placed by the roles their superblocks record.
+/// members are placed by the roles the freshest superblock records (see
+/// [`crate::decision`] for the rules); members that take no part are set
+/// aside and named in [`Array::set_aside`].
 pub fn assemble(specs: &[String], options: AssembleOptions) -> Result<Array> {
     if specs.is_empty() {
         return Err(Error::NoMembers);
@@ -89,37 +92,47 @@ pub fn assemble(specs: &[String], options: AssembleOptions) -> Result<Array> {
         let sb = read_superblock(&member)?;
         found.push((member, sb));
     }
-    check_same_array(&found)?;
-    let freshest = found.iter().map(|(_, sb)| sb.events).max().unwrap_or(0);
-    let (first_member, first_sb) = found
-        .iter()
-        .find(|(_, sb)| sb.events == freshest)
-        .expect("non-empty");
-    let geometry = geometry_of(first_sb, first_member.spec())?;
-    let mut slots: Vec<Option<Slot>> = (0..geometry.members()).map(|_| None).collect();
-    let mut stale = Vec::new();
-    for (member, sb) in found {
-        if let Some(left_out) = place(&mut slots, &geometry, member, sb, freshest)? {
-            stale.push(left_out);
-        }
+    check_distinct(&found)?;
+    let listed: Vec<(&str, &Superblock)> = found.iter().map(|(m, sb)| (m.spec(), sb)).collect();
+    let decision = decide(&listed)?;
+    let (ref_member, ref_sb) = &found[decision.reference];
+    let geometry = geometry_of(ref_sb, ref_member.spec())?;
+    for &index in decision.roles.iter().flatten() {
+        let (member, sb) = &found[index];
+        check_size(&geometry, member, sb)?;
     }
+    let mut taken: Vec<Option<(Member, Superblock)>> = found.into_iter().map(Some).collect();
+    let mut slots: Vec<Option<Slot>> = Vec::with_capacity(decision.roles.len());
+    for placed in &decision.roles {
+        slots.push(match placed {
+            Some(index) => {
+                let (member, sb) = taken[*index].take().expect("placed once");
+                Some(Slot::new(member, sb)?)
+            }
+            None => None,
+        });
+    }
+    let set_aside = decision
+        .set_aside
+        .into_iter()
+        .map(|(index, reason)| {
+            let (member, superblock) = taken[index].take().expect("set aside once");
+            SetAsideMember {
+                spec: member.spec().to_string(),
+                superblock,
+                reason,
+            }
+        })
+        .collect();
     check_startable(&geometry, &slots, options.allow_degraded)?;
     let mut array = Array::new(geometry, slots, options.writable);
-    array.set_stale(stale);
+    array.set_aside_members(set_aside);
     Ok(array)
 }
 
-fn check_same_array(found: &[(Member, Superblock)]) -> Result<()> {
-    let (first, first_sb) = &found[0];
-    for (i, (member, sb)) in found.iter().enumerate() {
-        if sb.set_uuid != first_sb.set_uuid {
-            return Err(Error::MixedArrays {
-                spec: member.spec().into(),
-                uuid: format_uuid(&sb.set_uuid),
-                other: first.spec().into(),
-                other_uuid: format_uuid(&first_sb.set_uuid),
-            });
-        }
+/// No member given twice (same file or device under two names).
+fn check_distinct(found: &[(Member, Superblock)]) -> Result<()> {
+    for (i, (member, _)) in found.iter().enumerate() {
         for (other, _) in &found[..i] {
             if member.identity().is_some() && member.identity() == other.identity() {
                 return Err(Error::Duplicate {
@@ -133,30 +146,16 @@ fn check_same_array(found: &[(Member, Superblock)]) -> Result<()> {
     Ok(())
 }
 
-/// Put one member in its role's slot after checking it is usable: an active
-/// role inside the array, not claimed twice, fresh, and not truncated.
-/// A stale member is returned (spec and superblock) instead of placed.
-fn place(
-    slots: &mut [Option<Slot>],
-    geometry: &Geometry,
-    member: Member,
-    sb: Superblock,
-    freshest: u64,
-) -> Result<Option<(String, Superblock)>> {
+/// A placed member holds the data area its superblock describes.
+fn check_size(geometry: &Geometry, member: &Member, sb: &Superblock) -> Result<()> {
     let spec = member.spec().to_string();
-    let Role::Active(role) = sb.role() else {
+    let needed_bytes = sb.data_offset_sectors * 512 + geometry.member_used_bytes();
+    if member_data_bytes(sb) < geometry.member_used_bytes() {
         return Err(Error::Unsupported {
             spec,
-            what: format!("a member whose role is {:?}", sb.role()),
-        });
-    };
-    if u32::from(role) >= geometry.members() {
-        return Err(Error::Unsupported {
-            spec,
-            what: format!("role {role} in an array of {} members", geometry.members()),
+            what: "members of unequal size".into(),
         });
     }
-    let needed_bytes = sb.data_offset_sectors * 512 + geometry.member_used_bytes();
     if member.size_bytes() < needed_bytes {
         return Err(Error::Truncated {
             spec,
@@ -164,28 +163,7 @@ fn place(
             size_bytes: member.size_bytes(),
         });
     }
-    if member_data_bytes(&sb) < geometry.member_used_bytes() {
-        return Err(Error::Unsupported {
-            spec,
-            what: "members of unequal size".into(),
-        });
-    }
-    if sb.events < freshest {
-        // Stale: its data is behind the others'. md leaves such a member out.
-        return Ok(Some((spec, sb)));
-    }
-    if let Some(existing) = &slots[role as usize] {
-        return Err(Error::SameRole {
-            spec,
-            other: existing.member.spec().into(),
-            role,
-        });
-    }
-    slots[role as usize] = Some(Slot {
-        member,
-        superblock: sb,
-    });
-    Ok(None)
+    Ok(())
 }
 
 /// Whether every byte of the array has at least one present copy.
@@ -226,13 +204,13 @@ fn check_startable(
     }
     if !has_every_byte(geometry, &present) {
         return Err(Error::NotStartable(format!(
-            "roles {} are missing or stale and some data has no copy left",
+            "roles {} are missing or set aside and some data has no copy left",
             missing.join(", ")
         )));
     }
     if !allow_degraded {
         return Err(Error::NotStartable(format!(
-            "roles {} are missing or stale (the array would run degraded)",
+            "roles {} are missing or set aside (the array would run degraded; `write --degraded` allows it)",
             missing.join(", ")
         )));
     }

@@ -322,10 +322,7 @@ fn write_members(
             undo.push(Undo::Overwrote(again, old));
         }
         write_superblock(&member, &sb)?;
-        slots.push(Some(Slot {
-            member,
-            superblock: sb,
-        }));
+        slots.push(Some(Slot::new(member, sb)?));
     }
     for slot in slots.iter().flatten() {
         slot.member

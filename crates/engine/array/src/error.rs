@@ -71,6 +71,10 @@ pub enum Error {
     Unsupported { spec: String, what: String },
     #[error("array cannot start: {0}")]
     NotStartable(String),
+    #[error("split brain: {0}")]
+    SplitBrain(String),
+    #[error("bytes {offset}+{len} of the array have no readable copy (the members holding them are missing, being recovered there, or list the range as bad blocks)")]
+    Unreadable { offset: u64, len: u64 },
     #[error("request {offset}+{len} is past the end of the array ({size_bytes} bytes)")]
     OutOfRange {
         offset: u64,

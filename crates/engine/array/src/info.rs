@@ -12,10 +12,17 @@ use serde::Serialize;
 pub struct MemberDetail {
     /// The member's spec; `null` for a missing role.
     pub path: Option<String>,
-    /// The role (slot in the layout); `null` for a stale member.
+    /// The role (slot in the layout); `null` for a member set aside.
     pub role: Option<u32>,
-    /// `active`, `missing` or `stale`.
+    /// `active`, `missing`, or why the member is set aside: `stale`,
+    /// `faulty`, `spare`, `journal`, `replacement`.
     pub state: &'static str,
+    /// Why a member is set aside, in words.
+    pub reason: Option<String>,
+    /// A member being recovered: in sync below this many data bytes.
+    pub in_sync_bytes: Option<u64>,
+    /// Ranges of the member's bad-block log (bytes from its data start).
+    pub bad_ranges: Vec<(u64, u64)>,
     pub events: Option<u64>,
     pub device_uuid: Option<String>,
     pub size_bytes: Option<u64>,
@@ -72,6 +79,9 @@ pub fn detail(array: &Array) -> ArrayDetail {
                 path: Some(slot.member.spec().to_string()),
                 role: Some(role as u32),
                 state: "active",
+                reason: None,
+                in_sync_bytes: slot.read_limit.in_sync_bytes,
+                bad_ranges: slot.read_limit.bad.clone(),
                 events: Some(slot.superblock.events),
                 device_uuid: Some(format_uuid(&slot.superblock.device_uuid)),
                 size_bytes: Some(slot.member.size_bytes()),
@@ -81,6 +91,9 @@ pub fn detail(array: &Array) -> ArrayDetail {
                 path: None,
                 role: Some(role as u32),
                 state: "missing",
+                reason: None,
+                in_sync_bytes: None,
+                bad_ranges: Vec::new(),
                 events: None,
                 device_uuid: None,
                 size_bytes: None,
@@ -88,12 +101,15 @@ pub fn detail(array: &Array) -> ArrayDetail {
             },
         })
         .collect();
-    members.extend(array.stale().iter().map(|(spec, sb)| MemberDetail {
-        path: Some(spec.clone()),
+    members.extend(array.set_aside().iter().map(|m| MemberDetail {
+        path: Some(m.spec.clone()),
         role: None,
-        state: "stale",
-        events: Some(sb.events),
-        device_uuid: Some(format_uuid(&sb.device_uuid)),
+        state: m.reason.state(),
+        reason: Some(m.reason.reason()),
+        in_sync_bytes: None,
+        bad_ranges: Vec::new(),
+        events: Some(m.superblock.events),
+        device_uuid: Some(format_uuid(&m.superblock.device_uuid)),
         size_bytes: None,
         direct_io: None,
     }));

@@ -10,15 +10,17 @@
 mod array;
 mod assemble;
 mod create;
+pub mod decision;
 mod error;
 pub mod info;
 mod scan;
 mod signature;
 mod target;
 
-pub use array::{read_superblock, Array, MemberCounters, Slot};
+pub use array::{read_superblock, Array, MemberCounters, ReadLimit, SetAsideMember, Slot};
 pub use assemble::{assemble, geometry_of, has_every_byte, level_of, AssembleOptions};
 pub use create::{create, CreateOptions, CHUNK_BYTES_DEFAULT, DATA_OFFSET_SECTORS};
+pub use decision::SetAside;
 pub use error::{Error, Result};
 pub use scan::{scan, Ignored, ScanReport, ScannedArray, ScannedMember};
 pub use signature::detect as detect_signature;

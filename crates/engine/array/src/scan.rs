@@ -3,6 +3,7 @@
 
 use crate::array::read_superblock;
 use crate::assemble::{geometry_of, has_every_byte, missing_roles};
+use crate::decision::decide;
 use crate::error::Error;
 use nvraid_member::{Member, OpenOptions};
 use nvraid_metadata::{format_uuid, DecodeError, Role, Superblock};
@@ -16,8 +17,10 @@ pub struct ScannedMember {
     /// The recorded active role, if any.
     pub role: Option<u16>,
     pub events: u64,
-    /// `active`, `stale` (events behind the freshest member), `spare`,
-    /// `faulty` or `duplicate` (a second member claiming the same role).
+    /// `active`, or why it is set aside: `stale` (events behind the
+    /// freshest member), `faulty`, `spare`, `journal`, `replacement`; or
+    /// `refused` when the array as a whole cannot be assembled (the array's
+    /// `reason` says why).
     pub state: &'static str,
 }
 
@@ -133,12 +136,43 @@ fn judge(group: &[&(String, Superblock)]) -> ScannedArray {
         .iter()
         .find(|(_, sb)| sb.events == freshest)
         .expect("group is non-empty");
-    let mut present = vec![false; head.raid_disks as usize];
-    let members = group
-        .iter()
-        .map(|(path, sb)| classify(path, sb, freshest, &mut present))
-        .collect();
-    let (status, reason) = status_of(head, &present);
+    let listed: Vec<(&str, &Superblock)> =
+        group.iter().map(|(path, sb)| (path.as_str(), sb)).collect();
+    let role_of = |sb: &Superblock| match sb.role() {
+        Role::Active(r) => Some(r),
+        _ => None,
+    };
+    let (members, status, reason) = match decide(&listed) {
+        Ok(decision) => {
+            let mut members: Vec<ScannedMember> = group
+                .iter()
+                .map(|(path, sb)| ScannedMember {
+                    path: path.clone(),
+                    role: role_of(sb),
+                    events: sb.events,
+                    state: "active",
+                })
+                .collect();
+            for (index, why) in &decision.set_aside {
+                members[*index].state = why.state();
+            }
+            let present: Vec<bool> = decision.roles.iter().map(Option::is_some).collect();
+            let (status, reason) = status_of(head, &present);
+            (members, status, reason)
+        }
+        Err(e) => {
+            let members = group
+                .iter()
+                .map(|(path, sb)| ScannedMember {
+                    path: path.clone(),
+                    role: role_of(sb),
+                    events: sb.events,
+                    state: "refused",
+                })
+                .collect();
+            (members, "not startable", Some(e.to_string()))
+        }
+    };
     ScannedArray {
         uuid: format_uuid(&head.set_uuid),
         name: head.name(),
@@ -148,32 +182,6 @@ fn judge(group: &[&(String, Superblock)]) -> ScannedArray {
         status,
         reason,
         members,
-    }
-}
-
-fn classify(path: &str, sb: &Superblock, freshest: u64, present: &mut [bool]) -> ScannedMember {
-    let role = match sb.role() {
-        Role::Active(r) => Some(r),
-        _ => None,
-    };
-    let state = match (
-        sb.role(),
-        role.and_then(|r| present.get(r as usize).copied()),
-    ) {
-        (Role::Faulty, _) => "faulty",
-        (Role::Spare | Role::Journal, _) | (Role::Active(_), None) => "spare",
-        _ if sb.events < freshest => "stale",
-        (_, Some(true)) => "duplicate",
-        (Role::Active(r), Some(false)) => {
-            present[r as usize] = true;
-            "active"
-        }
-    };
-    ScannedMember {
-        path: path.to_string(),
-        role,
-        events: sb.events,
-        state,
     }
 }
 
@@ -188,13 +196,13 @@ fn status_of(head: &Superblock, present: &[bool]) -> (&'static str, Option<Strin
     } else if has_every_byte(&geometry, present) {
         (
             "degraded",
-            Some(format!("roles {} missing or stale", missing.join(", "))),
+            Some(format!("roles {} missing or set aside", missing.join(", "))),
         )
     } else {
         (
             "not startable",
             Some(format!(
-                "roles {} missing or stale and some data has no copy left",
+                "roles {} missing or set aside and some data has no copy left",
                 missing.join(", ")
             )),
         )

@@ -279,25 +279,42 @@ impl FanoutQueue {
                     .chunk_bytes()
                     .map_or(1, |c| u64::from(max_io_bytes) / c + 2)
                     as usize;
-                pieces * g.copies() as usize
+                // Reads around bad blocks or a recovery point take a few
+                // more operations per request.
+                let around_limits = if a.read_limited() { 64 } else { 0 };
+                pieces * g.copies() as usize + around_limits
             }
         };
         pieces_copies.max(members)
     }
 
-    /// Choose the copy to read: fewest of this worker's operations in
-    /// flight on its member, ties broken by rotation.
+    /// Choose the copy to read: among readable copies, fewest of this
+    /// worker's operations in flight on its member, ties broken by rotation
+    /// (or the first readable copy while the array reads first copies).
     fn choose_copy(
         &mut self,
         geometry: &nvraid_layout::Geometry,
         logical_offset: u64,
+        len: u64,
     ) -> Option<u32> {
-        if geometry.copies() == 1 {
+        let Shape::Array(array) = &self.shape else {
+            return Some(0);
+        };
+        if geometry.copies() == 1 && !array.read_limited() {
             return Some(0);
         }
-        self.rotor = self.rotor.wrapping_add(1);
-        let load = |member: usize| self.data_offsets[member].map(|_| self.inflight[member]);
-        least_loaded_copy(geometry, logical_offset, self.rotor, load)
+        let first = array.first_copy_reads();
+        if !first {
+            self.rotor = self.rotor.wrapping_add(1);
+        }
+        let (data_offsets, inflight) = (&self.data_offsets, &self.inflight);
+        let load = |member: usize, member_offset: u64| {
+            data_offsets[member]?;
+            array
+                .readable(member, member_offset, len)
+                .then(|| inflight[member])
+        };
+        least_loaded_copy(geometry, logical_offset, self.rotor, first, load)
     }
 
     fn push_sub(&mut self, sub: SubOp) -> io::Result<()> {
@@ -499,8 +516,12 @@ impl FanoutQueue {
             let copies = if write {
                 0..geometry.copies()
             } else {
-                let Some(copy) = self.choose_copy(geometry, piece.logical_offset) else {
-                    return false;
+                let Some(copy) = self.choose_copy(geometry, piece.logical_offset, piece.len) else {
+                    if !self.split_around_limits(geometry, piece, buf_offset) {
+                        return false;
+                    }
+                    buf_offset += piece.len as u32;
+                    continue;
                 };
                 copy..copy + 1
             };
@@ -517,6 +538,60 @@ impl FanoutQueue {
                 }
             }
             buf_offset += piece.len as u32;
+        }
+        true
+    }
+
+    /// Read a piece that no single copy may serve whole (bad blocks, a
+    /// member being recovered) from several copies, split as
+    /// [`Array::cover`] does. The rare path: it may allocate. False when some
+    /// sector has no readable copy, or the request would need more member
+    /// operations than a slot holds.
+    fn split_around_limits(
+        &mut self,
+        geometry: &nvraid_layout::Geometry,
+        piece: nvraid_layout::Piece,
+        buf_offset: u32,
+    ) -> bool {
+        let Shape::Array(array) = &self.shape else {
+            return false;
+        };
+        let array = Arc::clone(array);
+        let (data_offsets, inflight) = (&self.data_offsets, &self.inflight);
+        let mut found = Vec::new();
+        let mut choose = |part: nvraid_layout::Piece| {
+            let load = |member: usize, member_offset: u64| {
+                data_offsets[member]?;
+                array
+                    .readable(member, member_offset, part.len)
+                    .then(|| inflight[member])
+            };
+            least_loaded_copy(
+                geometry,
+                part.logical_offset,
+                0,
+                array.first_copy_reads(),
+                load,
+            )
+        };
+        let sector = u64::from(array.sector_bytes());
+        let covered = array.cover(
+            piece,
+            sector,
+            &mut |part, copy| found.push((part, copy)),
+            &mut choose,
+        );
+        if !covered || self.parts.len() + found.len() > self.segs_per_slot as usize {
+            return false;
+        }
+        for (part, copy) in found {
+            let at = geometry.locate(part.logical_offset, copy);
+            self.parts.push(Part {
+                member: at.member,
+                member_offset: at.member_offset,
+                buf_offset: buf_offset + (part.logical_offset - piece.logical_offset) as u32,
+                len: part.len as u32,
+            });
         }
         true
     }

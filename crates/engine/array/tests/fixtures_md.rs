@@ -13,7 +13,11 @@ fn fixture_dir() -> PathBuf {
 
 /// Decompress a fixture's members into `dir`; returns their paths by role.
 fn unpack(name: &str, dir: &Path) -> Vec<String> {
-    let src = fixture_dir().join(name);
+    unpack_from(&fixture_dir().join(name), name, dir)
+}
+
+fn unpack_from(src: &Path, name: &str, dir: &Path) -> Vec<String> {
+    let src = src.to_path_buf();
     assert!(src.is_dir(), "fixture {} missing", src.display());
     let mut out = Vec::new();
     for disk in 0.. {
@@ -95,4 +99,68 @@ fn kernel_raid10_near2_four_disks_64k() {
         31457280,
         "b8ced061a8866ab159a41700c17e0c6a0e611caf466f23d8376d6b312b8e8a90",
     );
+}
+
+/// The kernel's arrays with read limits (bad blocks on both mirrors, a
+/// member recovered part-way, a dirty mirror whose copies differ) read the
+/// kernel's bytes through the fast path too, on every engine and at depth.
+#[test]
+fn kernel_states_read_through_the_fast_path() {
+    use nvraid_array::FanoutTarget;
+    use nvraid_io::engine::EngineKind;
+    use nvraid_io::queue::{OpKind, Target};
+    let states =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../tests/fixtures/md-states");
+    for state in ["badblocks", "recovering", "dirty"] {
+        let dir = tempfile::tempdir().unwrap();
+        let specs = unpack_from(&states.join(state), state, dir.path());
+        let expected =
+            std::fs::read_to_string(states.join(state).join("kernel-sha256.txt")).unwrap();
+        let array = std::sync::Arc::new(assemble(&specs, AssembleOptions::default()).unwrap());
+        // 4 MiB reads span both mirrors' bad ranges: no single copy serves
+        // them, so the queue splits them across copies.
+        for (engine, io) in [
+            (EngineKind::Psync, 64u32 << 10),
+            (EngineKind::Uring, 4 << 20),
+            (EngineKind::Psync, 4 << 20),
+        ] {
+            let target = FanoutTarget::array(array.clone(), engine);
+            let depth = 4u32;
+            let mut queue = target.open_queue(depth, io).unwrap();
+            let size = array.size_bytes();
+            let mut content = vec![0u8; size as usize];
+            let mut offset = 0u64;
+            while offset < size {
+                let mut submitted = Vec::new();
+                for slot in 0..depth {
+                    if offset >= size {
+                        break;
+                    }
+                    let len = (size - offset).min(u64::from(io)) as u32;
+                    queue
+                        .submit(slot, OpKind::Read, offset, len, false)
+                        .unwrap();
+                    submitted.push((slot, offset, len));
+                    offset += u64::from(len);
+                }
+                let mut done = 0;
+                while done < submitted.len() {
+                    done += queue
+                        .reap(1, &mut |c| {
+                            assert_eq!(c.result.map(|_| ()), Ok(()), "{state} {engine:?}")
+                        })
+                        .unwrap() as usize;
+                }
+                for (slot, at, len) in submitted {
+                    content[at as usize..(at + u64::from(len)) as usize]
+                        .copy_from_slice(&queue.buffer_mut(slot)[..len as usize]);
+                }
+            }
+            assert_eq!(
+                format!("{:x}", Sha256::digest(&content)),
+                expected.trim(),
+                "{state} through {engine:?}"
+            );
+        }
+    }
 }

@@ -89,6 +89,18 @@ fn a_crash_leaves_the_array_dirty_and_nvraid_does_not_pretend_it_is_clean() {
         (1, 0),
         "still dirty: nvraid has not resynced the copies"
     );
+    // Writing to an array that came up dirty still moves the events counter,
+    // before the write and again at close, so the kernel can tell this
+    // session's state from the crashed one's.
+    let array = assemble(&specs, RW).unwrap();
+    array.write_at(&[2u8; 4096], 0, false).unwrap();
+    for spec in &specs {
+        assert_eq!(on_disk(spec), (2, 0), "{spec}");
+    }
+    array.close().unwrap();
+    for spec in &specs {
+        assert_eq!(on_disk(spec), (3, 0), "{spec}: dirty, one event later");
+    }
 }
 
 #[test]
@@ -103,7 +115,7 @@ fn raid0_is_never_marked_dirty_as_in_md() {
 }
 
 #[test]
-fn stale_member_is_left_out_and_named() {
+fn a_member_missing_at_the_first_write_is_recorded_faulty_and_left_out() {
     let dir = tempfile::tempdir().unwrap();
     let specs = created(&dir, Level::Raid1, 2);
     // Assemble with only member 0 and write: member 1 falls behind.
@@ -114,11 +126,16 @@ fn stale_member_is_left_out_and_named() {
     let array = assemble(&specs[..1], degraded).unwrap();
     array.write_at(&[3u8; 4096], 0, false).unwrap();
     array.close().unwrap();
+    // The surviving superblock records role 1 as faulty (md's 0xfffe).
+    let sb = read_superblock(&Member::open(&specs[0], OpenOptions::default()).unwrap()).unwrap();
+    assert_eq!(&sb.roles_raw[..2], &[0, 0xfffe]);
+    assert_eq!(sb.events, 2, "dirty and clean transitions");
     let err = assemble(&specs, RW).unwrap_err().to_string();
-    assert!(err.contains("roles 1 are missing or stale"), "{err}");
+    assert!(err.contains("roles 1 are missing or set aside"), "{err}");
     let array = assemble(&specs, degraded).unwrap();
-    assert_eq!(array.stale().len(), 1);
-    assert_eq!(array.stale()[0].0, specs[1]);
+    assert_eq!(array.set_aside().len(), 1);
+    assert_eq!(array.set_aside()[0].spec, specs[1]);
+    assert_eq!(array.set_aside()[0].reason, nvraid_array::SetAside::Faulty);
     let mut buf = vec![0u8; 4096];
     array.read_at(&mut buf, 0).unwrap();
     assert_eq!(buf, vec![3u8; 4096], "reads come from the fresh copy");

@@ -10,7 +10,7 @@
 //! |---|---|---|---|
 //! | 0 | 4 | magic | `0xa92b4efc` |
 //! | 4 | 4 | major_version | 1 |
-//! | 8 | 4 | feature_map | optional features (nvraid writes 0) |
+//! | 8 | 4 | feature_map | optional features ([`features`]) |
 //! | 16 | 16 | set_uuid | array UUID |
 //! | 32 | 32 | set_name | array name, NUL padded (`host:name` by mdadm) |
 //! | 64 | 8 | ctime | creation: seconds (low 40 bits), microseconds (high 24) |
@@ -36,8 +36,13 @@
 //!
 //! Fields nvraid does not use (reshape, bitmap, journal, recovery) are
 //! preserved on decode and re-encode so rewriting a kernel-made superblock
-//! keeps them.
+//! keeps them. The reserved bytes (4 at offset 12, 32 at offset 224) must be
+//! zero and `feature_map` may hold only bits the kernel defines; the kernel
+//! refuses anything else, and so does [`Superblock::decode`]. [`features`]
+//! lists the bits and which of them nvraid honours.
 
+pub mod badblocks;
+pub mod features;
 mod superblock;
 
 pub use superblock::{

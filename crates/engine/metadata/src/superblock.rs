@@ -15,6 +15,9 @@ const MAX_DEV_LIMIT: u32 = (4096 - FIXED_BYTES as u32) / 2;
 /// The largest encoded superblock (fixed part + largest role table).
 pub const SUPERBLOCK_BYTES_MAX: usize = 4096;
 
+/// Reserved byte ranges of the fixed part (md's pad0 and pad3).
+const RESERVED: [std::ops::Range<usize>; 2] = [12..16, 224..256];
+
 const ROLE_SPARE: u16 = 0xffff;
 const ROLE_FAULTY: u16 = 0xfffe;
 const ROLE_JOURNAL: u16 = 0xfffd;
@@ -107,6 +110,10 @@ pub enum DecodeError {
     BadDevNumber { dev_number: u32, max_dev: u32 },
     #[error("buffer of {0} bytes is too short for the superblock")]
     Short(usize),
+    #[error("md superblock has feature bits the kernel does not define: {0:#x}")]
+    UnknownFeatures(u32),
+    #[error("md superblock reserved byte at offset {0} is not zero (the kernel refuses such a superblock)")]
+    ReservedNotZero(usize),
 }
 
 /// A decoded md v1.2 superblock. Field names follow md's.
@@ -248,13 +255,20 @@ impl Superblock {
                 found: self.super_offset_sectors,
             });
         }
+        if self.feature_map & !crate::features::ALL != 0 {
+            return Err(DecodeError::UnknownFeatures(
+                self.feature_map & !crate::features::ALL,
+            ));
+        }
+        if self.roles_raw.len() != self.max_dev as usize {
+            return Err(DecodeError::BadMaxDev(self.max_dev));
+        }
         if self.dev_number >= self.max_dev {
             return Err(DecodeError::BadDevNumber {
                 dev_number: self.dev_number,
                 max_dev: self.max_dev,
             });
         }
-        debug_assert_eq!(self.roles_raw.len(), self.max_dev as usize);
         Ok(())
     }
 
@@ -283,6 +297,14 @@ impl Superblock {
         let computed = checksum(&bytes[..len]);
         if stored != computed {
             return Err(DecodeError::BadChecksum { stored, computed });
+        }
+        // The kernel's super_1_load refuses a non-zero pad0 or pad3.
+        if let Some(at) = RESERVED
+            .iter()
+            .flat_map(|r| r.clone())
+            .find(|&at| bytes[at] != 0)
+        {
+            return Err(DecodeError::ReservedNotZero(at));
         }
         let sb = Self::decode_fields(bytes, max_dev);
         sb.validate()?;
@@ -340,7 +362,14 @@ impl Superblock {
         self.encode_fields(out);
         let csum = checksum(&out[..len]);
         out[216..220].copy_from_slice(&csum.to_le_bytes());
-        debug_assert_eq!(Superblock::decode(out).as_ref(), Ok(self));
+        // Paired with decode's checks: what is written must read back as
+        // exactly this superblock (kept in release builds; superblock writes
+        // are rare and a wrong one loses the array).
+        assert_eq!(
+            Superblock::decode(out).as_ref(),
+            Ok(self),
+            "encoded superblock does not decode to itself"
+        );
         Ok(())
     }
 

@@ -64,7 +64,10 @@ fn make(dir: &Path, name: &str, level: &'static str, chunk: Option<&str>, count:
     detail_args.extend(members.iter().map(String::as_str));
     let detail: serde_json::Value = serde_json::from_str(&nvraid(&detail_args, dir)).unwrap();
     let size = detail["size_bytes"].as_u64().expect("size_bytes") as usize;
-    assert!(size > 0 && size.is_multiple_of(BLOCK), "{name}: array size {size}");
+    assert!(
+        size > 0 && size.is_multiple_of(BLOCK),
+        "{name}: array size {size}"
+    );
 
     let data = pattern(size);
     let input = dir.join(format!("{name}.pattern"));

@@ -28,6 +28,11 @@ pub struct WriteArgs {
     /// Make the data durable before exiting (flush every member).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     sync: bool,
+    /// Write even when members are missing or set aside (a RAID 1/10 that
+    /// still has a copy of every block). Their roles are recorded as faulty
+    /// on the members written, so they are never taken as in sync again.
+    #[arg(long)]
+    degraded: bool,
     /// Members of the array, in any order.
     #[arg(required = true)]
     members: Vec<String>,
@@ -74,7 +79,7 @@ pub fn write(args: &WriteArgs, direct: bool) -> Result<u8> {
         AssembleOptions {
             writable: true,
             direct,
-            allow_degraded: false,
+            allow_degraded: args.degraded,
         },
     )?;
     let size = array.size_bytes();

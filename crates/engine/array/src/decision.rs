@@ -1,0 +1,393 @@
+//! The assembly decision: given the superblocks of the members a user named,
+//! which member holds which role, which are set aside and why, and when the
+//! array must not be assembled at all. One pure function, used by
+//! `assemble` and by `assemble --scan`, so both always agree.
+//!
+//! The rules follow md (the kernel's `super_1_validate` and mdadm's
+//! assembly); docs/on-disk-format.md has them as a table:
+//!
+//! 1. All members carry the same array UUID, level, layout, chunk and member
+//!    count; otherwise the array is refused.
+//! 2. The freshest superblock (highest `events`) describes the array; when
+//!    several are freshest, their role tables must agree, or the halves of
+//!    the array ran apart (split brain) and the array is refused.
+//! 3. Two members that each record the other as faulty both ran without
+//!    the other (split brain): refused, whatever their events.
+//! 4. Features nvraid cannot honour (a reshape in progress, md-cluster, the
+//!    raid5 journal and PPL) refuse the array, naming the feature.
+//! 5. Each member's role is the freshest role table's entry for its
+//!    `dev_number`, not its own: a member the freshest table records as
+//!    faulty, spare or journal is set aside as such.
+//! 6. A member whose events are behind the freshest is stale and set aside.
+//! 7. A member replacing another (`REPLACEMENT`) is set aside: nvraid does
+//!    not continue a replacement.
+//! 8. Two fresh members claiming one role refuse the array.
+
+use crate::error::{Error, Result};
+use nvraid_metadata::{features, format_uuid, Role, Superblock};
+use serde::Serialize;
+
+/// Why a member given at assembly takes no part in the array.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "state")]
+pub enum SetAside {
+    /// Its events counter is behind the freshest member's.
+    Stale { events: u64, freshest: u64 },
+    /// The freshest role table records it as faulty.
+    Faulty,
+    /// The freshest role table records it as a spare (or has no role for it).
+    Spare,
+    /// A raid5/6 journal device.
+    Journal,
+    /// It was replacing another member; nvraid does not continue that.
+    Replacement,
+}
+
+impl SetAside {
+    /// `stale`, `faulty`, `spare`, `journal` or `replacement`.
+    pub fn state(&self) -> &'static str {
+        match self {
+            SetAside::Stale { .. } => "stale",
+            SetAside::Faulty => "faulty",
+            SetAside::Spare => "spare",
+            SetAside::Journal => "journal",
+            SetAside::Replacement => "replacement",
+        }
+    }
+
+    /// Why, in a sentence part.
+    pub fn reason(&self) -> String {
+        match self {
+            SetAside::Stale { events, freshest } => format!(
+                "stale: its events counter {events} is behind the array's {freshest}; it missed writes"
+            ),
+            SetAside::Faulty => "the array records it as faulty".into(),
+            SetAside::Spare => "a spare: the array gives it no active role".into(),
+            SetAside::Journal => "a raid5/6 journal device".into(),
+            SetAside::Replacement => {
+                "it was replacing another member when the array stopped (nvraid does not continue a replacement)".into()
+            }
+        }
+    }
+}
+
+/// The outcome for a set of superblocks (indexes into the caller's list).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// The superblock that describes the array (the first freshest).
+    pub reference: usize,
+    /// Index of the member in each role, `None` where the role is missing.
+    pub roles: Vec<Option<usize>>,
+    /// Members set aside, with the reason.
+    pub set_aside: Vec<(usize, SetAside)>,
+}
+
+/// Feature bits that refuse the array, with what to do instead.
+const REFUSED: [(u32, &str); 7] = [
+    (
+        features::RESHAPE_ACTIVE,
+        "a reshape is in progress; let the kernel finish it (mdadm --assemble, or mdadm --grow --continue) before nvraid uses the array",
+    ),
+    (
+        features::RESHAPE_BACKWARDS,
+        "a reshape is in progress; let the kernel finish it first",
+    ),
+    (
+        features::NEW_OFFSET,
+        "a reshape that moves the data offset is in progress; let the kernel finish it first",
+    ),
+    (
+        features::CLUSTERED,
+        "an md-cluster array is shared by several hosts; a second writer would corrupt it",
+    ),
+    (features::JOURNAL, "raid5/6 write journals are not supported"),
+    (features::PPL, "raid5 partial parity logs are not supported"),
+    (
+        features::MULTIPLE_PPLS,
+        "raid5 partial parity logs are not supported",
+    ),
+];
+
+/// The role `table` gives device slot `dev_number` (a spare when the slot
+/// is past the table).
+fn role_in(table: &Superblock, dev_number: u32) -> Role {
+    Role::from_raw(
+        table
+            .roles_raw
+            .get(dev_number as usize)
+            .copied()
+            .unwrap_or(0xffff),
+    )
+}
+
+/// Whether the member's own superblock gives it an active role.
+fn thinks_active(sb: &Superblock) -> bool {
+    matches!(sb.role(), Role::Active(_))
+}
+
+/// Decide. `found` is the members' specs (for messages) and superblocks, in
+/// the order the user gave them.
+pub fn decide(found: &[(&str, &Superblock)]) -> Result<Decision> {
+    let Some(&(first_spec, first)) = found.first() else {
+        return Err(Error::NoMembers);
+    };
+    // Rule 1.
+    for &(spec, sb) in found {
+        if sb.set_uuid != first.set_uuid {
+            return Err(Error::MixedArrays {
+                spec: spec.into(),
+                uuid: format_uuid(&sb.set_uuid),
+                other: first_spec.into(),
+                other_uuid: format_uuid(&first.set_uuid),
+            });
+        }
+        if (sb.level, sb.layout, sb.chunk_sectors)
+            != (first.level, first.layout, first.chunk_sectors)
+        {
+            return Err(Error::Unsupported {
+                spec: spec.into(),
+                what: format!(
+                    "a member whose level, layout or chunk differ from {first_spec}'s (level {}/{}, layout {:#x}/{:#x}, chunk {}/{} sectors) in one array",
+                    sb.level, first.level, sb.layout, first.layout, sb.chunk_sectors, first.chunk_sectors
+                ),
+            });
+        }
+    }
+    // Rule 4, on every member (array-wide bits are on all of them).
+    for &(spec, sb) in found {
+        for (bit, why) in REFUSED {
+            if sb.feature_map & bit != 0 {
+                return Err(Error::Unsupported {
+                    spec: spec.into(),
+                    what: format!("{} ({why})", features::names(bit).join(", ")),
+                });
+            }
+        }
+    }
+    // Rule 2.
+    let freshest = found.iter().map(|(_, sb)| sb.events).max().unwrap_or(0);
+    let reference = found
+        .iter()
+        .position(|(_, sb)| sb.events == freshest)
+        .expect("non-empty");
+    let (ref_spec, ref_sb) = found[reference];
+    for &(spec, sb) in found {
+        if sb.events == freshest && sb.roles_raw != ref_sb.roles_raw {
+            return Err(split_brain(
+                ref_spec,
+                ref_sb,
+                spec,
+                sb,
+                "both have the same events counter but different role tables",
+            ));
+        }
+    }
+    // Rule 3.
+    for (i, &(a_spec, a)) in found.iter().enumerate() {
+        for &(b_spec, b) in &found[..i] {
+            let a_fails_b = role_in(a, b.dev_number) == Role::Faulty;
+            let b_fails_a = role_in(b, a.dev_number) == Role::Faulty;
+            if a_fails_b && b_fails_a && thinks_active(a) && thinks_active(b) {
+                return Err(split_brain(
+                    b_spec,
+                    b,
+                    a_spec,
+                    a,
+                    "each records the other as faulty: both ran without the other",
+                ));
+            }
+        }
+    }
+    // Rules 5 to 8.
+    let raid_disks = ref_sb.raid_disks as usize;
+    let mut roles: Vec<Option<usize>> = vec![None; raid_disks];
+    let mut set_aside = Vec::new();
+    for (index, &(spec, sb)) in found.iter().enumerate() {
+        let role = role_in(ref_sb, sb.dev_number);
+        let aside = match role {
+            Role::Faulty => Some(SetAside::Faulty),
+            Role::Journal => Some(SetAside::Journal),
+            Role::Spare => Some(SetAside::Spare),
+            Role::Active(r) if usize::from(r) >= raid_disks => Some(SetAside::Spare),
+            Role::Active(_) if sb.events < freshest => Some(SetAside::Stale {
+                events: sb.events,
+                freshest,
+            }),
+            Role::Active(_) if sb.feature_map & features::REPLACEMENT != 0 => {
+                Some(SetAside::Replacement)
+            }
+            Role::Active(_) => None,
+        };
+        if let Some(reason) = aside {
+            set_aside.push((index, reason));
+            continue;
+        }
+        let Role::Active(r) = role else {
+            unreachable!("set aside above")
+        };
+        if let Some(other) = roles[usize::from(r)] {
+            return Err(Error::SameRole {
+                spec: spec.into(),
+                other: found[other].0.into(),
+                role: r,
+            });
+        }
+        roles[usize::from(r)] = Some(index);
+    }
+    // Paired with the placement: each placed member is fresh and holds the
+    // role the reference table gives it.
+    for (r, placed) in roles.iter().enumerate() {
+        if let Some(index) = *placed {
+            let sb = found[index].1;
+            assert_eq!(sb.events, freshest, "placed member is stale");
+            assert_eq!(role_in(ref_sb, sb.dev_number), Role::Active(r as u16));
+        }
+    }
+    Ok(Decision {
+        reference,
+        roles,
+        set_aside,
+    })
+}
+
+fn split_brain(a_spec: &str, a: &Superblock, b_spec: &str, b: &Superblock, how: &str) -> Error {
+    Error::SplitBrain(format!(
+        "{a_spec} (events {}, updated {}) and {b_spec} (events {}, updated {}) ran apart: {how}. \
+         Choose the half whose data you want and give only its members (for example \
+         `nvraid detail {a_spec}`); then bring the other half back as a new member",
+        a.events, a.utime.seconds, b.events, b.utime.seconds
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nvraid_metadata::{Timestamp, RESYNC_CLEAN, SUPER_OFFSET_SECTORS};
+
+    /// A raid1 member `dev` of `disks`, with `table` as its role table.
+    fn member(dev: u32, events: u64, table: &[u16]) -> Superblock {
+        let mut roles_raw = vec![0xffffu16; 128];
+        roles_raw[..table.len()].copy_from_slice(table);
+        Superblock {
+            feature_map: 0,
+            set_uuid: [7; 16],
+            set_name: [0; 32],
+            ctime: Timestamp {
+                seconds: 1,
+                micros: 0,
+            },
+            level: 1,
+            layout: 0,
+            size_sectors: 2048,
+            chunk_sectors: 0,
+            raid_disks: 2,
+            bitmap_offset: 0,
+            new_level: 0,
+            reshape_position: 0,
+            delta_disks: 0,
+            new_layout: 0,
+            new_chunk: 0,
+            new_offset: 0,
+            data_offset_sectors: 2048,
+            data_size_sectors: 2048,
+            super_offset_sectors: SUPER_OFFSET_SECTORS,
+            recovery_offset: 0,
+            dev_number: dev,
+            cnt_corrected_read: 0,
+            device_uuid: [dev as u8; 16],
+            devflags: 0,
+            bblog_shift: 0,
+            bblog_size: 0,
+            bblog_offset: 0,
+            utime: Timestamp {
+                seconds: 1,
+                micros: 0,
+            },
+            events,
+            resync_offset: RESYNC_CLEAN,
+            max_dev: 128,
+            roles_raw,
+        }
+    }
+
+    const FAULTY: u16 = 0xfffe;
+    const SPARE: u16 = 0xffff;
+
+    fn run(members: &[Superblock]) -> Result<Decision> {
+        let names = ["a", "b", "c", "d"];
+        let found: Vec<(&str, &Superblock)> = members
+            .iter()
+            .enumerate()
+            .map(|(i, sb)| (names[i], sb))
+            .collect();
+        decide(&found)
+    }
+
+    #[test]
+    fn healthy_members_take_their_roles_in_any_order() {
+        let d = run(&[member(1, 5, &[0, 1]), member(0, 5, &[0, 1])]).unwrap();
+        assert_eq!(d.roles, vec![Some(1), Some(0)]);
+        assert!(d.set_aside.is_empty());
+    }
+
+    #[test]
+    fn the_freshest_table_decides_roles() {
+        // b failed: a (fresher) records it faulty; b's own table still says active.
+        let d = run(&[member(0, 9, &[0, FAULTY]), member(1, 5, &[0, 1])]).unwrap();
+        assert_eq!(d.roles, vec![Some(0), None]);
+        assert_eq!(d.set_aside, vec![(1, SetAside::Faulty)]);
+        // A spare given with the array is set aside, not refused.
+        let d = run(&[
+            member(0, 5, &[0, 1, SPARE]),
+            member(1, 5, &[0, 1, SPARE]),
+            member(2, 5, &[0, 1, SPARE]),
+        ])
+        .unwrap();
+        assert_eq!(d.set_aside, vec![(2, SetAside::Spare)]);
+        // Behind, but not failed: stale.
+        let d = run(&[member(0, 9, &[0, 1]), member(1, 5, &[0, 1])]).unwrap();
+        assert_eq!(
+            d.set_aside,
+            vec![(
+                1,
+                SetAside::Stale {
+                    events: 5,
+                    freshest: 9
+                }
+            )]
+        );
+    }
+
+    #[test]
+    fn halves_that_ran_apart_are_refused() {
+        let e = run(&[member(0, 9, &[0, FAULTY]), member(1, 7, &[FAULTY, 1])]).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("a (events 9") && text.contains("b (events 7"),
+            "{text}"
+        );
+        assert!(text.contains("each records the other as faulty"), "{text}");
+        // Same events, different tables.
+        let e = run(&[member(0, 9, &[0, 1]), member(1, 9, &[FAULTY, 1])]).unwrap_err();
+        assert!(e.to_string().contains("same events counter"), "{e}");
+    }
+
+    #[test]
+    fn refused_features_are_named() {
+        let mut sb = member(0, 5, &[0, 1]);
+        sb.feature_map = features::RESHAPE_ACTIVE;
+        let e = run(&[sb, member(1, 5, &[0, 1])]).unwrap_err();
+        assert!(e.to_string().contains("RESHAPE_ACTIVE"), "{e}");
+        let mut sb = member(0, 5, &[0, 1]);
+        sb.feature_map = features::CLUSTERED;
+        assert!(run(&[sb]).unwrap_err().to_string().contains("CLUSTERED"));
+    }
+
+    #[test]
+    fn two_fresh_members_in_one_role_are_refused() {
+        let mut b = member(1, 5, &[0, 0]);
+        b.dev_number = 1;
+        let e = run(&[member(0, 5, &[0, 0]), b]).unwrap_err();
+        assert!(matches!(e, Error::SameRole { role: 0, .. }), "{e}");
+    }
+}

@@ -1,0 +1,274 @@
+//! Arrays the real kernel md left in unusual states (tests/fixtures/md-states,
+//! made by its `make` script in the tools/mdvm VM): nvraid either reads
+//! exactly what the kernel reads, or refuses with a message that names the
+//! state. And after nvraid writes to a degraded array, the kernel assembles
+//! it and reads nvraid's data, not the stale copy.
+
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn states_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../tests/fixtures/md-states")
+}
+
+fn nvraid(args: &[&str], dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_nvraid"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run nvraid")
+}
+
+fn ok(args: &[&str], dir: &Path) -> Vec<u8> {
+    let out = nvraid(args, dir);
+    assert!(
+        out.status.success(),
+        "nvraid {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+fn refused(args: &[&str], dir: &Path) -> String {
+    let out = nvraid(args, dir);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "nvraid {args:?} should be refused"
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Decompress a state's members into `dir`; their file names, by disk.
+fn unpack(state: &str, dir: &Path) -> Vec<String> {
+    let src = states_dir().join(state);
+    let mut names = Vec::new();
+    for disk in 0.. {
+        let xz = src.join(format!("disk{disk}.img.xz"));
+        if !xz.exists() {
+            break;
+        }
+        let name = format!("{state}-{disk}.img");
+        let out = Command::new("xz")
+            .arg("-dc")
+            .arg(&xz)
+            .output()
+            .expect("xz (apt-get install xz-utils)");
+        assert!(out.status.success(), "xz -dc {}", xz.display());
+        std::fs::write(dir.join(&name), out.stdout).unwrap();
+        names.push(name);
+    }
+    assert!(!names.is_empty(), "no members in {}", src.display());
+    names
+}
+
+fn kernel_sha(state: &str) -> String {
+    std::fs::read_to_string(states_dir().join(state).join("kernel-sha256.txt"))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+fn sha(data: &[u8]) -> String {
+    format!("{:x}", Sha256::digest(data))
+}
+
+/// The whole array as nvraid reads it.
+fn read_all(dir: &Path, members: &[String]) -> Vec<u8> {
+    let mut args = vec!["read"];
+    args.extend(members.iter().map(String::as_str));
+    ok(&args, dir)
+}
+
+fn detail(dir: &Path, members: &[String]) -> serde_json::Value {
+    let mut args = vec!["detail", "--json"];
+    args.extend(members.iter().map(String::as_str));
+    serde_json::from_slice(&ok(&args, dir)).unwrap()
+}
+
+fn member<'a>(detail: &'a serde_json::Value, path: &str) -> &'a serde_json::Value {
+    detail["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["path"] == path)
+        .unwrap_or_else(|| panic!("{path} not in {detail}"))
+}
+
+#[test]
+fn a_spare_given_with_the_array_is_set_aside() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = unpack("spare", dir.path());
+    assert_eq!(sha(&read_all(dir.path(), &m)), kernel_sha("spare"));
+    let d = detail(dir.path(), &m);
+    assert_eq!(member(&d, &m[2])["state"], "spare");
+    assert_eq!(d["state"], "clean");
+}
+
+#[test]
+fn a_member_being_recovered_is_read_only_below_its_recovery_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = unpack("recovering", dir.path());
+    let d = detail(dir.path(), &m);
+    let in_sync = member(&d, &m[1])["in_sync_bytes"]
+        .as_u64()
+        .expect("in_sync_bytes");
+    assert!(in_sync > 0 && in_sync < 8 << 20, "{in_sync}");
+    // Above the offset the member holds zeros; every byte must still be right.
+    for _ in 0..3 {
+        assert_eq!(sha(&read_all(dir.path(), &m)), kernel_sha("recovering"));
+    }
+    // Alone, the recovering member serves what it has and refuses the rest.
+    let alone = [m[1].clone()];
+    let below = ok(&["read", "--length", "64K", &alone[0]], dir.path());
+    assert_eq!(below, read_all(dir.path(), &m)[..64 << 10]);
+    let above = in_sync.to_string();
+    let err = refused(
+        &["read", "--offset", &above, "--length", "4K", &alone[0]],
+        dir.path(),
+    );
+    assert!(err.contains("no readable copy"), "{err}");
+}
+
+#[test]
+fn bad_blocks_are_never_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = unpack("badblocks", dir.path());
+    let d = detail(dir.path(), &m);
+    // The make script marked device sectors 4096+512 on disk 0 and
+    // 8192+1024 on disk 1 and overwrote them; data starts at sector 2048.
+    let bad0 = member(&d, &m[0])["bad_ranges"].clone();
+    assert_eq!(bad0, serde_json::json!([[2048 * 512, 2560 * 512]]));
+    assert!(!member(&d, &m[1])["bad_ranges"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+    for _ in 0..3 {
+        assert_eq!(sha(&read_all(dir.path(), &m)), kernel_sha("badblocks"));
+    }
+    // Member 0 alone has no good copy of its bad range: EIO-like refusal.
+    let err = refused(
+        &["read", "--offset", "1M", "--length", "4K", &m[0]],
+        dir.path(),
+    );
+    assert!(err.contains("no readable copy"), "{err}");
+}
+
+#[test]
+fn a_dirty_mirror_is_read_from_its_first_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = unpack("dirty", dir.path());
+    assert_eq!(detail(dir.path(), &m)["state"], "active");
+    // The copies differ at 8 MiB; md reads (and resyncs from) the first.
+    for _ in 0..3 {
+        assert_eq!(sha(&read_all(dir.path(), &m)), kernel_sha("dirty"));
+    }
+}
+
+#[test]
+fn halves_that_ran_apart_are_refused_and_each_half_still_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = unpack("splitbrain", dir.path());
+    let err = refused(&["detail", &m[0], &m[1]], dir.path());
+    assert!(err.contains("split brain"), "{err}");
+    assert!(err.contains(&m[0]) && err.contains(&m[1]), "{err}");
+    let err = refused(&["read", "--length", "4K", &m[1], &m[0]], dir.path());
+    assert!(err.contains("split brain"), "{err}");
+    for (member, text) in [(&m[0], b"half A"), (&m[1], b"half B")] {
+        let head = ok(&["read", "--length", "4K", member], dir.path());
+        assert_eq!(&head[..6], text, "{member}");
+    }
+}
+
+#[test]
+fn a_reshape_in_progress_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = unpack("reshape", dir.path());
+    let mut args = vec!["read", "--length", "4K"];
+    args.extend(m.iter().map(String::as_str));
+    let err = refused(&args, dir.path());
+    assert!(
+        err.contains("RESHAPE_ACTIVE") && err.contains("reshape is in progress"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_internal_bitmap_array_reads_like_the_kernel() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = unpack("bitmap", dir.path());
+    assert_eq!(sha(&read_all(dir.path(), &m)), kernel_sha("bitmap"));
+}
+
+/// nvraid writes to degraded kernel-made arrays (one member left out, a
+/// RAID 1 with a bitmap among them); the kernel then assembles every member
+/// it is given and must read nvraid's data: the member that missed the
+/// writes is recorded faulty and never trusted again.
+#[test]
+fn kernel_reads_nvraid_writes_to_a_degraded_array_not_the_stale_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../tests/fixtures/md");
+    let mut raid1 = Vec::new();
+    for disk in 0..2 {
+        let name = format!("raid1-{disk}.img");
+        let out = Command::new("xz")
+            .arg("-dc")
+            .arg(fixtures.join(format!("raid1-2d/disk{disk}.img.xz")))
+            .output()
+            .unwrap();
+        std::fs::write(dir.path().join(&name), out.stdout).unwrap();
+        raid1.push(name);
+    }
+    let bitmap = unpack("bitmap", dir.path());
+    let mut expected = Vec::new();
+    let mut images = Vec::new();
+    for (members, leave_out) in [(&raid1, 1), (&bitmap, 0)] {
+        let kept: Vec<String> = members
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != leave_out)
+            .map(|(_, m)| m.clone())
+            .collect();
+        let data: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 251) as u8 ^ 0x5a).collect();
+        let input = dir.path().join("new.bin");
+        std::fs::write(&input, &data).unwrap();
+        let mut args = vec![
+            "write",
+            "--degraded",
+            "--offset",
+            "64K",
+            "--input",
+            input.to_str().unwrap(),
+        ];
+        args.extend(kept.iter().map(String::as_str));
+        ok(&args, dir.path());
+        // The left-out member is now faulty in the survivors' eyes.
+        let d = detail(dir.path(), members);
+        assert_eq!(member(&d, &members[leave_out])["state"], "faulty", "{d}");
+        let whole = read_all(dir.path(), &kept);
+        assert_eq!(&whole[64 << 10..(64 << 10) + data.len()], &data[..]);
+        expected.push(sha(&whole));
+        images.extend(members.iter().map(|m| dir.path().join(m)));
+    }
+    let check = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../tools/mdvm/mdvm-check");
+    let mut cmd = Command::new(&check);
+    for sha in &expected {
+        cmd.arg("--expect").arg(sha);
+    }
+    cmd.arg("--").args(&images);
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", check.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the kernel did not read nvraid's data (install the VM's tools with ./test.sh):\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let arrays = stdout
+        .lines()
+        .filter(|l| l.starts_with("MDVM_CHECK md="))
+        .count();
+    assert_eq!(arrays, 2, "{stdout}");
+}
