@@ -184,6 +184,9 @@ impl Array {
             .unwrap_or(0);
         let first_copy_reads = assembled_dirty && geometry.copies() > 1;
         let read_limited = slots.iter().flatten().any(|s| !s.read_limit.is_none());
+        let counters = (0..geometry.members())
+            .map(|_| MemberCounters::default())
+            .collect();
         Array {
             geometry,
             slots,
@@ -196,9 +199,7 @@ impl Array {
             events: Mutex::new(events),
             read_rotor: AtomicU32::new(0),
             set_aside: Vec::new(),
-            counters: (0..geometry.members())
-                .map(|_| MemberCounters::default())
-                .collect(),
+            counters,
         }
     }
 

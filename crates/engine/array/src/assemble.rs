@@ -4,9 +4,9 @@
 use crate::array::{read_superblock, Array, SetAsideMember, Slot};
 use crate::decision::decide;
 use crate::error::{Error, Result};
-use nvraid_layout::{Geometry, Level};
+use nvraid_layout::{Geometry, Level, Raid0Layout};
 use nvraid_member::{Member, OpenOptions};
-use nvraid_metadata::Superblock;
+use nvraid_metadata::{features, Superblock};
 
 /// How to assemble.
 #[derive(Clone, Copy, Debug)]
@@ -96,10 +96,15 @@ pub fn assemble(specs: &[String], options: AssembleOptions) -> Result<Array> {
     let listed: Vec<(&str, &Superblock)> = found.iter().map(|(m, sb)| (m.spec(), sb)).collect();
     let decision = decide(&listed)?;
     let (ref_member, ref_sb) = &found[decision.reference];
-    let geometry = geometry_of(ref_sb, ref_member.spec())?;
-    for &index in decision.roles.iter().flatten() {
-        let (member, sb) = &found[index];
-        check_size(&geometry, member, sb)?;
+    let geometry = match raid0_sizes(&decision.roles, &found) {
+        Some(sizes) => raid0_geometry(ref_sb, ref_member.spec(), &sizes)?,
+        None => geometry_of(ref_sb, ref_member.spec())?,
+    };
+    for (role, placed) in decision.roles.iter().enumerate() {
+        if let Some(index) = placed {
+            let (member, sb) = &found[*index];
+            check_size(&geometry, role as u32, member, sb)?;
+        }
     }
     let mut taken: Vec<Option<(Member, Superblock)>> = found.into_iter().map(Some).collect();
     let mut slots: Vec<Option<Slot>> = Vec::with_capacity(decision.roles.len());
@@ -146,11 +151,59 @@ fn check_distinct(found: &[(Member, Superblock)]) -> Result<()> {
     Ok(())
 }
 
+/// The data sizes of a RAID 0's members by role, when every role is present
+/// (a RAID 0 with a role missing cannot start anyway).
+fn raid0_sizes(roles: &[Option<usize>], found: &[(Member, Superblock)]) -> Option<Vec<u64>> {
+    roles
+        .iter()
+        .map(|placed| placed.map(|i| found[i].1.clone()))
+        .map(|sb| {
+            sb.filter(|sb| sb.level == 0)
+                .map(|sb| member_data_bytes(&sb))
+        })
+        .collect()
+}
+
+/// md's RAID 0 geometry over members of these data sizes: one zone when they
+/// are equal (in whole chunks); otherwise md's zones, mapped by the layout
+/// the superblock records (RAID0_LAYOUT: 1 original, 2 alternate). Without
+/// a recorded layout the mapping of a multi-zone array is ambiguous (the
+/// kernel refuses it too, unless told which with raid0.default_layout).
+fn raid0_geometry(sb: &Superblock, spec: &str, sizes: &[u64]) -> Result<Geometry> {
+    let chunk = u64::from(sb.chunk_sectors) * 512;
+    let layout = if sb.feature_map & features::RAID0_LAYOUT == 0 {
+        None
+    } else {
+        match sb.layout {
+            1 => Some(Raid0Layout::Original),
+            2 => Some(Raid0Layout::Alternate),
+            other => {
+                return Err(Error::Unsupported {
+                    spec: spec.into(),
+                    what: format!("raid0 layout {other} (md knows 1, original, and 2, alternate)"),
+                })
+            }
+        }
+    };
+    let geometry = Geometry::raid0_zones(sizes, chunk, layout.unwrap_or(Raid0Layout::Original))?;
+    if geometry.zone_count() > 1 && layout.is_none() {
+        return Err(Error::Unsupported {
+            spec: spec.into(),
+            what: "a raid0 over members of unequal size with no recorded zone layout \
+                   (md's RAID0_LAYOUT feature): the mapping is ambiguous, and the kernel \
+                   refuses such an array too unless raid0.default_layout is set"
+                .into(),
+        });
+    }
+    Ok(geometry)
+}
+
 /// A placed member holds the data area its superblock describes.
-fn check_size(geometry: &Geometry, member: &Member, sb: &Superblock) -> Result<()> {
+fn check_size(geometry: &Geometry, role: u32, member: &Member, sb: &Superblock) -> Result<()> {
     let spec = member.spec().to_string();
-    let needed_bytes = sb.data_offset_sectors * 512 + geometry.member_used_bytes();
-    if member_data_bytes(sb) < geometry.member_used_bytes() {
+    let used = geometry.member_used_bytes_of(role);
+    let needed_bytes = sb.data_offset_sectors * 512 + used;
+    if member_data_bytes(sb) < used {
         return Err(Error::Unsupported {
             spec,
             what: "members of unequal size".into(),

@@ -226,7 +226,7 @@ impl FanoutQueue {
         let subs_max = depth as usize * per_request;
         let engine = open_engine(target.engine, &files, &regions, (subs_max as u32).min(4096))?;
         let geometry = match &target.shape {
-            Shape::Array(a) => Some(*a.geometry()),
+            Shape::Array(a) => Some(a.geometry().clone()),
             Shape::Raw(_) => None,
         };
         Ok(FanoutQueue {
@@ -481,7 +481,10 @@ impl FanoutQueue {
         fua: bool,
     ) -> io::Result<()> {
         self.parts.clear();
-        match self.geometry {
+        // The geometry is moved out while the request is split (split needs
+        // `&mut self`) and put back: a move of a few words, no reference
+        // count touched.
+        match self.geometry.take() {
             None => self.parts.push(Part {
                 member: 0,
                 member_offset: offset,
@@ -489,10 +492,14 @@ impl FanoutQueue {
                 len,
             }),
             Some(geometry) => {
-                if let (true, Shape::Array(array)) = (write, &self.shape) {
-                    array.mark_dirty().map_err(io::Error::other)?;
-                }
-                if !self.split(&geometry, write, offset, len) {
+                let marked = match (write, &self.shape) {
+                    (true, Shape::Array(array)) => array.mark_dirty().map_err(io::Error::other),
+                    _ => Ok(()),
+                };
+                let split = marked.is_ok() && self.split(&geometry, write, offset, len);
+                self.geometry = Some(geometry);
+                marked?;
+                if !split {
                     self.slots[slot as usize].errno = libc::EIO;
                     return Ok(());
                 }

@@ -56,7 +56,7 @@ fn check(name: &str, size_bytes: u64, sha256: &str) {
         assert_eq!(data, &expected[..], "{name}: block {block}");
     }
     // Every copy agrees: read each piece from every mirror explicitly.
-    let g = *array.geometry();
+    let g = array.geometry().clone();
     for offset in (0..size_bytes).step_by(64 * 1024) {
         for copy in 0..g.copies() {
             let loc = g.locate(offset, copy);

@@ -1,4 +1,5 @@
 use std::fmt;
+use std::sync::Arc;
 
 /// Smallest chunk nvraid accepts (and md's smallest useful one on 4 KiB pages).
 pub const CHUNK_BYTES_MIN: u64 = 4 * 1024;
@@ -80,19 +81,56 @@ pub enum GeometryError {
     MemberTooSmall { member_bytes: u64, chunk_bytes: u64 },
 }
 
-/// A validated array geometry. Construct with [`Geometry::new`]; every
-/// mapping function relies on the invariants checked there (non-zero member
-/// count, power-of-two chunk, at least one chunk per member).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A validated array geometry. Construct with [`Geometry::new`] (members of
+/// equal size) or [`Geometry::raid0_zones`]; every mapping function relies on
+/// the invariants checked there (non-zero member count, power-of-two chunk,
+/// at least one chunk per member).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Geometry {
     level: Level,
     members: u32,
     /// Chunk size; for RAID 1 (no chunks) this is the whole member.
     chunk_bytes: u64,
     chunk_shift: u32,
-    /// Bytes of each member used for data (a whole number of chunks).
+    /// Bytes of each member used for data (a whole number of chunks); for a
+    /// multi-zone RAID 0, the smallest member's (zone 0's share).
     member_used_bytes: u64,
     array_bytes: u64,
+    /// A RAID 0 over members of unequal size: md's zones (`None`: one zone).
+    zones: Option<Arc<Zones>>,
+}
+
+/// How md maps the zones after the first of a multi-zone RAID 0 (the
+/// superblock's `layout` with the RAID0_LAYOUT feature).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Raid0Layout {
+    /// md's original layout (1): a zone's member is chosen by the chunk's
+    /// number counted from the start of the array.
+    Original,
+    /// md's alternate layout (2): counted from the start of the zone.
+    Alternate,
+}
+
+/// One zone of a multi-zone RAID 0: the members larger than `dev_start`
+/// stripe the zone's chunks among themselves, in role order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Zone {
+    /// First array byte of the zone.
+    start: u64,
+    /// First array byte after the zone.
+    end: u64,
+    /// Where the zone begins in each of its members' data areas.
+    dev_start: u64,
+    /// The zone's members, in role order.
+    members: Vec<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Zones {
+    layout: Raid0Layout,
+    zones: Vec<Zone>,
+    /// Bytes of each member's data area used (by role).
+    used: Vec<u64>,
 }
 
 /// One piece of a request: a logical range that does not cross a chunk
@@ -172,9 +210,89 @@ impl Geometry {
             chunk_shift: chunk_bytes.trailing_zeros(),
             member_used_bytes,
             array_bytes,
+            zones: None,
         };
         debug_assert!(geometry.chunk_bytes.is_power_of_two());
         Ok(geometry)
+    }
+
+    /// A RAID 0 over members whose data areas hold `member_data_bytes` (by
+    /// role), in md's zones: each member's size is rounded down to whole
+    /// chunks; zone 0 stripes over every member up to the smallest size,
+    /// each following zone over the members still larger, from where the
+    /// previous zone stopped on them. Members of equal size give one zone,
+    /// the same geometry as [`Geometry::new`] (and then `layout` does not
+    /// matter).
+    pub fn raid0_zones(
+        member_data_bytes: &[u64],
+        chunk_bytes: u64,
+        layout: Raid0Layout,
+    ) -> Result<Geometry, GeometryError> {
+        let members = member_data_bytes.len() as u32;
+        Self::check_members(Level::Raid0, members)?;
+        Self::check_chunk(chunk_bytes)?;
+        let used: Vec<u64> = member_data_bytes
+            .iter()
+            .map(|b| b / chunk_bytes * chunk_bytes)
+            .collect();
+        let smallest = *used.iter().min().expect("members");
+        if smallest == 0 {
+            return Err(GeometryError::MemberTooSmall {
+                member_bytes: *member_data_bytes.iter().min().expect("members"),
+                chunk_bytes,
+            });
+        }
+        if used.iter().all(|&u| u == smallest) {
+            return Self::new(Level::Raid0, members, chunk_bytes, smallest);
+        }
+        let mut zones = Vec::new();
+        let (mut dev_start, mut start) = (0u64, 0u64);
+        loop {
+            let in_zone: Vec<u32> = (0..members)
+                .filter(|&m| used[m as usize] > dev_start)
+                .collect();
+            let Some(next) = in_zone.iter().map(|&m| used[m as usize]).min() else {
+                break;
+            };
+            let end = (next - dev_start)
+                .checked_mul(in_zone.len() as u64)
+                .and_then(|bytes| bytes.checked_add(start))
+                .ok_or(GeometryError::TooLarge)?;
+            zones.push(Zone {
+                start,
+                end,
+                dev_start,
+                members: in_zone,
+            });
+            start = end;
+            dev_start = next;
+        }
+        Ok(Geometry {
+            level: Level::Raid0,
+            members,
+            chunk_bytes,
+            chunk_shift: chunk_bytes.trailing_zeros(),
+            member_used_bytes: smallest,
+            array_bytes: start,
+            zones: Some(Arc::new(Zones {
+                layout,
+                zones,
+                used,
+            })),
+        })
+    }
+
+    /// How many zones a RAID 0 has (1 for every other level).
+    pub fn zone_count(&self) -> usize {
+        self.zones.as_ref().map_or(1, |z| z.zones.len())
+    }
+
+    /// Bytes of member `member`'s data area that hold array data.
+    pub fn member_used_bytes_of(&self, member: u32) -> u64 {
+        match &self.zones {
+            Some(zones) => zones.used[member as usize],
+            None => self.member_used_bytes,
+        }
     }
 
     fn check_members(level: Level, members: u32) -> Result<(), GeometryError> {
@@ -262,6 +380,9 @@ impl Geometry {
     pub fn locate(&self, logical_offset: u64, copy: u32) -> Location {
         debug_assert!(logical_offset < self.array_bytes);
         debug_assert!(copy < self.copies());
+        if let Some(zones) = &self.zones {
+            return self.locate_in_zones(zones, logical_offset);
+        }
         let chunk = logical_offset >> self.chunk_shift;
         let in_chunk = logical_offset & (self.chunk_bytes - 1);
         let n = u64::from(self.members);
@@ -283,6 +404,9 @@ impl Geometry {
     /// of it) member `member` holds at `member_offset`, or `None` if that
     /// member byte holds no array data.
     pub fn logical_of(&self, member: u32, member_offset: u64) -> Option<(u64, u32)> {
+        if let Some(zones) = &self.zones {
+            return self.logical_in_zones(zones, member, member_offset);
+        }
         if member >= self.members || member_offset >= self.member_used_bytes {
             return None;
         }
@@ -299,6 +423,63 @@ impl Geometry {
         };
         let logical = (chunk << self.chunk_shift) + in_chunk;
         (logical < self.array_bytes).then_some((logical, copy))
+    }
+}
+
+impl Geometry {
+    /// md's raid0 `find_zone` + `map_sector`: the zone holding the byte; in
+    /// it, the row is the chunk's number within the zone over the zone's
+    /// member count, and the member is the chunk's number (from the array's
+    /// start in the original layout, from the zone's in the alternate one)
+    /// modulo that count.
+    fn locate_in_zones(&self, zones: &Zones, logical_offset: u64) -> Location {
+        let zone = zones
+            .zones
+            .iter()
+            .find(|z| logical_offset < z.end)
+            .expect("offset inside the array");
+        let n = zone.members.len() as u64;
+        let in_zone = logical_offset - zone.start;
+        let numbered = match zones.layout {
+            Raid0Layout::Original => logical_offset,
+            Raid0Layout::Alternate => in_zone,
+        };
+        let index = (numbered >> self.chunk_shift) % n;
+        let row = (in_zone >> self.chunk_shift) / n;
+        Location {
+            member: zone.members[index as usize],
+            member_offset: zone.dev_start
+                + (row << self.chunk_shift)
+                + (logical_offset & (self.chunk_bytes - 1)),
+        }
+    }
+
+    fn logical_in_zones(
+        &self,
+        zones: &Zones,
+        member: u32,
+        member_offset: u64,
+    ) -> Option<(u64, u32)> {
+        if member >= self.members || member_offset >= zones.used[member as usize] {
+            return None;
+        }
+        let zone = zones
+            .zones
+            .iter()
+            .rev()
+            .find(|z| member_offset >= z.dev_start)?;
+        let index = zone.members.iter().position(|&m| m == member)? as u64;
+        let n = zone.members.len() as u64;
+        let row = (member_offset - zone.dev_start) >> self.chunk_shift;
+        let first = match zones.layout {
+            Raid0Layout::Original => (zone.start >> self.chunk_shift) % n,
+            Raid0Layout::Alternate => 0,
+        };
+        let chunk_in_zone = row * n + (index + n - first) % n;
+        let logical = zone.start
+            + (chunk_in_zone << self.chunk_shift)
+            + (member_offset & (self.chunk_bytes - 1));
+        (logical < zone.end).then_some((logical, 0))
     }
 }
 

@@ -17,6 +17,16 @@
 //! 300 KiB is in chunk 4 (256..320 KiB) at 44 KiB into it: member 0, member
 //! offset 64 KiB + 44 KiB = 108 KiB.
 //!
+//! ## RAID 0 over members of unequal size (md's zones)
+//! Each member's data size is rounded down to whole chunks. Zone 0 stripes over
+//! all members up to the smallest size; zone 1 over the members still larger,
+//! from that point on them, up to the next smallest size; and so on. Within a
+//! zone of `z` members, array chunk `c` (counted from the array's start in md's
+//! *original* layout, from the zone's start in the *alternate* one) lives on the
+//! zone's member `c % z` (role order), at zone row `(chunk number in the zone) /
+//! z`. Members of 16, 24 and 32 MiB with 64 KiB chunks (each less 1 MiB of
+//! metadata) make zones of 3 × 15, 2 × 8 and 1 × 8 MiB: 69 MiB in all.
+//!
 //! ## RAID 1 (md `raid1`)
 //! Every member holds the whole array at the same offset. There is no chunk;
 //! a request is a single piece.
@@ -31,4 +41,4 @@
 
 mod geometry;
 
-pub use geometry::{Geometry, GeometryError, Level, Location, Piece, Pieces};
+pub use geometry::{Geometry, GeometryError, Level, Location, Piece, Pieces, Raid0Layout};

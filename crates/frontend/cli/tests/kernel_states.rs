@@ -195,6 +195,26 @@ fn a_reshape_in_progress_is_refused_by_name() {
 }
 
 #[test]
+fn a_raid0_over_members_of_unequal_size_reads_every_zone() {
+    // md's original and alternate zone layouts place the same array bytes
+    // differently on the members; both read back the kernel's bytes.
+    for state in ["zones", "zones_alt"] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut m = unpack(state, dir.path());
+        m.reverse(); // roles decide, not the order given
+        let d = detail(dir.path(), &m);
+        // Members of 16 MiB + 64 KiB, 24 and 32 MiB, less 1 MiB of metadata:
+        // zones of 3 x 241 chunks, 2 x 127 chunks and 1 x 128 chunks of 64 KiB.
+        assert_eq!(
+            d["size_bytes"],
+            (3 * 241 + 2 * 127 + 128) * 65536u64,
+            "{state}"
+        );
+        assert_eq!(sha(&read_all(dir.path(), &m)), kernel_sha(state), "{state}");
+    }
+}
+
+#[test]
 fn an_internal_bitmap_array_reads_like_the_kernel() {
     let dir = tempfile::tempdir().unwrap();
     let m = unpack("bitmap", dir.path());
@@ -202,9 +222,10 @@ fn an_internal_bitmap_array_reads_like_the_kernel() {
 }
 
 /// nvraid writes to degraded kernel-made arrays (one member left out, a
-/// RAID 1 with a bitmap among them); the kernel then assembles every member
-/// it is given and must read nvraid's data: the member that missed the
-/// writes is recorded faulty and never trusted again.
+/// RAID 1 with a bitmap among them) and across every zone of a multi-zone
+/// RAID 0; the kernel then assembles every member it is given and must read
+/// nvraid's data: the member that missed the writes is recorded faulty and
+/// never trusted again.
 #[test]
 fn kernel_reads_nvraid_writes_to_a_degraded_array_not_the_stale_copy() {
     let dir = tempfile::tempdir().unwrap();
@@ -221,16 +242,25 @@ fn kernel_reads_nvraid_writes_to_a_degraded_array_not_the_stale_copy() {
         raid1.push(name);
     }
     let bitmap = unpack("bitmap", dir.path());
+    // A multi-zone RAID 0 in md's alternate layout, written whole by nvraid
+    // (no member left out): the kernel must find nvraid's bytes in every zone.
+    let zones = unpack("zones_alt", dir.path());
     let mut expected = Vec::new();
     let mut images = Vec::new();
-    for (members, leave_out) in [(&raid1, 1), (&bitmap, 0)] {
+    for (members, leave_out) in [(&raid1, Some(1)), (&bitmap, Some(0)), (&zones, None)] {
         let kept: Vec<String> = members
             .iter()
             .enumerate()
-            .filter(|(i, _)| *i != leave_out)
+            .filter(|(i, _)| Some(*i) != leave_out)
             .map(|(_, m)| m.clone())
             .collect();
-        let data: Vec<u8> = (0..(1u32 << 20)).map(|i| (i % 251) as u8 ^ 0x5a).collect();
+        let size = detail(dir.path(), &kept)["size_bytes"].as_u64().unwrap() as usize;
+        let len = if leave_out.is_some() {
+            1 << 20
+        } else {
+            size - (64 << 10)
+        };
+        let data: Vec<u8> = (0..len as u32).map(|i| (i % 251) as u8 ^ 0x5a).collect();
         let input = dir.path().join("new.bin");
         std::fs::write(&input, &data).unwrap();
         let mut args = vec![
@@ -243,9 +273,11 @@ fn kernel_reads_nvraid_writes_to_a_degraded_array_not_the_stale_copy() {
         ];
         args.extend(kept.iter().map(String::as_str));
         ok(&args, dir.path());
-        // The left-out member is now faulty in the survivors' eyes.
-        let d = detail(dir.path(), members);
-        assert_eq!(member(&d, &members[leave_out])["state"], "faulty", "{d}");
+        if let Some(left) = leave_out {
+            // The left-out member is now faulty in the survivors' eyes.
+            let d = detail(dir.path(), members);
+            assert_eq!(member(&d, &members[left])["state"], "faulty", "{d}");
+        }
         let whole = read_all(dir.path(), &kept);
         assert_eq!(&whole[64 << 10..(64 << 10) + data.len()], &data[..]);
         expected.push(sha(&whole));
@@ -270,5 +302,5 @@ fn kernel_reads_nvraid_writes_to_a_degraded_array_not_the_stale_copy() {
         .lines()
         .filter(|l| l.starts_with("MDVM_CHECK md="))
         .count();
-    assert_eq!(arrays, 2, "{stdout}");
+    assert_eq!(arrays, 3, "{stdout}");
 }
