@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use nvraid_layout::{Geometry, Level, Piece};
 use nvraid_member::Member;
 use nvraid_metadata::{
-    badblocks, features, Role, Superblock, Timestamp, RESYNC_CLEAN, SUPER_OFFSET_BYTES,
+    badblocks, bitmap, features, Role, Superblock, Timestamp, RESYNC_CLEAN, SUPER_OFFSET_BYTES,
 };
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -517,8 +517,45 @@ impl Array {
         if self.dirty.load(Ordering::Acquire) {
             return Ok(());
         }
+        self.mark_bitmaps_stale()?;
         self.update_superblocks(&mut events, 0)?;
         self.dirty.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Before nvraid's first write to an array with md's internal bitmap,
+    /// mark each member's bitmap stale (durably): nvraid does not maintain
+    /// the bits yet, and a stale bitmap makes md resync everything rather
+    /// than trust bits that missed these writes.
+    fn mark_bitmaps_stale(&self) -> Result<()> {
+        for slot in self.slots.iter().flatten() {
+            let sb = &slot.superblock;
+            if sb.feature_map & features::BITMAP_OFFSET == 0 {
+                continue;
+            }
+            let member = &slot.member;
+            let at = (sb.super_offset_sectors as i64 + i64::from(sb.bitmap_offset as i32)) * 512;
+            let len = (member.logical_block_bytes().max(512) as usize).max(bitmap::HEADER_BYTES);
+            let bad = |what: String| Error::Unsupported {
+                spec: member.spec().into(),
+                what,
+            };
+            if at <= 0 || at as u64 + len as u64 > member.size_bytes() {
+                return Err(bad(format!(
+                    "an md bitmap at byte {at}, outside the member"
+                )));
+            }
+            let mut header = nvraid_io::AlignedBuf::zeroed(len);
+            member
+                .read_at(&mut header, at as u64)
+                .map_err(|e| Error::io(member.spec(), e))?;
+            bitmap::mark_stale(&mut header, &sb.set_uuid)
+                .map_err(|e| bad(format!("writing to an array whose {e}")))?;
+            member
+                .write_at(&header, at as u64)
+                .map_err(|e| Error::io(member.spec(), e))?;
+            member.flush().map_err(|e| Error::io(member.spec(), e))?;
+        }
         Ok(())
     }
 

@@ -263,7 +263,7 @@ fn check_startable(
     }
     if !allow_degraded {
         return Err(Error::NotStartable(format!(
-            "roles {} are missing or set aside (the array would run degraded; `write --degraded` allows it)",
+            "roles {} are missing or set aside (the array would run degraded)",
             missing.join(", ")
         )));
     }

@@ -344,6 +344,15 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(d.set_aside, vec![(2, SetAside::Spare)]);
+        // A member whose own table records itself faulty, with the others.
+        let d = run(&[
+            member(0, 5, &[0, 1, FAULTY]),
+            member(2, 5, &[0, 1, FAULTY]),
+            member(1, 5, &[0, 1, FAULTY]),
+        ])
+        .unwrap();
+        assert_eq!(d.roles, vec![Some(0), Some(2)]);
+        assert_eq!(d.set_aside, vec![(1, SetAside::Faulty)]);
         // Behind, but not failed: stale.
         let d = run(&[member(0, 9, &[0, 1]), member(1, 5, &[0, 1])]).unwrap();
         assert_eq!(

@@ -42,6 +42,7 @@
 //! lists the bits and which of them nvraid honours.
 
 pub mod badblocks;
+pub mod bitmap;
 pub mod features;
 mod superblock;
 

@@ -217,6 +217,23 @@ mod bad_input {
     }
 
     #[test]
+    fn writing_a_degraded_array_needs_degraded() {
+        let dir = tempfile::tempdir().unwrap();
+        array(dir.path(), "1", &["a", "b"]);
+        std::fs::write(dir.path().join("data"), vec![9u8; 4096]).unwrap();
+        refused(
+            &["write", "--input", "data", "a"],
+            dir.path(),
+            &["roles 1 are missing", "--degraded"],
+        );
+        ok(&["write", "--degraded", "--input", "data", "a"], dir.path());
+        let d: serde_json::Value =
+            serde_json::from_str(&ok(&["detail", "--json", "a", "b"], dir.path())).unwrap();
+        assert_eq!(d["members"][2]["state"], "faulty", "{d}");
+        assert_eq!(d["members"][2]["path"], "b", "{d}");
+    }
+
+    #[test]
     fn a_missing_member_is_named_without_a_create_hint() {
         let dir = tempfile::tempdir().unwrap();
         array(dir.path(), "1", &["a", "b"]);

@@ -278,6 +278,17 @@ fn kernel_reads_nvraid_writes_to_a_degraded_array_not_the_stale_copy() {
             let d = detail(dir.path(), members);
             assert_eq!(member(&d, &members[left])["state"], "faulty", "{d}");
         }
+        if members == &bitmap {
+            // md's bitmap on the written member is marked stale (state bit
+            // 1 at byte 48 of the header, 4 KiB after the superblock).
+            let image = std::fs::read(dir.path().join(&kept[0])).unwrap();
+            let header = &image[8192..8192 + 256];
+            assert_eq!(&header[..4], b"bitm");
+            assert_eq!(
+                u32::from_le_bytes(header[48..52].try_into().unwrap()) & 2,
+                2
+            );
+        }
         let whole = read_all(dir.path(), &kept);
         assert_eq!(&whole[64 << 10..(64 << 10) + data.len()], &data[..]);
         expected.push(sha(&whole));

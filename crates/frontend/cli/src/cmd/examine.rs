@@ -46,7 +46,16 @@ fn print_text(r: &info::Examine) {
     println!("{}:", r.path);
     println!("          Magic : a92b4efc");
     println!("        Version : {}", r.version);
-    println!("    Feature Map : {:#x}", sb.feature_map);
+    let features = nvraid_metadata::features::names(sb.feature_map);
+    if features.is_empty() {
+        println!("    Feature Map : {:#x}", sb.feature_map);
+    } else {
+        println!(
+            "    Feature Map : {:#x} ({})",
+            sb.feature_map,
+            features.join(", ")
+        );
+    }
     println!("     Array UUID : {}", format_uuid(&sb.set_uuid));
     println!("           Name : {}", sb.name());
     println!("  Creation Time : {}", time_text(sb.ctime.seconds));
@@ -58,6 +67,12 @@ fn print_text(r: &info::Examine) {
     }
     println!("    Data Offset : {} sectors", sb.data_offset_sectors);
     println!("   Super Offset : {} sectors", sb.super_offset_sectors);
+    if sb.feature_map & nvraid_metadata::features::RECOVERY_OFFSET != 0 {
+        println!("Recovery Offset : {} sectors", sb.recovery_offset);
+    }
+    if sb.resync_offset != nvraid_metadata::RESYNC_CLEAN {
+        println!("  Resync Offset : {} sectors", sb.resync_offset);
+    }
     println!("          State : {}", r.state);
     println!("    Device UUID : {}", format_uuid(&sb.device_uuid));
     println!("    Update Time : {}", time_text(sb.utime.seconds));

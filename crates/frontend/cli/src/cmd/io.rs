@@ -81,7 +81,15 @@ pub fn write(args: &WriteArgs, direct: bool) -> Result<u8> {
             direct,
             allow_degraded: args.degraded,
         },
-    )?;
+    )
+    .map_err(|e| match e {
+        nvraid_array::Error::NotStartable(why) if !args.degraded && why.contains("degraded") => {
+            anyhow::anyhow!(
+                "array cannot start: {why}; give --degraded to write anyway (the missing roles are then recorded as faulty)"
+            )
+        }
+        e => e.into(),
+    })?;
     let size = array.size_bytes();
     let sector = u64::from(array.sector_bytes());
     if !args.offset.is_multiple_of(sector) {
