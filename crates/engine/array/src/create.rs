@@ -90,6 +90,8 @@ fn plan_member(spec: &str, options: &CreateOptions) -> Result<Plan> {
     };
     match Member::open(spec, probe_options) {
         Ok(member) => {
+            // Held by a running nvraid: refused before anything changes.
+            member.check_claimable()?;
             let size_bytes = match (member.kind(), options.size_bytes) {
                 (_, None) => member.size_bytes(),
                 // A file grows to --size; any larger member is used up to it.
@@ -244,8 +246,6 @@ enum Undo {
     Created(PathBuf),
     /// The file was this long: truncate it back.
     Extended(PathBuf, u64),
-    /// The 4 KiB where the superblock goes held these bytes.
-    Overwrote(Member, nvraid_io::AlignedBuf),
 }
 
 impl Undo {
@@ -260,10 +260,6 @@ impl Undo {
                     .write(true)
                     .open(path)
                     .and_then(|f| f.set_len(len));
-            }
-            Undo::Overwrote(member, old) => {
-                let _ = member.write_at(&old, SUPER_OFFSET_BYTES);
-                let _ = member.flush();
             }
         }
     }
@@ -302,34 +298,44 @@ fn write_members(
         members.push(opened?);
     }
     let template = template_superblock(options, geometry, data_bytes)?;
-    let mut slots = Vec::with_capacity(members.len());
-    for (role, member) in members.into_iter().enumerate() {
-        let mut sb = template.clone();
-        sb.dev_number = role as u32;
-        sb.device_uuid = random_uuid()?;
-        if matches!(member.kind(), MemberKind::File | MemberKind::BlockDevice) {
-            let mut old = nvraid_io::AlignedBuf::zeroed(4096);
-            member
-                .read_at(&mut old, SUPER_OFFSET_BYTES)
-                .map_err(|e| Error::io(member.spec(), e))?;
-            let again = Member::open(
-                member.spec(),
-                OpenOptions {
-                    create_bytes: None,
-                    ..open
-                },
-            )?;
-            undo.push(Undo::Overwrote(again, old));
+    // Superblocks are written through the members opened (and claimed)
+    // above; what they overwrite is kept, to put back if any later step
+    // fails while the members are still open.
+    let mut written: Vec<(usize, nvraid_io::AlignedBuf)> = Vec::new();
+    let mut superblocks = Vec::with_capacity(members.len());
+    let result = (|| {
+        for (role, member) in members.iter().enumerate() {
+            let mut sb = template.clone();
+            sb.dev_number = role as u32;
+            sb.device_uuid = random_uuid()?;
+            if matches!(member.kind(), MemberKind::File | MemberKind::BlockDevice) {
+                let mut old = nvraid_io::AlignedBuf::zeroed(4096);
+                member
+                    .read_at(&mut old, SUPER_OFFSET_BYTES)
+                    .map_err(|e| Error::io(member.spec(), e))?;
+                written.push((role, old));
+            }
+            write_superblock(member, &sb)?;
+            superblocks.push(sb);
         }
-        write_superblock(&member, &sb)?;
-        slots.push(Some(Slot::new(member, sb)?));
+        for member in &members {
+            member.flush().map_err(|e| Error::io(member.spec(), e))?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = result {
+        // Best effort: the error that led here is what the user sees.
+        for (role, old) in written.iter().rev() {
+            let _ = members[*role].write_at(old, SUPER_OFFSET_BYTES);
+            let _ = members[*role].flush();
+        }
+        return Err(e);
     }
-    for slot in slots.iter().flatten() {
-        slot.member
-            .flush()
-            .map_err(|e| Error::io(slot.member.spec(), e))?;
-    }
-    Ok(slots)
+    members
+        .into_iter()
+        .zip(superblocks)
+        .map(|(member, sb)| Slot::new(member, sb).map(Some))
+        .collect()
 }
 
 /// The md layout word: raid10 near copies in the low byte, far copies

@@ -114,3 +114,37 @@ pub fn is_on_tmpfs(path: &std::path::Path) -> bool {
     let ret = unsafe { libc::statfs(c_path.as_ptr(), &mut stat) };
     ret == 0 && stat.f_type == libc::TMPFS_MAGIC
 }
+
+/// Take an exclusive advisory lock (`flock`) on an open file without
+/// waiting: `Ok(false)` when another open file description holds a lock on
+/// the same file. The lock lasts until the descriptor is closed.
+pub fn try_lock_exclusive(file: &File) -> io::Result<bool> {
+    use std::os::unix::io::AsRawFd;
+    // SAFETY: flock on a descriptor this File owns; no memory is passed.
+    let ret = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if ret == 0 {
+        return Ok(true);
+    }
+    let err = io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(false)
+    } else {
+        Err(err)
+    }
+}
+
+/// Release a lock taken with [`try_lock_exclusive`].
+pub fn unlock(file: &File) -> io::Result<()> {
+    use std::os::unix::io::AsRawFd;
+    // SAFETY: flock on a descriptor this File owns; no memory is passed.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The major and minor numbers of a `st_dev`.
+pub fn dev_major_minor(dev: u64) -> (u32, u32) {
+    (libc::major(dev), libc::minor(dev))
+}

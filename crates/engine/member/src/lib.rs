@@ -11,6 +11,7 @@
 //! used for metadata and the library API; the fast engines in nvraid-io
 //! address members by their raw file descriptor ([`Member::backend`]).
 
+mod claim;
 mod member;
 mod size;
 

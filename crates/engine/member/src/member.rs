@@ -1,3 +1,4 @@
+use crate::claim;
 use crate::size::{parse_size, SizeError};
 use nvraid_io::{buf, sys, AlignedBuf};
 use std::fs::{File, OpenOptions as FsOpenOptions};
@@ -37,6 +38,8 @@ pub enum MemberError {
     NotFileOrDevice { spec: String },
     #[error("{spec}: does not exist")]
     Missing { spec: String },
+    #[error("{spec}: in use by {holder}, which claimed it for writing; stop that first")]
+    Busy { spec: String, holder: String },
 }
 
 /// How to open a member.
@@ -149,24 +152,22 @@ impl Member {
             source,
         };
         let path = Path::new(spec);
-        match (std::fs::metadata(path), options.create_bytes) {
+        let grow_to = match (std::fs::metadata(path), options.create_bytes) {
             (Err(e), None) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(MemberError::Missing { spec: spec.into() })
             }
             (Err(e), None) => return Err(err(e)),
-            (Ok(meta), Some(bytes)) if meta.is_file() && meta.len() < bytes => File::options()
-                .write(true)
-                .open(path)
-                .and_then(|f| f.set_len(bytes))
-                .map_err(err)?,
-            (Err(_), Some(bytes)) => File::options()
-                .write(true)
-                .create_new(true)
-                .open(path)
-                .and_then(|f| f.set_len(bytes))
-                .map_err(err)?,
-            _ => {}
-        }
+            (Ok(meta), Some(bytes)) if meta.is_file() && meta.len() < bytes => Some(bytes),
+            (Err(_), Some(bytes)) => {
+                File::options()
+                    .write(true)
+                    .create_new(true)
+                    .open(path)
+                    .map_err(err)?;
+                Some(bytes)
+            }
+            _ => None,
+        };
         let meta = std::fs::metadata(path).map_err(err)?;
         let kind = match meta.file_type() {
             t if t.is_file() => MemberKind::File,
@@ -174,6 +175,19 @@ impl Member {
             _ => return Err(MemberError::NotFileOrDevice { spec: spec.into() }),
         };
         let (file, direct_fallback) = Self::open_file(path, options)?;
+        // A writer claims the member before it changes a byte of it.
+        if options.write {
+            if let Err(holder) = claim::claim(&file).map_err(err)? {
+                return Err(MemberError::Busy {
+                    spec: spec.into(),
+                    holder,
+                });
+            }
+        }
+        if let Some(bytes) = grow_to {
+            file.set_len(bytes).map_err(err)?;
+        }
+        let meta = file.metadata().map_err(err)?;
         let (size_bytes, blocks) = match kind {
             MemberKind::BlockDevice => (
                 sys::block_device_bytes(&file).map_err(err)?,
@@ -242,6 +256,28 @@ impl Member {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(()),
             Err(e) => Err(e),
+        }
+    }
+
+    /// Fails with [`MemberError::Busy`] when another process has claimed
+    /// this member for writing (a member opened for reading only can ask).
+    pub fn check_claimable(&self) -> Result<(), MemberError> {
+        let Some(file) = &self.file else {
+            return Ok(());
+        };
+        if !matches!(self.kind, MemberKind::File | MemberKind::BlockDevice) || self.writable {
+            return Ok(());
+        }
+        match claim::claimable(file) {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(holder)) => Err(MemberError::Busy {
+                spec: self.spec.clone(),
+                holder,
+            }),
+            Err(source) => Err(MemberError::Open {
+                spec: self.spec.clone(),
+                source,
+            }),
         }
     }
 

@@ -809,6 +809,87 @@ mod bench {
 mod serve {
     use super::*;
 
+    /// A member written by a running nvraid is claimed: a second writer
+    /// (write, create, a second serve, a destructive bench) is refused with
+    /// the holder's pid and command, and changes nothing; readers still work.
+    #[test]
+    fn a_served_array_is_claimed_against_other_writers() {
+        let dir = tempfile::tempdir().unwrap();
+        ok(
+            &["create", "--level", "1", "--size", "16M", "m0", "m1"],
+            dir.path(),
+        );
+        let socket = dir.path().join("md.sock");
+        let mut server = Command::new(env!("CARGO_BIN_EXE_nvraid"))
+            .args([
+                "serve",
+                "--listen",
+                &format!("unix:{}", socket.display()),
+                "m0",
+                "m1",
+            ])
+            .current_dir(dir.path())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let control = dir.path().join("md.ctl");
+        for _ in 0..200 {
+            if control.exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
+        assert!(control.exists(), "serve did not start");
+        std::fs::write(dir.path().join("data"), vec![1u8; 4096]).unwrap();
+        let holder = format!("pid {}", server.id());
+        let before = hash_files(dir.path());
+        for args in [
+            &["write", "--input", "data", "m0", "m1"][..],
+            &["create", "--force", "--level", "0", "m0", "m1"][..],
+            &["serve", "--listen", "unix:other.sock", "m1", "m0"][..],
+            &[
+                "bench",
+                "--rw",
+                "randwrite",
+                "--runtime",
+                "1s",
+                "--destructive",
+                "--raw",
+                "m1",
+            ][..],
+        ] {
+            let out = nvraid(args, dir.path());
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(
+                out.status.code(),
+                Some(1),
+                "{args:?} should be refused: {stderr}"
+            );
+            assert!(
+                stderr.contains("in use by")
+                    && stderr.contains(&holder)
+                    && stderr.contains("nvraid serve"),
+                "{args:?}: {stderr}"
+            );
+        }
+        let after: Vec<_> = hash_files(dir.path())
+            .into_iter()
+            .filter(|(p, _)| before.iter().any(|(q, _)| q == p))
+            .collect();
+        assert_eq!(after, before, "a refused writer changed a member");
+        // Readers are not refused.
+        ok(&["detail", "m0", "m1"], dir.path());
+        ok(&["read", "--length", "4K", "m0", "m1"], dir.path());
+        Command::new("kill")
+            .arg("-INT")
+            .arg(server.id().to_string())
+            .status()
+            .unwrap();
+        assert!(server.wait().unwrap().success());
+        // The claim ends with the server.
+        ok(&["write", "--input", "data", "m0", "m1"], dir.path());
+    }
+
     #[test]
     fn serve_counts_member_io_and_closes_clean_on_sigint() {
         let dir = tempfile::tempdir().unwrap();
