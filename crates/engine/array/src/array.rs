@@ -112,7 +112,8 @@ fn bad_blocks(member: &Member, sb: &Superblock) -> Result<Vec<badblocks::BadRang
 #[derive(Clone, Debug)]
 pub struct SetAsideMember {
     pub spec: String,
-    pub superblock: Superblock,
+    /// `None` when it could not be read.
+    pub superblock: Option<Superblock>,
     pub reason: SetAside,
 }
 
@@ -161,6 +162,10 @@ pub struct Array {
     read_rotor: AtomicU32,
     /// Members given at assembly but left out, with the reason.
     set_aside: Vec<SetAsideMember>,
+    /// Roles whose member failed while the array ran (an I/O error): no
+    /// longer read, written or flushed, and recorded faulty in the others'
+    /// superblocks.
+    faulty: Vec<AtomicBool>,
     /// Per-role I/O counts of the fast path.
     counters: Vec<MemberCounters>,
 }
@@ -187,6 +192,9 @@ impl Array {
         let counters = (0..geometry.members())
             .map(|_| MemberCounters::default())
             .collect();
+        let faulty = (0..geometry.members())
+            .map(|_| AtomicBool::new(false))
+            .collect();
         Array {
             geometry,
             slots,
@@ -199,6 +207,7 @@ impl Array {
             events: Mutex::new(events),
             read_rotor: AtomicU32::new(0),
             set_aside: Vec::new(),
+            faulty,
             counters,
         }
     }
@@ -232,9 +241,56 @@ impl Array {
     pub fn readable(&self, role: usize, offset: u64, len: u64) -> bool {
         match &self.slots[role] {
             None => false,
+            Some(_) if self.is_faulty(role) => false,
             Some(_) if !self.read_limited => true,
             Some(slot) => slot.read_limit.allows(offset, len),
         }
+    }
+
+    /// Whether `role`'s member failed while the array ran.
+    pub fn is_faulty(&self, role: usize) -> bool {
+        self.faulty[role].load(Ordering::Acquire)
+    }
+
+    /// Whether `role` has a member that is present and has not failed.
+    pub fn is_usable(&self, role: usize) -> bool {
+        self.slots[role].is_some() && !self.is_faulty(role)
+    }
+
+    /// The member in `role` failed with `error`: stop using it and record it
+    /// as faulty (events + 1) in the superblock of every other usable
+    /// member, durably, before returning (md's rule: before the request that
+    /// saw the error completes). Refused, leaving the member in use, when it
+    /// holds the last copy of some data (then the caller's request fails,
+    /// as md fails it), and on RAID 0, which has no other copy.
+    pub fn fail_member(&self, role: usize, error: &std::io::Error) -> Result<()> {
+        let spec = self.slots[role]
+            .as_ref()
+            .map_or("(missing)", |s| s.member.spec())
+            .to_string();
+        let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        if self.is_faulty(role) {
+            return Ok(());
+        }
+        let mut usable: Vec<bool> = (0..self.slots.len()).map(|r| self.is_usable(r)).collect();
+        usable[role] = false;
+        if !self.has_redundancy() || !crate::assemble::has_every_byte(&self.geometry, &usable) {
+            eprintln!(
+                "nvraid: {spec}: {error}; it holds the only copy of some data, so it stays in use and the request fails"
+            );
+            return Err(Error::LastCopy {
+                spec,
+                source: std::io::Error::new(error.kind(), error.to_string()),
+            });
+        }
+        self.faulty[role].store(true, Ordering::Release);
+        let resync_offset = if self.is_dirty() { 0 } else { RESYNC_CLEAN };
+        self.update_superblocks(&mut events, resync_offset)?;
+        eprintln!(
+            "nvraid: {spec}: {error}; marked faulty (events {}), the array runs degraded",
+            *events
+        );
+        Ok(())
     }
 
     pub fn geometry(&self) -> &Geometry {
@@ -276,9 +332,9 @@ impl Array {
         *self.events.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Whether a member is missing.
+    /// Whether a member is missing or has failed.
     pub fn is_degraded(&self) -> bool {
-        self.slots.iter().any(Option::is_none)
+        (0..self.slots.len()).any(|role| !self.is_usable(role))
     }
 
     /// Whether the array is marked dirty on its members right now.
@@ -380,15 +436,24 @@ impl Array {
         self.cover(first, sector, emit, choose) && self.cover(second, sector, emit, choose)
     }
 
+    /// Read `piece` from `copy`; when that member fails, mark it faulty and
+    /// read the piece from another copy (until none is left).
     fn read_copy(&self, piece: Piece, copy: u32, buf: &mut [u8]) -> Result<()> {
-        let location = self.geometry.locate(piece.logical_offset, copy);
-        let slot = self.slots[location.member as usize]
-            .as_ref()
-            .expect("chosen copy is present");
-        let member_offset = slot.data_offset_bytes() + location.member_offset;
-        slot.member
-            .read_at(buf, member_offset)
-            .map_err(|e| Error::io(slot.member.spec(), e))
+        let mut copy = copy;
+        loop {
+            let location = self.geometry.locate(piece.logical_offset, copy);
+            let role = location.member as usize;
+            let slot = self.slots[role].as_ref().expect("chosen copy is present");
+            let member_offset = slot.data_offset_bytes() + location.member_offset;
+            match slot.member.read_at(buf, member_offset) {
+                Ok(()) => return Ok(()),
+                Err(e) if is_member_failure(&e) && self.geometry.copies() > 1 => {
+                    self.fail_member(role, &e)?;
+                    copy = self.choose_copy(piece.logical_offset, piece.len)?;
+                }
+                Err(e) => return Err(Error::io(slot.member.spec(), e)),
+            }
+        }
     }
 
     /// The read policy: among readable copies, the member with the fewest
@@ -441,12 +506,17 @@ impl Array {
         Ok(())
     }
 
+    /// Write `piece` to every usable copy. A member that fails is marked
+    /// faulty and the write goes on to the others; it fails only when no
+    /// copy could be written ([`Array::fail_member`] refuses to fail the
+    /// last one).
     fn write_piece(&self, piece: Piece, buf: &[u8], touched: &mut [bool]) -> Result<()> {
         for (role, slot, member_offset) in self.present_copies(piece.logical_offset) {
-            slot.member
-                .write_at(buf, member_offset)
-                .map_err(|e| Error::io(slot.member.spec(), e))?;
-            touched[role] = true;
+            match slot.member.write_at(buf, member_offset) {
+                Ok(()) => touched[role] = true,
+                Err(e) if is_member_failure(&e) => self.fail_member(role, &e)?,
+                Err(e) => return Err(Error::io(slot.member.spec(), e)),
+            }
         }
         Ok(())
     }
@@ -459,6 +529,9 @@ impl Array {
     ) -> impl Iterator<Item = (usize, &Slot, u64)> + '_ {
         (0..self.geometry.copies()).filter_map(move |copy| {
             let location = self.geometry.locate(logical_offset, copy);
+            if self.is_faulty(location.member as usize) {
+                return None;
+            }
             let slot = self.slots[location.member as usize].as_ref()?;
             Some((
                 location.member as usize,
@@ -492,10 +565,14 @@ impl Array {
 
     fn flush_slots(&self, wanted: impl Fn(usize) -> bool) -> Result<()> {
         for (role, slot) in self.slots.iter().enumerate() {
-            if let (Some(slot), true) = (slot, wanted(role)) {
-                slot.member
-                    .flush()
-                    .map_err(|e| Error::io(slot.member.spec(), e))?;
+            if !wanted(role) || self.is_faulty(role) {
+                continue;
+            }
+            let Some(slot) = slot else { continue };
+            match slot.member.flush() {
+                Ok(()) => {}
+                Err(e) if is_member_failure(&e) => self.fail_member(role, &e)?,
+                Err(e) => return Err(Error::io(slot.member.spec(), e)),
             }
         }
         Ok(())
@@ -584,13 +661,15 @@ impl Array {
     fn role_table(&self) -> Vec<u16> {
         let reference = self.superblock();
         let mut table = reference.roles_raw.clone();
-        for entry in table.iter_mut() {
+        for (dev, entry) in table.iter_mut().enumerate() {
             if let Role::Active(role) = Role::from_raw(*entry) {
-                let present = self
-                    .slots
-                    .get(usize::from(role))
-                    .is_some_and(Option::is_some);
-                if !present {
+                // The slot's own member is this device only if its
+                // dev_number matches; a set-aside device claiming the role
+                // in an older table is not it.
+                let holder = self.slots.get(usize::from(role)).and_then(Option::as_ref);
+                let usable = holder.is_some_and(|s| s.superblock.dev_number as usize == dev)
+                    && !self.is_faulty(usize::from(role));
+                if !usable {
                     *entry = Role::Faulty.to_raw();
                 }
             }
@@ -606,8 +685,14 @@ impl Array {
         let next = *events + 1;
         let now = Timestamp::now();
         let table = self.role_table();
+        let mut written = 0;
         for (role, slot) in self.slots.iter().enumerate() {
             let Some(slot) = slot else { continue };
+            if self.is_faulty(role) {
+                // md writes no superblock to a member that failed.
+                continue;
+            }
+            written += 1;
             let mut sb = slot.superblock.clone();
             sb.events = next;
             sb.resync_offset = resync_offset;
@@ -622,7 +707,12 @@ impl Array {
             );
             write_superblock(&slot.member, &sb)?;
         }
-        for slot in self.slots.iter().flatten() {
+        assert!(written > 0, "a superblock update with no member to write");
+        for (role, slot) in self.slots.iter().enumerate() {
+            let Some(slot) = slot else { continue };
+            if self.is_faulty(role) {
+                continue;
+            }
             slot.member
                 .flush()
                 .map_err(|e| Error::io(slot.member.spec(), e))?;
@@ -661,6 +751,15 @@ pub(crate) fn least_loaded_copy(
         }
     }
     best.map(|(copy, _)| copy)
+}
+
+/// Whether an error from a member means the member failed (md fails a
+/// member on any I/O error), rather than a request nvraid got wrong.
+pub(crate) fn is_member_failure(error: &std::io::Error) -> bool {
+    !matches!(
+        error.raw_os_error(),
+        Some(libc::EINVAL | libc::EFAULT | libc::EBADF | libc::EOPNOTSUPP)
+    )
 }
 
 /// Encode `sb` and write it at 4 KiB on `member` (not flushed). Only the

@@ -2,7 +2,7 @@
 //! array, order them by their recorded roles and build the [`Array`].
 
 use crate::array::{read_superblock, Array, SetAsideMember, Slot};
-use crate::decision::decide;
+use crate::decision::{decide, SetAside};
 use crate::error::{Error, Result};
 use nvraid_layout::{Geometry, Level, Raid0Layout};
 use nvraid_member::{Member, OpenOptions};
@@ -87,10 +87,34 @@ pub fn assemble(specs: &[String], options: AssembleOptions) -> Result<Array> {
         direct: options.direct,
     };
     let mut found = Vec::with_capacity(specs.len());
+    let mut unreadable = Vec::new();
     for spec in specs {
         let member = Member::open(spec, open)?;
-        let sb = read_superblock(&member)?;
-        found.push((member, sb));
+        match read_superblock(&member) {
+            Ok(sb) => found.push((member, sb)),
+            // A device that fails to read is left out, as md leaves out a
+            // device it cannot load; anything else about it is refused.
+            Err(Error::Io { source, .. }) if crate::array::is_member_failure(&source) => {
+                unreadable.push(SetAsideMember {
+                    spec: spec.clone(),
+                    superblock: None,
+                    reason: SetAside::Unreadable {
+                        error: source.to_string(),
+                    },
+                });
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if found.is_empty() {
+        let what = unreadable
+            .iter()
+            .map(|m| format!("{}: {}", m.spec, m.reason.reason()))
+            .collect::<Vec<_>>()
+            .join("; ");
+        return Err(Error::NotStartable(format!(
+            "no member could be read ({what})"
+        )));
     }
     check_distinct(&found)?;
     let listed: Vec<(&str, &Superblock)> = found.iter().map(|(m, sb)| (m.spec(), sb)).collect();
@@ -124,10 +148,11 @@ pub fn assemble(specs: &[String], options: AssembleOptions) -> Result<Array> {
             let (member, superblock) = taken[index].take().expect("set aside once");
             SetAsideMember {
                 spec: member.spec().to_string(),
-                superblock,
+                superblock: Some(superblock),
                 reason,
             }
         })
+        .chain(unreadable)
         .collect();
     check_startable(&geometry, &slots, options.allow_degraded)?;
     let mut array = Array::new(geometry, slots, options.writable);

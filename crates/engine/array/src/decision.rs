@@ -41,6 +41,8 @@ pub enum SetAside {
     Journal,
     /// It was replacing another member; nvraid does not continue that.
     Replacement,
+    /// Its superblock could not be read (an I/O error): a failed device.
+    Unreadable { error: String },
 }
 
 impl SetAside {
@@ -52,6 +54,7 @@ impl SetAside {
             SetAside::Spare => "spare",
             SetAside::Journal => "journal",
             SetAside::Replacement => "replacement",
+            SetAside::Unreadable { .. } => "unreadable",
         }
     }
 
@@ -66,6 +69,9 @@ impl SetAside {
             SetAside::Journal => "a raid5/6 journal device".into(),
             SetAside::Replacement => {
                 "it was replacing another member when the array stopped (nvraid does not continue a replacement)".into()
+            }
+            SetAside::Unreadable { error } => {
+                format!("its superblock cannot be read ({error}); treated as a failed device")
             }
         }
     }

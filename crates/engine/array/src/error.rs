@@ -71,6 +71,8 @@ pub enum Error {
     Unsupported { spec: String, what: String },
     #[error("array cannot start: {0}")]
     NotStartable(String),
+    #[error("{spec}: {source} (it holds the only copy of some data)")]
+    LastCopy { spec: String, source: io::Error },
     #[error("split brain: {0}")]
     SplitBrain(String),
     #[error("bytes {offset}+{len} of the array have no readable copy (the members holding them are missing, being recovered there, or list the range as bad blocks)")]

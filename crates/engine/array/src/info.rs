@@ -78,8 +78,14 @@ pub fn detail(array: &Array) -> ArrayDetail {
             Some(slot) => MemberDetail {
                 path: Some(slot.member.spec().to_string()),
                 role: Some(role as u32),
-                state: "active",
-                reason: None,
+                state: if array.is_faulty(role) {
+                    "faulty"
+                } else {
+                    "active"
+                },
+                reason: array
+                    .is_faulty(role)
+                    .then(|| "failed with an I/O error while the array ran; no longer used".into()),
                 in_sync_bytes: slot.read_limit.in_sync_bytes,
                 bad_ranges: slot.read_limit.bad.clone(),
                 events: Some(slot.superblock.events),
@@ -108,8 +114,8 @@ pub fn detail(array: &Array) -> ArrayDetail {
         reason: Some(m.reason.reason()),
         in_sync_bytes: None,
         bad_ranges: Vec::new(),
-        events: Some(m.superblock.events),
-        device_uuid: Some(format_uuid(&m.superblock.device_uuid)),
+        events: m.superblock.as_ref().map(|sb| sb.events),
+        device_uuid: m.superblock.as_ref().map(|sb| format_uuid(&sb.device_uuid)),
         size_bytes: None,
         direct_io: None,
     }));

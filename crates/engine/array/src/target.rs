@@ -467,9 +467,93 @@ impl FanoutQueue {
         let moved = if errno == 0 { u64::from(sub.len) } else { 0 };
         self.count(member, moved, errno != 0);
         self.inflight[member as usize] -= 1;
+        // The record is free again (fail_over works on a copy of it).
         self.free_subs.push(index);
+        let errno = if errno == 0 {
+            0
+        } else {
+            self.fail_over(index, errno)?
+        };
         self.finish_sub(slot, errno);
         Ok(())
+    }
+
+    /// A member operation failed with `errno`. On a redundant array the
+    /// member is marked faulty (durably, in the other members' superblocks)
+    /// and the operation's work goes elsewhere: a read is reissued, part by
+    /// part, on another copy; a write or flush has nothing left to do (the
+    /// other copies were written by their own operations). Returns the errno
+    /// the request must still see: 0 when another copy took over, `errno`
+    /// when none could (RAID 0, or the member holds the last copy).
+    fn fail_over(&mut self, index: u32, errno: i32) -> io::Result<i32> {
+        let sub = self.subs[index as usize];
+        let error = io::Error::from_raw_os_error(errno);
+        let Shape::Array(array) = &self.shape else {
+            return Ok(errno);
+        };
+        if !crate::array::is_member_failure(&error) {
+            return Ok(errno);
+        }
+        let array = Arc::clone(array);
+        if array.fail_member(sub.member as usize, &error).is_err() {
+            return Ok(errno);
+        }
+        if sub.kind != KIND_READ {
+            return Ok(0);
+        }
+        let Some(geometry) = self.geometry.take() else {
+            return Ok(errno);
+        };
+        let reissued = self.reissue_read(&geometry, &array, sub);
+        self.geometry = Some(geometry);
+        Ok(if reissued? { 0 } else { errno })
+    }
+
+    /// Read each segment of the failed read `sub` from another readable
+    /// copy (each segment is one piece, or part of one, so each is
+    /// contiguous on any copy). False when a segment has no copy left.
+    fn reissue_read(
+        &mut self,
+        geometry: &nvraid_layout::Geometry,
+        array: &Array,
+        sub: SubOp,
+    ) -> io::Result<bool> {
+        let mut member_offset = sub.member_offset;
+        let mut moves = Vec::with_capacity(sub.seg_count as usize);
+        for k in 0..sub.seg_count {
+            let seg = sub.seg_first + k;
+            let (_, len) = self.segs[seg as usize];
+            let Some((logical, _)) = geometry.logical_of(sub.member, member_offset) else {
+                return Ok(false);
+            };
+            let load = |member: usize, at: u64| {
+                self.data_offsets[member]?;
+                array
+                    .readable(member, at, u64::from(len))
+                    .then(|| self.inflight[member])
+            };
+            let Some(copy) =
+                least_loaded_copy(geometry, logical, 0, array.first_copy_reads(), load)
+            else {
+                return Ok(false);
+            };
+            moves.push((geometry.locate(logical, copy), seg, len));
+            member_offset += u64::from(len);
+        }
+        for (at, seg, len) in moves {
+            self.push_sub(SubOp {
+                slot: sub.slot,
+                member: at.member,
+                kind: KIND_READ,
+                dsync: false,
+                member_offset: at.member_offset,
+                seg_first: seg,
+                seg_count: 1,
+                len,
+                done: 0,
+            })?;
+        }
+        Ok(true)
     }
 
     fn submit_rw(
@@ -534,7 +618,11 @@ impl FanoutQueue {
             };
             for copy in copies {
                 let at = geometry.locate(piece.logical_offset, copy);
-                if self.data_offsets[at.member as usize].is_some() {
+                let failed = match &self.shape {
+                    Shape::Array(array) => array.is_faulty(at.member as usize),
+                    Shape::Raw(_) => false,
+                };
+                if self.data_offsets[at.member as usize].is_some() && !failed {
                     let part = Part {
                         member: at.member,
                         member_offset: at.member_offset,
@@ -646,7 +734,11 @@ impl FanoutQueue {
 
     fn submit_flush(&mut self, slot: u32) -> io::Result<()> {
         for member in 0..self.data_offsets.len() as u32 {
-            if self.data_offsets[member as usize].is_some() {
+            let failed = match &self.shape {
+                Shape::Array(array) => array.is_faulty(member as usize),
+                Shape::Raw(_) => false,
+            };
+            if self.data_offsets[member as usize].is_some() && !failed {
                 let sub = SubOp {
                     slot,
                     member,

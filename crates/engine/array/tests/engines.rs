@@ -26,6 +26,7 @@ const ENGINES: [EngineKind; 3] = [
     EngineKind::Faulty(FaultPlan {
         transfer_bytes_max: 1536,
         eagain_every: 7,
+        eio_file: None,
     }),
 ];
 

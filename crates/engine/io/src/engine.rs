@@ -87,6 +87,18 @@ pub struct FaultPlan {
     pub transfer_bytes_max: u32,
     /// Answer every Nth operation with -EAGAIN without doing it (0: never).
     pub eagain_every: u32,
+    /// Answer every read, write or flush on this file (index in the file
+    /// table) with -EIO, without doing it: a member that has failed.
+    pub eio_file: Option<u32>,
+}
+
+impl FaultPlan {
+    /// No faults: a plain psync engine.
+    pub const NONE: FaultPlan = FaultPlan {
+        transfer_bytes_max: u32::MAX,
+        eagain_every: 0,
+        eio_file: None,
+    };
 }
 
 impl EngineKind {
@@ -355,6 +367,10 @@ pub struct FaultyEngine {
 impl Engine for FaultyEngine {
     unsafe fn push(&mut self, op: &MemberOp) -> io::Result<()> {
         self.count = self.count.wrapping_add(1);
+        if self.plan.eio_file == Some(op.file) {
+            self.inner.done.push((op.user_data, -libc::EIO));
+            return Ok(());
+        }
         if self.plan.eagain_every > 0 && self.count.is_multiple_of(self.plan.eagain_every) {
             self.inner.done.push((op.user_data, -libc::EAGAIN));
             return Ok(());

@@ -1,0 +1,206 @@
+//! Real faults through real processes: a member served by nbdkit behind
+//! nbdfuse and a loop device (`tools/faultbed/faulty-member`) starts
+//! returning EIO while `nvraid serve` runs fio with crc32c verification
+//! through NBD. The client sees no error; the member is faulty in `status`
+//! and in the other members' superblocks.
+//!
+//! Needs root, nbdkit, nbdfuse (fuse3), losetup and fio (`./test.sh`
+//! installs them).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../..")
+}
+
+fn nvraid(args: &[&str], dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_nvraid"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run nvraid")
+}
+
+fn ok(args: &[&str], dir: &Path) -> String {
+    let out = nvraid(args, dir);
+    assert!(
+        out.status.success(),
+        "nvraid {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A member that fails on command; brought down when dropped.
+struct FaultyMember {
+    dir: PathBuf,
+    device: String,
+}
+
+impl FaultyMember {
+    fn up(dir: &Path, size: &str) -> FaultyMember {
+        let script = repo().join("tools/faultbed/faulty-member");
+        let out = Command::new(&script)
+            .arg("up")
+            .arg(dir)
+            .arg(size)
+            .arg("all")
+            .output()
+            .unwrap_or_else(|e| panic!("{}: {e}", script.display()));
+        let device = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert!(
+            out.status.success() && device.starts_with("/dev/loop"),
+            "faulty-member up failed (needs root, nbdkit, nbdfuse, losetup): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        FaultyMember {
+            dir: dir.to_path_buf(),
+            device,
+        }
+    }
+
+    fn call(&self, what: &str) {
+        let status = Command::new(repo().join("tools/faultbed/faulty-member"))
+            .arg(what)
+            .arg(&self.dir)
+            .status()
+            .unwrap();
+        assert!(status.success(), "faulty-member {what}");
+    }
+}
+
+impl Drop for FaultyMember {
+    fn drop(&mut self) {
+        self.call("down");
+    }
+}
+
+fn serve(dir: &Path, members: &[String]) -> Child {
+    let socket = dir.join("md.sock");
+    let log = std::fs::File::create(dir.join("serve.log")).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nvraid"))
+        .arg("serve")
+        .arg("--listen")
+        .arg(format!("unix:{}", socket.display()))
+        .args(members)
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    for _ in 0..400 {
+        if dir.join("md.ctl").exists() {
+            return child;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!(
+        "serve did not start: {}",
+        std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default()
+    );
+}
+
+#[test]
+fn a_mirror_that_fails_under_fio_verify_costs_the_client_nothing() {
+    for (level, count) in [("1", 2usize), ("10", 4)] {
+        let dir = tempfile::tempdir().unwrap();
+        let bad = FaultyMember::up(&dir.path().join("bed"), "80M");
+        // The failing member takes role 1.
+        let mut members: Vec<String> = (0..count).map(|i| format!("m{i}.img")).collect();
+        members[1] = bad.device.clone();
+        let mut create = vec!["create", "--level", level, "--size", "64M", "--force"];
+        create.extend(members.iter().map(String::as_str));
+        ok(&create, dir.path());
+        let mut server = serve(dir.path(), &members);
+
+        // fio, rate-limited so that the member fails during its write phase;
+        // then it reads every block back and checks its crc32c.
+        let fio = Command::new("fio")
+            .current_dir(dir.path())
+            .arg("--name=failover")
+            .arg("--ioengine=nbd")
+            .arg(format!(
+                "--uri=nbd+unix:///?socket={}",
+                dir.path().join("md.sock").display()
+            ))
+            .args([
+                "--rw=randwrite",
+                "--bs=4k",
+                "--size=16m",
+                "--iodepth=8",
+                "--numjobs=2",
+                "--offset_increment=16m",
+                "--rate_iops=2000",
+                "--verify=crc32c",
+                "--verify_fatal=1",
+                "--do_verify=1",
+                "--group_reporting",
+                "--output-format=json",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("fio (apt-get install fio)");
+        std::thread::sleep(Duration::from_millis(700));
+        bad.call("fail");
+        let out = fio.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "raid{level}: fio failed: {text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let report: serde_json::Value =
+            serde_json::from_str(&text[text.find('{').unwrap()..]).unwrap();
+        let job = &report["jobs"][0];
+        assert_eq!(job["error"], 0, "raid{level}: {job}");
+        assert!(
+            job["read"]["io_bytes"].as_u64().unwrap() >= 32 << 20,
+            "raid{level}: verify read {job}"
+        );
+
+        let control = dir.path().join("md.ctl");
+        let status: serde_json::Value = serde_json::from_str(&ok(
+            &["status", "--json", "--socket", control.to_str().unwrap()],
+            dir.path(),
+        ))
+        .unwrap();
+        let failed = status["array"]["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["path"] == bad.device.as_str())
+            .unwrap_or_else(|| panic!("{status}"));
+        assert_eq!(failed["state"], "faulty", "raid{level}: {status}");
+        let log = std::fs::read_to_string(dir.path().join("serve.log")).unwrap();
+        assert!(log.contains("marked faulty"), "raid{level}: {log}");
+
+        Command::new("kill")
+            .arg("-INT")
+            .arg(server.id().to_string())
+            .status()
+            .unwrap();
+        assert!(server.wait().unwrap().success(), "raid{level}: serve exit");
+        // The surviving members record role 1 as faulty: given back the
+        // failed device (healed), nvraid sets it aside and reads the rest.
+        bad.call("heal");
+        let mut detail = vec!["detail", "--json"];
+        detail.extend(members.iter().map(String::as_str));
+        let d: serde_json::Value = serde_json::from_str(&ok(&detail, dir.path())).unwrap();
+        let states: Vec<&str> = d["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["state"].as_str().unwrap())
+            .collect();
+        assert!(states.contains(&"faulty"), "raid{level}: {d}");
+        assert!(
+            d["state"].as_str().unwrap().contains("degraded"),
+            "raid{level}: {d}"
+        );
+    }
+}
