@@ -80,6 +80,12 @@ impl ReadLimit {
         if self.in_sync_bytes.is_some_and(|in_sync| end > in_sync) {
             return false;
         }
+        self.no_bad_block_in(offset, len)
+    }
+
+    /// Whether no bad-block range touches `[offset, offset + len)`.
+    pub fn no_bad_block_in(&self, offset: u64, len: u64) -> bool {
+        let end = offset + len;
         !self.bad.iter().any(|&(s, e)| offset < e && s < end)
     }
 }
@@ -162,6 +168,15 @@ pub struct Array {
     read_rotor: AtomicU32,
     /// Members given at assembly but left out, with the reason.
     set_aside: Vec<SetAsideMember>,
+    /// Per role, how many bytes of the member's data area are in sync:
+    /// `u64::MAX` for all of it, less for a member being recovered (it moves
+    /// up as a rebuild goes, and is written to the member's superblock as
+    /// md's `recovery_offset`).
+    in_sync: Vec<AtomicU64>,
+    /// The role table as this process last wrote it (the reference
+    /// superblock's at assembly, plus members added since); roles with no
+    /// usable member are marked faulty when it is written.
+    table: Mutex<Vec<u16>>,
     /// Roles whose member failed while the array ran (an I/O error): no
     /// longer read, written or flushed, and recorded faulty in the others'
     /// superblocks.
@@ -195,9 +210,25 @@ impl Array {
         let faulty = (0..geometry.members())
             .map(|_| AtomicBool::new(false))
             .collect();
+        let in_sync = slots
+            .iter()
+            .map(|s| {
+                let bytes = s.as_ref().and_then(|s| s.read_limit.in_sync_bytes);
+                AtomicU64::new(bytes.unwrap_or(u64::MAX))
+            })
+            .collect();
+        let table = Mutex::new(
+            slots
+                .iter()
+                .flatten()
+                .next()
+                .map(|s| s.superblock.roles_raw.clone())
+                .unwrap_or_default(),
+        );
         Array {
             geometry,
             slots,
+            table,
             sector_bytes,
             writable,
             assembled_dirty,
@@ -208,6 +239,7 @@ impl Array {
             read_rotor: AtomicU32::new(0),
             set_aside: Vec::new(),
             faulty,
+            in_sync,
             counters,
         }
     }
@@ -243,7 +275,97 @@ impl Array {
             None => false,
             Some(_) if self.is_faulty(role) => false,
             Some(_) if !self.read_limited => true,
-            Some(slot) => slot.read_limit.allows(offset, len),
+            Some(slot) => {
+                offset + len <= self.in_sync[role].load(Ordering::Acquire)
+                    && slot.read_limit.no_bad_block_in(offset, len)
+            }
+        }
+    }
+
+    /// A member being recovered: how many bytes of its data area are in
+    /// sync (`None` when all of it is).
+    pub fn in_sync_bytes(&self, role: usize) -> Option<u64> {
+        let bytes = self.in_sync[role].load(Ordering::Acquire);
+        (bytes != u64::MAX).then_some(bytes)
+    }
+
+    /// Record that `role`'s member is in sync below `bytes` (`None`: all of
+    /// it), in memory and in that member's superblock (md's checkpoint of a
+    /// recovery; the events counter does not move).
+    pub(crate) fn checkpoint_recovery(&self, role: usize, bytes: Option<u64>) -> Result<()> {
+        let _events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        let before = self.in_sync[role].load(Ordering::Acquire);
+        let after = bytes.unwrap_or(u64::MAX);
+        // Paired with the reads it unlocks: a recovery only moves forward.
+        assert!(
+            after >= before,
+            "recovery offset moved back ({before} -> {after})"
+        );
+        self.in_sync[role].store(after, Ordering::Release);
+        let slot = self.slots[role]
+            .as_ref()
+            .expect("a recovering member is present");
+        let mut sb = slot.superblock.clone();
+        sb.events = *_events;
+        sb.roles_raw = self.role_table();
+        self.apply_recovery(role, &mut sb);
+        sb.resync_offset = if self.is_dirty() { 0 } else { RESYNC_CLEAN };
+        write_superblock(&slot.member, &sb)?;
+        slot.member
+            .flush()
+            .map_err(|e| Error::io(slot.member.spec(), e))
+    }
+
+    /// The role table as it would be written now.
+    pub(crate) fn role_table_now(&self) -> Vec<u16> {
+        self.role_table()
+    }
+
+    /// Put a new member into the array: `slot` into `role` (a member to be
+    /// rebuilt), or only a table entry (a spare); record `entry` for device
+    /// slot `dev_number` in every present member's superblock (events + 1).
+    pub(crate) fn install(
+        &mut self,
+        role: Option<usize>,
+        slot: Option<Slot>,
+        dev_number: u32,
+        entry: u16,
+    ) -> Result<()> {
+        if let (Some(role), Some(slot)) = (role, slot) {
+            let in_sync = slot.read_limit.in_sync_bytes.unwrap_or(u64::MAX);
+            self.slots[role] = Some(slot);
+            self.in_sync[role] = AtomicU64::new(in_sync);
+            self.faulty[role] = AtomicBool::new(false);
+            self.read_limited = true;
+        }
+        self.table.get_mut().unwrap_or_else(|p| p.into_inner())[dev_number as usize] = entry;
+        let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        let resync_offset = if self.is_dirty() { 0 } else { RESYNC_CLEAN };
+        self.update_superblocks(&mut events, resync_offset)
+    }
+
+    /// A member's rebuild reached the end: it is in sync; every member
+    /// records that (events + 1).
+    pub(crate) fn finish_recovery(&self, role: usize) -> Result<()> {
+        let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        self.in_sync[role].store(u64::MAX, Ordering::Release);
+        let resync_offset = if self.is_dirty() { 0 } else { RESYNC_CLEAN };
+        self.update_superblocks(&mut events, resync_offset)
+    }
+
+    /// Put `role`'s recovery state into `sb`.
+    fn apply_recovery(&self, role: usize, sb: &mut Superblock) {
+        let recovering = features::RECOVERY_OFFSET | features::RECOVERY_BITMAP;
+        match self.in_sync_bytes(role) {
+            Some(bytes) => {
+                sb.feature_map =
+                    (sb.feature_map & !features::RECOVERY_BITMAP) | features::RECOVERY_OFFSET;
+                sb.recovery_offset = bytes / 512;
+            }
+            None => {
+                sb.feature_map &= !recovering;
+                sb.recovery_offset = 0;
+            }
         }
     }
 
@@ -659,8 +781,7 @@ impl Array {
     /// reference table with each role that has no present member marked
     /// faulty (md writes 0xfffe for a slot no present member holds).
     fn role_table(&self) -> Vec<u16> {
-        let reference = self.superblock();
-        let mut table = reference.roles_raw.clone();
+        let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner()).clone();
         for (dev, entry) in table.iter_mut().enumerate() {
             if let Role::Active(role) = Role::from_raw(*entry) {
                 // The slot's own member is this device only if its
@@ -698,6 +819,7 @@ impl Array {
             sb.resync_offset = resync_offset;
             sb.utime = now;
             sb.roles_raw = table.clone();
+            self.apply_recovery(role, &mut sb);
             // Paired with assembly's placement: the table still gives this
             // member the role it holds.
             assert_eq!(

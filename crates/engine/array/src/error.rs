@@ -73,6 +73,8 @@ pub enum Error {
     NotStartable(String),
     #[error("{spec}: {source} (it holds the only copy of some data)")]
     LastCopy { spec: String, source: io::Error },
+    #[error("{spec}: writing the member being rebuilt failed: {source}; the rebuild stopped and the array stays degraded")]
+    RebuildTarget { spec: String, source: io::Error },
     #[error("split brain: {0}")]
     SplitBrain(String),
     #[error("bytes {offset}+{len} of the array have no readable copy (the members holding them are missing, being recovered there, or list the range as bad blocks)")]

@@ -86,7 +86,7 @@ pub fn detail(array: &Array) -> ArrayDetail {
                 reason: array
                     .is_faulty(role)
                     .then(|| "failed with an I/O error while the array ran; no longer used".into()),
-                in_sync_bytes: slot.read_limit.in_sync_bytes,
+                in_sync_bytes: array.in_sync_bytes(role),
                 bad_ranges: slot.read_limit.bad.clone(),
                 events: Some(slot.superblock.events),
                 device_uuid: Some(format_uuid(&slot.superblock.device_uuid)),

@@ -13,6 +13,7 @@ mod create;
 pub mod decision;
 mod error;
 pub mod info;
+pub mod recovery;
 mod scan;
 mod signature;
 mod target;

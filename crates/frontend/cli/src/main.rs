@@ -35,6 +35,10 @@ enum Command {
     Assemble(cmd::assemble::AssembleArgs),
     /// Copy bytes from a file or stdin into the array.
     Write(cmd::io::WriteArgs),
+    /// Put a new member into a degraded RAID 1/10 and rebuild it (or add a spare).
+    Add(cmd::manage::AddArgs),
+    /// Finish the rebuild of members whose recovery was cut short.
+    Rebuild(cmd::manage::RebuildArgs),
     /// Copy bytes out of the array to a file or stdout.
     Read(cmd::io::ReadArgs),
     /// Measure an array, raw members, or (with no member) a temporary RAID 0.
@@ -60,6 +64,8 @@ fn main() -> ExitCode {
         Command::Detail(args) => cmd::detail::run(args, direct),
         Command::Assemble(args) => cmd::assemble::run(args, direct),
         Command::Write(args) => cmd::io::write(args, direct),
+        Command::Add(args) => cmd::manage::add(args, direct),
+        Command::Rebuild(args) => cmd::manage::rebuild(args, direct),
         Command::Read(args) => cmd::io::read(args, direct),
         Command::Bench(args) => cmd::bench::run(args, direct),
         Command::Topology(args) => cmd::topology::run(args),

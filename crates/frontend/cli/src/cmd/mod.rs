@@ -6,6 +6,7 @@ pub mod create;
 pub mod detail;
 pub mod examine;
 pub mod io;
+pub mod manage;
 pub mod manual;
 pub mod serve;
 pub mod topology;

@@ -1,0 +1,297 @@
+//! Recovery: putting a new member into a missing role and rebuilding it
+//! from the other copies, md's way (its `recovery_offset` checkpointed in
+//! the new member's superblock, so a rebuild cut short resumes where it
+//! stopped).
+//!
+//! The states of a role, and what moves it (offline, in the foreground; the
+//! online rebuild inside `serve` is still to come):
+//!
+//! | from | event | to | on disk |
+//! |---|---|---|---|
+//! | missing / faulty | [`add_member`] with a missing role | recovering at 0 | new member: superblock with RECOVERY_OFFSET, `recovery_offset` 0; every member: the role table gives the new `dev_number` the role, events + 1 |
+//! | (none missing) | [`add_member`] | spare | new member: superblock with the spare role; every member: the table lists it as a spare, events + 1 |
+//! | recovering at N | [`rebuild`] copies a region | recovering at N + region | new member's `recovery_offset` (every checkpoint interval) |
+//! | recovering | [`rebuild`] reaches the end | active | RECOVERY_OFFSET cleared, events + 1 on every member |
+//! | recovering | the process dies | recovering at the last checkpoint | nothing more: assembly reads the member only below its checkpoint, and [`rebuild`] resumes from it |
+//! | recovering | a read or a write fails | recovering (stopped) | the error is returned; the array stays degraded |
+
+use crate::array::{write_superblock, Array, Slot};
+use crate::create::random_uuid;
+use crate::error::{Error, Result};
+use nvraid_member::{Member, MemberKind};
+use nvraid_metadata::{features, Role, Timestamp};
+use std::time::{Duration, Instant};
+
+/// Bytes copied per step of a rebuild.
+const REGION_BYTES: u64 = 1 << 20;
+/// How often a rebuild records its progress in the superblock.
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
+
+/// What [`add_member`] did with the new member.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Added {
+    /// It took this role and must now be rebuilt.
+    Recovering { role: u32 },
+    /// No role was missing: it is a spare.
+    Spare,
+}
+
+/// Put `new` into the array: into the first role with no usable member
+/// (to be rebuilt), or as a spare when none is missing. Every present
+/// member's superblock records it (events + 1). `array` must be writable.
+/// Returns the array with the new member in place.
+pub fn add_member(mut array: Array, new: Member) -> Result<(Array, Added)> {
+    let spec = new.spec().to_string();
+    if !array.is_writable() {
+        return Err(Error::ReadOnly);
+    }
+    if array.geometry().copies() == 1 {
+        return Err(Error::Unsupported {
+            spec,
+            what: "adding a member to a raid0 (it has no copy to rebuild from)".into(),
+        });
+    }
+    if !matches!(
+        new.kind(),
+        MemberKind::File | MemberKind::BlockDevice | MemberKind::Mem
+    ) {
+        return Err(Error::Unsupported {
+            spec,
+            what: "a null member as a new member".into(),
+        });
+    }
+    for slot in array.slots().iter().flatten() {
+        if new.identity().is_some() && new.identity() == slot.member.identity() {
+            return Err(Error::Duplicate {
+                spec,
+                other: slot.member.spec().into(),
+                what: "file or device",
+            });
+        }
+    }
+    let reference = array.superblock().clone();
+    let role = (0..array.slots().len()).find(|&r| !array.is_usable(r));
+    let needed = match role {
+        Some(r) => array.geometry().member_used_bytes_of(r as u32),
+        None => array.geometry().member_used_bytes(),
+    };
+    let data_offset = reference.data_offset_sectors * 512;
+    if new.size_bytes() < data_offset + needed {
+        return Err(Error::TooSmall {
+            spec,
+            size_bytes: new.size_bytes(),
+            min_bytes: data_offset + needed,
+            reason: format!(
+                "{} of metadata area plus {needed} bytes of data, as the other members hold",
+                nvraid_member::format_size(data_offset)
+            ),
+        });
+    }
+    // A device slot no member uses: the lowest whose entry is unused.
+    let table = array.role_table_now();
+    // Device slots in use: the present members', and those of members set
+    // aside (a spare given with the array keeps its slot).
+    let used: Vec<u32> = array
+        .slots()
+        .iter()
+        .flatten()
+        .map(|s| s.superblock.dev_number)
+        .chain(
+            array
+                .set_aside()
+                .iter()
+                .filter_map(|m| m.superblock.as_ref().map(|sb| sb.dev_number)),
+        )
+        .collect();
+    let dev_number = (0..table.len() as u32)
+        .find(|d| table[*d as usize] == Role::Spare.to_raw() && !used.contains(d))
+        .ok_or_else(|| Error::Unsupported {
+            spec: spec.clone(),
+            what: "a new member: the role table has no free device slot".into(),
+        })?;
+    let mut sb = reference.clone();
+    sb.dev_number = dev_number;
+    sb.device_uuid = random_uuid()?;
+    sb.data_size_sectors = (new.size_bytes() - data_offset) / 512;
+    sb.bblog_size = 0;
+    sb.bblog_offset = 0;
+    sb.bblog_shift = 0;
+    sb.feature_map &= !(features::BAD_BLOCKS
+        | features::RECOVERY_OFFSET
+        | features::RECOVERY_BITMAP
+        | features::REPLACEMENT
+        | features::BITMAP_OFFSET);
+    sb.bitmap_offset = 0;
+    sb.cnt_corrected_read = 0;
+    sb.utime = Timestamp::now();
+    let added = match role {
+        Some(r) => {
+            sb.feature_map |= features::RECOVERY_OFFSET;
+            sb.recovery_offset = 0;
+            Added::Recovering { role: r as u32 }
+        }
+        None => Added::Spare,
+    };
+    // The new member's superblock first (so a crash between the two leaves
+    // it a member of nobody's table, which assembly sets aside), then the
+    // table of every present member.
+    sb.roles_raw = table.clone();
+    sb.roles_raw[dev_number as usize] = match role {
+        Some(r) => r as u16,
+        None => Role::Spare.to_raw(),
+    };
+    sb.events = array.events();
+    write_superblock(&new, &sb)?;
+    new.flush().map_err(|e| Error::io(new.spec(), e))?;
+    let entry = sb.roles_raw[dev_number as usize];
+    let slot = match role {
+        Some(_) => Some(Slot::new(new, sb)?),
+        None => None,
+    };
+    array.install(role, slot, dev_number, entry)?;
+    Ok((array, added))
+}
+
+/// How a rebuild went.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct Rebuilt {
+    pub role: u32,
+    /// Where this run started (a resumed rebuild starts at its checkpoint).
+    pub from_bytes: u64,
+    pub bytes: u64,
+    pub seconds: f64,
+}
+
+/// Progress of a rebuild, for a progress line.
+#[derive(Clone, Copy, Debug)]
+pub struct Progress {
+    pub role: u32,
+    pub done_bytes: u64,
+    pub total_bytes: u64,
+    pub elapsed: Duration,
+}
+
+/// Rebuild every member being recovered, from its checkpoint to the end,
+/// copying from the other copies; `progress` is called after each region.
+/// When it returns Ok, every member is in sync and recorded so.
+/// `max_rate` caps the copy rate in bytes per second (md's speed_limit_max).
+pub fn rebuild(
+    array: &Array,
+    max_rate: Option<u64>,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Vec<Rebuilt>> {
+    let mut done = Vec::new();
+    for role in 0..array.slots().len() {
+        if let (true, Some(from)) = (array.is_usable(role), array.in_sync_bytes(role)) {
+            done.push(rebuild_role(array, role, from, max_rate, progress)?);
+        }
+    }
+    Ok(done)
+}
+
+fn rebuild_role(
+    array: &Array,
+    role: usize,
+    from: u64,
+    max_rate: Option<u64>,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Rebuilt> {
+    let geometry = array.geometry();
+    let total = geometry.member_used_bytes_of(role as u32);
+    let target = array.slots()[role].as_ref().expect("present");
+    let step = geometry
+        .chunk_bytes()
+        .unwrap_or(REGION_BYTES)
+        .min(REGION_BYTES);
+    let started = Instant::now();
+    let mut last_checkpoint = Instant::now();
+    let mut buf = nvraid_io::AlignedBuf::zeroed(REGION_BYTES as usize);
+    let mut at = from;
+    while at < total {
+        // One region: pieces of at most one chunk, each read from another
+        // readable copy and written to the new member.
+        let region_end = (at + REGION_BYTES).min(total);
+        let mut piece_at = at;
+        while piece_at < region_end {
+            let len = (step - piece_at % step).min(region_end - piece_at);
+            let (logical, _) = geometry
+                .logical_of(role as u32, piece_at)
+                .expect("a used member byte holds array data");
+            let data = &mut buf[..len as usize];
+            read_other_copy(array, role, logical, data)?;
+            target
+                .member
+                .write_at(data, target.data_offset_bytes() + piece_at)
+                .map_err(|e| Error::RebuildTarget {
+                    spec: target.member.spec().into(),
+                    source: e,
+                })?;
+            piece_at += len;
+        }
+        at = region_end;
+        if let Some(rate) = max_rate {
+            // Sleep until this many bytes are due at that rate.
+            let due = Duration::from_secs_f64((at - from) as f64 / rate as f64);
+            if let Some(wait) = due.checked_sub(started.elapsed()) {
+                std::thread::sleep(wait);
+            }
+        }
+        if last_checkpoint.elapsed() >= CHECKPOINT_EVERY && at < total {
+            target.member.flush().map_err(|e| Error::RebuildTarget {
+                spec: target.member.spec().into(),
+                source: e,
+            })?;
+            array.checkpoint_recovery(role, Some(at))?;
+            last_checkpoint = Instant::now();
+        }
+        progress(Progress {
+            role: role as u32,
+            done_bytes: at,
+            total_bytes: total,
+            elapsed: started.elapsed(),
+        });
+    }
+    target.member.flush().map_err(|e| Error::RebuildTarget {
+        spec: target.member.spec().into(),
+        source: e,
+    })?;
+    array.finish_recovery(role)?;
+    Ok(Rebuilt {
+        role: role as u32,
+        from_bytes: from,
+        bytes: total - from,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Read the array byte range starting at `logical` from a copy other than
+/// `role`'s (a readable one; a copy that fails is marked faulty and the
+/// next is tried, as a client read would).
+fn read_other_copy(array: &Array, role: usize, logical: u64, buf: &mut [u8]) -> Result<()> {
+    let geometry = array.geometry();
+    loop {
+        let source = (0..geometry.copies())
+            .map(|copy| geometry.locate(logical, copy))
+            .find(|at| {
+                at.member as usize != role
+                    && array.readable(at.member as usize, at.member_offset, buf.len() as u64)
+            })
+            .ok_or(Error::Unreadable {
+                offset: logical,
+                len: buf.len() as u64,
+            })?;
+        let slot = array.slots()[source.member as usize]
+            .as_ref()
+            .expect("readable means present");
+        match slot
+            .member
+            .read_at(buf, slot.data_offset_bytes() + source.member_offset)
+        {
+            Ok(()) => return Ok(()),
+            Err(e) if crate::array::is_member_failure(&e) => {
+                array.fail_member(source.member as usize, &e)?
+            }
+            Err(e) => return Err(Error::io(slot.member.spec(), e)),
+        }
+    }
+}

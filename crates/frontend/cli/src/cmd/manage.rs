@@ -1,0 +1,217 @@
+//! `nvraid add` and `nvraid rebuild`: put a new member into a degraded
+//! RAID 1/10 and rebuild it, in the foreground, with progress.
+
+use super::bytes_text;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use nvraid_array::recovery::{self, Added, Progress, Rebuilt};
+use nvraid_array::{assemble, detect_signature, AssembleOptions};
+use nvraid_member::{format_size, Member, MemberKind, OpenOptions};
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+#[derive(Args, Debug)]
+pub struct AddArgs {
+    /// The new member: it takes the first role with no working member and is
+    /// rebuilt from the other copies (or becomes a spare when no role is
+    /// missing).
+    #[arg(long, value_name = "NEW")]
+    new: String,
+    /// Use NEW even if it carries a filesystem or an md superblock.
+    #[arg(long, short = 'f')]
+    force: bool,
+    /// Print the outcome as JSON (progress still goes to stderr).
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    speed: SpeedArgs,
+    /// The array's members, in any order.
+    #[arg(required = true)]
+    members: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct SpeedArgs {
+    /// Rebuild speed limits in MB/s, md-style `MIN:MAX` (or `MAX`). The
+    /// rebuild never goes faster than MAX; MIN is the floor it keeps when
+    /// client I/O competes (an online rebuild; the offline one has no
+    /// competition). Default: unlimited.
+    #[arg(long, value_name = "MIN:MAX", value_parser = parse_speed)]
+    rebuild_speed: Option<(u64, u64)>,
+}
+
+/// `MIN:MAX` or `MAX`, in MB/s (10^6 bytes), MAX > 0 and MIN <= MAX.
+fn parse_speed(text: &str) -> Result<(u64, u64), String> {
+    let (min, max) = match text.split_once(':') {
+        Some((min, max)) => (min, max),
+        None => ("0", text),
+    };
+    let number = |s: &str| {
+        s.trim()
+            .parse::<u64>()
+            .map_err(|_| format!("{s:?} is not a whole number of MB/s"))
+    };
+    let (min, max) = (number(min)?, number(max)?);
+    if max == 0 || min > max {
+        return Err(format!("{text}: need 0 <= MIN <= MAX and MAX > 0 (MB/s)"));
+    }
+    Ok((min, max))
+}
+
+#[derive(Args, Debug)]
+pub struct RebuildArgs {
+    /// Print the outcome as JSON (progress still goes to stderr).
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    speed: SpeedArgs,
+    /// The array's members, in any order (a member whose rebuild was cut
+    /// short resumes from its checkpoint).
+    #[arg(required = true)]
+    members: Vec<String>,
+}
+
+fn writable(direct: bool) -> AssembleOptions {
+    AssembleOptions {
+        writable: true,
+        direct,
+        allow_degraded: true,
+    }
+}
+
+pub fn add(args: &AddArgs, direct: bool) -> Result<u8> {
+    if args.members.contains(&args.new) {
+        bail!("{}: given both as --new and as a member", args.new);
+    }
+    let array = assemble(&args.members, writable(direct))?;
+    let new = Member::open(
+        &args.new,
+        OpenOptions {
+            write: true,
+            create_bytes: None,
+            direct,
+        },
+    )?;
+    if !args.force && matches!(new.kind(), MemberKind::File | MemberKind::BlockDevice) {
+        if let Some(what) = detect_signature(&new).with_context(|| args.new.clone())? {
+            bail!(
+                "{}: already carries {what} (use --force to overwrite it)",
+                args.new
+            );
+        }
+    }
+    let (array, added) = recovery::add_member(array, new)?;
+    let rebuilt = match added {
+        Added::Spare => {
+            eprintln!("nvraid: {} added as a spare (no role is missing)", args.new);
+            Vec::new()
+        }
+        Added::Recovering { role } => {
+            eprintln!("nvraid: {} takes role {role}; rebuilding", args.new);
+            recovery::rebuild(&array, max_rate(&args.speed), &mut progress_printer())?
+        }
+    };
+    array.close()?;
+    report(
+        &rebuilt,
+        args.json,
+        match added {
+            Added::Spare => "spare",
+            Added::Recovering { .. } => "rebuilt",
+        },
+    )
+}
+
+pub fn rebuild(args: &RebuildArgs, direct: bool) -> Result<u8> {
+    let array = assemble(&args.members, writable(direct))?;
+    let rebuilt = recovery::rebuild(&array, max_rate(&args.speed), &mut progress_printer())?;
+    array.close()?;
+    if rebuilt.is_empty() {
+        eprintln!("nvraid: no member is being recovered; nothing to do");
+    }
+    report(&rebuilt, args.json, "rebuilt")
+}
+
+/// The cap in bytes per second.
+fn max_rate(speed: &SpeedArgs) -> Option<u64> {
+    speed.rebuild_speed.map(|(_, max)| max * 1_000_000)
+}
+
+fn report(rebuilt: &[Rebuilt], json: bool, outcome: &str) -> Result<u8> {
+    if json {
+        let items: Vec<serde_json::Value> = rebuilt
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "role": r.role,
+                    "from_bytes": r.from_bytes,
+                    "bytes": r.bytes,
+                    "seconds": r.seconds,
+                    "rate_bytes_per_second": rate(r.bytes, r.seconds),
+                })
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "outcome": outcome,
+                "rebuilt": items,
+            }))?
+        );
+    } else {
+        for r in rebuilt {
+            println!(
+                "nvraid: role {} rebuilt: {} in {:.1} s ({}/s)",
+                r.role,
+                bytes_text(r.bytes),
+                r.seconds,
+                format_size(rate(r.bytes, r.seconds))
+            );
+        }
+    }
+    Ok(0)
+}
+
+fn rate(bytes: u64, seconds: f64) -> u64 {
+    if seconds > 0.0 {
+        (bytes as f64 / seconds) as u64
+    } else {
+        0
+    }
+}
+
+/// A progress line on stderr, at most once a second (redrawn in place on a
+/// terminal), with the rate and the time left.
+fn progress_printer() -> impl FnMut(Progress) {
+    let tty = std::io::stderr().is_terminal();
+    let mut last = Instant::now();
+    move |p: Progress| {
+        let finished = p.done_bytes >= p.total_bytes;
+        if !finished && last.elapsed() < Duration::from_secs(1) {
+            return;
+        }
+        last = Instant::now();
+        let seconds = p.elapsed.as_secs_f64().max(1e-3);
+        let rate = p.done_bytes as f64 / seconds;
+        let left = (p.total_bytes - p.done_bytes) as f64 / rate.max(1.0);
+        let line = format!(
+            "rebuild role {}: {:5.1}%  {} of {}  {}/s  ETA {}:{:02}",
+            p.role,
+            100.0 * p.done_bytes as f64 / p.total_bytes.max(1) as f64,
+            format_size(p.done_bytes),
+            format_size(p.total_bytes),
+            format_size(rate as u64),
+            (left as u64) / 60,
+            (left as u64) % 60
+        );
+        let mut err = std::io::stderr().lock();
+        if tty {
+            let _ = write!(err, "\r{line}");
+            if finished {
+                let _ = writeln!(err);
+            }
+        } else {
+            let _ = writeln!(err, "{line}");
+        }
+    }
+}
