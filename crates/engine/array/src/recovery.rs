@@ -18,12 +18,13 @@
 use crate::array::{write_superblock, Array, Slot};
 use crate::create::random_uuid;
 use crate::error::{Error, Result};
+use nvraid_io::AlignedBuf;
 use nvraid_member::{Member, MemberKind};
 use nvraid_metadata::{features, Role, Timestamp};
 use std::time::{Duration, Instant};
 
 /// Bytes copied per step of a rebuild.
-const REGION_BYTES: u64 = 1 << 20;
+const REGION_BYTES: u64 = 4 << 20;
 /// How often a rebuild records its progress in the superblock.
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 
@@ -196,65 +197,67 @@ fn rebuild_role(
     max_rate: Option<u64>,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Rebuilt> {
-    let geometry = array.geometry();
-    let total = geometry.member_used_bytes_of(role as u32);
+    let total = array.geometry().member_used_bytes_of(role as u32);
     let target = array.slots()[role].as_ref().expect("present");
-    let step = geometry
-        .chunk_bytes()
-        .unwrap_or(REGION_BYTES)
-        .min(REGION_BYTES);
+    let target_error = |source| Error::RebuildTarget {
+        spec: target.member.spec().into(),
+        source,
+    };
     let started = Instant::now();
-    let mut last_checkpoint = Instant::now();
-    let mut buf = nvraid_io::AlignedBuf::zeroed(REGION_BYTES as usize);
-    let mut at = from;
-    while at < total {
-        // One region: pieces of at most one chunk, each read from another
-        // readable copy and written to the new member.
-        let region_end = (at + REGION_BYTES).min(total);
-        let mut piece_at = at;
-        while piece_at < region_end {
-            let len = (step - piece_at % step).min(region_end - piece_at);
-            let (logical, _) = geometry
-                .logical_of(role as u32, piece_at)
-                .expect("a used member byte holds array data");
-            let data = &mut buf[..len as usize];
-            read_other_copy(array, role, logical, data)?;
+    // Reading the next region overlaps writing this one: a reader thread
+    // fills buffers from a small pool, this thread writes them in order.
+    let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<Result<(u64, u64, AlignedBuf)>>(2);
+    let (empty_tx, empty_rx) = std::sync::mpsc::channel::<AlignedBuf>();
+    for _ in 0..3 {
+        empty_tx
+            .send(AlignedBuf::zeroed(REGION_BYTES as usize))
+            .expect("receiver alive");
+    }
+    std::thread::scope(move |scope| {
+        scope.spawn(move || {
+            let mut at = from;
+            while at < total {
+                let Ok(mut buf) = empty_rx.recv() else { return };
+                let end = (at + REGION_BYTES).min(total);
+                let read = read_region(array, role, at, end, &mut buf);
+                let failed = read.is_err();
+                if full_tx.send(read.map(|()| (at, end, buf))).is_err() || failed {
+                    return;
+                }
+                at = end;
+            }
+        });
+        let mut last_checkpoint = Instant::now();
+        for region in full_rx {
+            let (at, end, buf) = region?;
             target
                 .member
-                .write_at(data, target.data_offset_bytes() + piece_at)
-                .map_err(|e| Error::RebuildTarget {
-                    spec: target.member.spec().into(),
-                    source: e,
-                })?;
-            piece_at += len;
-        }
-        at = region_end;
-        if let Some(rate) = max_rate {
-            // Sleep until this many bytes are due at that rate.
-            let due = Duration::from_secs_f64((at - from) as f64 / rate as f64);
-            if let Some(wait) = due.checked_sub(started.elapsed()) {
-                std::thread::sleep(wait);
+                .write_at(&buf[..(end - at) as usize], target.data_offset_bytes() + at)
+                .map_err(target_error)?;
+            if let Some(rate) = max_rate {
+                // Sleep until this many bytes are due at that rate.
+                let due = Duration::from_secs_f64((end - from) as f64 / rate as f64);
+                if let Some(wait) = due.checked_sub(started.elapsed()) {
+                    std::thread::sleep(wait);
+                }
             }
+            if last_checkpoint.elapsed() >= CHECKPOINT_EVERY && end < total {
+                target.member.flush().map_err(target_error)?;
+                array.checkpoint_recovery(role, Some(end))?;
+                last_checkpoint = Instant::now();
+            }
+            progress(Progress {
+                role: role as u32,
+                done_bytes: end,
+                total_bytes: total,
+                elapsed: started.elapsed(),
+            });
+            // The reader may have stopped after an error: ignore a closed pool.
+            let _ = empty_tx.send(buf);
         }
-        if last_checkpoint.elapsed() >= CHECKPOINT_EVERY && at < total {
-            target.member.flush().map_err(|e| Error::RebuildTarget {
-                spec: target.member.spec().into(),
-                source: e,
-            })?;
-            array.checkpoint_recovery(role, Some(at))?;
-            last_checkpoint = Instant::now();
-        }
-        progress(Progress {
-            role: role as u32,
-            done_bytes: at,
-            total_bytes: total,
-            elapsed: started.elapsed(),
-        });
-    }
-    target.member.flush().map_err(|e| Error::RebuildTarget {
-        spec: target.member.spec().into(),
-        source: e,
+        Ok::<(), Error>(())
     })?;
+    target.member.flush().map_err(target_error)?;
     array.finish_recovery(role)?;
     Ok(Rebuilt {
         role: role as u32,
@@ -262,6 +265,27 @@ fn rebuild_role(
         bytes: total - from,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// Read what belongs in `role`'s member bytes `[at, end)` from the other
+/// copies into `buf`, a piece (at most one chunk) at a time.
+fn read_region(array: &Array, role: usize, at: u64, end: u64, buf: &mut [u8]) -> Result<()> {
+    let geometry = array.geometry();
+    let step = geometry
+        .chunk_bytes()
+        .unwrap_or(REGION_BYTES)
+        .min(REGION_BYTES);
+    let mut piece_at = at;
+    while piece_at < end {
+        let len = (step - piece_at % step).min(end - piece_at);
+        let (logical, _) = geometry
+            .logical_of(role as u32, piece_at)
+            .expect("a used member byte holds array data");
+        let from = (piece_at - at) as usize;
+        read_other_copy(array, role, logical, &mut buf[from..from + len as usize])?;
+        piece_at += len;
+    }
+    Ok(())
 }
 
 /// Read the array byte range starting at `logical` from a copy other than
