@@ -150,14 +150,14 @@ pub struct Array {
     slots: Vec<Option<Slot>>,
     sector_bytes: u32,
     writable: bool,
-    /// The array was dirty when assembled (unclean shutdown): it stays dirty
-    /// on close, since nvraid has not resynced it.
-    assembled_dirty: bool,
-    /// Reads take the first readable copy, never a balanced choice: the
-    /// copies of a redundant array assembled dirty may differ, and md reads
-    /// the first in-sync copy until resync has passed (so one block never
-    /// gives two answers).
-    first_copy_reads: bool,
+    /// The array was dirty when assembled (unclean shutdown) and has not
+    /// been resynced since: it stays dirty on close, and its reads take the
+    /// first readable copy, never a balanced choice (its copies may differ,
+    /// and md reads the first in-sync copy until resync has passed, so one
+    /// block never gives two answers).
+    unsynced: AtomicBool,
+    /// Where the last resync stopped, in array bytes (md's resync_offset).
+    resync_from: u64,
     /// Some member has a read limit (recovery, bad blocks).
     read_limited: bool,
     /// This process has recorded the array dirty on the members.
@@ -202,7 +202,14 @@ impl Array {
             .map(|s| s.superblock.events)
             .max()
             .unwrap_or(0);
-        let first_copy_reads = assembled_dirty && geometry.copies() > 1;
+        let unsynced = assembled_dirty && geometry.copies() > 1;
+        let resync_from = slots
+            .iter()
+            .flatten()
+            .map(|s| s.superblock.resync_offset)
+            .min()
+            .unwrap_or(RESYNC_CLEAN)
+            .saturating_mul(512);
         let read_limited = slots.iter().flatten().any(|s| !s.read_limit.is_none());
         let counters = (0..geometry.members())
             .map(|_| MemberCounters::default())
@@ -231,8 +238,8 @@ impl Array {
             table,
             sector_bytes,
             writable,
-            assembled_dirty,
-            first_copy_reads,
+            unsynced: AtomicBool::new(unsynced),
+            resync_from,
             read_limited,
             dirty: AtomicBool::new(false),
             events: Mutex::new(events),
@@ -265,7 +272,31 @@ impl Array {
 
     /// Whether reads must take the first readable copy (see the field).
     pub fn first_copy_reads(&self) -> bool {
-        self.first_copy_reads
+        self.unsynced.load(Ordering::Relaxed)
+    }
+
+    /// An array whose copies may differ (assembled dirty, not resynced
+    /// since): where its resync starts, in array bytes.
+    pub fn resync_from(&self) -> Option<u64> {
+        self.unsynced
+            .load(Ordering::Acquire)
+            .then_some(self.resync_from.min(self.size_bytes()))
+    }
+
+    /// Record how far a resync got (`Some(bytes)`, md's resync_offset) or
+    /// that it finished (`None`: the array is clean unless this process
+    /// wrote to it, and reads balance again). Events + 1 on every member.
+    pub(crate) fn resync_checkpoint(&self, done: Option<u64>) -> Result<()> {
+        let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        match done {
+            Some(bytes) => self.update_superblocks(&mut events, bytes / 512),
+            None => {
+                let written = self.dirty.load(Ordering::Acquire);
+                self.update_superblocks(&mut events, if written { 0 } else { RESYNC_CLEAN })?;
+                self.unsynced.store(false, Ordering::Release);
+                Ok(())
+            }
+        }
     }
 
     /// Whether `role`'s member may be read at `[offset, offset + len)` of
@@ -461,7 +492,7 @@ impl Array {
 
     /// Whether the array is marked dirty on its members right now.
     pub fn is_dirty(&self) -> bool {
-        self.assembled_dirty || self.dirty.load(Ordering::Acquire)
+        self.unsynced.load(Ordering::Acquire) || self.dirty.load(Ordering::Acquire)
     }
 
     fn has_redundancy(&self) -> bool {
@@ -584,7 +615,8 @@ impl Array {
     /// [`Array::first_copy_reads`]).
     pub fn choose_copy(&self, logical_offset: u64, len: u64) -> Result<u32> {
         // RAID 0 has one copy: no shared rotor to bump.
-        let start = if self.geometry.copies() > 1 && !self.first_copy_reads {
+        let first = self.first_copy_reads();
+        let start = if self.geometry.copies() > 1 && !first {
             self.read_rotor.fetch_add(1, Ordering::Relaxed)
         } else {
             0
@@ -594,17 +626,12 @@ impl Array {
             self.readable(member, member_offset, len)
                 .then(|| slot.member.inflight())
         };
-        least_loaded_copy(
-            &self.geometry,
-            logical_offset,
-            start,
-            self.first_copy_reads,
-            load,
+        least_loaded_copy(&self.geometry, logical_offset, start, first, load).ok_or(
+            Error::Unreadable {
+                offset: logical_offset,
+                len,
+            },
         )
-        .ok_or(Error::Unreadable {
-            offset: logical_offset,
-            len,
-        })
     }
 
     /// Write `buf` at `offset` to every copy; with `fua`, the data is durable
@@ -766,7 +793,7 @@ impl Array {
             self.flush()?;
         }
         if self.writable && self.dirty.load(Ordering::Acquire) {
-            let resync_offset = if self.assembled_dirty {
+            let resync_offset = if self.unsynced.load(Ordering::Acquire) {
                 0
             } else {
                 RESYNC_CLEAN

@@ -5,7 +5,8 @@
 //! - 1: the command failed or was refused (the message names the culprit);
 //! - 2: the command line is invalid;
 //! - 3: `assemble --scan` found a degraded array (and none that cannot start);
-//! - 4: `assemble --scan` found an array that cannot start.
+//! - 4: `assemble --scan` found an array that cannot start;
+//! - 5: `check` found copies that differ.
 
 mod cmd;
 
@@ -39,6 +40,10 @@ enum Command {
     Add(cmd::manage::AddArgs),
     /// Finish the rebuild of members whose recovery was cut short.
     Rebuild(cmd::manage::RebuildArgs),
+    /// Compare every copy of a RAID 1/10 and report the sectors that differ.
+    Check(cmd::manage::ScrubArgs),
+    /// Rewrite copies that differ from the first; resync a dirty array.
+    Repair(cmd::manage::ScrubArgs),
     /// Copy bytes out of the array to a file or stdout.
     Read(cmd::io::ReadArgs),
     /// Measure an array, raw members, or (with no member) a temporary RAID 0.
@@ -66,6 +71,8 @@ fn main() -> ExitCode {
         Command::Write(args) => cmd::io::write(args, direct),
         Command::Add(args) => cmd::manage::add(args, direct),
         Command::Rebuild(args) => cmd::manage::rebuild(args, direct),
+        Command::Check(args) => cmd::manage::check(args, direct),
+        Command::Repair(args) => cmd::manage::repair(args, direct),
         Command::Read(args) => cmd::io::read(args, direct),
         Command::Bench(args) => cmd::bench::run(args, direct),
         Command::Topology(args) => cmd::topology::run(args),

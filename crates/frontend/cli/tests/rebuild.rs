@@ -223,3 +223,52 @@ fn kernel_reads(images: &[PathBuf], sha: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn check_and_repair_a_raid10_copy_and_refuse_raid0() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let members = ["m0.img", "m1.img", "m2.img", "m3.img"];
+    let mut create = vec!["create", "--level", "10", "--chunk", "64K", "--size", "16M"];
+    create.extend_from_slice(&members);
+    ok(&create, d);
+    let data: Vec<u8> = (0..(8u32 << 20)).map(|i| (i % 233) as u8).collect();
+    std::fs::write(d.join("data"), &data).unwrap();
+    let mut write = vec!["write", "--input", "data"];
+    write.extend_from_slice(&members);
+    ok(&write, d);
+    // Member 3 holds copy 1 of chunks 1, 3, 5... (near=2 on 4 members):
+    // garble 3 sectors of its data area at 200 KiB.
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(d.join("m3.img"))
+        .unwrap();
+    f.write_all_at(&[0xee; 1536], (1 << 20) + (200 << 10))
+        .unwrap();
+    drop(f);
+    let mut check = vec!["check", "--json"];
+    check.extend_from_slice(&members);
+    let out = nvraid(&check, d);
+    assert_eq!(out.status.code(), Some(5));
+    let found: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(found["mismatch_sectors"], 3, "{found}");
+    let mut repair = vec!["repair", "--json"];
+    repair.extend_from_slice(&members);
+    let repaired: serde_json::Value = serde_json::from_slice(&ok(&repair, d)).unwrap();
+    assert_eq!(repaired["repaired_sectors"], 3, "{repaired}");
+    assert_eq!(repaired["resynced"], false, "a clean array needs no resync");
+    assert_eq!(nvraid(&check, d).status.code(), Some(0));
+    let mut read = vec!["read", "--length", "8M"];
+    read.extend_from_slice(&members);
+    assert!(ok(&read, d) == data, "repair kept the data");
+    // RAID 0 has nothing to compare.
+    ok(
+        &[
+            "create", "--level", "0", "--size", "16M", "r0.img", "r1.img",
+        ],
+        d,
+    );
+    refused(&["check", "r0.img", "r1.img"], d, &["raid0"]);
+    refused(&["repair", "r0.img", "r1.img"], d, &["raid0"]);
+}

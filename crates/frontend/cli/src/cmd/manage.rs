@@ -1,10 +1,11 @@
-//! `nvraid add` and `nvraid rebuild`: put a new member into a degraded
-//! RAID 1/10 and rebuild it, in the foreground, with progress.
+//! `nvraid add`, `rebuild`, `check` and `repair`: put a new member into a
+//! degraded RAID 1/10 and rebuild it; compare the copies and put them right.
+//! In the foreground, with progress on stderr.
 
 use super::bytes_text;
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use nvraid_array::recovery::{self, Added, Progress, Rebuilt};
+use nvraid_array::recovery::{self, Added, Mode, Progress, Rebuilt, Scrubbed};
 use nvraid_array::{assemble, detect_signature, AssembleOptions};
 use nvraid_member::{format_size, Member, MemberKind, OpenOptions};
 use std::io::{IsTerminal, Write};
@@ -71,6 +72,16 @@ pub struct RebuildArgs {
     members: Vec<String>,
 }
 
+#[derive(Args, Debug)]
+pub struct ScrubArgs {
+    /// Print the outcome as JSON (progress still goes to stderr).
+    #[arg(long)]
+    json: bool,
+    /// The array's members, in any order.
+    #[arg(required = true)]
+    members: Vec<String>,
+}
+
 fn writable(direct: bool) -> AssembleOptions {
     AssembleOptions {
         writable: true,
@@ -108,7 +119,11 @@ pub fn add(args: &AddArgs, direct: bool) -> Result<u8> {
         }
         Added::Recovering { role } => {
             eprintln!("nvraid: {} takes role {role}; rebuilding", args.new);
-            recovery::rebuild(&array, max_rate(&args.speed), &mut progress_printer())?
+            recovery::rebuild(
+                &array,
+                max_rate(&args.speed),
+                &mut progress_printer("rebuild"),
+            )?
         }
     };
     array.close()?;
@@ -124,12 +139,82 @@ pub fn add(args: &AddArgs, direct: bool) -> Result<u8> {
 
 pub fn rebuild(args: &RebuildArgs, direct: bool) -> Result<u8> {
     let array = assemble(&args.members, writable(direct))?;
-    let rebuilt = recovery::rebuild(&array, max_rate(&args.speed), &mut progress_printer())?;
+    let rebuilt = recovery::rebuild(
+        &array,
+        max_rate(&args.speed),
+        &mut progress_printer("rebuild"),
+    )?;
     array.close()?;
     if rebuilt.is_empty() {
         eprintln!("nvraid: no member is being recovered; nothing to do");
     }
     report(&rebuilt, args.json, "rebuilt")
+}
+
+/// Exit code of `check` when some copies differ.
+pub const EXIT_MISMATCH: u8 = 5;
+
+pub fn check(args: &ScrubArgs, direct: bool) -> Result<u8> {
+    let array = assemble(
+        &args.members,
+        AssembleOptions {
+            writable: false,
+            direct,
+            allow_degraded: true,
+        },
+    )?;
+    let found = recovery::scrub(&array, Mode::Check, &mut progress_printer("check"))?;
+    print_scrub(&found, args.json, "checked")?;
+    Ok(if found.mismatch_sectors > 0 {
+        EXIT_MISMATCH
+    } else {
+        0
+    })
+}
+
+pub fn repair(args: &ScrubArgs, direct: bool) -> Result<u8> {
+    let array = assemble(&args.members, writable(direct))?;
+    let found = recovery::scrub(&array, Mode::Repair, &mut progress_printer("repair"))?;
+    array.close()?;
+    print_scrub(&found, args.json, "repaired")?;
+    Ok(0)
+}
+
+fn print_scrub(found: &Scrubbed, json: bool, what: &str) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(found)?);
+        return Ok(());
+    }
+    println!(
+        "nvraid: {what} {} in {:.1} s: {} mismatched sectors in {} regions{}{}",
+        bytes_text(found.bytes),
+        found.seconds,
+        found.mismatch_sectors,
+        found.regions.len(),
+        if found.repaired_sectors > 0 {
+            format!(
+                ", {} sectors rewritten from the first copy",
+                found.repaired_sectors
+            )
+        } else {
+            String::new()
+        },
+        if found.resynced {
+            "; the array was dirty and is now resynced and clean"
+        } else {
+            ""
+        }
+    );
+    for (start, end) in found.regions.iter().take(20) {
+        println!("  mismatch in array bytes {start}..{end}");
+    }
+    if found.regions.len() > 20 {
+        println!(
+            "  ... {} more regions (--json lists all)",
+            found.regions.len() - 20
+        );
+    }
+    Ok(())
 }
 
 /// The cap in bytes per second.
@@ -182,7 +267,7 @@ fn rate(bytes: u64, seconds: f64) -> u64 {
 
 /// A progress line on stderr, at most once a second (redrawn in place on a
 /// terminal), with the rate and the time left.
-fn progress_printer() -> impl FnMut(Progress) {
+fn progress_printer(what: &'static str) -> impl FnMut(Progress) {
     let tty = std::io::stderr().is_terminal();
     let mut last = Instant::now();
     move |p: Progress| {
@@ -194,9 +279,13 @@ fn progress_printer() -> impl FnMut(Progress) {
         let seconds = p.elapsed.as_secs_f64().max(1e-3);
         let rate = p.done_bytes as f64 / seconds;
         let left = (p.total_bytes - p.done_bytes) as f64 / rate.max(1.0);
+        let subject = if what == "rebuild" {
+            format!("rebuild role {}", p.role)
+        } else {
+            what.to_string()
+        };
         let line = format!(
-            "rebuild role {}: {:5.1}%  {} of {}  {}/s  ETA {}:{:02}",
-            p.role,
+            "{subject}: {:5.1}%  {} of {}  {}/s  ETA {}:{:02}",
             100.0 * p.done_bytes as f64 / p.total_bytes.max(1) as f64,
             format_size(p.done_bytes),
             format_size(p.total_bytes),

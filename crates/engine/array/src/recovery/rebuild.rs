@@ -1,19 +1,5 @@
-//! Recovery: putting a new member into a missing role and rebuilding it
-//! from the other copies, md's way (its `recovery_offset` checkpointed in
-//! the new member's superblock, so a rebuild cut short resumes where it
-//! stopped).
-//!
-//! The states of a role, and what moves it (offline, in the foreground; the
-//! online rebuild inside `serve` is still to come):
-//!
-//! | from | event | to | on disk |
-//! |---|---|---|---|
-//! | missing / faulty | [`add_member`] with a missing role | recovering at 0 | new member: superblock with RECOVERY_OFFSET, `recovery_offset` 0; every member: the role table gives the new `dev_number` the role, events + 1 |
-//! | (none missing) | [`add_member`] | spare | new member: superblock with the spare role; every member: the table lists it as a spare, events + 1 |
-//! | recovering at N | [`rebuild`] copies a region | recovering at N + region | new member's `recovery_offset` (every checkpoint interval) |
-//! | recovering | [`rebuild`] reaches the end | active | RECOVERY_OFFSET cleared, events + 1 on every member |
-//! | recovering | the process dies | recovering at the last checkpoint | nothing more: assembly reads the member only below its checkpoint, and [`rebuild`] resumes from it |
-//! | recovering | a read or a write fails | recovering (stopped) | the error is returned; the array stays degraded |
+//! Rebuild: a new member in a missing role, filled from the other copies
+//! (see the state table in the module above).
 
 use crate::array::{write_superblock, Array, Slot};
 use crate::create::random_uuid;
@@ -24,9 +10,9 @@ use nvraid_metadata::{features, Role, Timestamp};
 use std::time::{Duration, Instant};
 
 /// Bytes copied per step of a rebuild.
-const REGION_BYTES: u64 = 4 << 20;
-/// How often a rebuild records its progress in the superblock.
-const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
+pub(super) const REGION_BYTES: u64 = 4 << 20;
+/// How often a rebuild or a resync records its progress in the superblocks.
+pub(super) const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 
 /// What [`add_member`] did with the new member.
 #[derive(Clone, Debug, PartialEq, Eq)]

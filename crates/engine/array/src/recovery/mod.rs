@@ -1,0 +1,32 @@
+//! Recovery: the work that brings copies back into agreement, md's way.
+//!
+//! - [`add_member`] + [`rebuild`]: a new member takes a missing role and is
+//!   filled from the other copies, its `recovery_offset` checkpointed so a
+//!   rebuild cut short resumes;
+//! - [`scrub`]: `check` compares every copy and counts the sectors that
+//!   differ (md's mismatch count); `repair` rewrites them from the first
+//!   copy; on an array assembled dirty, `repair` is the resync, with md's
+//!   `resync_offset` checkpointed and the array recorded clean at the end.
+//!
+//! All of it runs offline today (the array is not served; the claim on its
+//! members keeps other writers out). The states of a role and of the array,
+//! and what moves them:
+//!
+//! | from | event | to | on disk |
+//! |---|---|---|---|
+//! | role missing / faulty | [`add_member`] with a missing role | recovering at 0 | new member: superblock with RECOVERY_OFFSET, `recovery_offset` 0; every member: the role table gives the new `dev_number` the role, events + 1 |
+//! | (no role missing) | [`add_member`] | spare | new member: superblock with the spare role; every member: the table lists it as a spare, events + 1 |
+//! | recovering at N | [`rebuild`] copies a region | recovering at N + region | new member's `recovery_offset` (every second) |
+//! | recovering | [`rebuild`] reaches the end | active | RECOVERY_OFFSET cleared, events + 1 on every member |
+//! | recovering | the process dies | recovering at the last checkpoint | nothing more: assembly reads the member only below its checkpoint; [`rebuild`] (or the kernel) resumes from it |
+//! | recovering | a read fails on the source | recovering | the source is marked faulty, the next copy is read |
+//! | recovering | a write to the new member fails | recovering (stopped) | the error names the member; the array stays degraded |
+//! | array dirty at R | [`scrub`] in repair mode passes a region | dirty at R + region | `resync_offset` on every member (every second, events + 1) |
+//! | array dirty | [`scrub`] in repair mode reaches the end | clean | `resync_offset` = MAX, events + 1 |
+//! | array dirty at R | the process dies | dirty at the last checkpoint | nothing more: the next repair (or the kernel) resumes at it |
+
+mod rebuild;
+mod scrub;
+
+pub use rebuild::{add_member, rebuild, Added, Progress, Rebuilt};
+pub use scrub::{scrub, Mode, Scrubbed};

@@ -1,0 +1,172 @@
+//! Scrub: compare every copy of every block (`check`), rewrite the copies
+//! that differ from the first (`repair`), which on an array assembled dirty
+//! is also its resync.
+
+use super::rebuild::{CHECKPOINT_EVERY, REGION_BYTES};
+use super::Progress;
+use crate::array::Array;
+use crate::error::{Error, Result};
+use nvraid_io::AlignedBuf;
+use std::time::Instant;
+
+/// What a scrub does with copies that differ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Count them only (reads every copy, writes nothing).
+    Check,
+    /// Rewrite them from the first readable copy (md's `repair`); on an
+    /// array assembled dirty, resync it and record it clean.
+    Repair,
+}
+
+/// What a scrub found (and, in repair mode, put right).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Scrubbed {
+    /// Sectors (512 bytes) of some copy that differed from the first copy.
+    pub mismatch_sectors: u64,
+    /// Array byte ranges `[start, end)` where some copy differed (adjacent
+    /// ranges merged).
+    pub regions: Vec<(u64, u64)>,
+    /// Sectors rewritten (repair mode).
+    pub repaired_sectors: u64,
+    /// Bytes of the array compared.
+    pub bytes: u64,
+    pub seconds: f64,
+    /// The array was dirty and is now resynced and recorded clean.
+    pub resynced: bool,
+}
+
+/// Compare (and in repair mode rewrite) every copy of the array. A repair
+/// of an array assembled dirty starts where its last resync stopped (md's
+/// `resync_offset`), checkpoints its progress every second, and records the
+/// array clean at the end; a check always covers the whole array.
+pub fn scrub(array: &Array, mode: Mode, progress: &mut dyn FnMut(Progress)) -> Result<Scrubbed> {
+    let geometry = array.geometry();
+    if geometry.copies() < 2 {
+        return Err(Error::Unsupported {
+            spec: array.superblock().name(),
+            what: "check or repair of a raid0 (it keeps no copies to compare)".into(),
+        });
+    }
+    if mode == Mode::Repair && !array.is_writable() {
+        return Err(Error::ReadOnly);
+    }
+    let resync_from = match mode {
+        Mode::Repair => array.resync_from(),
+        Mode::Check => None,
+    };
+    let from = resync_from.unwrap_or(0);
+    let total = array.size_bytes();
+    let sector = 512usize;
+    let started = Instant::now();
+    let mut last_checkpoint = Instant::now();
+    let mut found = Scrubbed {
+        mismatch_sectors: 0,
+        regions: Vec::new(),
+        repaired_sectors: 0,
+        bytes: total - from,
+        seconds: 0.0,
+        resynced: false,
+    };
+    let copies = geometry.copies() as usize;
+    let mut bufs: Vec<AlignedBuf> = (0..copies)
+        .map(|_| AlignedBuf::zeroed(REGION_BYTES as usize))
+        .collect();
+    let mut at = from;
+    while at < total {
+        let end = (at + REGION_BYTES).min(total);
+        for piece in geometry.pieces(at, end - at) {
+            let len = piece.len as usize;
+            // Every readable copy of the piece, in copy order.
+            let mut read: Vec<(usize, u64)> = Vec::with_capacity(copies);
+            for copy in 0..geometry.copies() {
+                let loc = geometry.locate(piece.logical_offset, copy);
+                let role = loc.member as usize;
+                if !array.readable(role, loc.member_offset, piece.len) {
+                    continue;
+                }
+                let slot = array.slots()[role]
+                    .as_ref()
+                    .expect("readable means present");
+                let buf = &mut bufs[read.len()][..len];
+                match slot
+                    .member
+                    .read_at(buf, slot.data_offset_bytes() + loc.member_offset)
+                {
+                    Ok(()) => read.push((role, slot.data_offset_bytes() + loc.member_offset)),
+                    Err(e) if crate::array::is_member_failure(&e) => array.fail_member(role, &e)?,
+                    Err(e) => return Err(Error::io(slot.member.spec(), e)),
+                }
+            }
+            if read.is_empty() {
+                return Err(Error::Unreadable {
+                    offset: piece.logical_offset,
+                    len: piece.len,
+                });
+            }
+            let (first, rest) = bufs.split_at_mut(1);
+            let reference = &first[0][..len];
+            for (i, &(role, member_at)) in read.iter().enumerate().skip(1) {
+                let other = &rest[i - 1][..len];
+                let mut differing = 0u64;
+                let (mut first_bad, mut last_bad) = (usize::MAX, 0usize);
+                for (k, (a, b)) in reference
+                    .chunks(sector)
+                    .zip(other.chunks(sector))
+                    .enumerate()
+                {
+                    if a != b {
+                        differing += 1;
+                        first_bad = first_bad.min(k);
+                        last_bad = k;
+                    }
+                }
+                if differing == 0 {
+                    continue;
+                }
+                found.mismatch_sectors += differing;
+                let range = (
+                    piece.logical_offset + (first_bad * sector) as u64,
+                    piece.logical_offset + ((last_bad + 1) * sector) as u64,
+                );
+                match found.regions.last_mut() {
+                    Some(last) if last.1 >= range.0 && last.0 <= range.1 => {
+                        *last = (last.0.min(range.0), last.1.max(range.1))
+                    }
+                    _ => found.regions.push(range),
+                }
+                if mode == Mode::Repair {
+                    let slot = array.slots()[role].as_ref().expect("present");
+                    match slot.member.write_at(reference, member_at) {
+                        Ok(()) => found.repaired_sectors += differing,
+                        Err(e) if crate::array::is_member_failure(&e) => {
+                            array.fail_member(role, &e)?
+                        }
+                        Err(e) => return Err(Error::io(slot.member.spec(), e)),
+                    }
+                }
+            }
+        }
+        at = end;
+        if resync_from.is_some() && last_checkpoint.elapsed() >= CHECKPOINT_EVERY && at < total {
+            array.flush()?;
+            array.resync_checkpoint(Some(at))?;
+            last_checkpoint = Instant::now();
+        }
+        progress(Progress {
+            role: 0,
+            done_bytes: at - from,
+            total_bytes: total - from,
+            elapsed: started.elapsed(),
+        });
+    }
+    if mode == Mode::Repair {
+        array.flush()?;
+        if resync_from.is_some() {
+            array.resync_checkpoint(None)?;
+            found.resynced = true;
+        }
+    }
+    found.seconds = started.elapsed().as_secs_f64();
+    Ok(found)
+}
