@@ -2,91 +2,12 @@
 //! of every member as it was; real peers (mdadm) read what nvraid writes;
 //! arrays the kernel wrote read back exactly.
 
+mod common;
+
+use common::*;
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn nvraid(args: &[&str], dir: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_nvraid"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run nvraid")
-}
-
-fn ok(args: &[&str], dir: &Path) -> String {
-    let out = nvraid(args, dir);
-    assert!(
-        out.status.success(),
-        "nvraid {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn hash_files(dir: &Path) -> Vec<(PathBuf, String)> {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    entries.sort();
-    entries
-        .into_iter()
-        .filter(|p| p.is_file())
-        .map(|p| {
-            let digest = format!("{:x}", Sha256::digest(std::fs::read(&p).unwrap()));
-            (p, digest)
-        })
-        .collect()
-}
-
-/// Run a command that must be refused: exit code 1, a message containing
-/// every `needles`, and no byte of any file in `dir` changed.
-fn refused(args: &[&str], dir: &Path, needles: &[&str]) {
-    let before = hash_files(dir);
-    let out = nvraid(args, dir);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "nvraid {args:?} should be refused; stderr: {stderr}"
-    );
-    for needle in needles {
-        assert!(
-            stderr.contains(needle),
-            "nvraid {args:?}: message {stderr:?} lacks {needle:?}"
-        );
-    }
-    assert_eq!(hash_files(dir), before, "nvraid {args:?} changed a member");
-    said_once(&stderr);
-}
-
-/// No part of a message repeats (an error that prints its cause, whose cause
-/// is then printed again).
-fn said_once(stderr: &str) {
-    for line in stderr.lines() {
-        let parts: Vec<&str> = line.split(": ").filter(|p| p.len() > 12).collect();
-        for (i, part) in parts.iter().enumerate() {
-            assert!(
-                !parts[..i].contains(part),
-                "{part:?} is said twice in {line:?}"
-            );
-        }
-    }
-}
-
-fn tool(name: &str) -> String {
-    let found = Command::new("sh")
-        .arg("-c")
-        .arg(format!("command -v {name}"))
-        .output()
-        .unwrap();
-    assert!(
-        found.status.success(),
-        "{name} is not installed: run .ci/run (apt-get install) first"
-    );
-    String::from_utf8(found.stdout).unwrap().trim().to_string()
-}
+use std::process::Command;
 
 mod bad_input {
     use super::*;

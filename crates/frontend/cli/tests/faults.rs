@@ -7,31 +7,12 @@
 //! Needs root, nbdkit, nbdfuse (fuse3), losetup and fio (`./test.sh`
 //! installs them).
 
+mod common;
+
+use common::*;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../..")
-}
-
-fn nvraid(args: &[&str], dir: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_nvraid"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run nvraid")
-}
-
-fn ok(args: &[&str], dir: &Path) -> String {
-    let out = nvraid(args, dir);
-    assert!(
-        out.status.success(),
-        "nvraid {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
 
 /// A member that fails on command; brought down when dropped.
 struct FaultyMember {

@@ -6,29 +6,13 @@
 //! busybox-static, cpio and a static libc (`./test.sh` installs them). A
 //! missing tool fails the test and says which.
 
-use sha2::{Digest, Sha256};
+mod common;
+
+use common::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const BLOCK: usize = 4096;
-
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../..")
-}
-
-fn nvraid(args: &[&str], dir: &Path) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_nvraid"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run nvraid");
-    assert!(
-        out.status.success(),
-        "nvraid {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
 
 /// The pattern `tools/mdvm/pattern.c` writes and verifies: 4 KiB block N
 /// holds the little-endian u64 N repeated.
@@ -58,11 +42,11 @@ fn make(dir: &Path, name: &str, level: &'static str, chunk: Option<&str>, count:
         args.extend_from_slice(&["--chunk", chunk]);
     }
     args.extend(members.iter().map(String::as_str));
-    nvraid(&args, dir);
+    ok(&args, dir);
 
     let mut detail_args = vec!["detail", "--json"];
     detail_args.extend(members.iter().map(String::as_str));
-    let detail: serde_json::Value = serde_json::from_str(&nvraid(&detail_args, dir)).unwrap();
+    let detail: serde_json::Value = serde_json::from_str(&ok(&detail_args, dir)).unwrap();
     let size = detail["size_bytes"].as_u64().expect("size_bytes") as usize;
     assert!(
         size > 0 && size.is_multiple_of(BLOCK),
@@ -74,14 +58,14 @@ fn make(dir: &Path, name: &str, level: &'static str, chunk: Option<&str>, count:
     std::fs::write(&input, &data).unwrap();
     let mut write_args = vec!["write", "--input", input.to_str().unwrap()];
     write_args.extend(members.iter().map(String::as_str));
-    nvraid(&write_args, dir);
+    ok(&write_args, dir);
     std::fs::remove_file(&input).unwrap();
 
     Made {
         name: name.to_string(),
         level,
         members: members.iter().map(|m| dir.join(m)).collect(),
-        sha256: format!("{:x}", Sha256::digest(&data)),
+        sha256: sha(&data),
     }
 }
 
@@ -94,7 +78,7 @@ fn kernel_md_assembles_what_nvraid_writes() {
         make(dir.path(), "k-raid10-odd", "10", Some("64K"), 3),
         make(dir.path(), "k-raid10", "10", Some("32K"), 4),
     ];
-    let check = repo_root().join("tools/mdvm/mdvm-check");
+    let check = repo().join("tools/mdvm/mdvm-check");
     let mut cmd = Command::new(&check);
     cmd.arg("--verify-pattern");
     for array in &arrays {

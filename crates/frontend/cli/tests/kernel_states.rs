@@ -4,40 +4,14 @@
 //! state. And after nvraid writes to a degraded array, the kernel assembles
 //! it and reads nvraid's data, not the stale copy.
 
-use sha2::{Digest, Sha256};
+mod common;
+
+use common::*;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 fn states_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../tests/fixtures/md-states")
-}
-
-fn nvraid(args: &[&str], dir: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_nvraid"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run nvraid")
-}
-
-fn ok(args: &[&str], dir: &Path) -> Vec<u8> {
-    let out = nvraid(args, dir);
-    assert!(
-        out.status.success(),
-        "nvraid {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
-}
-
-fn refused(args: &[&str], dir: &Path) -> String {
-    let out = nvraid(args, dir);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "nvraid {args:?} should be refused"
-    );
-    String::from_utf8_lossy(&out.stderr).into_owned()
+    repo().join("tests/fixtures/md-states")
 }
 
 /// Decompress a state's members into `dir`; their file names, by disk.
@@ -70,21 +44,17 @@ fn kernel_sha(state: &str) -> String {
         .to_string()
 }
 
-fn sha(data: &[u8]) -> String {
-    format!("{:x}", Sha256::digest(data))
-}
-
 /// The whole array as nvraid reads it.
 fn read_all(dir: &Path, members: &[String]) -> Vec<u8> {
     let mut args = vec!["read"];
     args.extend(members.iter().map(String::as_str));
-    ok(&args, dir)
+    ok_bytes(&args, dir)
 }
 
 fn detail(dir: &Path, members: &[String]) -> serde_json::Value {
     let mut args = vec!["detail", "--json"];
     args.extend(members.iter().map(String::as_str));
-    serde_json::from_slice(&ok(&args, dir)).unwrap()
+    serde_json::from_slice(&ok_bytes(&args, dir)).unwrap()
 }
 
 fn member<'a>(detail: &'a serde_json::Value, path: &str) -> &'a serde_json::Value {
@@ -121,10 +91,10 @@ fn a_member_being_recovered_is_read_only_below_its_recovery_offset() {
     }
     // Alone, the recovering member serves what it has and refuses the rest.
     let alone = [m[1].clone()];
-    let below = ok(&["read", "--length", "64K", &alone[0]], dir.path());
+    let below = ok_bytes(&["read", "--length", "64K", &alone[0]], dir.path());
     assert_eq!(below, read_all(dir.path(), &m)[..64 << 10]);
     let above = in_sync.to_string();
-    let err = refused(
+    let err = refusal(
         &["read", "--offset", &above, "--length", "4K", &alone[0]],
         dir.path(),
     );
@@ -148,7 +118,7 @@ fn bad_blocks_are_never_read() {
         assert_eq!(sha(&read_all(dir.path(), &m)), kernel_sha("badblocks"));
     }
     // Member 0 alone has no good copy of its bad range: EIO-like refusal.
-    let err = refused(
+    let err = refusal(
         &["read", "--offset", "1M", "--length", "4K", &m[0]],
         dir.path(),
     );
@@ -170,13 +140,13 @@ fn a_dirty_mirror_is_read_from_its_first_copy() {
 fn halves_that_ran_apart_are_refused_and_each_half_still_reads() {
     let dir = tempfile::tempdir().unwrap();
     let m = unpack("splitbrain", dir.path());
-    let err = refused(&["detail", &m[0], &m[1]], dir.path());
+    let err = refusal(&["detail", &m[0], &m[1]], dir.path());
     assert!(err.contains("split brain"), "{err}");
     assert!(err.contains(&m[0]) && err.contains(&m[1]), "{err}");
-    let err = refused(&["read", "--length", "4K", &m[1], &m[0]], dir.path());
+    let err = refusal(&["read", "--length", "4K", &m[1], &m[0]], dir.path());
     assert!(err.contains("split brain"), "{err}");
     for (member, text) in [(&m[0], b"half A"), (&m[1], b"half B")] {
-        let head = ok(&["read", "--length", "4K", member], dir.path());
+        let head = ok_bytes(&["read", "--length", "4K", member], dir.path());
         assert_eq!(&head[..6], text, "{member}");
     }
 }
@@ -187,7 +157,7 @@ fn a_reshape_in_progress_is_refused_by_name() {
     let m = unpack("reshape", dir.path());
     let mut args = vec!["read", "--length", "4K"];
     args.extend(m.iter().map(String::as_str));
-    let err = refused(&args, dir.path());
+    let err = refusal(&args, dir.path());
     assert!(
         err.contains("RESHAPE_ACTIVE") && err.contains("reshape is in progress"),
         "{err}"
@@ -229,7 +199,7 @@ fn an_internal_bitmap_array_reads_like_the_kernel() {
 #[test]
 fn kernel_reads_nvraid_writes_to_a_degraded_array_not_the_stale_copy() {
     let dir = tempfile::tempdir().unwrap();
-    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../tests/fixtures/md");
+    let fixtures = repo().join("tests/fixtures/md");
     let mut raid1 = Vec::new();
     for disk in 0..2 {
         let name = format!("raid1-{disk}.img");
@@ -272,7 +242,7 @@ fn kernel_reads_nvraid_writes_to_a_degraded_array_not_the_stale_copy() {
             input.to_str().unwrap(),
         ];
         args.extend(kept.iter().map(String::as_str));
-        ok(&args, dir.path());
+        ok_bytes(&args, dir.path());
         if let Some(left) = leave_out {
             // The left-out member is now faulty in the survivors' eyes.
             let d = detail(dir.path(), members);
@@ -294,21 +264,7 @@ fn kernel_reads_nvraid_writes_to_a_degraded_array_not_the_stale_copy() {
         expected.push(sha(&whole));
         images.extend(members.iter().map(|m| dir.path().join(m)));
     }
-    let check = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../tools/mdvm/mdvm-check");
-    let mut cmd = Command::new(&check);
-    for sha in &expected {
-        cmd.arg("--expect").arg(sha);
-    }
-    cmd.arg("--").args(&images);
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("{}: {e}", check.display()));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "the kernel did not read nvraid's data (install the VM's tools with ./test.sh):\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = kernel_reads(&images, &expected);
     let arrays = stdout
         .lines()
         .filter(|l| l.starts_with("MDVM_CHECK md="))
@@ -333,23 +289,15 @@ fn check_finds_and_repair_resyncs_a_dirty_mirror() {
         serde_json::json!([[8u64 << 20, 9u64 << 20]])
     );
     let repaired: serde_json::Value =
-        serde_json::from_slice(&ok(&["repair", "--json", &m[0], &m[1]], dir.path())).unwrap();
+        serde_json::from_slice(&ok_bytes(&["repair", "--json", &m[0], &m[1]], dir.path())).unwrap();
     assert_eq!(repaired["resynced"], true, "{repaired}");
     assert_eq!(repaired["repaired_sectors"], 2048, "{repaired}");
     let again = nvraid(&["check", "--json", &m[1], &m[0]], dir.path());
     assert_eq!(again.status.code(), Some(0));
     assert_eq!(detail(dir.path(), &m)["state"], "clean");
     assert_eq!(sha(&read_all(dir.path(), &m)), kernel_sha("dirty"));
-    let check = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../tools/mdvm/mdvm-check");
-    let out = Command::new(&check)
-        .arg("--expect")
-        .arg(kernel_sha("dirty"))
-        .arg("--")
-        .args(m.iter().map(|n| dir.path().join(n)))
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}");
+    let images: Vec<PathBuf> = m.iter().map(|n| dir.path().join(n)).collect();
+    let stdout = kernel_reads(&images, &[kernel_sha("dirty")]);
     assert!(
         stdout
             .lines()

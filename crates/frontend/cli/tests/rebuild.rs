@@ -4,60 +4,12 @@
 //! half-rebuilt and the rebuilt array and reads the same bytes; bad input
 //! is refused with nothing changed.
 
-use sha2::{Digest, Sha256};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::Duration;
-
-fn nvraid(args: &[&str], dir: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_nvraid"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run nvraid")
-}
-
-fn ok(args: &[&str], dir: &Path) -> Vec<u8> {
-    let out = nvraid(args, dir);
-    assert!(
-        out.status.success(),
-        "nvraid {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
-}
-
-fn hashes(dir: &Path) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_file())
-        .map(|p| {
-            let sha = format!("{:x}", Sha256::digest(std::fs::read(&p).unwrap()));
-            (p.file_name().unwrap().to_string_lossy().into_owned(), sha)
-        })
-        .collect();
-    out.sort();
-    out
-}
-
-fn refused(args: &[&str], dir: &Path, needles: &[&str]) {
-    let before = hashes(dir);
-    let out = nvraid(args, dir);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(
-        out.status.code(),
-        Some(1),
-        "{args:?} should be refused: {stderr}"
-    );
-    for needle in needles {
-        assert!(
-            stderr.contains(needle),
-            "{args:?}: {stderr:?} lacks {needle:?}"
-        );
-    }
-    assert_eq!(hashes(dir), before, "{args:?} changed a file");
-}
 
 /// A RAID 1 of a.img and b.img holding `data`, then b.img lost and the array
 /// written degraded.
@@ -75,7 +27,7 @@ fn degraded_mirror(dir: &Path, size: &str, data: &[u8]) {
 fn detail(dir: &Path, members: &[&str]) -> serde_json::Value {
     let mut args = vec!["detail", "--json"];
     args.extend_from_slice(members);
-    serde_json::from_slice(&ok(&args, dir)).unwrap()
+    serde_json::from_slice(&ok_bytes(&args, dir)).unwrap()
 }
 
 #[test]
@@ -133,22 +85,25 @@ fn a_lost_mirror_is_rebuilt_onto_a_new_member() {
         .unwrap()
         .set_len(16 << 20)
         .unwrap();
-    let out: serde_json::Value =
-        serde_json::from_slice(&ok(&["add", "--json", "--new", "new.img", "a.img"], d)).unwrap();
+    let out: serde_json::Value = serde_json::from_slice(&ok_bytes(
+        &["add", "--json", "--new", "new.img", "a.img"],
+        d,
+    ))
+    .unwrap();
     assert_eq!(out["outcome"], "rebuilt");
     assert_eq!(out["rebuilt"][0]["role"], 1);
     assert_eq!(out["rebuilt"][0]["bytes"], 15u64 << 20);
     let both = detail(d, &["a.img", "new.img"]);
     assert_eq!(both["state"], "clean", "{both}");
     // The new member alone holds the data.
-    let alone = ok(&["read", "--length", "12M", "new.img"], d);
+    let alone = ok_bytes(&["read", "--length", "12M", "new.img"], d);
     assert!(alone == data, "new member content");
     // With the array complete, another new member becomes a spare.
     std::fs::File::create(d.join("spare.img"))
         .unwrap()
         .set_len(16 << 20)
         .unwrap();
-    let out: serde_json::Value = serde_json::from_slice(&ok(
+    let out: serde_json::Value = serde_json::from_slice(&ok_bytes(
         &["add", "--json", "--new", "spare.img", "a.img", "new.img"],
         d,
     ))
@@ -168,7 +123,8 @@ fn a_rebuild_killed_half_way_resumes_and_the_kernel_agrees() {
         .unwrap()
         .set_len(64 << 20)
         .unwrap();
-    // 63 MiB at 20 MB/s: about 3 s; killed after 1.7 s (checkpoints every second).
+    // 63 MiB at 20 MB/s: about 3 s. Killed once its first checkpoint (after
+    // a second) is on disk.
     let mut child = Command::new(env!("CARGO_BIN_EXE_nvraid"))
         .args(["add", "--rebuild-speed", "20", "--new", "new.img", "a.img"])
         .current_dir(d)
@@ -176,7 +132,19 @@ fn a_rebuild_killed_half_way_resumes_and_the_kernel_agrees() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1700));
+    for _ in 0..200 {
+        std::thread::sleep(Duration::from_millis(50));
+        let out = nvraid(&["detail", "--json", "a.img", "new.img"], d);
+        let Ok(now) = serde_json::from_slice::<serde_json::Value>(&out.stdout) else {
+            continue;
+        };
+        if now["members"][1]["in_sync_bytes"]
+            .as_u64()
+            .is_some_and(|b| b > 0)
+        {
+            break;
+        }
+    }
     child.kill().unwrap();
     child.wait().unwrap();
     let half = detail(d, &["a.img", "new.img"]);
@@ -185,43 +153,24 @@ fn a_rebuild_killed_half_way_resumes_and_the_kernel_agrees() {
         .expect("still recovering");
     assert!(in_sync > 0 && in_sync < 63 << 20, "{half}");
     // Until it is rebuilt, the array reads from the good copy: the same bytes.
-    let read = ok(&["read", "--length", "60M", "a.img", "new.img"], d);
+    let read = ok_bytes(&["read", "--length", "60M", "a.img", "new.img"], d);
     assert!(read == data);
 
     // The kernel, given the half-rebuilt array, reads nvraid's data too.
     let mut whole = vec![0u8; 63 << 20];
     whole[..data.len()].copy_from_slice(&data);
-    let sha = format!("{:x}", Sha256::digest(&whole));
-    kernel_reads(&[d.join("a.img"), d.join("new.img")], &sha);
+    let expected = [sha(&whole)];
+    kernel_reads(&[d.join("a.img"), d.join("new.img")], &expected);
 
     // Resumed: it starts at the checkpoint, not at 0.
     let out: serde_json::Value =
-        serde_json::from_slice(&ok(&["rebuild", "--json", "a.img", "new.img"], d)).unwrap();
+        serde_json::from_slice(&ok_bytes(&["rebuild", "--json", "a.img", "new.img"], d)).unwrap();
     assert_eq!(out["rebuilt"][0]["from_bytes"], in_sync, "{out}");
     let done = detail(d, &["a.img", "new.img"]);
     assert!(done["members"][1]["in_sync_bytes"].is_null(), "{done}");
-    let alone = ok(&["read", "--length", "60M", "new.img"], d);
+    let alone = ok_bytes(&["read", "--length", "60M", "new.img"], d);
     assert!(alone == data, "rebuilt member content");
-    kernel_reads(&[d.join("a.img"), d.join("new.img")], &sha);
-}
-
-/// The real kernel md assembles the members (in the tools/mdvm VM, on a
-/// snapshot) and must read `sha`.
-fn kernel_reads(images: &[PathBuf], sha: &str) {
-    let check = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../tools/mdvm/mdvm-check");
-    let out = Command::new(&check)
-        .arg("--expect")
-        .arg(sha)
-        .arg("--")
-        .args(images)
-        .output()
-        .unwrap_or_else(|e| panic!("{}: {e}", check.display()));
-    assert!(
-        out.status.success(),
-        "the kernel did not read nvraid's data (install the VM's tools with ./test.sh):\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    kernel_reads(&[d.join("a.img"), d.join("new.img")], &expected);
 }
 
 #[test]
@@ -255,13 +204,13 @@ fn check_and_repair_a_raid10_copy_and_refuse_raid0() {
     assert_eq!(found["mismatch_sectors"], 3, "{found}");
     let mut repair = vec!["repair", "--json"];
     repair.extend_from_slice(&members);
-    let repaired: serde_json::Value = serde_json::from_slice(&ok(&repair, d)).unwrap();
+    let repaired: serde_json::Value = serde_json::from_slice(&ok_bytes(&repair, d)).unwrap();
     assert_eq!(repaired["repaired_sectors"], 3, "{repaired}");
     assert_eq!(repaired["resynced"], false, "a clean array needs no resync");
     assert_eq!(nvraid(&check, d).status.code(), Some(0));
     let mut read = vec!["read", "--length", "8M"];
     read.extend_from_slice(&members);
-    assert!(ok(&read, d) == data, "repair kept the data");
+    assert!(ok_bytes(&read, d) == data, "repair kept the data");
     // RAID 0 has nothing to compare.
     ok(
         &[

@@ -1,0 +1,137 @@
+//! Helpers shared by the `nvraid` binary's integration tests.
+#![allow(dead_code)] // each test binary uses its own subset
+
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The repository's root (for tools/ and tests/fixtures/).
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../..")
+}
+
+/// Run `nvraid ARGS` in `dir`.
+pub fn nvraid(args: &[&str], dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_nvraid"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run nvraid")
+}
+
+/// Run a command that must succeed; its stdout as bytes.
+pub fn ok_bytes(args: &[&str], dir: &Path) -> Vec<u8> {
+    let out = nvraid(args, dir);
+    assert!(
+        out.status.success(),
+        "nvraid {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// Run a command that must succeed; its stdout as text.
+pub fn ok(args: &[&str], dir: &Path) -> String {
+    String::from_utf8(ok_bytes(args, dir)).expect("text output")
+}
+
+/// Every file directly in `dir`, sorted, with its sha256.
+pub fn hash_files(dir: &Path) -> Vec<(PathBuf, String)> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    entries
+        .into_iter()
+        .filter(|p| p.is_file())
+        .map(|p| {
+            let digest = format!("{:x}", Sha256::digest(std::fs::read(&p).unwrap()));
+            (p, digest)
+        })
+        .collect()
+}
+
+/// Run a command that must be refused: exit code 1, a message containing
+/// every `needles`, no reason said twice, and no byte of any file in `dir`
+/// changed (nor a file added or removed).
+pub fn refused(args: &[&str], dir: &Path, needles: &[&str]) {
+    let before = hash_files(dir);
+    let stderr = refusal(args, dir);
+    for needle in needles {
+        assert!(
+            stderr.contains(needle),
+            "nvraid {args:?}: message {stderr:?} lacks {needle:?}"
+        );
+    }
+    assert_eq!(hash_files(dir), before, "nvraid {args:?} changed a member");
+    said_once(&stderr);
+}
+
+/// Run a command that must fail with exit code 1; its stderr.
+pub fn refusal(args: &[&str], dir: &Path) -> String {
+    let out = nvraid(args, dir);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "nvraid {args:?} should be refused; stderr: {stderr}"
+    );
+    stderr
+}
+
+/// No part of a message repeats (an error that prints its cause, whose cause
+/// is then printed again).
+pub fn said_once(stderr: &str) {
+    for line in stderr.lines() {
+        let parts: Vec<&str> = line.split(": ").filter(|p| p.len() > 12).collect();
+        for (i, part) in parts.iter().enumerate() {
+            assert!(
+                !parts[..i].contains(part),
+                "{part:?} is said twice in {line:?}"
+            );
+        }
+    }
+}
+
+/// The path of an installed tool, or a failure that says how to get it.
+pub fn tool(name: &str) -> String {
+    let found = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {name}"))
+        .output()
+        .unwrap();
+    assert!(
+        found.status.success(),
+        "{name} is not installed: run ./test.sh (it installs the test peers)"
+    );
+    String::from_utf8(found.stdout).unwrap().trim().to_string()
+}
+
+/// The sha256 of `data`, in hex.
+pub fn sha(data: &[u8]) -> String {
+    format!("{:x}", Sha256::digest(data))
+}
+
+/// The real kernel md (tools/mdvm, on a snapshot of the images) assembles
+/// whatever arrays `images` hold and must read each of `expect`; returns
+/// its report.
+pub fn kernel_reads(images: &[PathBuf], expect: &[String]) -> String {
+    let check = repo().join("tools/mdvm/mdvm-check");
+    let mut cmd = Command::new(&check);
+    for sha in expect {
+        cmd.arg("--expect").arg(sha);
+    }
+    let out = cmd
+        .arg("--")
+        .args(images)
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", check.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "the kernel did not read nvraid's data (install the VM's tools with ./test.sh):\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
