@@ -38,15 +38,20 @@ pub fn level_of(sb: &Superblock, spec: &str) -> Result<Level> {
         0 => Ok(Level::Raid0),
         1 => Ok(Level::Raid1),
         10 => {
+            // md's word: near copies in bits 0-7, far copies in 8-15, the
+            // offset flag in bit 16, the far-set version above.
             let near = sb.layout & 0xff;
             let far = (sb.layout >> 8) & 0xff;
-            if far != 1 || sb.layout >> 16 != 0 {
-                return Err(unsupported(format!(
-                    "raid10 layout {:#x} (only the near layout is)",
+            let offset = sb.layout & (1 << 16) != 0;
+            match (near, far, offset, sb.layout >> 17) {
+                (near, 1, false, 0) => Ok(Level::Raid10 { near }),
+                (1, copies, offset, 0) if copies >= 2 => Ok(Level::Raid10Far { copies, offset }),
+                _ => Err(unsupported(format!(
+                    "raid10 layout {:#x} (nvraid reads md's near, far and offset layouts with \
+                     one kind of copy, in the original far-set version: nN, fN, oN)",
                     sb.layout
-                )));
+                ))),
             }
-            Ok(Level::Raid10 { near })
         }
         other => Err(unsupported(format!("raid level {other}"))),
     }
@@ -249,14 +254,17 @@ pub fn has_every_byte(geometry: &Geometry, present: &[bool]) -> bool {
     match geometry.level() {
         Level::Raid0 => present.iter().all(|&p| p),
         Level::Raid1 => present.iter().any(|&p| p),
-        // Near layout: chunk rows repeat with period lcm(n, near) slots; it
-        // is enough to check the first n chunks' copy sets.
-        Level::Raid10 { near } => (0..u64::from(geometry.members())).all(|chunk| {
-            (0..near).any(|copy| {
-                present[((chunk * u64::from(near) + u64::from(copy))
-                    % u64::from(geometry.members())) as usize]
+        // RAID 10: which members hold a chunk's copies repeats every n
+        // chunks (near: slot c*k mod n; far and offset: c mod n), so the
+        // first n chunks' copy sets decide.
+        Level::Raid10 { .. } | Level::Raid10Far { .. } => {
+            let chunk = geometry.chunk_bytes().expect("raid10 has chunks");
+            let chunks = (geometry.array_bytes() / chunk).min(u64::from(geometry.members()));
+            (0..chunks).all(|c| {
+                (0..geometry.copies())
+                    .any(|copy| present[geometry.locate(c * chunk, copy).member as usize])
             })
-        }),
+        }
     }
 }
 

@@ -62,6 +62,14 @@ impl ArrayDetail {
 fn layout_text(level: Level) -> Option<String> {
     match level {
         Level::Raid10 { near } => Some(format!("near={near}")),
+        Level::Raid10Far {
+            copies,
+            offset: false,
+        } => Some(format!("far={copies}")),
+        Level::Raid10Far {
+            copies,
+            offset: true,
+        } => Some(format!("offset={copies}")),
         _ => None,
     }
 }

@@ -110,6 +110,22 @@ fn a_failing_mirror_is_marked_faulty_and_the_client_sees_no_error() {
         (Level::Raid1, 3, 0),
         (Level::Raid10 { near: 2 }, 4, 2),
         (Level::Raid10 { near: 2 }, 3, 1),
+        (
+            Level::Raid10Far {
+                copies: 2,
+                offset: false,
+            },
+            3,
+            2,
+        ),
+        (
+            Level::Raid10Far {
+                copies: 2,
+                offset: true,
+            },
+            4,
+            0,
+        ),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let specs = new_array(&dir, level, members);

@@ -20,6 +20,15 @@ pub enum Level {
         /// Number of copies of each chunk, on consecutive members.
         near: u32,
     },
+    /// Striped mirrors, md "far" (`f2`) or "offset" (`o2`) layout: each
+    /// copy on the next member, in a far band of the members (far) or in the
+    /// next chunk row (offset).
+    Raid10Far {
+        /// Number of copies of each chunk.
+        copies: u32,
+        /// md's offset layout (`oN`) rather than far (`fN`).
+        offset: bool,
+    },
 }
 
 impl Level {
@@ -28,7 +37,7 @@ impl Level {
         match self {
             Level::Raid0 => 0,
             Level::Raid1 => 1,
-            Level::Raid10 { .. } => 10,
+            Level::Raid10 { .. } | Level::Raid10Far { .. } => 10,
         }
     }
 
@@ -38,6 +47,7 @@ impl Level {
             Level::Raid0 => 1,
             Level::Raid1 => 2,
             Level::Raid10 { near } => near.max(2),
+            Level::Raid10Far { copies, .. } => copies.max(2),
         }
     }
 
@@ -53,6 +63,14 @@ impl fmt::Display for Level {
             Level::Raid0 => write!(f, "raid0"),
             Level::Raid1 => write!(f, "raid1"),
             Level::Raid10 { near } => write!(f, "raid10 (near={near})"),
+            Level::Raid10Far {
+                copies,
+                offset: false,
+            } => write!(f, "raid10 (far={copies})"),
+            Level::Raid10Far {
+                copies,
+                offset: true,
+            } => write!(f, "raid10 (offset={copies})"),
         }
     }
 }
@@ -71,7 +89,7 @@ pub enum GeometryError {
     ChunkNotPowerOfTwo(u64),
     #[error("chunk size {0} bytes is outside 4 KiB ..= 4 MiB")]
     ChunkOutOfRange(u64),
-    #[error("raid10 near copies must be 2..=members, got {near} with {members} members")]
+    #[error("raid10 with {near} copies needs at least 2 copies and at least as many members as copies, got {members} members")]
     BadCopies { near: u32, members: u32 },
     #[error("the array would be larger than 2^64 bytes")]
     TooLarge,
@@ -98,6 +116,9 @@ pub struct Geometry {
     array_bytes: u64,
     /// A RAID 0 over members of unequal size: md's zones (`None`: one zone).
     zones: Option<Arc<Zones>>,
+    /// RAID 10 far/offset: chunk rows between one copy and the next on a
+    /// member (md's stride: a far band, or 1 for the offset layout).
+    stride_chunks: u64,
 }
 
 /// How md maps the zones after the first of a multi-zone RAID 0 (the
@@ -191,6 +212,22 @@ impl Geometry {
                 )
             }
             Level::Raid1 => (member_data_bytes, member_data_bytes),
+            Level::Raid10Far { copies, .. } => {
+                // md's calc_sectors with one near copy: each member holds
+                // `copies` bands of member_chunks / copies chunks.
+                let band = member_chunks / u64::from(copies);
+                if band == 0 {
+                    return Err(GeometryError::MemberTooSmall {
+                        member_bytes: member_data_bytes,
+                        chunk_bytes: chunk_bytes * u64::from(copies),
+                    });
+                }
+                let array_bytes = band
+                    .checked_mul(u64::from(members))
+                    .and_then(|c| c.checked_mul(chunk_bytes))
+                    .ok_or(GeometryError::TooLarge)?;
+                (band * u64::from(copies) * chunk_bytes, array_bytes)
+            }
             Level::Raid10 { near } => {
                 // md: array chunks = member chunks * members / copies (rounded down).
                 let slots = member_chunks
@@ -203,6 +240,11 @@ impl Geometry {
                 (member_chunks * chunk_bytes, array_bytes)
             }
         };
+        let stride_chunks = match level {
+            Level::Raid10Far { offset: true, .. } => 1,
+            Level::Raid10Far { copies, .. } => member_used_bytes / chunk_bytes / u64::from(copies),
+            _ => 0,
+        };
         let geometry = Geometry {
             level,
             members,
@@ -211,6 +253,7 @@ impl Geometry {
             member_used_bytes,
             array_bytes,
             zones: None,
+            stride_chunks,
         };
         debug_assert!(geometry.chunk_bytes.is_power_of_two());
         Ok(geometry)
@@ -279,6 +322,7 @@ impl Geometry {
                 zones,
                 used,
             })),
+            stride_chunks: 0,
         })
     }
 
@@ -302,9 +346,12 @@ impl Geometry {
         if members > MEMBERS_MAX {
             return Err(GeometryError::TooManyMembers { got: members });
         }
-        if let Level::Raid10 { near } = level {
-            if near < 2 || near > members {
-                return Err(GeometryError::BadCopies { near, members });
+        if let Level::Raid10 { near: copies } | Level::Raid10Far { copies, .. } = level {
+            if copies < 2 || copies > members {
+                return Err(GeometryError::BadCopies {
+                    near: copies,
+                    members,
+                });
             }
         }
         let min = level.members_min();
@@ -357,6 +404,7 @@ impl Geometry {
             Level::Raid0 => 1,
             Level::Raid1 => self.members,
             Level::Raid10 { near } => near,
+            Level::Raid10Far { copies, .. } => copies,
         }
     }
 
@@ -393,6 +441,21 @@ impl Geometry {
                 let slot = chunk * u64::from(near) + u64::from(copy);
                 (slot % n, slot / n)
             }
+            // md's __raid10_find_phys with one near copy and the original
+            // far set (all members): copy f is on the next member f times
+            // over, f strides further down.
+            Level::Raid10Far { copies, offset } => {
+                let stripe = chunk / n;
+                let first_row = if offset {
+                    stripe * u64::from(copies)
+                } else {
+                    stripe
+                };
+                (
+                    (chunk % n + u64::from(copy)) % n,
+                    first_row + u64::from(copy) * self.stride_chunks,
+                )
+            }
         };
         Location {
             member: member as u32,
@@ -419,6 +482,19 @@ impl Geometry {
             Level::Raid10 { near } => {
                 let slot = row * n + u64::from(member);
                 (slot / u64::from(near), (slot % u64::from(near)) as u32)
+            }
+            Level::Raid10Far { copies, offset } => {
+                let copies = u64::from(copies);
+                let (copy, stripe) = if offset {
+                    (row % copies, row / copies)
+                } else {
+                    (row / self.stride_chunks, row % self.stride_chunks)
+                };
+                if copy >= copies {
+                    return None;
+                }
+                let first_member = (u64::from(member) + n - copy % n) % n;
+                (stripe * n + first_member, copy as u32)
             }
         };
         let logical = (chunk << self.chunk_shift) + in_chunk;

@@ -147,3 +147,56 @@ fn raid10_near3_five_members() {
         ],
     );
 }
+
+/// md's far layout (f2) over 3 members with 64 KiB chunks and 15 MiB of
+/// data each (240 chunks: two bands of 120). Agrees with the kernel-made
+/// arrays in tests/fixtures/md-states/raid10_f2_*.
+#[test]
+fn raid10_far2_three_members() {
+    let far = Level::Raid10Far {
+        copies: 2,
+        offset: false,
+    };
+    let g = Geometry::new(far, 3, 64 * KIB, 15 * MIB).unwrap();
+    // 120 chunks per band * 3 members.
+    assert_eq!(g.array_bytes(), 360 * 64 * KIB);
+    let band = 120 * 64 * KIB;
+    check(
+        &g,
+        &[
+            // Chunk 0: member 0 row 0; its far copy on member 1 in band 2.
+            (0, 0, loc(0, 0)),
+            (0, 1, loc(1, band)),
+            // Chunk 2: member 2 row 0; far copy wraps to member 0.
+            (2 * 64 * KIB + 100, 0, loc(2, 100)),
+            (2 * 64 * KIB + 100, 1, loc(0, band + 100)),
+            // Chunk 4: member 1 row 1; far copy on member 2, band row 1.
+            (4 * 64 * KIB, 0, loc(1, 64 * KIB)),
+            (4 * 64 * KIB, 1, loc(2, band + 64 * KIB)),
+        ],
+    );
+}
+
+/// md's offset layout (o2) over 3 members, 64 KiB chunks: each stripe of
+/// chunks is followed by its copy, shifted one member, in the next row.
+/// Agrees with tests/fixtures/md-states/raid10_o2_*.
+#[test]
+fn raid10_offset2_three_members() {
+    let offset = Level::Raid10Far {
+        copies: 2,
+        offset: true,
+    };
+    let g = Geometry::new(offset, 3, 64 * KIB, 15 * MIB).unwrap();
+    assert_eq!(g.array_bytes(), 360 * 64 * KIB);
+    check(
+        &g,
+        &[
+            (0, 0, loc(0, 0)),
+            (0, 1, loc(1, 64 * KIB)),
+            (2 * 64 * KIB, 1, loc(0, 64 * KIB)),
+            // Chunk 4: stripe 1 starts at row 2; member 1, copy on member 2 row 3.
+            (4 * 64 * KIB + 7, 0, loc(1, 2 * 64 * KIB + 7)),
+            (4 * 64 * KIB + 7, 1, loc(2, 3 * 64 * KIB + 7)),
+        ],
+    );
+}

@@ -9,7 +9,8 @@ fn level() -> impl Strategy<Value = Level> {
     prop_oneof![
         Just(Level::Raid0),
         Just(Level::Raid1),
-        (2u32..=4).prop_map(|near| Level::Raid10 { near })
+        (2u32..=4).prop_map(|near| Level::Raid10 { near }),
+        (2u32..=3, any::<bool>()).prop_map(|(copies, offset)| Level::Raid10Far { copies, offset })
     ]
 }
 

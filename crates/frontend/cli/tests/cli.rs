@@ -196,7 +196,7 @@ mod bad_input {
         refused(
             &["create", "--level", "10", "big"],
             dir.path(),
-            &["near copies"],
+            &["raid10 with 2 copies needs", "got 1 members"],
         );
         refused(
             &["create", "--level", "5", "big", "small"],

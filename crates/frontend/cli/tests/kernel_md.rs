@@ -35,11 +35,21 @@ struct Made {
 
 /// nvraid creates an array of `count` 8 MiB files, fills it with the
 /// pattern through `nvraid write`, and closes it clean.
-fn make(dir: &Path, name: &str, level: &'static str, chunk: Option<&str>, count: usize) -> Made {
+fn make(
+    dir: &Path,
+    name: &str,
+    level: &'static str,
+    chunk: Option<&str>,
+    layout: Option<&str>,
+    count: usize,
+) -> Made {
     let members: Vec<String> = (0..count).map(|i| format!("{name}-{i}.img")).collect();
     let mut args = vec!["create", "--level", level, "--name", name, "--size", "8M"];
     if let Some(chunk) = chunk {
         args.extend_from_slice(&["--chunk", chunk]);
+    }
+    if let Some(layout) = layout {
+        args.extend_from_slice(&["--layout", layout]);
     }
     args.extend(members.iter().map(String::as_str));
     ok(&args, dir);
@@ -73,10 +83,12 @@ fn make(dir: &Path, name: &str, level: &'static str, chunk: Option<&str>, count:
 fn kernel_md_assembles_what_nvraid_writes() {
     let dir = tempfile::tempdir().unwrap();
     let arrays = [
-        make(dir.path(), "k-raid0", "0", Some("64K"), 4),
-        make(dir.path(), "k-raid1", "1", None, 2),
-        make(dir.path(), "k-raid10-odd", "10", Some("64K"), 3),
-        make(dir.path(), "k-raid10", "10", Some("32K"), 4),
+        make(dir.path(), "k-raid0", "0", Some("64K"), None, 4),
+        make(dir.path(), "k-raid1", "1", None, None, 2),
+        make(dir.path(), "k-raid10-odd", "10", Some("64K"), None, 3),
+        make(dir.path(), "k-raid10", "10", Some("32K"), None, 4),
+        make(dir.path(), "k-raid10-f2", "10", Some("64K"), Some("f2"), 3),
+        make(dir.path(), "k-raid10-o2", "10", Some("16K"), Some("o2"), 4),
     ];
     let check = repo().join("tools/mdvm/mdvm-check");
     let mut cmd = Command::new(&check);

@@ -8,9 +8,13 @@ use nvraid_layout::Level;
 
 #[derive(Args, Debug)]
 pub struct CreateArgs {
-    /// RAID level: 0 (stripe), 1 (mirror) or 10 (striped mirrors, near=2).
+    /// RAID level: 0 (stripe), 1 (mirror) or 10 (striped mirrors; --layout).
     #[arg(long, short = 'l')]
     level: String,
+    /// RAID 10 layout, md's names: nN (near, default n2), fN (far) or oN
+    /// (offset), N copies.
+    #[arg(long, short = 'p', value_name = "LAYOUT")]
+    layout: Option<String>,
     /// Chunk (stripe unit) size for levels 0 and 10: a power of two from 4K
     /// to 4M. Default 64K.
     #[arg(long, short = 'c', value_parser = size_arg)]
@@ -44,8 +48,36 @@ pub fn parse_level(text: &str) -> Result<Level> {
     }
 }
 
+/// md's RAID 10 layout names: `n2`, `f2`, `o2` (any copy count).
+pub fn parse_raid10_layout(text: &str) -> Result<Level> {
+    let bad = || {
+        anyhow::anyhow!(
+            "unknown raid10 layout {text:?}: use nN (near), fN (far) or oN (offset), e.g. n2, f2, o2"
+        )
+    };
+    let (kind, copies) = text.split_at(text.len().min(1));
+    let copies: u32 = copies.parse().map_err(|_| bad())?;
+    match kind {
+        "n" => Ok(Level::Raid10 { near: copies }),
+        "f" => Ok(Level::Raid10Far {
+            copies,
+            offset: false,
+        }),
+        "o" => Ok(Level::Raid10Far {
+            copies,
+            offset: true,
+        }),
+        _ => Err(bad()),
+    }
+}
+
 pub fn run(args: &CreateArgs, direct: bool) -> Result<u8> {
-    let level = parse_level(&args.level)?;
+    let mut level = parse_level(&args.level)?;
+    match (&args.layout, level) {
+        (Some(layout), Level::Raid10 { .. }) => level = parse_raid10_layout(layout)?,
+        (Some(_), _) => bail!("--layout applies to raid10 only"),
+        (None, _) => {}
+    }
     if level == Level::Raid1 && args.chunk.is_some() {
         bail!("--chunk does not apply to raid1 (mirrors have no chunks)");
     }
