@@ -338,8 +338,9 @@ fn write_members(
         .collect()
 }
 
-/// The md layout word: raid10 near copies in the low byte, far copies
-/// (always 1 here) in the next; raid0 uses md's "original" layout value, as
+/// The md layout word: raid10 near copies in the low byte, far copies in
+/// the next, the offset flag in bit 16 (near: 0x102 for n2; far: 0x201 for
+/// f2; offset: 0x10201 for o2); raid0 uses md's "original" layout value, as
 /// mdadm records for single-zone arrays.
 fn layout_word(level: Level) -> u32 {
     match level {
