@@ -258,7 +258,7 @@ fn round(seed: u64) {
             }
             8 => {
                 // Orderly close, reassemble, rebuild what is missing.
-                let closed = Arc::try_unwrap(array).ok().expect("only owner");
+                let closed = Arc::try_unwrap(array).expect("only owner");
                 closed.close().unwrap();
                 let again = world.rebuild_missing(world.assemble());
                 world.verify(&again, &format!("a rebuild at step {step}"));
@@ -276,7 +276,7 @@ fn round(seed: u64) {
         }
     }
     // End of the round: whole, verified, clean.
-    let closed = Arc::try_unwrap(array).ok().expect("only owner");
+    let closed = Arc::try_unwrap(array).expect("only owner");
     closed.close().unwrap();
     let again = world.rebuild_missing(world.assemble());
     let _ = recovery::scrub(&again, Mode::Repair, &mut |_| {}).unwrap();
