@@ -53,16 +53,35 @@ struct Plan {
 
 /// Create an array over `specs` (in role order) and return it assembled.
 pub fn create(specs: &[String], options: &CreateOptions) -> Result<Array> {
+    create_with_spares(specs, 0, options)
+}
+
+/// Create an array whose last `spares` members are hot spares: they carry
+/// the array's superblock with the spare role (md's 0xffff) and hold no
+/// data until a rebuild puts one into a missing role.
+pub fn create_with_spares(
+    specs: &[String],
+    spares: usize,
+    options: &CreateOptions,
+) -> Result<Array> {
     if specs.is_empty() {
         return Err(Error::NoMembers);
     }
+    if spares > 0 && options.level.number() == 0 {
+        return Err(Error::Unsupported {
+            spec: specs[specs.len().saturating_sub(spares)..].join(", "),
+            what: "spares for a raid0 (it has no copies to rebuild)".into(),
+        });
+    }
+    if spares >= specs.len() {
+        return Err(Error::NotStartable(format!(
+            "{spares} spares leave no active member among {} members",
+            specs.len()
+        )));
+    }
+    let active = specs.len() - spares;
     // Count and chunk errors first, before looking at any member.
-    Geometry::new(
-        options.level,
-        specs.len() as u32,
-        options.chunk_bytes,
-        1 << 40,
-    )?;
+    Geometry::new(options.level, active as u32, options.chunk_bytes, 1 << 40)?;
     let plans = specs
         .iter()
         .map(|spec| plan_member(spec, options))
@@ -74,7 +93,7 @@ pub fn create(specs: &[String], options: &CreateOptions) -> Result<Array> {
     let data_bytes = check_sizes(&plans, options)?;
     let geometry = Geometry::new(
         options.level,
-        specs.len() as u32,
+        active as u32,
         options.chunk_bytes,
         data_bytes,
     )?;
@@ -228,7 +247,12 @@ fn write_array(
     let mut undo = Vec::with_capacity(specs.len());
     let written = write_members(specs, options, &geometry, data_bytes, &mut undo);
     match written {
-        Ok(slots) => Ok(Array::new(geometry, slots, true)),
+        Ok(mut slots) => {
+            // The spares' superblocks are written; the array holds the
+            // active members only.
+            slots.truncate(geometry.members() as usize);
+            Ok(Array::new(geometry, slots, true))
+        }
         Err(e) => {
             // Put back what this command changed, newest first: a refused
             // or failed create leaves every member as it found it.

@@ -20,7 +20,9 @@ mod target;
 
 pub use array::{read_superblock, Array, MemberCounters, ReadLimit, SetAsideMember, Slot};
 pub use assemble::{assemble, geometry_of, has_every_byte, level_of, AssembleOptions};
-pub use create::{create, CreateOptions, CHUNK_BYTES_DEFAULT, DATA_OFFSET_SECTORS};
+pub use create::{
+    create, create_with_spares, CreateOptions, CHUNK_BYTES_DEFAULT, DATA_OFFSET_SECTORS,
+};
 pub use decision::SetAside;
 pub use error::{Error, Result};
 pub use scan::{scan, Ignored, ScanReport, ScannedArray, ScannedMember};

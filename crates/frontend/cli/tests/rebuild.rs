@@ -261,3 +261,43 @@ fn check_and_repair_a_raid10_copy_and_refuse_raid0() {
     refused(&["check", "r0.img", "r1.img"], d, &["raid0"]);
     refused(&["repair", "r0.img", "r1.img"], d, &["raid0"]);
 }
+
+/// `create --spares`: the spare carries the array's superblock with md's
+/// spare role (the kernel assembles the array with it as a spare), and when
+/// a member is lost `rebuild` puts the spare into the missing role.
+#[test]
+fn a_hot_spare_takes_over_a_lost_member() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(
+        &[
+            "create", "--level", "1", "--spares", "1", "--size", "16M", "a.img", "b.img", "s.img",
+        ],
+        d,
+    );
+    let three = detail(d, &["a.img", "b.img", "s.img"]);
+    assert_eq!(three["members"][2]["state"], "spare", "{three}");
+    let report = kernel_reads(
+        &[d.join("a.img"), d.join("b.img"), d.join("s.img")],
+        &[sha(&vec![0u8; 15 << 20])],
+    );
+    assert!(
+        report.contains("spare"),
+        "the kernel sees the spare: {report}"
+    );
+    let data: Vec<u8> = (0..(9u32 << 20)).map(|i| (i % 227) as u8).collect();
+    std::fs::write(d.join("data"), &data).unwrap();
+    ok(&["write", "--input", "data", "a.img", "b.img", "s.img"], d);
+    std::fs::remove_file(d.join("b.img")).unwrap();
+    let out: serde_json::Value =
+        serde_json::from_slice(&ok_bytes(&["rebuild", "--json", "s.img", "a.img"], d)).unwrap();
+    assert_eq!(out["rebuilt"][0]["role"], 1, "{out}");
+    assert!(ok_bytes(&["read", "--length", "9M", "s.img"], d) == data);
+    refused(
+        &[
+            "create", "--level", "0", "--spares", "1", "--size", "16M", "x", "y", "z",
+        ],
+        d,
+        &["spares for a raid0"],
+    );
+}

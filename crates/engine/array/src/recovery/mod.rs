@@ -16,6 +16,7 @@
 //! |---|---|---|---|
 //! | role missing / faulty | [`add_member`] with a missing role | recovering at 0 | new member: superblock with RECOVERY_OFFSET, `recovery_offset` 0; every member: the role table gives the new `dev_number` the role, events + 1 |
 //! | (no role missing) | [`add_member`] | spare | new member: superblock with the spare role; every member: the table lists it as a spare, events + 1 |
+//! | role missing, a spare given | [`promote_spares`] | recovering at 0 | as [`add_member`], the spare's own superblock rewritten for the role |
 //! | recovering at N | [`rebuild`] copies a region | recovering at N + region | new member's `recovery_offset` (every second) |
 //! | recovering | [`rebuild`] reaches the end | active | RECOVERY_OFFSET cleared, events + 1 on every member |
 //! | recovering | the process dies | recovering at the last checkpoint | nothing more: assembly reads the member only below its checkpoint; [`rebuild`] (or the kernel) resumes from it |
@@ -28,5 +29,5 @@
 mod rebuild;
 mod scrub;
 
-pub use rebuild::{add_member, rebuild, Added, Progress, Rebuilt};
+pub use rebuild::{add_member, promote_spares, rebuild, Added, Progress, Rebuilt};
 pub use scrub::{scrub, Mode, Scrubbed};

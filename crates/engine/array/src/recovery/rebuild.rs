@@ -139,6 +139,39 @@ pub fn add_member(mut array: Array, new: Member) -> Result<(Array, Added)> {
     Ok((array, added))
 }
 
+/// Put the hot spares given with a degraded array into its missing roles
+/// (each then to be rebuilt): md's spare taking over. Returns the array and
+/// the spares used, with their roles. Spares are opened for writing here
+/// (assembly only read their superblocks).
+pub fn promote_spares(mut array: Array, direct: bool) -> Result<(Array, Vec<(String, u32)>)> {
+    let spares: Vec<String> = array
+        .set_aside()
+        .iter()
+        .filter(|m| m.reason == crate::SetAside::Spare)
+        .map(|m| m.spec.clone())
+        .collect();
+    let mut promoted = Vec::new();
+    for spec in spares {
+        if !array.is_degraded() {
+            break;
+        }
+        let member = Member::open(
+            &spec,
+            nvraid_member::OpenOptions {
+                write: true,
+                create_bytes: None,
+                direct,
+            },
+        )?;
+        let (next, added) = add_member(array, member)?;
+        array = next;
+        if let Added::Recovering { role } = added {
+            promoted.push((spec, role));
+        }
+    }
+    Ok((array, promoted))
+}
+
 /// How a rebuild went.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
 pub struct Rebuilt {

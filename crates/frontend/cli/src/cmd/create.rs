@@ -3,7 +3,7 @@
 use super::{bytes_text, size_arg};
 use anyhow::{bail, Result};
 use clap::Args;
-use nvraid_array::{create, info, CreateOptions, CHUNK_BYTES_DEFAULT};
+use nvraid_array::{create_with_spares, info, CreateOptions, CHUNK_BYTES_DEFAULT};
 use nvraid_layout::Level;
 
 #[derive(Args, Debug)]
@@ -27,6 +27,10 @@ pub struct CreateArgs {
     /// to it. Needed when members differ in size by more than 1%.
     #[arg(long, short = 'z', value_parser = size_arg)]
     size: Option<u64>,
+    /// The last N members are hot spares (RAID 1/10): they hold no data
+    /// until `nvraid rebuild` puts one into a missing role.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    spares: usize,
     /// Overwrite members that carry a filesystem or md superblock.
     #[arg(long, short = 'f')]
     force: bool,
@@ -89,18 +93,23 @@ pub fn run(args: &CreateArgs, direct: bool) -> Result<u8> {
         force: args.force,
         direct,
     };
-    let array = create(&args.members, &options)?;
+    let array = create_with_spares(&args.members, args.spares, &options)?;
     let detail = info::detail(&array);
     array.close()?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&detail)?);
     } else {
         println!(
-            "nvraid: created {} array {} ({}) of {} members, {}",
+            "nvraid: created {} array {} ({}) of {} members{}, {}",
             detail.level_name(),
             detail.uuid,
             detail.name,
             detail.raid_disks,
+            if args.spares > 0 {
+                format!(" and {} spares", args.spares)
+            } else {
+                String::new()
+            },
             bytes_text(detail.size_bytes)
         );
     }

@@ -139,6 +139,11 @@ pub fn add(args: &AddArgs, direct: bool) -> Result<u8> {
 
 pub fn rebuild(args: &RebuildArgs, direct: bool) -> Result<u8> {
     let array = assemble(&args.members, writable(direct))?;
+    // A spare given with a degraded array takes a missing role.
+    let (array, promoted) = recovery::promote_spares(array, direct)?;
+    for (spec, role) in &promoted {
+        eprintln!("nvraid: spare {spec} takes role {role}; rebuilding");
+    }
     let rebuilt = recovery::rebuild(
         &array,
         max_rate(&args.speed),
@@ -146,7 +151,7 @@ pub fn rebuild(args: &RebuildArgs, direct: bool) -> Result<u8> {
     )?;
     array.close()?;
     if rebuilt.is_empty() {
-        eprintln!("nvraid: no member is being recovered; nothing to do");
+        eprintln!("nvraid: no member is being recovered and no spare can take a missing role; nothing to do");
     }
     report(&rebuilt, args.json, "rebuilt")
 }
