@@ -114,6 +114,101 @@ fn bad_blocks(member: &Member, sb: &Superblock) -> Result<Vec<badblocks::BadRang
     Ok(badblocks::decode(&log[..len], sb.bblog_shift))
 }
 
+/// The barrier between client writes and a resync (md's barrier, in
+/// regions): a resync copies one region of the array at a time, and while it
+/// does, no client write to that region is in flight or starts. Writers
+/// count themselves in per-bucket counters (a region's bucket is its number
+/// modulo [`BARRIER_BUCKETS`]); the resync raises its region, waits for that
+/// bucket's count to drain, copies, and lowers it. A writer that finds the
+/// raised region's bucket among its own waits (so a busy bucket cannot
+/// starve the resync). The protocol is Dekker's: each side publishes, then
+/// reads the other's (sequentially consistent atomics).
+#[derive(Debug)]
+pub(crate) struct Barrier {
+    counts: Vec<AtomicU32>,
+    /// The raised region's number + 1; 0 when none.
+    raised: AtomicU64,
+    lock: Mutex<()>,
+    lowered: std::sync::Condvar,
+}
+
+/// Bytes per barrier region: the resync's unit.
+pub const BARRIER_REGION_BYTES: u64 = 4 << 20;
+/// Counters the regions hash into.
+pub const BARRIER_BUCKETS: u64 = 64;
+
+impl Barrier {
+    fn new() -> Barrier {
+        Barrier {
+            counts: (0..BARRIER_BUCKETS).map(|_| AtomicU32::new(0)).collect(),
+            raised: AtomicU64::new(0),
+            lock: Mutex::new(()),
+            lowered: std::sync::Condvar::new(),
+        }
+    }
+
+    /// The buckets `[offset, offset + len)` touches (one or a few).
+    fn buckets(offset: u64, len: u64) -> impl Iterator<Item = usize> {
+        let first = offset / BARRIER_REGION_BYTES;
+        let last = (offset + len.max(1) - 1) / BARRIER_REGION_BYTES;
+        (first..=last.min(first + BARRIER_BUCKETS - 1)).map(|r| (r % BARRIER_BUCKETS) as usize)
+    }
+
+    /// A client write to `[offset, offset + len)` begins, unless a resync
+    /// holds one of its buckets: then it is not counted and the raised
+    /// region is returned.
+    fn try_enter(&self, offset: u64, len: u64) -> Result<(), u64> {
+        for b in Self::buckets(offset, len) {
+            self.counts[b].fetch_add(1, Ordering::SeqCst);
+        }
+        let raised = self.raised.load(Ordering::SeqCst);
+        let blocked = raised != 0
+            && Self::buckets(offset, len).any(|b| b as u64 == (raised - 1) % BARRIER_BUCKETS);
+        if blocked {
+            self.leave(offset, len);
+            return Err(raised);
+        }
+        Ok(())
+    }
+
+    /// A client write to `[offset, offset + len)` begins; waits while a
+    /// resync holds one of its buckets.
+    fn enter(&self, offset: u64, len: u64) {
+        while let Err(raised) = self.try_enter(offset, len) {
+            let mut guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+            while self.raised.load(Ordering::SeqCst) == raised {
+                guard = self.lowered.wait(guard).unwrap_or_else(|p| p.into_inner());
+            }
+        }
+    }
+
+    /// A client write that [`Barrier::enter`]ed has completed.
+    fn leave(&self, offset: u64, len: u64) {
+        for b in Self::buckets(offset, len) {
+            let before = self.counts[b].fetch_sub(1, Ordering::SeqCst);
+            assert!(before > 0, "barrier count underflow");
+        }
+    }
+
+    /// Hold region `region` (its number): returns once no client write to
+    /// its bucket is in flight; new ones wait until [`Barrier::lower`].
+    fn raise(&self, region: u64) {
+        self.raised.store(region + 1, Ordering::SeqCst);
+        let bucket = (region % BARRIER_BUCKETS) as usize;
+        while self.counts[bucket].load(Ordering::SeqCst) != 0 {
+            std::thread::sleep(std::time::Duration::from_micros(20));
+        }
+    }
+
+    fn lower(&self) {
+        {
+            let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+            self.raised.store(0, Ordering::SeqCst);
+        }
+        self.lowered.notify_all();
+    }
+}
+
 /// A member given at assembly that takes no part in the array.
 #[derive(Clone, Debug)]
 pub struct SetAsideMember {
@@ -183,6 +278,8 @@ pub struct Array {
     faulty: Vec<AtomicBool>,
     /// Per-role I/O counts of the fast path.
     counters: Vec<MemberCounters>,
+    /// Client writes against a resync running beside them.
+    barrier: Barrier,
 }
 
 impl Array {
@@ -248,6 +345,7 @@ impl Array {
             faulty,
             in_sync,
             counters,
+            barrier: Barrier::new(),
         }
     }
 
@@ -263,6 +361,36 @@ impl Array {
     /// Members given at assembly but left out (stale, faulty, spare...).
     pub fn set_aside(&self) -> &[SetAsideMember] {
         &self.set_aside
+    }
+
+    /// A client write to `[offset, offset + len)` begins (both data paths):
+    /// it waits while a resync copies a region it touches. Pair with
+    /// [`Array::end_write`].
+    pub fn begin_write(&self, offset: u64, len: u64) {
+        self.barrier.enter(offset, len);
+    }
+
+    /// [`Array::begin_write`] without waiting: false (and nothing counted)
+    /// while a resync holds a region the write touches. A caller that must
+    /// not block (a queue with writes in flight that only it can reap)
+    /// reaps and tries again.
+    pub fn try_begin_write(&self, offset: u64, len: u64) -> bool {
+        self.barrier.try_enter(offset, len).is_ok()
+    }
+
+    /// The write begun with [`Array::begin_write`] has completed.
+    pub fn end_write(&self, offset: u64, len: u64) {
+        self.barrier.leave(offset, len);
+    }
+
+    /// A resync holds region `region` (array bytes `region *
+    /// BARRIER_REGION_BYTES` onwards) until [`Array::release_region`].
+    pub(crate) fn hold_region(&self, region: u64) {
+        self.barrier.raise(region);
+    }
+
+    pub(crate) fn release_region(&self) {
+        self.barrier.lower();
     }
 
     /// Whether some member may not be read everywhere (see [`ReadLimit`]).
@@ -642,6 +770,16 @@ impl Array {
             return Err(Error::ReadOnly);
         }
         self.mark_dirty()?;
+        self.begin_write(offset, buf.len() as u64);
+        let written = self.write_pieces(buf, offset);
+        self.end_write(offset, buf.len() as u64);
+        if fua {
+            self.flush_slots(|role| written.as_ref().is_ok_and(|touched| touched[role]))?;
+        }
+        written.map(|_| ())
+    }
+
+    fn write_pieces(&self, buf: &[u8], offset: u64) -> Result<Vec<bool>> {
         let mut touched = vec![false; self.slots.len()];
         let mut at = 0usize;
         for piece in self.geometry.pieces(offset, buf.len() as u64) {
@@ -649,10 +787,7 @@ impl Array {
             self.write_piece(piece, &buf[at..at + len], &mut touched)?;
             at += len;
         }
-        if fua {
-            self.flush_slots(|role| touched[role])?;
-        }
-        Ok(())
+        Ok(touched)
     }
 
     /// Write `piece` to every usable copy. A member that fails is marked
@@ -697,14 +832,19 @@ impl Array {
             return Err(Error::ReadOnly);
         }
         self.mark_dirty()?;
-        for piece in self.geometry.pieces(offset, len) {
-            for (_, slot, member_offset) in self.present_copies(piece.logical_offset) {
-                slot.member
-                    .discard(member_offset, piece.len)
-                    .map_err(|e| Error::io(slot.member.spec(), e))?;
+        self.begin_write(offset, len);
+        let discarded = (|| {
+            for piece in self.geometry.pieces(offset, len) {
+                for (_, slot, member_offset) in self.present_copies(piece.logical_offset) {
+                    slot.member
+                        .discard(member_offset, piece.len)
+                        .map_err(|e| Error::io(slot.member.spec(), e))?;
+                }
             }
-        }
-        Ok(())
+            Ok(())
+        })();
+        self.end_write(offset, len);
+        discarded
     }
 
     /// Make every completed write durable on every member.

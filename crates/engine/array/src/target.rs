@@ -153,6 +153,9 @@ pub struct FanoutQueue {
     engine: Box<dyn Engine>,
     buffers: Vec<AlignedBuf>,
     slots: Vec<SlotState>,
+    /// Per slot, a write holding the array's barrier: `(offset, len)`,
+    /// released when the slot completes.
+    spans: Vec<Option<(u64, u32)>>,
     subs: Vec<SubOp>,
     free_subs: Vec<u32>,
     /// Buffer segments `(offset in the slot buffer, length)`; slot `s` owns
@@ -244,6 +247,7 @@ impl FanoutQueue {
                 };
                 depth as usize
             ],
+            spans: vec![None; depth as usize],
             subs: vec![SubOp::default(); subs_max],
             free_subs: (0..subs_max as u32).rev().collect(),
             segs: vec![(0, 0); subs_max],
@@ -435,6 +439,11 @@ impl FanoutQueue {
         }
         state.pending -= 1;
         if state.pending == 0 {
+            if let Some((offset, len)) = self.spans[slot as usize].take() {
+                if let Shape::Array(array) = &self.shape {
+                    array.end_write(offset, u64::from(len));
+                }
+            }
             self.busy_slots -= 1;
             let result = if state.errno == 0 {
                 Ok(state.len)
@@ -577,7 +586,29 @@ impl FanoutQueue {
             }),
             Some(geometry) => {
                 let marked = match (write, &self.shape) {
-                    (true, Shape::Array(array)) => array.mark_dirty().map_err(io::Error::other),
+                    (true, Shape::Array(array)) => {
+                        let marked = array.mark_dirty().map_err(io::Error::other);
+                        let entered =
+                            marked.is_ok() && array.try_begin_write(offset, u64::from(len));
+                        if marked.is_ok() && !entered {
+                            // A resync holds the region: wait for it, reaping
+                            // this queue's own writes meanwhile (the resync
+                            // waits for them; blocking here would deadlock).
+                            let array = Arc::clone(array);
+                            loop {
+                                self.harvest(0)?;
+                                if array.try_begin_write(offset, u64::from(len)) {
+                                    break;
+                                }
+                                std::thread::sleep(std::time::Duration::from_micros(20));
+                            }
+                        }
+                        if marked.is_ok() {
+                            // Released when the slot completes (finish_sub).
+                            self.spans[slot as usize] = Some((offset, len));
+                        }
+                        marked
+                    }
                     _ => Ok(()),
                 };
                 let split = marked.is_ok() && self.split(&geometry, write, offset, len);
@@ -846,15 +877,7 @@ impl Queue for FanoutQueue {
             } else {
                 1
             };
-            let mut engine_done = std::mem::take(&mut self.engine_done);
-            self.engine.complete(wait, &mut |user_data, result| {
-                engine_done.push((user_data, result))
-            })?;
-            for &(user_data, result) in &engine_done {
-                self.on_engine_completion(user_data, result)?;
-            }
-            engine_done.clear();
-            self.engine_done = engine_done;
+            self.harvest(wait)?;
             if self.ready.is_empty() && (passed >= min_complete || self.busy_slots == 0) {
                 if self.busy_slots == 0 && self.counted_since_publish > 0 {
                     self.publish_counts();
@@ -862,6 +885,24 @@ impl Queue for FanoutQueue {
                 return Ok(passed);
             }
         }
+    }
+}
+
+impl FanoutQueue {
+    /// Take the engine's completions (waiting for at least `wait`) and
+    /// handle them; finished requests go to `ready`.
+    #[inline]
+    fn harvest(&mut self, wait: u32) -> io::Result<()> {
+        let mut engine_done = std::mem::take(&mut self.engine_done);
+        self.engine.complete(wait, &mut |user_data, result| {
+            engine_done.push((user_data, result))
+        })?;
+        let handled = engine_done
+            .iter()
+            .try_for_each(|&(user_data, result)| self.on_engine_completion(user_data, result));
+        engine_done.clear();
+        self.engine_done = engine_done;
+        handled
     }
 }
 

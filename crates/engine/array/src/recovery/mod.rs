@@ -30,4 +30,4 @@ mod rebuild;
 mod scrub;
 
 pub use rebuild::{add_member, promote_spares, rebuild, Added, Progress, Rebuilt};
-pub use scrub::{scrub, Mode, Scrubbed};
+pub use scrub::{scrub, scrub_with, Mode, Pace, Scrubbed};

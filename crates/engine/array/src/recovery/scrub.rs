@@ -5,6 +5,7 @@
 use super::rebuild::{CHECKPOINT_EVERY, REGION_BYTES};
 use super::Progress;
 use crate::array::Array;
+use crate::array::BARRIER_REGION_BYTES;
 use crate::error::{Error, Result};
 use nvraid_io::AlignedBuf;
 use std::time::Instant;
@@ -41,6 +42,30 @@ pub struct Scrubbed {
 /// `resync_offset`), checkpoints its progress every second, and records the
 /// array clean at the end; a check always covers the whole array.
 pub fn scrub(array: &Array, mode: Mode, progress: &mut dyn FnMut(Progress)) -> Result<Scrubbed> {
+    scrub_with(array, mode, &Pace::default(), progress)
+}
+
+/// How fast a scrub may go, and when to stop early (a server shutting
+/// down): a stopped repair keeps its last checkpoint, and the next one
+/// resumes there.
+#[derive(Debug, Default)]
+pub struct Pace<'a> {
+    /// Bytes per second at most (md's speed_limit_max); `None`: unlimited.
+    pub max_rate: Option<u64>,
+    /// Checked between regions.
+    pub stop: Option<&'a std::sync::atomic::AtomicBool>,
+}
+
+/// [`scrub`], paced. Each region is held against client writes while it
+/// is compared and rewritten (the array's barrier), so a scrub or resync can
+/// run beside a server's clients: no client write to the region is in
+/// flight or starts until the region is done.
+pub fn scrub_with(
+    array: &Array,
+    mode: Mode,
+    pace: &Pace,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Scrubbed> {
     let geometry = array.geometry();
     if geometry.copies() < 2 {
         return Err(Error::Unsupported {
@@ -74,7 +99,16 @@ pub fn scrub(array: &Array, mode: Mode, progress: &mut dyn FnMut(Progress)) -> R
         .collect();
     let mut at = from;
     while at < total {
-        let end = (at + REGION_BYTES).min(total);
+        if pace
+            .stop
+            .is_some_and(|stop| stop.load(std::sync::atomic::Ordering::Acquire))
+        {
+            break;
+        }
+        let region = at / BARRIER_REGION_BYTES;
+        let end = ((region + 1) * BARRIER_REGION_BYTES).min(total);
+        array.hold_region(region);
+        let held = Held(array);
         for piece in geometry.pieces(at, end - at) {
             let len = piece.len as usize;
             // Every readable copy of the piece, in copy order.
@@ -147,7 +181,14 @@ pub fn scrub(array: &Array, mode: Mode, progress: &mut dyn FnMut(Progress)) -> R
                 }
             }
         }
+        drop(held);
         at = end;
+        if let Some(rate) = pace.max_rate {
+            let due = std::time::Duration::from_secs_f64((at - from) as f64 / rate as f64);
+            if let Some(wait) = due.checked_sub(started.elapsed()) {
+                std::thread::sleep(wait);
+            }
+        }
         if resync_from.is_some() && last_checkpoint.elapsed() >= CHECKPOINT_EVERY && at < total {
             array.flush()?;
             array.resync_checkpoint(Some(at))?;
@@ -162,11 +203,26 @@ pub fn scrub(array: &Array, mode: Mode, progress: &mut dyn FnMut(Progress)) -> R
     }
     if mode == Mode::Repair {
         array.flush()?;
-        if resync_from.is_some() {
+        if at < total {
+            // Stopped early: the last checkpoint stands.
+            if resync_from.is_some() {
+                array.resync_checkpoint(Some(at))?;
+            }
+        } else if resync_from.is_some() {
             array.resync_checkpoint(None)?;
             found.resynced = true;
         }
     }
     found.seconds = started.elapsed().as_secs_f64();
     Ok(found)
+}
+
+/// A region held against client writes; released when dropped (also on an
+/// error part-way).
+struct Held<'a>(&'a Array);
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0.release_region();
+    }
 }

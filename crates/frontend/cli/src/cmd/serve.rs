@@ -21,9 +21,25 @@ pub struct ServeCmd {
     /// io_uring otherwise).
     #[arg(long, value_enum, default_value = "auto")]
     engine: Engine,
+    /// Resync speed limit in MB/s (md's speed_limit_max) for an array that
+    /// comes up dirty and is resynced in the background while served.
+    /// Default: unlimited (the resync still holds only one 4 MiB region at
+    /// a time against client writes).
+    #[arg(long, value_name = "MB/s")]
+    resync_speed: Option<u64>,
     /// Members of the array to serve, in any order.
     #[arg(required = true)]
     members: Vec<String>,
+}
+
+/// What the background resync has done, for `status`.
+#[derive(Default)]
+struct ResyncState {
+    done_bytes: u64,
+    total_bytes: u64,
+    seconds: f64,
+    finished: bool,
+    error: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -47,7 +63,8 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
             allow_degraded: true,
         },
     )?);
-    configure(&mut options, &array);
+    let resync = Arc::new(std::sync::Mutex::new(ResyncState::default()));
+    configure(&mut options, &array, &resync);
     let members: Vec<&Member> = array.slots().iter().flatten().map(|s| &s.member).collect();
     let engine = crate::cmd::bench::engine_for(args.engine, &members);
     let target: Arc<dyn Target> = Arc::new(FanoutTarget::array(array.clone(), engine));
@@ -58,7 +75,19 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
         target.describe(),
         target.size_bytes(),
     );
+    // An array that came up dirty is resynced beside the clients (md's
+    // rule), one region at a time held against their writes.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let resync_thread = (writable && array.resync_from().is_some()).then(|| {
+        let (array, stop, state) = (array.clone(), stop.clone(), resync.clone());
+        let max_rate = args.resync_speed.map(|mb| mb * 1_000_000);
+        std::thread::spawn(move || background_resync(&array, max_rate, &stop, &state))
+    });
     let served = nvraid_serve::serve(target, options, shutdown);
+    stop.store(true, Ordering::Release);
+    if let Some(thread) = resync_thread {
+        let _ = thread.join();
+    }
     // The server has stopped, finished in-flight requests and flushed; only
     // then is the array marked clean.
     served.context("the NBD server failed; the array is left as it is")?;
@@ -69,11 +98,79 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
     Ok(0)
 }
 
-fn configure(options: &mut ServeOptions, array: &Arc<Array>) {
+/// The resync thread of `serve`: repair from the recorded resync point,
+/// checkpointing it, then record the array clean; progress goes to `state`
+/// and a line to stderr at the end.
+fn background_resync(
+    array: &Array,
+    max_rate: Option<u64>,
+    stop: &std::sync::atomic::AtomicBool,
+    state: &std::sync::Mutex<ResyncState>,
+) {
+    use nvraid_array::recovery::{scrub_with, Mode, Pace};
+    eprintln!(
+        "nvraid: the array was not shut down cleanly; resyncing from byte {} while serving",
+        array.resync_from().unwrap_or(0)
+    );
+    let pace = Pace {
+        max_rate,
+        stop: Some(stop),
+    };
+    let outcome = scrub_with(array, Mode::Repair, &pace, &mut |p| {
+        let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
+        s.done_bytes = p.done_bytes;
+        s.total_bytes = p.total_bytes;
+        s.seconds = p.elapsed.as_secs_f64();
+    });
+    let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
+    match outcome {
+        Ok(found) if found.resynced => {
+            s.finished = true;
+            eprintln!(
+                "nvraid: resync done: {} bytes in {:.1} s, {} sectors rewritten; the array is in sync",
+                found.bytes, found.seconds, found.repaired_sectors
+            );
+        }
+        Ok(_) => eprintln!(
+            "nvraid: resync stopped at byte {}; it resumes there next time",
+            s.done_bytes
+        ),
+        Err(e) => {
+            eprintln!("nvraid: resync failed: {e}; the array stays dirty");
+            s.error = Some(e.to_string());
+        }
+    }
+}
+
+fn configure(
+    options: &mut ServeOptions,
+    array: &Arc<Array>,
+    resync: &Arc<std::sync::Mutex<ResyncState>>,
+) {
     let chunk = array.geometry().chunk_bytes().unwrap_or(4096);
     options.preferred_block_bytes = (chunk as u32).clamp(array.sector_bytes(), 1 << 20);
     let status_array = array.clone();
-    options.status_hook = Some(Arc::new(move || array_status(&status_array)));
+    let resync = resync.clone();
+    options.status_hook = Some(Arc::new(move || {
+        let mut value = array_status(&status_array);
+        let s = resync.lock().unwrap_or_else(|e| e.into_inner());
+        if s.total_bytes > 0 || s.error.is_some() {
+            let rate = if s.seconds > 0.0 {
+                s.done_bytes as f64 / s.seconds
+            } else {
+                0.0
+            };
+            value["resync"] = serde_json::json!({
+                "done_bytes": s.done_bytes,
+                "total_bytes": s.total_bytes,
+                "rate_bytes_per_second": rate as u64,
+                "eta_seconds": if rate > 0.0 { (s.total_bytes - s.done_bytes) as f64 / rate } else { 0.0 },
+                "finished": s.finished,
+                "error": s.error,
+            });
+        }
+        value
+    }));
 }
 
 /// The array as `detail` shows it, each member with the I/O the server's
