@@ -40,6 +40,8 @@ enum Command {
     Add(cmd::manage::AddArgs),
     /// Finish the rebuild of members whose recovery was cut short.
     Rebuild(cmd::manage::RebuildArgs),
+    /// Mark a member faulty (offline, or in a running server with --socket).
+    Fail(cmd::manage::FailArgs),
     /// Compare every copy of a RAID 1/10 and report the sectors that differ.
     Check(cmd::manage::ScrubArgs),
     /// Rewrite copies that differ from the first; resync a dirty array.
@@ -71,6 +73,7 @@ fn main() -> ExitCode {
         Command::Write(args) => cmd::io::write(args, direct),
         Command::Add(args) => cmd::manage::add(args, direct),
         Command::Rebuild(args) => cmd::manage::rebuild(args, direct),
+        Command::Fail(args) => cmd::manage::fail(args, direct),
         Command::Check(args) => cmd::manage::check(args, direct),
         Command::Repair(args) => cmd::manage::repair(args, direct),
         Command::Read(args) => cmd::io::read(args, direct),

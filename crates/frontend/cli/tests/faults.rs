@@ -323,3 +323,58 @@ fn serve_resyncs_a_dirty_mirror_beside_a_verifying_client() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// `nvraid fail`: offline, and in a running server through its control
+/// socket. The member is marked faulty in the others' superblocks; the last
+/// copy and RAID 0 are refused.
+#[test]
+fn fail_marks_a_member_faulty_offline_and_online() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(
+        &[
+            "create", "--level", "1", "--size", "16M", "a.img", "b.img", "c.img",
+        ],
+        d,
+    );
+    ok(&["fail", "--member", "c.img", "a.img", "b.img", "c.img"], d);
+    let detail: serde_json::Value =
+        serde_json::from_str(&ok(&["detail", "--json", "a.img", "b.img", "c.img"], d)).unwrap();
+    assert_eq!(detail["members"][3]["state"], "faulty", "{detail}");
+    assert_eq!(detail["members"][3]["path"], "c.img", "{detail}");
+
+    let members = vec!["a.img".to_string(), "b.img".to_string()];
+    let server = serve(d, &members);
+    let control = d.join("md.ctl");
+    let socket = control.to_str().unwrap();
+    ok(&["fail", "--socket", socket, "--member", "b.img"], d);
+    let now = status(d);
+    let states: Vec<&str> = now["array"]["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, vec!["active", "faulty", "missing"], "{now}");
+    // a.img now holds the last copy.
+    let out = nvraid(&["fail", "--socket", socket, "--member", "a.img"], d);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("only copy"));
+    let out = nvraid(&["fail", "--socket", socket, "--member", "nope.img"], d);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a working member"));
+    stop(server);
+    let detail: serde_json::Value =
+        serde_json::from_str(&ok(&["detail", "--json", "a.img", "b.img"], d)).unwrap();
+    assert!(
+        detail["state"].as_str().unwrap().contains("degraded"),
+        "{detail}"
+    );
+    ok(
+        &[
+            "create", "--level", "0", "--size", "16M", "r0.img", "r1.img",
+        ],
+        d,
+    );
+    let out = nvraid(&["fail", "--member", "r1.img", "r0.img", "r1.img"], d);
+    assert_eq!(out.status.code(), Some(1), "raid0 cannot lose a member");
+}

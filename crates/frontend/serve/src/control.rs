@@ -62,7 +62,10 @@ fn answer(shared: &Shared, stream: UnixStream) -> std::io::Result<()> {
     BufReader::new((&stream).take(REQUEST_MAX_BYTES)).read_line(&mut line)?;
     let reply = match serde_json::from_str::<Value>(&line) {
         Ok(request) if request["command"] == "status" => status(shared),
-        Ok(request) => json!({"error": format!("unknown command {}", request["command"])}),
+        Ok(request) => match &shared.options.command_hook {
+            Some(hook) => hook(&request),
+            None => json!({"error": format!("unknown command {}", request["command"])}),
+        },
         Err(e) => json!({"error": format!("bad request: {e}")}),
     };
     let mut out = serde_json::to_vec(&reply).map_err(std::io::Error::other)?;
@@ -117,20 +120,30 @@ pub(crate) fn status(shared: &Shared) -> Value {
 /// Ask a running server for its status (what `nvraid status --socket`
 /// prints).
 pub fn query_status(path: &Path) -> Result<Value, Error> {
+    request(path, &json!({"command": "status"}))
+}
+
+/// Send one command to a running server's control socket; its reply (an
+/// `error` in the reply becomes an error).
+pub fn request(path: &Path, command: &Value) -> Result<Value, Error> {
     let fail = |e: std::io::Error| Error::Control(format!("{}: {e}", path.display()));
     let stream = UnixStream::connect(path).map_err(fail)?;
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .map_err(fail)?;
-    (&stream)
-        .write_all(b"{\"command\":\"status\"}\n")
-        .map_err(fail)?;
+    let mut line = serde_json::to_vec(command).map_err(|e| Error::Control(e.to_string()))?;
+    line.push(b'\n');
+    (&stream).write_all(&line).map_err(fail)?;
     let mut line = String::new();
     BufReader::new(&stream).read_line(&mut line).map_err(fail)?;
     let value: Value =
         serde_json::from_str(&line).map_err(|e| Error::Control(format!("bad reply: {e}")))?;
     match value.get("error") {
-        Some(message) => Err(Error::Control(message.to_string())),
+        Some(message) => Err(Error::Control(
+            message
+                .as_str()
+                .map_or_else(|| message.to_string(), str::to_string),
+        )),
         None => Ok(value),
     }
 }

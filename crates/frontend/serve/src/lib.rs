@@ -29,10 +29,10 @@ pub mod testing;
 mod transport;
 mod worker;
 
-pub use control::{format_status, query_status};
+pub use control::{format_status, query_status, request};
 pub use error::Error;
 pub use options::{
-    stderr_log, ListenAddress, LogSink, ServeOptions, StatusHook, TlsFiles, TlsMode,
+    stderr_log, CommandHook, ListenAddress, LogSink, ServeOptions, StatusHook, TlsFiles, TlsMode,
 };
 pub use server::{serve, start, Server, ServerInfo};
 pub use shutdown::ShutdownHandle;

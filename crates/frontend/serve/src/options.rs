@@ -73,6 +73,9 @@ pub type LogSink = Arc<dyn Fn(&str) + Send + Sync>;
 /// Extra JSON for the control socket's status (the array's `detail`,
 /// per-member counters), provided by the caller that owns the array.
 pub type StatusHook = Arc<dyn Fn() -> serde_json::Value + Send + Sync>;
+/// Answers control-socket commands other than `status` (the request, as
+/// JSON; the reply, as JSON, with `error` when refused).
+pub type CommandHook = Arc<dyn Fn(&serde_json::Value) -> serde_json::Value + Send + Sync>;
 
 /// Everything `serve` needs besides the target.
 #[derive(Clone)]
@@ -104,6 +107,7 @@ pub struct ServeOptions {
     pub control_socket: Option<PathBuf>,
     pub log: LogSink,
     pub status_hook: Option<StatusHook>,
+    pub command_hook: Option<CommandHook>,
 }
 
 impl fmt::Debug for ServeOptions {
@@ -147,6 +151,7 @@ impl Default for ServeOptions {
             control_socket: None,
             log: stderr_log(),
             status_hook: None,
+            command_hook: None,
         }
     }
 }

@@ -82,6 +82,69 @@ pub struct ScrubArgs {
     members: Vec<String>,
 }
 
+#[derive(Args, Debug)]
+pub struct FailArgs {
+    /// The member to mark faulty.
+    #[arg(long, value_name = "MEMBER")]
+    member: String,
+    /// A running `nvraid serve`'s control socket: fail the member there.
+    #[arg(long, value_name = "PATH", conflicts_with = "members")]
+    socket: Option<std::path::PathBuf>,
+    /// Without --socket: the array's members, in any order.
+    #[arg(required_unless_present = "socket")]
+    members: Vec<String>,
+}
+
+/// Mark a member faulty: it is no longer read or written, and the other
+/// members record it so (events + 1). Refused for the last copy of any data
+/// and on RAID 0.
+pub fn fail(args: &FailArgs, direct: bool) -> Result<u8> {
+    if let Some(socket) = &args.socket {
+        let reply = nvraid_serve::request(
+            socket,
+            &serde_json::json!({"command": "fail", "member": args.member}),
+        )?;
+        eprintln!(
+            "nvraid: {} marked faulty (role {}, events {})",
+            args.member, reply["role"], reply["events"]
+        );
+        return Ok(0);
+    }
+    let array = assemble(&args.members, writable(direct))?;
+    let role = role_of(&array, &args.member)?;
+    array.fail_member(role, &administrator())?;
+    eprintln!(
+        "nvraid: {} marked faulty (role {role}, events {})",
+        args.member,
+        array.events()
+    );
+    array.close()?;
+    Ok(0)
+}
+
+/// The error a member is failed with on request.
+pub fn administrator() -> std::io::Error {
+    std::io::Error::other("failed on request")
+}
+
+/// The role of the present member named `spec` (same path, or the same
+/// file or device).
+pub fn role_of(array: &nvraid_array::Array, spec: &str) -> Result<usize> {
+    let wanted = std::fs::metadata(spec).ok().map(|m| {
+        use std::os::unix::fs::MetadataExt;
+        (m.dev(), m.ino())
+    });
+    array
+        .slots()
+        .iter()
+        .position(|slot| {
+            slot.as_ref().is_some_and(|s| {
+                s.member.spec() == spec || (wanted.is_some() && s.member.identity() == wanted)
+            })
+        })
+        .ok_or_else(|| anyhow::anyhow!("{spec}: not a working member of this array"))
+}
+
 fn writable(direct: bool) -> AssembleOptions {
     AssembleOptions {
         writable: true,

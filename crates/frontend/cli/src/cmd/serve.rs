@@ -149,6 +149,10 @@ fn configure(
 ) {
     let chunk = array.geometry().chunk_bytes().unwrap_or(4096);
     options.preferred_block_bytes = (chunk as u32).clamp(array.sector_bytes(), 1 << 20);
+    let command_array = array.clone();
+    options.command_hook = Some(Arc::new(move |request| {
+        control_command(&command_array, request)
+    }));
     let status_array = array.clone();
     let resync = resync.clone();
     options.status_hook = Some(Arc::new(move || {
@@ -171,6 +175,26 @@ fn configure(
         }
         value
     }));
+}
+
+/// Control-socket commands beyond `status`: `fail` (mark a member faulty).
+fn control_command(array: &Array, request: &serde_json::Value) -> serde_json::Value {
+    match request["command"].as_str() {
+        Some("fail") => {
+            let Some(member) = request["member"].as_str() else {
+                return serde_json::json!({"error": "fail needs \"member\""});
+            };
+            let role = match crate::cmd::manage::role_of(array, member) {
+                Ok(role) => role,
+                Err(e) => return serde_json::json!({"error": e.to_string()}),
+            };
+            match array.fail_member(role, &crate::cmd::manage::administrator()) {
+                Ok(()) => serde_json::json!({"role": role, "events": array.events()}),
+                Err(e) => serde_json::json!({"error": e.to_string()}),
+            }
+        }
+        other => serde_json::json!({"error": format!("unknown command {other:?}")}),
+    }
 }
 
 /// The array as `detail` shows it, each member with the I/O the server's
