@@ -251,8 +251,9 @@ pub struct Array {
     /// and md reads the first in-sync copy until resync has passed, so one
     /// block never gives two answers).
     unsynced: AtomicBool,
-    /// Where the last resync stopped, in array bytes (md's resync_offset).
-    resync_from: u64,
+    /// Where the last resync stopped, in array bytes (md's resync_offset);
+    /// moves as a resync checkpoints.
+    resync_at: AtomicU64,
     /// Some member has a read limit (recovery, bad blocks).
     read_limited: bool,
     /// This process has recorded the array dirty on the members.
@@ -336,7 +337,7 @@ impl Array {
             sector_bytes,
             writable,
             unsynced: AtomicBool::new(unsynced),
-            resync_from,
+            resync_at: AtomicU64::new(resync_from),
             read_limited,
             dirty: AtomicBool::new(false),
             events: Mutex::new(events),
@@ -406,9 +407,11 @@ impl Array {
     /// An array whose copies may differ (assembled dirty, not resynced
     /// since): where its resync starts, in array bytes.
     pub fn resync_from(&self) -> Option<u64> {
-        self.unsynced
-            .load(Ordering::Acquire)
-            .then_some(self.resync_from.min(self.size_bytes()))
+        self.unsynced.load(Ordering::Acquire).then_some(
+            self.resync_at
+                .load(Ordering::Acquire)
+                .min(self.size_bytes()),
+        )
     }
 
     /// Record how far a resync got (`Some(bytes)`, md's resync_offset) or
@@ -417,13 +420,28 @@ impl Array {
     pub(crate) fn resync_checkpoint(&self, done: Option<u64>) -> Result<()> {
         let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
         match done {
-            Some(bytes) => self.update_superblocks(&mut events, bytes / 512),
-            None => {
-                let written = self.dirty.load(Ordering::Acquire);
-                self.update_superblocks(&mut events, if written { 0 } else { RESYNC_CLEAN })?;
-                self.unsynced.store(false, Ordering::Release);
-                Ok(())
+            Some(bytes) => {
+                self.resync_at.store(bytes, Ordering::Release);
+                self.update_superblocks(&mut events, self.resync_offset_now())
             }
+            None => {
+                self.unsynced.store(false, Ordering::Release);
+                self.update_superblocks(&mut events, self.resync_offset_now())
+            }
+        }
+    }
+
+    /// The `resync_offset` the superblocks should record now (md's rule):
+    /// 0 while this process has written (a crash now could tear a write
+    /// anywhere, so all of it would need a resync); the resync checkpoint
+    /// while the array awaits the rest of a resync; clean otherwise.
+    fn resync_offset_now(&self) -> u64 {
+        if self.dirty.load(Ordering::Acquire) {
+            0
+        } else if self.unsynced.load(Ordering::Acquire) {
+            self.resync_at.load(Ordering::Acquire) / 512
+        } else {
+            RESYNC_CLEAN
         }
     }
 
@@ -468,7 +486,7 @@ impl Array {
         sb.events = *_events;
         sb.roles_raw = self.role_table();
         self.apply_recovery(role, &mut sb);
-        sb.resync_offset = if self.is_dirty() { 0 } else { RESYNC_CLEAN };
+        sb.resync_offset = self.resync_offset_now();
         write_superblock(&slot.member, &sb)?;
         slot.member
             .flush()
@@ -499,7 +517,7 @@ impl Array {
         }
         self.table.get_mut().unwrap_or_else(|p| p.into_inner())[dev_number as usize] = entry;
         let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
-        let resync_offset = if self.is_dirty() { 0 } else { RESYNC_CLEAN };
+        let resync_offset = self.resync_offset_now();
         self.update_superblocks(&mut events, resync_offset)
     }
 
@@ -508,7 +526,7 @@ impl Array {
     pub(crate) fn finish_recovery(&self, role: usize) -> Result<()> {
         let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
         self.in_sync[role].store(u64::MAX, Ordering::Release);
-        let resync_offset = if self.is_dirty() { 0 } else { RESYNC_CLEAN };
+        let resync_offset = self.resync_offset_now();
         self.update_superblocks(&mut events, resync_offset)
     }
 
@@ -565,7 +583,7 @@ impl Array {
             });
         }
         self.faulty[role].store(true, Ordering::Release);
-        let resync_offset = if self.is_dirty() { 0 } else { RESYNC_CLEAN };
+        let resync_offset = self.resync_offset_now();
         self.update_superblocks(&mut events, resync_offset)?;
         eprintln!(
             "nvraid: {spec}: {error}; marked faulty (events {}), the array runs degraded",
@@ -933,8 +951,11 @@ impl Array {
             self.flush()?;
         }
         if self.writable && self.dirty.load(Ordering::Acquire) {
+            // Every write has completed and is flushed: what is left to
+            // resync is what the resync had not reached (md writes its
+            // checkpoint when the array goes clean).
             let resync_offset = if self.unsynced.load(Ordering::Acquire) {
-                0
+                self.resync_at.load(Ordering::Acquire) / 512
             } else {
                 RESYNC_CLEAN
             };

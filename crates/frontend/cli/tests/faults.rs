@@ -378,3 +378,49 @@ fn fail_marks_a_member_faulty_offline_and_online() {
     let out = nvraid(&["fail", "--member", "r1.img", "r0.img", "r1.img"], d);
     assert_eq!(out.status.code(), Some(1), "raid0 cannot lose a member");
 }
+
+/// A server stopped in order (SIGINT) while it resyncs records how far the
+/// resync got, and the next server resumes there (as md does when it goes
+/// clean mid-resync).
+#[test]
+fn an_orderly_stop_keeps_the_resync_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let members = vec!["m0.img".to_string(), "m1.img".to_string()];
+    ok(
+        &[
+            "create", "--level", "1", "--size", "48M", "m0.img", "m1.img",
+        ],
+        d,
+    );
+    let mut server = serve(d, &members);
+    std::fs::write(d.join("data"), vec![7u8; 1 << 20]).unwrap();
+    let copied = Command::new("nbdcopy")
+        .arg(d.join("data"))
+        .arg(format!(
+            "nbd+unix:///?socket={}",
+            d.join("md.sock").display()
+        ))
+        .status()
+        .expect("nbdcopy");
+    assert!(copied.success());
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let server = serve_with(d, &members, &["--resync-speed", "8"]);
+    std::thread::sleep(Duration::from_millis(2500));
+    stop(server);
+    let examine: serde_json::Value =
+        serde_json::from_str(&ok(&["examine", "--json", "m0.img"], d)).unwrap();
+    let offset = examine[0]["superblock"]["resync_offset"].as_u64().unwrap();
+    assert!(
+        offset > 0 && offset < 94208,
+        "resync_offset {offset} sectors: {examine}"
+    );
+    let server = serve(d, &members);
+    let log = std::fs::read_to_string(d.join("serve.log")).unwrap();
+    assert!(
+        log.contains(&format!("resyncing from byte {}", offset * 512)),
+        "{log}"
+    );
+    stop(server);
+}
