@@ -3,7 +3,9 @@
 //! and EAGAIN), at several queue depths, for every level; then errors from
 //! members are reported, never ignored.
 
-use nvraid_array::{assemble, create, AssembleOptions, CreateOptions, FanoutTarget};
+mod common;
+
+use nvraid_array::{create, CreateOptions, FanoutTarget};
 use nvraid_io::engine::{EngineKind, FaultPlan};
 use nvraid_io::queue::{Completion, OpKind, Target};
 use nvraid_layout::Level;
@@ -31,28 +33,12 @@ const ENGINES: [EngineKind; 3] = [
 ];
 
 fn new_array(dir: &tempfile::TempDir, level: Level, members: usize) -> Vec<String> {
-    let specs: Vec<String> = (0..members)
-        .map(|i| dir.path().join(format!("m{i}")).display().to_string())
-        .collect();
-    let options = CreateOptions {
-        level,
-        chunk_bytes: 8192,
-        name: "engines".into(),
-        size_bytes: Some(3 << 20),
-        force: false,
-        direct: true,
-    };
-    create(&specs, &options).unwrap().close().unwrap();
-    specs
+    common::new_array(dir, level, members, 8192, 3 << 20)
 }
 
 /// Assemble the array `specs` form, writable, for queues to share.
 fn open_writable(specs: &[String]) -> Arc<nvraid_array::Array> {
-    let options = AssembleOptions {
-        writable: true,
-        ..Default::default()
-    };
-    Arc::new(assemble(specs, options).unwrap())
+    common::writable(specs)
 }
 
 /// Keep `depth` random requests in flight; writes land in the model when

@@ -4,10 +4,10 @@
 //! faulty (events + 1) in every other member's superblock. RAID 0, and the
 //! last copy of any data, fail the request with EIO instead.
 
-use nvraid_array::{
-    assemble, create, read_superblock, Array, AssembleOptions, CreateOptions, FanoutTarget,
-    SetAside,
-};
+mod common;
+
+use common::writable;
+use nvraid_array::{assemble, read_superblock, AssembleOptions, FanoutTarget, SetAside};
 use nvraid_io::engine::{EngineKind, FaultPlan};
 use nvraid_io::queue::{OpKind, Target};
 use nvraid_layout::Level;
@@ -15,28 +15,7 @@ use nvraid_member::{Member, OpenOptions};
 use std::sync::Arc;
 
 fn new_array(dir: &tempfile::TempDir, level: Level, members: usize) -> Vec<String> {
-    let specs: Vec<String> = (0..members)
-        .map(|i| dir.path().join(format!("m{i}")).display().to_string())
-        .collect();
-    let options = CreateOptions {
-        level,
-        chunk_bytes: 16384,
-        name: "failover".into(),
-        size_bytes: Some(4 << 20),
-        force: false,
-        direct: true,
-    };
-    create(&specs, &options).unwrap().close().unwrap();
-    specs
-}
-
-fn writable(specs: &[String]) -> Arc<Array> {
-    let options = AssembleOptions {
-        writable: true,
-        allow_degraded: true,
-        ..Default::default()
-    };
-    Arc::new(assemble(specs, options).unwrap())
+    common::new_array(dir, level, members, 16384, 4 << 20)
 }
 
 fn failing(member: u32) -> EngineKind {

@@ -4,24 +4,12 @@
 //!
 //! Replays from a seed: set NVRAID_SEED to reproduce a failure.
 
+mod common;
+
+use common::Rng;
 use nvraid_array::{assemble, create, Array, AssembleOptions, CreateOptions};
 use nvraid_layout::Level;
 use std::os::fd::AsRawFd;
-
-/// A small deterministic generator (xorshift64*), so failures replay.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 fn seed() -> u64 {
     std::env::var("NVRAID_SEED")

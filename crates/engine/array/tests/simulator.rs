@@ -9,6 +9,9 @@
 //! `NVRAID_SIM_ROUNDS=2000 cargo test --release -p nvraid-array --test simulator`.
 //! A failure names its seed; `NVRAID_SIM_SEED=N` replays that round alone.
 
+mod common;
+
+use common::Rng;
 use nvraid_array::recovery::{self, Mode};
 use nvraid_array::{assemble, create, Array, AssembleOptions, CreateOptions, FanoutTarget};
 use nvraid_io::engine::{EngineKind, FaultPlan};
@@ -16,21 +19,6 @@ use nvraid_io::queue::{OpKind, Target};
 use nvraid_layout::Level;
 use nvraid_member::{Member, OpenOptions};
 use std::sync::Arc;
-
-/// xorshift64*: small, seeded, reproducible.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 const LEVELS: [(Level, usize); 6] = [
     (Level::Raid1, 2),

@@ -740,27 +740,7 @@ mod serve {
             &["create", "--level", "1", "--size", "16M", "m0", "m1"],
             dir.path(),
         );
-        let socket = dir.path().join("md.sock");
-        let mut server = Command::new(env!("CARGO_BIN_EXE_nvraid"))
-            .args([
-                "serve",
-                "--listen",
-                &format!("unix:{}", socket.display()),
-                "m0",
-                "m1",
-            ])
-            .current_dir(dir.path())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let control = dir.path().join("md.ctl");
-        for _ in 0..200 {
-            if control.exists() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(25));
-        }
-        assert!(control.exists(), "serve did not start");
+        let mut server = serve(dir.path(), &["m0".to_string(), "m1".to_string()]);
         std::fs::write(dir.path().join("data"), vec![1u8; 4096]).unwrap();
         let holder = format!("pid {}", server.id());
         let before = hash_files(dir.path());
@@ -821,27 +801,9 @@ mod serve {
             dir.path(),
         );
         let socket = dir.path().join("md.sock");
-        let mut server = Command::new(env!("CARGO_BIN_EXE_nvraid"))
-            .args([
-                "serve",
-                "--listen",
-                &format!("unix:{}", socket.display()),
-                "m0",
-                "m1",
-                "m2",
-                "m3",
-            ])
-            .current_dir(dir.path())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
+        let members: Vec<String> = (0..4).map(|i| format!("m{i}")).collect();
+        let mut server = serve(dir.path(), &members);
         let control = dir.path().join("md.ctl");
-        for _ in 0..200 {
-            if control.exists() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(25));
-        }
         let data: Vec<u8> = (0..4 << 20).map(|i: u32| (i % 241) as u8).collect();
         std::fs::write(dir.path().join("in"), &data).unwrap();
         let uri = format!("nbd+unix:///?socket={}", socket.display());

@@ -58,39 +58,6 @@ impl Drop for FaultyMember {
     }
 }
 
-fn serve(dir: &Path, members: &[String]) -> Child {
-    serve_with(dir, members, &[])
-}
-
-fn serve_with(dir: &Path, members: &[String], extra: &[&str]) -> Child {
-    let socket = dir.join("md.sock");
-    let _ = std::fs::remove_file(dir.join("md.ctl"));
-    let log = std::fs::File::create(dir.join("serve.log")).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_nvraid"))
-        .arg("serve")
-        .arg("--listen")
-        .arg(format!("unix:{}", socket.display()))
-        .args(extra)
-        .args(members)
-        .current_dir(dir)
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    for _ in 0..400 {
-        if dir.join("md.ctl").exists() {
-            return child;
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!(
-        "serve did not start: {}",
-        std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default()
-    );
-}
-
 #[test]
 fn a_mirror_that_fails_under_fio_verify_costs_the_client_nothing() {
     for (level, count) in [("1", 2usize), ("10", 4)] {
@@ -201,6 +168,24 @@ fn status(dir: &Path) -> serde_json::Value {
     .unwrap()
 }
 
+/// Serve the array, copy `data` to its start through NBD, and kill the
+/// server with SIGKILL: the array is left dirty.
+fn write_then_kill(dir: &Path, members: &[String], data: &[u8]) {
+    let mut server = serve(dir, members);
+    std::fs::write(dir.join("data"), data).unwrap();
+    let copied = Command::new("nbdcopy")
+        .arg(dir.join("data"))
+        .arg(format!(
+            "nbd+unix:///?socket={}",
+            dir.join("md.sock").display()
+        ))
+        .status()
+        .expect("nbdcopy (apt-get install libnbd-bin)");
+    assert!(copied.success());
+    server.kill().unwrap();
+    server.wait().unwrap();
+}
+
 fn stop(mut server: Child) {
     Command::new("kill")
         .arg("-INT")
@@ -227,20 +212,8 @@ fn serve_resyncs_a_dirty_mirror_beside_a_verifying_client() {
         d,
     );
     // A first server takes writes and dies without a clean shutdown.
-    let mut server = serve_with(d, &members, &[]);
     let data: Vec<u8> = (0..(32u32 << 20)).map(|i| (i % 247) as u8).collect();
-    std::fs::write(d.join("data"), &data).unwrap();
-    let copied = Command::new("nbdcopy")
-        .arg(d.join("data"))
-        .arg(format!(
-            "nbd+unix:///?socket={}",
-            d.join("md.sock").display()
-        ))
-        .status()
-        .expect("nbdcopy (apt-get install libnbd-bin)");
-    assert!(copied.success());
-    server.kill().unwrap();
-    server.wait().unwrap();
+    write_then_kill(d, &members, &data);
     // A torn write: one copy differs in 64 KiB at 40 MiB.
     use std::os::unix::fs::FileExt;
     let f = std::fs::OpenOptions::new()
@@ -393,19 +366,7 @@ fn an_orderly_stop_keeps_the_resync_checkpoint() {
         ],
         d,
     );
-    let mut server = serve(d, &members);
-    std::fs::write(d.join("data"), vec![7u8; 1 << 20]).unwrap();
-    let copied = Command::new("nbdcopy")
-        .arg(d.join("data"))
-        .arg(format!(
-            "nbd+unix:///?socket={}",
-            d.join("md.sock").display()
-        ))
-        .status()
-        .expect("nbdcopy");
-    assert!(copied.success());
-    server.kill().unwrap();
-    server.wait().unwrap();
+    write_then_kill(d, &members, &[7u8; 1 << 20]);
     let server = serve_with(d, &members, &["--resync-speed", "8"]);
     std::thread::sleep(Duration::from_millis(2500));
     stop(server);

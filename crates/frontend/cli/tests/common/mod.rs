@@ -3,7 +3,8 @@
 
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
 
 /// The repository's root (for tools/ and tests/fixtures/).
 pub fn repo() -> PathBuf {
@@ -134,4 +135,39 @@ pub fn kernel_reads(images: &[PathBuf], expect: &[String]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     stdout
+}
+
+/// Start `nvraid serve` on `members` in `dir` (listening on `md.sock`,
+/// control socket `md.ctl`, stderr in `serve.log`), once it answers.
+pub fn serve(dir: &Path, members: &[String]) -> Child {
+    serve_with(dir, members, &[])
+}
+
+pub fn serve_with(dir: &Path, members: &[String], extra: &[&str]) -> Child {
+    let socket = dir.join("md.sock");
+    let _ = std::fs::remove_file(dir.join("md.ctl"));
+    let log = std::fs::File::create(dir.join("serve.log")).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nvraid"))
+        .arg("serve")
+        .arg("--listen")
+        .arg(format!("unix:{}", socket.display()))
+        .args(extra)
+        .args(members)
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    for _ in 0..400 {
+        if dir.join("md.ctl").exists() {
+            return child;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!(
+        "serve did not start: {}",
+        std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default()
+    );
 }
