@@ -101,3 +101,36 @@ fn corrupted_kernel_superblock_is_refused() {
         Err(nvraid_metadata::DecodeError::BadMagic { .. })
     ));
 }
+
+/// Like the kernel's super_1_load: a superblock with a feature bit the
+/// kernel does not define, or a non-zero reserved byte, is refused even with
+/// a correct checksum, and names what is wrong.
+#[test]
+fn unknown_feature_bits_and_reserved_bytes_are_refused() {
+    use nvraid_metadata::{checksum, DecodeError};
+    let (_, sb_bytes) = decode("raid1-2d", 0);
+    let resealed = |edit: &dyn Fn(&mut Vec<u8>)| {
+        let mut bytes = sb_bytes.to_vec();
+        edit(&mut bytes);
+        let len = 256 + 2 * u32::from_le_bytes(bytes[220..224].try_into().unwrap()) as usize;
+        let csum = checksum(&bytes[..len]);
+        bytes[216..220].copy_from_slice(&csum.to_le_bytes());
+        bytes
+    };
+    let unknown = resealed(&|b| b[8..12].copy_from_slice(&(1u32 << 20).to_le_bytes()));
+    assert_eq!(
+        Superblock::decode(&unknown),
+        Err(DecodeError::UnknownFeatures(1 << 20))
+    );
+    for at in [12usize, 15, 224, 255] {
+        let reserved = resealed(&|b| b[at] = 1);
+        assert_eq!(
+            Superblock::decode(&reserved),
+            Err(DecodeError::ReservedNotZero(at)),
+            "byte {at}"
+        );
+    }
+    // The untouched superblock still decodes (the edits, not the resealing,
+    // are what is refused).
+    assert!(Superblock::decode(&resealed(&|_| {})).is_ok());
+}
