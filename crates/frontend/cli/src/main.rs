@@ -40,6 +40,8 @@ enum Command {
     Add(cmd::manage::AddArgs),
     /// Finish the rebuild of members whose recovery was cut short.
     Rebuild(cmd::manage::RebuildArgs),
+    /// Take a RAID 1/10 member out and rebuild a new one in its place.
+    Replace(cmd::manage::ReplaceArgs),
     /// Mark a member faulty (offline, or in a running server with --socket).
     Fail(cmd::manage::FailArgs),
     /// Compare every copy of a RAID 1/10 and report the sectors that differ.
@@ -74,6 +76,7 @@ fn main() -> ExitCode {
         Command::Add(args) => cmd::manage::add(args, direct),
         Command::Rebuild(args) => cmd::manage::rebuild(args, direct),
         Command::Fail(args) => cmd::manage::fail(args, direct),
+        Command::Replace(args) => cmd::manage::replace(args, direct),
         Command::Check(args) => cmd::manage::check(args, direct),
         Command::Repair(args) => cmd::manage::repair(args, direct),
         Command::Read(args) => cmd::io::read(args, direct),

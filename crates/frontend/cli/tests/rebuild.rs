@@ -301,3 +301,62 @@ fn a_hot_spare_takes_over_a_lost_member() {
         &["spares for a raid0"],
     );
 }
+
+/// `replace`: the old member is failed and a new one rebuilt in its role;
+/// a new member that does not fit is refused before anything changes.
+#[test]
+fn replace_rebuilds_a_new_member_in_the_old_ones_role() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(
+        &[
+            "create", "--level", "10", "--size", "16M", "a.img", "b.img", "c.img",
+        ],
+        d,
+    );
+    let data: Vec<u8> = (0..(20u32 << 20)).map(|i| (i % 223) as u8).collect();
+    std::fs::write(d.join("data"), &data).unwrap();
+    ok(&["write", "--input", "data", "a.img", "b.img", "c.img"], d);
+    std::fs::File::create(d.join("tiny.img"))
+        .unwrap()
+        .set_len(4 << 20)
+        .unwrap();
+    refused(
+        &[
+            "replace", "--old", "b.img", "--new", "tiny.img", "a.img", "b.img", "c.img",
+        ],
+        d,
+        &["tiny.img", "too small"],
+    );
+    std::fs::File::create(d.join("n.img"))
+        .unwrap()
+        .set_len(16 << 20)
+        .unwrap();
+    let out: serde_json::Value = serde_json::from_slice(&ok_bytes(
+        &[
+            "replace", "--json", "--old", "b.img", "--new", "n.img", "a.img", "b.img", "c.img",
+        ],
+        d,
+    ))
+    .unwrap();
+    assert_eq!(out["rebuilt"][0]["role"], 1, "{out}");
+    let after = detail(d, &["a.img", "b.img", "c.img", "n.img"]);
+    let state = |path: &str| {
+        after["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["path"] == path)
+            .map(|m| m["state"].clone())
+            .unwrap()
+    };
+    assert_eq!(state("n.img"), "active", "{after}");
+    assert_eq!(state("b.img"), "faulty", "{after}");
+    assert!(ok_bytes(&["read", "--length", "20M", "n.img", "a.img", "c.img"], d) == data);
+    assert_eq!(
+        nvraid(&["check", "a.img", "n.img", "c.img"], d)
+            .status
+            .code(),
+        Some(0)
+    );
+}

@@ -83,6 +83,96 @@ pub struct ScrubArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct ReplaceArgs {
+    /// The member to take out.
+    #[arg(long, value_name = "OLD")]
+    old: String,
+    /// The member to rebuild in its place.
+    #[arg(long, value_name = "NEW")]
+    new: String,
+    /// Use NEW even if it carries a filesystem or an md superblock.
+    #[arg(long, short = 'f')]
+    force: bool,
+    /// Print the outcome as JSON (progress still goes to stderr).
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    speed: SpeedArgs,
+    /// The array's members (OLD among them), in any order.
+    #[arg(required = true)]
+    members: Vec<String>,
+}
+
+/// `replace`: fail OLD, then put NEW into its role and rebuild it. Unlike
+/// md's replace (which copies to the new member while the old one still
+/// serves), the array runs without OLD's copy until the rebuild ends.
+pub fn replace(args: &ReplaceArgs, direct: bool) -> Result<u8> {
+    if args.members.contains(&args.new) {
+        bail!("{}: given both as --new and as a member", args.new);
+    }
+    let array = assemble(&args.members, writable(direct))?;
+    let role = role_of(&array, &args.old)?;
+    let new = open_new(&args.new, args.force, direct)?;
+    // Everything that could refuse NEW is checked before OLD is failed.
+    let needed = array.superblock().data_offset_sectors * 512
+        + array.geometry().member_used_bytes_of(role as u32);
+    if new.size_bytes() < needed {
+        bail!(
+            "{}: {} bytes is too small: a member of this array needs {needed} bytes",
+            args.new,
+            new.size_bytes()
+        );
+    }
+    if array
+        .slots()
+        .iter()
+        .flatten()
+        .any(|s| new.identity().is_some() && s.member.identity() == new.identity())
+    {
+        bail!("{}: already a member of this array", args.new);
+    }
+    array.fail_member(role, &administrator())?;
+    let (array, added) = recovery::add_member(array, new)?;
+    let Added::Recovering { role: taken } = added else {
+        bail!(
+            "{}: no role was free for it after failing {}",
+            args.new,
+            args.old
+        );
+    };
+    eprintln!(
+        "nvraid: {} replaces {} in role {taken}; rebuilding",
+        args.new, args.old
+    );
+    let rebuilt = recovery::rebuild(
+        &array,
+        max_rate(&args.speed),
+        &mut progress_printer("rebuild"),
+    )?;
+    array.close()?;
+    report(&rebuilt, args.json, "rebuilt")
+}
+
+/// Open a new member for writing, refusing one that carries a signature
+/// unless `force`.
+fn open_new(spec: &str, force: bool, direct: bool) -> Result<Member> {
+    let new = Member::open(
+        spec,
+        OpenOptions {
+            write: true,
+            create_bytes: None,
+            direct,
+        },
+    )?;
+    if !force && matches!(new.kind(), MemberKind::File | MemberKind::BlockDevice) {
+        if let Some(what) = detect_signature(&new).with_context(|| spec.to_string())? {
+            bail!("{spec}: already carries {what} (use --force to overwrite it)");
+        }
+    }
+    Ok(new)
+}
+
+#[derive(Args, Debug)]
 pub struct FailArgs {
     /// The member to mark faulty.
     #[arg(long, value_name = "MEMBER")]
@@ -158,22 +248,7 @@ pub fn add(args: &AddArgs, direct: bool) -> Result<u8> {
         bail!("{}: given both as --new and as a member", args.new);
     }
     let array = assemble(&args.members, writable(direct))?;
-    let new = Member::open(
-        &args.new,
-        OpenOptions {
-            write: true,
-            create_bytes: None,
-            direct,
-        },
-    )?;
-    if !args.force && matches!(new.kind(), MemberKind::File | MemberKind::BlockDevice) {
-        if let Some(what) = detect_signature(&new).with_context(|| args.new.clone())? {
-            bail!(
-                "{}: already carries {what} (use --force to overwrite it)",
-                args.new
-            );
-        }
-    }
+    let new = open_new(&args.new, args.force, direct)?;
     let (array, added) = recovery::add_member(array, new)?;
     let rebuilt = match added {
         Added::Spare => {
