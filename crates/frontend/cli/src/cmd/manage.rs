@@ -13,11 +13,21 @@ use std::time::{Duration, Instant};
 
 #[derive(Args, Debug)]
 pub struct AddArgs {
-    /// The new member: it takes the first role with no working member and is
-    /// rebuilt from the other copies (or becomes a spare when no role is
-    /// missing).
-    #[arg(long, value_name = "NEW")]
-    new: String,
+    #[command(flatten)]
+    new: NewMember,
+    /// The array's members, in any order.
+    #[arg(required = true)]
+    members: Vec<String>,
+}
+
+/// A new member and how to rebuild it (`add`, `replace`).
+#[derive(Args, Debug)]
+pub struct NewMember {
+    /// The new member: it takes the first role with no working member (with
+    /// `replace`, OLD's) and is rebuilt from the other copies; with `add`
+    /// and no role missing it becomes a spare.
+    #[arg(long = "new", value_name = "NEW")]
+    spec: String,
     /// Use NEW even if it carries a filesystem or an md superblock.
     #[arg(long, short = 'f')]
     force: bool,
@@ -26,9 +36,6 @@ pub struct AddArgs {
     json: bool,
     #[command(flatten)]
     speed: SpeedArgs,
-    /// The array's members, in any order.
-    #[arg(required = true)]
-    members: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -87,17 +94,8 @@ pub struct ReplaceArgs {
     /// The member to take out.
     #[arg(long, value_name = "OLD")]
     old: String,
-    /// The member to rebuild in its place.
-    #[arg(long, value_name = "NEW")]
-    new: String,
-    /// Use NEW even if it carries a filesystem or an md superblock.
-    #[arg(long, short = 'f')]
-    force: bool,
-    /// Print the outcome as JSON (progress still goes to stderr).
-    #[arg(long)]
-    json: bool,
     #[command(flatten)]
-    speed: SpeedArgs,
+    new: NewMember,
     /// The array's members (OLD among them), in any order.
     #[arg(required = true)]
     members: Vec<String>,
@@ -107,19 +105,19 @@ pub struct ReplaceArgs {
 /// md's replace (which copies to the new member while the old one still
 /// serves), the array runs without OLD's copy until the rebuild ends.
 pub fn replace(args: &ReplaceArgs, direct: bool) -> Result<u8> {
-    if args.members.contains(&args.new) {
-        bail!("{}: given both as --new and as a member", args.new);
+    let spec = &args.new.spec;
+    if args.members.contains(spec) {
+        bail!("{spec}: given both as --new and as a member");
     }
     let array = assemble(&args.members, writable(direct))?;
     let role = role_of(&array, &args.old)?;
-    let new = open_new(&args.new, args.force, direct)?;
+    let new = open_new(spec, args.new.force, direct)?;
     // Everything that could refuse NEW is checked before OLD is failed.
     let needed = array.superblock().data_offset_sectors * 512
         + array.geometry().member_used_bytes_of(role as u32);
     if new.size_bytes() < needed {
         bail!(
-            "{}: {} bytes is too small: a member of this array needs {needed} bytes",
-            args.new,
+            "{spec}: {} bytes is too small: a member of this array needs {needed} bytes",
             new.size_bytes()
         );
     }
@@ -129,28 +127,24 @@ pub fn replace(args: &ReplaceArgs, direct: bool) -> Result<u8> {
         .flatten()
         .any(|s| new.identity().is_some() && s.member.identity() == new.identity())
     {
-        bail!("{}: already a member of this array", args.new);
+        bail!("{spec}: already a member of this array");
     }
     array.fail_member(role, &administrator())?;
     let (array, added) = recovery::add_member(array, new)?;
     let Added::Recovering { role: taken } = added else {
-        bail!(
-            "{}: no role was free for it after failing {}",
-            args.new,
-            args.old
-        );
+        bail!("{spec}: no role was free for it after failing {}", args.old);
     };
     eprintln!(
-        "nvraid: {} replaces {} in role {taken}; rebuilding",
-        args.new, args.old
+        "nvraid: {spec} replaces {} in role {taken}; rebuilding",
+        args.old
     );
     let rebuilt = recovery::rebuild(
         &array,
-        max_rate(&args.speed),
+        max_rate(&args.new.speed),
         &mut progress_printer("rebuild"),
     )?;
     array.close()?;
-    report(&rebuilt, args.json, "rebuilt")
+    report(&rebuilt, args.new.json, "rebuilt")
 }
 
 /// Open a new member for writing, refusing one that carries a signature
@@ -244,22 +238,23 @@ fn writable(direct: bool) -> AssembleOptions {
 }
 
 pub fn add(args: &AddArgs, direct: bool) -> Result<u8> {
-    if args.members.contains(&args.new) {
-        bail!("{}: given both as --new and as a member", args.new);
+    let spec = &args.new.spec;
+    if args.members.contains(spec) {
+        bail!("{spec}: given both as --new and as a member");
     }
     let array = assemble(&args.members, writable(direct))?;
-    let new = open_new(&args.new, args.force, direct)?;
+    let new = open_new(spec, args.new.force, direct)?;
     let (array, added) = recovery::add_member(array, new)?;
     let rebuilt = match added {
         Added::Spare => {
-            eprintln!("nvraid: {} added as a spare (no role is missing)", args.new);
+            eprintln!("nvraid: {spec} added as a spare (no role is missing)");
             Vec::new()
         }
         Added::Recovering { role } => {
-            eprintln!("nvraid: {} takes role {role}; rebuilding", args.new);
+            eprintln!("nvraid: {spec} takes role {role}; rebuilding");
             recovery::rebuild(
                 &array,
-                max_rate(&args.speed),
+                max_rate(&args.new.speed),
                 &mut progress_printer("rebuild"),
             )?
         }
@@ -267,7 +262,7 @@ pub fn add(args: &AddArgs, direct: bool) -> Result<u8> {
     array.close()?;
     report(
         &rebuilt,
-        args.json,
+        args.new.json,
         match added {
             Added::Spare => "spare",
             Added::Recovering { .. } => "rebuilt",
