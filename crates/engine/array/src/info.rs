@@ -50,6 +50,9 @@ pub struct ArrayDetail {
     pub update_time: u64,
     pub data_offset_bytes: u64,
     pub members: Vec<MemberDetail>,
+    /// An array that came up dirty: the array byte its resync resumes at
+    /// (md's resync_offset); `null` when the copies are in sync.
+    pub resync_from_bytes: Option<u64>,
 }
 
 impl ArrayDetail {
@@ -156,6 +159,7 @@ pub fn detail(array: &Array) -> ArrayDetail {
             .unwrap_or(0),
         data_offset_bytes: sb.data_offset_sectors * 512,
         members,
+        resync_from_bytes: array.resync_from(),
     }
 }
 

@@ -129,7 +129,11 @@ fn bad_blocks_are_never_read() {
 fn a_dirty_mirror_is_read_from_its_first_copy() {
     let dir = tempfile::tempdir().unwrap();
     let m = unpack("dirty", dir.path());
-    assert_eq!(detail(dir.path(), &m)["state"], "active");
+    let d = detail(dir.path(), &m);
+    assert_eq!(d["state"], "active");
+    // The kernel's resync had reached 1152 KiB (2304 sectors, 6.4%) when
+    // the array stopped.
+    assert_eq!(d["resync_from_bytes"], 2304 * 512, "{d}");
     // The copies differ at 8 MiB; md reads (and resyncs from) the first.
     for _ in 0..3 {
         assert_eq!(sha(&read_all(dir.path(), &m)), kernel_sha("dirty"));
@@ -294,7 +298,9 @@ fn check_finds_and_repair_resyncs_a_dirty_mirror() {
     assert_eq!(repaired["repaired_sectors"], 2048, "{repaired}");
     let again = nvraid(&["check", "--json", &m[1], &m[0]], dir.path());
     assert_eq!(again.status.code(), Some(0));
-    assert_eq!(detail(dir.path(), &m)["state"], "clean");
+    let clean = detail(dir.path(), &m);
+    assert_eq!(clean["state"], "clean");
+    assert!(clean["resync_from_bytes"].is_null(), "{clean}");
     assert_eq!(sha(&read_all(dir.path(), &m)), kernel_sha("dirty"));
     let images: Vec<PathBuf> = m.iter().map(|n| dir.path().join(n)).collect();
     let stdout = kernel_reads(&images, &[kernel_sha("dirty")]);

@@ -138,9 +138,11 @@ impl Connection {
     }
 }
 
-/// Serve one accepted client to the end.
+/// Serve one accepted client to the end; its admission slot is given back
+/// when it ends.
 pub(crate) fn run(shared: Arc<Shared>, stream: Stream, id: u64, client: String) {
     let Ok(socket) = stream.try_clone() else {
+        shared.finished();
         return;
     };
     let (replies, outbox) = mpsc::sync_channel(shared.options.inflight_max as usize + 1);

@@ -55,16 +55,20 @@ impl Shared {
         }
     }
 
+    /// The connection is done: it leaves the registry and gives back its
+    /// admission slot together, under the registry lock, so that whoever
+    /// sees it gone from the status can also connect in its place.
     pub(crate) fn unregister(&self, connection: &Arc<Connection>) {
-        self.connections
-            .lock()
-            .expect("registry")
-            .remove(&connection.id);
+        let mut connections = self.connections.lock().expect("registry");
+        connections.remove(&connection.id);
         self.closed_totals
             .add_snapshot(&connection.counters.snapshot());
+        self.finished();
     }
 
-    fn finished(&self) {
+    /// Give back an admission slot (a connection that ended, or one that
+    /// never started).
+    pub(crate) fn finished(&self) {
         let mut active = self.active.lock().expect("active count");
         *active -= 1;
         self.active_changed.notify_all();
@@ -347,10 +351,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: &Arc<Listener>) {
         let worker_shared = Arc::clone(shared);
         let spawned = std::thread::Builder::new()
             .name(format!("nbd-conn-{id}"))
-            .spawn(move || {
-                connection::run(Arc::clone(&worker_shared), stream, id, client);
-                worker_shared.finished();
-            });
+            .spawn(move || connection::run(worker_shared, stream, id, client));
         if spawned.is_err() {
             shared.finished();
         }

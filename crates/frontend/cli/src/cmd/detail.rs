@@ -49,6 +49,13 @@ pub fn print_text(d: &info::ArrayDetail) {
     println!(" Creation Time : {}", time_text(d.creation_time));
     println!("   Update Time : {}", time_text(d.update_time));
     println!("   Data Offset : {}", bytes_text(d.data_offset_bytes));
+    if let Some(from) = d.resync_from_bytes {
+        println!(
+            "   Resync From : {} ({:.1}% in sync; `nvraid repair`, or `serve`, resyncs the rest)",
+            bytes_text(from),
+            100.0 * from as f64 / d.size_bytes.max(1) as f64
+        );
+    }
     println!();
     println!(
         "  {:>4}  {:<8}  {:>8}  {:<6}  path",
