@@ -105,6 +105,22 @@ impl Target for FanoutTarget {
     }
 }
 
+/// The read policy's measure for one copy: this queue's operations in flight
+/// on `member`, or `None` when the member is missing from the queue or may not
+/// be read at `[at, at + len)` of its data area (failed, recovering there,
+/// bad blocks).
+fn read_load(
+    array: &Array,
+    data_offsets: &[Option<u64>],
+    inflight: &[u32],
+    member: usize,
+    at: u64,
+    len: u64,
+) -> Option<u32> {
+    data_offsets[member]?;
+    array.readable(member, at, len).then(|| inflight[member])
+}
+
 /// One member operation in flight (or waiting to be resubmitted).
 #[derive(Clone, Copy, Debug, Default)]
 struct SubOp {
@@ -312,12 +328,7 @@ impl FanoutQueue {
             self.rotor = self.rotor.wrapping_add(1);
         }
         let (data_offsets, inflight) = (&self.data_offsets, &self.inflight);
-        let load = |member: usize, member_offset: u64| {
-            data_offsets[member]?;
-            array
-                .readable(member, member_offset, len)
-                .then(|| inflight[member])
-        };
+        let load = |member, at| read_load(array, data_offsets, inflight, member, at, len);
         least_loaded_copy(geometry, logical_offset, self.rotor, first, load)
     }
 
@@ -535,11 +546,15 @@ impl FanoutQueue {
             let Some((logical, _)) = geometry.logical_of(sub.member, member_offset) else {
                 return Ok(false);
             };
-            let load = |member: usize, at: u64| {
-                self.data_offsets[member]?;
-                array
-                    .readable(member, at, u64::from(len))
-                    .then(|| self.inflight[member])
+            let load = |member, at| {
+                read_load(
+                    array,
+                    &self.data_offsets,
+                    &self.inflight,
+                    member,
+                    at,
+                    u64::from(len),
+                )
             };
             let Some(copy) =
                 least_loaded_copy(geometry, logical, 0, array.first_copy_reads(), load)
@@ -686,12 +701,7 @@ impl FanoutQueue {
         let (data_offsets, inflight) = (&self.data_offsets, &self.inflight);
         let mut found = Vec::new();
         let mut choose = |part: nvraid_layout::Piece| {
-            let load = |member: usize, member_offset: u64| {
-                data_offsets[member]?;
-                array
-                    .readable(member, member_offset, part.len)
-                    .then(|| inflight[member])
-            };
+            let load = |member, at| read_load(&array, data_offsets, inflight, member, at, part.len);
             least_loaded_copy(
                 geometry,
                 part.logical_offset,

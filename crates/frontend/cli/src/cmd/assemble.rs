@@ -3,7 +3,7 @@
 use super::detail::print_text;
 use anyhow::{bail, Result};
 use clap::Args;
-use nvraid_array::{assemble, info, scan, AssembleOptions, ScanReport};
+use nvraid_array::{assemble, info, scan, ScanReport};
 
 #[derive(Args, Debug)]
 pub struct AssembleArgs {
@@ -21,14 +21,7 @@ pub struct AssembleArgs {
 
 pub fn run(args: &AssembleArgs, direct: bool) -> Result<u8> {
     if !args.scan {
-        let array = assemble(
-            &args.paths,
-            AssembleOptions {
-                writable: false,
-                direct,
-                allow_degraded: true,
-            },
-        )?;
+        let array = assemble(&args.paths, super::read_only(direct))?;
         let detail = info::detail(&array);
         if args.json {
             println!("{}", serde_json::to_string_pretty(&detail)?);

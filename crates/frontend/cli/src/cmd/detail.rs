@@ -3,7 +3,7 @@
 use super::{bytes_text, time_text};
 use anyhow::Result;
 use clap::Args;
-use nvraid_array::{assemble, info, AssembleOptions};
+use nvraid_array::{assemble, info};
 
 #[derive(Args, Debug)]
 pub struct DetailArgs {
@@ -16,12 +16,7 @@ pub struct DetailArgs {
 }
 
 pub fn run(args: &DetailArgs, direct: bool) -> Result<u8> {
-    let options = AssembleOptions {
-        writable: false,
-        direct,
-        allow_degraded: true,
-    };
-    let array = assemble(&args.members, options)?;
+    let array = assemble(&args.members, super::read_only(direct))?;
     let detail = info::detail(&array);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&detail)?);

@@ -134,14 +134,7 @@ fn copy_in(array: &Array, input: &mut File, offset: u64, len: u64) -> Result<()>
 }
 
 pub fn read(args: &ReadArgs, direct: bool) -> Result<u8> {
-    let array = assemble(
-        &args.members,
-        AssembleOptions {
-            writable: false,
-            direct,
-            allow_degraded: true,
-        },
-    )?;
+    let array = assemble(&args.members, super::read_only(direct))?;
     let size = array.size_bytes();
     if args.offset > size {
         bail!(

@@ -6,7 +6,7 @@ use super::bytes_text;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use nvraid_array::recovery::{self, Added, Mode, Progress, Rebuilt, Scrubbed};
-use nvraid_array::{assemble, detect_signature, AssembleOptions};
+use nvraid_array::{assemble, detect_signature};
 use nvraid_member::{format_size, Member, MemberKind, OpenOptions};
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
@@ -109,7 +109,7 @@ pub fn replace(args: &ReplaceArgs, direct: bool) -> Result<u8> {
     if args.members.contains(spec) {
         bail!("{spec}: given both as --new and as a member");
     }
-    let array = assemble(&args.members, writable(direct))?;
+    let array = assemble(&args.members, super::writable(direct))?;
     let role = role_of(&array, &args.old)?;
     let new = open_new(spec, args.new.force, direct)?;
     // Everything that could refuse NEW is checked before OLD is failed.
@@ -194,7 +194,7 @@ pub fn fail(args: &FailArgs, direct: bool) -> Result<u8> {
         );
         return Ok(0);
     }
-    let array = assemble(&args.members, writable(direct))?;
+    let array = assemble(&args.members, super::writable(direct))?;
     let role = role_of(&array, &args.member)?;
     array.fail_member(role, &administrator())?;
     eprintln!(
@@ -229,20 +229,12 @@ pub fn role_of(array: &nvraid_array::Array, spec: &str) -> Result<usize> {
         .ok_or_else(|| anyhow::anyhow!("{spec}: not a working member of this array"))
 }
 
-fn writable(direct: bool) -> AssembleOptions {
-    AssembleOptions {
-        writable: true,
-        direct,
-        allow_degraded: true,
-    }
-}
-
 pub fn add(args: &AddArgs, direct: bool) -> Result<u8> {
     let spec = &args.new.spec;
     if args.members.contains(spec) {
         bail!("{spec}: given both as --new and as a member");
     }
-    let array = assemble(&args.members, writable(direct))?;
+    let array = assemble(&args.members, super::writable(direct))?;
     let new = open_new(spec, args.new.force, direct)?;
     let (array, added) = recovery::add_member(array, new)?;
     let rebuilt = match added {
@@ -271,7 +263,7 @@ pub fn add(args: &AddArgs, direct: bool) -> Result<u8> {
 }
 
 pub fn rebuild(args: &RebuildArgs, direct: bool) -> Result<u8> {
-    let array = assemble(&args.members, writable(direct))?;
+    let array = assemble(&args.members, super::writable(direct))?;
     // A spare given with a degraded array takes a missing role.
     let (array, promoted) = recovery::promote_spares(array, direct)?;
     for (spec, role) in &promoted {
@@ -293,14 +285,7 @@ pub fn rebuild(args: &RebuildArgs, direct: bool) -> Result<u8> {
 pub const EXIT_MISMATCH: u8 = 5;
 
 pub fn check(args: &ScrubArgs, direct: bool) -> Result<u8> {
-    let array = assemble(
-        &args.members,
-        AssembleOptions {
-            writable: false,
-            direct,
-            allow_degraded: true,
-        },
-    )?;
+    let array = assemble(&args.members, super::read_only(direct))?;
     let found = recovery::scrub(&array, Mode::Check, &mut progress_printer("check"))?;
     print_scrub(&found, args.json, "checked")?;
     Ok(if found.mismatch_sectors > 0 {
@@ -311,7 +296,7 @@ pub fn check(args: &ScrubArgs, direct: bool) -> Result<u8> {
 }
 
 pub fn repair(args: &ScrubArgs, direct: bool) -> Result<u8> {
-    let array = assemble(&args.members, writable(direct))?;
+    let array = assemble(&args.members, super::writable(direct))?;
     let found = recovery::scrub(&array, Mode::Repair, &mut progress_printer("repair"))?;
     array.close()?;
     print_scrub(&found, args.json, "repaired")?;

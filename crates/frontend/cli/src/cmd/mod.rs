@@ -13,6 +13,24 @@ pub mod topology;
 
 use nvraid_member::{format_size, parse_size};
 
+/// How commands that only read assemble an array: degraded allowed.
+pub fn read_only(direct: bool) -> nvraid_array::AssembleOptions {
+    nvraid_array::AssembleOptions {
+        writable: false,
+        direct,
+        allow_degraded: true,
+    }
+}
+
+/// How commands that write and repair assemble an array: degraded allowed.
+pub fn writable(direct: bool) -> nvraid_array::AssembleOptions {
+    nvraid_array::AssembleOptions {
+        writable: true,
+        direct,
+        allow_degraded: true,
+    }
+}
+
 /// clap value parser for sizes (`64K`, `1M`, `8G`, plain bytes).
 pub fn size_arg(text: &str) -> Result<u64, String> {
     parse_size(text).map_err(|e| e.to_string())
