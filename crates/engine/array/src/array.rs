@@ -281,6 +281,8 @@ pub struct Array {
     counters: Vec<MemberCounters>,
     /// Client writes against a resync running beside them.
     barrier: Barrier,
+    /// md's write-intent bitmap, when the array has one (see `intent`).
+    pub(crate) intent: Option<crate::intent::WriteIntent>,
 }
 
 impl Array {
@@ -347,7 +349,12 @@ impl Array {
             in_sync,
             counters,
             barrier: Barrier::new(),
+            intent: None,
         }
+    }
+
+    pub(crate) fn intent(&self) -> Option<&crate::intent::WriteIntent> {
+        self.intent.as_ref()
     }
 
     /// Per-role I/O counts of the fast path (index = role).
@@ -381,6 +388,7 @@ impl Array {
 
     /// The write begun with [`Array::begin_write`] has completed.
     pub fn end_write(&self, offset: u64, len: u64) {
+        self.intent_end(offset, len);
         self.barrier.leave(offset, len);
     }
 
@@ -789,7 +797,9 @@ impl Array {
         }
         self.mark_dirty()?;
         self.begin_write(offset, buf.len() as u64);
-        let written = self.write_pieces(buf, offset);
+        let written = self
+            .intent_start(offset, buf.len() as u64)
+            .and_then(|()| self.write_pieces(buf, offset));
         self.end_write(offset, buf.len() as u64);
         if fua {
             self.flush_slots(|role| written.as_ref().is_ok_and(|touched| touched[role]))?;
@@ -852,6 +862,7 @@ impl Array {
         self.mark_dirty()?;
         self.begin_write(offset, len);
         let discarded = (|| {
+            self.intent_start(offset, len)?;
             for piece in self.geometry.pieces(offset, len) {
                 for (_, slot, member_offset) in self.present_copies(piece.logical_offset) {
                     slot.member
@@ -901,16 +912,18 @@ impl Array {
         if self.dirty.load(Ordering::Acquire) {
             return Ok(());
         }
-        self.mark_bitmaps_stale()?;
+        if self.intent.is_none() {
+            self.mark_bitmaps_stale()?;
+        }
         self.update_superblocks(&mut events, 0)?;
         self.dirty.store(true, Ordering::Release);
         Ok(())
     }
 
-    /// Before nvraid's first write to an array with md's internal bitmap,
-    /// mark each member's bitmap stale (durably): nvraid does not maintain
-    /// the bits yet, and a stale bitmap makes md resync everything rather
-    /// than trust bits that missed these writes.
+    /// Before nvraid's first write to an array with md's internal bitmap
+    /// that nvraid does not maintain (one it could not load), mark each
+    /// member's bitmap stale (durably): a stale bitmap makes md resync
+    /// everything rather than trust bits that missed these writes.
     fn mark_bitmaps_stale(&self) -> Result<()> {
         for slot in self.slots.iter().flatten() {
             let sb = &slot.superblock;
@@ -949,6 +962,9 @@ impl Array {
     pub fn close(self) -> Result<()> {
         if self.writable {
             self.flush()?;
+            // Every write is on every copy: the bitmap may go clean (md
+            // clears it when the array stops).
+            self.bitmap_pass(true, true)?;
         }
         if self.writable && self.dirty.load(Ordering::Acquire) {
             // Every write has completed and is flushed: what is left to
@@ -992,6 +1008,7 @@ impl Array {
     /// written.
     fn update_superblocks(&self, events: &mut u64, resync_offset: u64) -> Result<()> {
         let next = *events + 1;
+        self.bitmap_header_update(next)?;
         let now = Timestamp::now();
         let table = self.role_table();
         let mut written = 0;

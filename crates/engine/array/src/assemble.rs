@@ -162,6 +162,7 @@ pub fn assemble(specs: &[String], options: AssembleOptions) -> Result<Array> {
     check_startable(&geometry, &slots, options.allow_degraded)?;
     let mut array = Array::new(geometry, slots, options.writable);
     array.set_aside_members(set_aside);
+    array.load_bitmap()?;
     Ok(array)
 }
 

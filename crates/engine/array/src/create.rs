@@ -9,8 +9,9 @@ use crate::error::{Error, Result};
 use crate::signature;
 use nvraid_layout::{Geometry, Level};
 use nvraid_member::{Member, MemberError, MemberKind, OpenOptions};
+use nvraid_metadata::bitmap::{self, BitmapHeader};
 use nvraid_metadata::{
-    Superblock, Timestamp, RESYNC_CLEAN, SUPER_OFFSET_BYTES, SUPER_OFFSET_SECTORS,
+    features, Superblock, Timestamp, RESYNC_CLEAN, SUPER_OFFSET_BYTES, SUPER_OFFSET_SECTORS,
 };
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -41,6 +42,83 @@ pub struct CreateOptions {
     pub force: bool,
     /// Try O_DIRECT on files and devices.
     pub direct: bool,
+    /// md's write-intent bitmap.
+    pub bitmap: BitmapChoice,
+}
+
+/// Whether the array gets md's internal write-intent bitmap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BitmapChoice {
+    /// mdadm's default: an internal bitmap for RAID 1 and RAID 10, none for
+    /// RAID 0.
+    Auto,
+    None,
+    /// An internal bitmap; `chunk_bytes` per bit, or mdadm's default.
+    Internal {
+        chunk_bytes: Option<u64>,
+    },
+}
+
+/// Where nvraid puts an internal bitmap: 4 KiB after the superblock (8
+/// sectors), as mdadm does for v1.2.
+const BITMAP_OFFSET_SECTORS: i32 = 8;
+
+/// The bitmap chunk for `options` over `geometry`, or `None` for no bitmap.
+/// `check_space`: whether the bitmap must fit the metadata area (false for
+/// the early check of the options, before the members' size is known).
+fn bitmap_chunk(
+    options: &CreateOptions,
+    geometry: &Geometry,
+    check_space: bool,
+) -> Result<Option<u64>> {
+    let redundant = geometry.copies() > 1;
+    let chunk = match options.bitmap {
+        BitmapChoice::None => return Ok(None),
+        BitmapChoice::Auto if !redundant => return Ok(None),
+        BitmapChoice::Auto => None,
+        BitmapChoice::Internal { .. } if !redundant => {
+            return Err(Error::Unsupported {
+                spec: options.name.clone(),
+                what: "a write-intent bitmap on a raid0 (it has no copies to resync)".into(),
+            })
+        }
+        BitmapChoice::Internal { chunk_bytes } => chunk_bytes,
+    };
+    let array_bytes = geometry.array_bytes();
+    // Between the bitmap's start and the data: the data offset less the
+    // superblock's 4 KiB and the 4 KiB before it.
+    let space = DATA_OFFSET_SECTORS * 512 - SUPER_OFFSET_BYTES - 4096;
+    let chunk = match chunk {
+        None => bitmap::default_chunk_bytes(
+            array_bytes,
+            bitmap::default_room_bytes(geometry.member_used_bytes() / 512),
+        ),
+        Some(c) => {
+            if c < 4096 || !c.is_power_of_two() || c > u64::from(u32::MAX / 2 + 1) {
+                return Err(Error::Unsupported {
+                    spec: options.name.clone(),
+                    what: format!(
+                        "a bitmap chunk of {c} bytes (it must be a power of two from 4 KiB to 2 GiB)"
+                    ),
+                });
+            }
+            c
+        }
+    };
+    let need = bitmap::storage_bytes(bitmap::bits_for(array_bytes, chunk as u32));
+    if check_space && need > space {
+        return Err(Error::Unsupported {
+            spec: options.name.clone(),
+            what: format!(
+                "a bitmap chunk of {} for {}: its bitmap needs {} and the metadata area holds {}; choose a larger chunk",
+                nvraid_member::format_size(chunk),
+                nvraid_member::format_size(array_bytes),
+                nvraid_member::format_size(need),
+                nvraid_member::format_size(space)
+            ),
+        });
+    }
+    Ok(Some(chunk))
 }
 
 /// One member as planned before anything is written.
@@ -80,8 +158,29 @@ pub fn create_with_spares(
         )));
     }
     let active = specs.len() - spares;
+    // A null member keeps nothing, a bitmap neither: by default such an
+    // array has none, and one asked for is refused.
+    if let Some(null) = specs.iter().find(|s| s.starts_with("null:")) {
+        match options.bitmap {
+            BitmapChoice::Internal { .. } => {
+                return Err(Error::Unsupported {
+                    spec: null.clone(),
+                    what: "a write-intent bitmap on a null member (it keeps no bytes)".into(),
+                })
+            }
+            BitmapChoice::Auto => {
+                let options = CreateOptions {
+                    bitmap: BitmapChoice::None,
+                    ..options.clone()
+                };
+                return create_with_spares(specs, spares, &options);
+            }
+            BitmapChoice::None => {}
+        }
+    }
     // Count and chunk errors first, before looking at any member.
-    Geometry::new(options.level, active as u32, options.chunk_bytes, 1 << 40)?;
+    let probe = Geometry::new(options.level, active as u32, options.chunk_bytes, 1 << 40)?;
+    bitmap_chunk(options, &probe, false)?;
     let plans = specs
         .iter()
         .map(|spec| plan_member(spec, options))
@@ -251,7 +350,11 @@ fn write_array(
             // The spares' superblocks are written; the array holds the
             // active members only.
             slots.truncate(geometry.members() as usize);
-            Ok(Array::new(geometry, slots, true))
+            let mut array = Array::new(geometry, slots, true);
+            // Read back the bitmap just written (decoded and checked as
+            // any assembly checks it).
+            array.load_bitmap()?;
+            Ok(array)
         }
         Err(e) => {
             // Put back what this command changed, newest first: a refused
@@ -321,25 +424,48 @@ fn write_members(
         }
         members.push(opened?);
     }
-    let template = template_superblock(options, geometry, data_bytes)?;
+    let mut template = template_superblock(options, geometry, data_bytes)?;
+    if bitmap_chunk(options, geometry, true)?.is_some() {
+        template.feature_map |= features::BITMAP_OFFSET;
+        template.bitmap_offset = BITMAP_OFFSET_SECTORS as u32;
+    }
     // Superblocks are written through the members opened (and claimed)
     // above; what they overwrite is kept, to put back if any later step
     // fails while the members are still open.
     let mut written: Vec<(usize, nvraid_io::AlignedBuf)> = Vec::new();
     let mut superblocks = Vec::with_capacity(members.len());
+    let bitmap_image = bitmap_chunk(options, geometry, true)?.map(|chunk| {
+        let header = BitmapHeader::new(
+            template.set_uuid,
+            0,
+            geometry.array_bytes() / 512,
+            chunk as u32,
+        );
+        let mut image =
+            nvraid_io::AlignedBuf::zeroed(bitmap::storage_bytes(header.bits()) as usize);
+        header.encode(&mut image);
+        image
+    });
+    let touched_bytes = 4096 + bitmap_image.as_ref().map_or(0, |i| i.len());
     let result = (|| {
         for (role, member) in members.iter().enumerate() {
             let mut sb = template.clone();
             sb.dev_number = role as u32;
             sb.device_uuid = random_uuid()?;
             if matches!(member.kind(), MemberKind::File | MemberKind::BlockDevice) {
-                let mut old = nvraid_io::AlignedBuf::zeroed(4096);
+                let mut old = nvraid_io::AlignedBuf::zeroed(touched_bytes);
                 member
                     .read_at(&mut old, SUPER_OFFSET_BYTES)
                     .map_err(|e| Error::io(member.spec(), e))?;
                 written.push((role, old));
             }
             write_superblock(member, &sb)?;
+            if let Some(image) = &bitmap_image {
+                let at = SUPER_OFFSET_BYTES as i64 + i64::from(sb.bitmap_offset as i32) * 512;
+                member
+                    .write_at(image, at as u64)
+                    .map_err(|e| Error::io(member.spec(), e))?;
+            }
             superblocks.push(sb);
         }
         for member in &members {

@@ -53,6 +53,8 @@ pub struct ArrayDetail {
     /// An array that came up dirty: the array byte its resync resumes at
     /// (md's resync_offset); `null` when the copies are in sync.
     pub resync_from_bytes: Option<u64>,
+    /// md's write-intent bitmap: chunk, bits, bits set; `null` without one.
+    pub bitmap: Option<crate::BitmapInfo>,
 }
 
 impl ArrayDetail {
@@ -160,6 +162,7 @@ pub fn detail(array: &Array) -> ArrayDetail {
         data_offset_bytes: sb.data_offset_sectors * 512,
         members,
         resync_from_bytes: array.resync_from(),
+        bitmap: array.bitmap_info(),
     }
 }
 

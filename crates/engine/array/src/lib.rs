@@ -13,6 +13,7 @@ mod create;
 pub mod decision;
 mod error;
 pub mod info;
+mod intent;
 pub mod recovery;
 mod scan;
 mod signature;
@@ -21,10 +22,12 @@ mod target;
 pub use array::{read_superblock, Array, MemberCounters, ReadLimit, SetAsideMember, Slot};
 pub use assemble::{assemble, geometry_of, has_every_byte, level_of, AssembleOptions};
 pub use create::{
-    create, create_with_spares, CreateOptions, CHUNK_BYTES_DEFAULT, DATA_OFFSET_SECTORS,
+    create, create_with_spares, BitmapChoice, CreateOptions, CHUNK_BYTES_DEFAULT,
+    DATA_OFFSET_SECTORS,
 };
 pub use decision::SetAside;
 pub use error::{Error, Result};
+pub use intent::{BitmapDaemon, BitmapInfo};
 pub use scan::{scan, Ignored, ScanReport, ScannedArray, ScannedMember};
 pub use signature::detect as detect_signature;
 pub use target::{FanoutQueue, FanoutTarget};

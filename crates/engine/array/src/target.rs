@@ -621,12 +621,25 @@ impl FanoutQueue {
                         if marked.is_ok() {
                             // Released when the slot completes (finish_sub).
                             self.spans[slot as usize] = Some((offset, len));
+                            // The write-intent bits first (md's order):
+                            // durable before any data moves.
+                            // A bitmap that cannot be written on any copy
+                            // fails this request with EIO (its member
+                            // failures are already recorded and logged).
+                            let intent = match &self.shape {
+                                Shape::Array(array) => {
+                                    array.intent_start(offset, u64::from(len)).is_ok()
+                                }
+                                Shape::Raw(_) => true,
+                            };
+                            Ok(intent)
+                        } else {
+                            marked.map(|()| false)
                         }
-                        marked
                     }
-                    _ => Ok(()),
+                    _ => Ok(true),
                 };
-                let split = marked.is_ok() && self.split(&geometry, write, offset, len);
+                let split = matches!(marked, Ok(true)) && self.split(&geometry, write, offset, len);
                 self.geometry = Some(geometry);
                 marked?;
                 if !split {

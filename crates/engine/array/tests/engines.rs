@@ -217,6 +217,7 @@ fn null_members_complete_without_io_and_read_zeros() {
         size_bytes: None,
         force: false,
         direct: true,
+        bitmap: nvraid_array::BitmapChoice::Auto,
     };
     let array = Arc::new(create(&specs, &options).unwrap());
     let target = FanoutTarget::array(array, EngineKind::Uring);

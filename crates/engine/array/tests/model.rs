@@ -45,6 +45,7 @@ fn run_model(level: Level, members: usize, kind: &str, rounds: usize, ops: usize
         size_bytes: Some(MEMBER_BYTES),
         force: false,
         direct: true,
+        bitmap: nvraid_array::BitmapChoice::Auto,
     };
     let mut array = create(&specs, &options).unwrap();
     let size = array.size_bytes();

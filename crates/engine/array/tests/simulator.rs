@@ -203,6 +203,7 @@ fn round(seed: u64) {
             size_bytes: Some(4 << 20),
             force: false,
             direct: true,
+            bitmap: nvraid_array::BitmapChoice::Auto,
         },
     )
     .unwrap_or_else(|e| panic!("seed {seed}: create {level}: {e}"));

@@ -19,6 +19,7 @@ fn options(level: Level) -> CreateOptions {
         size_bytes: Some(8 << 20),
         force: false,
         direct: true,
+        bitmap: nvraid_array::BitmapChoice::Auto,
     }
 }
 

@@ -195,6 +195,58 @@ fn an_internal_bitmap_array_reads_like_the_kernel() {
     assert_eq!(sha(&read_all(dir.path(), &m)), kernel_sha("bitmap"));
 }
 
+/// md's bitmaps as the kernel left them: RAID 10 (the bits cover the
+/// array's address space), a mirror reset with two chunks' bits set (a dirty
+/// array whose resync visits only those chunks), a mirror whose second
+/// member left while one chunk was written. nvraid reads what the kernel
+/// reads and reports the same dirty chunks.
+#[test]
+fn kernel_bitmaps_read_and_resync_by_their_bits() {
+    let dir = tempfile::tempdir().unwrap();
+    let r10 = unpack("bitmap_r10", dir.path());
+    assert_eq!(sha(&read_all(dir.path(), &r10)), kernel_sha("bitmap_r10"));
+    let d = detail(dir.path(), &r10);
+    assert_eq!(
+        d["bitmap"],
+        serde_json::json!({"chunk_bytes": 1u64 << 20, "chunks": 28, "dirty_chunks": 0, "events_cleared": 1}),
+        "{d}"
+    );
+
+    let dirty = unpack("bitmap_dirty", dir.path());
+    let d = detail(dir.path(), &dirty);
+    assert_eq!(d["state"], "active", "{d}");
+    assert_eq!(d["bitmap"]["dirty_chunks"], 2, "{d}");
+    assert_eq!(
+        sha(&read_all(dir.path(), &dirty)),
+        kernel_sha("bitmap_dirty")
+    );
+    let repaired: serde_json::Value = serde_json::from_slice(&ok_bytes(
+        &["repair", "--json", &dirty[0], &dirty[1]],
+        dir.path(),
+    ))
+    .unwrap();
+    assert_eq!(repaired["resynced"], true, "{repaired}");
+    assert_eq!(
+        repaired["bytes"],
+        2u64 << 20,
+        "only the two dirty 1 MiB chunks: {repaired}"
+    );
+    let d = detail(dir.path(), &dirty);
+    assert_eq!(d["state"], "clean", "{d}");
+    assert_eq!(d["bitmap"]["dirty_chunks"], 0, "{d}");
+
+    let readd = unpack("bitmap_readd", dir.path());
+    let d = detail(dir.path(), &readd);
+    assert_eq!(d["bitmap"]["dirty_chunks"], 1, "{d}");
+    // md removed it: the freshest role table lists its slot as free.
+    assert_eq!(member(&d, &readd[1])["state"], "spare", "{d}");
+    assert_eq!(member(&d, &readd[1])["events"], 2, "{d}");
+    assert_eq!(
+        sha(&read_all(dir.path(), &readd)),
+        kernel_sha("bitmap_readd")
+    );
+}
+
 /// nvraid writes to degraded kernel-made arrays (one member left out, a
 /// RAID 1 with a bitmap among them) and across every zone of a multi-zone
 /// RAID 0; the kernel then assembles every member it is given and must read
@@ -253,15 +305,22 @@ fn kernel_reads_nvraid_writes_to_a_degraded_array_not_the_stale_copy() {
             assert_eq!(member(&d, &members[left])["state"], "faulty", "{d}");
         }
         if members == &bitmap {
-            // md's bitmap on the written member is marked stale (state bit
-            // 1 at byte 48 of the header, 4 KiB after the superblock).
+            // nvraid maintains md's bitmap: on the written member it is
+            // not stale, it is as new as the superblock, and the written
+            // region's bit (one 64 MiB chunk covers this array) stays set:
+            // the array is degraded, so nothing is cleared (the member left
+            // out needs it to come back).
             let image = std::fs::read(dir.path().join(&kept[0])).unwrap();
             let header = &image[8192..8192 + 256];
             assert_eq!(&header[..4], b"bitm");
             assert_eq!(
                 u32::from_le_bytes(header[48..52].try_into().unwrap()) & 2,
-                2
+                0
             );
+            let events = u64::from_le_bytes(header[24..32].try_into().unwrap());
+            let sb_events = u64::from_le_bytes(image[4096 + 200..4096 + 208].try_into().unwrap());
+            assert_eq!(events, sb_events);
+            assert_eq!(image[8192 + 256] & 1, 1, "the written chunk's bit");
         }
         let whole = read_all(dir.path(), &kept);
         assert_eq!(&whole[64 << 10..(64 << 10) + data.len()], &data[..]);

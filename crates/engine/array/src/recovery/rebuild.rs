@@ -106,9 +106,9 @@ pub fn add_member(mut array: Array, new: Member) -> Result<(Array, Added)> {
     sb.feature_map &= !(features::BAD_BLOCKS
         | features::RECOVERY_OFFSET
         | features::RECOVERY_BITMAP
-        | features::REPLACEMENT
-        | features::BITMAP_OFFSET);
-    sb.bitmap_offset = 0;
+        | features::REPLACEMENT);
+    // The write-intent bitmap (when the array has one) stays: every member
+    // carries it, the new one too (written below).
     sb.cnt_corrected_read = 0;
     sb.utime = Timestamp::now();
     let added = match role {
@@ -129,6 +129,7 @@ pub fn add_member(mut array: Array, new: Member) -> Result<(Array, Added)> {
     };
     sb.events = array.events();
     write_superblock(&new, &sb)?;
+    array.bitmap_copy_to(&new)?;
     new.flush().map_err(|e| Error::io(new.spec(), e))?;
     let entry = sb.roles_raw[dev_number as usize];
     let slot = match role {

@@ -30,7 +30,8 @@ pub struct Scrubbed {
     pub regions: Vec<(u64, u64)>,
     /// Sectors rewritten (repair mode).
     pub repaired_sectors: u64,
-    /// Bytes of the array compared.
+    /// Bytes of the array compared (a resync of an array with a bitmap
+    /// compares only the regions whose bits are set).
     pub bytes: u64,
     pub seconds: f64,
     /// The array was dirty and is now resynced and recorded clean.
@@ -89,7 +90,7 @@ pub fn scrub_with(
         mismatch_sectors: 0,
         regions: Vec::new(),
         repaired_sectors: 0,
-        bytes: total - from,
+        bytes: 0,
         seconds: 0.0,
         resynced: false,
     };
@@ -106,7 +107,18 @@ pub fn scrub_with(
             break;
         }
         let region = at / BARRIER_REGION_BYTES;
-        let end = ((region + 1) * BARRIER_REGION_BYTES).min(total);
+        let mut end = ((region + 1) * BARRIER_REGION_BYTES).min(total);
+        let bitmap_chunk = array.bitmap_chunk_bytes().filter(|_| resync_from.is_some());
+        if let Some(chunk) = bitmap_chunk {
+            // A resync steps by bitmap chunk within the region.
+            end = end.min((at / chunk + 1) * chunk);
+        }
+        if bitmap_chunk.is_some() && !array.resync_wanted(at, end - at) {
+            // A resync visits only what the write-intent bitmap marks.
+            at = end;
+            continue;
+        }
+        found.bytes += end - at;
         array.hold_region(region);
         let held = Held(array);
         for piece in geometry.pieces(at, end - at) {
@@ -211,6 +223,8 @@ pub fn scrub_with(
         } else if resync_from.is_some() {
             array.resync_checkpoint(None)?;
             found.resynced = true;
+            // In sync everywhere: the bitmap's bits may go.
+            array.bitmap_pass(true, true)?;
         }
     }
     found.seconds = started.elapsed().as_secs_f64();

@@ -40,6 +40,7 @@ pub fn new_array(
         size_bytes: Some(member_bytes),
         force: false,
         direct: true,
+        bitmap: nvraid_array::BitmapChoice::Auto,
     };
     create(&specs, &options).unwrap().close().unwrap();
     specs
@@ -54,4 +55,28 @@ pub fn writable(specs: &[String]) -> Arc<Array> {
         ..Default::default()
     };
     Arc::new(assemble(specs, options).unwrap())
+}
+
+/// Let the real kernel md (tools/mdvm/mdvm-check, in a VM) assemble and
+/// read `images`, with mdvm-check's `options`; fails the test unless it
+/// succeeds. Returns its output.
+pub fn kernel_check(images: &[String], options: &[&str]) -> String {
+    let check =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../tools/mdvm/mdvm-check");
+    let out = std::process::Command::new(&check)
+        .args(options)
+        .arg("--")
+        .args(images)
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", check.display()));
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "the kernel did not assemble and read the arrays (install the VM's tools with ./test.sh):\n{text}"
+    );
+    text
 }

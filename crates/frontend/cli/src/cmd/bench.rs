@@ -69,6 +69,7 @@ pub fn run(args: &BenchArgs, direct_flag: bool) -> Result<u8> {
             size_bytes: Some(DEFAULT_MEMBER_BYTES),
             force: false,
             direct,
+            bitmap: nvraid_array::BitmapChoice::Auto,
         };
         let array = Arc::new(create(&specs, &options)?);
         eprintln!(
@@ -195,6 +196,7 @@ fn throwaway_array(args: &BenchArgs, level: &str, direct: bool) -> Result<Array>
         size_bytes: None,
         force: args.destructive,
         direct,
+        bitmap: nvraid_array::BitmapChoice::Auto,
     };
     Ok(create(&args.members, &options)?)
 }

@@ -31,6 +31,15 @@ pub struct CreateArgs {
     /// until `nvraid rebuild` puts one into a missing role.
     #[arg(long, default_value_t = 0, value_name = "N")]
     spares: usize,
+    /// md's write-intent bitmap: `internal` (the default for RAID 1/10:
+    /// after a crash only the regions written just before it are resynced)
+    /// or `none`.
+    #[arg(long, short = 'b', value_name = "internal|none")]
+    bitmap: Option<String>,
+    /// Bytes per bitmap bit (a power of two, 4K or more). Default: mdadm's
+    /// (64M, or larger when the array needs more bits than fit).
+    #[arg(long, value_parser = size_arg, value_name = "SIZE")]
+    bitmap_chunk: Option<u64>,
     /// Overwrite members that carry a filesystem or md superblock.
     #[arg(long, short = 'f')]
     force: bool,
@@ -85,6 +94,17 @@ pub fn run(args: &CreateArgs, direct: bool) -> Result<u8> {
     if level == Level::Raid1 && args.chunk.is_some() {
         bail!("--chunk does not apply to raid1 (mirrors have no chunks)");
     }
+    let bitmap = match (args.bitmap.as_deref(), args.bitmap_chunk) {
+        (None, None) => nvraid_array::BitmapChoice::Auto,
+        (None | Some("internal"), chunk) => {
+            nvraid_array::BitmapChoice::Internal { chunk_bytes: chunk }
+        }
+        (Some("none"), None) => nvraid_array::BitmapChoice::None,
+        (Some("none"), Some(_)) => {
+            bail!("--bitmap-chunk needs a bitmap; it cannot go with --bitmap none")
+        }
+        (Some(other), _) => bail!("unknown --bitmap {other:?}: use internal or none"),
+    };
     let options = CreateOptions {
         level,
         chunk_bytes: args.chunk.unwrap_or(CHUNK_BYTES_DEFAULT),
@@ -92,6 +112,7 @@ pub fn run(args: &CreateArgs, direct: bool) -> Result<u8> {
         size_bytes: args.size,
         force: args.force,
         direct,
+        bitmap,
     };
     let array = create_with_spares(&args.members, args.spares, &options)?;
     let detail = info::detail(&array);

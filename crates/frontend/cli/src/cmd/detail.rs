@@ -44,6 +44,14 @@ pub fn print_text(d: &info::ArrayDetail) {
     println!(" Creation Time : {}", time_text(d.creation_time));
     println!("   Update Time : {}", time_text(d.update_time));
     println!("   Data Offset : {}", bytes_text(d.data_offset_bytes));
+    if let Some(b) = &d.bitmap {
+        println!(
+            "        Bitmap : internal, {} chunks, {} of {} dirty",
+            bytes_text(b.chunk_bytes),
+            b.dirty_chunks,
+            b.chunks
+        );
+    }
     if let Some(from) = d.resync_from_bytes {
         println!(
             "   Resync From : {} ({:.1}% in sync; `nvraid repair`, or `serve`, resyncs the rest)",

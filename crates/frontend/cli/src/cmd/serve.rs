@@ -83,7 +83,10 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
         let max_rate = args.resync_speed.map(|mb| mb * 1_000_000);
         std::thread::spawn(move || background_resync(&array, max_rate, &stop, &state))
     });
+    // md's bitmap daemon: clears write-intent bits of regions left idle.
+    let bitmap_daemon = nvraid_array::BitmapDaemon::start(&array);
     let served = nvraid_serve::serve(target, options, shutdown);
+    drop(bitmap_daemon);
     stop.store(true, Ordering::Release);
     if let Some(thread) = resync_thread {
         let _ = thread.join();

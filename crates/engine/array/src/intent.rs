@@ -1,0 +1,585 @@
+//! The write-intent bitmap at run time (md's internal bitmap, maintained).
+//!
+//! Per bitmap chunk the array keeps three things, all lock-free on the hot
+//! path:
+//! - `pending`: client writes in flight on the chunk;
+//! - `durable`: the chunk's bit is set on every usable member (the write
+//!   may go ahead without touching the bitmap);
+//! - `touched`: the chunk was written since the last clearing pass.
+//!
+//! A write counts itself in `pending` and `touched`, then reads `durable`.
+//! Only when the bit is not yet durable does it take the bitmap's lock, set
+//! the bit in the in-memory image, write the image's page to every usable
+//! member and flush it; writers that queued behind the lock find their bits
+//! already durable (a group commit). So a chunk costs one bitmap write per
+//! clearing period, and steady writes to hot chunks touch only atomics.
+//!
+//! Clearing is lazy, as md's daemon does it: every `daemon_sleep` seconds a
+//! pass takes the chunks whose bit is set, that have no write in flight and
+//! were not written since the previous pass; flushes every member (their
+//! data is then durable on every copy); clears each bit in `durable` and
+//! only then looks again at `pending` and `touched` — a write that started
+//! meanwhile either saw the bit cleared (and sets it again itself, behind
+//! the lock) or is seen here (and the bit stays). Then the image's pages go
+//! to the members. Nothing is cleared while the array is degraded,
+//! recovering or awaiting a resync: those bits are what a re-added member
+//! and a resync need.
+//!
+//! Lock order: the array's events lock, then the bitmap's lock.
+
+use crate::array::Array;
+use crate::error::{Error, Result};
+use nvraid_io::AlignedBuf;
+use nvraid_metadata::bitmap::{self, BitmapHeader};
+use nvraid_metadata::features;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The bitmap's page: md reads and writes it in 4 KiB pages.
+const PAGE: usize = 4096;
+
+/// The in-memory image of the bitmap (header and bits, as on the members)
+/// and what writes it; behind the bitmap's lock.
+pub(crate) struct Image {
+    storage: AlignedBuf,
+    header: BitmapHeader,
+    last_pass: Instant,
+}
+
+impl std::fmt::Debug for WriteIntent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteIntent")
+            .field("chunk_bytes", &(1u64 << self.chunk_shift))
+            .field("chunks", &self.chunks)
+            .field("at_bytes", &self.at_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) struct WriteIntent {
+    chunk_shift: u32,
+    chunks: u64,
+    pending: Box<[AtomicU32]>,
+    durable: Box<[AtomicU64]>,
+    touched: Box<[AtomicU64]>,
+    image: Mutex<Image>,
+    /// Byte offset of the bitmap on each role's member (`super_offset +
+    /// bitmap_offset`), the same on every member.
+    at_bytes: u64,
+}
+
+/// What the bitmap says, for `detail`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct BitmapInfo {
+    pub chunk_bytes: u64,
+    pub chunks: u64,
+    pub dirty_chunks: u64,
+    pub events_cleared: u64,
+}
+
+fn word_bit(chunk: u64) -> (usize, u64) {
+    ((chunk / 64) as usize, 1u64 << (chunk % 64))
+}
+
+impl WriteIntent {
+    fn new(header: BitmapHeader, storage: AlignedBuf, array_bytes: u64, at_bytes: u64) -> Self {
+        let chunks = bitmap::bits_for(array_bytes, header.chunk_bytes);
+        let words = chunks.div_ceil(64) as usize;
+        let mut durable: Box<[AtomicU64]> = (0..words).map(|_| AtomicU64::new(0)).collect();
+        for chunk in 0..chunks {
+            if bitmap::test_bit(&storage, chunk) {
+                let (w, b) = word_bit(chunk);
+                *durable[w].get_mut() |= b;
+            }
+        }
+        WriteIntent {
+            chunk_shift: header.chunk_bytes.trailing_zeros(),
+            chunks,
+            pending: (0..chunks).map(|_| AtomicU32::new(0)).collect(),
+            durable,
+            touched: (0..words).map(|_| AtomicU64::new(0)).collect(),
+            image: Mutex::new(Image {
+                storage,
+                header,
+                last_pass: Instant::now(),
+            }),
+            at_bytes,
+        }
+    }
+
+    fn chunk_range(&self, offset: u64, len: u64) -> std::ops::Range<u64> {
+        let first = offset >> self.chunk_shift;
+        let end = if len == 0 {
+            first
+        } else {
+            ((offset + len - 1) >> self.chunk_shift) + 1
+        };
+        first.min(self.chunks)..end.min(self.chunks)
+    }
+
+    fn is_durable(&self, chunk: u64) -> bool {
+        let (w, b) = word_bit(chunk);
+        self.durable[w].load(Ordering::SeqCst) & b != 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Image> {
+        self.image.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether any chunk of array bytes `[offset, offset + len)` has its bit
+    /// set (in memory: durable, or about to be).
+    pub(crate) fn any_set(&self, offset: u64, len: u64) -> bool {
+        let image = self.lock();
+        self.chunk_range(offset, len)
+            .any(|c| bitmap::test_bit(&image.storage, c))
+    }
+
+    pub(crate) fn chunk_bytes(&self) -> u64 {
+        1 << self.chunk_shift
+    }
+
+    pub(crate) fn info(&self) -> BitmapInfo {
+        let image = self.lock();
+        BitmapInfo {
+            chunk_bytes: 1 << self.chunk_shift,
+            chunks: self.chunks,
+            dirty_chunks: (0..self.chunks)
+                .filter(|&c| bitmap::test_bit(&image.storage, c))
+                .count() as u64,
+            events_cleared: image.header.events_cleared,
+        }
+    }
+}
+
+/// Where `sb`'s bitmap lives on its member, in bytes, when it has one.
+pub(crate) fn bitmap_at(sb: &nvraid_metadata::Superblock) -> Option<i64> {
+    (sb.feature_map & features::BITMAP_OFFSET != 0)
+        .then(|| (sb.super_offset_sectors as i64 + i64::from(sb.bitmap_offset as i32)) * 512)
+}
+
+impl Array {
+    /// Load md's internal bitmap from the present members (the union of
+    /// their bits: a bit set on any copy is honoured). A bitmap older than
+    /// the superblocks or marked stale is taken as all set, as md takes it.
+    /// A writable array then maintains the bitmap; a bitmap nvraid cannot
+    /// read is refused, naming the member and the reason.
+    pub(crate) fn load_bitmap(&mut self) -> Result<()> {
+        let array_bytes = self.size_bytes();
+        let events = self.events();
+        let mut loaded: Option<(BitmapHeader, AlignedBuf, u64)> = None;
+        let mut any_without = None;
+        for (role, slot) in self.slots().iter().enumerate() {
+            let Some(slot) = slot else { continue };
+            if self.in_sync_bytes(role).is_some() {
+                // A member being recovered holds no trustworthy bits.
+                continue;
+            }
+            let sb = &slot.superblock;
+            let Some(at) = bitmap_at(sb) else {
+                any_without = Some(slot.member.spec().to_string());
+                continue;
+            };
+            let member = &slot.member;
+            let bad = |what: String| Error::Unsupported {
+                spec: member.spec().into(),
+                what,
+            };
+            let data_start = sb.data_offset_sectors * 512;
+            if at < (sb.super_offset_sectors * 512 + 1024) as i64 || at as u64 >= data_start {
+                return Err(bad(format!(
+                    "an md bitmap at byte {at}, outside the space between the superblock and the data"
+                )));
+            }
+            let at = at as u64;
+            let mut page = AlignedBuf::zeroed(PAGE);
+            member
+                .read_at(&mut page, at)
+                .map_err(|e| Error::io(member.spec(), e))?;
+            let header = BitmapHeader::decode(&page, &sb.set_uuid)
+                .map_err(|e| bad(format!("an array whose {e}")))?;
+            let bits = bitmap::bits_for(array_bytes, header.chunk_bytes);
+            let len = bitmap::storage_bytes(bits);
+            if at + len > data_start {
+                return Err(bad(format!(
+                    "an md bitmap of {len} bytes at byte {at}, running into the data at byte {data_start}"
+                )));
+            }
+            if sb.bblog_size > 0 {
+                let bblog =
+                    sb.super_offset_sectors as i64 * 512 + i64::from(sb.bblog_offset as i32) * 512;
+                if bblog >= at as i64 && bblog < (at + len) as i64 {
+                    return Err(bad(format!(
+                        "an md bitmap of {len} bytes at byte {at}, overlapping the bad-block log at byte {bblog}"
+                    )));
+                }
+            }
+            let mut storage = AlignedBuf::zeroed(len as usize);
+            member
+                .read_at(&mut storage, at)
+                .map_err(|e| Error::io(member.spec(), e))?;
+            let trusted = !header.is_stale() && header.events >= events;
+            if !trusted {
+                for bit in 0..bits {
+                    bitmap::put_bit(&mut storage, bit, true);
+                }
+            }
+            loaded = Some(match loaded.take() {
+                None => (header, storage, at),
+                Some((mut h, mut s, first_at)) => {
+                    if h.chunk_bytes != header.chunk_bytes || first_at != at {
+                        return Err(bad(
+                            "an md bitmap whose chunk or place differs from the other members'"
+                                .into(),
+                        ));
+                    }
+                    for bit in 0..bits {
+                        if bitmap::test_bit(&storage, bit) {
+                            bitmap::put_bit(&mut s, bit, true);
+                        }
+                    }
+                    h.events = h.events.max(header.events);
+                    h.events_cleared = h.events_cleared.max(header.events_cleared);
+                    (h, s, first_at)
+                }
+            });
+        }
+        let Some((mut header, mut storage, at)) = loaded else {
+            return Ok(());
+        };
+        if let Some(spec) = any_without {
+            return Err(Error::Unsupported {
+                spec,
+                what: "a member without the md bitmap its array's other members have".into(),
+            });
+        }
+        // Bits past the array's end (mdadm fills them with ones) stay as
+        // they are; the header is brought up to date as md brings it.
+        header.state &= !bitmap::STATE_STALE;
+        header.sync_size_sectors = array_bytes / 512;
+        header.events = header.events.max(events);
+        header.encode(&mut storage);
+        self.intent = Some(WriteIntent::new(header, storage, array_bytes, at));
+        if self.is_writable() {
+            // nvraid now owns the bitmap: every member gets the merged image.
+            let intent = self.intent().expect("just installed");
+            let image = intent.lock();
+            self.write_pages(intent, &image, 0..image.storage.len() / PAGE)?;
+            drop(image);
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Write pages `pages` of the image to every usable member (not
+    /// flushed). A member that fails is reported back as `(role, error)`.
+    fn write_pages_collect(
+        &self,
+        intent: &WriteIntent,
+        image: &Image,
+        pages: std::ops::Range<usize>,
+    ) -> Vec<(usize, std::io::Error)> {
+        let mut failed = Vec::new();
+        for (role, slot) in self.slots().iter().enumerate() {
+            let Some(slot) = slot else { continue };
+            if !self.is_usable(role) {
+                continue;
+            }
+            let bytes = &image.storage[pages.start * PAGE..pages.end * PAGE];
+            if let Err(e) = slot
+                .member
+                .write_at(bytes, intent.at_bytes + (pages.start * PAGE) as u64)
+            {
+                failed.push((role, e));
+            }
+        }
+        failed
+    }
+
+    fn write_pages(
+        &self,
+        intent: &WriteIntent,
+        image: &Image,
+        pages: std::ops::Range<usize>,
+    ) -> Result<()> {
+        match self.write_pages_collect(intent, image, pages).pop() {
+            None => Ok(()),
+            Some((role, e)) => Err(Error::io(
+                self.slots()[role].as_ref().map_or("?", |s| s.member.spec()),
+                e,
+            )),
+        }
+    }
+
+    fn flush_usable(&self) -> Vec<(usize, std::io::Error)> {
+        let mut failed = Vec::new();
+        for (role, slot) in self.slots().iter().enumerate() {
+            let Some(slot) = slot else { continue };
+            if self.is_usable(role) {
+                if let Err(e) = slot.member.flush() {
+                    failed.push((role, e));
+                }
+            }
+        }
+        failed
+    }
+
+    /// Fail the members that failed a bitmap update (md's rule for any
+    /// member I/O error); an error when one of them holds the last copy.
+    fn fail_all(&self, failed: Vec<(usize, std::io::Error)>) -> Result<()> {
+        for (role, e) in failed {
+            self.fail_member(role, &e)?;
+        }
+        Ok(())
+    }
+
+    /// A client write to array bytes `[offset, offset + len)` is about to
+    /// be issued: when this returns Ok, the bit of every chunk it touches
+    /// is durable on every usable member. The write is counted whatever
+    /// the outcome; [`Array::end_write`] uncounts it.
+    pub(crate) fn intent_start(&self, offset: u64, len: u64) -> Result<()> {
+        let Some(intent) = self.intent() else {
+            return Ok(());
+        };
+        let range = intent.chunk_range(offset, len);
+        let mut missing = false;
+        for chunk in range.clone() {
+            intent.pending[chunk as usize].fetch_add(1, Ordering::SeqCst);
+            let (w, b) = word_bit(chunk);
+            if intent.touched[w].load(Ordering::Relaxed) & b == 0 {
+                intent.touched[w].fetch_or(b, Ordering::SeqCst);
+            }
+            missing |= !intent.is_durable(chunk);
+        }
+        if !missing {
+            return Ok(());
+        }
+        let mut image = intent.lock();
+        let needed: Vec<u64> = range.filter(|&c| !intent.is_durable(c)).collect();
+        if needed.is_empty() {
+            // Another writer made them durable while this one waited.
+            return Ok(());
+        }
+        for &chunk in &needed {
+            bitmap::put_bit(&mut image.storage, chunk, true);
+        }
+        let page_of = |chunk: u64| (bitmap::HEADER_BYTES + (chunk / 8) as usize) / PAGE;
+        let pages = page_of(needed[0])..page_of(*needed.last().expect("non-empty")) + 1;
+        let mut failed = self.write_pages_collect(intent, &image, pages);
+        for (role, e) in self.flush_usable() {
+            if failed.iter().all(|(f, _)| *f != role) {
+                failed.push((role, e));
+            }
+        }
+        drop(image);
+        self.fail_all(failed)?;
+        for &chunk in &needed {
+            let (w, b) = word_bit(chunk);
+            intent.durable[w].fetch_or(b, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+
+    /// The write counted by [`Array::intent_start`] has completed.
+    pub(crate) fn intent_end(&self, offset: u64, len: u64) {
+        if let Some(intent) = self.intent() {
+            for chunk in intent.chunk_range(offset, len) {
+                let before = intent.pending[chunk as usize].fetch_sub(1, Ordering::SeqCst);
+                assert!(before > 0, "bitmap chunk {chunk}: a write ended twice");
+            }
+        }
+    }
+
+    /// Whether bits may be cleared now: every role present, usable and in
+    /// sync, and no resync awaited.
+    fn may_clear_bits(&self) -> bool {
+        !self.is_degraded()
+            && (0..self.slots().len()).all(|r| self.in_sync_bytes(r).is_none())
+            && self.resync_from().is_none()
+    }
+
+    /// One clearing pass (see the module notes), when `daemon_sleep` has
+    /// passed since the last one, or now with `now`. With `all`, chunks
+    /// written since the last pass are cleared too (nothing is in flight:
+    /// an orderly close, or a finished resync).
+    pub(crate) fn bitmap_pass(&self, now: bool, all: bool) -> Result<()> {
+        let Some(intent) = self.intent() else {
+            return Ok(());
+        };
+        if !self.is_writable() || !self.may_clear_bits() {
+            return Ok(());
+        }
+        // Read before the bitmap's lock (lock order: events first).
+        let events = self.events();
+        let mut image = intent.lock();
+        let period = Duration::from_secs(u64::from(image.header.daemon_sleep.max(1)));
+        if !now && image.last_pass.elapsed() < period {
+            return Ok(());
+        }
+        image.last_pass = Instant::now();
+        let mut candidates = Vec::new();
+        for (w, durable) in intent.durable.iter().enumerate() {
+            let touched = intent.touched[w].swap(0, Ordering::SeqCst);
+            let mut set = durable.load(Ordering::SeqCst);
+            if !all {
+                set &= !touched;
+            }
+            while set != 0 {
+                let chunk = w as u64 * 64 + u64::from(set.trailing_zeros());
+                set &= set - 1;
+                if intent.pending[chunk as usize].load(Ordering::SeqCst) == 0 {
+                    candidates.push(chunk);
+                }
+            }
+        }
+        if candidates.is_empty() {
+            return Ok(());
+        }
+        // Every write that completed is made durable on every copy before
+        // any bit that covers it goes.
+        let failed = self.flush_usable();
+        if !failed.is_empty() {
+            drop(image);
+            return self.fail_all(failed);
+        }
+        if !self.may_clear_bits() {
+            // A member failed meanwhile: its bits must stay.
+            return Ok(());
+        }
+        let mut cleared = Vec::new();
+        for chunk in candidates {
+            let (w, b) = word_bit(chunk);
+            intent.durable[w].fetch_and(!b, Ordering::SeqCst);
+            let raced = intent.pending[chunk as usize].load(Ordering::SeqCst) != 0
+                || intent.touched[w].load(Ordering::SeqCst) & b != 0;
+            if raced {
+                intent.durable[w].fetch_or(b, Ordering::SeqCst);
+            } else {
+                bitmap::put_bit(&mut image.storage, chunk, false);
+                cleared.push(chunk);
+            }
+        }
+        if cleared.is_empty() {
+            return Ok(());
+        }
+        image.header.events_cleared = image.header.events_cleared.max(events);
+        let header = image.header.clone();
+        header.encode(&mut image.storage);
+        let page_of = |chunk: u64| (bitmap::HEADER_BYTES + (chunk / 8) as usize) / PAGE;
+        let last = page_of(*cleared.last().expect("non-empty"));
+        let failed = self.write_pages_collect(intent, &image, 0..last + 1);
+        drop(image);
+        self.fail_all(failed)
+    }
+
+    /// Run one clearing pass now (the one [`BitmapDaemon`] runs every
+    /// `daemon_sleep` seconds): bits of chunks idle since the previous pass
+    /// go, when the array is whole and in sync.
+    pub fn clear_idle_bits(&self) -> Result<()> {
+        self.bitmap_pass(true, false)
+    }
+
+    /// Before the superblocks record `events`: the bitmap's header records
+    /// it first, durably (md refuses to trust a bitmap older than the
+    /// superblock).
+    pub(crate) fn bitmap_header_update(&self, events: u64) -> Result<()> {
+        let Some(intent) = self.intent() else {
+            return Ok(());
+        };
+        let mut image = intent.lock();
+        if image.header.events >= events {
+            return Ok(());
+        }
+        image.header.events = events;
+        let header = image.header.clone();
+        header.encode(&mut image.storage);
+        let mut failed = self.write_pages_collect(intent, &image, 0..1);
+        failed.extend(self.flush_usable());
+        drop(image);
+        // A member that fails here is failed by the superblock update too;
+        // report only what stops the update.
+        if failed.is_empty() {
+            return Ok(());
+        }
+        Err(Error::io(
+            self.slots()[failed[0].0]
+                .as_ref()
+                .map_or("?", |s| s.member.spec()),
+            std::io::Error::new(failed[0].1.kind(), failed[0].1.to_string()),
+        ))
+    }
+
+    /// Write the bitmap (header and bits as they stand) to `member`, which
+    /// is joining the array at byte `at` of its own (not flushed).
+    pub(crate) fn bitmap_copy_to(&self, member: &nvraid_member::Member) -> Result<()> {
+        let Some(intent) = self.intent() else {
+            return Ok(());
+        };
+        let image = intent.lock();
+        member
+            .write_at(&image.storage, intent.at_bytes)
+            .map_err(|e| Error::io(member.spec(), e))
+    }
+
+    /// Whether a resync must visit array bytes `[offset, offset + len)`:
+    /// always without a bitmap; with one, only where a bit is set.
+    pub fn resync_wanted(&self, offset: u64, len: u64) -> bool {
+        self.intent().is_none_or(|i| i.any_set(offset, len))
+    }
+
+    /// The bitmap's chunk, state and dirty count, when the array has one.
+    pub fn bitmap_info(&self) -> Option<BitmapInfo> {
+        self.intent().map(WriteIntent::info)
+    }
+
+    /// The bitmap's chunk in bytes, when the array has one.
+    pub fn bitmap_chunk_bytes(&self) -> Option<u64> {
+        self.intent().map(WriteIntent::chunk_bytes)
+    }
+}
+
+/// A thread that runs the bitmap's clearing passes of a shared array until
+/// dropped.
+pub struct BitmapDaemon {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl BitmapDaemon {
+    /// Start clearing passes for `array` (nothing runs for an array with no
+    /// bitmap). Passes that fail are reported once on stderr; the bits then
+    /// stay set, which costs only resync time.
+    pub fn start(array: &std::sync::Arc<Array>) -> BitmapDaemon {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let thread = (array.intent().is_some() && array.is_writable()).then(|| {
+            let weak = std::sync::Arc::downgrade(array);
+            let stop = stop.clone();
+            std::thread::Builder::new()
+                .name("nvraid-bitmap".into())
+                .spawn(move || {
+                    let mut reported = false;
+                    while !stop.load(Ordering::Acquire) {
+                        std::thread::sleep(Duration::from_millis(100));
+                        let Some(array) = weak.upgrade() else { return };
+                        if let Err(e) = array.bitmap_pass(false, false) {
+                            if !reported {
+                                eprintln!("nvraid: clearing write-intent bits failed: {e}");
+                                reported = true;
+                            }
+                        }
+                    }
+                })
+                .expect("spawn the bitmap thread")
+        });
+        BitmapDaemon { stop, thread }
+    }
+}
+
+impl Drop for BitmapDaemon {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
