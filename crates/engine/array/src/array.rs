@@ -269,6 +269,9 @@ pub struct Array {
     /// up as a rebuild goes, and is written to the member's superblock as
     /// md's `recovery_offset`).
     in_sync: Vec<AtomicU64>,
+    /// Per role: its recovery copies only the chunks the write-intent
+    /// bitmap marks (md's re-add, RECOVERY_BITMAP).
+    by_bitmap: Vec<AtomicBool>,
     /// The role table as this process last wrote it (the reference
     /// superblock's at assembly, plus members added since); roles with no
     /// usable member are marked faulty when it is written.
@@ -324,6 +327,15 @@ impl Array {
                 AtomicU64::new(bytes.unwrap_or(u64::MAX))
             })
             .collect();
+        let by_bitmap = slots
+            .iter()
+            .map(|s| {
+                AtomicBool::new(
+                    s.as_ref()
+                        .is_some_and(|s| s.superblock.feature_map & features::RECOVERY_BITMAP != 0),
+                )
+            })
+            .collect();
         let table = Mutex::new(
             slots
                 .iter()
@@ -347,6 +359,7 @@ impl Array {
             set_aside: Vec::new(),
             faulty,
             in_sync,
+            by_bitmap,
             counters,
             barrier: Barrier::new(),
             intent: None,
@@ -474,6 +487,12 @@ impl Array {
         (bytes != u64::MAX).then_some(bytes)
     }
 
+    /// Whether `role`'s recovery copies only the chunks the bitmap marks
+    /// (a re-added member), rather than everything.
+    pub fn recovers_by_bitmap(&self, role: usize) -> bool {
+        self.by_bitmap[role].load(Ordering::Acquire) && self.intent.is_some()
+    }
+
     /// Record that `role`'s member is in sync below `bytes` (`None`: all of
     /// it), in memory and in that member's superblock (md's checkpoint of a
     /// recovery; the events counter does not move).
@@ -518,6 +537,8 @@ impl Array {
     ) -> Result<()> {
         if let (Some(role), Some(slot)) = (role, slot) {
             let in_sync = slot.read_limit.in_sync_bytes.unwrap_or(u64::MAX);
+            let by_bitmap = slot.superblock.feature_map & features::RECOVERY_BITMAP != 0;
+            self.by_bitmap[role] = AtomicBool::new(by_bitmap);
             self.slots[role] = Some(slot);
             self.in_sync[role] = AtomicU64::new(in_sync);
             self.faulty[role] = AtomicBool::new(false);
@@ -534,6 +555,7 @@ impl Array {
     pub(crate) fn finish_recovery(&self, role: usize) -> Result<()> {
         let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
         self.in_sync[role].store(u64::MAX, Ordering::Release);
+        self.by_bitmap[role].store(false, Ordering::Release);
         let resync_offset = self.resync_offset_now();
         self.update_superblocks(&mut events, resync_offset)
     }
@@ -545,6 +567,9 @@ impl Array {
             Some(bytes) => {
                 sb.feature_map =
                     (sb.feature_map & !features::RECOVERY_BITMAP) | features::RECOVERY_OFFSET;
+                if self.recovers_by_bitmap(role) {
+                    sb.feature_map |= features::RECOVERY_BITMAP;
+                }
                 sb.recovery_offset = bytes / 512;
             }
             None => {

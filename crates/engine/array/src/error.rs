@@ -75,6 +75,8 @@ pub enum Error {
     LastCopy { spec: String, source: io::Error },
     #[error("{spec}: writing the member being rebuilt failed: {source}; the rebuild stopped and the array stays degraded")]
     RebuildTarget { spec: String, source: io::Error },
+    #[error("{spec}: cannot be re-added: {why}")]
+    NotReAddable { spec: String, why: String },
     #[error("split brain: {0}")]
     SplitBrain(String),
     #[error("bytes {offset}+{len} of the array have no readable copy (the members holding them are missing, being recovered there, or list the range as bad blocks)")]

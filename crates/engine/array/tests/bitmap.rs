@@ -311,3 +311,105 @@ fn kernel_resyncs_by_the_bits_nvraid_left() {
         "{out}"
     );
 }
+
+fn read_whole(array: &nvraid_array::Array) -> Vec<u8> {
+    let mut whole = vec![0u8; array.size_bytes() as usize];
+    array.read_at(&mut whole, 0).unwrap();
+    whole
+}
+
+/// md's re-add: a member that was away comes back into its role and only
+/// the chunks written meanwhile are copied to it; a crash before the copy
+/// resumes by bitmap; and a member that left before bits were last cleared
+/// is refused (the bitmap no longer covers what it missed).
+#[test]
+fn a_member_that_comes_back_recovers_only_what_it_missed() {
+    let dir = tempfile::tempdir().unwrap();
+    let specs = create_mirror(&dir, 8 << 20, CHUNK);
+    let array = assemble(&specs, RW).unwrap();
+    let size = array.size_bytes() as usize;
+    let base: Vec<u8> = (0..size).map(|i| (i % 239) as u8).collect();
+    array.write_at(&base, 0, true).unwrap();
+    array.close().unwrap();
+    // Member 1 is away while chunks 7 and 30 are written.
+    let array = assemble(&specs[..1], RW).unwrap();
+    array.write_at(&[0x77; 4096], 7 * CHUNK, false).unwrap();
+    array
+        .write_at(&[0x30; 8192], 30 * CHUNK + 4096, false)
+        .unwrap();
+    let expected = read_whole(&array);
+    array.close().unwrap();
+
+    let array = assemble(&specs[..1], RW).unwrap();
+    let old = nvraid_member::Member::open(
+        &specs[1],
+        nvraid_member::OpenOptions {
+            write: true,
+            create_bytes: None,
+            direct: true,
+        },
+    )
+    .unwrap();
+    let (array, role) = recovery::re_add(array, old).unwrap();
+    assert_eq!(role, 1);
+    assert!(array.recovers_by_bitmap(1));
+    drop(array); // killed before copying anything
+    let array = assemble(&specs, RW).unwrap();
+    assert!(
+        array.recovers_by_bitmap(1),
+        "RECOVERY_BITMAP survives a crash"
+    );
+    let rebuilt = recovery::rebuild(&array, None, &mut |_| {}).unwrap();
+    assert_eq!(rebuilt.len(), 1);
+    assert_eq!(rebuilt[0].bytes, 2 * CHUNK, "chunks 7 and 30 only");
+    assert!(!array.is_degraded());
+    let check = recovery::scrub(&array, Mode::Check, &mut |_| {}).unwrap();
+    assert_eq!(check.mismatch_sectors, 0, "{check:?}");
+    assert_eq!(read_whole(&array), expected);
+    array.close().unwrap();
+    assert!(on_disk(&specs[1]).1.is_empty(), "whole again: bits cleared");
+
+    // Member 1 leaves at events E; a new member takes its role and is
+    // rebuilt; the whole array clears its bits (events_cleared > E); the
+    // new member fails. Member 1 is refused: bits it would need are gone.
+    let left_at = on_disk(&specs[1]).2.events;
+    let array = assemble(&specs[..1], RW).unwrap();
+    array.write_at(&[0x11; 4096], 3 * CHUNK, false).unwrap();
+    let spare = dir.path().join("spare").display().to_string();
+    std::fs::File::create(&spare)
+        .unwrap()
+        .set_len(8 << 20)
+        .unwrap();
+    let new = nvraid_member::Member::open(
+        &spare,
+        nvraid_member::OpenOptions {
+            write: true,
+            create_bytes: None,
+            direct: true,
+        },
+    )
+    .unwrap();
+    let (array, _) = recovery::add_member(array, new).unwrap();
+    recovery::rebuild(&array, None, &mut |_| {}).unwrap();
+    array.close().unwrap();
+    let whole = [specs[0].clone(), spare.clone()];
+    let array = assemble(&whole, RW).unwrap();
+    assert!(array.bitmap_info().unwrap().events_cleared > left_at);
+    array
+        .fail_member(1, &std::io::Error::other("administrator"))
+        .unwrap();
+    let old = nvraid_member::Member::open(
+        &specs[1],
+        nvraid_member::OpenOptions {
+            write: true,
+            create_bytes: None,
+            direct: true,
+        },
+    )
+    .unwrap();
+    let refused = recovery::re_add(array, old).unwrap_err().to_string();
+    assert!(
+        refused.contains("before bits were last cleared"),
+        "{refused}"
+    );
+}

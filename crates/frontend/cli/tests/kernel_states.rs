@@ -245,6 +245,35 @@ fn kernel_bitmaps_read_and_resync_by_their_bits() {
         sha(&read_all(dir.path(), &readd)),
         kernel_sha("bitmap_readd")
     );
+    // md's re-add: member 1 goes back into role 1 and only the chunk
+    // written while it was away (1 MiB) is copied.
+    let readded: serde_json::Value = serde_json::from_slice(&ok_bytes(
+        &["add", "--json", "--new", &readd[1], &readd[0]],
+        dir.path(),
+    ))
+    .unwrap();
+    assert_eq!(readded["outcome"], "re-added", "{readded}");
+    assert_eq!(readded["rebuilt"][0]["role"], 1, "{readded}");
+    assert_eq!(readded["rebuilt"][0]["bytes"], 1u64 << 20, "{readded}");
+    let d = detail(dir.path(), &readd);
+    assert_eq!(d["state"], "clean", "{d}");
+    assert_eq!(d["bitmap"]["dirty_chunks"], 0, "{d}");
+    let check = nvraid(&["check", "--json", &readd[0], &readd[1]], dir.path());
+    assert_eq!(
+        check.status.code(),
+        Some(0),
+        "copies agree after the re-add"
+    );
+    assert_eq!(
+        sha(&read_all(dir.path(), &readd)),
+        kernel_sha("bitmap_readd")
+    );
+    let images: Vec<PathBuf> = readd.iter().map(|n| dir.path().join(n)).collect();
+    let stdout = kernel_reads(&images, &[kernel_sha("bitmap_readd")]);
+    assert!(
+        stdout.contains("[2/2] [UU]"),
+        "the kernel takes both members as in sync: {stdout}"
+    );
 }
 
 /// nvraid writes to degraded kernel-made arrays (one member left out, a

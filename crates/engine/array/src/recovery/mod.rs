@@ -29,5 +29,5 @@
 mod rebuild;
 mod scrub;
 
-pub use rebuild::{add_member, promote_spares, rebuild, Added, Progress, Rebuilt};
+pub use rebuild::{add_member, promote_spares, re_add, rebuild, Added, Progress, Rebuilt};
 pub use scrub::{scrub, scrub_with, Mode, Pace, Scrubbed};

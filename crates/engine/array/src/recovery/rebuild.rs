@@ -6,7 +6,7 @@ use crate::create::random_uuid;
 use crate::error::{Error, Result};
 use nvraid_io::AlignedBuf;
 use nvraid_member::{Member, MemberKind};
-use nvraid_metadata::{features, Role, Timestamp};
+use nvraid_metadata::{features, Role, Superblock, Timestamp};
 use std::time::{Duration, Instant};
 
 /// Bytes copied per step of a rebuild.
@@ -27,7 +27,64 @@ pub enum Added {
 /// (to be rebuilt), or as a spare when none is missing. Every present
 /// member's superblock records it (events + 1). `array` must be writable.
 /// Returns the array with the new member in place.
-pub fn add_member(mut array: Array, new: Member) -> Result<(Array, Added)> {
+pub fn add_member(array: Array, new: Member) -> Result<(Array, Added)> {
+    join(array, new, None)
+}
+
+/// md's re-add: `old`, a member that left this array (failed or removed)
+/// and still carries its superblock, goes back into its own role, and its
+/// recovery copies only the chunks the write-intent bitmap marks (written
+/// while it was away). Refused, with the reason, unless the array has a
+/// bitmap, the member's role is missing, and the bitmap covers every write
+/// since it left (its events are no older than the bitmap's
+/// events_cleared: bits cleared since then would hide writes it missed).
+/// Returns the array and the role taken.
+pub fn re_add(array: Array, old: Member) -> Result<(Array, u32)> {
+    let spec = old.spec().to_string();
+    let refuse = |why: String| Error::NotReAddable {
+        spec: spec.clone(),
+        why,
+    };
+    let sb = crate::array::read_superblock(&old)?;
+    if sb.set_uuid != array.superblock().set_uuid {
+        return Err(refuse("it is not a member of this array".into()));
+    }
+    let Some(bitmap) = array.bitmap_info() else {
+        return Err(refuse(
+            "the array has no write-intent bitmap to say what it missed".into(),
+        ));
+    };
+    let Role::Active(role) = sb.role() else {
+        return Err(refuse(format!(
+            "its own superblock gives it no active role ({:?})",
+            sb.role()
+        )));
+    };
+    let role = usize::from(role);
+    if role >= array.slots().len() || array.is_usable(role) {
+        return Err(refuse(format!("its role {role} is held by another member")));
+    }
+    if sb.events < bitmap.events_cleared {
+        return Err(refuse(format!(
+            "it left at events {}, before bits were last cleared (events {}): the bitmap no longer covers what it missed",
+            sb.events, bitmap.events_cleared
+        )));
+    }
+    let (array, added) = join(array, old, Some((role, sb)))?;
+    match added {
+        Added::Recovering { role } => Ok((array, role)),
+        Added::Spare => unreachable!("a re-add always takes a role"),
+    }
+}
+
+/// Put `new` into the array: into the first missing role (or `back`'s role,
+/// recovering by bitmap, keeping its device slot and UUID when they are
+/// free), or as a spare when no role is missing.
+fn join(
+    mut array: Array,
+    new: Member,
+    back: Option<(usize, Superblock)>,
+) -> Result<(Array, Added)> {
     let spec = new.spec().to_string();
     if !array.is_writable() {
         return Err(Error::ReadOnly);
@@ -57,7 +114,10 @@ pub fn add_member(mut array: Array, new: Member) -> Result<(Array, Added)> {
         }
     }
     let reference = array.superblock().clone();
-    let role = (0..array.slots().len()).find(|&r| !array.is_usable(r));
+    let role = match &back {
+        Some((role, _)) => Some(*role),
+        None => (0..array.slots().len()).find(|&r| !array.is_usable(r)),
+    };
     let needed = match role {
         Some(r) => array.geometry().member_used_bytes_of(r as u32),
         None => array.geometry().member_used_bytes(),
@@ -90,15 +150,29 @@ pub fn add_member(mut array: Array, new: Member) -> Result<(Array, Added)> {
                 .filter_map(|m| m.superblock.as_ref().map(|sb| sb.dev_number)),
         )
         .collect();
-    let dev_number = (0..table.len() as u32)
-        .find(|d| table[*d as usize] == Role::Spare.to_raw() && !used.contains(d))
+    let own = back.as_ref().map(|(_, sb)| sb.dev_number).filter(|d| {
+        (*d as usize) < table.len()
+            && !used.contains(d)
+            && matches!(
+                Role::from_raw(table[*d as usize]),
+                Role::Spare | Role::Faulty
+            )
+    });
+    let dev_number = own
+        .or_else(|| {
+            (0..table.len() as u32)
+                .find(|d| table[*d as usize] == Role::Spare.to_raw() && !used.contains(d))
+        })
         .ok_or_else(|| Error::Unsupported {
             spec: spec.clone(),
             what: "a new member: the role table has no free device slot".into(),
         })?;
     let mut sb = reference.clone();
     sb.dev_number = dev_number;
-    sb.device_uuid = random_uuid()?;
+    sb.device_uuid = match &back {
+        Some((_, own)) => own.device_uuid,
+        None => random_uuid()?,
+    };
     sb.data_size_sectors = (new.size_bytes() - data_offset) / 512;
     sb.bblog_size = 0;
     sb.bblog_offset = 0;
@@ -114,6 +188,9 @@ pub fn add_member(mut array: Array, new: Member) -> Result<(Array, Added)> {
     let added = match role {
         Some(r) => {
             sb.feature_map |= features::RECOVERY_OFFSET;
+            if back.is_some() {
+                sb.feature_map |= features::RECOVERY_BITMAP;
+            }
             sb.recovery_offset = 0;
             Added::Recovering { role: r as u32 }
         }
@@ -217,6 +294,9 @@ fn rebuild_role(
     max_rate: Option<u64>,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Rebuilt> {
+    if array.recovers_by_bitmap(role) {
+        return rebuild_by_bitmap(array, role, from, max_rate, progress);
+    }
     let total = array.geometry().member_used_bytes_of(role as u32);
     let target = array.slots()[role].as_ref().expect("present");
     let target_error = |source| Error::RebuildTarget {
@@ -283,6 +363,81 @@ fn rebuild_role(
         role: role as u32,
         from_bytes: from,
         bytes: total - from,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// The recovery of a re-added member: only the pieces whose array bytes
+/// the write-intent bitmap marks are copied (what was written while it was
+/// away); the rest of it already holds the array's data. Checkpoints and
+/// pace as a full rebuild; `bytes` counts what was copied.
+fn rebuild_by_bitmap(
+    array: &Array,
+    role: usize,
+    from: u64,
+    max_rate: Option<u64>,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Rebuilt> {
+    let geometry = array.geometry();
+    let total = geometry.member_used_bytes_of(role as u32);
+    let target = array.slots()[role].as_ref().expect("present");
+    let target_error = |source| Error::RebuildTarget {
+        spec: target.member.spec().into(),
+        source,
+    };
+    let step = [
+        Some(REGION_BYTES),
+        geometry.chunk_bytes(),
+        array.bitmap_chunk_bytes(),
+    ]
+    .into_iter()
+    .flatten()
+    .min()
+    .expect("REGION_BYTES");
+    let mut buf = AlignedBuf::zeroed(step as usize);
+    let started = Instant::now();
+    let mut last_checkpoint = Instant::now();
+    let mut copied = 0u64;
+    let mut at = from;
+    while at < total {
+        let len = (step - at % step).min(total - at);
+        let (logical, _) = geometry
+            .logical_of(role as u32, at)
+            .expect("a used member byte holds array data");
+        if array.resync_wanted(logical, len) {
+            let piece = &mut buf[..len as usize];
+            read_other_copy(array, role, logical, piece)?;
+            target
+                .member
+                .write_at(piece, target.data_offset_bytes() + at)
+                .map_err(target_error)?;
+            copied += len;
+            if let Some(rate) = max_rate {
+                let due = Duration::from_secs_f64(copied as f64 / rate as f64);
+                if let Some(wait) = due.checked_sub(started.elapsed()) {
+                    std::thread::sleep(wait);
+                }
+            }
+        }
+        at += len;
+        if last_checkpoint.elapsed() >= CHECKPOINT_EVERY && at < total {
+            target.member.flush().map_err(target_error)?;
+            array.checkpoint_recovery(role, Some(at))?;
+            last_checkpoint = Instant::now();
+        }
+        progress(Progress {
+            role: role as u32,
+            done_bytes: at,
+            total_bytes: total,
+            elapsed: started.elapsed(),
+        });
+    }
+    target.member.flush().map_err(target_error)?;
+    array.finish_recovery(role)?;
+    Ok(Rebuilt {
+        role: role as u32,
+        from_bytes: from,
+        bytes: copied,
         seconds: started.elapsed().as_secs_f64(),
     })
 }

@@ -147,6 +147,23 @@ pub fn replace(args: &ReplaceArgs, direct: bool) -> Result<u8> {
     report(&rebuilt, args.new.json, "rebuilt")
 }
 
+/// `spec`, opened for writing, when it carries a superblock of this very
+/// array (a member that failed or was removed, come back).
+fn former_member(array: &nvraid_array::Array, spec: &str, direct: bool) -> Result<Option<Member>> {
+    let member = Member::open(
+        spec,
+        OpenOptions {
+            write: true,
+            create_bytes: None,
+            direct,
+        },
+    )?;
+    Ok(nvraid_array::read_superblock(&member)
+        .ok()
+        .filter(|sb| sb.set_uuid == array.superblock().set_uuid)
+        .map(|_| member))
+}
+
 /// Open a new member for writing, refusing one that carries a signature
 /// unless `force`.
 fn open_new(spec: &str, force: bool, direct: bool) -> Result<Member> {
@@ -235,6 +252,22 @@ pub fn add(args: &AddArgs, direct: bool) -> Result<u8> {
         bail!("{spec}: given both as --new and as a member");
     }
     let array = assemble(&args.members, super::writable(direct))?;
+    if !args.new.force {
+        if let Some(old) = former_member(&array, spec, direct)? {
+            // md's re-add: back into its role, recovering only what the
+            // bitmap says it missed.
+            let (array, role) = recovery::re_add(array, old)
+                .map_err(|e| anyhow::anyhow!("{e} (add it with --force for a full rebuild)"))?;
+            eprintln!("nvraid: {spec} re-added in role {role}; recovering what it missed");
+            let rebuilt = recovery::rebuild(
+                &array,
+                max_rate(&args.new.speed),
+                &mut progress_printer("re-add"),
+            )?;
+            array.close()?;
+            return report(&rebuilt, args.new.json, "re-added");
+        }
+    }
     let new = open_new(spec, args.new.force, direct)?;
     let (array, added) = recovery::add_member(array, new)?;
     let rebuilt = match added {
