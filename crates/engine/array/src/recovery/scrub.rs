@@ -108,15 +108,19 @@ pub fn scrub_with(
         }
         let region = at / BARRIER_REGION_BYTES;
         let mut end = ((region + 1) * BARRIER_REGION_BYTES).min(total);
-        let bitmap_chunk = array.bitmap_chunk_bytes().filter(|_| resync_from.is_some());
-        if let Some(chunk) = bitmap_chunk {
-            // A resync steps by bitmap chunk within the region.
-            end = end.min((at / chunk + 1) * chunk);
-        }
-        if bitmap_chunk.is_some() && !array.resync_wanted(at, end - at) {
-            // A resync visits only what the write-intent bitmap marks.
-            at = end;
-            continue;
+        if let Some(chunk) = array.bitmap_chunk_bytes().filter(|_| resync_from.is_some()) {
+            // A resync visits only what the write-intent bitmap marks: the
+            // run of marked chunks from `at`, within the region.
+            let next = |from: u64| ((from / chunk + 1) * chunk).min(end);
+            if !array.resync_wanted(at, next(at) - at) {
+                at = next(at);
+                continue;
+            }
+            let mut run_end = next(at);
+            while run_end < end && array.resync_wanted(run_end, next(run_end) - run_end) {
+                run_end = next(run_end);
+            }
+            end = run_end;
         }
         found.bytes += end - at;
         array.hold_region(region);
