@@ -14,8 +14,8 @@ use nvraid_member::Member;
 use nvraid_metadata::{
     badblocks, bitmap, features, Role, Superblock, Timestamp, RESYNC_CLEAN, SUPER_OFFSET_BYTES,
 };
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 /// One role of the array: a member, its own superblock, and the parts of
 /// it that md would not read.
@@ -241,8 +241,19 @@ impl MemberCounters {
 #[derive(Debug)]
 pub struct Array {
     geometry: Geometry,
-    /// Indexed by role; `None` is a missing (or stale) member.
-    slots: Vec<Option<Slot>>,
+    /// Every member the array has held, in the order they joined: the
+    /// assembled ones at their role's index, members added while it runs
+    /// after them. Entries are never replaced or dropped while the array
+    /// lives (a queue may still hold a retired member's file descriptor),
+    /// so `&Slot` borrows stay valid without locks.
+    arena: Vec<OnceLock<Slot>>,
+    /// Arena entries taken.
+    arena_used: AtomicUsize,
+    /// Per role, the arena index of its member (`NO_SLOT`: missing).
+    current: Vec<AtomicUsize>,
+    /// Moves whenever a role gets another member: queues that cache the
+    /// members (file tables, data offsets) refresh when it changes.
+    generation: AtomicU64,
     sector_bytes: u32,
     writable: bool,
     /// The array was dirty when assembled (unclean shutdown) and has not
@@ -255,7 +266,7 @@ pub struct Array {
     /// moves as a resync checkpoints.
     resync_at: AtomicU64,
     /// Some member has a read limit (recovery, bad blocks).
-    read_limited: bool,
+    read_limited: AtomicBool,
     /// This process has recorded the array dirty on the members.
     dirty: AtomicBool,
     /// The events counter on the members; its lock serialises superblock
@@ -287,6 +298,12 @@ pub struct Array {
     /// md's write-intent bitmap, when the array has one (see `intent`).
     pub(crate) intent: Option<crate::intent::WriteIntent>,
 }
+
+/// `current` entry of a role with no member.
+const NO_SLOT: usize = usize::MAX;
+/// Members that may join an array while it runs (online add, replace, a
+/// spare taking over), beyond those assembled; then it must be restarted.
+pub const ONLINE_JOINS: usize = 64;
 
 impl Array {
     pub(crate) fn new(geometry: Geometry, slots: Vec<Option<Slot>>, writable: bool) -> Array {
@@ -344,15 +361,35 @@ impl Array {
                 .map(|s| s.superblock.roles_raw.clone())
                 .unwrap_or_default(),
         );
+        let roles = slots.len();
+        let current = slots
+            .iter()
+            .enumerate()
+            .map(|(role, s)| AtomicUsize::new(if s.is_some() { role } else { NO_SLOT }))
+            .collect();
+        let arena: Vec<OnceLock<Slot>> = slots
+            .into_iter()
+            .map(|s| {
+                let cell = OnceLock::new();
+                if let Some(s) = s {
+                    let _ = cell.set(s);
+                }
+                cell
+            })
+            .chain((0..ONLINE_JOINS).map(|_| OnceLock::new()))
+            .collect();
         Array {
             geometry,
-            slots,
+            arena,
+            arena_used: AtomicUsize::new(roles),
+            current,
+            generation: AtomicU64::new(0),
             table,
             sector_bytes,
             writable,
             unsynced: AtomicBool::new(unsynced),
             resync_at: AtomicU64::new(resync_from),
-            read_limited,
+            read_limited: AtomicBool::new(read_limited),
             dirty: AtomicBool::new(false),
             events: Mutex::new(events),
             read_rotor: AtomicU32::new(0),
@@ -417,7 +454,7 @@ impl Array {
 
     /// Whether some member may not be read everywhere (see [`ReadLimit`]).
     pub fn read_limited(&self) -> bool {
-        self.read_limited
+        self.read_limited.load(Ordering::Acquire)
     }
 
     /// Whether reads must take the first readable copy (see the field).
@@ -469,10 +506,10 @@ impl Array {
     /// Whether `role`'s member may be read at `[offset, offset + len)` of
     /// its data area (present, and not limited there).
     pub fn readable(&self, role: usize, offset: u64, len: u64) -> bool {
-        match &self.slots[role] {
+        match self.slot(role) {
             None => false,
             Some(_) if self.is_faulty(role) => false,
-            Some(_) if !self.read_limited => true,
+            Some(_) if !self.read_limited.load(Ordering::Acquire) => true,
             Some(slot) => {
                 offset + len <= self.in_sync[role].load(Ordering::Acquire)
                     && slot.read_limit.no_bad_block_in(offset, len)
@@ -506,9 +543,7 @@ impl Array {
             "recovery offset moved back ({before} -> {after})"
         );
         self.in_sync[role].store(after, Ordering::Release);
-        let slot = self.slots[role]
-            .as_ref()
-            .expect("a recovering member is present");
+        let slot = self.slot(role).expect("a recovering member is present");
         let mut sb = slot.superblock.clone();
         sb.events = *_events;
         sb.roles_raw = self.role_table();
@@ -529,22 +564,37 @@ impl Array {
     /// rebuilt), or only a table entry (a spare); record `entry` for device
     /// slot `dev_number` in every present member's superblock (events + 1).
     pub(crate) fn install(
-        &mut self,
+        &self,
         role: Option<usize>,
         slot: Option<Slot>,
         dev_number: u32,
         entry: u16,
     ) -> Result<()> {
         if let (Some(role), Some(slot)) = (role, slot) {
+            let index = self.arena_used.fetch_add(1, Ordering::AcqRel);
+            let Some(cell) = self.arena.get(index) else {
+                self.arena_used.fetch_sub(1, Ordering::AcqRel);
+                return Err(Error::Unsupported {
+                    spec: slot.member.spec().into(),
+                    what: format!(
+                        "a member joining after {ONLINE_JOINS} others joined this running array (restart it first)"
+                    ),
+                });
+            };
             let in_sync = slot.read_limit.in_sync_bytes.unwrap_or(u64::MAX);
             let by_bitmap = slot.superblock.feature_map & features::RECOVERY_BITMAP != 0;
-            self.by_bitmap[role] = AtomicBool::new(by_bitmap);
-            self.slots[role] = Some(slot);
-            self.in_sync[role] = AtomicU64::new(in_sync);
-            self.faulty[role] = AtomicBool::new(false);
-            self.read_limited = true;
+            assert!(cell.set(slot).is_ok(), "arena entry {index} taken twice");
+            // Order matters to readers on other threads: the new member is
+            // limited (in_sync) before it is published, and the role stops
+            // being faulty only after the old member is no longer current.
+            self.read_limited.store(true, Ordering::Release);
+            self.in_sync[role].store(in_sync, Ordering::Release);
+            self.by_bitmap[role].store(by_bitmap, Ordering::Release);
+            self.current[role].store(index, Ordering::Release);
+            self.faulty[role].store(false, Ordering::Release);
+            self.generation.fetch_add(1, Ordering::AcqRel);
         }
-        self.table.get_mut().unwrap_or_else(|p| p.into_inner())[dev_number as usize] = entry;
+        self.table.lock().unwrap_or_else(|p| p.into_inner())[dev_number as usize] = entry;
         let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
         let resync_offset = self.resync_offset_now();
         self.update_superblocks(&mut events, resync_offset)
@@ -586,7 +636,7 @@ impl Array {
 
     /// Whether `role` has a member that is present and has not failed.
     pub fn is_usable(&self, role: usize) -> bool {
-        self.slots[role].is_some() && !self.is_faulty(role)
+        self.current[role].load(Ordering::Acquire) != NO_SLOT && !self.is_faulty(role)
     }
 
     /// The member in `role` failed with `error`: stop using it and record it
@@ -596,15 +646,15 @@ impl Array {
     /// holds the last copy of some data (then the caller's request fails,
     /// as md fails it), and on RAID 0, which has no other copy.
     pub fn fail_member(&self, role: usize, error: &std::io::Error) -> Result<()> {
-        let spec = self.slots[role]
-            .as_ref()
+        let spec = self
+            .slot(role)
             .map_or("(missing)", |s| s.member.spec())
             .to_string();
         let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
         if self.is_faulty(role) {
             return Ok(());
         }
-        let mut usable: Vec<bool> = (0..self.slots.len()).map(|r| self.is_usable(r)).collect();
+        let mut usable: Vec<bool> = (0..self.roles()).map(|r| self.is_usable(r)).collect();
         usable[role] = false;
         if !self.has_redundancy() || !crate::assemble::has_every_byte(&self.geometry, &usable) {
             eprintln!(
@@ -643,16 +693,34 @@ impl Array {
         self.writable
     }
 
-    /// Roles in order; `None` for a missing member.
-    pub fn slots(&self) -> &[Option<Slot>] {
-        &self.slots
+    /// Roles in order, each with its member now; `None` for a missing one.
+    pub fn slots(&self) -> Vec<Option<&Slot>> {
+        (0..self.current.len()).map(|r| self.slot(r)).collect()
+    }
+
+    /// `role`'s member now (`None`: missing).
+    pub fn slot(&self, role: usize) -> Option<&Slot> {
+        match self.current[role].load(Ordering::Acquire) {
+            NO_SLOT => None,
+            index => self.arena[index].get(),
+        }
+    }
+
+    /// The number of roles.
+    pub fn roles(&self) -> usize {
+        self.current.len()
+    }
+
+    /// Changes whenever a role gets another member (see the field).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     /// The superblock of the first present member (array-wide fields).
     pub fn superblock(&self) -> &Superblock {
         &self
-            .slots
-            .iter()
+            .slots()
+            .into_iter()
             .flatten()
             .next()
             .expect("an array has a present member")
@@ -666,7 +734,7 @@ impl Array {
 
     /// Whether a member is missing or has failed.
     pub fn is_degraded(&self) -> bool {
-        (0..self.slots.len()).any(|role| !self.is_usable(role))
+        (0..self.roles()).any(|role| !self.is_usable(role))
     }
 
     /// Whether the array is marked dirty on its members right now.
@@ -751,7 +819,7 @@ impl Array {
             emit(piece, copy);
             return true;
         }
-        if !self.read_limited || piece.len <= sector {
+        if !self.read_limited() || piece.len <= sector {
             return false;
         }
         let half = (piece.len / 2)
@@ -775,7 +843,7 @@ impl Array {
         loop {
             let location = self.geometry.locate(piece.logical_offset, copy);
             let role = location.member as usize;
-            let slot = self.slots[role].as_ref().expect("chosen copy is present");
+            let slot = self.slot(role).expect("chosen copy is present");
             let member_offset = slot.data_offset_bytes() + location.member_offset;
             match slot.member.read_at(buf, member_offset) {
                 Ok(()) => return Ok(()),
@@ -801,7 +869,7 @@ impl Array {
             0
         };
         let load = |member: usize, member_offset: u64| {
-            let slot = self.slots[member].as_ref()?;
+            let slot = self.slot(member)?;
             self.readable(member, member_offset, len)
                 .then(|| slot.member.inflight())
         };
@@ -833,7 +901,7 @@ impl Array {
     }
 
     fn write_pieces(&self, buf: &[u8], offset: u64) -> Result<Vec<bool>> {
-        let mut touched = vec![false; self.slots.len()];
+        let mut touched = vec![false; self.roles()];
         let mut at = 0usize;
         for piece in self.geometry.pieces(offset, buf.len() as u64) {
             let len = piece.len as usize;
@@ -869,7 +937,7 @@ impl Array {
             if self.is_faulty(location.member as usize) {
                 return None;
             }
-            let slot = self.slots[location.member as usize].as_ref()?;
+            let slot = self.slot(location.member as usize)?;
             Some((
                 location.member as usize,
                 slot,
@@ -907,7 +975,7 @@ impl Array {
     }
 
     fn flush_slots(&self, wanted: impl Fn(usize) -> bool) -> Result<()> {
-        for (role, slot) in self.slots.iter().enumerate() {
+        for (role, slot) in self.slots().into_iter().enumerate() {
             if !wanted(role) || self.is_faulty(role) {
                 continue;
             }
@@ -950,7 +1018,7 @@ impl Array {
     /// member's bitmap stale (durably): a stale bitmap makes md resync
     /// everything rather than trust bits that missed these writes.
     fn mark_bitmaps_stale(&self) -> Result<()> {
-        for slot in self.slots.iter().flatten() {
+        for slot in self.slots().into_iter().flatten() {
             let sb = &slot.superblock;
             if sb.feature_map & features::BITMAP_OFFSET == 0 {
                 continue;
@@ -1016,7 +1084,9 @@ impl Array {
                 // The slot's own member is this device only if its
                 // dev_number matches; a set-aside device claiming the role
                 // in an older table is not it.
-                let holder = self.slots.get(usize::from(role)).and_then(Option::as_ref);
+                let holder = (usize::from(role) < self.roles())
+                    .then(|| self.slot(usize::from(role)))
+                    .flatten();
                 let usable = holder.is_some_and(|s| s.superblock.dev_number as usize == dev)
                     && !self.is_faulty(usize::from(role));
                 if !usable {
@@ -1037,7 +1107,7 @@ impl Array {
         let now = Timestamp::now();
         let table = self.role_table();
         let mut written = 0;
-        for (role, slot) in self.slots.iter().enumerate() {
+        for (role, slot) in self.slots().into_iter().enumerate() {
             let Some(slot) = slot else { continue };
             if self.is_faulty(role) {
                 // md writes no superblock to a member that failed.
@@ -1060,7 +1130,7 @@ impl Array {
             write_superblock(&slot.member, &sb)?;
         }
         assert!(written > 0, "a superblock update with no member to write");
-        for (role, slot) in self.slots.iter().enumerate() {
+        for (role, slot) in self.slots().into_iter().enumerate() {
             let Some(slot) = slot else { continue };
             if self.is_faulty(role) {
                 continue;

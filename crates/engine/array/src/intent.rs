@@ -305,7 +305,7 @@ impl Array {
         match self.write_pages_collect(intent, image, pages).pop() {
             None => Ok(()),
             Some((role, e)) => Err(Error::io(
-                self.slots()[role].as_ref().map_or("?", |s| s.member.spec()),
+                self.slot(role).map_or("?", |s| s.member.spec()),
                 e,
             )),
         }
@@ -394,7 +394,7 @@ impl Array {
     /// sync, and no resync awaited.
     fn may_clear_bits(&self) -> bool {
         !self.is_degraded()
-            && (0..self.slots().len()).all(|r| self.in_sync_bytes(r).is_none())
+            && (0..self.roles()).all(|r| self.in_sync_bytes(r).is_none())
             && self.resync_from().is_none()
     }
 

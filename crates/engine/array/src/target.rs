@@ -105,6 +105,17 @@ impl Target for FanoutTarget {
     }
 }
 
+/// The engine's file table for `members` (-1 where none, or a null member).
+fn file_table(members: &[Option<&Member>]) -> Vec<i32> {
+    members
+        .iter()
+        .map(|m| match m.map(|m| m.backend()) {
+            Some(Backend::Fd(fd)) => fd,
+            _ => -1,
+        })
+        .collect()
+}
+
 /// The read policy's measure for one copy: this queue's operations in flight
 /// on `member`, or `None` when the member is missing from the queue or may not
 /// be read at `[at, at + len)` of its data area (failed, recovering there,
@@ -200,6 +211,11 @@ pub struct FanoutQueue {
     rotor: u32,
     max_io_bytes: u32,
     size_bytes: u64,
+    /// The array's member generation this queue's file table and data
+    /// offsets reflect (see [`Array::generation`]).
+    generation: u64,
+    /// The file table as registered with the engine.
+    files: Vec<i32>,
 }
 
 const KIND_READ: u8 = 0;
@@ -214,14 +230,14 @@ impl FanoutQueue {
                 "queue depth and I/O size must be positive",
             ));
         }
+        // Read before the members: a member joining meanwhile moves the
+        // generation past this value, and the first submit refreshes.
+        let generation = match &target.shape {
+            Shape::Array(a) => a.generation(),
+            Shape::Raw(_) => 0,
+        };
         let members = target.members();
-        let files: Vec<i32> = members
-            .iter()
-            .map(|m| match m.map(|m| m.backend()) {
-                Some(Backend::Fd(fd)) => fd,
-                _ => -1,
-            })
-            .collect();
+        let files = file_table(&members);
         let null = members
             .iter()
             .map(|m| m.is_some_and(|m| m.backend() == Backend::Null))
@@ -286,7 +302,35 @@ impl FanoutQueue {
             rotor: 0,
             max_io_bytes,
             size_bytes: target.size_bytes(),
+            generation,
+            files,
         })
+    }
+
+    /// A member joined the array since this queue last looked: take the
+    /// new members' files and data offsets. Operations in flight on a
+    /// member that left finish on its file (the array keeps it open).
+    fn refresh(&mut self) -> io::Result<()> {
+        let Shape::Array(array) = &self.shape else {
+            return Ok(());
+        };
+        let array = Arc::clone(array);
+        let generation = array.generation();
+        let slots = array.slots();
+        let members: Vec<Option<&Member>> = slots.iter().map(|s| s.map(|s| &s.member)).collect();
+        let files = file_table(&members);
+        for (index, (&new, old)) in files.iter().zip(self.files.iter_mut()).enumerate() {
+            if new != *old {
+                self.engine.update_file(index as u32, new)?;
+                *old = new;
+            }
+        }
+        for (role, slot) in slots.iter().enumerate() {
+            self.data_offsets[role] = slot.map(|s| s.data_offset_bytes());
+            self.null[role] = slot.is_some_and(|s| s.member.backend() == Backend::Null);
+        }
+        self.generation = generation;
+        Ok(())
     }
 
     /// The most member operations one request can need.
@@ -847,6 +891,11 @@ impl Queue for FanoutQueue {
         fua: bool,
     ) -> io::Result<()> {
         let invalid = |what: String| Err(io::Error::new(io::ErrorKind::InvalidInput, what));
+        if let Shape::Array(array) = &self.shape {
+            if array.generation() != self.generation {
+                self.refresh()?;
+            }
+        }
         if slot as usize >= self.slots.len() || self.slots[slot as usize].pending != 0 {
             return invalid(format!("slot {slot} is out of range or busy"));
         }

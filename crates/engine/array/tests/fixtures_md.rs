@@ -60,7 +60,7 @@ fn check(name: &str, size_bytes: u64, sha256: &str) {
     for offset in (0..size_bytes).step_by(64 * 1024) {
         for copy in 0..g.copies() {
             let loc = g.locate(offset, copy);
-            let slot = array.slots()[loc.member as usize].as_ref().unwrap();
+            let slot = array.slot(loc.member as usize).unwrap();
             let mut block = vec![0u8; 4096];
             slot.member
                 .read_at(&mut block, slot.data_offset_bytes() + loc.member_offset)

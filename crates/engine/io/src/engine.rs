@@ -69,6 +69,11 @@ pub trait Engine {
     fn completes_inline(&self) -> bool {
         false
     }
+
+    /// Put `fd` at `index` of the file table (a member joined the array
+    /// while it runs; -1 empties the entry). Operations already queued on
+    /// the old file finish on it.
+    fn update_file(&mut self, index: u32, fd: RawFd) -> io::Result<()>;
 }
 
 /// Which engine to use.
@@ -226,6 +231,14 @@ impl UringEngine {
 }
 
 impl Engine for UringEngine {
+    fn update_file(&mut self, index: u32, fd: RawFd) -> io::Result<()> {
+        // The kernel keeps its own reference for requests in flight.
+        self.ring
+            .submitter()
+            .register_files_update(index, &[fd])
+            .map(|_| ())
+    }
+
     unsafe fn push(&mut self, op: &MemberOp) -> io::Result<()> {
         let entry = self.entry(op);
         loop {
@@ -333,6 +346,11 @@ impl PsyncEngine {
 }
 
 impl Engine for PsyncEngine {
+    fn update_file(&mut self, index: u32, fd: RawFd) -> io::Result<()> {
+        self.files[index as usize] = fd;
+        Ok(())
+    }
+
     unsafe fn push(&mut self, op: &MemberOp) -> io::Result<()> {
         // SAFETY: forwarded from the caller.
         let result = unsafe { self.perform(op) };
@@ -365,6 +383,10 @@ pub struct FaultyEngine {
 }
 
 impl Engine for FaultyEngine {
+    fn update_file(&mut self, index: u32, fd: RawFd) -> io::Result<()> {
+        self.inner.update_file(index, fd)
+    }
+
     unsafe fn push(&mut self, op: &MemberOp) -> io::Result<()> {
         self.count = self.count.wrapping_add(1);
         if self.plan.eio_file == Some(op.file) {

@@ -72,7 +72,11 @@ fn a_mirror_that_fails_under_fio_verify_costs_the_client_nothing() {
         let mut server = serve(dir.path(), &members);
 
         // fio, rate-limited so that the member fails during its write phase;
-        // then it reads every block back and checks its crc32c.
+        // then it reads every block back and checks its crc32c. The loop
+        // device over FUSE is buffered: a failure reaches nvraid when the
+        // page cache goes to the member, so fio flushes every 32 writes
+        // (without it, whether an error surfaces at all depended on
+        // writeback timing).
         let fio = Command::new("fio")
             .current_dir(dir.path())
             .arg("--name=failover")
@@ -89,6 +93,7 @@ fn a_mirror_that_fails_under_fio_verify_costs_the_client_nothing() {
                 "--numjobs=2",
                 "--offset_increment=16m",
                 "--rate_iops=2000",
+                "--fsync=32",
                 "--verify=crc32c",
                 "--verify_fatal=1",
                 "--do_verify=1",

@@ -61,7 +61,7 @@ pub fn re_add(array: Array, old: Member) -> Result<(Array, u32)> {
         )));
     };
     let role = usize::from(role);
-    if role >= array.slots().len() || array.is_usable(role) {
+    if role >= array.roles() || array.is_usable(role) {
         return Err(refuse(format!("its role {role} is held by another member")));
     }
     if sb.events < bitmap.events_cleared {
@@ -80,11 +80,7 @@ pub fn re_add(array: Array, old: Member) -> Result<(Array, u32)> {
 /// Put `new` into the array: into the first missing role (or `back`'s role,
 /// recovering by bitmap, keeping its device slot and UUID when they are
 /// free), or as a spare when no role is missing.
-fn join(
-    mut array: Array,
-    new: Member,
-    back: Option<(usize, Superblock)>,
-) -> Result<(Array, Added)> {
+fn join(array: Array, new: Member, back: Option<(usize, Superblock)>) -> Result<(Array, Added)> {
     let spec = new.spec().to_string();
     if !array.is_writable() {
         return Err(Error::ReadOnly);
@@ -116,7 +112,7 @@ fn join(
     let reference = array.superblock().clone();
     let role = match &back {
         Some((role, _)) => Some(*role),
-        None => (0..array.slots().len()).find(|&r| !array.is_usable(r)),
+        None => (0..array.roles()).find(|&r| !array.is_usable(r)),
     };
     let needed = match role {
         Some(r) => array.geometry().member_used_bytes_of(r as u32),
@@ -279,7 +275,7 @@ pub fn rebuild(
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Vec<Rebuilt>> {
     let mut done = Vec::new();
-    for role in 0..array.slots().len() {
+    for role in 0..array.roles() {
         if let (true, Some(from)) = (array.is_usable(role), array.in_sync_bytes(role)) {
             done.push(rebuild_role(array, role, from, max_rate, progress)?);
         }
@@ -298,7 +294,7 @@ fn rebuild_role(
         return rebuild_by_bitmap(array, role, from, max_rate, progress);
     }
     let total = array.geometry().member_used_bytes_of(role as u32);
-    let target = array.slots()[role].as_ref().expect("present");
+    let target = array.slot(role).expect("present");
     let target_error = |source| Error::RebuildTarget {
         spec: target.member.spec().into(),
         source,
@@ -380,7 +376,7 @@ fn rebuild_by_bitmap(
 ) -> Result<Rebuilt> {
     let geometry = array.geometry();
     let total = geometry.member_used_bytes_of(role as u32);
-    let target = array.slots()[role].as_ref().expect("present");
+    let target = array.slot(role).expect("present");
     let target_error = |source| Error::RebuildTarget {
         spec: target.member.spec().into(),
         source,
@@ -479,8 +475,8 @@ fn read_other_copy(array: &Array, role: usize, logical: u64, buf: &mut [u8]) -> 
                 offset: logical,
                 len: buf.len() as u64,
             })?;
-        let slot = array.slots()[source.member as usize]
-            .as_ref()
+        let slot = array
+            .slot(source.member as usize)
             .expect("readable means present");
         match slot
             .member

@@ -135,9 +135,7 @@ pub fn scrub_with(
                 if !array.readable(role, loc.member_offset, piece.len) {
                     continue;
                 }
-                let slot = array.slots()[role]
-                    .as_ref()
-                    .expect("readable means present");
+                let slot = array.slot(role).expect("readable means present");
                 let buf = &mut bufs[read.len()][..len];
                 match slot
                     .member
@@ -186,7 +184,7 @@ pub fn scrub_with(
                     _ => found.regions.push(range),
                 }
                 if mode == Mode::Repair {
-                    let slot = array.slots()[role].as_ref().expect("present");
+                    let slot = array.slot(role).expect("present");
                     match slot.member.write_at(reference, member_at) {
                         Ok(()) => found.repaired_sectors += differing,
                         Err(e) if crate::array::is_member_failure(&e) => {

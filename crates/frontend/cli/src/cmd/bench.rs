@@ -102,8 +102,10 @@ pub fn run(args: &BenchArgs, direct_flag: bool) -> Result<u8> {
     let mut stdout = std::io::stdout().lock();
     // Writes to an array with a bitmap pay for it as under `serve`: bits
     // set before the data, cleared by the same daemon.
-    let daemons: Vec<nvraid_array::BitmapDaemon> =
-        arrays.iter().map(nvraid_array::BitmapDaemon::start).collect();
+    let daemons: Vec<nvraid_array::BitmapDaemon> = arrays
+        .iter()
+        .map(nvraid_array::BitmapDaemon::start)
+        .collect();
     let outcome = nvraid_bench::run(args, targets, &mut stdout, progress);
     drop(daemons);
     for array in arrays {
