@@ -209,6 +209,19 @@ impl Barrier {
     }
 }
 
+/// A barrier region held (see [`Array::hold_region`]); released on drop,
+/// also on an error part-way.
+pub(crate) struct RegionHold<'a> {
+    array: &'a Array,
+    _turn: std::sync::MutexGuard<'a, ()>,
+}
+
+impl Drop for RegionHold<'_> {
+    fn drop(&mut self) {
+        self.array.barrier.lower();
+    }
+}
+
 /// A member given at assembly that takes no part in the array.
 #[derive(Clone, Debug)]
 pub struct SetAsideMember {
@@ -293,8 +306,10 @@ pub struct Array {
     faulty: Vec<AtomicBool>,
     /// Per-role I/O counts of the fast path.
     counters: Vec<MemberCounters>,
-    /// Client writes against a resync running beside them.
+    /// Client writes against a resync or rebuild running beside them.
     barrier: Barrier,
+    /// Whose turn it is to hold a barrier region.
+    barrier_turn: Mutex<()>,
     /// md's write-intent bitmap, when the array has one (see `intent`).
     pub(crate) intent: Option<crate::intent::WriteIntent>,
 }
@@ -399,6 +414,7 @@ impl Array {
             by_bitmap,
             counters,
             barrier: Barrier::new(),
+            barrier_turn: Mutex::new(()),
             intent: None,
         }
     }
@@ -442,14 +458,17 @@ impl Array {
         self.barrier.leave(offset, len);
     }
 
-    /// A resync holds region `region` (array bytes `region *
-    /// BARRIER_REGION_BYTES` onwards) until [`Array::release_region`].
-    pub(crate) fn hold_region(&self, region: u64) {
+    /// Hold region `region` (array bytes `region * BARRIER_REGION_BYTES`
+    /// onwards) against client writes until the returned guard drops: no
+    /// client write to it is in flight or starts meanwhile. One holder at a
+    /// time (a resync and a rebuild running together take turns).
+    pub(crate) fn hold_region(&self, region: u64) -> RegionHold<'_> {
+        let turn = self.barrier_turn.lock().unwrap_or_else(|p| p.into_inner());
         self.barrier.raise(region);
-    }
-
-    pub(crate) fn release_region(&self) {
-        self.barrier.lower();
+        RegionHold {
+            array: self,
+            _turn: turn,
+        }
     }
 
     /// Whether some member may not be read everywhere (see [`ReadLimit`]).
@@ -596,6 +615,39 @@ impl Array {
         }
         self.table.lock().unwrap_or_else(|p| p.into_inner())[dev_number as usize] = entry;
         let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        let resync_offset = self.resync_offset_now();
+        self.update_superblocks(&mut events, resync_offset)
+    }
+
+    /// Take a faulty member out of `role` (md's `--remove`): its device
+    /// slot is freed in every other member's role table (events + 1) and the
+    /// role is missing until a new member joins. The member stays open
+    /// until the array closes (a queue may still hold its file). Refused
+    /// for a member that has not failed: fail it first.
+    pub fn remove_member(&self, role: usize) -> Result<()> {
+        let Some(slot) = self.slot(role) else {
+            return Err(Error::NotStartable(format!(
+                "role {role} has no member to remove"
+            )));
+        };
+        if !self.is_faulty(role) {
+            return Err(Error::Unsupported {
+                spec: slot.member.spec().into(),
+                what: "removing a working member (fail it first)".into(),
+            });
+        }
+        let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        let dev = slot.superblock.dev_number as usize;
+        {
+            let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(entry) = table.get_mut(dev) {
+                *entry = Role::Spare.to_raw();
+            }
+        }
+        self.current[role].store(NO_SLOT, Ordering::Release);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        // Out of the array: free to be claimed again (added back, say).
+        slot.member.release_claim();
         let resync_offset = self.resync_offset_now();
         self.update_superblocks(&mut events, resync_offset)
     }

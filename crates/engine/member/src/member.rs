@@ -281,6 +281,17 @@ impl Member {
         }
     }
 
+    /// Give up this process's claim on the member (it stays open: I/O
+    /// already queued on it can finish), so that it can be opened for
+    /// writing again, by this process or another. For a member taken out
+    /// of a running array.
+    pub fn release_claim(&self) {
+        if let (Some(file), true) = (&self.file, self.writable) {
+            // Best effort: a lock that cannot be dropped stays until exit.
+            let _ = nvraid_io::sys::unlock(file);
+        }
+    }
+
     /// The spec the member was opened with (its path, or `mem:SIZE`).
     pub fn spec(&self) -> &str {
         &self.spec

@@ -44,6 +44,8 @@ enum Command {
     Replace(cmd::manage::ReplaceArgs),
     /// Mark a member faulty (offline, or in a running server with --socket).
     Fail(cmd::manage::FailArgs),
+    /// Take a faulty member or an unused spare out of a running server's array.
+    Remove(cmd::manage::RemoveArgs),
     /// Compare every copy of a RAID 1/10 and report the sectors that differ.
     Check(cmd::manage::ScrubArgs),
     /// Rewrite copies that differ from the first; resync a dirty array.
@@ -76,6 +78,7 @@ fn main() -> ExitCode {
         Command::Add(args) => cmd::manage::add(args, direct),
         Command::Rebuild(args) => cmd::manage::rebuild(args, direct),
         Command::Fail(args) => cmd::manage::fail(args, direct),
+        Command::Remove(args) => cmd::manage::remove(args),
         Command::Replace(args) => cmd::manage::replace(args, direct),
         Command::Check(args) => cmd::manage::check(args, direct),
         Command::Repair(args) => cmd::manage::repair(args, direct),

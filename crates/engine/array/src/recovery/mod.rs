@@ -29,5 +29,8 @@
 mod rebuild;
 mod scrub;
 
-pub use rebuild::{add_member, promote_spares, re_add, rebuild, Added, Progress, Rebuilt};
+pub use rebuild::{
+    add_member, add_member_to, promote_spares, re_add, re_add_to, rebuild, rebuild_online, Added,
+    Progress, RebuildPace, Rebuilt,
+};
 pub use scrub::{scrub, scrub_with, Mode, Pace, Scrubbed};

@@ -28,6 +28,14 @@ pub enum Added {
 /// member's superblock records it (events + 1). `array` must be writable.
 /// Returns the array with the new member in place.
 pub fn add_member(array: Array, new: Member) -> Result<(Array, Added)> {
+    let added = join(&array, new, None)?;
+    Ok((array, added))
+}
+
+/// [`add_member`] on an array in use (a running server): the queues take
+/// the new member at their next request; the caller then rebuilds it with
+/// [`rebuild_online`].
+pub fn add_member_to(array: &Array, new: Member) -> Result<Added> {
     join(array, new, None)
 }
 
@@ -40,6 +48,12 @@ pub fn add_member(array: Array, new: Member) -> Result<(Array, Added)> {
 /// events_cleared: bits cleared since then would hide writes it missed).
 /// Returns the array and the role taken.
 pub fn re_add(array: Array, old: Member) -> Result<(Array, u32)> {
+    let role = re_add_to(&array, old)?;
+    Ok((array, role))
+}
+
+/// [`re_add`] on an array in use (see [`add_member_to`]).
+pub fn re_add_to(array: &Array, old: Member) -> Result<u32> {
     let spec = old.spec().to_string();
     let refuse = |why: String| Error::NotReAddable {
         spec: spec.clone(),
@@ -70,9 +84,8 @@ pub fn re_add(array: Array, old: Member) -> Result<(Array, u32)> {
             sb.events, bitmap.events_cleared
         )));
     }
-    let (array, added) = join(array, old, Some((role, sb)))?;
-    match added {
-        Added::Recovering { role } => Ok((array, role)),
+    match join(array, old, Some((role, sb)))? {
+        Added::Recovering { role } => Ok(role),
         Added::Spare => unreachable!("a re-add always takes a role"),
     }
 }
@@ -80,7 +93,7 @@ pub fn re_add(array: Array, old: Member) -> Result<(Array, u32)> {
 /// Put `new` into the array: into the first missing role (or `back`'s role,
 /// recovering by bitmap, keeping its device slot and UUID when they are
 /// free), or as a spare when no role is missing.
-fn join(array: Array, new: Member, back: Option<(usize, Superblock)>) -> Result<(Array, Added)> {
+fn join(array: &Array, new: Member, back: Option<(usize, Superblock)>) -> Result<Added> {
     let spec = new.spec().to_string();
     if !array.is_writable() {
         return Err(Error::ReadOnly);
@@ -210,7 +223,7 @@ fn join(array: Array, new: Member, back: Option<(usize, Superblock)>) -> Result<
         None => None,
     };
     array.install(role, slot, dev_number, entry)?;
-    Ok((array, added))
+    Ok(added)
 }
 
 /// Put the hot spares given with a degraded array into its missing roles
@@ -363,10 +376,45 @@ fn rebuild_role(
     })
 }
 
-/// The recovery of a re-added member: only the pieces whose array bytes
-/// the write-intent bitmap marks are copied (what was written while it was
-/// away); the rest of it already holds the array's data. Checkpoints and
-/// pace as a full rebuild; `bytes` counts what was copied.
+/// How a rebuild beside client I/O is paced, md's way: never faster than
+/// `max_rate`; while clients are doing I/O, no faster than `min_rate`
+/// either (the floor md keeps so that a busy array still recovers). Rates
+/// in bytes per second; `None` is unlimited. `stop` ends the rebuild at
+/// its next step, with its checkpoint recorded (it resumes there).
+#[derive(Debug, Default)]
+pub struct RebuildPace<'a> {
+    pub min_rate: Option<u64>,
+    pub max_rate: Option<u64>,
+    pub stop: Option<&'a std::sync::atomic::AtomicBool>,
+}
+
+/// Rebuild every member being recovered while the array serves clients:
+/// step by step, each step holding its region against client writes (a
+/// client write then lands on the new member after the copy, never under
+/// it), paced by `pace`. Returns what each role's run did; a role stopped
+/// early is still being recovered (`Array::in_sync_bytes`).
+pub fn rebuild_online(
+    array: &Array,
+    pace: &RebuildPace,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Vec<Rebuilt>> {
+    let mut done = Vec::new();
+    for role in 0..array.roles() {
+        if pace
+            .stop
+            .is_some_and(|s| s.load(std::sync::atomic::Ordering::Acquire))
+        {
+            break;
+        }
+        if let (true, Some(from)) = (array.is_usable(role), array.in_sync_bytes(role)) {
+            done.push(rebuild_stepwise(array, role, from, pace, true, progress)?);
+        }
+    }
+    Ok(done)
+}
+
+/// The recovery of a re-added member (offline): only the pieces the
+/// bitmap marks are copied.
 fn rebuild_by_bitmap(
     array: &Array,
     role: usize,
@@ -374,7 +422,38 @@ fn rebuild_by_bitmap(
     max_rate: Option<u64>,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Rebuilt> {
+    let pace = RebuildPace {
+        max_rate,
+        ..RebuildPace::default()
+    };
+    rebuild_stepwise(array, role, from, &pace, false, progress)
+}
+
+/// Client I/O operations the server's queues have done so far.
+fn client_ops(array: &Array) -> u64 {
+    array
+        .member_counters()
+        .iter()
+        .map(|c| c.ops.load(std::sync::atomic::Ordering::Relaxed))
+        .sum()
+}
+
+/// Copy `role`'s member from `from` to the end, a step (at most a barrier
+/// region, a chunk, a bitmap chunk) at a time. A member re-added with
+/// RECOVERY_BITMAP gets only the steps whose array bytes the bitmap marks
+/// (what was written while it was away); the rest already holds the
+/// array's data. With `online`, each step holds its region against client
+/// writes. Checkpoints every second; `bytes` counts what was copied.
+fn rebuild_stepwise(
+    array: &Array,
+    role: usize,
+    from: u64,
+    pace: &RebuildPace,
+    online: bool,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Rebuilt> {
     let geometry = array.geometry();
+    let only_marked = array.recovers_by_bitmap(role);
     let total = geometry.member_used_bytes_of(role as u32);
     let target = array.slot(role).expect("present");
     let target_error = |source| Error::RebuildTarget {
@@ -383,8 +462,9 @@ fn rebuild_by_bitmap(
     };
     let step = [
         Some(REGION_BYTES),
+        Some(crate::array::BARRIER_REGION_BYTES),
         geometry.chunk_bytes(),
-        array.bitmap_chunk_bytes(),
+        array.bitmap_chunk_bytes().filter(|_| only_marked),
     ]
     .into_iter()
     .flatten()
@@ -393,26 +473,52 @@ fn rebuild_by_bitmap(
     let mut buf = AlignedBuf::zeroed(step as usize);
     let started = Instant::now();
     let mut last_checkpoint = Instant::now();
+    // Pacing window: bytes copied since it opened, and whether clients
+    // were busy during the previous one.
+    let window = Duration::from_millis(100);
+    let (mut window_start, mut window_bytes) = (Instant::now(), 0u64);
+    let (mut ops_seen, mut busy) = (client_ops(array), false);
     let mut copied = 0u64;
     let mut at = from;
     while at < total {
+        if pace
+            .stop
+            .is_some_and(|s| s.load(std::sync::atomic::Ordering::Acquire))
+        {
+            break;
+        }
         let len = (step - at % step).min(total - at);
         let (logical, _) = geometry
             .logical_of(role as u32, at)
             .expect("a used member byte holds array data");
-        if array.resync_wanted(logical, len) {
+        if !only_marked || array.resync_wanted(logical, len) {
             let piece = &mut buf[..len as usize];
+            let hold =
+                online.then(|| array.hold_region(logical / crate::array::BARRIER_REGION_BYTES));
             read_other_copy(array, role, logical, piece)?;
             target
                 .member
                 .write_at(piece, target.data_offset_bytes() + at)
                 .map_err(target_error)?;
+            drop(hold);
             copied += len;
-            if let Some(rate) = max_rate {
-                let due = Duration::from_secs_f64(copied as f64 / rate as f64);
-                if let Some(wait) = due.checked_sub(started.elapsed()) {
+            window_bytes += len;
+            let rate = if busy {
+                pace.min_rate.or(pace.max_rate)
+            } else {
+                pace.max_rate
+            };
+            if let Some(rate) = rate {
+                let due = Duration::from_secs_f64(window_bytes as f64 / rate as f64);
+                if let Some(wait) = due.checked_sub(window_start.elapsed()) {
                     std::thread::sleep(wait);
                 }
+            }
+            if window_start.elapsed() >= window {
+                let ops = client_ops(array);
+                busy = ops != ops_seen;
+                ops_seen = ops;
+                (window_start, window_bytes) = (Instant::now(), 0);
             }
         }
         at += len;
@@ -429,7 +535,11 @@ fn rebuild_by_bitmap(
         });
     }
     target.member.flush().map_err(target_error)?;
-    array.finish_recovery(role)?;
+    if at >= total {
+        array.finish_recovery(role)?;
+    } else if at > from {
+        array.checkpoint_recovery(role, Some(at))?;
+    }
     Ok(Rebuilt {
         role: role as u32,
         from_bytes: from,

@@ -123,8 +123,7 @@ pub fn scrub_with(
             end = run_end;
         }
         found.bytes += end - at;
-        array.hold_region(region);
-        let held = Held(array);
+        let held = array.hold_region(region);
         for piece in geometry.pieces(at, end - at) {
             let len = piece.len as usize;
             // Every readable copy of the piece, in copy order.
@@ -231,14 +230,4 @@ pub fn scrub_with(
     }
     found.seconds = started.elapsed().as_secs_f64();
     Ok(found)
-}
-
-/// A region held against client writes; released when dropped (also on an
-/// error part-way).
-struct Held<'a>(&'a Array);
-
-impl Drop for Held<'_> {
-    fn drop(&mut self) {
-        self.0.release_region();
-    }
 }

@@ -15,9 +15,35 @@ use std::time::{Duration, Instant};
 pub struct AddArgs {
     #[command(flatten)]
     new: NewMember,
-    /// The array's members, in any order.
-    #[arg(required = true)]
+    /// A running `nvraid serve`'s control socket: add NEW there (it is
+    /// rebuilt in the background while the server serves; `status` shows
+    /// the progress).
+    #[arg(long, value_name = "PATH", conflicts_with = "members")]
+    socket: Option<std::path::PathBuf>,
+    /// Without --socket: the array's members, in any order.
+    #[arg(required_unless_present = "socket")]
     members: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct RemoveArgs {
+    /// The member to take out: a faulty member, or an unused hot spare.
+    #[arg(long, value_name = "MEMBER")]
+    member: String,
+    /// The running `nvraid serve`'s control socket.
+    #[arg(long, value_name = "PATH")]
+    socket: std::path::PathBuf,
+}
+
+/// `remove --socket`: take a faulty member (or an unused spare) out of a
+/// running server's array; its device slot is freed (md's `--remove`).
+pub fn remove(args: &RemoveArgs) -> Result<u8> {
+    let reply = nvraid_serve::request(
+        &args.socket,
+        &serde_json::json!({"command": "remove", "member": args.member}),
+    )?;
+    eprintln!("nvraid: {} removed ({reply})", args.member);
+    Ok(0)
 }
 
 /// A new member and how to rebuild it (`add`, `replace`).
@@ -49,7 +75,7 @@ pub struct SpeedArgs {
 }
 
 /// `MIN:MAX` or `MAX`, in MB/s (10^6 bytes), MAX > 0 and MIN <= MAX.
-fn parse_speed(text: &str) -> Result<(u64, u64), String> {
+pub fn parse_speed(text: &str) -> Result<(u64, u64), String> {
     let (min, max) = match text.split_once(':') {
         Some((min, max)) => (min, max),
         None => ("0", text),
@@ -96,8 +122,12 @@ pub struct ReplaceArgs {
     old: String,
     #[command(flatten)]
     new: NewMember,
-    /// The array's members (OLD among them), in any order.
-    #[arg(required = true)]
+    /// A running `nvraid serve`'s control socket: replace there (NEW is
+    /// rebuilt in the background).
+    #[arg(long, value_name = "PATH", conflicts_with = "members")]
+    socket: Option<std::path::PathBuf>,
+    /// Without --socket: the array's members (OLD among them), in any order.
+    #[arg(required_unless_present = "socket")]
     members: Vec<String>,
 }
 
@@ -106,6 +136,17 @@ pub struct ReplaceArgs {
 /// serves), the array runs without OLD's copy until the rebuild ends.
 pub fn replace(args: &ReplaceArgs, direct: bool) -> Result<u8> {
     let spec = &args.new.spec;
+    if let Some(socket) = &args.socket {
+        let reply = nvraid_serve::request(
+            socket,
+            &serde_json::json!({"command": "replace", "old": args.old, "new": spec, "force": args.new.force}),
+        )?;
+        eprintln!(
+            "nvraid: {spec} replaces {} in role {}; rebuilding in the server (see `nvraid status`)",
+            args.old, reply["role"]
+        );
+        return Ok(0);
+    }
     if args.members.contains(spec) {
         bail!("{spec}: given both as --new and as a member");
     }
@@ -248,6 +289,29 @@ pub fn role_of(array: &nvraid_array::Array, spec: &str) -> Result<usize> {
 
 pub fn add(args: &AddArgs, direct: bool) -> Result<u8> {
     let spec = &args.new.spec;
+    if let Some(socket) = &args.socket {
+        let reply = nvraid_serve::request(
+            socket,
+            &serde_json::json!({"command": "add", "member": spec, "force": args.new.force}),
+        )?;
+        if reply["spare"] == true {
+            eprintln!("nvraid: {spec} added to the server's array as a spare");
+        } else {
+            eprintln!(
+                "nvraid: {spec} {} role {}; rebuilding in the server (see `nvraid status`)",
+                if reply["re_added"] == true {
+                    "re-added in"
+                } else {
+                    "takes"
+                },
+                reply["role"]
+            );
+        }
+        if args.new.json {
+            println!("{reply}");
+        }
+        return Ok(0);
+    }
     if args.members.contains(spec) {
         bail!("{spec}: given both as --new and as a member");
     }

@@ -8,6 +8,7 @@ pub mod examine;
 pub mod io;
 pub mod manage;
 pub mod manual;
+pub mod online;
 pub mod serve;
 pub mod topology;
 

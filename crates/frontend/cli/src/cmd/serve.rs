@@ -27,6 +27,12 @@ pub struct ServeCmd {
     /// a time against client writes).
     #[arg(long, value_name = "MB/s")]
     resync_speed: Option<u64>,
+    /// Rebuild speed limits in MB/s, md-style `MIN:MAX` (or `MAX`), for a
+    /// member rebuilt while serving (added or re-added through the control
+    /// socket, or a hot spare taking over): never faster than MAX, and no
+    /// faster than MIN while clients are doing I/O. Default: 50:unlimited.
+    #[arg(long, value_name = "MIN:MAX", value_parser = crate::cmd::manage::parse_speed)]
+    rebuild_speed: Option<(u64, u64)>,
     /// Members of the array to serve, in any order.
     #[arg(required = true)]
     members: Vec<String>,
@@ -64,7 +70,12 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
         },
     )?);
     let resync = Arc::new(std::sync::Mutex::new(ResyncState::default()));
-    configure(&mut options, &array, &resync);
+    let pace = match args.rebuild_speed {
+        Some((min, max)) => (Some(min * 1_000_000), Some(max * 1_000_000)),
+        None => (Some(DEFAULT_REBUILD_MIN), None),
+    };
+    let online = crate::cmd::online::Online::new(array.clone(), pace, direct);
+    configure(&mut options, &array, &resync, &online);
     let members: Vec<&Member> = array.slots().iter().flatten().map(|s| &s.member).collect();
     let engine = crate::cmd::bench::engine_for(args.engine, &members);
     let target: Arc<dyn Target> = Arc::new(FanoutTarget::array(array.clone(), engine));
@@ -85,7 +96,13 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
     });
     // md's bitmap daemon: clears write-intent bits of regions left idle.
     let bitmap_daemon = nvraid_array::BitmapDaemon::start(&array);
+    // Rebuilds beside the clients, hot spares taking over.
+    let recovery_thread = online.start();
     let served = nvraid_serve::serve(target, options, shutdown);
+    online.stop();
+    if let Some(thread) = recovery_thread {
+        let _ = thread.join();
+    }
     drop(bitmap_daemon);
     stop.store(true, Ordering::Release);
     if let Some(thread) = resync_thread {
@@ -94,6 +111,7 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
     // The server has stopped, finished in-flight requests and flushed; only
     // then is the array marked clean.
     served.context("the NBD server failed; the array is left as it is")?;
+    drop(online);
     let array = Arc::try_unwrap(array)
         .map_err(|_| anyhow::anyhow!("array still in use after the server stopped"))?;
     array.close()?;
@@ -145,21 +163,30 @@ fn background_resync(
     }
 }
 
+/// The default MIN of `--rebuild-speed`: 50 MB/s while clients are busy.
+const DEFAULT_REBUILD_MIN: u64 = 50_000_000;
+
 fn configure(
     options: &mut ServeOptions,
     array: &Arc<Array>,
     resync: &Arc<std::sync::Mutex<ResyncState>>,
+    online: &Arc<crate::cmd::online::Online>,
 ) {
     let chunk = array.geometry().chunk_bytes().unwrap_or(4096);
     options.preferred_block_bytes = (chunk as u32).clamp(array.sector_bytes(), 1 << 20);
     let command_array = array.clone();
+    let command_online = online.clone();
     options.command_hook = Some(Arc::new(move |request| {
-        control_command(&command_array, request)
+        command_online
+            .command(request)
+            .unwrap_or_else(|| control_command(&command_array, request))
     }));
     let status_array = array.clone();
     let resync = resync.clone();
+    let status_online = online.clone();
     options.status_hook = Some(Arc::new(move || {
         let mut value = array_status(&status_array);
+        value["recovery"] = status_online.status();
         let s = resync.lock().unwrap_or_else(|e| e.into_inner());
         if s.total_bytes > 0 || s.error.is_some() {
             let rate = if s.seconds > 0.0 {

@@ -1,0 +1,375 @@
+//! Recovery while `nvraid serve` runs: a member failed and replaced through
+//! the control socket while fio writes and verifies through NBD, a hot spare
+//! that takes over by itself, a rebuild killed half-way that resumes after
+//! the restart, and `remove`. Every test ends with `check` finding the
+//! copies equal, and the kernel reading the same bytes.
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn status(dir: &Path) -> serde_json::Value {
+    let control = dir.join("md.ctl");
+    serde_json::from_str(&ok(
+        &["status", "--json", "--socket", control.to_str().unwrap()],
+        dir,
+    ))
+    .unwrap()
+}
+
+/// Wait until the server reports the rebuild finished (or fail the test
+/// with its status after `limit`).
+fn wait_rebuilt(dir: &Path, limit: Duration) -> serde_json::Value {
+    let started = Instant::now();
+    loop {
+        let s = status(dir);
+        let rebuild = &s["array"]["recovery"]["rebuild"];
+        if rebuild["finished"] == true {
+            return s;
+        }
+        assert!(rebuild["error"].is_null(), "{s}");
+        assert!(started.elapsed() < limit, "rebuild not finished: {s}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn stop(mut server: Child) {
+    Command::new("kill")
+        .arg("-INT")
+        .arg(server.id().to_string())
+        .status()
+        .unwrap();
+    let status = server.wait().unwrap();
+    assert!(status.success(), "serve exited with {status}");
+}
+
+fn control(dir: &Path) -> String {
+    dir.join("md.ctl").display().to_string()
+}
+
+fn fio_verify(dir: &Path) -> Child {
+    Command::new("fio")
+        .current_dir(dir)
+        .arg("--name=online")
+        .arg("--ioengine=nbd")
+        .arg(format!(
+            "--uri=nbd+unix:///?socket={}",
+            dir.join("md.sock").display()
+        ))
+        .args([
+            "--rw=randwrite",
+            "--bs=4k",
+            "--size=24m",
+            "--iodepth=8",
+            "--numjobs=2",
+            "--offset_increment=24m",
+            "--rate_iops=3000",
+            "--verify=crc32c",
+            "--verify_fatal=1",
+            "--do_verify=1",
+            "--group_reporting",
+            "--output-format=json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("fio (apt-get install fio)")
+}
+
+fn fio_done(fio: Child) {
+    let out = fio.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "fio failed: {text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(&text[text.find('{').unwrap()..]).unwrap();
+    let job = &report["jobs"][0];
+    assert_eq!(job["error"], 0, "{job}");
+    assert!(
+        job["read"]["io_bytes"].as_u64().unwrap() >= 48 << 20,
+        "{job}"
+    );
+}
+
+fn assert_in_sync(dir: &Path, members: &[&str]) -> String {
+    let mut args = vec!["check", "--json"];
+    args.extend(members);
+    let out = nvraid(&args, dir);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "copies differ: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let mut args = vec!["detail", "--json"];
+    args.extend(members);
+    let d: serde_json::Value = serde_json::from_slice(&ok_bytes(&args, dir)).unwrap();
+    assert_eq!(d["state"], "clean", "{d}");
+    let mut args = vec!["read"];
+    args.extend(members);
+    sha(&ok_bytes(&args, dir))
+}
+
+#[test]
+fn a_member_replaced_through_the_control_socket_is_rebuilt_while_fio_verifies() {
+    tool("fio");
+    for level in ["1", "10"] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let count = if level == "1" { 2 } else { 4 };
+        let members: Vec<String> = (0..count).map(|i| format!("m{i}.img")).collect();
+        let mut create = vec!["create", "--level", level, "--size", "64M", "--force"];
+        create.extend(members.iter().map(String::as_str));
+        ok(&create, d);
+        std::fs::File::create(d.join("new.img"))
+            .unwrap()
+            .set_len(64 << 20)
+            .unwrap();
+        let server = serve(d, &members);
+        let fio = fio_verify(d);
+        std::thread::sleep(Duration::from_millis(800));
+        ok(&["fail", "--socket", &control(d), "--member", "m1.img"], d);
+        ok(
+            &["remove", "--socket", &control(d), "--member", "m1.img"],
+            d,
+        );
+        ok(&["add", "--socket", &control(d), "--new", "new.img"], d);
+        fio_done(fio);
+        let s = wait_rebuilt(d, Duration::from_secs(60));
+        let rebuild = &s["array"]["recovery"]["rebuild"];
+        assert_eq!(rebuild["role"], 1, "{s}");
+        assert_eq!(rebuild["member"], "new.img", "{s}");
+        stop(server);
+        let log = std::fs::read_to_string(d.join("serve.log")).unwrap();
+        assert!(log.contains("rebuilt while serving"), "{log}");
+        let mut now: Vec<&str> = members.iter().map(String::as_str).collect();
+        now[1] = "new.img";
+        let sha = assert_in_sync(d, &now);
+        if level == "1" {
+            let images: Vec<_> = now.iter().map(|m| d.join(m)).collect();
+            kernel_reads(&images, &[sha]);
+        }
+    }
+}
+
+#[test]
+fn a_hot_spare_takes_over_while_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(
+        &[
+            "create", "--level", "1", "--size", "32M", "--spares", "1", "m0.img", "m1.img", "s.img",
+        ],
+        d,
+    );
+    let all: Vec<String> = ["m0.img", "m1.img", "s.img"].map(String::from).to_vec();
+    let server = serve(d, &all);
+    let data: Vec<u8> = (0..(4u32 << 20)).map(|i| (i % 251) as u8).collect();
+    std::fs::write(d.join("data.bin"), &data).unwrap();
+    let before = status(d);
+    assert_eq!(
+        before["array"]["recovery"]["spares"],
+        serde_json::json!(["s.img"]),
+        "{before}"
+    );
+    ok(&["fail", "--socket", &control(d), "--member", "m1.img"], d);
+    let s = wait_rebuilt(d, Duration::from_secs(30));
+    assert_eq!(
+        s["array"]["recovery"]["spares"],
+        serde_json::json!([]),
+        "{s}"
+    );
+    assert_eq!(s["array"]["recovery"]["rebuild"]["member"], "s.img", "{s}");
+    stop(server);
+    let log = std::fs::read_to_string(d.join("serve.log")).unwrap();
+    assert!(log.contains("hot spare s.img takes over role 1"), "{log}");
+    assert_in_sync(d, &["m0.img", "s.img"]);
+}
+
+/// A rebuild paced to 4 MB/s is killed (SIGKILL) part-way; the next server
+/// resumes it from the checkpoint in the new member's superblock, not from
+/// the start.
+#[test]
+fn a_rebuild_killed_while_serving_resumes_after_the_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(
+        &[
+            "create", "--level", "1", "--size", "48M", "m0.img", "m1.img",
+        ],
+        d,
+    );
+    let data: Vec<u8> = (0..(47u32 << 20)).map(|i| (i % 253) as u8 ^ 0x33).collect();
+    std::fs::write(d.join("data.bin"), &data).unwrap();
+    ok(&["write", "--input", "data.bin", "m0.img", "m1.img"], d);
+    std::fs::File::create(d.join("new.img"))
+        .unwrap()
+        .set_len(48 << 20)
+        .unwrap();
+    let members = ["m0.img", "m1.img"].map(String::from).to_vec();
+    let mut server = serve_with(d, &members, &["--rebuild-speed", "4:4"]);
+    ok(&["fail", "--socket", &control(d), "--member", "m1.img"], d);
+    ok(&["add", "--socket", &control(d), "--new", "new.img"], d);
+    std::thread::sleep(Duration::from_millis(3500));
+    let s = status(d);
+    let done = s["array"]["recovery"]["rebuild"]["done_bytes"]
+        .as_u64()
+        .unwrap();
+    assert!(done > 0 && done < 47 << 20, "{s}");
+    server.kill().unwrap();
+    server.wait().unwrap();
+    // The new member's superblock holds a recovery checkpoint.
+    let e: serde_json::Value =
+        serde_json::from_slice(&ok_bytes(&["examine", "--json", "new.img"], d)).unwrap();
+    let checkpoint = e[0]["superblock"]["recovery_offset"].as_u64().unwrap_or(0) * 512;
+    assert!(checkpoint > 0, "{e}");
+    let now = ["m0.img", "new.img"].map(String::from).to_vec();
+    let server = serve(d, &now);
+    let s = wait_rebuilt(d, Duration::from_secs(60));
+    stop(server);
+    let log = std::fs::read_to_string(d.join("serve.log")).unwrap();
+    assert!(log.contains("rebuilt while serving"), "{log}");
+    assert!(
+        s["array"]["recovery"]["rebuild"]["copied_bytes"]
+            .as_u64()
+            .unwrap()
+            <= (48 << 20) - checkpoint,
+        "resumed from the checkpoint: {s}"
+    );
+    let sha_now = assert_in_sync(d, &["m0.img", "new.img"]);
+    let mut expected = data.clone();
+    expected.resize(sha_len(d), 0);
+    assert_eq!(sha_now, sha(&expected));
+}
+
+fn sha_len(dir: &Path) -> usize {
+    let d: serde_json::Value =
+        serde_json::from_slice(&ok_bytes(&["detail", "--json", "m0.img", "new.img"], dir)).unwrap();
+    d["size_bytes"].as_u64().unwrap() as usize
+}
+
+#[test]
+fn bad_online_requests_are_refused_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(
+        &[
+            "create", "--level", "1", "--size", "16M", "m0.img", "m1.img",
+        ],
+        d,
+    );
+    std::fs::File::create(d.join("small.img"))
+        .unwrap()
+        .set_len(4 << 20)
+        .unwrap();
+    let server = serve(d, &["m0.img".into(), "m1.img".into()]);
+    let ctl = control(d);
+    let refused = |args: &[&str], needle: &str| {
+        let out = nvraid(args, d);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    };
+    refused(
+        &["remove", "--socket", &ctl, "--member", "m1.img"],
+        "fail it first",
+    );
+    refused(
+        &["add", "--socket", &ctl, "--new", "m1.img"],
+        "already a working member",
+    );
+    refused(
+        &[
+            "replace",
+            "--socket",
+            &ctl,
+            "--old",
+            "m1.img",
+            "--new",
+            "small.img",
+        ],
+        "too small",
+    );
+    refused(
+        &[
+            "replace",
+            "--socket",
+            &ctl,
+            "--old",
+            "nope.img",
+            "--new",
+            "small.img",
+        ],
+        "not a working member",
+    );
+    let s = status(d);
+    assert_eq!(s["array"]["state"], "clean", "nothing changed: {s}");
+    stop(server);
+}
+
+/// md's re-add while serving: a member failed and removed comes back; only
+/// the chunks written while it was away (the bitmap's) are copied to it.
+#[test]
+fn a_removed_member_is_re_added_while_serving_copying_only_what_it_missed() {
+    tool("fio");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(
+        &[
+            "create",
+            "--level",
+            "1",
+            "--size",
+            "32M",
+            "--bitmap-chunk",
+            "1M",
+            "m0.img",
+            "m1.img",
+        ],
+        d,
+    );
+    let server = serve(d, &["m0.img".into(), "m1.img".into()]);
+    ok(&["fail", "--socket", &control(d), "--member", "m1.img"], d);
+    ok(
+        &["remove", "--socket", &control(d), "--member", "m1.img"],
+        d,
+    );
+    // 2 MiB written at 4 MiB while m1 is away: bitmap chunks 4 and 5.
+    let fio = Command::new("fio")
+        .current_dir(d)
+        .args([
+            "--name=away",
+            "--ioengine=nbd",
+            &format!("--uri=nbd+unix:///?socket={}", d.join("md.sock").display()),
+            "--rw=write",
+            "--bs=64k",
+            "--offset=4m",
+            "--size=2m",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        fio.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fio.stderr)
+    );
+    let reply: serde_json::Value = serde_json::from_str(&ok(
+        &["add", "--json", "--socket", &control(d), "--new", "m1.img"],
+        d,
+    ))
+    .unwrap();
+    assert_eq!(reply["re_added"], true, "{reply}");
+    let s = wait_rebuilt(d, Duration::from_secs(30));
+    assert_eq!(
+        s["array"]["recovery"]["rebuild"]["copied_bytes"],
+        2u64 << 20,
+        "{s}"
+    );
+    stop(server);
+    assert_in_sync(d, &["m0.img", "m1.img"]);
+}
