@@ -646,8 +646,9 @@ impl Array {
         }
         self.current[role].store(NO_SLOT, Ordering::Release);
         self.generation.fetch_add(1, Ordering::AcqRel);
-        // Out of the array: free to be claimed again (added back, say).
-        slot.member.release_claim();
+        // Out of the array: let go of it (it can be added back, reset or
+        // pulled); queues still holding its descriptor see /dev/null.
+        slot.member.detach();
         let resync_offset = self.resync_offset_now();
         self.update_superblocks(&mut events, resync_offset)
     }

@@ -144,6 +144,22 @@ pub fn unlock(file: &File) -> io::Result<()> {
     }
 }
 
+/// Point `file`'s descriptor at /dev/null (dup2): the file or device it
+/// had open is let go (once nothing else holds it), while the descriptor
+/// number stays valid and owned by `file`, so a thread that still uses the
+/// number reads end-of-file and writes nowhere, never another file that
+/// took the number.
+pub fn point_at_null(file: &File) -> io::Result<()> {
+    use std::os::unix::io::AsRawFd;
+    let null = File::options().read(true).write(true).open("/dev/null")?;
+    // SAFETY: dup2 onto a descriptor this File owns, from one `null` owns;
+    // no memory is passed. `null` closes its own descriptor when dropped.
+    if unsafe { libc::dup2(null.as_raw_fd(), file.as_raw_fd()) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// The major and minor numbers of a `st_dev`.
 pub fn dev_major_minor(dev: u64) -> (u32, u32) {
     (libc::major(dev), libc::minor(dev))

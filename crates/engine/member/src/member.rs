@@ -281,14 +281,18 @@ impl Member {
         }
     }
 
-    /// Give up this process's claim on the member (it stays open: I/O
-    /// already queued on it can finish), so that it can be opened for
-    /// writing again, by this process or another. For a member taken out
-    /// of a running array.
-    pub fn release_claim(&self) {
-        if let (Some(file), true) = (&self.file, self.writable) {
-            // Best effort: a lock that cannot be dropped stays until exit.
-            let _ = nvraid_io::sys::unlock(file);
+    /// Let go of the member, for one taken out of a running array: the
+    /// claim is given up and the file or device closed (its descriptor is
+    /// pointed at /dev/null, so a queue that still holds the number reads
+    /// end-of-file and writes nowhere until it refreshes), so that it can
+    /// be opened again, reset or pulled. I/O already queued on it finishes.
+    pub fn detach(&self) {
+        if let Some(file) = &self.file {
+            // Best effort: what cannot be let go stays open until exit.
+            if self.writable {
+                let _ = nvraid_io::sys::unlock(file);
+            }
+            let _ = nvraid_io::sys::point_at_null(file);
         }
     }
 

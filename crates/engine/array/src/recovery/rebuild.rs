@@ -477,7 +477,16 @@ fn rebuild_stepwise(
     // were busy during the previous one.
     let window = Duration::from_millis(100);
     let (mut window_start, mut window_bytes) = (Instant::now(), 0u64);
-    let (mut ops_seen, mut busy) = (client_ops(array), false);
+    let mut ops_seen = client_ops(array);
+    let mut busy = false;
+    if online && pace.min_rate.is_some() {
+        // Look before the first step: a full-speed first window would
+        // take the clients' share before their activity shows.
+        std::thread::sleep(Duration::from_millis(20));
+        let ops = client_ops(array);
+        busy = ops != ops_seen;
+        ops_seen = ops;
+    }
     let mut copied = 0u64;
     let mut at = from;
     while at < total {
