@@ -373,3 +373,54 @@ fn a_removed_member_is_re_added_while_serving_copying_only_what_it_missed() {
     stop(server);
     assert_in_sync(d, &["m0.img", "m1.img"]);
 }
+
+/// `check` and `repair` through the control socket, beside the server's
+/// clients: a planted difference is found (exit 5), rewritten, and gone.
+#[test]
+fn check_and_repair_run_inside_the_server() {
+    use std::io::{Seek, SeekFrom, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(
+        &[
+            "create", "--level", "1", "--size", "16M", "m0.img", "m1.img",
+        ],
+        d,
+    );
+    let data: Vec<u8> = (0..(8u32 << 20)).map(|i| (i % 249) as u8).collect();
+    std::fs::write(d.join("data.bin"), &data).unwrap();
+    ok(&["write", "--input", "data.bin", "m0.img", "m1.img"], d);
+    let mut m1 = std::fs::OpenOptions::new()
+        .write(true)
+        .open(d.join("m1.img"))
+        .unwrap();
+    m1.seek(SeekFrom::Start((1 << 20) + (3 << 20))).unwrap();
+    m1.write_all(&[0u8; 4096]).unwrap();
+    drop(m1);
+    let server = serve(d, &["m0.img".into(), "m1.img".into()]);
+    let out = nvraid(&["check", "--json", "--socket", &control(d)], d);
+    assert_eq!(
+        out.status.code(),
+        Some(5),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let found: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(found["mismatch_sectors"], 8, "{found}");
+    assert_eq!(
+        found["regions"],
+        serde_json::json!([[3u64 << 20, (3u64 << 20) + 4096]])
+    );
+    let repaired: serde_json::Value =
+        serde_json::from_str(&ok(&["repair", "--json", "--socket", &control(d)], d)).unwrap();
+    assert_eq!(repaired["repaired_sectors"], 8, "{repaired}");
+    let again = nvraid(&["check", "--socket", &control(d)], d);
+    assert_eq!(again.status.code(), Some(0));
+    stop(server);
+    let sha_now = assert_in_sync(d, &["m0.img", "m1.img"]);
+    let d2: serde_json::Value =
+        serde_json::from_slice(&ok_bytes(&["detail", "--json", "m0.img", "m1.img"], d)).unwrap();
+    let mut expected = data;
+    expected.resize(d2["size_bytes"].as_u64().unwrap() as usize, 0);
+    assert_eq!(sha_now, sha(&expected));
+}

@@ -110,9 +110,57 @@ pub struct ScrubArgs {
     /// Print the outcome as JSON (progress still goes to stderr).
     #[arg(long)]
     json: bool,
-    /// The array's members, in any order.
-    #[arg(required = true)]
+    /// A running `nvraid serve`'s control socket: run it there, beside the
+    /// clients (each region held against their writes while compared).
+    #[arg(long, value_name = "PATH", conflicts_with = "members")]
+    socket: Option<std::path::PathBuf>,
+    /// Without --socket: the array's members, in any order.
+    #[arg(required_unless_present = "socket")]
     members: Vec<String>,
+}
+
+/// Run `check` or `repair` in a server and wait for its result.
+fn scrub_online(socket: &std::path::Path, command: &str, json: bool) -> Result<u8> {
+    nvraid_serve::request(socket, &serde_json::json!({"command": command}))?;
+    let started = Instant::now();
+    loop {
+        let status = nvraid_serve::request(socket, &serde_json::json!({"command": "status"}))?;
+        let scrub = &status["array"]["recovery"]["scrub"];
+        if scrub["finished"] == true {
+            if let Some(error) = scrub["error"].as_str() {
+                bail!("{command} in the server failed: {error}");
+            }
+            let found = &scrub["result"];
+            if json {
+                println!("{}", serde_json::to_string_pretty(found)?);
+            } else {
+                println!(
+                    "nvraid: {command} in the server: {} bytes in {:.1} s, {} mismatched sectors in {} regions, {} rewritten",
+                    found["bytes"], found["seconds"].as_f64().unwrap_or(0.0),
+                    found["mismatch_sectors"],
+                    found["regions"].as_array().map_or(0, Vec::len),
+                    found["repaired_sectors"]
+                );
+            }
+            let mismatched = found["mismatch_sectors"].as_u64().unwrap_or(0) > 0;
+            return Ok(if command == "check" && mismatched {
+                EXIT_MISMATCH
+            } else {
+                0
+            });
+        }
+        if std::io::stderr().is_terminal() {
+            let (done, total) = (
+                scrub["done_bytes"].as_u64().unwrap_or(0),
+                scrub["total_bytes"].as_u64().unwrap_or(0),
+            );
+            eprint!(
+                "\r{command}: {done} of {total} bytes, {:.0} s",
+                started.elapsed().as_secs_f64()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 #[derive(Args, Debug)]
@@ -382,6 +430,9 @@ pub fn rebuild(args: &RebuildArgs, direct: bool) -> Result<u8> {
 pub const EXIT_MISMATCH: u8 = 5;
 
 pub fn check(args: &ScrubArgs, direct: bool) -> Result<u8> {
+    if let Some(socket) = &args.socket {
+        return scrub_online(socket, "check", args.json);
+    }
     let array = assemble(&args.members, super::read_only(direct))?;
     let found = recovery::scrub(&array, Mode::Check, &mut progress_printer("check"))?;
     print_scrub(&found, args.json, "checked")?;
@@ -393,6 +444,9 @@ pub fn check(args: &ScrubArgs, direct: bool) -> Result<u8> {
 }
 
 pub fn repair(args: &ScrubArgs, direct: bool) -> Result<u8> {
+    if let Some(socket) = &args.socket {
+        return scrub_online(socket, "repair", args.json);
+    }
     let array = assemble(&args.members, super::writable(direct))?;
     let found = recovery::scrub(&array, Mode::Repair, &mut progress_printer("repair"))?;
     array.close()?;

@@ -43,10 +43,22 @@ pub struct RebuildStatus {
     pub error: Option<String>,
 }
 
+/// A check or repair run through the control socket.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct ScrubStatus {
+    pub mode: &'static str,
+    pub done_bytes: u64,
+    pub total_bytes: u64,
+    pub finished: bool,
+    pub result: Option<recovery::Scrubbed>,
+    pub error: Option<String>,
+}
+
 /// The recovery service of one server.
 pub struct Online {
     array: Arc<Array>,
     state: Mutex<RecoveryState>,
+    scrub: Mutex<(Option<ScrubStatus>, Option<std::thread::JoinHandle<()>>)>,
     wake: Condvar,
     stop: AtomicBool,
     pace: (Option<u64>, Option<u64>),
@@ -68,6 +80,7 @@ impl Online {
                 spares,
                 rebuild: None,
             }),
+            scrub: Mutex::new((None, None)),
             wake: Condvar::new(),
             stop: AtomicBool::new(false),
             pace,
@@ -93,10 +106,91 @@ impl Online {
         )
     }
 
-    /// Stop the thread at its next step (a rebuild records its checkpoint).
+    /// Stop the threads at their next step (a rebuild records its
+    /// checkpoint, a repair its resync point) and wait for a check or
+    /// repair to end.
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Release);
         self.wake.notify_all();
+        let thread = self.scrub_lock().1.take();
+        if let Some(thread) = thread {
+            let _ = thread.join();
+        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn scrub_lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, (Option<ScrubStatus>, Option<std::thread::JoinHandle<()>>)> {
+        self.scrub.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `check` or `repair` in the background; `status` shows its progress
+    /// and, at the end, what it found.
+    fn scrub(self: &Arc<Self>, mode: recovery::Mode) -> Result<Value, String> {
+        if self.array.geometry().copies() < 2 {
+            return Err("check or repair of a raid0 (it keeps no copies to compare)".into());
+        }
+        if mode == recovery::Mode::Repair && !self.array.is_writable() {
+            return Err("the array is served read-only".into());
+        }
+        if mode == recovery::Mode::Repair && self.array.resync_from().is_some() {
+            return Err(
+                "the server is resyncing the array (status shows it); repair after it ends".into(),
+            );
+        }
+        let mut scrub = self.scrub_lock();
+        if scrub.0.as_ref().is_some_and(|s| !s.finished) {
+            return Err("a check or repair is already running".into());
+        }
+        if let Some(thread) = scrub.1.take() {
+            let _ = thread.join();
+        }
+        let name = if mode == recovery::Mode::Check {
+            "check"
+        } else {
+            "repair"
+        };
+        scrub.0 = Some(ScrubStatus {
+            mode: name,
+            ..ScrubStatus::default()
+        });
+        let me = self.clone();
+        scrub.1 = Some(
+            std::thread::Builder::new()
+                .name(format!("nvraid-{name}"))
+                .spawn(move || {
+                    let pace = recovery::Pace {
+                        max_rate: None,
+                        stop: Some(&me.stop),
+                    };
+                    let outcome = recovery::scrub_with(&me.array, mode, &pace, &mut |p| {
+                        if let Some(s) = me.scrub_lock().0.as_mut() {
+                            s.done_bytes = p.done_bytes;
+                            s.total_bytes = p.total_bytes;
+                        }
+                    });
+                    let mut scrub = me.scrub_lock();
+                    let s = scrub.0.get_or_insert_with(ScrubStatus::default);
+                    s.finished = true;
+                    match outcome {
+                        Ok(found) => {
+                            eprintln!(
+                                "nvraid: {name} while serving: {} mismatched sectors in {} regions",
+                                found.mismatch_sectors,
+                                found.regions.len()
+                            );
+                            s.result = Some(found);
+                        }
+                        Err(e) => {
+                            eprintln!("nvraid: {name} while serving failed: {e}");
+                            s.error = Some(e.to_string());
+                        }
+                    }
+                })
+                .map_err(|e| e.to_string())?,
+        );
+        Ok(json!({"started": name}))
     }
 
     fn run(&self) {
@@ -213,20 +307,23 @@ impl Online {
         }
     }
 
-    /// `status`: the spares left and the rebuild.
+    /// `status`: the spares left, the rebuild, and a check or repair.
     pub fn status(&self) -> Value {
+        let scrub = self.scrub_lock().0.clone();
         let state = self.lock();
-        json!({"spares": state.spares, "rebuild": state.rebuild})
+        json!({"spares": state.spares, "rebuild": state.rebuild, "scrub": scrub})
     }
 
-    /// Control commands: `add`, `remove`, `replace` (and `fail`, which the
-    /// caller handles). Each answers once the array's superblocks record the
+    /// Control commands: `add`, `remove`, `replace`, `check`, `repair` (and
+    /// `fail`, which the caller handles). Each answers once the array's superblocks record the
     /// change; a rebuild then runs in the background.
-    pub fn command(&self, request: &Value) -> Option<Value> {
+    pub fn command(self: &Arc<Self>, request: &Value) -> Option<Value> {
         let result = match request["command"].as_str()? {
             "add" => self.add(request),
             "remove" => self.remove(request),
             "replace" => self.replace(request),
+            "check" => self.scrub(recovery::Mode::Check),
+            "repair" => self.scrub(recovery::Mode::Repair),
             _ => return None,
         };
         self.wake.notify_all();
