@@ -456,9 +456,19 @@ fn rebuild_stepwise(
     let only_marked = array.recovers_by_bitmap(role);
     let total = geometry.member_used_bytes_of(role as u32);
     let target = array.slot(role).expect("present");
-    let target_error = |source| Error::RebuildTarget {
-        spec: target.member.spec().into(),
-        source,
+    // A target that fails stops the rebuild; beside clients it is also
+    // marked faulty (md's rule), so that a spare can take over rather than
+    // the same member being tried again.
+    let target_error = |source: std::io::Error| {
+        if online {
+            if let Err(e) = array.fail_member(role, &source) {
+                eprintln!("nvraid: {}: {e}", target.member.spec());
+            }
+        }
+        Error::RebuildTarget {
+            spec: target.member.spec().into(),
+            source,
+        }
     };
     let step = [
         Some(REGION_BYTES),
