@@ -16,19 +16,19 @@ use std::os::unix::fs::MetadataExt;
 
 /// Claim `file` for writing, or say who holds it.
 ///
-/// A claim can outlive its process by a moment: the kernel closes an
-/// io_uring's registered files after the process has exited. When the
-/// holder is gone, the claim is retried for up to two seconds.
+/// A claim can outlive its process by a while: the kernel closes an
+/// io_uring's registered files after the process has exited, once the
+/// ring's last requests are done (on a slow device, seconds). When no live
+/// process holds the claim (its pid is gone, or no process is listed for
+/// it), the claim is retried for up to five seconds.
 pub(crate) fn claim(file: &File) -> io::Result<Result<(), String>> {
-    for _ in 0..100 {
+    for _ in 0..250 {
         if nvraid_io::sys::try_lock_exclusive(file)? {
             return Ok(Ok(()));
         }
         match holder_pid(file) {
-            Some(pid) if !std::path::Path::new(&format!("/proc/{pid}")).exists() => {
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            _ => break,
+            Some(pid) if std::path::Path::new(&format!("/proc/{pid}")).exists() => break,
+            _ => std::thread::sleep(std::time::Duration::from_millis(20)),
         }
     }
     Ok(Err(holder(file).unwrap_or_else(|| "another process".into())))

@@ -161,6 +161,69 @@ fn a_mirror_that_fails_under_fio_verify_costs_the_client_nothing() {
             d["state"].as_str().unwrap().contains("degraded"),
             "raid{level}: {d}"
         );
+
+        // A fresh member takes role 1 through a new server's control socket
+        // and is rebuilt while served; fio then verifies every block it
+        // wrote, through the rebuilt array.
+        std::fs::File::create(dir.path().join("fresh.img"))
+            .unwrap()
+            .set_len(80 << 20)
+            .unwrap();
+        let mut survivors: Vec<String> = members.clone();
+        survivors.remove(1);
+        let server = serve(dir.path(), &survivors);
+        let control = dir.path().join("md.ctl");
+        let control = control.to_str().unwrap();
+        ok(&["add", "--socket", control, "--new", "fresh.img"], dir.path());
+        let started = std::time::Instant::now();
+        while self::status(dir.path())["array"]["recovery"]["rebuild"]["finished"] != true {
+            assert!(started.elapsed() < Duration::from_secs(60), "raid{level}: rebuild");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let verify = Command::new("fio")
+            .current_dir(dir.path())
+            .arg("--name=failover")
+            .arg("--ioengine=nbd")
+            .arg(format!(
+                "--uri=nbd+unix:///?socket={}",
+                dir.path().join("md.sock").display()
+            ))
+            .args([
+                "--rw=randwrite",
+                "--bs=4k",
+                "--size=16m",
+                "--iodepth=8",
+                "--numjobs=2",
+                "--offset_increment=16m",
+                "--verify=crc32c",
+                "--verify_fatal=1",
+                "--verify_only",
+                "--group_reporting",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            verify.status.success(),
+            "raid{level}: verify after the rebuild: {}{}",
+            String::from_utf8_lossy(&verify.stdout),
+            String::from_utf8_lossy(&verify.stderr)
+        );
+        Command::new("kill")
+            .arg("-INT")
+            .arg(server.id().to_string())
+            .status()
+            .unwrap();
+        let mut server = server;
+        assert!(server.wait().unwrap().success(), "raid{level}: serve exit");
+        let mut now = survivors.clone();
+        now.insert(1, "fresh.img".into());
+        let mut check = vec!["check"];
+        check.extend(now.iter().map(String::as_str));
+        assert_eq!(
+            nvraid(&check, dir.path()).status.code(),
+            Some(0),
+            "raid{level}: copies differ after the rebuild"
+        );
     }
 }
 
