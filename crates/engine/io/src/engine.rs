@@ -17,6 +17,7 @@
 use io_uring::{opcode, squeue, types, IoUring};
 use std::io;
 use std::os::fd::RawFd;
+use std::time::Duration;
 
 /// What a member operation does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,6 +84,8 @@ pub enum EngineKind {
     Psync,
     /// psync with injected faults, for tests of the layers above.
     Faulty(FaultPlan),
+    /// psync with the plan's faults and faults of single member files.
+    FaultyMember(FaultPlan, MemberFaults),
 }
 
 /// Faults a [`FaultyEngine`] injects.
@@ -106,12 +109,63 @@ impl FaultPlan {
     };
 }
 
+/// Faults a [`FaultyEngine`] injects on single member files, beside its
+/// [`FaultPlan`]. Files are indexes in the file table; operations on a file
+/// are numbered from 0 in push order (flushes included).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemberFaults {
+    /// Reads and/or writes touching a byte range of one file fail with EIO
+    /// without being done (a bad region of a disk).
+    pub eio_range: Option<FileRange>,
+    /// `(file, n)`: every operation on `file` from its `n`-th on fails with
+    /// EIO without being done (a disk that starts failing).
+    pub eio_from_op: Option<(u32, u64)>,
+    /// Sleep this long before each operation (on `latency_file` only, when
+    /// set): a slow disk.
+    pub latency: Duration,
+    pub latency_file: Option<u32>,
+    /// A write on one file touching a byte range moves only its first bytes,
+    /// then fails with EIO (power cut in the middle of the write).
+    pub torn_write: Option<TornFileWrite>,
+}
+
+/// Operations touching `[start, end)` of `file`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileRange {
+    pub file: u32,
+    pub start: u64,
+    pub end: u64,
+    pub reads: bool,
+    pub writes: bool,
+}
+
+/// A write of `file` touching `[start, end)` lands its first `keep_bytes`
+/// bytes (from the write's own offset), then completes with EIO.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TornFileWrite {
+    pub file: u32,
+    pub start: u64,
+    pub end: u64,
+    pub keep_bytes: u32,
+}
+
+impl MemberFaults {
+    /// No member faults.
+    pub const NONE: MemberFaults = MemberFaults {
+        eio_range: None,
+        eio_from_op: None,
+        latency: Duration::ZERO,
+        latency_file: None,
+        torn_write: None,
+    };
+}
+
 impl EngineKind {
     pub fn name(self) -> &'static str {
         match self {
             EngineKind::Uring => "io_uring",
             EngineKind::Psync => "psync",
-            EngineKind::Faulty(_) => "faulty-psync",
+            EngineKind::Faulty(_) | EngineKind::FaultyMember(..) => "faulty-psync",
         }
     }
 }
@@ -127,11 +181,12 @@ pub fn open_engine(
     Ok(match kind {
         EngineKind::Uring => Box::new(UringEngine::new(files, buffers, entries)?),
         EngineKind::Psync => Box::new(PsyncEngine::new(files, entries as usize)),
-        EngineKind::Faulty(plan) => Box::new(FaultyEngine {
-            inner: PsyncEngine::new(files, entries as usize),
-            plan,
-            count: 0,
-        }),
+        EngineKind::Faulty(plan) => {
+            Box::new(FaultyEngine::new(files, entries, plan, MemberFaults::NONE))
+        }
+        EngineKind::FaultyMember(plan, member) => {
+            Box::new(FaultyEngine::new(files, entries, plan, member))
+        }
     })
 }
 
@@ -375,11 +430,134 @@ impl Engine for PsyncEngine {
     }
 }
 
-/// psync with injected short transfers and EAGAIN answers.
+/// psync with injected faults: those of a [`FaultPlan`] (short transfers,
+/// EAGAIN answers, a failed file) and of [`MemberFaults`].
 pub struct FaultyEngine {
     inner: PsyncEngine,
     plan: FaultPlan,
     count: u32,
+    member: MemberFaults,
+    /// Operations pushed on the file of `member.eio_from_op`.
+    file_ops: u64,
+}
+
+impl FaultyEngine {
+    /// A faulty engine over the file table `files` (as [`open_engine`]).
+    pub fn new(
+        files: &[RawFd],
+        entries: u32,
+        plan: FaultPlan,
+        member: MemberFaults,
+    ) -> FaultyEngine {
+        FaultyEngine {
+            inner: PsyncEngine::new(files, entries as usize),
+            plan,
+            count: 0,
+            member,
+            file_ops: 0,
+        }
+    }
+
+    /// Whether a member fault answers `op` (slept, counted, and for a torn
+    /// write partly done): the answer to report instead of doing it.
+    ///
+    /// # Safety
+    /// As [`Engine::push`].
+    unsafe fn member_fault(&mut self, op: &MemberOp) -> Option<i32> {
+        let member = self.member;
+        if !member.latency.is_zero() && member.latency_file.is_none_or(|f| f == op.file) {
+            std::thread::sleep(member.latency);
+        }
+        if let Some((file, from)) = member.eio_from_op {
+            if file == op.file {
+                let nth = self.file_ops;
+                self.file_ops += 1;
+                if nth >= from {
+                    return Some(-libc::EIO);
+                }
+            }
+        }
+        if op.kind == MemberOpKind::Flush {
+            return None;
+        }
+        // SAFETY: forwarded from the caller.
+        let len = unsafe { op_bytes(op) };
+        let touches = |file: u32, start: u64, end: u64| {
+            file == op.file && op.offset < end && op.offset + len > start
+        };
+        if let Some(range) = member.eio_range {
+            let applies = match op.kind {
+                MemberOpKind::Read => range.reads,
+                _ => range.writes,
+            };
+            if applies && touches(range.file, range.start, range.end) {
+                return Some(-libc::EIO);
+            }
+        }
+        match member.torn_write {
+            Some(torn)
+                if op.kind == MemberOpKind::Write && touches(torn.file, torn.start, torn.end) =>
+            {
+                // SAFETY: forwarded from the caller.
+                let landed = unsafe { self.write_prefix(op, u64::from(torn.keep_bytes)) };
+                Some(if landed < 0 { landed } else { -libc::EIO })
+            }
+            _ => None,
+        }
+    }
+
+    /// Writes the first `keep` bytes of `op` (plain writes, one per iovec);
+    /// 0 or the first negative errno.
+    ///
+    /// # Safety
+    /// As [`Engine::push`].
+    unsafe fn write_prefix(&self, op: &MemberOp, keep: u64) -> i32 {
+        let single = libc::iovec {
+            iov_base: op.buf.cast(),
+            iov_len: op.len as usize,
+        };
+        let pieces = if op.iov_count > 0 {
+            // SAFETY: the caller guarantees op.iov holds iov_count entries.
+            unsafe { std::slice::from_raw_parts(op.iov, op.iov_count as usize) }
+        } else {
+            std::slice::from_ref(&single)
+        };
+        let mut done = 0u64;
+        for piece in pieces {
+            let len = (piece.iov_len as u64).min(keep - done);
+            if len == 0 {
+                break;
+            }
+            let part = MemberOp {
+                buf: piece.iov_base.cast(),
+                len: len as u32,
+                iov: std::ptr::null(),
+                iov_count: 0,
+                offset: op.offset + done,
+                ..*op
+            };
+            // SAFETY: `part` lies inside the caller's buffer.
+            let moved = unsafe { self.inner.perform(&part) };
+            if moved < 0 {
+                return moved;
+            }
+            done += len;
+        }
+        0
+    }
+}
+
+/// The bytes `op` moves in full.
+///
+/// # Safety
+/// As [`Engine::push`].
+unsafe fn op_bytes(op: &MemberOp) -> u64 {
+    if op.iov_count == 0 {
+        return u64::from(op.len);
+    }
+    // SAFETY: the caller guarantees op.iov holds iov_count entries.
+    let iovs = unsafe { std::slice::from_raw_parts(op.iov, op.iov_count as usize) };
+    iovs.iter().map(|iov| iov.iov_len as u64).sum()
 }
 
 impl Engine for FaultyEngine {
@@ -391,6 +569,11 @@ impl Engine for FaultyEngine {
         self.count = self.count.wrapping_add(1);
         if self.plan.eio_file == Some(op.file) {
             self.inner.done.push((op.user_data, -libc::EIO));
+            return Ok(());
+        }
+        // SAFETY: forwarded from the caller.
+        if let Some(answer) = unsafe { self.member_fault(op) } {
+            self.inner.done.push((op.user_data, answer));
             return Ok(());
         }
         if self.plan.eagain_every > 0 && self.count.is_multiple_of(self.plan.eagain_every) {
@@ -423,5 +606,217 @@ impl Engine for FaultyEngine {
 
     fn completes_inline(&self) -> bool {
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sys;
+    use std::fs::File;
+    use std::os::fd::AsRawFd;
+    use std::time::Instant;
+
+    /// Two 64 KiB member files, file `i` filled with byte `i + 1`.
+    fn members() -> [File; 2] {
+        [1u8, 2].map(|fill| {
+            let file = sys::memfd("faulty-engine-test", 65536).unwrap();
+            sys::write_full_at(&file, &[fill; 65536], 0).unwrap();
+            file
+        })
+    }
+
+    fn engine(files: &[File; 2], plan: FaultPlan, member: MemberFaults) -> Box<dyn Engine> {
+        open(files, EngineKind::FaultyMember(plan, member))
+    }
+
+    fn open(files: &[File; 2], kind: EngineKind) -> Box<dyn Engine> {
+        let fds = files.each_ref().map(|f| f.as_raw_fd());
+        open_engine(kind, &fds, &[], 16).unwrap()
+    }
+
+    fn op(kind: MemberOpKind, file: u32, offset: u64, buf: &mut [u8]) -> MemberOp {
+        MemberOp {
+            kind,
+            file,
+            offset,
+            buf: buf.as_mut_ptr(),
+            len: buf.len() as u32,
+            iov: std::ptr::null(),
+            iov_count: 0,
+            buf_index: 0,
+            dsync: false,
+            user_data: 7,
+        }
+    }
+
+    /// Pushes `op` and returns its raw result.
+    fn run(engine: &mut dyn Engine, op: &MemberOp) -> i32 {
+        // SAFETY: the op's buffer (or iovecs) outlive this call, which
+        // completes the op before returning.
+        unsafe { engine.push(op) }.unwrap();
+        let mut result = None;
+        engine
+            .complete(1, &mut |user_data, r| {
+                assert_eq!(user_data, 7);
+                result = Some(r);
+            })
+            .unwrap();
+        result.unwrap()
+    }
+
+    fn read(engine: &mut dyn Engine, file: u32, offset: u64, len: usize) -> i32 {
+        let mut buf = vec![0u8; len];
+        run(engine, &op(MemberOpKind::Read, file, offset, &mut buf))
+    }
+
+    fn write(engine: &mut dyn Engine, file: u32, offset: u64, data: &[u8]) -> i32 {
+        let mut buf = data.to_vec();
+        run(engine, &op(MemberOpKind::Write, file, offset, &mut buf))
+    }
+
+    fn bytes(file: &File, offset: u64, len: usize) -> Vec<u8> {
+        let mut buf = vec![0u8; len];
+        sys::read_full_at(file, &mut buf, offset).unwrap();
+        buf
+    }
+
+    #[test]
+    fn plan_faults_behave_as_before() {
+        let files = members();
+        let plan = FaultPlan {
+            transfer_bytes_max: 1000,
+            eagain_every: 3,
+            eio_file: Some(1),
+        };
+        let member = EngineKind::FaultyMember(plan, MemberFaults::NONE);
+        for kind in [EngineKind::Faulty(plan), member] {
+            assert_eq!(kind.name(), "faulty-psync");
+            let mut e = open(&files, kind);
+            assert_eq!(read(&mut *e, 0, 0, 4096), 1000, "short transfer");
+            assert_eq!(read(&mut *e, 0, 0, 4096), 1000);
+            assert_eq!(read(&mut *e, 0, 0, 4096), -libc::EAGAIN, "every third");
+            assert_eq!(read(&mut *e, 1, 0, 512), -libc::EIO, "failed file");
+            assert_eq!(write(&mut *e, 0, 0, &[6; 512]), 512);
+            assert_eq!(read(&mut *e, 0, 0, 512), -libc::EAGAIN);
+        }
+        assert_eq!(bytes(&files[0], 0, 1), [6]);
+    }
+
+    #[test]
+    fn range_errors_hit_only_that_file_and_range() {
+        let files = members();
+        let member = MemberFaults {
+            eio_range: Some(FileRange {
+                file: 1,
+                start: 8192,
+                end: 12288,
+                reads: true,
+                writes: false,
+            }),
+            ..MemberFaults::NONE
+        };
+        let mut e = engine(&files, FaultPlan::NONE, member);
+        assert_eq!(read(&mut *e, 1, 4096, 4097), -libc::EIO);
+        assert_eq!(read(&mut *e, 1, 12287, 1), -libc::EIO);
+        assert_eq!(read(&mut *e, 1, 4096, 4096), 4096);
+        assert_eq!(read(&mut *e, 1, 12288, 4096), 4096);
+        assert_eq!(read(&mut *e, 0, 8192, 4096), 4096, "other file");
+        assert_eq!(write(&mut *e, 1, 8192, &[9; 512]), 512, "reads only");
+        assert_eq!(bytes(&files[1], 8192, 1), [9]);
+
+        let writes = FileRange {
+            reads: false,
+            writes: true,
+            ..member.eio_range.unwrap()
+        };
+        let member = MemberFaults {
+            eio_range: Some(writes),
+            ..MemberFaults::NONE
+        };
+        let mut e = engine(&files, FaultPlan::NONE, member);
+        assert_eq!(write(&mut *e, 1, 8192, &[8; 512]), -libc::EIO);
+        assert_eq!(
+            bytes(&files[1], 8192, 1),
+            [9],
+            "a failed write moves nothing"
+        );
+        assert_eq!(read(&mut *e, 1, 8192, 512), 512);
+    }
+
+    #[test]
+    fn errors_from_the_nth_operation_on_one_file() {
+        let files = members();
+        let member = MemberFaults {
+            eio_from_op: Some((0, 2)),
+            ..MemberFaults::NONE
+        };
+        let mut e = engine(&files, FaultPlan::NONE, member);
+        assert_eq!(read(&mut *e, 0, 0, 512), 512);
+        assert_eq!(read(&mut *e, 1, 0, 512), 512);
+        assert_eq!(write(&mut *e, 0, 0, &[5; 512]), 512);
+        let flush = op(MemberOpKind::Flush, 0, 0, &mut []);
+        assert_eq!(run(&mut *e, &flush), -libc::EIO, "the third op on file 0");
+        assert_eq!(read(&mut *e, 0, 4096, 512), -libc::EIO);
+        assert_eq!(read(&mut *e, 1, 4096, 512), 512, "file 1 is fine");
+        assert_eq!(bytes(&files[0], 0, 1), [5]);
+    }
+
+    #[test]
+    fn latency_slows_one_file() {
+        let files = members();
+        let latency = Duration::from_millis(20);
+        let member = MemberFaults {
+            latency,
+            latency_file: Some(1),
+            ..MemberFaults::NONE
+        };
+        let mut e = engine(&files, FaultPlan::NONE, member);
+        let started = Instant::now();
+        assert_eq!(read(&mut *e, 1, 0, 512), 512);
+        assert!(started.elapsed() >= latency);
+        let started = Instant::now();
+        for _ in 0..5 {
+            assert_eq!(read(&mut *e, 0, 0, 512), 512);
+        }
+        assert!(started.elapsed() < latency, "file 0 is not slowed");
+    }
+
+    #[test]
+    fn torn_writes_land_a_prefix_then_fail() {
+        let files = members();
+        let member = MemberFaults {
+            torn_write: Some(TornFileWrite {
+                file: 0,
+                start: 16384,
+                end: 16385,
+                keep_bytes: 1000,
+            }),
+            ..MemberFaults::NONE
+        };
+        let mut e = engine(&files, FaultPlan::NONE, member);
+        assert_eq!(write(&mut *e, 0, 12288, &[7; 8192]), -libc::EIO);
+        let after = bytes(&files[0], 12288, 8192);
+        assert!(after[..1000].iter().all(|&b| b == 7));
+        assert!(after[1000..].iter().all(|&b| b == 1));
+        assert_eq!(write(&mut *e, 1, 16384, &[7; 512]), 512, "other file");
+        assert_eq!(write(&mut *e, 0, 0, &[7; 512]), 512, "outside the range");
+
+        // A vectored write: the prefix spans iovecs.
+        let (mut a, mut b) = (vec![3u8; 512], vec![4u8; 4096]);
+        let iovs = [&mut a, &mut b].map(|v| libc::iovec {
+            iov_base: v.as_mut_ptr().cast(),
+            iov_len: v.len(),
+        });
+        let vectored = MemberOp {
+            iov: iovs.as_ptr(),
+            iov_count: 2,
+            ..op(MemberOpKind::Write, 0, 16384, &mut [])
+        };
+        assert_eq!(run(&mut *e, &vectored), -libc::EIO);
+        let after = bytes(&files[0], 16384, 4608);
+        assert!(after[..512].iter().all(|&x| x == 3));
+        assert!(after[512..1000].iter().all(|&x| x == 4));
+        assert!(after[1000..].iter().all(|&x| x == 1));
     }
 }

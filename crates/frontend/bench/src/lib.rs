@@ -6,7 +6,6 @@
 //! - [`presets`]: CrystalDiskMark, ATTO, AS SSD, IOMeter-style and sweeps;
 //! - [`report`]: text, fio-style JSON and CSV;
 //! - [`cli`]: the `nvraid bench` flags and the entry point the binary calls;
-//! - [`testing`]: test-double targets.
 //!
 //! docs/bench.md is the user's guide.
 
@@ -18,7 +17,6 @@ pub mod report;
 pub mod rng;
 pub mod runner;
 pub mod spec;
-pub mod testing;
 pub mod units;
 
 pub use cli::{plan, run, BenchArgs};

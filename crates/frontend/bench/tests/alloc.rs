@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use nvraid_bench::testing::SimTarget;
 use nvraid_bench::{run_job, JobSpec, RwMode};
 use nvraid_io::queue::Target;
+use nvraid_testing::MemTarget;
 
 struct Counting;
 
@@ -40,7 +40,7 @@ static GLOBAL: Counting = Counting;
 
 /// Allocations made by one run of `rw` lasting `runtime`, and its I/O count.
 fn allocations_for(rw: RwMode, runtime: Duration) -> (u64, u64) {
-    let target: Arc<dyn Target> = Arc::new(SimTarget::null(64 << 20));
+    let target: Arc<dyn Target> = Arc::new(MemTarget::null(64 << 20));
     let mut job = JobSpec::new(rw);
     job.iodepth = 8;
     job.numjobs = 2;

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use nvraid_bench::cli::{plan, run, BenchArgs};
 use nvraid_bench::report::CSV_COLUMNS;
-use nvraid_bench::testing::SimTarget;
 use nvraid_bench::{run_job, Error, JobSpec, RwMode, SpecError};
 use nvraid_io::queue::Target;
+use nvraid_testing::MemTarget;
 
 const MIB: u64 = 1 << 20;
 
@@ -26,7 +26,7 @@ fn args(flags: &[&str]) -> BenchArgs {
     Cli::try_parse_from(argv).expect("flags parse").bench
 }
 
-fn targets(list: &[&Arc<SimTarget>]) -> Vec<Arc<dyn Target>> {
+fn targets(list: &[&Arc<MemTarget>]) -> Vec<Arc<dyn Target>> {
     list.iter()
         .map(|t| Arc::clone(*t) as Arc<dyn Target>)
         .collect()
@@ -41,7 +41,7 @@ fn short_job(rw: RwMode, bs_bytes: u32, iodepth: u32, numjobs: u32) -> JobSpec {
     job
 }
 
-fn spec_error(job: &JobSpec, target: SimTarget) -> SpecError {
+fn spec_error(job: &JobSpec, target: MemTarget) -> SpecError {
     let target: Arc<dyn Target> = Arc::new(target);
     job.validate(&[target]).unwrap_err()
 }
@@ -51,7 +51,7 @@ fn spec_error(job: &JobSpec, target: SimTarget) -> SpecError {
 #[test]
 fn bs_not_a_multiple_of_the_sector_is_refused() {
     let job = short_job(RwMode::Randread, 1000, 1, 1);
-    let err = spec_error(&job, SimTarget::null(MIB));
+    let err = spec_error(&job, MemTarget::null(MIB));
     assert!(matches!(
         err,
         SpecError::BlockSizeUnaligned {
@@ -62,7 +62,7 @@ fn bs_not_a_multiple_of_the_sector_is_refused() {
     ));
     assert!(err.to_string().starts_with("--bs 1000"), "{err}");
     let job = short_job(RwMode::Randread, 512, 1, 1);
-    let err = spec_error(&job, SimTarget::null(MIB).sector_bytes(4096));
+    let err = spec_error(&job, MemTarget::null(MIB).sector_bytes(4096));
     assert!(err.to_string().contains("4096"), "{err}");
 }
 
@@ -70,29 +70,29 @@ fn bs_not_a_multiple_of_the_sector_is_refused() {
 fn zero_or_huge_values_are_refused() {
     let mut job = short_job(RwMode::Read, 4096, 0, 1);
     assert_eq!(
-        spec_error(&job, SimTarget::null(MIB)),
+        spec_error(&job, MemTarget::null(MIB)),
         SpecError::IodepthRange { iodepth: 0 }
     );
     job.iodepth = 1;
     job.numjobs = 0;
-    assert!(spec_error(&job, SimTarget::null(MIB))
+    assert!(spec_error(&job, MemTarget::null(MIB))
         .to_string()
         .starts_with("--numjobs 0"));
     job.numjobs = 1;
     job.runtime = Duration::ZERO;
     assert_eq!(
-        spec_error(&job, SimTarget::null(MIB)),
+        spec_error(&job, MemTarget::null(MIB)),
         SpecError::ZeroRuntime
     );
     job.runtime = Duration::from_secs(1);
     job.bs_bytes = 0;
-    assert!(spec_error(&job, SimTarget::null(MIB))
+    assert!(spec_error(&job, MemTarget::null(MIB))
         .to_string()
         .starts_with("--bs 0"));
     job.bs_bytes = 4096;
     job.rw = RwMode::Randrw;
     job.rwmixread_pct = 101;
-    assert!(spec_error(&job, SimTarget::null(MIB))
+    assert!(spec_error(&job, MemTarget::null(MIB))
         .to_string()
         .starts_with("--rwmixread 101"));
 }
@@ -101,7 +101,7 @@ fn zero_or_huge_values_are_refused() {
 fn region_outside_the_target_is_refused() {
     let mut job = short_job(RwMode::Read, 4096, 1, 1);
     job.size_bytes = Some(2 * MIB);
-    let err = spec_error(&job, SimTarget::null(MIB).named("small"));
+    let err = spec_error(&job, MemTarget::null(MIB).named("small"));
     assert!(matches!(err, SpecError::RegionOutside { target_bytes, .. } if target_bytes == MIB));
     assert!(
         err.to_string().contains("--size") && err.to_string().contains("small"),
@@ -110,33 +110,33 @@ fn region_outside_the_target_is_refused() {
     job.size_bytes = None;
     job.offset_bytes = MIB;
     assert!(matches!(
-        spec_error(&job, SimTarget::null(MIB)),
+        spec_error(&job, MemTarget::null(MIB)),
         SpecError::RegionOutside { .. }
     ));
     job.offset_bytes = 100;
-    assert!(spec_error(&job, SimTarget::null(MIB))
+    assert!(spec_error(&job, MemTarget::null(MIB))
         .to_string()
         .starts_with("--offset 100"));
     job.offset_bytes = MIB - 512;
     assert!(matches!(
-        spec_error(&job, SimTarget::null(MIB)),
+        spec_error(&job, MemTarget::null(MIB)),
         SpecError::RegionSmallerThanBlock { .. }
     ));
     job.offset_bytes = 0;
     job.size_bytes = Some(0);
-    assert_eq!(spec_error(&job, SimTarget::null(MIB)), SpecError::ZeroSize);
+    assert_eq!(spec_error(&job, MemTarget::null(MIB)), SpecError::ZeroSize);
 }
 
 #[test]
 fn write_job_on_a_read_only_target_is_refused() {
     let job = short_job(RwMode::Randwrite, 4096, 1, 1);
-    let err = spec_error(&job, SimTarget::null(MIB).read_only().named("ro"));
+    let err = spec_error(&job, MemTarget::null(MIB).read_only().named("ro"));
     assert_eq!(
         err.to_string(),
         "--rw randwrite: the job writes, but ro is open read-only"
     );
     let reads = short_job(RwMode::Randread, 4096, 1, 1);
-    let target: Arc<dyn Target> = Arc::new(SimTarget::null(MIB).read_only());
+    let target: Arc<dyn Target> = Arc::new(MemTarget::null(MIB).read_only());
     assert!(reads.validate(&[target]).is_ok());
     assert!(matches!(reads.validate(&[]), Err(SpecError::NoTargets)));
 }
@@ -244,7 +244,7 @@ fn bad_flags_are_refused() {
 #[test]
 fn nothing_is_submitted_when_a_later_step_is_invalid() {
     // quick = reads then writes; the writes are invalid on a read-only target.
-    let target = Arc::new(SimTarget::null(64 * MIB).read_only());
+    let target = Arc::new(MemTarget::null(64 * MIB).read_only());
     let mut out = Vec::new();
     let result = run(
         &args(&["--runtime", "50ms"]),
@@ -264,7 +264,7 @@ fn nothing_is_submitted_when_a_later_step_is_invalid() {
 
 #[test]
 fn counts_add_up() {
-    let target = Arc::new(SimTarget::null(64 * MIB));
+    let target = Arc::new(MemTarget::null(64 * MIB));
     let job = short_job(RwMode::Randread, 4096, 8, 2);
     let result = run_job(&job, &targets(&[&target]), None).unwrap();
     let worker_ios: u64 = result.workers.iter().map(|w| w.read.ios).sum();
@@ -292,7 +292,7 @@ fn counts_add_up() {
 
 #[test]
 fn mixed_ratio_is_within_tolerance() {
-    let target = Arc::new(SimTarget::null(64 * MIB));
+    let target = Arc::new(MemTarget::null(64 * MIB));
     let mut job = short_job(RwMode::Randrw, 4096, 4, 1);
     job.rwmixread_pct = 70;
     job.runtime = Duration::from_millis(300);
@@ -307,7 +307,7 @@ fn mixed_ratio_is_within_tolerance() {
 
 #[test]
 fn ramp_is_excluded_and_latency_is_measured() {
-    let target = Arc::new(SimTarget::null(64 * MIB).latency(Duration::from_millis(1)));
+    let target = Arc::new(MemTarget::null(64 * MIB).latency(Duration::from_millis(1)));
     let mut job = short_job(RwMode::Randread, 4096, 1, 1);
     job.ramp = Duration::from_millis(200);
     job.runtime = Duration::from_millis(200);
@@ -343,7 +343,7 @@ fn ramp_is_excluded_and_latency_is_measured() {
 #[test]
 fn io_errors_fail_the_job_with_the_first_one_named() {
     let target = Arc::new(
-        SimTarget::null(64 * MIB)
+        MemTarget::null(64 * MIB)
             .fail_from_io(50, libc::EIO)
             .named("bad"),
     );
@@ -363,7 +363,7 @@ fn io_errors_fail_the_job_with_the_first_one_named() {
     );
     assert!(err.to_string().contains("I/O error(s)"), "{err}");
 
-    let short = Arc::new(SimTarget::null(64 * MIB).short_from_io(10));
+    let short = Arc::new(MemTarget::null(64 * MIB).short_from_io(10));
     let err = run_job(
         &short_job(RwMode::Read, 4096, 2, 1),
         &targets(&[&short]),
@@ -375,7 +375,7 @@ fn io_errors_fail_the_job_with_the_first_one_named() {
         "{err}"
     );
 
-    let closed = Arc::new(SimTarget::null(64 * MIB).fail_open());
+    let closed = Arc::new(MemTarget::null(64 * MIB).fail_open());
     let err = run_job(
         &short_job(RwMode::Read, 4096, 2, 3),
         &targets(&[&closed]),
@@ -407,11 +407,11 @@ fn written_blocks(contents: &[u8]) -> usize {
 
 #[test]
 fn random_writes_land_where_they_were_aimed_and_read_back() {
-    let target = Arc::new(SimTarget::mem(4 * MIB as usize));
+    let target = Arc::new(MemTarget::mem(4 * MIB));
     let job = short_job(RwMode::Randwrite, 4096, 4, 2);
     let result = run_job(&job, &targets(&[&target]), None).unwrap();
     assert!(result.write.ios > 0);
-    let written = written_blocks(&target.contents().unwrap());
+    let written = written_blocks(&target.contents());
     assert!(written > 0);
     assert!(written as u64 <= target.counters().writes.load(Ordering::Relaxed));
     let reads = run_job(
@@ -425,13 +425,13 @@ fn random_writes_land_where_they_were_aimed_and_read_back() {
 
 #[test]
 fn sequential_writes_cover_the_region_and_stay_inside_it() {
-    let target = Arc::new(SimTarget::mem(2 * MIB as usize));
+    let target = Arc::new(MemTarget::mem(2 * MIB));
     let mut job = short_job(RwMode::Write, 4096, 2, 2);
     job.offset_bytes = 256 * 1024;
     job.size_bytes = Some(MIB);
     job.runtime = Duration::from_millis(300);
     run_job(&job, &targets(&[&target]), None).unwrap();
-    let contents = target.contents().unwrap();
+    let contents = target.contents();
     assert_eq!(
         written_blocks(&contents),
         256,
@@ -451,8 +451,8 @@ fn sequential_writes_cover_the_region_and_stay_inside_it() {
 
 #[test]
 fn several_targets_share_each_worker_round_robin() {
-    let a = Arc::new(SimTarget::null(64 * MIB).named("a"));
-    let b = Arc::new(SimTarget::null(32 * MIB).named("b"));
+    let a = Arc::new(MemTarget::null(64 * MIB).named("a"));
+    let b = Arc::new(MemTarget::null(32 * MIB).named("b"));
     let job = short_job(RwMode::Randread, 4096, 8, 2);
     let result = run_job(&job, &targets(&[&a, &b]), None).unwrap();
     let done_a = a.counters().submitted.load(Ordering::Relaxed);
@@ -467,7 +467,7 @@ fn several_targets_share_each_worker_round_robin() {
 
 #[test]
 fn progress_is_reported() {
-    let target = Arc::new(SimTarget::null(64 * MIB));
+    let target = Arc::new(MemTarget::null(64 * MIB));
     let mut job = short_job(RwMode::Randread, 4096, 4, 1);
     job.runtime = Duration::from_millis(350);
     let mut calls = Vec::new();
@@ -485,7 +485,7 @@ fn progress_is_reported() {
 
 // ------------------------------------------------------------ reports
 
-fn run_to_string(flags: &[&str], target: SimTarget) -> String {
+fn run_to_string(flags: &[&str], target: MemTarget) -> String {
     let target: Arc<dyn Target> = Arc::new(target);
     let mut out = Vec::new();
     run(&args(flags), vec![target], &mut out, false).unwrap();
@@ -508,7 +508,7 @@ fn json_uses_fio_field_names() {
             "--runtime",
             "150ms",
         ],
-        SimTarget::null(64 * MIB),
+        MemTarget::null(64 * MIB),
     );
     let root: serde_json::Value = serde_json::from_str(&text).unwrap();
     let jobs = root["jobs"].as_array().unwrap();
@@ -556,7 +556,7 @@ fn json_uses_fio_field_names() {
 fn csv_has_a_header_and_a_row_per_direction() {
     let text = run_to_string(
         &["--csv", "--runtime", "50ms", "--ramp", "0s"],
-        SimTarget::null(64 * MIB),
+        MemTarget::null(64 * MIB),
     );
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines[0], CSV_COLUMNS.join(","));
@@ -572,7 +572,7 @@ fn csv_has_a_header_and_a_row_per_direction() {
 fn quick_preset_prints_a_crystal_disk_mark_table() {
     let text = run_to_string(
         &["--runtime", "50ms", "--ramp", "0s"],
-        SimTarget::null(64 * MIB),
+        MemTarget::null(64 * MIB),
     );
     let read_at = text.find("[Read]").unwrap();
     let write_at = text.find("[Write]").unwrap();
@@ -586,7 +586,7 @@ fn quick_preset_prints_a_crystal_disk_mark_table() {
 #[test]
 fn as_ssd_preset_reports_a_score_and_fits_the_sector_size() {
     let flags = ["--preset", "as-ssd", "--runtime", "40ms", "--json"];
-    let text = run_to_string(&flags, SimTarget::null(64 * MIB).sector_bytes(4096));
+    let text = run_to_string(&flags, MemTarget::null(64 * MIB).sector_bytes(4096));
     let root: serde_json::Value = serde_json::from_str(&text).unwrap();
     let jobs = root["jobs"].as_array().unwrap();
     assert_eq!(jobs.len(), 8);
@@ -600,7 +600,7 @@ fn as_ssd_preset_reports_a_score_and_fits_the_sector_size() {
     assert!(total > 0 && total >= score["read"].as_u64().unwrap());
     let table = run_to_string(
         &["--preset", "as-ssd", "--runtime", "20ms"],
-        SimTarget::null(64 * MIB),
+        MemTarget::null(64 * MIB),
     );
     for row in ["Seq", "4K-64Thrd", "Acc.time", "Score", "Total"] {
         assert!(table.contains(row), "{row} in {table}");
@@ -618,7 +618,7 @@ fn atto_skips_transfers_below_the_sector_size() {
         "128M",
         "--csv",
     ];
-    let target = SimTarget::null(256 * MIB).sector_bytes(4096);
+    let target = MemTarget::null(256 * MIB).sector_bytes(4096);
     let text = run_to_string(&flags, target);
     let rows: Vec<&str> = text.lines().skip(1).collect();
     assert_eq!(rows.len(), 30, "512 B, 1 KiB, 2 KiB skipped; 15 sizes x 2");
@@ -626,7 +626,7 @@ fn atto_skips_transfers_below_the_sector_size() {
     assert!(rows[29].starts_with("64M,"));
     let table = run_to_string(
         &["--preset", "atto", "--runtime", "10ms", "--size", "128M"],
-        SimTarget::null(256 * MIB).sector_bytes(4096),
+        MemTarget::null(256 * MIB).sector_bytes(4096),
     );
     assert!(
         table.contains("skipped 512: block size 512 is below the sector size 4096"),
@@ -636,7 +636,7 @@ fn atto_skips_transfers_below_the_sector_size() {
 
 #[test]
 fn best_of_keeps_the_best_run() {
-    let target = Arc::new(SimTarget::null(64 * MIB));
+    let target = Arc::new(MemTarget::null(64 * MIB));
     let mut out = Vec::new();
     let flags = args(&[
         "--rw",

@@ -88,10 +88,10 @@ fn a_mirror_that_fails_under_fio_verify_costs_the_client_nothing() {
             .args([
                 "--rw=randwrite",
                 "--bs=4k",
-                "--size=16m",
+                "--size=24m",
                 "--iodepth=8",
                 "--numjobs=2",
-                "--offset_increment=16m",
+                "--offset_increment=24m",
                 "--rate_iops=2000",
                 "--fsync=32",
                 "--verify=crc32c",
@@ -118,7 +118,7 @@ fn a_mirror_that_fails_under_fio_verify_costs_the_client_nothing() {
         let job = &report["jobs"][0];
         assert_eq!(job["error"], 0, "raid{level}: {job}");
         assert!(
-            job["read"]["io_bytes"].as_u64().unwrap() >= 32 << 20,
+            job["read"]["io_bytes"].as_u64().unwrap() >= 48 << 20,
             "raid{level}: verify read {job}"
         );
 
@@ -174,10 +174,16 @@ fn a_mirror_that_fails_under_fio_verify_costs_the_client_nothing() {
         let server = serve(dir.path(), &survivors);
         let control = dir.path().join("md.ctl");
         let control = control.to_str().unwrap();
-        ok(&["add", "--socket", control, "--new", "fresh.img"], dir.path());
+        ok(
+            &["add", "--socket", control, "--new", "fresh.img"],
+            dir.path(),
+        );
         let started = std::time::Instant::now();
         while self::status(dir.path())["array"]["recovery"]["rebuild"]["finished"] != true {
-            assert!(started.elapsed() < Duration::from_secs(60), "raid{level}: rebuild");
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "raid{level}: rebuild"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
         let verify = Command::new("fio")
@@ -191,10 +197,10 @@ fn a_mirror_that_fails_under_fio_verify_costs_the_client_nothing() {
             .args([
                 "--rw=randwrite",
                 "--bs=4k",
-                "--size=16m",
+                "--size=24m",
                 "--iodepth=8",
                 "--numjobs=2",
-                "--offset_increment=16m",
+                "--offset_increment=24m",
                 "--verify=crc32c",
                 "--verify_fatal=1",
                 "--verify_only",

@@ -212,7 +212,10 @@ fn verify_power_loss(d: &std::path::Path, out: &std::process::Output, members: &
     assert_eq!(detail["state"], "clean", "{detail}");
     for (chunk, seed) in &acked {
         let offset = format!("{}M", chunk);
-        let got = ok_bytes(&["read", "--offset", &offset, "--length", "1M", members[1]], d);
+        let got = ok_bytes(
+            &["read", "--offset", &offset, "--length", "1M", members[1]],
+            d,
+        );
         assert!(
             got == chunk_data(*seed),
             "chunk {chunk} after repair, second copy"

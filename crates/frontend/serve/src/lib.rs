@@ -25,7 +25,6 @@ mod server;
 mod shutdown;
 pub mod stats;
 mod stream;
-pub mod testing;
 mod transport;
 mod worker;
 

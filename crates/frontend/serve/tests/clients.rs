@@ -6,7 +6,7 @@ mod common;
 use std::process::Command;
 
 use common::{random_bytes, require, run, sha256_file, TestServer};
-use nvraid_serve::testing::MemTarget;
+use nvraid_testing::MemTarget;
 
 const MIB: u64 = 1 << 20;
 

@@ -15,7 +15,7 @@ use nvraid_nbd::{
     ClientConfig, ClientEvent, ClientHandshake, ClientNegotiated, Command, ErrorCode,
     OptionRequest, RequestHeader,
 };
-use nvraid_serve::testing::MemTarget;
+use nvraid_testing::MemTarget;
 
 const MIB: u64 = 1 << 20;
 

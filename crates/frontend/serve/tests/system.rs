@@ -9,8 +9,8 @@ use std::process::{Child, Command};
 use std::time::Duration;
 
 use common::{random_bytes, require, run, TestServer};
-use nvraid_serve::testing::MemTarget;
 use nvraid_serve::{TlsFiles, TlsMode};
+use nvraid_testing::MemTarget;
 
 const MIB: u64 = 1 << 20;
 

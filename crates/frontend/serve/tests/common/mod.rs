@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use nvraid_io::queue::Target;
-use nvraid_serve::testing::MemTarget;
 use nvraid_serve::{ListenAddress, ServeOptions, ShutdownHandle};
+use nvraid_testing::MemTarget;
 
 /// A running test server.
 pub struct TestServer {
