@@ -40,5 +40,6 @@
 //! (row 1), chunk 2 on members 1 and 2 (row 1).
 
 mod geometry;
+pub mod parity;
 
 pub use geometry::{Geometry, GeometryError, Level, Location, Piece, Pieces, Raid0Layout};
