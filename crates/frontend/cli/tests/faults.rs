@@ -77,27 +77,14 @@ fn a_mirror_that_fails_under_fio_verify_costs_the_client_nothing() {
         // page cache goes to the member, so fio flushes every 32 writes
         // (without it, whether an error surfaces at all depended on
         // writeback timing).
-        let fio = Command::new("fio")
-            .current_dir(dir.path())
-            .arg("--name=failover")
-            .arg("--ioengine=nbd")
-            .arg(format!(
-                "--uri=nbd+unix:///?socket={}",
-                dir.path().join("md.sock").display()
-            ))
+        let fio = fio_nbd(dir.path(), "failover")
+            .args(FIO_VERIFY_JOB)
             .args([
-                "--rw=randwrite",
-                "--bs=4k",
                 "--size=24m",
-                "--iodepth=8",
-                "--numjobs=2",
                 "--offset_increment=24m",
                 "--rate_iops=2000",
                 "--fsync=32",
-                "--verify=crc32c",
-                "--verify_fatal=1",
                 "--do_verify=1",
-                "--group_reporting",
                 "--output-format=json",
             ])
             .stdout(Stdio::piped())
@@ -176,26 +163,9 @@ fn a_mirror_that_fails_under_fio_verify_costs_the_client_nothing() {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
-        let verify = Command::new("fio")
-            .current_dir(dir.path())
-            .arg("--name=failover")
-            .arg("--ioengine=nbd")
-            .arg(format!(
-                "--uri=nbd+unix:///?socket={}",
-                dir.path().join("md.sock").display()
-            ))
-            .args([
-                "--rw=randwrite",
-                "--bs=4k",
-                "--size=24m",
-                "--iodepth=8",
-                "--numjobs=2",
-                "--offset_increment=24m",
-                "--verify=crc32c",
-                "--verify_fatal=1",
-                "--verify_only",
-                "--group_reporting",
-            ])
+        let verify = fio_nbd(dir.path(), "failover")
+            .args(FIO_VERIFY_JOB)
+            .args(["--size=24m", "--offset_increment=24m", "--verify_only"])
             .output()
             .unwrap();
         assert!(
@@ -314,14 +284,7 @@ fn serve_resyncs_a_dirty_mirror_beside_a_verifying_client() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("{log}"));
     assert!(from > 0, "the resync restarted from 0: {log}");
-    let fio = Command::new("fio")
-        .current_dir(d)
-        .arg("--name=resync")
-        .arg("--ioengine=nbd")
-        .arg(format!(
-            "--uri=nbd+unix:///?socket={}",
-            d.join("md.sock").display()
-        ))
+    let fio = fio_nbd(d, "resync")
         .args([
             "--rw=randwrite",
             "--bs=4k",

@@ -51,26 +51,13 @@ fn control(dir: &Path) -> String {
 }
 
 fn fio_verify(dir: &Path) -> Child {
-    Command::new("fio")
-        .current_dir(dir)
-        .arg("--name=online")
-        .arg("--ioengine=nbd")
-        .arg(format!(
-            "--uri=nbd+unix:///?socket={}",
-            dir.join("md.sock").display()
-        ))
+    fio_nbd(dir, "online")
+        .args(FIO_VERIFY_JOB)
         .args([
-            "--rw=randwrite",
-            "--bs=4k",
             "--size=24m",
-            "--iodepth=8",
-            "--numjobs=2",
             "--offset_increment=24m",
             "--rate_iops=3000",
-            "--verify=crc32c",
-            "--verify_fatal=1",
             "--do_verify=1",
-            "--group_reporting",
             "--output-format=json",
         ])
         .stdout(Stdio::piped())
@@ -340,17 +327,8 @@ fn a_removed_member_is_re_added_while_serving_copying_only_what_it_missed() {
         d,
     );
     // 2 MiB written at 4 MiB while m1 is away: bitmap chunks 4 and 5.
-    let fio = Command::new("fio")
-        .current_dir(d)
-        .args([
-            "--name=away",
-            "--ioengine=nbd",
-            &format!("--uri=nbd+unix:///?socket={}", d.join("md.sock").display()),
-            "--rw=write",
-            "--bs=64k",
-            "--offset=4m",
-            "--size=2m",
-        ])
+    let fio = fio_nbd(d, "away")
+        .args(["--rw=write", "--bs=64k", "--offset=4m", "--size=2m"])
         .output()
         .unwrap();
     assert!(

@@ -171,3 +171,29 @@ pub fn serve_with(dir: &Path, members: &[String], extra: &[&str]) -> Child {
         std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default()
     );
 }
+
+/// fio with its NBD engine on the server `serve` started in `dir`
+/// (`md.sock`), running job `name`, in `dir`; add the job's options.
+pub fn fio_nbd(dir: &Path, name: &str) -> Command {
+    let mut fio = Command::new("fio");
+    fio.current_dir(dir)
+        .arg(format!("--name={name}"))
+        .arg("--ioengine=nbd")
+        .arg(format!(
+            "--uri=nbd+unix:///?socket={}",
+            dir.join("md.sock").display()
+        ));
+    fio
+}
+
+/// The verified random-write job the failover tests run through a server:
+/// two jobs of `size` each, side by side (crc32c in every block).
+pub const FIO_VERIFY_JOB: [&str; 7] = [
+    "--rw=randwrite",
+    "--bs=4k",
+    "--iodepth=8",
+    "--numjobs=2",
+    "--verify=crc32c",
+    "--verify_fatal=1",
+    "--group_reporting",
+];
