@@ -53,6 +53,29 @@ pub fn level_of(sb: &Superblock, spec: &str) -> Result<Level> {
                 ))),
             }
         }
+        // RAID 4 is RAID 5 with parity on the last member, whatever the
+        // layout word says (md ignores it).
+        4 => Ok(Level::Raid5 {
+            layout: nvraid_layout::parity::ParityLayout::ParityLast,
+        }),
+        5 | 6 => {
+            use nvraid_layout::parity::ParityLayout;
+            let layout = ParityLayout::from_md(sb.layout)
+                .filter(|l| sb.level == 6 || !matches!(l, ParityLayout::Raid5With6(_)))
+                .ok_or_else(|| {
+                    unsupported(format!(
+                        "raid{} layout {} (nvraid reads md's left/right symmetric/asymmetric, \
+                         parity-first and parity-last layouts, and the -6 variants on raid6; \
+                         not the DDF ones)",
+                        sb.level, sb.layout
+                    ))
+                })?;
+            Ok(if sb.level == 5 {
+                Level::Raid5 { layout }
+            } else {
+                Level::Raid6 { layout }
+            })
+        }
         other => Err(unsupported(format!("raid level {other}"))),
     }
 }
@@ -129,6 +152,17 @@ pub fn assemble(specs: &[String], options: AssembleOptions) -> Result<Array> {
         Some(sizes) => raid0_geometry(ref_sb, ref_member.spec(), &sizes)?,
         None => geometry_of(ref_sb, ref_member.spec())?,
     };
+    if options.writable && geometry.level().parity_chunks() > 0 {
+        // Nothing has been written: the members were only opened.
+        return Err(Error::Unsupported {
+            spec: ref_member.spec().into(),
+            what: format!(
+                "writing to a {} array: nvraid reads md's RAID 5/6 arrays, it does not write them yet \
+                 (read, detail, examine, and serve --read-only work)",
+                geometry.level()
+            ),
+        });
+    }
     for (role, placed) in decision.roles.iter().enumerate() {
         if let Some(index) = placed {
             let (member, sb) = &found[*index];
@@ -253,7 +287,9 @@ fn check_size(geometry: &Geometry, role: u32, member: &Member, sb: &Superblock) 
 /// Whether every byte of the array has at least one present copy.
 pub fn has_every_byte(geometry: &Geometry, present: &[bool]) -> bool {
     match geometry.level() {
-        Level::Raid0 => present.iter().all(|&p| p),
+        // Parity levels: reads that rebuild a missing member's chunks from
+        // parity are not built yet, so every member must be present.
+        Level::Raid0 | Level::Raid5 { .. } | Level::Raid6 { .. } => present.iter().all(|&p| p),
         Level::Raid1 => present.iter().any(|&p| p),
         // RAID 10: which members hold a chunk's copies repeats every n
         // chunks (near: slot c*k mod n; far and offset: c mod n), so the

@@ -498,6 +498,7 @@ fn layout_word(level: Level) -> u32 {
         Level::Raid1 => 0,
         Level::Raid10 { near } => (1 << 8) | near,
         Level::Raid10Far { copies, offset } => (u32::from(offset) << 16) | (copies << 8) | 1,
+        Level::Raid5 { layout } | Level::Raid6 { layout } => layout.to_md(),
     }
 }
 

@@ -75,6 +75,8 @@ fn layout_text(level: Level) -> Option<String> {
             copies,
             offset: true,
         } => Some(format!("offset={copies}")),
+        // mdadm's names.
+        Level::Raid5 { layout } | Level::Raid6 { layout } => Some(layout.name().to_string()),
         _ => None,
     }
 }

@@ -1,3 +1,4 @@
+use crate::parity::{ParityLayout, StripeMap};
 use std::fmt;
 use std::sync::Arc;
 
@@ -29,6 +30,12 @@ pub enum Level {
         /// md's offset layout (`oN`) rather than far (`fN`).
         offset: bool,
     },
+    /// Striping with one parity chunk per stripe (md `raid5`; RAID 4 is its
+    /// parity-last layout). nvraid reads these arrays; it does not write
+    /// them yet.
+    Raid5 { layout: ParityLayout },
+    /// Striping with P and Q parity chunks per stripe (md `raid6`).
+    Raid6 { layout: ParityLayout },
 }
 
 impl Level {
@@ -38,6 +45,27 @@ impl Level {
             Level::Raid0 => 0,
             Level::Raid1 => 1,
             Level::Raid10 { .. } | Level::Raid10Far { .. } => 10,
+            Level::Raid5 { .. } => 5,
+            Level::Raid6 { .. } => 6,
+        }
+    }
+
+    /// Parity chunks per stripe (0 for the mirroring and striping levels).
+    pub fn parity_chunks(self) -> u32 {
+        match self {
+            Level::Raid5 { .. } => 1,
+            Level::Raid6 { .. } => 2,
+            _ => 0,
+        }
+    }
+
+    /// The stripe map of a parity level.
+    pub fn stripe_map(self, members: u32) -> Option<StripeMap> {
+        match self {
+            Level::Raid5 { layout } | Level::Raid6 { layout } => {
+                StripeMap::new(members, self.parity_chunks(), layout).ok()
+            }
+            _ => None,
         }
     }
 
@@ -48,6 +76,8 @@ impl Level {
             Level::Raid1 => 2,
             Level::Raid10 { near } => near.max(2),
             Level::Raid10Far { copies, .. } => copies.max(2),
+            Level::Raid5 { .. } => 3,
+            Level::Raid6 { .. } => 4,
         }
     }
 
@@ -71,6 +101,8 @@ impl fmt::Display for Level {
                 copies,
                 offset: true,
             } => write!(f, "raid10 (offset={copies})"),
+            Level::Raid5 { layout } => write!(f, "raid5 ({})", layout.name()),
+            Level::Raid6 { layout } => write!(f, "raid6 ({})", layout.name()),
         }
     }
 }
@@ -212,6 +244,22 @@ impl Geometry {
                 )
             }
             Level::Raid1 => (member_data_bytes, member_data_bytes),
+            Level::Raid5 { .. } | Level::Raid6 { .. } => {
+                if Self::stripe_map_of(level, members).is_none() {
+                    return Err(GeometryError::TooFewMembers {
+                        level,
+                        min: level.members_min(),
+                        got: members,
+                    });
+                }
+                let used = member_chunks * chunk_bytes;
+                let data_members = u64::from(members - level.parity_chunks());
+                (
+                    used,
+                    used.checked_mul(data_members)
+                        .ok_or(GeometryError::TooLarge)?,
+                )
+            }
             Level::Raid10Far { copies, .. } => {
                 // md's calc_sectors with one near copy: each member holds
                 // `copies` bands of member_chunks / copies chunks.
@@ -398,10 +446,15 @@ impl Geometry {
         self.member_used_bytes
     }
 
-    /// How many copies of each byte the array keeps.
+    fn stripe_map_of(level: Level, members: u32) -> Option<StripeMap> {
+        level.stripe_map(members)
+    }
+
+    /// How many copies of each byte the array keeps (parity levels: one;
+    /// their redundancy is parity, not copies).
     pub fn copies(&self) -> u32 {
         match self.level {
-            Level::Raid0 => 1,
+            Level::Raid0 | Level::Raid5 { .. } | Level::Raid6 { .. } => 1,
             Level::Raid1 => self.members,
             Level::Raid10 { near } => near,
             Level::Raid10Far { copies, .. } => copies,
@@ -436,6 +489,11 @@ impl Geometry {
         let n = u64::from(self.members);
         let (member, row) = match self.level {
             Level::Raid0 => (chunk % n, chunk / n),
+            Level::Raid5 { .. } | Level::Raid6 { .. } => {
+                let map = self.level.stripe_map(self.members).expect("checked by new");
+                let (stripe, member) = map.locate_chunk(chunk);
+                (u64::from(member), stripe)
+            }
             Level::Raid1 => (u64::from(copy), 0),
             Level::Raid10 { near } => {
                 let slot = chunk * u64::from(near) + u64::from(copy);
@@ -478,6 +536,12 @@ impl Geometry {
         let n = u64::from(self.members);
         let (chunk, copy) = match self.level {
             Level::Raid0 => (row * n + u64::from(member), 0),
+            Level::Raid5 { .. } | Level::Raid6 { .. } => {
+                // A parity chunk holds no array byte.
+                let map = self.level.stripe_map(self.members).expect("checked by new");
+                let d = map.stripe(row).data.iter().position(|m| *m == member)?;
+                (row * u64::from(map.data_per_stripe()) + d as u64, 0)
+            }
             Level::Raid1 => (0, member),
             Level::Raid10 { near } => {
                 let slot = row * n + u64::from(member);

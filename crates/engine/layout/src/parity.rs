@@ -26,7 +26,7 @@
 //! md's DDF layouts (8, 9, 10) are not supported: they order Q differently.
 
 /// md's parity layouts nvraid knows (the `layout` word of the superblock).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ParityLayout {
     LeftAsymmetric,
     RightAsymmetric,
@@ -39,7 +39,7 @@ pub enum ParityLayout {
 }
 
 /// The RAID 5 rotations a `*-6` layout uses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Raid5Rotation {
     LeftAsymmetric,
     RightAsymmetric,
