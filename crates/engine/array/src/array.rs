@@ -834,6 +834,12 @@ impl Array {
     }
 
     fn read_piece(&self, piece: Piece, buf: &mut [u8]) -> Result<()> {
+        if self.geometry.level().parity_chunks() > 0 {
+            let at = self.geometry.locate(piece.logical_offset, 0);
+            if !self.readable(at.member as usize, at.member_offset, piece.len) {
+                return self.reconstruct_piece(piece, buf);
+            }
+        }
         let mut result = Ok(());
         let sector = u64::from(self.sector_bytes);
         let covered = self.cover(
@@ -854,6 +860,75 @@ impl Array {
             });
         }
         result
+    }
+
+    /// RAID 5/6: rebuild `piece` of a data chunk whose member is missing
+    /// from the same bytes of the stripe's other chunks and its parity (md's
+    /// degraded read). Everything the stripe has left is read; whatever is
+    /// missing (at most as much as the parity covers) is recovered.
+    fn reconstruct_piece(&self, piece: Piece, buf: &mut [u8]) -> Result<()> {
+        use nvraid_parity::{Block, Kernel, Stripe};
+        let unreadable = || Error::Unreadable {
+            offset: piece.logical_offset,
+            len: piece.len,
+        };
+        let level = self.geometry.level();
+        let map = level
+            .stripe_map(self.geometry.members())
+            .expect("a parity level");
+        let chunk = self
+            .geometry
+            .chunk_bytes()
+            .expect("parity levels stripe in chunks");
+        let logical_chunk = piece.logical_offset / chunk;
+        let (stripe, _) = map.locate_chunk(logical_chunk);
+        let wanted = (logical_chunk % u64::from(map.data_per_stripe())) as usize;
+        let blocks = map.stripe(stripe);
+        // The same bytes of every chunk of the stripe.
+        let member_offset = stripe * chunk + piece.logical_offset % chunk;
+        let len = piece.len as usize;
+        let slots: Vec<usize> = if level.parity_chunks() == 2 {
+            map.q_slots(stripe)
+        } else {
+            (0..blocks.data.len()).collect()
+        };
+        let read = |member: u32, into: &mut [u8]| -> bool {
+            let role = member as usize;
+            if !self.readable(role, member_offset, piece.len) {
+                return false;
+            }
+            let slot = self.slot(role).expect("readable means present");
+            slot.member
+                .read_at(into, slot.data_offset_bytes() + member_offset)
+                .is_ok()
+        };
+        let mut data = vec![vec![0u8; len]; blocks.data.len()];
+        let mut lost = Vec::new();
+        for (d, member) in blocks.data.iter().enumerate() {
+            if !read(*member, &mut data[slots[d]]) {
+                lost.push(Block::Data(slots[d]));
+            }
+        }
+        let mut p = vec![0u8; len];
+        if !read(blocks.p, &mut p) {
+            lost.push(Block::P);
+        }
+        let mut q = vec![0u8; len];
+        if let Some(member) = blocks.q {
+            if !read(member, &mut q) {
+                lost.push(Block::Q);
+            }
+        }
+        let mut stripe_blocks = Stripe {
+            data: data.iter_mut().map(Vec::as_mut_slice).collect(),
+            p: &mut p,
+            q: blocks.q.map(|_| &mut q[..]),
+        };
+        stripe_blocks
+            .recover(Kernel::best(), &lost)
+            .map_err(|_| unreadable())?;
+        buf.copy_from_slice(&data[slots[wanted]]);
+        Ok(())
     }
 
     /// Cover `piece` with readable copies: one copy for the whole piece when

@@ -287,9 +287,12 @@ fn check_size(geometry: &Geometry, role: u32, member: &Member, sb: &Superblock) 
 /// Whether every byte of the array has at least one present copy.
 pub fn has_every_byte(geometry: &Geometry, present: &[bool]) -> bool {
     match geometry.level() {
-        // Parity levels: reads that rebuild a missing member's chunks from
-        // parity are not built yet, so every member must be present.
-        Level::Raid0 | Level::Raid5 { .. } | Level::Raid6 { .. } => present.iter().all(|&p| p),
+        Level::Raid0 => present.iter().all(|&p| p),
+        // Parity levels: a stripe survives as many missing members as it
+        // has parity chunks.
+        level @ (Level::Raid5 { .. } | Level::Raid6 { .. }) => {
+            present.iter().filter(|&&p| !p).count() <= level.parity_chunks() as usize
+        }
         Level::Raid1 => present.iter().any(|&p| p),
         // RAID 10: which members hold a chunk's copies repeats every n
         // chunks (near: slot c*k mod n; far and offset: c mod n), so the

@@ -101,6 +101,15 @@ impl Target for FanoutTarget {
     }
 
     fn open_queue(&self, depth: u32, max_io_bytes: u32) -> io::Result<Box<dyn Queue>> {
+        if let Shape::Array(a) = &self.shape {
+            if a.geometry().level().parity_chunks() > 0 && a.is_degraded() {
+                return Err(io::Error::other(format!(
+                    "a degraded {} array is read only through `nvraid read` for now (the fast \
+                     path does not rebuild missing chunks from parity yet)",
+                    a.geometry().level()
+                )));
+            }
+        }
         Ok(Box::new(FanoutQueue::open(self, depth, max_io_bytes)?))
     }
 }

@@ -446,8 +446,10 @@ fn raid10_far_and_offset_layouts_read_like_the_kernel() {
 
 /// md's RAID 5 and RAID 6 arrays, every layout family, 3 to 6 members:
 /// nvraid reads exactly what the kernel reads (in any member order, with
-/// `read`, and served read-only over NBD), `detail` names the level and md's layout, and a write is refused by name
-/// with nothing changed.
+/// `read`, and served read-only over NBD), `detail` names the level and
+/// md's layout, and a write is refused by name with nothing changed. With
+/// one member (RAID 6: two) left out, the missing chunks are rebuilt from
+/// parity and the bytes are still the kernel's.
 #[test]
 fn raid5_and_raid6_arrays_read_like_the_kernel() {
     let states = [
@@ -479,6 +481,21 @@ fn raid5_and_raid6_arrays_read_like_the_kernel() {
         let mut write = vec!["write", "--input", "x.bin"];
         write.extend(m.iter().map(String::as_str));
         refused(&write, dir.path(), &["does not write them yet"]);
+        // Degraded: as many members left out as the stripe has parity
+        // chunks; every missing chunk is rebuilt from parity, and the bytes
+        // are still the kernel's.
+        let mut kept: Vec<String> = unpack(state, dir.path());
+        kept.remove(1);
+        if state.starts_with("raid6") {
+            kept.remove(kept.len() - 1);
+        }
+        assert_eq!(
+            sha(&read_all(dir.path(), &kept)),
+            kernel_sha(state),
+            "{state} degraded"
+        );
+        let d = detail(dir.path(), &kept);
+        assert!(d["state"].as_str().unwrap().contains("degraded"), "{d}");
         if matches!(state, "raid5_ls_4d" | "raid6_la_4d") {
             // Served read-only over NBD (the fast path): the same bytes.
             let mut server = serve_with(dir.path(), &m, &["--read-only"]);
