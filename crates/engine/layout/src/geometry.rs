@@ -245,7 +245,7 @@ impl Geometry {
             }
             Level::Raid1 => (member_data_bytes, member_data_bytes),
             Level::Raid5 { .. } | Level::Raid6 { .. } => {
-                if Self::stripe_map_of(level, members).is_none() {
+                if level.stripe_map(members).is_none() {
                     return Err(GeometryError::TooFewMembers {
                         level,
                         min: level.members_min(),
@@ -444,10 +444,6 @@ impl Geometry {
     /// Bytes of each member's data area that hold array data.
     pub fn member_used_bytes(&self) -> u64 {
         self.member_used_bytes
-    }
-
-    fn stripe_map_of(level: Level, members: u32) -> Option<StripeMap> {
-        level.stripe_map(members)
     }
 
     /// How many copies of each byte the array keeps (parity levels: one;
