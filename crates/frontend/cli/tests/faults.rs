@@ -416,3 +416,62 @@ fn an_orderly_stop_keeps_the_resync_checkpoint() {
     );
     stop(server);
 }
+
+/// A RAID 5 member (the kernel-made `raid5_ls_4d`'s member 1, copied onto
+/// an nbdkit-backed device) starts failing every read: the assembly sets it
+/// aside as unreadable (its superblock cannot be read) and `nvraid read`
+/// still gives the kernel's bytes, each chunk that member held rebuilt from
+/// the rest of its stripe and the parity.
+#[test]
+fn a_raid5_member_that_fails_reads_is_read_around_through_parity() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let state = repo().join("tests/fixtures/md-states/raid5_ls_4d");
+    let bad = FaultyMember::up(&d.join("bed"), "16M");
+    let mut members = Vec::new();
+    for disk in 0..4 {
+        let out = Command::new("xz")
+            .arg("-dc")
+            .arg(state.join(format!("disk{disk}.img.xz")))
+            .output()
+            .expect("xz (apt-get install xz-utils)");
+        assert!(out.status.success());
+        if disk == 1 {
+            let mut device = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&bad.device)
+                .unwrap();
+            std::io::Write::write_all(&mut device, &out.stdout).unwrap();
+            device.sync_all().unwrap();
+            members.push(bad.device.clone());
+        } else {
+            let name = format!("d{disk}.img");
+            std::fs::write(d.join(&name), &out.stdout).unwrap();
+            members.push(name);
+        }
+    }
+    let kernel = std::fs::read_to_string(state.join("kernel-sha256.txt")).unwrap();
+    let mut read = vec!["read"];
+    read.extend(members.iter().map(String::as_str));
+    assert_eq!(sha(&ok_bytes(&read, d)), kernel.trim(), "healthy");
+    bad.call("fail");
+    let out = nvraid(&read, d);
+    assert!(
+        out.status.success(),
+        "read with a failing member: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(sha(&out.stdout), kernel.trim(), "rebuilt from parity");
+    let mut detail = vec!["detail", "--json"];
+    detail.extend(members.iter().map(String::as_str));
+    let dj: serde_json::Value = serde_json::from_str(&ok(&detail, d)).unwrap();
+    let failed = dj["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["path"] == bad.device.as_str())
+        .unwrap_or_else(|| panic!("{dj}"));
+    assert_eq!(failed["state"], "unreadable", "{dj}");
+    assert!(dj["state"].as_str().unwrap().contains("degraded"), "{dj}");
+    bad.call("heal");
+}
