@@ -65,34 +65,13 @@ fn acknowledged_writes_survive_a_power_loss() {
         d,
     );
     let inside = inside_dir(d, &[]);
-    let script = d.join("writes.sh");
-    std::fs::write(
-        &script,
-        r#"set -e
-export LD_LIBRARY_PATH=$MDVM_IN
-set -- $MDVM_DISKS
-dd if=/dev/zero of=/tmp/chunk bs=1048576 count=1 2> /dev/null
-i=0
-while true; do
-	chunk=$((i % 44))
-	seed=$((1000 + i))
-	pattern write -s $seed -n 1048576 /tmp/chunk > /dev/null
-	$MDVM_IN/nvraid write --offset ${chunk}M --input /tmp/chunk $1 $2 2> /dev/null
-	echo "ACK $chunk $seed $i"
-	i=$((i + 1))
-done
-"#,
-    )
-    .unwrap();
-    let out = Command::new(repo().join("tools/mdvm/mdvm"))
-        .args(["--cache", "none", "--timeout", "25", "--indir"])
-        .arg(&inside)
-        .arg("--script")
-        .arg(&script)
-        .arg(d.join("a.img"))
-        .arg(d.join("b.img"))
-        .output()
-        .expect("tools/mdvm (./test.sh installs its tools)");
+    let out = cut_power_while_writing(
+        d,
+        &inside,
+        "",
+        "$MDVM_IN/nvraid write --offset ${chunk}M --input /tmp/chunk $1 $2 2> /dev/null",
+        25,
+    );
     verify_power_loss(d, &out, &["a.img", "b.img"]);
 }
 
@@ -110,48 +89,78 @@ fn acknowledged_nbd_writes_through_serve_survive_a_power_loss() {
         d,
     );
     let inside = inside_dir(d, &["nbd-client"]);
-    let script = d.join("writes.sh");
-    std::fs::write(
-        &script,
-        r#"set -e
-export LD_LIBRARY_PATH=$MDVM_IN
-set -- $MDVM_DISKS
-$MDVM_IN/nvraid serve --listen unix:/tmp/md.sock $1 $2 2> /tmp/serve.log &
+    let out = cut_power_while_writing(
+        d,
+        &inside,
+        r#"$MDVM_IN/nvraid serve --listen unix:/tmp/md.sock $1 $2 2> /tmp/serve.log &
 n=0
 while [ ! -S /tmp/md.ctl ]; do
 	n=$((n + 1)); [ $n -lt 200 ] || { cat /tmp/serve.log; exit 1; }
 	sleep 0.1
 done
 $MDVM_IN/nbd-client -L -b 4096 -u /tmp/md.sock /dev/nbd0 > /dev/null 2>&1 || { echo "nbd-client failed"; cat /tmp/serve.log; exit 1; }
-echo "CONNECTED $(cat /sys/block/nbd0/size) sectors"
-dd if=/dev/zero of=/tmp/chunk bs=1048576 count=1 2> /dev/null
-i=0
-while true; do
-	chunk=$((i % 44))
-	seed=$((1000 + i))
-	pattern write -s $seed -n 1048576 /tmp/chunk > /dev/null
-	dd if=/tmp/chunk of=/dev/nbd0 bs=1048576 seek=$chunk count=1 oflag=direct conv=fsync,notrunc 2> /dev/null
-	echo "ACK $chunk $seed $i"
-	i=$((i + 1))
-done
-"#,
-    )
-    .unwrap();
-    let out = Command::new(repo().join("tools/mdvm/mdvm"))
-        .args(["--cache", "none", "--timeout", "30", "--indir"])
-        .arg(&inside)
-        .arg("--script")
-        .arg(&script)
-        .arg(d.join("a.img"))
-        .arg(d.join("b.img"))
-        .output()
-        .expect("tools/mdvm (./test.sh installs its tools)");
+echo "CONNECTED $(cat /sys/block/nbd0/size) sectors""#,
+        "dd if=/tmp/chunk of=/dev/nbd0 bs=1048576 seek=$chunk count=1 oflag=direct conv=fsync,notrunc 2> /dev/null",
+        30,
+    );
     let console = String::from_utf8_lossy(&out.stdout);
     assert!(
         console.contains("CONNECTED"),
         "the NBD client did not connect: {console}"
     );
     verify_power_loss(d, &out, &["a.img", "b.img"]);
+}
+
+/// Run, in the kernel VM (virtio disks `a.img`, `b.img` with cache=none,
+/// `inside` as $MDVM_IN), `setup` and then an endless loop that fills
+/// /tmp/chunk with `pattern write -s SEED` and runs `write` (with
+/// `$chunk` = the chunk number, 1 MiB each, 44 of them), printing `ACK
+/// chunk seed i` after each; the VM is killed by its timeout of
+/// `timeout_s` seconds, part-way through some write.
+fn cut_power_while_writing(
+    d: &std::path::Path,
+    inside: &std::path::Path,
+    setup: &str,
+    write: &str,
+    timeout_s: u32,
+) -> std::process::Output {
+    let script = d.join("writes.sh");
+    std::fs::write(
+        &script,
+        format!(
+            r#"set -e
+export LD_LIBRARY_PATH=$MDVM_IN
+set -- $MDVM_DISKS
+{setup}
+dd if=/dev/zero of=/tmp/chunk bs=1048576 count=1 2> /dev/null
+i=0
+while true; do
+	chunk=$((i % 44))
+	seed=$((1000 + i))
+	pattern write -s $seed -n 1048576 /tmp/chunk > /dev/null
+	{write}
+	echo "ACK $chunk $seed $i"
+	i=$((i + 1))
+done
+"#
+        ),
+    )
+    .unwrap();
+    Command::new(repo().join("tools/mdvm/mdvm"))
+        .args([
+            "--cache",
+            "none",
+            "--timeout",
+            &timeout_s.to_string(),
+            "--indir",
+        ])
+        .arg(inside)
+        .arg("--script")
+        .arg(&script)
+        .arg(d.join("a.img"))
+        .arg(d.join("b.img"))
+        .output()
+        .expect("tools/mdvm (./test.sh installs its tools)")
 }
 
 /// After the VM was cut off: every chunk acknowledged on its console
