@@ -312,6 +312,9 @@ pub struct Array {
     barrier_turn: Mutex<()>,
     /// md's write-intent bitmap, when the array has one (see `intent`).
     pub(crate) intent: Option<crate::intent::WriteIntent>,
+    /// RAID 4/5/6: the stripe geometry, and the stripes requests hold.
+    pub(crate) parity: Option<crate::stripe::ParityShape>,
+    pub(crate) stripe_locks: crate::stripe::StripeLocks,
 }
 
 /// `current` entry of a role with no member.
@@ -337,7 +340,7 @@ impl Array {
             .map(|s| s.superblock.events)
             .max()
             .unwrap_or(0);
-        let unsynced = assembled_dirty && geometry.copies() > 1;
+        let unsynced = assembled_dirty && geometry.level().is_redundant();
         let resync_from = slots
             .iter()
             .flatten()
@@ -394,6 +397,8 @@ impl Array {
             .chain((0..ONLINE_JOINS).map(|_| OnceLock::new()))
             .collect();
         Array {
+            parity: crate::stripe::ParityShape::of(&geometry),
+            stripe_locks: crate::stripe::StripeLocks::new(),
             geometry,
             arena,
             arena_used: AtomicUsize::new(roles),
@@ -824,6 +829,9 @@ impl Array {
     /// Read `buf.len()` bytes at `offset`.
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         self.check(offset, buf.len() as u64)?;
+        if self.parity.is_some() {
+            return self.read_parity(buf, offset);
+        }
         let mut at = 0usize;
         for piece in self.geometry.pieces(offset, buf.len() as u64) {
             let len = piece.len as usize;
@@ -834,12 +842,6 @@ impl Array {
     }
 
     fn read_piece(&self, piece: Piece, buf: &mut [u8]) -> Result<()> {
-        if self.geometry.level().parity_chunks() > 0 {
-            let at = self.geometry.locate(piece.logical_offset, 0);
-            if !self.readable(at.member as usize, at.member_offset, piece.len) {
-                return self.reconstruct_piece(piece, buf);
-            }
-        }
         let mut result = Ok(());
         let sector = u64::from(self.sector_bytes);
         let covered = self.cover(
@@ -860,75 +862,6 @@ impl Array {
             });
         }
         result
-    }
-
-    /// RAID 5/6: rebuild `piece` of a data chunk whose member is missing
-    /// from the same bytes of the stripe's other chunks and its parity (md's
-    /// degraded read). Everything the stripe has left is read; whatever is
-    /// missing (at most as much as the parity covers) is recovered.
-    fn reconstruct_piece(&self, piece: Piece, buf: &mut [u8]) -> Result<()> {
-        use nvraid_parity::{Block, Kernel, Stripe};
-        let unreadable = || Error::Unreadable {
-            offset: piece.logical_offset,
-            len: piece.len,
-        };
-        let level = self.geometry.level();
-        let map = level
-            .stripe_map(self.geometry.members())
-            .expect("a parity level");
-        let chunk = self
-            .geometry
-            .chunk_bytes()
-            .expect("parity levels stripe in chunks");
-        let logical_chunk = piece.logical_offset / chunk;
-        let (stripe, _) = map.locate_chunk(logical_chunk);
-        let wanted = (logical_chunk % u64::from(map.data_per_stripe())) as usize;
-        let blocks = map.stripe(stripe);
-        // The same bytes of every chunk of the stripe.
-        let member_offset = stripe * chunk + piece.logical_offset % chunk;
-        let len = piece.len as usize;
-        let slots: Vec<usize> = if level.parity_chunks() == 2 {
-            map.q_slots(stripe)
-        } else {
-            (0..blocks.data.len()).collect()
-        };
-        let read = |member: u32, into: &mut [u8]| -> bool {
-            let role = member as usize;
-            if !self.readable(role, member_offset, piece.len) {
-                return false;
-            }
-            let slot = self.slot(role).expect("readable means present");
-            slot.member
-                .read_at(into, slot.data_offset_bytes() + member_offset)
-                .is_ok()
-        };
-        let mut data = vec![vec![0u8; len]; blocks.data.len()];
-        let mut lost = Vec::new();
-        for (d, member) in blocks.data.iter().enumerate() {
-            if !read(*member, &mut data[slots[d]]) {
-                lost.push(Block::Data(slots[d]));
-            }
-        }
-        let mut p = vec![0u8; len];
-        if !read(blocks.p, &mut p) {
-            lost.push(Block::P);
-        }
-        let mut q = vec![0u8; len];
-        if let Some(member) = blocks.q {
-            if !read(member, &mut q) {
-                lost.push(Block::Q);
-            }
-        }
-        let mut stripe_blocks = Stripe {
-            data: data.iter_mut().map(Vec::as_mut_slice).collect(),
-            p: &mut p,
-            q: blocks.q.map(|_| &mut q[..]),
-        };
-        stripe_blocks
-            .recover(Kernel::best(), &lost)
-            .map_err(|_| unreadable())?;
-        buf.copy_from_slice(&data[slots[wanted]]);
-        Ok(())
     }
 
     /// Cover `piece` with readable copies: one copy for the whole piece when
@@ -1029,6 +962,9 @@ impl Array {
     }
 
     fn write_pieces(&self, buf: &[u8], offset: u64) -> Result<Vec<bool>> {
+        if self.parity.is_some() {
+            return self.write_parity(buf, offset);
+        }
         let mut touched = vec![false; self.roles()];
         let mut at = 0usize;
         for piece in self.geometry.pieces(offset, buf.len() as u64) {
@@ -1079,6 +1015,12 @@ impl Array {
         self.check(offset, len)?;
         if !self.writable {
             return Err(Error::ReadOnly);
+        }
+        if self.parity.is_some() {
+            // A discarded chunk may read back as anything, and parity would
+            // no longer match it: RAID 4/5/6 keep their bytes (a discard is
+            // a hint; md also ignores it unless members promise zeros).
+            return Ok(());
         }
         self.mark_dirty()?;
         self.begin_write(offset, len);

@@ -153,15 +153,18 @@ pub fn assemble(specs: &[String], options: AssembleOptions) -> Result<Array> {
         None => geometry_of(ref_sb, ref_member.spec())?,
     };
     if options.writable && geometry.level().parity_chunks() > 0 {
-        // Nothing has been written: the members were only opened.
-        return Err(Error::Unsupported {
-            spec: ref_member.spec().into(),
-            what: format!(
-                "writing to a {} array: nvraid reads md's RAID 5/6 arrays, it does not write them yet \
-                 (read, detail, examine, and serve --read-only work)",
-                geometry.level()
-            ),
-        });
+        let data = geometry.members() - geometry.level().parity_chunks();
+        if data > crate::stripe::DATA_BLOCKS_MAX {
+            // Nothing has been written: the members were only opened.
+            return Err(Error::Unsupported {
+                spec: ref_member.spec().into(),
+                what: format!(
+                    "writing to a {} array with {data} data chunks per stripe (nvraid writes at most {})",
+                    geometry.level(),
+                    crate::stripe::DATA_BLOCKS_MAX
+                ),
+            });
+        }
     }
     for (role, placed) in decision.roles.iter().enumerate() {
         if let Some(index) = placed {

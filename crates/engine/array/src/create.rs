@@ -71,7 +71,7 @@ fn bitmap_chunk(
     geometry: &Geometry,
     check_space: bool,
 ) -> Result<Option<u64>> {
-    let redundant = geometry.copies() > 1;
+    let redundant = geometry.level().is_redundant();
     let chunk = match options.bitmap {
         BitmapChoice::None => return Ok(None),
         BitmapChoice::Auto if !redundant => return Ok(None),
@@ -180,6 +180,17 @@ pub fn create_with_spares(
     }
     // Count and chunk errors first, before looking at any member.
     let probe = Geometry::new(options.level, active as u32, options.chunk_bytes, 1 << 40)?;
+    let parity = options.level.parity_chunks();
+    if parity > 0 && active as u32 - parity > crate::stripe::DATA_BLOCKS_MAX {
+        return Err(Error::Unsupported {
+            spec: specs.join(", "),
+            what: format!(
+                "a {} array of {active} members (nvraid writes at most {} data chunks per stripe)",
+                options.level,
+                crate::stripe::DATA_BLOCKS_MAX
+            ),
+        });
+    }
     bitmap_chunk(options, &probe, false)?;
     let plans = specs
         .iter()
@@ -405,6 +416,9 @@ fn write_members(
         direct: options.direct,
     };
     let mut members = Vec::with_capacity(specs.len());
+    // Whether every member starts as zeros (files this create makes, RAM
+    // members): then the parity of a RAID 4/5/6 already agrees with its data.
+    let mut all_zero = true;
     for spec in specs {
         let is_path = !spec.starts_with("mem:") && !spec.starts_with("null:");
         let before = if is_path {
@@ -412,6 +426,7 @@ fn write_members(
         } else {
             None
         };
+        all_zero &= before.is_none();
         let opened = Member::open(spec, open);
         if is_path && options.size_bytes.is_some() {
             match &before {
@@ -425,6 +440,13 @@ fn write_members(
         members.push(opened?);
     }
     let mut template = template_superblock(options, geometry, data_bytes)?;
+    if geometry.level().parity_chunks() > 0 && !all_zero {
+        // Members that held other bytes: parity must be computed before it
+        // can rebuild anything (md's initial resync). The array is created
+        // needing a resync; `serve` runs it in the background, `repair`
+        // in the foreground.
+        template.resync_offset = 0;
+    }
     if bitmap_chunk(options, geometry, true)?.is_some() {
         template.feature_map |= features::BITMAP_OFFSET;
         template.bitmap_offset = BITMAP_OFFSET_SECTORS as u32;

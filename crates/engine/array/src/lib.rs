@@ -17,6 +17,7 @@ mod intent;
 pub mod recovery;
 mod scan;
 mod signature;
+mod stripe;
 mod target;
 
 pub use array::{read_superblock, Array, MemberCounters, ReadLimit, SetAsideMember, Slot};

@@ -51,6 +51,12 @@ impl Level {
     }
 
     /// Parity chunks per stripe (0 for the mirroring and striping levels).
+    /// Whether the level keeps redundancy (copies or parity): every level
+    /// but RAID 0.
+    pub fn is_redundant(self) -> bool {
+        !matches!(self, Level::Raid0)
+    }
+
     pub fn parity_chunks(self) -> u32 {
         match self {
             Level::Raid5 { .. } => 1,

@@ -83,6 +83,23 @@ impl ParityLayout {
     }
 
     /// mdadm's name (`left-symmetric`, `parity-last`, `left-symmetric-6`...).
+    /// From md's name (`left-symmetric`, ...; also mdadm's short forms `ls`,
+    /// `la`, `rs`, `ra`); the `-6` forms only when `raid6`.
+    pub fn from_name(name: &str, raid6: bool) -> Option<ParityLayout> {
+        let name = match name {
+            "ls" => "left-symmetric",
+            "la" => "left-asymmetric",
+            "rs" => "right-symmetric",
+            "ra" => "right-asymmetric",
+            other => other,
+        };
+        [0, 1, 2, 3, 4, 5, 16, 17, 18, 19, 20]
+            .into_iter()
+            .filter_map(ParityLayout::from_md)
+            .filter(|l| raid6 || !matches!(l, ParityLayout::Raid5With6(_)))
+            .find(|l| l.name() == name)
+    }
+
     pub fn name(self) -> &'static str {
         use ParityLayout::*;
         match self {
@@ -172,6 +189,39 @@ impl StripeMap {
         let data = (0..data_disks).map(|d| self.place(stripe, d).0).collect();
         let (_, p, q) = self.place(stripe, 0);
         StripeBlocks { data, p, q }
+    }
+
+    /// The member holding data index `d` of stripe `stripe` (no allocation).
+    pub fn data_member(&self, stripe: u64, d: u32) -> u32 {
+        self.place(stripe, d).0
+    }
+
+    /// The members holding stripe `stripe`'s P and (RAID 6) Q.
+    pub fn parity_members(&self, stripe: u64) -> (u32, Option<u32>) {
+        let (_, p, q) = self.place(stripe, 0);
+        (p, q)
+    }
+
+    /// RAID 6: data index `d`'s position in md's Q sum (one entry of
+    /// [`StripeMap::q_slots`], without allocating); 0..n-2.
+    pub fn q_slot(&self, stripe: u64, d: u32) -> usize {
+        let (member, p, q) = self.place(stripe, d);
+        let q = q.expect("a RAID 6 map");
+        let n = self.members;
+        // md's walk starts at the member after Q; P is skipped.
+        let steps = (member + n - q - 1) % n;
+        let p_at = (p + n - q - 1) % n;
+        (if p_at < steps { steps - 1 } else { steps }) as usize
+    }
+
+    /// RAID 4/5/6: the number of members.
+    pub fn members(&self) -> u32 {
+        self.members
+    }
+
+    /// Parity blocks per stripe (1 or 2).
+    pub fn parity(&self) -> u32 {
+        self.parity
     }
 
     /// Logical chunk `chunk` → (stripe, member holding it).
@@ -323,6 +373,9 @@ mod tests {
                             "{layout:?} n={n} s={stripe}"
                         );
                         if parity == 2 {
+                            let each: Vec<usize> =
+                                (0..n - 2).map(|d| map.q_slot(stripe, d)).collect();
+                            assert_eq!(each, map.q_slots(stripe), "{layout:?} n={n} s={stripe}");
                             let mut slots = map.q_slots(stripe);
                             slots.sort();
                             assert_eq!(slots, (0..(n - 2) as usize).collect::<Vec<_>>());

@@ -447,9 +447,10 @@ fn raid10_far_and_offset_layouts_read_like_the_kernel() {
 /// md's RAID 5 and RAID 6 arrays, every layout family, 3 to 6 members:
 /// nvraid reads exactly what the kernel reads (in any member order, with
 /// `read`, and served read-only over NBD), `detail` names the level and
-/// md's layout, and a write is refused by name with nothing changed. With
-/// one member (RAID 6: two) left out, the missing chunks are rebuilt from
-/// parity and the bytes are still the kernel's.
+/// md's layout. With one member (RAID 6: two) left out, the missing chunks
+/// are rebuilt from parity and the bytes are still the kernel's. nvraid's
+/// write to the kernel's array updates its parity: the bytes come back
+/// with members left out.
 #[test]
 fn raid5_and_raid6_arrays_read_like_the_kernel() {
     let states = [
@@ -477,10 +478,6 @@ fn raid5_and_raid6_arrays_read_like_the_kernel() {
         );
         assert_eq!(d["layout"], layout, "{d}");
         assert_eq!(d["state"], "clean", "{d}");
-        std::fs::write(dir.path().join("x.bin"), [7u8; 4096]).unwrap();
-        let mut write = vec!["write", "--input", "x.bin"];
-        write.extend(m.iter().map(String::as_str));
-        refused(&write, dir.path(), &["does not write them yet"]);
         // Degraded: as many members left out as the stripe has parity
         // chunks; every missing chunk is rebuilt from parity, and the bytes
         // are still the kernel's.
@@ -514,6 +511,22 @@ fn raid5_and_raid6_arrays_read_like_the_kernel() {
             assert!(server.wait().unwrap().success(), "{state}: serve exit");
             assert!(out.status.success(), "{state}: nbdcopy");
             assert_eq!(sha(&out.stdout), kernel_sha(state), "{state} through NBD");
+        }
+        // A write across two chunks of the kernel's array, then reads with
+        // members left out: the new bytes come back from parity.
+        let m = unpack(state, dir.path());
+        let data: Vec<u8> = (0..96 * 1024u32).map(|i| (i * 7 % 251) as u8).collect();
+        std::fs::write(dir.path().join("x.bin"), &data).unwrap();
+        let mut write = vec!["write", "--input", "x.bin", "--offset", "40960"];
+        write.extend(m.iter().map(String::as_str));
+        ok(&write, dir.path());
+        for gone in 0..m.len() {
+            let mut kept = m.clone();
+            kept.remove(gone);
+            let mut read = vec!["read", "--offset", "40960", "--length", "98304"];
+            read.extend(kept.iter().map(String::as_str));
+            let back = ok_bytes(&read, dir.path());
+            assert!(back == data, "{state}: written bytes without member {gone}");
         }
     }
 }

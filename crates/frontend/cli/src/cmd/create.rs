@@ -4,19 +4,24 @@ use super::{bytes_text, size_arg};
 use anyhow::{bail, Result};
 use clap::Args;
 use nvraid_array::{create_with_spares, info, CreateOptions, CHUNK_BYTES_DEFAULT};
+use nvraid_layout::parity::ParityLayout;
 use nvraid_layout::Level;
 
 #[derive(Args, Debug)]
 pub struct CreateArgs {
-    /// RAID level: 0 (stripe), 1 (mirror) or 10 (striped mirrors; --layout).
+    /// RAID level: 0 (stripe), 1 (mirror), 10 (striped mirrors), 4, 5
+    /// (single parity) or 6 (double parity).
     #[arg(long, short = 'l')]
     level: String,
-    /// RAID 10 layout, md's names: nN (near, default n2), fN (far) or oN
-    /// (offset), N copies.
+    /// md's layout names. RAID 10: nN (near, default n2), fN (far) or oN
+    /// (offset), N copies. RAID 5: left-symmetric (default, ls),
+    /// left-asymmetric (la), right-symmetric (rs), right-asymmetric (ra),
+    /// parity-first, parity-last; RAID 6 also the -6 forms
+    /// (left-symmetric-6, ...). RAID 4 is parity-last.
     #[arg(long, short = 'p', value_name = "LAYOUT")]
     layout: Option<String>,
-    /// Chunk (stripe unit) size for levels 0 and 10: a power of two from 4K
-    /// to 4M. Default 64K.
+    /// Chunk (stripe unit) size for levels 0, 10, 4, 5 and 6: a power of two
+    /// from 4K to 4M. Default 64K.
     #[arg(long, short = 'c', value_parser = size_arg)]
     chunk: Option<u64>,
     /// Array name stored in the superblock.
@@ -51,14 +56,43 @@ pub struct CreateArgs {
     members: Vec<String>,
 }
 
-/// Parse `0`, `1`, `10` (also `raid0`…) into a level.
+/// Parse `0`, `1`, `10`, `4`, `5`, `6` (also `raid0`…) into a level, with
+/// its default layout.
 pub fn parse_level(text: &str) -> Result<Level> {
+    let layout = ParityLayout::LeftSymmetric;
     match text.trim_start_matches("raid") {
         "0" => Ok(Level::Raid0),
         "1" => Ok(Level::Raid1),
         "10" => Ok(Level::Raid10 { near: 2 }),
-        other => bail!("unsupported level {other:?}: use 0, 1 or 10"),
+        "4" => Ok(Level::Raid5 {
+            layout: ParityLayout::ParityLast,
+        }),
+        "5" => Ok(Level::Raid5 { layout }),
+        "6" => Ok(Level::Raid6 { layout }),
+        other => bail!("unsupported level {other:?}: use 0, 1, 10, 4, 5 or 6"),
     }
+}
+
+/// md's RAID 5/6 layout names.
+pub fn parse_parity_layout(text: &str, level: Level) -> Result<Level> {
+    let raid6 = matches!(level, Level::Raid6 { .. });
+    let Some(layout) = ParityLayout::from_name(text, raid6) else {
+        bail!(
+            "unknown {} layout {text:?}: use left-symmetric (ls), left-asymmetric (la), \
+             right-symmetric (rs), right-asymmetric (ra), parity-first or parity-last{}",
+            if raid6 { "raid6" } else { "raid5" },
+            if raid6 {
+                ", or a -6 form (left-symmetric-6, ...)"
+            } else {
+                ""
+            }
+        );
+    };
+    Ok(if raid6 {
+        Level::Raid6 { layout }
+    } else {
+        Level::Raid5 { layout }
+    })
 }
 
 /// md's RAID 10 layout names: `n2`, `f2`, `o2` (any copy count).
@@ -88,7 +122,15 @@ pub fn run(args: &CreateArgs, direct: bool) -> Result<u8> {
     let mut level = parse_level(&args.level)?;
     match (&args.layout, level) {
         (Some(layout), Level::Raid10 { .. }) => level = parse_raid10_layout(layout)?,
-        (Some(_), _) => bail!("--layout applies to raid10 only"),
+        (Some(_), Level::Raid5 { layout })
+            if layout == ParityLayout::ParityLast && args.level.ends_with('4') =>
+        {
+            bail!("--layout does not apply to raid4 (its parity is always on the last member)")
+        }
+        (Some(layout), Level::Raid5 { .. } | Level::Raid6 { .. }) => {
+            level = parse_parity_layout(layout, level)?
+        }
+        (Some(_), _) => bail!("--layout applies to raid10, raid5 and raid6 only"),
         (None, _) => {}
     }
     if level == Level::Raid1 && args.chunk.is_some() {

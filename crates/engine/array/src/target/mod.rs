@@ -9,6 +9,8 @@
 //! hot path takes no lock, makes no allocation and copies no data; workers
 //! share nothing but the array's read-only geometry.
 
+mod parity;
+
 use crate::array::{least_loaded_copy, Array};
 use nvraid_io::engine::{open_engine, Engine, EngineKind, MemberOp, MemberOpKind};
 use nvraid_io::queue::{Completion, OpKind, Queue, Target};
@@ -101,15 +103,6 @@ impl Target for FanoutTarget {
     }
 
     fn open_queue(&self, depth: u32, max_io_bytes: u32) -> io::Result<Box<dyn Queue>> {
-        if let Shape::Array(a) = &self.shape {
-            if a.geometry().level().parity_chunks() > 0 && a.is_degraded() {
-                return Err(io::Error::other(format!(
-                    "a degraded {} array is read only through `nvraid read` for now (the fast \
-                     path does not rebuild missing chunks from parity yet)",
-                    a.geometry().level()
-                )));
-            }
-        }
         Ok(Box::new(FanoutQueue::open(self, depth, max_io_bytes)?))
     }
 }
@@ -158,6 +151,11 @@ struct SubOp {
     len: u32,
     /// Bytes already moved (short transfers are continued).
     done: u32,
+    /// Part of a RAID 4/5/6 request's stripe work (its completion goes
+    /// there).
+    stripe: bool,
+    /// The segment is in the slot's stripe scratch, not its buffer.
+    scratch: bool,
 }
 
 /// A piece of a request bound for one member, before merging.
@@ -225,6 +223,13 @@ pub struct FanoutQueue {
     generation: u64,
     /// The file table as registered with the engine.
     files: Vec<i32>,
+    /// RAID 4/5/6: the stripe geometry, each slot's stripe work, the slots
+    /// waiting for stripes another request holds, and the most scratch a
+    /// slot may use.
+    parity: Option<crate::stripe::ParityShape>,
+    work: Vec<parity::StripeWork>,
+    parked: Vec<u32>,
+    scratch_cap: usize,
 }
 
 const KIND_READ: u8 = 0;
@@ -273,6 +278,10 @@ impl FanoutQueue {
             Shape::Array(a) => Some(a.geometry().clone()),
             Shape::Raw(_) => None,
         };
+        let parity = match &target.shape {
+            Shape::Array(a) => a.parity,
+            Shape::Raw(_) => None,
+        };
         Ok(FanoutQueue {
             shape: target.shape.clone(),
             geometry,
@@ -313,6 +322,13 @@ impl FanoutQueue {
             size_bytes: target.size_bytes(),
             generation,
             files,
+            parity,
+            work: match parity {
+                Some(_) => (0..depth).map(|_| parity::StripeWork::new()).collect(),
+                None => Vec::new(),
+            },
+            parked: Vec::with_capacity(depth as usize),
+            scratch_cap: parity.map_or(0, |p| Self::scratch_cap(&p, max_io_bytes)),
         })
     }
 
@@ -355,7 +371,10 @@ impl FanoutQueue {
                 // Reads around bad blocks or a recovery point take a few
                 // more operations per request.
                 let around_limits = if a.read_limited() { 64 } else { 0 };
-                pieces * g.copies() as usize + around_limits
+                // RAID 4/5/6: a round of stripe work reads and writes up to
+                // every member per column.
+                let stripe_work = if a.parity.is_some() { 4 * members } else { 0 };
+                (pieces * g.copies() as usize + around_limits).max(stripe_work)
             }
         };
         pieces_copies.max(members)
@@ -419,7 +438,11 @@ impl FanoutQueue {
             KIND_WRITE => MemberOpKind::Write,
             _ => MemberOpKind::Flush,
         };
-        let base = self.buffers[sub.slot as usize].as_mut_ptr();
+        let base = if sub.scratch {
+            self.work[sub.slot as usize].scratch_ptr()
+        } else {
+            self.buffers[sub.slot as usize].as_mut_ptr()
+        };
         let mut op = MemberOp {
             kind,
             file: sub.member,
@@ -432,7 +455,11 @@ impl FanoutQueue {
             dsync: sub.dsync,
             user_data: u64::from(index),
         };
-        if sub.seg_count == 1 {
+        if sub.scratch {
+            // Not a registered buffer: one iovec, not a fixed operation.
+            op.iov_count = self.build_iovecs(&sub, base);
+            op.iov = &self.iovs[sub.seg_first as usize];
+        } else if sub.seg_count == 1 {
             let (start, _) = self.segs[sub.seg_first as usize];
             // SAFETY (pointer arithmetic): every segment lies inside the slot
             // buffer (submit checks len <= max_io_bytes, its length).
@@ -502,6 +529,17 @@ impl FanoutQueue {
             state.errno = errno;
         }
         state.pending -= 1;
+        if state.pending == 0 && self.parity.is_some() && self.work[slot as usize].redo {
+            self.work[slot as usize].redo = false;
+            state.errno = 0;
+            state.pending = 1;
+            let (offset, len) = (self.work[slot as usize].offset, state.len);
+            if self.stripe_start(slot, false, offset, len, false).is_err() {
+                self.slots[slot as usize].errno = libc::EIO;
+            }
+            self.finish_sub(slot, 0);
+            return;
+        }
         if state.pending == 0 {
             if let Some((offset, len)) = self.spans[slot as usize].take() {
                 if let Shape::Array(array) = &self.shape {
@@ -537,11 +575,15 @@ impl FanoutQueue {
             }
         };
         let (slot, member) = (sub.slot, sub.member);
+        let (stripe, kind) = (sub.stripe, sub.kind);
         let moved = if errno == 0 { u64::from(sub.len) } else { 0 };
         self.count(member, moved, errno != 0);
         self.inflight[member as usize] -= 1;
         // The record is free again (fail_over works on a copy of it).
         self.free_subs.push(index);
+        if stripe {
+            return self.stripe_sub_done(slot, member, kind, errno);
+        }
         let errno = if errno == 0 {
             0
         } else {
@@ -572,6 +614,13 @@ impl FanoutQueue {
             return Ok(errno);
         }
         if sub.kind != KIND_READ {
+            return Ok(0);
+        }
+        if self.parity.is_some() {
+            // Read it again through the stripe path once the request's
+            // other parts have finished: the lost chunk comes back from
+            // the rest of its stripe.
+            self.work[sub.slot as usize].redo = true;
             return Ok(0);
         }
         let Some(geometry) = self.geometry.take() else {
@@ -628,6 +677,8 @@ impl FanoutQueue {
                 seg_count: 1,
                 len,
                 done: 0,
+                stripe: false,
+                scratch: false,
             })?;
         }
         Ok(true)
@@ -642,6 +693,18 @@ impl FanoutQueue {
         fua: bool,
     ) -> io::Result<()> {
         self.parts.clear();
+        if let Some(work) = self.work.get_mut(slot as usize) {
+            work.offset = offset;
+            if !write {
+                let Shape::Array(array) = &self.shape else {
+                    unreachable!("parity arrays are arrays")
+                };
+                if array.is_degraded() || array.read_limited() {
+                    return self.stripe_start(slot, false, offset, len, false);
+                }
+            }
+        }
+        let stripe_write = write && self.parity.is_some();
         // The geometry is moved out while the request is split (split needs
         // `&mut self`) and put back: a move of a few words, no reference
         // count touched.
@@ -692,12 +755,16 @@ impl FanoutQueue {
                     }
                     _ => Ok(true),
                 };
-                let split = matches!(marked, Ok(true)) && self.split(&geometry, write, offset, len);
+                let split = matches!(marked, Ok(true))
+                    && (stripe_write || self.split(&geometry, write, offset, len));
                 self.geometry = Some(geometry);
                 marked?;
                 if !split {
                     self.slots[slot as usize].errno = libc::EIO;
                     return Ok(());
+                }
+                if stripe_write {
+                    return self.stripe_start(slot, true, offset, len, fua);
                 }
             }
         }
@@ -819,6 +886,8 @@ impl FanoutQueue {
                 seg_count: 0,
                 len: 0,
                 done: 0,
+                stripe: false,
+                scratch: false,
             };
             while i < self.parts.len() {
                 let part = self.parts[i];
@@ -856,6 +925,8 @@ impl FanoutQueue {
                     seg_count: 0,
                     len: 0,
                     done: 0,
+                    stripe: false,
+                    scratch: false,
                 };
                 self.push_sub(sub)?;
             }
@@ -949,15 +1020,22 @@ impl Queue for FanoutQueue {
     ) -> io::Result<u32> {
         let mut passed = 0u32;
         loop {
+            self.retry_parked()?;
             for completion in self.ready.drain(..) {
                 on_complete(completion);
                 passed += 1;
             }
-            let wait = if passed >= min_complete || self.busy_slots == 0 {
+            let mut wait = if passed >= min_complete || self.busy_slots == 0 {
                 0
             } else {
                 1
             };
+            if wait > 0 && !self.parked.is_empty() && self.inflight.iter().all(|&n| n == 0) {
+                // Only requests waiting for stripes other queues hold:
+                // nothing of ours will complete; look again shortly.
+                std::thread::sleep(std::time::Duration::from_micros(20));
+                wait = 0;
+            }
             self.harvest(wait)?;
             if self.ready.is_empty() && (passed >= min_complete || self.busy_slots == 0) {
                 if self.busy_slots == 0 && self.counted_since_publish > 0 {

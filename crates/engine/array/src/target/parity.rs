@@ -1,0 +1,375 @@
+//! The fast path of RAID 4/5/6: writes, and reads that cannot go straight
+//! to a data chunk (a member missing, failed, or being rebuilt).
+//!
+//! A request becomes columns ([`crate::stripe`]); the slot holds the
+//! request's stripes, then works through its columns in **rounds**: as many
+//! columns as the slot's scratch (and its share of member-operation
+//! records) holds. A round issues every column's reads at once; when the
+//! last completes, the parity is computed on the worker's thread and every
+//! column's writes are issued at once; when they complete, the next round
+//! starts. Nothing blocks the worker: a request whose stripes another
+//! request holds is parked and tried again at each reap.
+//!
+//! A member that fails a read is marked faulty and the round is planned
+//! again (the column is then rebuilt from the rest of its stripe); one that
+//! fails a write is marked faulty and the round goes on (its block lives
+//! on in the parity). When the array cannot lose the member, the request
+//! fails with the error.
+
+use super::{FanoutQueue, Shape, SubOp, KIND_READ, KIND_WRITE};
+use crate::stripe::{BlockIo, Column, Place};
+use nvraid_io::AlignedBuf;
+use nvraid_parity::Kernel;
+use std::io;
+
+/// One slot's stripe work.
+pub(super) struct StripeWork {
+    /// The slot is doing stripe work (between start and finish).
+    active: bool,
+    write: bool,
+    /// The request (kept for reads too: a read that fails on the fast
+    /// path is done again here).
+    pub(super) offset: u64,
+    len: u32,
+    fua: bool,
+    columns: Vec<Column>,
+    /// The first column not done yet; the round is `next..round_end`.
+    next: usize,
+    round_end: usize,
+    /// Scratch offset of each column of the round.
+    bases: Vec<usize>,
+    scratch: AlignedBuf,
+    /// The round's writes are in flight (else its reads).
+    writing: bool,
+    /// Member operations of the phase not yet completed.
+    outstanding: u32,
+    /// A read failed and its member is now faulty: plan the round again.
+    replan: bool,
+    /// The request fails with this errno (0: none so far).
+    errno: i32,
+    /// Stripes held.
+    stripes: Option<(u64, u64)>,
+    /// A read on the plain path failed: do it again here once its other
+    /// parts have finished.
+    pub(super) redo: bool,
+    ios: Vec<BlockIo>,
+}
+
+impl StripeWork {
+    /// The scratch's address, for the engine.
+    pub(super) fn scratch_ptr(&mut self) -> *mut u8 {
+        self.scratch.as_mut_ptr()
+    }
+
+    pub(super) fn new() -> StripeWork {
+        StripeWork {
+            active: false,
+            write: false,
+            offset: 0,
+            len: 0,
+            fua: false,
+            columns: Vec::new(),
+            next: 0,
+            round_end: 0,
+            bases: Vec::new(),
+            scratch: AlignedBuf::zeroed(4096),
+            writing: false,
+            outstanding: 0,
+            replan: false,
+            errno: 0,
+            stripes: None,
+            redo: false,
+            ios: Vec::new(),
+        }
+    }
+}
+
+impl FanoutQueue {
+    fn parity_array(&self) -> std::sync::Arc<crate::Array> {
+        match &self.shape {
+            Shape::Array(a) => std::sync::Arc::clone(a),
+            Shape::Raw(_) => unreachable!("stripe work on a raw member"),
+        }
+    }
+
+    /// Start `slot`'s request on the stripe path (the slot's submit guard is
+    /// held by the caller; the work holds one of its own until it ends).
+    pub(super) fn stripe_start(
+        &mut self,
+        slot: u32,
+        write: bool,
+        offset: u64,
+        len: u32,
+        fua: bool,
+    ) -> io::Result<()> {
+        let shape = self.parity.expect("a parity array");
+        let work = &mut self.work[slot as usize];
+        work.active = true;
+        work.write = write;
+        work.offset = offset;
+        work.len = len;
+        work.fua = fua;
+        work.columns.clear();
+        shape.columns(offset, u64::from(len), &mut work.columns);
+        work.next = 0;
+        work.round_end = 0;
+        work.writing = false;
+        work.outstanding = 0;
+        work.replan = false;
+        work.errno = 0;
+        work.stripes = None;
+        self.slots[slot as usize].pending += 1;
+        if !self.stripe_try_lock(slot) {
+            self.parked.push(slot);
+            return Ok(());
+        }
+        self.stripe_round(slot)
+    }
+
+    fn stripe_try_lock(&mut self, slot: u32) -> bool {
+        let shape = self.parity.expect("a parity array");
+        let array = self.parity_array();
+        let work = &mut self.work[slot as usize];
+        let (first, last) = shape.stripes(work.offset, u64::from(work.len));
+        if array.stripe_locks.try_lock_range(first, last) {
+            work.stripes = Some((first, last));
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Start the parked requests whose stripes are free now.
+    pub(super) fn retry_parked(&mut self) -> io::Result<()> {
+        let mut i = 0;
+        while i < self.parked.len() {
+            let slot = self.parked[i];
+            if self.stripe_try_lock(slot) {
+                self.parked.swap_remove(i);
+                self.stripe_round(slot)?;
+            } else {
+                i += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Plan and start the next round of `slot`'s columns (or finish).
+    fn stripe_round(&mut self, slot: u32) -> io::Result<()> {
+        let shape = self.parity.expect("a parity array");
+        let array = self.parity_array();
+        let members = shape.data + shape.parity;
+        let scratch_cap = self.scratch_cap;
+        let ops_cap = self.segs_per_slot;
+        let data_offsets = &self.data_offsets;
+        let work = &mut self.work[slot as usize];
+        if work.errno != 0 || work.next == work.columns.len() {
+            return self.stripe_finish(slot);
+        }
+        work.bases.clear();
+        let (mut used, mut ops, mut end) = (0usize, 0u32, work.next);
+        while end < work.columns.len() {
+            let col = &mut work.columns[end];
+            let at = col.stripe * shape.chunk + u64::from(col.lo);
+            let width = col.width() as u64;
+            let readable = |m: u32| {
+                data_offsets[m as usize].is_some() && array.readable(m as usize, at, width)
+            };
+            let planned = if work.write {
+                let trusted = array.parity_trusted(&shape, col.stripe);
+                shape.plan_write(col, readable, trusted)
+            } else {
+                shape.plan_read(col, readable)
+            };
+            if let Err(lost) = planned {
+                if end == work.next {
+                    // Said once per request, on the server's log.
+                    eprintln!("nvraid: {}", array.too_many_lost(&shape, lost));
+                    work.errno = libc::EIO;
+                    return self.stripe_finish(slot);
+                }
+                break; // the next round reports it
+            }
+            let need = shape.scratch_len(col);
+            if end > work.next && (used + need > scratch_cap || ops + 2 * members > ops_cap) {
+                break;
+            }
+            work.bases.push(used);
+            used += need;
+            ops += 2 * members;
+            end += 1;
+        }
+        work.round_end = end;
+        if work.scratch.len() < used {
+            work.scratch = AlignedBuf::zeroed(used.next_multiple_of(4096));
+        }
+        work.writing = false;
+        work.ios.clear();
+        for (i, col) in work.columns[work.next..end].iter().enumerate() {
+            shape.reads(col, work.offset, work.bases[i], &mut work.ios);
+        }
+        self.stripe_issue(slot, KIND_READ, false)
+    }
+
+    /// Issue the slot's planned member operations (`work.ios`); when none
+    /// is left waiting on the engine, go on at once.
+    fn stripe_issue(&mut self, slot: u32, kind: u8, dsync: bool) -> io::Result<()> {
+        let ios = std::mem::take(&mut self.work[slot as usize].ios);
+        let seg_base = slot * self.segs_per_slot;
+        let mut waiting = 0;
+        for (k, io) in ios.iter().enumerate() {
+            let (scratch, buf_offset) = match io.at {
+                Place::Request(at) => (false, at as u32),
+                Place::Scratch(at) => (true, at as u32),
+            };
+            let seg = seg_base + k as u32;
+            self.segs[seg as usize] = (buf_offset, io.len);
+            if self.null[io.member as usize] {
+                // A null member keeps nothing: it reads as zeros.
+                if kind == KIND_READ {
+                    let work = &mut self.work[slot as usize];
+                    let range = buf_offset as usize..(buf_offset + io.len) as usize;
+                    if scratch {
+                        work.scratch[range].fill(0);
+                    } else {
+                        self.buffers[slot as usize][range].fill(0);
+                        self.zeroed[slot as usize] = false;
+                    }
+                }
+                self.count(io.member, u64::from(io.len), false);
+                continue;
+            }
+            waiting += 1;
+            self.work[slot as usize].outstanding += 1;
+            self.push_stripe_sub(SubOp {
+                slot,
+                member: io.member,
+                kind,
+                dsync,
+                member_offset: io.member_offset,
+                seg_first: seg,
+                seg_count: 1,
+                len: io.len,
+                done: 0,
+                stripe: true,
+                scratch,
+            })?;
+        }
+        self.work[slot as usize].ios = ios;
+        if waiting == 0 {
+            return self.stripe_advance(slot);
+        }
+        Ok(())
+    }
+
+    fn push_stripe_sub(&mut self, sub: SubOp) -> io::Result<()> {
+        if sub.kind == KIND_READ && !sub.scratch {
+            self.zeroed[sub.slot as usize] = false;
+        }
+        let index = self
+            .free_subs
+            .pop()
+            .ok_or_else(|| io::Error::other("member operation pool exhausted"))?;
+        self.subs[index as usize] = sub;
+        self.inflight[sub.member as usize] += 1;
+        self.issue(index)
+    }
+
+    /// A member operation of `slot`'s stripe work finished with `errno`.
+    pub(super) fn stripe_sub_done(
+        &mut self,
+        slot: u32,
+        member: u32,
+        kind: u8,
+        errno: i32,
+    ) -> io::Result<()> {
+        if errno != 0 {
+            let error = io::Error::from_raw_os_error(errno);
+            let array = self.parity_array();
+            let work = &mut self.work[slot as usize];
+            if crate::array::is_member_failure(&error)
+                && array.fail_member(member as usize, &error).is_ok()
+            {
+                // A write's block lives on in the parity written beside it;
+                // a read must be planned again without the member.
+                if kind == KIND_READ {
+                    work.replan = true;
+                }
+            } else if work.errno == 0 {
+                work.errno = errno;
+            }
+        }
+        let work = &mut self.work[slot as usize];
+        work.outstanding -= 1;
+        if work.outstanding == 0 {
+            self.stripe_advance(slot)?;
+        }
+        Ok(())
+    }
+
+    /// The phase's operations have all completed: compute and write, or
+    /// go on to the next round.
+    fn stripe_advance(&mut self, slot: u32) -> io::Result<()> {
+        let shape = self.parity.expect("a parity array");
+        let array = self.parity_array();
+        let work = &mut self.work[slot as usize];
+        if work.errno != 0 {
+            return self.stripe_finish(slot);
+        }
+        if work.writing {
+            work.writing = false;
+            work.next = work.round_end;
+            return self.stripe_round(slot);
+        }
+        if work.replan {
+            work.replan = false;
+            return self.stripe_round(slot);
+        }
+        let kernel = Kernel::best();
+        let request = &mut self.buffers[slot as usize][..work.len as usize];
+        for (i, col) in work.columns[work.next..work.round_end].iter().enumerate() {
+            let base = work.bases[i];
+            let scratch = &mut work.scratch[base..base + shape.scratch_len(col)];
+            if work.write {
+                shape.compute(kernel, col, request, work.offset, scratch);
+            } else {
+                shape.finish_read(kernel, col, request, work.offset, scratch);
+            }
+        }
+        if !work.write {
+            work.next = work.round_end;
+            return self.stripe_round(slot);
+        }
+        let data_offsets = &self.data_offsets;
+        let writable = |m: u32| data_offsets[m as usize].is_some() && array.is_usable(m as usize);
+        work.ios.clear();
+        for (i, col) in work.columns[work.next..work.round_end].iter().enumerate() {
+            shape.writes(col, work.offset, work.bases[i], writable, &mut work.ios);
+        }
+        work.writing = true;
+        let dsync = work.fua;
+        self.stripe_issue(slot, KIND_WRITE, dsync)
+    }
+
+    /// Let go of the stripes and complete the request.
+    fn stripe_finish(&mut self, slot: u32) -> io::Result<()> {
+        let array = self.parity_array();
+        let work = &mut self.work[slot as usize];
+        if let Some((first, last)) = work.stripes.take() {
+            array.stripe_locks.unlock_range(first, last);
+        }
+        work.active = false;
+        let errno = work.errno;
+        self.finish_sub(slot, errno);
+        Ok(())
+    }
+
+    /// The scratch a slot may use at most: enough for any request's
+    /// read-modify-write or reconstruct-write at once, and for one column
+    /// rebuilt whole.
+    pub(super) fn scratch_cap(shape: &crate::stripe::ParityShape, max_io_bytes: u32) -> usize {
+        let members = (shape.data + shape.parity) as usize;
+        let max_io = max_io_bytes as usize;
+        ((1 + shape.parity as usize) * max_io).max(members * max_io.min(shape.chunk as usize))
+    }
+}
