@@ -473,7 +473,7 @@ impl ParityShape {
 
     /// Data block `d`'s index in the generator's order (md's Q order on
     /// RAID 6; any order does for P alone).
-    fn q_order(&self, stripe: u64, d: u32) -> usize {
+    pub fn q_order(&self, stripe: u64, d: u32) -> usize {
         if self.parity == 2 {
             self.map.q_slot(stripe, d)
         } else {
@@ -481,7 +481,9 @@ impl ParityShape {
         }
     }
 
-    fn generate(&self, kernel: Kernel, data: &[&[u8]], parity: &mut [u8], width: usize) {
+    /// P (and Q) of `data` (in [`ParityShape::q_order`]) into `parity`
+    /// (`width` bytes each, P first).
+    pub fn generate(&self, kernel: Kernel, data: &[&[u8]], parity: &mut [u8], width: usize) {
         let (p, q) = parity.split_at_mut(width);
         if self.parity == 2 {
             gen_pq(kernel, data, p, &mut q[..width]);

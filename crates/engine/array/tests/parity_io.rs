@@ -270,3 +270,48 @@ fn a_member_failing_mid_run_is_read_and_written_around() {
         }
     }
 }
+
+/// `check` finds parity that disagrees with its data (a flipped byte of P on
+/// RAID 5, of P and of Q on RAID 6), `repair` recomputes it, and the data
+/// is untouched.
+#[test]
+fn check_counts_bad_parity_and_repair_recomputes_it() {
+    use nvraid_array::recovery::{scrub, Mode};
+    for (level, members) in levels() {
+        let dir = tempfile::tempdir().unwrap();
+        let specs = common::new_array(&dir, level, members, CHUNK, 2 << 20);
+        let array = common::writable(&specs);
+        let size = array.size_bytes() as usize;
+        let data: Vec<u8> = (0..size).map(|i| (i * 13 % 255) as u8).collect();
+        array.write_at(&data, 0, true).unwrap();
+        Arc::try_unwrap(array).unwrap().close().unwrap();
+        let map = level.stripe_map(members as u32).unwrap();
+        // Flip a byte of stripe 3's P, and of stripe 5's Q (RAID 6).
+        let mut flips = vec![(map.stripe(3).p, 3u64)];
+        if let Some(q) = map.stripe(5).q {
+            flips.push((q, 5));
+        }
+        for &(member, stripe) in &flips {
+            let path = &specs[member as usize];
+            let mut bytes = std::fs::read(path).unwrap();
+            bytes[(DATA_OFFSET + stripe * CHUNK + 700) as usize] ^= 0x40;
+            std::fs::write(path, bytes).unwrap();
+        }
+        assert!(first_bad_stripe(&specs, level).is_some());
+        let array = common::writable(&specs);
+        let found = scrub(&array, Mode::Check, &mut |_| {}).unwrap();
+        assert_eq!(found.mismatch_sectors, flips.len() as u64, "{level}: {found:?}");
+        assert_eq!(found.regions.len(), flips.len(), "{level}: {found:?}");
+        let stripe_bytes = CHUNK * (members as u64 - level.parity_chunks() as u64);
+        assert_eq!(found.regions[0], (3 * stripe_bytes, 4 * stripe_bytes));
+        let fixed = scrub(&array, Mode::Repair, &mut |_| {}).unwrap();
+        assert_eq!(fixed.repaired_sectors, flips.len() as u64, "{level}");
+        let again = scrub(&array, Mode::Check, &mut |_| {}).unwrap();
+        assert_eq!(again.mismatch_sectors, 0, "{level}");
+        let mut back = vec![0u8; size];
+        array.read_at(&mut back, 0).unwrap();
+        assert!(back == data, "{level}: repair changed data");
+        Arc::try_unwrap(array).unwrap().close().unwrap();
+        assert_eq!(first_bad_stripe(&specs, level), None, "{level}");
+    }
+}

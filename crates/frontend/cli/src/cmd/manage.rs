@@ -467,8 +467,13 @@ fn print_scrub(found: &Scrubbed, json: bool, what: &str) -> Result<()> {
         found.regions.len(),
         if found.repaired_sectors > 0 {
             format!(
-                ", {} sectors rewritten from the first copy",
-                found.repaired_sectors
+                ", {} sectors rewritten ({})",
+                found.repaired_sectors,
+                if found.parity {
+                    "parity recomputed from the data"
+                } else {
+                    "from the first copy"
+                }
             )
         } else {
             String::new()

@@ -94,7 +94,7 @@ impl Online {
 
     /// Start the recovery thread (nothing runs on a read-only array).
     pub fn start(self: &Arc<Self>) -> Option<std::thread::JoinHandle<()>> {
-        if !self.array.is_writable() || self.array.geometry().copies() < 2 {
+        if !self.array.is_writable() || !self.array.geometry().level().is_redundant() {
             return None;
         }
         let me = self.clone();
@@ -128,7 +128,7 @@ impl Online {
     /// `check` or `repair` in the background; `status` shows its progress
     /// and, at the end, what it found.
     fn scrub(self: &Arc<Self>, mode: recovery::Mode) -> Result<Value, String> {
-        if self.array.geometry().copies() < 2 {
+        if !self.array.geometry().level().is_redundant() {
             return Err("check or repair of a raid0 (it keeps no copies to compare)".into());
         }
         if mode == recovery::Mode::Repair && !self.array.is_writable() {
