@@ -438,6 +438,51 @@ impl ParityShape {
         }
     }
 
+    /// A column that rebuilds block `target` of `stripe` over `[lo, hi)`
+    /// (a member being recovered) from the other blocks still readable.
+    pub fn rebuild_column(
+        &self,
+        stripe: u64,
+        lo: u32,
+        hi: u32,
+        target: u32,
+        readable: impl Fn(u32) -> bool,
+    ) -> Result<Column, TooManyLost> {
+        let lost = self.lost(stripe, readable) | 1 << target;
+        if lost.count_ones() > self.parity {
+            return Err(TooManyLost { stripe, lost });
+        }
+        Ok(Column {
+            stripe,
+            lo,
+            hi,
+            written: 0,
+            mode: Mode::ReadRebuild,
+            lost,
+        })
+    }
+
+    /// After a [`ParityShape::rebuild_column`]'s reads: recover its lost
+    /// blocks and return block `target`'s bytes.
+    pub fn rebuilt_block<'s>(
+        &self,
+        kernel: Kernel,
+        col: &Column,
+        scratch: &'s mut [u8],
+        target: u32,
+    ) -> &'s [u8] {
+        self.recover(kernel, col, scratch);
+        let at = self.scratch_at(col, target);
+        &scratch[at..at + col.width()]
+    }
+
+    /// Which block of `stripe` member `member` holds.
+    pub fn block_of(&self, stripe: u64, member: u32) -> u32 {
+        (0..self.data + self.parity)
+            .find(|&b| self.member_of(stripe, b) == member)
+            .expect("every member holds one block of each stripe")
+    }
+
     /// Recover the column's lost blocks in its scratch (every block has
     /// room there in the rebuild modes).
     fn recover(&self, kernel: Kernel, col: &Column, scratch: &mut [u8]) {
@@ -647,6 +692,57 @@ impl Array {
             }
             return Ok(());
         }
+    }
+
+    /// What belongs in `role`'s member at `member_offset` (its data area),
+    /// `buf.len()` bytes inside one chunk, rebuilt from the rest of the
+    /// stripe (which is held meanwhile). For a member being recovered.
+    pub(crate) fn rebuild_block(
+        &self,
+        role: usize,
+        member_offset: u64,
+        buf: &mut [u8],
+    ) -> Result<()> {
+        let shape = self.shape();
+        let stripe = member_offset / shape.chunk;
+        let lo = (member_offset % shape.chunk) as u32;
+        let hi = lo + buf.len() as u32;
+        debug_assert!(u64::from(hi) <= shape.chunk, "inside one chunk");
+        let target = shape.block_of(stripe, role as u32);
+        self.stripe_locks.lock_range(stripe, stripe);
+        let rebuilt = (|| loop {
+            let readable = |m: u32| {
+                m as usize != role && self.readable(m as usize, member_offset, buf.len() as u64)
+            };
+            let col = shape
+                .rebuild_column(stripe, lo, hi, target, readable)
+                .map_err(|lost| self.too_many_lost(&shape, lost))?;
+            let mut scratch = nvraid_io::AlignedBuf::zeroed(shape.scratch_len(&col));
+            let mut reads = Vec::new();
+            shape.reads(&col, 0, 0, &mut reads);
+            let mut failed = false;
+            for io in &reads {
+                let Place::Scratch(at) = io.at else {
+                    unreachable!("a rebuild reads into scratch")
+                };
+                let into = &mut scratch[at..at + io.len as usize];
+                if !self.member_io(io, |slot, at| slot.member.read_at(into, at))? {
+                    failed = true;
+                    break;
+                }
+            }
+            if !failed {
+                buf.copy_from_slice(shape.rebuilt_block(
+                    Kernel::best(),
+                    &col,
+                    &mut scratch,
+                    target,
+                ));
+                return Ok(());
+            }
+        })();
+        self.stripe_locks.unlock_range(stripe, stripe);
+        rebuilt
     }
 
     /// Do `op` on `io`'s member at its byte offset. Ok(false) when the

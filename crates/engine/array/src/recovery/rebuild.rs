@@ -98,7 +98,7 @@ fn join(array: &Array, new: Member, back: Option<(usize, Superblock)>) -> Result
     if !array.is_writable() {
         return Err(Error::ReadOnly);
     }
-    if array.geometry().copies() == 1 {
+    if !array.geometry().level().is_redundant() {
         return Err(Error::Unsupported {
             spec,
             what: "adding a member to a raid0 (it has no copy to rebuild from)".into(),
@@ -507,14 +507,29 @@ fn rebuild_stepwise(
             break;
         }
         let len = (step - at % step).min(total - at);
-        let (logical, _) = geometry
-            .logical_of(role as u32, at)
-            .expect("a used member byte holds array data");
-        if !only_marked || array.resync_wanted(logical, len) {
+        // The array bytes this step's member bytes belong to (RAID 4/5/6:
+        // the data of their stripe, for any block of it).
+        let (logical, logical_len) = match array.parity {
+            Some(shape) => {
+                let width = shape.stripe_data_bytes();
+                (at / shape.chunk * width, width)
+            }
+            None => {
+                let (logical, _) = geometry
+                    .logical_of(role as u32, at)
+                    .expect("a used member byte holds array data");
+                (logical, len)
+            }
+        };
+        if !only_marked || array.resync_wanted(logical, logical_len) {
             let piece = &mut buf[..len as usize];
             let hold =
                 online.then(|| array.hold_region(logical / crate::array::BARRIER_REGION_BYTES));
-            read_other_copy(array, role, logical, piece)?;
+            if array.parity.is_some() {
+                array.rebuild_block(role, at, piece)?;
+            } else {
+                read_other_copy(array, role, logical, piece)?;
+            }
             target
                 .member
                 .write_at(piece, target.data_offset_bytes() + at)
@@ -578,11 +593,16 @@ fn read_region(array: &Array, role: usize, at: u64, end: u64, buf: &mut [u8]) ->
     let mut piece_at = at;
     while piece_at < end {
         let len = (step - piece_at % step).min(end - piece_at);
-        let (logical, _) = geometry
-            .logical_of(role as u32, piece_at)
-            .expect("a used member byte holds array data");
         let from = (piece_at - at) as usize;
-        read_other_copy(array, role, logical, &mut buf[from..from + len as usize])?;
+        let piece = &mut buf[from..from + len as usize];
+        if array.parity.is_some() {
+            array.rebuild_block(role, piece_at, piece)?;
+        } else {
+            let (logical, _) = geometry
+                .logical_of(role as u32, piece_at)
+                .expect("a used member byte holds array data");
+            read_other_copy(array, role, logical, piece)?;
+        }
         piece_at += len;
     }
     Ok(())
