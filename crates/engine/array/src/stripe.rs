@@ -483,6 +483,22 @@ impl ParityShape {
             .expect("every member holds one block of each stripe")
     }
 
+    /// Recover the column's lost blocks in place, given every block of
+    /// its stripe by block number (data, P, Q).
+    pub fn recover_blocks(&self, kernel: Kernel, col: &Column, blocks: &mut [Option<&mut [u8]>]) {
+        let mut taken: Vec<&mut [u8]> = blocks
+            .iter_mut()
+            .map(|b| b.take().expect("every block given"))
+            .collect();
+        let q = (self.parity == 2).then(|| taken.pop().expect("Q"));
+        let p = taken.pop().expect("P");
+        let mut ordered: Vec<Option<&mut [u8]>> = (0..self.data).map(|_| None).collect();
+        for (d, block) in taken.into_iter().enumerate() {
+            ordered[self.q_order(col.stripe, d as u32)] = Some(block);
+        }
+        self.recover_ordered(kernel, col, ordered, p, q);
+    }
+
     /// Recover the column's lost blocks in its scratch (every block has
     /// room there in the rebuild modes).
     fn recover(&self, kernel: Kernel, col: &Column, scratch: &mut [u8]) {
@@ -490,11 +506,22 @@ impl ParityShape {
         let mut blocks: Vec<&mut [u8]> = scratch.chunks_exact_mut(width).collect();
         let q = (self.parity == 2).then(|| blocks.pop().expect("Q"));
         let p = blocks.pop().expect("P");
-        // Data blocks in md's Q order.
         let mut ordered: Vec<Option<&mut [u8]>> = (0..self.data).map(|_| None).collect();
         for (d, block) in blocks.into_iter().enumerate() {
             ordered[self.q_order(col.stripe, d as u32)] = Some(block);
         }
+        self.recover_ordered(kernel, col, ordered, p, q);
+    }
+
+    /// Recover `col.lost` given the data blocks in md's Q order, P and Q.
+    fn recover_ordered(
+        &self,
+        kernel: Kernel,
+        col: &Column,
+        ordered: Vec<Option<&mut [u8]>>,
+        p: &mut [u8],
+        q: Option<&mut [u8]>,
+    ) {
         let mut lost = Vec::new();
         for b in bits(col.lost) {
             lost.push(match b {
@@ -692,6 +719,99 @@ impl Array {
             }
             return Ok(());
         }
+    }
+
+    /// What belongs in `role`'s member bytes `[at, end)` (its data area),
+    /// rebuilt a region at a time (a rebuild with no clients to make way
+    /// for): every other member's same bytes are read at once, one large
+    /// read per member in parallel, and each stripe's block is recovered
+    /// from them in place. The stripes are held meanwhile.
+    pub(crate) fn rebuild_range(
+        &self,
+        role: usize,
+        at: u64,
+        end: u64,
+        out: &mut [u8],
+    ) -> Result<()> {
+        let shape = self.shape();
+        let (first, last) = (at / shape.chunk, (end - 1) / shape.chunk);
+        let members = (shape.data + shape.parity) as usize;
+        let len = (end - at) as usize;
+        self.stripe_locks.lock_range(first, last);
+        let rebuilt = (|| {
+            let mut bufs: Vec<Option<nvraid_io::AlignedBuf>> = (0..members)
+                .map(|m| {
+                    (m != role && self.readable(m, at, end - at))
+                        .then(|| nvraid_io::AlignedBuf::zeroed(len))
+                })
+                .collect();
+            let read: Vec<(usize, std::io::Result<()>)> = std::thread::scope(|scope| {
+                let readers: Vec<_> = bufs
+                    .iter_mut()
+                    .enumerate()
+                    .filter_map(|(m, buf)| buf.as_mut().map(|b| (m, b)))
+                    .map(|(m, buf)| {
+                        let slot = self.slot(m).expect("readable means present");
+                        scope.spawn(move || {
+                            (m, slot.member.read_at(buf, slot.data_offset_bytes() + at))
+                        })
+                    })
+                    .collect();
+                readers
+                    .into_iter()
+                    .map(|r| r.join().expect("reader"))
+                    .collect()
+            });
+            for (m, result) in read {
+                if let Err(e) = result {
+                    let slot = self.slot(m).expect("present");
+                    if !is_member_failure(&e) {
+                        return Err(Error::io(slot.member.spec(), e));
+                    }
+                    self.fail_member(m, &e)?;
+                    bufs[m] = None;
+                }
+            }
+            let mut spare = vec![0u8; shape.chunk as usize];
+            for stripe in first..=last {
+                let lo = at.max(stripe * shape.chunk);
+                let hi = end.min((stripe + 1) * shape.chunk);
+                let range = (lo - at) as usize..(hi - at) as usize;
+                let target = shape.block_of(stripe, role as u32);
+                let col = shape
+                    .rebuild_column(
+                        stripe,
+                        (lo % shape.chunk) as u32,
+                        (lo % shape.chunk + (hi - lo)) as u32,
+                        target,
+                        |m| bufs[m as usize].is_some(),
+                    )
+                    .map_err(|lost| self.too_many_lost(&shape, lost))?;
+                // Each block of the stripe, by block number: a slice of its
+                // member's buffer, of `out` (the target), or of the spare
+                // (a second lost block, RAID 6).
+                let mut slices: Vec<Option<&mut [u8]>> = bufs
+                    .iter_mut()
+                    .map(|b| b.as_mut().map(|b| &mut b[range.clone()]))
+                    .collect();
+                let mut target_slice = Some(&mut out[range.clone()]);
+                let mut spare_slice = Some(&mut spare[..range.len()]);
+                let mut blocks: Vec<Option<&mut [u8]>> = (0..members as u32)
+                    .map(|b| {
+                        let m = shape.member_of(stripe, b) as usize;
+                        if b == target {
+                            target_slice.take()
+                        } else {
+                            slices[m].take().or_else(|| spare_slice.take())
+                        }
+                    })
+                    .collect();
+                shape.recover_blocks(Kernel::best(), &col, &mut blocks);
+            }
+            Ok(())
+        })();
+        self.stripe_locks.unlock_range(first, last);
+        rebuilt
     }
 
     /// What belongs in `role`'s member at `member_offset` (its data area),

@@ -115,6 +115,11 @@ pub struct BenchArgs {
     /// Allow writing jobs on members that hold an array or a filesystem.
     #[arg(long)]
     pub destructive: bool,
+    /// Benchmark the array even with members missing or set aside (a RAID
+    /// 1/10 reads the copies left, a RAID 4/5/6 rebuilds missing chunks
+    /// from parity on every read).
+    #[arg(long)]
+    pub degraded: bool,
     /// 1: O_DIRECT (default); 0: through the page cache.
     #[arg(long, value_name = "0|1", default_value_t = 1,
           value_parser = clap::value_parser!(u8).range(0..=1))]

@@ -585,6 +585,9 @@ fn rebuild_stepwise(
 /// Read what belongs in `role`'s member bytes `[at, end)` from the other
 /// copies into `buf`, a piece (at most one chunk) at a time.
 fn read_region(array: &Array, role: usize, at: u64, end: u64, buf: &mut [u8]) -> Result<()> {
+    if array.parity.is_some() {
+        return array.rebuild_range(role, at, end, &mut buf[..(end - at) as usize]);
+    }
     let geometry = array.geometry();
     let step = geometry
         .chunk_bytes()
@@ -595,14 +598,10 @@ fn read_region(array: &Array, role: usize, at: u64, end: u64, buf: &mut [u8]) ->
         let len = (step - piece_at % step).min(end - piece_at);
         let from = (piece_at - at) as usize;
         let piece = &mut buf[from..from + len as usize];
-        if array.parity.is_some() {
-            array.rebuild_block(role, piece_at, piece)?;
-        } else {
-            let (logical, _) = geometry
-                .logical_of(role as u32, piece_at)
-                .expect("a used member byte holds array data");
-            read_other_copy(array, role, logical, piece)?;
-        }
+        let (logical, _) = geometry
+            .logical_of(role as u32, piece_at)
+            .expect("a used member byte holds array data");
+        read_other_copy(array, role, logical, piece)?;
         piece_at += len;
     }
     Ok(())

@@ -699,7 +699,16 @@ impl FanoutQueue {
                 let Shape::Array(array) = &self.shape else {
                     unreachable!("parity arrays are arrays")
                 };
-                if array.is_degraded() || array.read_limited() {
+                let direct = !(array.is_degraded() || array.read_limited())
+                    || self.geometry.as_ref().is_some_and(|g| {
+                        // Every chunk it touches can be read where it is.
+                        g.pieces(offset, u64::from(len)).all(|piece| {
+                            let at = g.locate(piece.logical_offset, 0);
+                            self.data_offsets[at.member as usize].is_some()
+                                && array.readable(at.member as usize, at.member_offset, piece.len)
+                        })
+                    });
+                if !direct {
                     return self.stripe_start(slot, false, offset, len, false);
                 }
             }

@@ -93,7 +93,7 @@ pub fn run(args: &BenchArgs, direct_flag: bool) -> Result<u8> {
             AssembleOptions {
                 writable: writes,
                 direct,
-                allow_degraded: false,
+                allow_degraded: args.degraded,
             },
         )?);
         array_targets(array, args)
