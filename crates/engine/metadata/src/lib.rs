@@ -44,6 +44,7 @@
 pub mod badblocks;
 pub mod bitmap;
 pub mod features;
+pub mod ppl;
 mod superblock;
 
 pub use superblock::{
