@@ -466,6 +466,13 @@ fn write_members(
         let mut image =
             nvraid_io::AlignedBuf::zeroed(bitmap::storage_bytes(header.bits()) as usize);
         header.encode(&mut image);
+        if template.resync_offset == 0 {
+            // The whole array needs its resync: every bit set (as mdadm
+            // creates it), or the resync would visit nothing.
+            for bit in 0..header.bits() {
+                bitmap::put_bit(&mut image, bit, true);
+            }
+        }
         image
     });
     let touched_bytes = 4096 + bitmap_image.as_ref().map_or(0, |i| i.len());

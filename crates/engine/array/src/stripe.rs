@@ -725,13 +725,16 @@ impl Array {
     /// rebuilt a region at a time (a rebuild with no clients to make way
     /// for): every other member's same bytes are read at once, one large
     /// read per member in parallel, and each stripe's block is recovered
-    /// from them in place. The stripes are held meanwhile.
+    /// from them in place. The stripes are held meanwhile. `sources` holds
+    /// buffers for the other members' bytes, kept by the caller from one
+    /// region to the next.
     pub(crate) fn rebuild_range(
         &self,
         role: usize,
         at: u64,
         end: u64,
         out: &mut [u8],
+        sources: &mut Vec<nvraid_io::AlignedBuf>,
     ) -> Result<()> {
         let shape = self.shape();
         let (first, last) = (at / shape.chunk, (end - 1) / shape.chunk);
@@ -739,11 +742,13 @@ impl Array {
         let len = (end - at) as usize;
         self.stripe_locks.lock_range(first, last);
         let rebuilt = (|| {
-            let mut bufs: Vec<Option<nvraid_io::AlignedBuf>> = (0..members)
-                .map(|m| {
-                    (m != role && self.readable(m, at, end - at))
-                        .then(|| nvraid_io::AlignedBuf::zeroed(len))
-                })
+            if sources.len() < members || sources.iter().any(|b| b.len() < len) {
+                *sources = (0..members).map(|_| nvraid_io::AlignedBuf::zeroed(len)).collect();
+            }
+            let mut bufs: Vec<Option<&mut [u8]>> = sources
+                .iter_mut()
+                .enumerate()
+                .map(|(m, b)| (m != role && self.readable(m, at, end - at)).then(|| &mut b[..len]))
                 .collect();
             let read: Vec<(usize, std::io::Result<()>)> = std::thread::scope(|scope| {
                 let readers: Vec<_> = bufs
@@ -792,7 +797,7 @@ impl Array {
                 // (a second lost block, RAID 6).
                 let mut slices: Vec<Option<&mut [u8]>> = bufs
                     .iter_mut()
-                    .map(|b| b.as_mut().map(|b| &mut b[range.clone()]))
+                    .map(|b| b.as_deref_mut().map(|b| &mut b[range.clone()]))
                     .collect();
                 let mut target_slice = Some(&mut out[range.clone()]);
                 let mut spare_slice = Some(&mut spare[..range.len()]);

@@ -474,3 +474,44 @@ fn offline_rebuild_restores_every_block() {
         assert!(back == data, "{level}: rebuilt blocks are wrong");
     }
 }
+
+/// Members that held other bytes: the new RAID 5/6 is created needing a
+/// resync (its parity does not match yet, and its bitmap marks everything),
+/// and `repair` computes every stripe's parity.
+#[test]
+fn an_array_over_used_members_is_resynced_whole() {
+    use nvraid_array::recovery::{scrub, Mode};
+    use nvraid_array::{create, BitmapChoice, CreateOptions};
+    for (level, members) in levels() {
+        for bitmap in [BitmapChoice::Auto, BitmapChoice::None] {
+            let dir = tempfile::tempdir().unwrap();
+            let specs: Vec<String> = (0..members)
+                .map(|i| dir.path().join(format!("m{i}")).display().to_string())
+                .collect();
+            let mut rng = Rng(5);
+            for spec in &specs {
+                let junk: Vec<u8> = (0..(4 << 20)).map(|_| rng.next() as u8).collect();
+                std::fs::write(spec, junk).unwrap();
+            }
+            let options = CreateOptions {
+                level,
+                chunk_bytes: CHUNK,
+                name: "used".into(),
+                size_bytes: None,
+                force: true,
+                direct: true,
+                bitmap,
+            };
+            let array = create(&specs, &options).unwrap();
+            assert!(array.resync_from() == Some(0), "{level}: created needing a resync");
+            array.close().unwrap();
+            assert!(first_bad_stripe(&specs, level).is_some());
+            let array = common::writable(&specs);
+            let found = scrub(&array, Mode::Repair, &mut |_| {}).unwrap();
+            assert!(found.resynced, "{level} {bitmap:?}");
+            assert_eq!(found.bytes, array.size_bytes(), "{level} {bitmap:?}: all of it");
+            Arc::try_unwrap(array).unwrap().close().unwrap();
+            assert_eq!(first_bad_stripe(&specs, level), None, "{level} {bitmap:?}");
+        }
+    }
+}

@@ -325,10 +325,12 @@ fn rebuild_role(
     std::thread::scope(move |scope| {
         scope.spawn(move || {
             let mut at = from;
+            // RAID 4/5/6: the other members' bytes of a region, reused.
+            let mut sources = Vec::new();
             while at < total {
                 let Ok(mut buf) = empty_rx.recv() else { return };
                 let end = (at + REGION_BYTES).min(total);
-                let read = read_region(array, role, at, end, &mut buf);
+                let read = read_region(array, role, at, end, &mut buf, &mut sources);
                 let failed = read.is_err();
                 if full_tx.send(read.map(|()| (at, end, buf))).is_err() || failed {
                     return;
@@ -584,9 +586,16 @@ fn rebuild_stepwise(
 
 /// Read what belongs in `role`'s member bytes `[at, end)` from the other
 /// copies into `buf`, a piece (at most one chunk) at a time.
-fn read_region(array: &Array, role: usize, at: u64, end: u64, buf: &mut [u8]) -> Result<()> {
+fn read_region(
+    array: &Array,
+    role: usize,
+    at: u64,
+    end: u64,
+    buf: &mut [u8],
+    sources: &mut Vec<AlignedBuf>,
+) -> Result<()> {
     if array.parity.is_some() {
-        return array.rebuild_range(role, at, end, &mut buf[..(end - at) as usize]);
+        return array.rebuild_range(role, at, end, &mut buf[..(end - at) as usize], sources);
     }
     let geometry = array.geometry();
     let step = geometry

@@ -158,7 +158,15 @@ pub fn run(args: &CreateArgs, direct: bool) -> Result<u8> {
     };
     let array = create_with_spares(&args.members, args.spares, &options)?;
     let detail = info::detail(&array);
+    let needs_resync = array.resync_from().is_some();
     array.close()?;
+    if needs_resync {
+        eprintln!(
+            "nvraid: the members held other bytes, so the parity does not match them yet: \
+             `nvraid repair` computes it (`nvraid serve` does it in the background); until \
+             then the array cannot lose a member"
+        );
+    }
     if args.json {
         println!("{}", serde_json::to_string_pretty(&detail)?);
     } else {
