@@ -315,6 +315,8 @@ pub struct Array {
     /// RAID 4/5/6: the stripe geometry, and the stripes requests hold.
     pub(crate) parity: Option<crate::stripe::ParityShape>,
     pub(crate) stripe_locks: crate::stripe::StripeLocks,
+    /// RAID 5 with md's partial parity log (see `ppl`).
+    pub(crate) ppl: Option<crate::ppl::Ppl>,
 }
 
 /// `current` entry of a role with no member.
@@ -399,6 +401,7 @@ impl Array {
         Array {
             parity: crate::stripe::ParityShape::of(&geometry),
             stripe_locks: crate::stripe::StripeLocks::new(),
+            ppl: None,
             geometry,
             arena,
             arena_used: AtomicUsize::new(roles),
@@ -474,6 +477,12 @@ impl Array {
             array: self,
             _turn: turn,
         }
+    }
+
+    /// A PPL array's logs were replayed after a crash: it is in sync (md
+    /// does no resync after its PPL recovery).
+    pub(crate) fn ppl_recovered(&self) {
+        self.unsynced.store(false, Ordering::Release);
     }
 
     /// Whether some member may not be read everywhere (see [`ReadLimit`]).

@@ -200,6 +200,14 @@ pub fn assemble(specs: &[String], options: AssembleOptions) -> Result<Array> {
     let mut array = Array::new(geometry, slots, options.writable);
     array.set_aside_members(set_aside);
     array.load_bitmap()?;
+    if array.parity.is_some() {
+        let replayed = array.load_ppl(options.writable)?;
+        if replayed > 0 {
+            eprintln!(
+                "nvraid: replayed {replayed} partial parity log entries (the array was not shut down cleanly)"
+            );
+        }
+    }
     Ok(array)
 }
 

@@ -57,7 +57,17 @@ pub enum BitmapChoice {
     Internal {
         chunk_bytes: Option<u64>,
     },
+    /// No bitmap: md's partial parity log closes the write hole instead
+    /// (RAID 5 only; mdadm's `--consistency-policy=ppl`).
+    Ppl,
 }
+
+/// Where nvraid puts a partial parity log: right behind the superblock
+/// (mdadm's offset), and as long as fits before the data at 1 MiB.
+const PPL_AREA: nvraid_metadata::ppl::PplArea = nvraid_metadata::ppl::PplArea {
+    offset_sectors: 8,
+    size_sectors: (DATA_OFFSET_SECTORS - SUPER_OFFSET_SECTORS - 8) as u16,
+};
 
 /// Where nvraid puts an internal bitmap: 4 KiB after the superblock (8
 /// sectors), as mdadm does for v1.2.
@@ -74,6 +84,16 @@ fn bitmap_chunk(
     let redundant = geometry.level().is_redundant();
     let chunk = match options.bitmap {
         BitmapChoice::None => return Ok(None),
+        BitmapChoice::Ppl if geometry.level().parity_chunks() != 1 => {
+            return Err(Error::Unsupported {
+                spec: options.name.clone(),
+                what: format!(
+                    "a partial parity log on a {} (md keeps one for RAID 4/5 only)",
+                    geometry.level()
+                ),
+            })
+        }
+        BitmapChoice::Ppl => return Ok(None),
         BitmapChoice::Auto if !redundant => return Ok(None),
         BitmapChoice::Auto => None,
         BitmapChoice::Internal { .. } if !redundant => {
@@ -175,7 +195,7 @@ pub fn create_with_spares(
                 };
                 return create_with_spares(specs, spares, &options);
             }
-            BitmapChoice::None => {}
+            BitmapChoice::None | BitmapChoice::Ppl => {}
         }
     }
     // Count and chunk errors first, before looking at any member.
@@ -451,6 +471,10 @@ fn write_members(
         template.feature_map |= features::BITMAP_OFFSET;
         template.bitmap_offset = BITMAP_OFFSET_SECTORS as u32;
     }
+    if options.bitmap == BitmapChoice::Ppl {
+        template.feature_map |= features::PPL;
+        template.bitmap_offset = PPL_AREA.to_raw();
+    }
     // Superblocks are written through the members opened (and claimed)
     // above; what they overwrite is kept, to put back if any later step
     // fails while the members are still open.
@@ -489,6 +513,9 @@ fn write_members(
                 written.push((role, old));
             }
             write_superblock(member, &sb)?;
+            if options.bitmap == BitmapChoice::Ppl {
+                crate::ppl::reset_area(member, &sb, &PPL_AREA)?;
+            }
             if let Some(image) = &bitmap_image {
                 let at = SUPER_OFFSET_BYTES as i64 + i64::from(sb.bitmap_offset as i32) * 512;
                 member

@@ -14,7 +14,7 @@
 //! 3. Two members that each record the other as faulty both ran without
 //!    the other (split brain): refused, whatever their events.
 //! 4. Features nvraid cannot honour (a reshape in progress, md-cluster, the
-//!    raid5 journal and PPL) refuse the array, naming the feature.
+//!    raid5 journal) refuse the array, naming the feature.
 //! 5. Each member's role is the freshest role table's entry for its
 //!    `dev_number`, not its own: a member the freshest table records as
 //!    faulty, spare or journal is set aside as such.
@@ -89,7 +89,7 @@ pub struct Decision {
 }
 
 /// Feature bits that refuse the array, with what to do instead.
-const REFUSED: [(u32, &str); 7] = [
+const REFUSED: [(u32, &str); 5] = [
     (
         features::RESHAPE_ACTIVE,
         "a reshape is in progress; let the kernel finish it (mdadm --assemble, or mdadm --grow --continue) before nvraid uses the array",
@@ -107,11 +107,6 @@ const REFUSED: [(u32, &str); 7] = [
         "an md-cluster array is shared by several hosts; a second writer would corrupt it",
     ),
     (features::JOURNAL, "raid5/6 write journals are not supported"),
-    (features::PPL, "raid5 partial parity logs are not supported"),
-    (
-        features::MULTIPLE_PPLS,
-        "raid5 partial parity logs are not supported",
-    ),
 ];
 
 /// The role `table` gives device slot `dev_number` (a spare when the slot

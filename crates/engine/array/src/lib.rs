@@ -14,6 +14,7 @@ pub mod decision;
 mod error;
 pub mod info;
 mod intent;
+mod ppl;
 pub mod recovery;
 mod scan;
 mod signature;

@@ -90,6 +90,9 @@ pub(crate) struct ParityShape {
     pub data: u32,
     /// Parity blocks per stripe (1 or 2).
     pub parity: u32,
+    /// The widest column (a PPL array keeps each column's partial parity
+    /// small enough to share a log write).
+    pub max_width: u32,
 }
 
 /// One member I/O of a column: the block, its member, and where its bytes
@@ -119,6 +122,7 @@ impl ParityShape {
             chunk: geometry.chunk_bytes()?,
             data: map.data_per_stripe(),
             parity: map.parity(),
+            max_width: u32::MAX,
         })
     }
 
@@ -195,14 +199,19 @@ impl ParityShape {
                     }
                 }
                 if written != 0 {
-                    out.push(Column {
-                        stripe,
-                        lo: u as u32,
-                        hi: v as u32,
-                        written,
-                        mode: Mode::Full,
-                        lost: 0,
-                    });
+                    let mut lo = u;
+                    while lo < v {
+                        let hi = v.min(lo + u64::from(self.max_width));
+                        out.push(Column {
+                            stripe,
+                            lo: lo as u32,
+                            hi: hi as u32,
+                            written,
+                            mode: Mode::Full,
+                            lost: 0,
+                        });
+                        lo = hi;
+                    }
                 }
             }
         }
@@ -356,6 +365,10 @@ impl ParityShape {
     /// After a write column's reads: compute its parity into the scratch.
     /// `request` holds the request's bytes (it starts at array byte
     /// `request_offset`); `scratch` is the column's (`scratch_len` bytes).
+    ///
+    /// With `pp` (`width` bytes; not for a full-stripe column), also the
+    /// column's partial parity for md's log: the XOR of the data blocks it
+    /// leaves alone, as they are before the write.
     pub fn compute(
         &self,
         kernel: Kernel,
@@ -363,9 +376,13 @@ impl ParityShape {
         request: &[u8],
         request_offset: u64,
         scratch: &mut [u8],
+        pp: Option<&mut [u8]>,
     ) {
         let width = col.width();
         let new = |d: u32| self.request_at(col, d, request_offset);
+        if let Some(pp) = pp {
+            self.partial_parity(kernel, col, scratch, pp);
+        }
         match col.mode {
             Mode::ReadDirect | Mode::ReadRebuild => unreachable!("a read column"),
             Mode::Full | Mode::Rcw => {
@@ -413,6 +430,40 @@ impl ParityShape {
                 }
                 self.generate(kernel, &data, parity, width);
             }
+        }
+    }
+
+    /// The XOR of the data blocks `col` does not write, before the write
+    /// (its scratch after the reads; a rebuild column's lost blocks are
+    /// recovered in place first).
+    fn partial_parity(&self, kernel: Kernel, col: &Column, scratch: &mut [u8], pp: &mut [u8]) {
+        let width = col.width();
+        pp.fill(0);
+        match col.mode {
+            Mode::Full => {}
+            Mode::Rcw => {
+                for d in bits(self.data_bits() & !col.written) {
+                    let at = self.scratch_at(col, d);
+                    xor_into(kernel, pp, &scratch[at..at + width]);
+                }
+            }
+            Mode::Rmw => {
+                // P before the write, less the blocks being written.
+                let at = self.scratch_at(col, self.data);
+                pp.copy_from_slice(&scratch[at..at + width]);
+                for d in bits(col.written) {
+                    let at = self.scratch_at(col, d);
+                    xor_into(kernel, pp, &scratch[at..at + width]);
+                }
+            }
+            Mode::Rebuild => {
+                self.recover(kernel, col, scratch);
+                for d in bits(self.data_bits() & !col.written) {
+                    let at = self.scratch_at(col, d);
+                    xor_into(kernel, pp, &scratch[at..at + width]);
+                }
+            }
+            Mode::ReadDirect | Mode::ReadRebuild => unreachable!("a write column"),
         }
     }
 
@@ -704,7 +755,10 @@ impl Array {
                     continue 'plan;
                 }
             }
-            shape.compute(Kernel::best(), col, buf, offset, &mut scratch);
+            let ticket = self.log_column(shape, col, buf, offset, &mut scratch)?;
+            if ticket.is_none() {
+                shape.compute(Kernel::best(), col, buf, offset, &mut scratch, None);
+            }
             ios.clear();
             shape.writes(col, offset, 0, |m| self.is_usable(m as usize), &mut ios);
             for io in &ios {
@@ -713,9 +767,19 @@ impl Array {
                     Place::Request(at) => &buf[at..at + len],
                     Place::Scratch(at) => &scratch[at..at + len],
                 };
-                if self.member_io(io, |slot, at| slot.member.write_at(from, at))? {
-                    touched[io.member as usize] = true;
+                match self.member_io(io, |slot, at| slot.member.write_at(from, at)) {
+                    Ok(true) => touched[io.member as usize] = true,
+                    Ok(false) => {}
+                    Err(e) => {
+                        if let (Some(ppl), Some(ticket)) = (&self.ppl, ticket) {
+                            ppl.done(ticket);
+                        }
+                        return Err(e);
+                    }
                 }
+            }
+            if let (Some(ppl), Some(ticket)) = (&self.ppl, ticket) {
+                ppl.done(ticket);
             }
             return Ok(());
         }
@@ -743,7 +807,9 @@ impl Array {
         self.stripe_locks.lock_range(first, last);
         let rebuilt = (|| {
             if sources.len() < members || sources.iter().any(|b| b.len() < len) {
-                *sources = (0..members).map(|_| nvraid_io::AlignedBuf::zeroed(len)).collect();
+                *sources = (0..members)
+                    .map(|_| nvraid_io::AlignedBuf::zeroed(len))
+                    .collect();
             }
             let mut bufs: Vec<Option<&mut [u8]>> = sources
                 .iter_mut()
@@ -868,6 +934,41 @@ impl Array {
         })();
         self.stripe_locks.unlock_range(stripe, stripe);
         rebuilt
+    }
+
+    /// A PPL array: compute the column's parity and partial parity, log
+    /// its entry on the parity member and wait until the log is durable
+    /// (None, nothing done: no log, or its parity member is gone).
+    fn log_column(
+        &self,
+        shape: &ParityShape,
+        col: &Column,
+        buf: &[u8],
+        offset: u64,
+        scratch: &mut [u8],
+    ) -> Result<Option<crate::ppl::Ticket>> {
+        let Some(ppl) = &self.ppl else {
+            return Ok(None);
+        };
+        let (p, _) = shape.map.parity_members(col.stripe);
+        if !self.is_usable(p as usize) {
+            return Ok(None);
+        }
+        let mut pp = vec![
+            0u8;
+            if col.mode == Mode::Full {
+                0
+            } else {
+                col.width()
+            }
+        ];
+        let wanted = (col.mode != Mode::Full).then_some(&mut pp[..]);
+        shape.compute(Kernel::best(), col, buf, offset, scratch, wanted);
+        let ticket = ppl.enqueue(p, vec![shape.ppl_entry(col, &pp)], &pp);
+        while !ppl.ready(self, ticket) {
+            std::thread::sleep(std::time::Duration::from_micros(20));
+        }
+        Ok(Some(ticket))
     }
 
     /// Do `op` on `io`'s member at its byte offset. Ok(false) when the
@@ -1086,7 +1187,7 @@ mod tests {
             s.finish_read(Kernel::best(), col, request, offset, &mut scratch);
             return;
         }
-        s.compute(Kernel::best(), col, request, offset, &mut scratch);
+        s.compute(Kernel::best(), col, request, offset, &mut scratch, None);
         let mut writes = Vec::new();
         s.writes(col, offset, 0, writable, &mut writes);
         for io in writes {

@@ -229,6 +229,8 @@ pub struct FanoutQueue {
     parity: Option<crate::stripe::ParityShape>,
     work: Vec<parity::StripeWork>,
     parked: Vec<u32>,
+    /// Slots whose round waits for its partial parity log to be durable.
+    logging: Vec<u32>,
     scratch_cap: usize,
 }
 
@@ -328,6 +330,7 @@ impl FanoutQueue {
                 None => Vec::new(),
             },
             parked: Vec::with_capacity(depth as usize),
+            logging: Vec::with_capacity(depth as usize),
             scratch_cap: parity.map_or(0, |p| Self::scratch_cap(&p, max_io_bytes)),
         })
     }
@@ -1030,6 +1033,9 @@ impl Queue for FanoutQueue {
         let mut passed = 0u32;
         loop {
             self.retry_parked()?;
+            if !self.logging.is_empty() {
+                self.retry_logging()?;
+            }
             for completion in self.ready.drain(..) {
                 on_complete(completion);
                 passed += 1;
@@ -1039,7 +1045,8 @@ impl Queue for FanoutQueue {
             } else {
                 1
             };
-            if wait > 0 && !self.parked.is_empty() && self.inflight.iter().all(|&n| n == 0) {
+            let waiting = !self.parked.is_empty() || !self.logging.is_empty();
+            if wait > 0 && waiting && self.inflight.iter().all(|&n| n == 0) {
                 // Only requests waiting for stripes other queues hold:
                 // nothing of ours will complete; look again shortly.
                 std::thread::sleep(std::time::Duration::from_micros(20));

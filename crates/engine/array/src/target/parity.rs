@@ -17,7 +17,7 @@
 //! fails with the error.
 
 use super::{FanoutQueue, Shape, SubOp, KIND_READ, KIND_WRITE};
-use crate::stripe::{BlockIo, Column, Place};
+use crate::stripe::{BlockIo, Column, Mode, Place};
 use nvraid_io::AlignedBuf;
 use nvraid_parity::Kernel;
 use std::io;
@@ -53,6 +53,10 @@ pub(super) struct StripeWork {
     /// parts have finished.
     pub(super) redo: bool,
     ios: Vec<BlockIo>,
+    /// A PPL array: the round's place in its parity member's log, and its
+    /// partial parity (one column after another).
+    ticket: Option<crate::ppl::Ticket>,
+    pp: Vec<u8>,
 }
 
 impl StripeWork {
@@ -80,6 +84,8 @@ impl StripeWork {
             stripes: None,
             redo: false,
             ios: Vec::new(),
+            ticket: None,
+            pp: Vec::new(),
         }
     }
 }
@@ -193,6 +199,23 @@ impl FanoutQueue {
             let need = shape.scratch_len(col);
             if end > work.next && (used + need > scratch_cap || ops + 2 * members > ops_cap) {
                 break;
+            }
+            if work.write && array.ppl.is_some() && end > work.next {
+                // One log write per round: one parity member, and the
+                // partial parity of every column in one log write.
+                let first = &work.columns[work.next];
+                let same = shape.map.parity_members(first.stripe).0
+                    == shape.map.parity_members(work.columns[end].stripe).0;
+                let pp: usize = work.columns[work.next..=end]
+                    .iter()
+                    .map(Column::width)
+                    .sum();
+                if !same
+                    || pp as u64 > u64::from(nvraid_metadata::ppl::SPACE_BYTES)
+                    || end - work.next >= nvraid_metadata::ppl::MAX_ENTRIES
+                {
+                    break;
+                }
             }
             work.bases.push(used);
             used += need;
@@ -319,6 +342,9 @@ impl FanoutQueue {
         if work.writing {
             work.writing = false;
             work.next = work.round_end;
+            if let (Some(ppl), Some(ticket)) = (&array.ppl, work.ticket.take()) {
+                ppl.done(ticket);
+            }
             return self.stripe_round(slot);
         }
         if work.replan {
@@ -327,19 +353,60 @@ impl FanoutQueue {
         }
         let kernel = Kernel::best();
         let request = &mut self.buffers[slot as usize][..work.len as usize];
-        for (i, col) in work.columns[work.next..work.round_end].iter().enumerate() {
+        // A PPL array logs the round on its parity member (when it has one).
+        let round = &work.columns[work.next..work.round_end];
+        let log_on = array.ppl.as_ref().filter(|_| work.write).and_then(|_| {
+            let (p, _) = shape.map.parity_members(round[0].stripe);
+            array.is_usable(p as usize).then_some(p)
+        });
+        if log_on.is_some() {
+            let total: usize = round
+                .iter()
+                .filter(|c| c.mode != Mode::Full)
+                .map(Column::width)
+                .sum();
+            work.pp.clear();
+            work.pp.resize(total, 0);
+        }
+        let mut pp_at = 0;
+        let mut entries = Vec::new();
+        for (i, col) in round.iter().enumerate() {
             let base = work.bases[i];
             let scratch = &mut work.scratch[base..base + shape.scratch_len(col)];
-            if work.write {
-                shape.compute(kernel, col, request, work.offset, scratch);
-            } else {
+            if !work.write {
                 shape.finish_read(kernel, col, request, work.offset, scratch);
+                continue;
             }
+            let pp_len = if log_on.is_some() && col.mode != Mode::Full {
+                col.width()
+            } else {
+                0
+            };
+            let pp = &mut work.pp[pp_at..pp_at + pp_len];
+            let wanted = (pp_len > 0).then_some(&mut *pp);
+            shape.compute(kernel, col, request, work.offset, scratch, wanted);
+            if log_on.is_some() {
+                entries.push(shape.ppl_entry(col, pp));
+            }
+            pp_at += pp_len;
         }
         if !work.write {
             work.next = work.round_end;
             return self.stripe_round(slot);
         }
+        if let (Some(p), Some(ppl)) = (log_on, &array.ppl) {
+            work.ticket = Some(ppl.enqueue(p, entries, &work.pp));
+            self.logging.push(slot);
+            return self.retry_logging();
+        }
+        self.stripe_write(slot)
+    }
+
+    /// Issue the round's writes (its log, if any, is durable).
+    fn stripe_write(&mut self, slot: u32) -> io::Result<()> {
+        let shape = self.parity.expect("a parity array");
+        let array = self.parity_array();
+        let work = &mut self.work[slot as usize];
         let data_offsets = &self.data_offsets;
         let writable = |m: u32| data_offsets[m as usize].is_some() && array.is_usable(m as usize);
         work.ios.clear();
@@ -351,10 +418,33 @@ impl FanoutQueue {
         self.stripe_issue(slot, KIND_WRITE, dsync)
     }
 
+    /// Issue the writes of the rounds whose logs are durable now.
+    pub(super) fn retry_logging(&mut self) -> io::Result<()> {
+        let array = self.parity_array();
+        let Some(ppl) = &array.ppl else {
+            return Ok(());
+        };
+        let mut i = 0;
+        while i < self.logging.len() {
+            let slot = self.logging[i];
+            let ticket = self.work[slot as usize].ticket.expect("a logging round");
+            if ppl.ready(&array, ticket) {
+                self.logging.swap_remove(i);
+                self.stripe_write(slot)?;
+            } else {
+                i += 1;
+            }
+        }
+        Ok(())
+    }
+
     /// Let go of the stripes and complete the request.
     fn stripe_finish(&mut self, slot: u32) -> io::Result<()> {
         let array = self.parity_array();
         let work = &mut self.work[slot as usize];
+        if let (Some(ppl), Some(ticket)) = (&array.ppl, work.ticket.take()) {
+            ppl.done(ticket);
+        }
         if let Some((first, last)) = work.stripes.take() {
             array.stripe_locks.unlock_range(first, last);
         }

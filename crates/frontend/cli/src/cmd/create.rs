@@ -41,6 +41,13 @@ pub struct CreateArgs {
     /// or `none`.
     #[arg(long, short = 'b', value_name = "internal|none")]
     bitmap: Option<String>,
+    /// How the array finds what to repair after a crash, md's names:
+    /// `bitmap` (the write-intent bitmap, default for redundant levels),
+    /// `resync` (no bitmap: everything is resynced), or `ppl` (RAID 4/5:
+    /// md's partial parity log, which also closes the write hole: a member
+    /// lost after a crash never rebuilds wrong data).
+    #[arg(long, value_name = "bitmap|resync|ppl")]
+    consistency_policy: Option<String>,
     /// Bytes per bitmap bit (a power of two, 4K or more). Default: mdadm's
     /// (64M, or larger when the array needs more bits than fit).
     #[arg(long, value_parser = size_arg, value_name = "SIZE")]
@@ -136,7 +143,25 @@ pub fn run(args: &CreateArgs, direct: bool) -> Result<u8> {
     if level == Level::Raid1 && args.chunk.is_some() {
         bail!("--chunk does not apply to raid1 (mirrors have no chunks)");
     }
-    let bitmap = match (args.bitmap.as_deref(), args.bitmap_chunk) {
+    let bitmap_arg = match (args.consistency_policy.as_deref(), args.bitmap.as_deref()) {
+        (None, bitmap) => bitmap,
+        (Some("bitmap"), None | Some("internal")) => Some("internal"),
+        (Some("resync"), None | Some("none")) => Some("none"),
+        (Some("ppl"), None) => {
+            if args.bitmap_chunk.is_some() {
+                bail!("--bitmap-chunk needs a bitmap; a partial parity log replaces it");
+            }
+            Some("ppl")
+        }
+        (Some(policy @ ("bitmap" | "resync" | "ppl")), Some(bitmap)) => {
+            bail!("--consistency-policy {policy} contradicts --bitmap {bitmap}")
+        }
+        (Some(other), _) => {
+            bail!("unknown --consistency-policy {other:?}: use bitmap, resync or ppl")
+        }
+    };
+    let bitmap = match (bitmap_arg, args.bitmap_chunk) {
+        (Some("ppl"), _) => nvraid_array::BitmapChoice::Ppl,
         (None, None) => nvraid_array::BitmapChoice::Auto,
         (None | Some("internal"), chunk) => {
             nvraid_array::BitmapChoice::Internal { chunk_bytes: chunk }

@@ -1,0 +1,475 @@
+//! md's partial parity log (RAID 5) at run time: what closes the write hole.
+//!
+//! Before the data and parity of a stripe write go to the members, an entry
+//! for it goes to the log of the member that holds the stripe's parity: the
+//! array sectors it writes and its *partial parity*, the XOR of the data
+//! blocks it leaves alone (none for a full-stripe write). After a crash,
+//! the parity of every logged stripe is recomputed as that partial parity
+//! XOR the written blocks as they are now, whatever the interrupted write
+//! had done to them: the parity then again covers the blocks nobody was
+//! writing, so losing a member later rebuilds them right. The on-disk format
+//! is md's ([`nvraid_metadata::ppl`]); the kernel replays nvraid's logs and
+//! nvraid replays the kernel's.
+//!
+//! **Group commit, md's rule.** Each member's log takes one log write at a
+//! time, carrying the entries of every request waiting for it (a *batch*).
+//! The next batch is written only when every request of the previous one
+//! has finished writing its stripes. After a crash the newest header on a
+//! member is therefore the only one whose stripes may be torn, and it is
+//! the only one replayed (md's `ppl_load_distributed`). A request waits for
+//! its batch to be durable without blocking its worker (it is parked and
+//! looked at again at each reap), and its rounds touch one parity member
+//! each, so no request holds a place in one batch while waiting for
+//! another (which could deadlock two logs).
+//!
+//! A batch is written by whichever waiter finds the log free: one write of
+//! the header and the partial parity, then a flush, on that thread.
+
+use crate::array::{is_member_failure, Array};
+use crate::error::{Error, Result};
+use crate::stripe::{bits, Column, Mode, ParityShape};
+use nvraid_metadata::ppl::{self, PplArea, PplEntry, PplHeader};
+use nvraid_metadata::Superblock;
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
+/// Entries of one batch, the most partial parity a log write carries.
+const BATCH_ENTRIES: usize = ppl::MAX_ENTRIES;
+const BATCH_PP_BYTES: u64 = ppl::SPACE_BYTES as u64;
+/// The widest column a PPL array writes at once: a column's partial
+/// parity always fits one log write, with room for others beside it.
+pub const COLUMN_BYTES_MAX: u32 = 64 << 10;
+
+/// The logs of an array's members.
+#[derive(Debug)]
+pub(crate) struct Ppl {
+    area: PplArea,
+    set_uuid: [u8; 16],
+    /// Per role.
+    logs: Vec<Mutex<Log>>,
+}
+
+/// A place in a batch: its member and generation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Ticket {
+    pub role: u32,
+    pub generation: u64,
+}
+
+#[derive(Debug, Default)]
+struct Log {
+    /// Batches not yet written, oldest first.
+    waiting: VecDeque<Batch>,
+    /// The generation the next new batch gets.
+    next_generation: u64,
+    /// The newest generation written (durable).
+    durable: u64,
+    /// A thread is writing the front batch now.
+    writing: bool,
+    /// Requests of the last written batch still writing their stripes.
+    open: u32,
+    /// Where the next log write goes, in sectors from the area's start.
+    next_sector: u64,
+}
+
+#[derive(Debug)]
+struct Batch {
+    generation: u64,
+    entries: Vec<PplEntry>,
+    pp: Vec<u8>,
+    requests: u32,
+}
+
+impl Ppl {
+    /// The logs of an array whose superblocks name a PPL area (`None` when
+    /// they do not).
+    pub fn of(sb: &Superblock, roles: usize) -> Result<Option<Ppl>> {
+        let area = PplArea::from_superblock(sb).map_err(|e| Error::Unsupported {
+            spec: sb.name(),
+            what: format!("its partial parity log: {e}"),
+        })?;
+        Ok(area.map(|area| Ppl {
+            area,
+            set_uuid: sb.set_uuid,
+            logs: (0..roles)
+                .map(|_| {
+                    Mutex::new(Log {
+                        next_generation: 1,
+                        ..Log::default()
+                    })
+                })
+                .collect(),
+        }))
+    }
+
+    fn log(&self, role: u32) -> std::sync::MutexGuard<'_, Log> {
+        self.logs[role as usize]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Put `entries` (with their partial parity, in order) into the next
+    /// batch of `role`'s log that has room. They must fit one log write.
+    pub fn enqueue(&self, role: u32, entries: Vec<PplEntry>, pp: &[u8]) -> Ticket {
+        let mut log = self.log(role);
+        let fits = |b: &Batch| {
+            b.entries.len() + entries.len() <= BATCH_ENTRIES
+                && (b.pp.len() + pp.len()) as u64 <= BATCH_PP_BYTES
+        };
+        // The front batch is being written when `writing`: join only a
+        // batch nobody has taken yet.
+        let taken = usize::from(log.writing);
+        let joinable = log.waiting.len() > taken && log.waiting.back().is_some_and(&fits);
+        let generation = if joinable {
+            let b = log.waiting.back_mut().expect("joinable");
+            b.entries.extend(entries);
+            b.pp.extend_from_slice(pp);
+            b.requests += 1;
+            b.generation
+        } else {
+            let generation = log.next_generation;
+            log.next_generation += 1;
+            log.waiting.push_back(Batch {
+                generation,
+                entries,
+                pp: pp.to_vec(),
+                requests: 1,
+            });
+            generation
+        };
+        Ticket { role, generation }
+    }
+
+    /// Whether the ticket's batch is durable. When it is not, and the log
+    /// is free (no write in progress, every request of the last batch done),
+    /// write the front batch now, on this thread. A log write that fails
+    /// fails its member (said on stderr): its stripes are then degraded and
+    /// their writes leave that member out.
+    pub fn ready(&self, array: &Array, ticket: Ticket) -> bool {
+        let mut log = self.log(ticket.role);
+        if log.durable >= ticket.generation {
+            return true;
+        }
+        if log.writing || log.open > 0 {
+            return false;
+        }
+        let Some(batch) = log.waiting.front() else {
+            return false;
+        };
+        let generation = batch.generation;
+        let sectors = ppl::HEADER_SECTORS + batch.pp.len() as u64 / 512;
+        let header = PplHeader {
+            signature: ppl::signature_for(&self.set_uuid),
+            generation,
+            entries: batch.entries.clone(),
+        };
+        let mut image = nvraid_io::AlignedBuf::zeroed(ppl::HEADER_BYTES + batch.pp.len());
+        header
+            .encode(&mut image[..ppl::HEADER_BYTES])
+            .expect("a batch holds at most MAX_ENTRIES");
+        image[ppl::HEADER_BYTES..].copy_from_slice(&batch.pp);
+        let usable = self.area.usable_sectors();
+        if !self.area.is_ring() || log.next_sector + sectors > usable {
+            log.next_sector = 0;
+        }
+        let at = log.next_sector;
+        log.writing = true;
+        drop(log);
+        let written = self.write_log(array, ticket.role, at, &image);
+        let mut log = self.log(ticket.role);
+        let batch = log.waiting.pop_front().expect("the front batch");
+        log.writing = false;
+        log.durable = generation;
+        log.open = batch.requests;
+        log.next_sector = at + sectors;
+        drop(log);
+        if let Err(e) = written {
+            eprintln!("nvraid: partial parity log of role {}: {e}", ticket.role);
+        }
+        generation >= ticket.generation
+    }
+
+    /// The request holding `ticket` has written its stripes.
+    pub fn done(&self, ticket: Ticket) {
+        let mut log = self.log(ticket.role);
+        debug_assert_eq!(log.durable, ticket.generation, "done for the last batch");
+        log.open = log.open.saturating_sub(1);
+    }
+
+    fn write_log(&self, array: &Array, role: u32, at: u64, image: &[u8]) -> Result<()> {
+        let Some(slot) = array.slot(role as usize) else {
+            return Ok(());
+        };
+        let start = self
+            .area
+            .start_sector(slot.superblock.super_offset_sectors)
+            .expect("checked at assembly");
+        let result = slot
+            .member
+            .write_at(image, (start + at) * 512)
+            .and_then(|()| slot.member.flush());
+        match result {
+            Ok(()) => Ok(()),
+            Err(e) if is_member_failure(&e) => array.fail_member(role as usize, &e),
+            Err(e) => Err(Error::io(slot.member.spec(), e)),
+        }
+    }
+
+    /// The area's bytes on a member, as the log's reader wants them.
+    fn read_area(&self, array: &Array, role: usize) -> Result<nvraid_io::AlignedBuf> {
+        let slot = array.slot(role).expect("present");
+        let start = self
+            .area
+            .start_sector(slot.superblock.super_offset_sectors)
+            .expect("checked at assembly");
+        let mut area = nvraid_io::AlignedBuf::zeroed((self.area.usable_sectors() * 512) as usize);
+        slot.member
+            .read_at(&mut area, start * 512)
+            .map_err(|e| Error::io(slot.member.spec(), e))?;
+        Ok(area)
+    }
+
+    /// Replay every member's newest log write (an array not shut down
+    /// cleanly): each entry's parity recomputed from its partial parity and
+    /// the blocks it wrote. An entry whose written blocks cannot all be read
+    /// is left alone (md's rule: nothing protects a stripe that lost the
+    /// block being written). Returns how many entries were replayed, and
+    /// whether any member's log had been written since it was emptied (an
+    /// array whose logs are all empty was never written through them: one
+    /// created over used members still needs its first full resync).
+    pub fn replay(&self, array: &Array) -> Result<(usize, bool)> {
+        let shape = array.parity.expect("a parity array");
+        let mut replayed = 0;
+        let mut written = false;
+        for role in 0..array.roles() {
+            if !array.is_usable(role) {
+                continue;
+            }
+            let area = self.read_area(array, role)?;
+            let spec = array.slot(role).expect("usable").member.spec().to_string();
+            let bad_log = |e: ppl::PplError| Error::Unsupported {
+                spec: spec.clone(),
+                what: format!("its partial parity log: {e}"),
+            };
+            let Some(newest) = ppl::newest(&area, &self.set_uuid).map_err(bad_log)? else {
+                continue;
+            };
+            written |= newest.header.generation > 0;
+            let pps = newest.partial_parity(&area).map_err(bad_log)?;
+            for (entry, pp) in newest.header.entries.iter().zip(pps) {
+                if replay_entry(array, &shape, role, entry, pp)? {
+                    replayed += 1;
+                }
+            }
+        }
+        Ok((replayed, written))
+    }
+
+    /// Empty every member's log (zeros, then an empty header at its start),
+    /// as the kernel does after its recovery and mdadm at create: headers of
+    /// earlier runs must never be taken for this run's.
+    pub fn reset(&self, array: &Array) -> Result<()> {
+        for role in 0..array.roles() {
+            if !array.is_usable(role) {
+                continue;
+            }
+            let slot = array.slot(role).expect("usable");
+            reset_area(&slot.member, &slot.superblock, &self.area)?;
+        }
+        for log in &self.logs {
+            let mut log = log.lock().unwrap_or_else(|p| p.into_inner());
+            *log = Log {
+                next_generation: 1,
+                ..Log::default()
+            };
+        }
+        Ok(())
+    }
+}
+
+/// Zeros over `member`'s log area and an empty header at its start.
+pub(crate) fn reset_area(
+    member: &nvraid_member::Member,
+    sb: &Superblock,
+    area: &PplArea,
+) -> Result<()> {
+    let start = area
+        .start_sector(sb.super_offset_sectors)
+        .ok_or_else(|| Error::Unsupported {
+            spec: member.spec().into(),
+            what: "a partial parity log before the start of the member".into(),
+        })?;
+    let mut image = nvraid_io::AlignedBuf::zeroed((area.usable_sectors() * 512) as usize);
+    PplHeader::empty(&sb.set_uuid)
+        .encode(&mut image[..ppl::HEADER_BYTES])
+        .expect("an empty header");
+    member
+        .write_at(&image, start * 512)
+        .and_then(|()| member.flush())
+        .map_err(|e| Error::io(member.spec(), e))
+}
+
+/// md's `ppl_recover_entry`: recompute the parity of the rows `entry`
+/// covers. Returns false when a written block cannot be read (skipped).
+fn replay_entry(
+    array: &Array,
+    shape: &ParityShape,
+    log_role: usize,
+    entry: &PplEntry,
+    pp: &[u8],
+) -> Result<bool> {
+    let chunk_sectors = shape.chunk / 512;
+    let data = u64::from(shape.data);
+    let first = entry.data_sector;
+    let data_sectors = u64::from(entry.data_size) / 512;
+    let pp_sectors = u64::from(entry.pp_size) / 512;
+    let (disks, strip, last) = if pp_sectors < chunk_sectors {
+        let (disks, strip) = match data_sectors.checked_div(pp_sectors) {
+            Some(disks) => (disks, pp_sectors),
+            None => (data, data_sectors / data),
+        };
+        (
+            disks,
+            strip,
+            first + disks.saturating_sub(1) * chunk_sectors + strip,
+        )
+    } else {
+        (data, chunk_sectors, first + data_sectors)
+    };
+    if disks == 0 || strip == 0 || (first + 1) * 512 > array.size_bytes() {
+        return Ok(false);
+    }
+    let geometry = array.geometry();
+    // Every written block's sectors, read whole (one read per block).
+    let mut blocks: Vec<(u64, Vec<u8>)> = Vec::new();
+    for disk in 0..disks {
+        let r = first + disk * chunk_sectors;
+        if r >= last || (r + 1) * 512 > array.size_bytes() {
+            continue;
+        }
+        let at = geometry.locate(r * 512, 0);
+        let role = at.member as usize;
+        let len = strip.min(last - r) * 512;
+        if !array.readable(role, at.member_offset, len) {
+            return Ok(false);
+        }
+        let slot = array.slot(role).expect("readable");
+        let mut bytes = vec![0u8; len as usize];
+        slot.member
+            .read_at(&mut bytes, slot.data_offset_bytes() + at.member_offset)
+            .map_err(|e| Error::io(slot.member.spec(), e))?;
+        blocks.push((r, bytes));
+    }
+    let mut parity = vec![0u8; (strip * 512) as usize];
+    let mut updated = vec![false; strip as usize];
+    for (r, bytes) in &blocks {
+        for (i, sector) in bytes.chunks(512).enumerate() {
+            if r + i as u64 >= last {
+                break;
+            }
+            updated[i] = true;
+            let out = &mut parity[i * 512..][..512];
+            nvraid_parity::xor_into(nvraid_parity::Kernel::best(), out, sector);
+        }
+    }
+    if pp_sectors > 0 {
+        let len = parity.len().min(pp.len());
+        nvraid_parity::xor_into(
+            nvraid_parity::Kernel::best(),
+            &mut parity[..len],
+            &pp[..len],
+        );
+    }
+    // The parity of these rows: on the log's member, at the rows' offset.
+    let at = geometry.locate(first * 512, 0);
+    let stripe = at.member_offset / shape.chunk;
+    let (p, _) = shape.map.parity_members(stripe);
+    if p as usize != log_role || entry.parity_disk != p {
+        return Err(Error::Unsupported {
+            spec: array.slot(log_role).expect("present").member.spec().into(),
+            what: format!(
+                "a partial parity log entry for sector {first} naming parity member {} (the layout puts it on {p})",
+                entry.parity_disk
+            ),
+        });
+    }
+    let slot = array.slot(log_role).expect("present");
+    for (i, run) in updated.chunk_by(|a, b| a == b).scan(0usize, |at, run| {
+        let start = *at;
+        *at += run.len();
+        Some((start, run))
+    }) {
+        if !run[0] {
+            continue;
+        }
+        let bytes = &parity[i * 512..(i + run.len()) * 512];
+        slot.member
+            .write_at(
+                bytes,
+                slot.data_offset_bytes() + at.member_offset + i as u64 * 512,
+            )
+            .map_err(|e| Error::io(slot.member.spec(), e))?;
+    }
+    slot.member
+        .flush()
+        .map_err(|e| Error::io(slot.member.spec(), e))?;
+    Ok(true)
+}
+
+impl ParityShape {
+    /// The log entry of a write column (partial parity `pp`, empty for a
+    /// full-stripe write), in md's terms: it names the first written data
+    /// block's first sector, and its data size counts every written block.
+    pub fn ppl_entry(&self, col: &Column, pp: &[u8]) -> PplEntry {
+        let first = bits(col.written).next().expect("a write column writes");
+        let sector = ((col.stripe * u64::from(self.data) + u64::from(first)) * self.chunk
+            + u64::from(col.lo))
+            / 512;
+        let data_size = col.width() as u32 * col.written.count_ones();
+        let (p, _) = self.map.parity_members(col.stripe);
+        debug_assert!(col.mode != Mode::Full || pp.is_empty());
+        PplEntry::new(sector, data_size, p, pp)
+    }
+}
+
+impl Array {
+    /// A RAID 5 whose superblocks carry md's PPL: take its logs, and when it
+    /// is assembled writable after a crash, replay them (then the array is
+    /// in sync: md's recovery, which needs no resync) and empty them.
+    /// Returns the entries replayed.
+    pub(crate) fn load_ppl(&mut self, writable: bool) -> Result<usize> {
+        let sb = self.superblock().clone();
+        let Some(ppl) = Ppl::of(&sb, self.roles())? else {
+            return Ok(0);
+        };
+        if self.geometry().level().parity_chunks() != 1 {
+            return Err(Error::Unsupported {
+                spec: sb.name(),
+                what: format!(
+                    "a partial parity log on a {} (md logs RAID 5 only)",
+                    self.geometry().level()
+                ),
+            });
+        }
+        if let Some(shape) = self.parity.as_mut() {
+            shape.max_width = COLUMN_BYTES_MAX;
+        }
+        if !writable {
+            // Read as it is: replaying writes.
+            self.ppl = Some(ppl);
+            return Ok(0);
+        }
+        let (replayed, logged) = if self.resync_from().is_some() {
+            ppl.replay(self)?
+        } else {
+            (0, false)
+        };
+        ppl.reset(self)?;
+        if logged {
+            // Every stripe that was being written has its parity back.
+            self.ppl_recovered();
+        }
+        self.ppl = Some(ppl);
+        Ok(replayed)
+    }
+}
