@@ -543,32 +543,10 @@ fn the_kernels_partial_parity_log_is_replayed() {
     let m = unpack("ppl", dir.path());
     // Spoil the parity of every logged row: only the replay (partial
     // parity XOR the written blocks) can put it back.
-    let mut spoiled = 0;
-    for name in &m {
-        let path = dir.path().join(name);
-        let mut bytes = std::fs::read(&path).unwrap();
-        let sb = nvraid_metadata::Superblock::decode(&bytes[4096..8192]).unwrap();
-        let area = nvraid_metadata::ppl::PplArea::from_superblock(&sb)
-            .unwrap()
-            .unwrap();
-        let start = (area.start_sector(sb.super_offset_sectors).unwrap() * 512) as usize;
-        let len = (area.usable_sectors() * 512) as usize;
-        let log = bytes[start..start + len].to_vec();
-        let newest = nvraid_metadata::ppl::newest(&log, &sb.set_uuid)
-            .unwrap()
-            .unwrap();
-        let chunk = u64::from(sb.chunk_sectors) * 512;
-        let data = u64::from(sb.raid_disks) - 1;
-        for e in &newest.header.entries {
-            assert_eq!(e.parity_disk, sb.dev_number, "logged on the parity member");
-            let at = e.data_sector * 512;
-            let row = (at / chunk / data) * chunk + at % chunk;
-            let byte = (sb.data_offset_sectors * 512 + row) as usize;
-            bytes[byte] ^= 0xa5;
-            spoiled += 1;
-        }
-        std::fs::write(&path, bytes).unwrap();
-    }
+    let spoiled: usize = m
+        .iter()
+        .map(|name| spoil_logged_parity(&dir.path().join(name)))
+        .sum();
     assert!(spoiled > 0, "the fixture's logs hold entries");
     let mut repair = vec!["repair", "--json"];
     repair.extend(m.iter().map(String::as_str));

@@ -197,3 +197,31 @@ pub const FIO_VERIFY_JOB: [&str; 7] = [
     "--verify_fatal=1",
     "--group_reporting",
 ];
+
+/// A RAID 5 member with md's partial parity log: flip a byte of the parity
+/// of every row its newest log write covers (the member holds the parity
+/// of the stripes it logs). Returns the entries spoiled. Only a replay of
+/// the log (partial parity XOR the written blocks) puts them right.
+pub fn spoil_logged_parity(path: &Path) -> usize {
+    let mut bytes = std::fs::read(path).unwrap();
+    let sb = nvraid_metadata::Superblock::decode(&bytes[4096..8192]).unwrap();
+    let area = nvraid_metadata::ppl::PplArea::from_superblock(&sb)
+        .unwrap()
+        .expect("a member with a partial parity log");
+    let start = (area.start_sector(sb.super_offset_sectors).unwrap() * 512) as usize;
+    let len = (area.usable_sectors() * 512) as usize;
+    let log = bytes[start..start + len].to_vec();
+    let Some(newest) = nvraid_metadata::ppl::newest(&log, &sb.set_uuid).unwrap() else {
+        return 0;
+    };
+    let chunk = u64::from(sb.chunk_sectors) * 512;
+    let data = u64::from(sb.raid_disks) - 1;
+    for e in &newest.header.entries {
+        assert_eq!(e.parity_disk, sb.dev_number, "logged on the parity member");
+        let at = e.data_sector * 512;
+        let row = (at / chunk / data) * chunk + at % chunk;
+        bytes[(sb.data_offset_sectors * 512 + row) as usize] ^= 0xa5;
+    }
+    std::fs::write(path, bytes).unwrap();
+    newest.header.entries.len()
+}
