@@ -12,6 +12,7 @@ mod assemble;
 mod create;
 pub mod decision;
 mod error;
+mod failpoint;
 pub mod info;
 mod intent;
 mod ppl;

@@ -761,7 +761,10 @@ impl Array {
             }
             ios.clear();
             shape.writes(col, offset, 0, |m| self.is_usable(m as usize), &mut ios);
-            for io in &ios {
+            for (k, io) in ios.iter().enumerate() {
+                if k > 0 {
+                    crate::failpoint::hit("stripe-write");
+                }
                 let len = io.len as usize;
                 let from = match io.at {
                     Place::Request(at) => &buf[at..at + len],

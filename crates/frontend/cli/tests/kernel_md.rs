@@ -261,7 +261,10 @@ fn crashed_ppl(dir: &Path, name: &str) -> Made {
     server.kill().unwrap();
     server.wait().unwrap();
     std::fs::remove_file(&input).unwrap();
-    let spoiled: usize = members.iter().map(|m| spoil_logged_parity(&dir.join(m))).sum();
+    let spoiled: usize = members
+        .iter()
+        .map(|m| spoil_logged_parity(&dir.join(m)))
+        .sum();
     assert!(spoiled > 0, "the logs hold entries");
     Made {
         name: name.to_string(),

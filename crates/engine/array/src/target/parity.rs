@@ -262,6 +262,9 @@ impl FanoutQueue {
                 self.count(io.member, u64::from(io.len), false);
                 continue;
             }
+            if kind == KIND_WRITE && k > 0 {
+                crate::failpoint::hit("stripe-write");
+            }
             waiting += 1;
             self.work[slot as usize].outstanding += 1;
             self.push_stripe_sub(SubOp {

@@ -144,10 +144,16 @@ pub fn serve(dir: &Path, members: &[String]) -> Child {
 }
 
 pub fn serve_with(dir: &Path, members: &[String], extra: &[&str]) -> Child {
+    serve_env(dir, members, extra, &[])
+}
+
+/// [`serve_with`], with environment variables for the server.
+pub fn serve_env(dir: &Path, members: &[String], extra: &[&str], env: &[(&str, &str)]) -> Child {
     let socket = dir.join("md.sock");
     let _ = std::fs::remove_file(dir.join("md.ctl"));
     let log = std::fs::File::create(dir.join("serve.log")).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_nvraid"))
+        .envs(env.iter().copied())
         .arg("serve")
         .arg("--listen")
         .arg(format!("unix:{}", socket.display()))

@@ -1,0 +1,29 @@
+//! Crash points for tests: `NVRAID_FAILPOINT=NAME:N` makes the process
+//! abort (as SIGKILL or a power cut would end it, with no cleanup) the N-th
+//! time it passes the point called NAME. Unset, a point costs one load of
+//! a cached value. The points:
+//!
+//! | name | where |
+//! |---|---|
+//! | `stripe-write` | a RAID 4/5/6 member write has been issued (psync: done) and the next is not |
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+static ARMED: OnceLock<Option<(String, u64)>> = OnceLock::new();
+static PASSED: AtomicU64 = AtomicU64::new(0);
+
+/// Pass the point called `name`.
+pub(crate) fn hit(name: &str) {
+    let armed = ARMED.get_or_init(|| {
+        let spec = std::env::var("NVRAID_FAILPOINT").ok()?;
+        let (point, count) = spec.split_once(':')?;
+        Some((point.to_string(), count.parse().ok()?))
+    });
+    if let Some((point, count)) = armed {
+        if point == name && PASSED.fetch_add(1, Ordering::SeqCst) + 1 == *count {
+            eprintln!("nvraid: failpoint {name} reached: aborting");
+            std::process::abort();
+        }
+    }
+}
