@@ -227,9 +227,7 @@ fn crash_then_lose_a_member(policy: &str) -> Vec<String> {
         let mut expect_old = before.clone();
         let mut written_at = vec![None::<usize>; size / 512];
         for (n, &(at, len)) in writes.iter().enumerate().take(sent) {
-            for s in at as usize / 512..(at as usize + len) / 512 {
-                written_at[s] = Some(n);
-            }
+            written_at[at as usize / 512..(at as usize + len) / 512].fill(Some(n));
             if acked[n] {
                 expect_old[at as usize..at as usize + len].copy_from_slice(&fill(n as u64, len));
             }
@@ -244,7 +242,7 @@ fn crash_then_lose_a_member(policy: &str) -> Vec<String> {
                 let (at, len) = writes[n];
                 fill(n as u64, len)[s * 512 - at as usize..][..512].to_vec()
             });
-            if !cut_short.is_some_and(|new| new == sector) {
+            if cut_short.is_none_or(|new| new != sector) {
                 wrong.push(format!(
                     "member {lost} lost: sector {s} holds neither its acknowledged bytes nor a \
                      write cut short (written by {:?}, acknowledged {:?})",
