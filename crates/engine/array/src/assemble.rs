@@ -207,6 +207,21 @@ pub fn assemble(specs: &[String], options: AssembleOptions) -> Result<Array> {
                 "nvraid: replayed {replayed} partial parity log entries (the array was not shut down cleanly)"
             );
         }
+        if options.writable
+            && array.ppl.is_none()
+            && array.resync_from().is_some()
+            && array.is_degraded()
+        {
+            // md refuses to start such an array unless forced; nvraid
+            // starts it (the missing member may be added back) and says so.
+            eprintln!(
+                "nvraid: warning: this {} was not shut down cleanly and runs degraded with no \
+                 partial parity log: a stripe being written at the crash may rebuild wrong bytes \
+                 for the missing member (the write hole; create RAID 5 with \
+                 --consistency-policy ppl to close it)",
+                array.geometry().level()
+            );
+        }
     }
     Ok(array)
 }
@@ -340,10 +355,19 @@ fn check_startable(
         return Ok(());
     }
     if !has_every_byte(geometry, &present) {
-        return Err(Error::NotStartable(format!(
-            "roles {} are missing or set aside and some data has no copy left",
-            missing.join(", ")
-        )));
+        let parity = geometry.level().parity_chunks();
+        return Err(Error::NotStartable(if parity > 0 {
+            format!(
+                "roles {} are missing or set aside: a {} stripe can rebuild at most {parity} lost block(s)",
+                missing.join(", "),
+                geometry.level()
+            )
+        } else {
+            format!(
+                "roles {} are missing or set aside and some data has no copy left",
+                missing.join(", ")
+            )
+        }));
     }
     if !allow_degraded {
         return Err(Error::NotStartable(format!(

@@ -4,6 +4,7 @@
 use crate::array::Array;
 use crate::assemble::{level_of, member_data_bytes};
 use nvraid_layout::Level;
+use nvraid_metadata::features;
 use nvraid_metadata::{format_uuid, Role, Superblock};
 use serde::Serialize;
 
@@ -55,6 +56,9 @@ pub struct ArrayDetail {
     pub resync_from_bytes: Option<u64>,
     /// md's write-intent bitmap: chunk, bits, bits set; `null` without one.
     pub bitmap: Option<crate::BitmapInfo>,
+    /// md's consistency policy: `ppl` (partial parity log), `bitmap`, or
+    /// `resync` (neither).
+    pub consistency_policy: &'static str,
 }
 
 impl ArrayDetail {
@@ -165,6 +169,13 @@ pub fn detail(array: &Array) -> ArrayDetail {
         members,
         resync_from_bytes: array.resync_from(),
         bitmap: array.bitmap_info(),
+        consistency_policy: if sb.feature_map & (features::PPL | features::MULTIPLE_PPLS) != 0 {
+            "ppl"
+        } else if array.bitmap_info().is_some() {
+            "bitmap"
+        } else {
+            "resync"
+        },
     }
 }
 

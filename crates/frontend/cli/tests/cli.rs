@@ -18,6 +18,99 @@ mod bad_input {
         ok(&args, dir);
     }
 
+    /// RAID 4/5/6 bad input: too few members, an unknown or misplaced
+    /// layout, a chunk that is not a power of two, a PPL on RAID 6, two
+    /// members missing on RAID 5 (three on RAID 6): each refused by name,
+    /// with no byte of any member changed.
+    #[test]
+    fn parity_bad_input_is_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("x"), [1u8; 8192]).unwrap();
+        for (level, names, needle) in [
+            ("5", &["a", "b"][..], "at least 3"),
+            ("6", &["a", "b", "c"][..], "at least 4"),
+        ] {
+            let mut args = vec!["create", "--level", level, "--size", "8M"];
+            args.extend_from_slice(names);
+            refused(&args, dir.path(), &[needle]);
+        }
+        let make = |extra: &[&str]| {
+            let mut args = vec!["create", "--level", "5", "--size", "8M"];
+            args.extend_from_slice(extra);
+            args.extend_from_slice(&["a", "b", "c"]);
+            args.into_iter().map(String::from).collect::<Vec<_>>()
+        };
+        for (extra, needles) in [
+            (
+                &["--layout", "diagonal"][..],
+                &["unknown raid5 layout \"diagonal\"", "left-symmetric"][..],
+            ),
+            (
+                &["--layout", "left-symmetric-6"][..],
+                &["unknown raid5 layout"][..],
+            ),
+            (&["--chunk", "48K"][..], &["power of two"][..]),
+        ] {
+            let args = make(extra);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            refused(&args, dir.path(), needles);
+        }
+        refused(
+            &[
+                "create",
+                "--level",
+                "6",
+                "--consistency-policy",
+                "ppl",
+                "--size",
+                "8M",
+                "a",
+                "b",
+                "c",
+                "d",
+            ],
+            dir.path(),
+            &["partial parity log", "RAID 4/5 only"],
+        );
+        refused(
+            &[
+                "create", "--level", "4", "--layout", "ls", "--size", "8M", "a", "b", "c",
+            ],
+            dir.path(),
+            &["raid4"],
+        );
+        assert!(
+            !dir.path().join("a").exists(),
+            "a refused create creates nothing"
+        );
+        // Two of four RAID 5 members gone, three of five RAID 6 members.
+        for (level, count, gone) in [("5", 4, &[1usize, 3][..]), ("6", 5, &[0, 2, 4][..])] {
+            let names: Vec<String> = (0..count).map(|i| format!("r{level}-{i}")).collect();
+            let mut args = vec!["create", "--level", level, "--size", "8M"];
+            args.extend(names.iter().map(String::as_str));
+            ok(&args, dir.path());
+            let kept: Vec<&str> = (0..count)
+                .filter(|i| !gone.contains(i))
+                .map(|i| names[i].as_str())
+                .collect();
+            let roles = gone
+                .iter()
+                .map(|r| r.to_string())
+                .collect::<Vec<_>>()
+                .join(", ");
+            let mut read = vec!["read", "--length", "4096"];
+            read.extend(kept.iter().copied());
+            refused(
+                &read,
+                dir.path(),
+                &[&format!("roles {roles} are missing"), "can rebuild at most"],
+            );
+            let mut write = vec!["write", "--degraded", "--input", "x"];
+            write.extend(kept.iter().copied());
+            refused(&write, dir.path(), &[&format!("roles {roles} are missing")]);
+        }
+    }
+
     #[test]
     fn member_with_an_md_superblock_needs_force() {
         let dir = tempfile::tempdir().unwrap();
@@ -200,6 +293,11 @@ mod bad_input {
         );
         refused(
             &["create", "--level", "5", "big", "small"],
+            dir.path(),
+            &["raid5", "at least 3 members, got 2"],
+        );
+        refused(
+            &["create", "--level", "7", "big", "small"],
             dir.path(),
             &["unsupported level"],
         );

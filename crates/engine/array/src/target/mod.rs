@@ -740,6 +740,13 @@ impl FanoutQueue {
                             let array = Arc::clone(array);
                             loop {
                                 self.harvest(0)?;
+                                // Requests of this queue waiting for
+                                // stripes or a log may be inside the
+                                // region: they must go on.
+                                self.retry_parked()?;
+                                if !self.logging.is_empty() {
+                                    self.retry_logging()?;
+                                }
                                 if array.try_begin_write(offset, u64::from(len)) {
                                     break;
                                 }

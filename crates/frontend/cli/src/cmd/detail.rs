@@ -44,6 +44,9 @@ pub fn print_text(d: &info::ArrayDetail) {
     println!(" Creation Time : {}", time_text(d.creation_time));
     println!("   Update Time : {}", time_text(d.update_time));
     println!("   Data Offset : {}", bytes_text(d.data_offset_bytes));
+    if d.level >= 4 || d.consistency_policy == "ppl" {
+        println!("   Consistency : {}", d.consistency_policy);
+    }
     if let Some(b) = &d.bitmap {
         println!(
             "        Bitmap : internal, {} chunks, {} of {} dirty",
