@@ -15,7 +15,9 @@ psync, at the same total queue depth and worker count):
   4K random read, one member missing         target >= 0.6 (of fio on all members)
 
 and the rebuild of a lost member on the idle array next to fio's sequential
-write of that member alone (target >= 0.9).
+write of that member alone (target >= 0.9). Then RAID 5 again with md's
+partial parity log (--consistency-policy ppl) instead of the bitmap, for the
+two write workloads: what closing the write hole costs.
 
 Usage: bench/parity-vs-fio.py [--reps 3] [--runtime 5] [--json out.json]
 """
@@ -70,7 +72,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--runtime", type=int, default=5)
-    ap.add_argument("--levels", default="5,6")
+    ap.add_argument("--levels", default="5,6,5ppl")
     ap.add_argument("--json")
     a = ap.parse_args()
     vsfio.ensure_tools()
@@ -82,8 +84,11 @@ def main():
           f"{a.reps} repetitions", flush=True)
     try:
         for level in a.levels.split(","):
+            ppl = level.endswith("ppl")
+            level = level.removesuffix("ppl")
             p = 1 if level == "5" else 2
-            sh([NVRAID, "create", "--level", level, "--force", *devs])
+            policy = ["--consistency-policy", "ppl"] if ppl else []
+            sh([NVRAID, "create", "--level", level, "--force", *policy, *devs])
             sh([NVRAID, "repair", *devs])
             workloads = [
                 ("1 MiB sequential write, QD 8, 2 workers", "write", "1M", 8, 2,
@@ -93,6 +98,9 @@ def main():
                 ("4K random read, QD 32, 2 workers", "randread", "4k", 32, 2, 1.0, devs),
                 ("4K random read, one member missing", "randread", "4k", 32, 2, 0.6, devs[:-1]),
             ]
+            if ppl:
+                workloads = workloads[:2]
+                level = level + " with PPL"
             for name, rw, bs, depth, jobs, target, members in workloads:
                 pairs, runs = [], []
                 extra = ["--degraded"] if len(members) < n else []
@@ -113,6 +121,8 @@ def main():
                       f"(target >= {target:.3f}) runs {[round(r, 3) for r in ratios]} "
                       f"nvraid {[round(r['nvraid']['iops']) for r in runs]} "
                       f"fio {[round(r['fio']['iops']) for r in runs]} IOPS", flush=True)
+            if ppl:
+                continue
             # The degraded reads above wrote nothing: the array is whole
             # again for the rebuild.
             rates = [rebuild_vs_fio(tmp, kind, devs, level) for _ in range(a.reps)]

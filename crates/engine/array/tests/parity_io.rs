@@ -167,6 +167,38 @@ fn drive(
     model
 }
 
+/// Delete the member files of roles `lost`; the specs of the others.
+fn lose(specs: &[String], lost: &[usize]) -> Vec<String> {
+    for &role in lost {
+        std::fs::remove_file(&specs[role]).unwrap();
+    }
+    (0..specs.len())
+        .filter(|r| !lost.contains(r))
+        .map(|r| specs[r].clone())
+        .collect()
+}
+
+/// A new, empty member file of `bytes` at `spec`, open for writing.
+fn fresh_member(spec: &str, bytes: u64) -> nvraid_member::Member {
+    nvraid_member::Member::open(
+        spec,
+        nvraid_member::OpenOptions {
+            write: true,
+            create_bytes: Some(bytes),
+            direct: true,
+        },
+    )
+    .unwrap()
+}
+
+/// Read the whole array from `kept` and compare it with `model`.
+fn reads_as(kept: &[String], model: &[u8], what: &str) {
+    let array = common::writable(kept);
+    let mut back = vec![0u8; model.len()];
+    array.read_at(&mut back, 0).unwrap();
+    assert!(back == model, "{what}");
+}
+
 #[test]
 fn concurrent_writers_keep_every_stripe_consistent() {
     for (level, members) in levels() {
@@ -350,7 +382,6 @@ fn check_counts_bad_parity_and_repair_recomputes_it() {
 #[test]
 fn a_new_member_is_rebuilt_beside_clients() {
     use nvraid_array::recovery::{add_member_to, rebuild_online, Added, RebuildPace};
-    use nvraid_member::{Member, OpenOptions};
     for (level, members) in levels() {
         let dir = tempfile::tempdir().unwrap();
         let specs = common::new_array(&dir, level, members, CHUNK, 3 << 20);
@@ -365,26 +396,12 @@ fn a_new_member_is_rebuilt_beside_clients() {
         let lost: Vec<usize> = (0..level.parity_chunks() as usize)
             .map(|k| 1 + 2 * k)
             .collect();
-        for &role in &lost {
-            std::fs::remove_file(&specs[role]).unwrap();
-        }
-        let present: Vec<String> = (0..members)
-            .filter(|r| !lost.contains(r))
-            .map(|r| specs[r].clone())
-            .collect();
+        let present = lose(&specs, &lost);
         let array = common::writable(&present);
         let size = array.size_bytes() as usize;
         let mut model = vec![0u8; size];
         array.read_at(&mut model, 0).unwrap();
-        let new = Member::open(
-            &specs[lost[0]],
-            OpenOptions {
-                write: true,
-                create_bytes: Some(3 << 20),
-                direct: true,
-            },
-        )
-        .unwrap();
+        let new = fresh_member(&specs[lost[0]], 3 << 20);
         assert_eq!(
             add_member_to(&array, new).unwrap(),
             Added::Recovering {
@@ -413,12 +430,10 @@ fn a_new_member_is_rebuilt_beside_clients() {
         let mut kept: Vec<String> = present.clone();
         kept.remove(0);
         kept.push(specs[lost[0]].clone());
-        let array = common::writable(&kept);
-        let mut again = vec![0u8; size];
-        array.read_at(&mut again, 0).unwrap();
-        assert!(
-            again == model,
-            "{level}: the rebuilt member's blocks are wrong"
+        reads_as(
+            &kept,
+            &model,
+            &format!("{level}: the rebuilt member's blocks are wrong"),
         );
     }
 }
@@ -429,7 +444,6 @@ fn a_new_member_is_rebuilt_beside_clients() {
 #[test]
 fn offline_rebuild_restores_every_block() {
     use nvraid_array::recovery::{add_member, rebuild};
-    use nvraid_member::{Member, OpenOptions};
     for (level, members) in levels() {
         let dir = tempfile::tempdir().unwrap();
         // Members larger than one rebuild region (4 MiB).
@@ -442,23 +456,9 @@ fn offline_rebuild_restores_every_block() {
         array.write_at(&data, 0, true).unwrap();
         Arc::try_unwrap(array).unwrap().close().unwrap();
         let lost: Vec<usize> = (0..level.parity_chunks() as usize).map(|k| k * 2).collect();
-        for &role in &lost {
-            std::fs::remove_file(&specs[role]).unwrap();
-        }
-        let present: Vec<String> = (0..members)
-            .filter(|r| !lost.contains(r))
-            .map(|r| specs[r].clone())
-            .collect();
+        let present = lose(&specs, &lost);
         let array = Arc::try_unwrap(common::writable(&present)).unwrap();
-        let new = Member::open(
-            &specs[lost[0]],
-            OpenOptions {
-                write: true,
-                create_bytes: Some(9 << 20),
-                direct: true,
-            },
-        )
-        .unwrap();
+        let new = fresh_member(&specs[lost[0]], 9 << 20);
         let (array, _) = add_member(array, new).unwrap();
         let done = rebuild(&array, None, &mut |_| {}).unwrap();
         assert_eq!(done.len(), 1, "{level}");
@@ -468,10 +468,7 @@ fn offline_rebuild_restores_every_block() {
         let mut kept: Vec<String> = present.clone();
         kept.remove(0);
         kept.push(specs[lost[0]].clone());
-        let array = common::writable(&kept);
-        let mut back = vec![0u8; size];
-        array.read_at(&mut back, 0).unwrap();
-        assert!(back == data, "{level}: rebuilt blocks are wrong");
+        reads_as(&kept, &data, &format!("{level}: rebuilt blocks are wrong"));
     }
 }
 

@@ -152,68 +152,18 @@ pub enum PplError {
 
 // ---------------------------------------------------------------- crc32c
 
-/// CRC-32C (Castagnoli) polynomial, bit-reversed.
-const POLY: u32 = 0x82f6_3b78;
-
-/// Slicing-by-8 tables: `TABLES[0]` is the plain byte table; `TABLES[k]`
-/// advances a byte's contribution by `k` further zero bytes.
-static TABLES: [[u32; 256]; 8] = make_tables();
-
-const fn make_tables() -> [[u32; 256]; 8] {
-    let mut t = [[0u32; 256]; 8];
-    let mut i = 0;
-    while i < 256 {
-        let mut c = i as u32;
-        let mut bit = 0;
-        while bit < 8 {
-            c = if c & 1 != 0 { (c >> 1) ^ POLY } else { c >> 1 };
-            bit += 1;
-        }
-        t[0][i] = c;
-        i += 1;
-    }
-    let mut k = 1;
-    while k < 8 {
-        let mut i = 0;
-        while i < 256 {
-            let prev = t[k - 1][i];
-            t[k][i] = (prev >> 8) ^ t[0][(prev & 0xff) as usize];
-            i += 1;
-        }
-        k += 1;
-    }
-    t
-}
-
-/// Feed `data` into a running CRC-32C register (no pre- or post-inversion;
-/// start from `!0` and invert at the end for the standard value).
-fn crc32c_raw(mut crc: u32, data: &[u8]) -> u32 {
-    let mut words = data.chunks_exact(8);
-    for w in words.by_ref() {
-        let lo = crc ^ u32::from_le_bytes([w[0], w[1], w[2], w[3]]);
-        crc = TABLES[7][(lo & 0xff) as usize]
-            ^ TABLES[6][((lo >> 8) & 0xff) as usize]
-            ^ TABLES[5][((lo >> 16) & 0xff) as usize]
-            ^ TABLES[4][(lo >> 24) as usize]
-            ^ TABLES[3][w[4] as usize]
-            ^ TABLES[2][w[5] as usize]
-            ^ TABLES[1][w[6] as usize]
-            ^ TABLES[0][w[7] as usize];
-    }
-    for &b in words.remainder() {
-        crc = (crc >> 8) ^ TABLES[0][((crc ^ u32::from(b)) & 0xff) as usize];
-    }
-    crc
-}
-
 /// The standard CRC-32C of `data` (what iSCSI, ext4 and md's PPL use).
+/// The `crc32c` crate computes it with the CPU's CRC32 instruction where
+/// there is one (SSE 4.2): every logged write checksums its header and its
+/// partial parity, so a table-driven CRC showed as a fifth of the CPU of
+/// 4 KiB random writes to a PPL array.
 pub fn crc32c(data: &[u8]) -> u32 {
-    !crc32c_raw(!0, data)
+    crc32c::crc32c(data)
 }
 
 /// The standard CRC-32C of several pieces taken as one run of bytes.
 pub fn crc32c_pieces<'a>(pieces: impl IntoIterator<Item = &'a [u8]>) -> u32 {
-    !pieces.into_iter().fold(!0, crc32c_raw)
+    pieces.into_iter().fold(0, crc32c::crc32c_append)
 }
 
 /// The signature every PPL header of the array `set_uuid` carries: the

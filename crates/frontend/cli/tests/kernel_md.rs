@@ -56,18 +56,38 @@ fn make_with(
     count: usize,
     extra: &[&str],
 ) -> Made {
-    let members: Vec<String> = (0..count).map(|i| format!("{name}-{i}.img")).collect();
-    let mut args = vec!["create", "--level", level, "--name", name, "--size", "8M"];
-    args.extend_from_slice(extra);
+    let mut options = extra.to_vec();
     if let Some(chunk) = chunk {
-        args.extend_from_slice(&["--chunk", chunk]);
+        options.extend_from_slice(&["--chunk", chunk]);
     }
     if let Some(layout) = layout {
-        args.extend_from_slice(&["--layout", layout]);
+        options.extend_from_slice(&["--layout", layout]);
     }
+    let (members, size) = created(dir, name, level, count, &options);
+    let kept: Vec<&str> = members.iter().map(String::as_str).collect();
+    let data = write_pattern(dir, name, size, &kept);
+    Made {
+        name: name.to_string(),
+        level,
+        members: members.iter().map(|m| dir.join(m)).collect(),
+        sha256: sha(&data),
+    }
+}
+
+/// `count` new 8 MiB members `NAME-i.img` made into an array by `nvraid
+/// create` with `options`; the members and the array's size.
+fn created(
+    dir: &Path,
+    name: &str,
+    level: &str,
+    count: usize,
+    options: &[&str],
+) -> (Vec<String>, usize) {
+    let members: Vec<String> = (0..count).map(|i| format!("{name}-{i}.img")).collect();
+    let mut args = vec!["create", "--level", level, "--name", name, "--size", "8M"];
+    args.extend_from_slice(options);
     args.extend(members.iter().map(String::as_str));
     ok(&args, dir);
-
     let mut detail_args = vec!["detail", "--json"];
     detail_args.extend(members.iter().map(String::as_str));
     let detail: serde_json::Value = serde_json::from_str(&ok(&detail_args, dir)).unwrap();
@@ -76,21 +96,20 @@ fn make_with(
         size > 0 && size.is_multiple_of(BLOCK),
         "{name}: array size {size}"
     );
+    (members, size)
+}
 
+/// The pattern written over the array of `members` with `nvraid write
+/// --degraded` (members may be missing); returns the pattern.
+fn write_pattern(dir: &Path, name: &str, size: usize, members: &[&str]) -> Vec<u8> {
     let data = pattern(size);
     let input = dir.join(format!("{name}.pattern"));
     std::fs::write(&input, &data).unwrap();
-    let mut write_args = vec!["write", "--input", input.to_str().unwrap()];
-    write_args.extend(members.iter().map(String::as_str));
+    let mut write_args = vec!["write", "--degraded", "--input", input.to_str().unwrap()];
+    write_args.extend_from_slice(members);
     ok(&write_args, dir);
     std::fs::remove_file(&input).unwrap();
-
-    Made {
-        name: name.to_string(),
-        level,
-        members: members.iter().map(|m| dir.join(m)).collect(),
-        sha256: sha(&data),
-    }
+    data
 }
 
 #[test]
@@ -157,10 +176,7 @@ fn degraded(
     lost: &[usize],
     rebuild: bool,
 ) -> Made {
-    let members: Vec<String> = (0..count).map(|i| format!("{name}-{i}.img")).collect();
-    let mut args = vec!["create", "--level", level, "--name", name, "--size", "8M"];
-    args.extend(members.iter().map(String::as_str));
-    ok(&args, dir);
+    let (members, size) = created(dir, name, level, count, &[]);
     for &role in lost {
         std::fs::remove_file(dir.join(&members[role])).unwrap();
     }
@@ -168,17 +184,7 @@ fn degraded(
         .filter(|r| !lost.contains(r))
         .map(|r| members[r].as_str())
         .collect();
-    let mut detail_args = vec!["detail", "--json"];
-    detail_args.extend(kept.iter().copied());
-    let detail: serde_json::Value = serde_json::from_str(&ok(&detail_args, dir)).unwrap();
-    let size = detail["size_bytes"].as_u64().expect("size_bytes") as usize;
-    let data = pattern(size);
-    let input = dir.join(format!("{name}.pattern"));
-    std::fs::write(&input, &data).unwrap();
-    let mut write_args = vec!["write", "--degraded", "--input", input.to_str().unwrap()];
-    write_args.extend(kept.iter().copied());
-    ok(&write_args, dir);
-    std::fs::remove_file(&input).unwrap();
+    let data = write_pattern(dir, name, size, &kept);
     let mut present: Vec<String> = kept.iter().map(|m| m.to_string()).collect();
     if rebuild {
         for &role in lost {
@@ -227,26 +233,8 @@ fn kernel_md_replays_nvraid_partial_parity_logs() {
 /// A PPL RAID 5 of 3 members filled with the pattern through `nvraid
 /// serve` (nbdcopy), the server then killed; logged parity spoiled.
 fn crashed_ppl(dir: &Path, name: &str) -> Made {
-    let members: Vec<String> = (0..3).map(|i| format!("{name}-{i}.img")).collect();
-    let mut args = vec![
-        "create",
-        "--level",
-        "5",
-        "--consistency-policy",
-        "ppl",
-        "--chunk",
-        "16K",
-        "--name",
-        name,
-        "--size",
-        "8M",
-    ];
-    args.extend(members.iter().map(String::as_str));
-    ok(&args, dir);
-    let mut detail_args = vec!["detail", "--json"];
-    detail_args.extend(members.iter().map(String::as_str));
-    let detail: serde_json::Value = serde_json::from_str(&ok(&detail_args, dir)).unwrap();
-    let size = detail["size_bytes"].as_u64().expect("size_bytes") as usize;
+    let options = ["--consistency-policy", "ppl", "--chunk", "16K"];
+    let (members, size) = created(dir, name, "5", 3, &options);
     let data = pattern(size);
     let input = dir.join(format!("{name}.pattern"));
     std::fs::write(&input, &data).unwrap();

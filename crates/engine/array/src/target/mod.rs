@@ -420,8 +420,14 @@ impl FanoutQueue {
             self.finish_sub(sub.slot, 0);
             return Ok(());
         }
-        if sub.kind == KIND_READ {
-            self.zeroed[slot] = false;
+        self.engine_sub(sub)
+    }
+
+    /// Take a record for `sub` and hand it to the engine.
+    fn engine_sub(&mut self, sub: SubOp) -> io::Result<()> {
+        if sub.kind == KIND_READ && !sub.scratch {
+            // A member read lands in the slot buffer: no longer all zeros.
+            self.zeroed[sub.slot as usize] = false;
         }
         let index = self
             .free_subs

@@ -267,7 +267,7 @@ impl FanoutQueue {
             }
             waiting += 1;
             self.work[slot as usize].outstanding += 1;
-            self.push_stripe_sub(SubOp {
+            self.engine_sub(SubOp {
                 slot,
                 member: io.member,
                 kind,
@@ -286,19 +286,6 @@ impl FanoutQueue {
             return self.stripe_advance(slot);
         }
         Ok(())
-    }
-
-    fn push_stripe_sub(&mut self, sub: SubOp) -> io::Result<()> {
-        if sub.kind == KIND_READ && !sub.scratch {
-            self.zeroed[sub.slot as usize] = false;
-        }
-        let index = self
-            .free_subs
-            .pop()
-            .ok_or_else(|| io::Error::other("member operation pool exhausted"))?;
-        self.subs[index as usize] = sub;
-        self.inflight[sub.member as usize] += 1;
-        self.issue(index)
     }
 
     /// A member operation of `slot`'s stripe work finished with `errno`.
