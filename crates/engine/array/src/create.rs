@@ -382,9 +382,12 @@ fn write_array(
             // active members only.
             slots.truncate(geometry.members() as usize);
             let mut array = Array::new(geometry, slots, true);
-            // Read back the bitmap just written (decoded and checked as
-            // any assembly checks it).
+            // Read back the bitmap (or the partial parity log) just
+            // written, decoded and checked as any assembly checks it.
             array.load_bitmap()?;
+            if array.parity.is_some() {
+                array.load_ppl(true)?;
+            }
             Ok(array)
         }
         Err(e) => {

@@ -154,7 +154,8 @@ struct SubOp {
     /// Part of a RAID 4/5/6 request's stripe work (its completion goes
     /// there).
     stripe: bool,
-    /// The segment is in the slot's stripe scratch, not its buffer.
+    /// Some segment is in the slot's stripe scratch (marked `SCRATCH_SEG`),
+    /// not its buffer.
     scratch: bool,
 }
 
@@ -233,6 +234,10 @@ pub struct FanoutQueue {
     logging: Vec<u32>,
     scratch_cap: usize,
 }
+
+/// A segment start with this bit set is an offset in the slot's stripe
+/// scratch rather than in its buffer.
+const SCRATCH_SEG: u32 = 1 << 31;
 
 const KIND_READ: u8 = 0;
 const KIND_WRITE: u8 = 1;
@@ -425,8 +430,9 @@ impl FanoutQueue {
 
     /// Take a record for `sub` and hand it to the engine.
     fn engine_sub(&mut self, sub: SubOp) -> io::Result<()> {
-        if sub.kind == KIND_READ && !sub.scratch {
-            // A member read lands in the slot buffer: no longer all zeros.
+        if sub.kind == KIND_READ {
+            // A member read may land in the slot buffer: no longer known
+            // to be all zeros.
             self.zeroed[sub.slot as usize] = false;
         }
         let index = self
@@ -447,11 +453,7 @@ impl FanoutQueue {
             KIND_WRITE => MemberOpKind::Write,
             _ => MemberOpKind::Flush,
         };
-        let base = if sub.scratch {
-            self.work[sub.slot as usize].scratch_ptr()
-        } else {
-            self.buffers[sub.slot as usize].as_mut_ptr()
-        };
+        let base = self.buffers[sub.slot as usize].as_mut_ptr();
         let mut op = MemberOp {
             kind,
             file: sub.member,
@@ -465,8 +467,9 @@ impl FanoutQueue {
             user_data: u64::from(index),
         };
         if sub.scratch {
-            // Not a registered buffer: one iovec, not a fixed operation.
-            op.iov_count = self.build_iovecs(&sub, base);
+            // Not (only) the registered buffer: iovecs, not a fixed
+            // operation.
+            op.iov_count = self.build_iovecs(&sub);
             op.iov = &self.iovs[sub.seg_first as usize];
         } else if sub.seg_count == 1 {
             let (start, _) = self.segs[sub.seg_first as usize];
@@ -474,7 +477,7 @@ impl FanoutQueue {
             // buffer (submit checks len <= max_io_bytes, its length).
             op.buf = unsafe { base.add((start + sub.done) as usize) };
         } else if sub.seg_count > 1 {
-            op.iov_count = self.build_iovecs(&sub, base);
+            op.iov_count = self.build_iovecs(&sub);
             op.iov = &self.iovs[sub.seg_first as usize];
         }
         // SAFETY: the slot buffer and the iovecs live in self, which outlives
@@ -485,7 +488,13 @@ impl FanoutQueue {
 
     /// Fill `iovs[seg_first..]` with the part of `sub`'s segments not yet
     /// moved; returns how many iovecs.
-    fn build_iovecs(&mut self, sub: &SubOp, base: *mut u8) -> u32 {
+    fn build_iovecs(&mut self, sub: &SubOp) -> u32 {
+        let buffer = self.buffers[sub.slot as usize].as_mut_ptr();
+        let scratch = if sub.scratch {
+            self.work[sub.slot as usize].scratch_ptr()
+        } else {
+            std::ptr::null_mut()
+        };
         let mut skip = sub.done;
         let mut count = 0u32;
         for k in 0..sub.seg_count {
@@ -494,8 +503,15 @@ impl FanoutQueue {
                 skip -= len;
                 continue;
             }
+            let (base, start) = if start & SCRATCH_SEG != 0 {
+                (scratch, start & !SCRATCH_SEG)
+            } else {
+                (buffer, start)
+            };
             self.iovs[(sub.seg_first + count) as usize] = libc::iovec {
-                // SAFETY (pointer arithmetic): the segment lies inside the slot buffer.
+                // SAFETY (pointer arithmetic): the segment lies inside the
+                // slot buffer, or inside the slot's stripe scratch when it
+                // is marked so (`scratch` is then that scratch's address).
                 iov_base: unsafe { base.add((start + skip) as usize) }.cast(),
                 iov_len: (len - skip) as usize,
             };

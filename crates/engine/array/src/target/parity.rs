@@ -16,7 +16,7 @@
 //! on in the parity). When the array cannot lose the member, the request
 //! fails with the error.
 
-use super::{FanoutQueue, Shape, SubOp, KIND_READ, KIND_WRITE};
+use super::{FanoutQueue, Shape, SubOp, KIND_READ, KIND_WRITE, SCRATCH_SEG};
 use crate::stripe::{BlockIo, Column, Mode, Place};
 use nvraid_io::AlignedBuf;
 use nvraid_parity::Kernel;
@@ -234,52 +234,74 @@ impl FanoutQueue {
         self.stripe_issue(slot, KIND_READ, false)
     }
 
-    /// Issue the slot's planned member operations (`work.ios`); when none
-    /// is left waiting on the engine, go on at once.
+    /// Issue the slot's planned member operations (`work.ios`): blocks
+    /// adjacent on one member (the same member's chunks of consecutive
+    /// stripes) go as one vectored operation. When none is left waiting on
+    /// the engine, go on at once.
     fn stripe_issue(&mut self, slot: u32, kind: u8, dsync: bool) -> io::Result<()> {
-        let ios = std::mem::take(&mut self.work[slot as usize].ios);
+        let mut ios = std::mem::take(&mut self.work[slot as usize].ios);
+        ios.sort_unstable_by_key(|io| (io.member, io.member_offset));
         let seg_base = slot * self.segs_per_slot;
         let mut waiting = 0;
-        for (k, io) in ios.iter().enumerate() {
-            let (scratch, buf_offset) = match io.at {
-                Place::Request(at) => (false, at as u32),
-                Place::Scratch(at) => (true, at as u32),
-            };
-            let seg = seg_base + k as u32;
-            self.segs[seg as usize] = (buf_offset, io.len);
-            if self.null[io.member as usize] {
+        let mut issued = 0;
+        let mut k = 0;
+        while k < ios.len() {
+            let first = ios[k];
+            if self.null[first.member as usize] {
                 // A null member keeps nothing: it reads as zeros.
                 if kind == KIND_READ {
-                    let work = &mut self.work[slot as usize];
-                    let range = buf_offset as usize..(buf_offset + io.len) as usize;
-                    if scratch {
-                        work.scratch[range].fill(0);
-                    } else {
-                        self.buffers[slot as usize][range].fill(0);
-                        self.zeroed[slot as usize] = false;
+                    let range = |at: usize| at..at + first.len as usize;
+                    match first.at {
+                        Place::Scratch(at) => self.work[slot as usize].scratch[range(at)].fill(0),
+                        Place::Request(at) => {
+                            self.buffers[slot as usize][range(at)].fill(0);
+                            self.zeroed[slot as usize] = false;
+                        }
                     }
                 }
-                self.count(io.member, u64::from(io.len), false);
+                self.count(first.member, u64::from(first.len), false);
+                k += 1;
                 continue;
             }
-            if kind == KIND_WRITE && k > 0 {
-                crate::failpoint::hit("stripe-write");
-            }
-            waiting += 1;
-            self.work[slot as usize].outstanding += 1;
-            self.engine_sub(SubOp {
+            let mut sub = SubOp {
                 slot,
-                member: io.member,
+                member: first.member,
                 kind,
                 dsync,
-                member_offset: io.member_offset,
-                seg_first: seg,
-                seg_count: 1,
-                len: io.len,
+                member_offset: first.member_offset,
+                seg_first: seg_base + k as u32,
+                seg_count: 0,
+                len: 0,
                 done: 0,
                 stripe: true,
-                scratch,
-            })?;
+                scratch: false,
+            };
+            while k < ios.len() {
+                let io = ios[k];
+                let adjacent = io.member == sub.member
+                    && io.member_offset == sub.member_offset + u64::from(sub.len);
+                if !adjacent || sub.seg_count as usize >= libc::UIO_MAXIOV as usize {
+                    break;
+                }
+                let start = match io.at {
+                    Place::Request(at) => at as u32,
+                    Place::Scratch(at) => {
+                        sub.scratch = true;
+                        at as u32 | SCRATCH_SEG
+                    }
+                };
+                self.segs[(seg_base + k as u32) as usize] = (start, io.len);
+                sub.seg_count += 1;
+                sub.len += io.len;
+                k += 1;
+            }
+            if kind == KIND_WRITE && issued > 0 {
+                crate::failpoint::hit("stripe-write");
+            }
+            issued += 1;
+            waiting += 1;
+            self.work[slot as usize].outstanding += 1;
+            self.engine_sub(sub)?;
         }
         self.work[slot as usize].ios = ios;
         if waiting == 0 {
