@@ -310,6 +310,21 @@ impl ParityShape {
         (self.logical(col.stripe, d, col.lo) - request_offset) as usize
     }
 
+    /// The blocks to read to recover `lost`: every other one, except that
+    /// one lost block never needs Q (a data block comes back from P and the
+    /// other data, P from the data), and a lost Q needs neither P.
+    fn needed_for(&self, lost: u64) -> u64 {
+        let mut blocks = (self.data_bits() | self.parity_bits()) & !lost;
+        if lost.count_ones() == 1 && self.parity == 2 {
+            let (p, q) = (1u64 << self.data, 1u64 << (self.data + 1));
+            blocks &= !q;
+            if lost == q {
+                blocks &= !p;
+            }
+        }
+        blocks
+    }
+
     /// The member reads the column needs before its parity can be computed
     /// (`scratch_base`: where its scratch starts; the request starts at
     /// array byte `request_offset`).
@@ -324,9 +339,7 @@ impl ParityShape {
             Mode::Full => 0,
             Mode::Rcw => self.data_bits() & !col.written,
             Mode::Rmw => col.written | self.parity_bits(),
-            Mode::Rebuild | Mode::ReadRebuild => {
-                (self.data_bits() | self.parity_bits()) & !col.lost
-            }
+            Mode::Rebuild | Mode::ReadRebuild => self.needed_for(col.lost),
             Mode::ReadDirect => col.written,
         };
         for b in bits(blocks) {
@@ -1175,7 +1188,8 @@ mod tests {
         offset: u64,
         writable: impl Fn(u32) -> bool,
     ) {
-        let mut scratch = vec![0u8; s.scratch_len(col)];
+        // Bytes not read must never be used: start from garbage.
+        let mut scratch = vec![0xeeu8; s.scratch_len(col)];
         let mut reads = Vec::new();
         s.reads(col, offset, 0, &mut reads);
         for io in &reads {
