@@ -45,6 +45,16 @@ pub struct ServeArgs {
     /// Most clients connected at once; more are refused.
     #[arg(long, default_value_t = 16)]
     pub max_connections: u32,
+    /// Seconds a client has to finish the handshake (all of it).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub handshake_timeout: u64,
+    /// When every connection slot is taken, a new client takes the slot of
+    /// the connection idle longest, if that one has had no request for this
+    /// many seconds (0: never; idle clients are never closed while slots
+    /// are free).
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    pub idle_timeout: u64,
     /// Largest READ/WRITE in bytes (advertised as the maximum block size).
     #[arg(long, value_name = "BYTES", default_value_t = 32 << 20)]
     pub max_request: u32,
@@ -93,6 +103,9 @@ impl ServeArgs {
             tls,
             tls_files,
             connections_max: self.max_connections,
+            handshake_timeout: std::time::Duration::from_secs(self.handshake_timeout),
+            idle_timeout: (self.idle_timeout > 0)
+                .then(|| std::time::Duration::from_secs(self.idle_timeout)),
             request_max_bytes: self.max_request,
             inflight_max: self.max_inflight,
             inflight_max_bytes: defaults

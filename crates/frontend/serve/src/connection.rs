@@ -9,9 +9,10 @@
 
 use std::io::{self, BufWriter, Read, Write};
 use std::net::Shutdown;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use nvraid_nbd::consts::{cmd_flags, REQUEST_HEADER_BYTES};
 use nvraid_nbd::server::BASE_ALLOCATION_ID;
@@ -56,6 +57,11 @@ pub(crate) struct Connection {
     pub counters: Counters,
     pub tls: Mutex<bool>,
     socket: Stream,
+    /// In the transmission phase (past the handshake).
+    serving: AtomicBool,
+    /// When its last request arrived, in milliseconds since the server
+    /// started.
+    last_request_ms: AtomicU64,
     replies: SyncSender<Outgoing>,
     permits: Mutex<(u32, u64)>,
     permit_freed: Condvar,
@@ -132,9 +138,28 @@ impl Connection {
         }
     }
 
-    /// Stop reading from the client (used on server shutdown).
+    /// Stop reading from the client (server shutdown, or an idle client
+    /// making way for a new one).
     pub(crate) fn stop_reading(&self) {
         self.socket.shutdown(Shutdown::Read);
+    }
+
+    fn note_request(&self) {
+        let now = self.shared.started.elapsed().as_millis() as u64;
+        self.last_request_ms.store(now, Ordering::Relaxed);
+    }
+
+    /// How long the connection has been idle: past its handshake, no
+    /// request in flight and none received for this long (`None` when it
+    /// is not idle).
+    pub(crate) fn idle_for(&self) -> Option<Duration> {
+        if !self.serving.load(Ordering::Acquire) || self.permits.lock().expect("permit lock").0 > 0
+        {
+            return None;
+        }
+        let now = self.shared.started.elapsed().as_millis() as u64;
+        let last = self.last_request_ms.load(Ordering::Relaxed);
+        Some(Duration::from_millis(now.saturating_sub(last)))
     }
 }
 
@@ -153,6 +178,8 @@ pub(crate) fn run(shared: Arc<Shared>, stream: Stream, id: u64, client: String) 
         counters: Counters::default(),
         tls: Mutex::new(false),
         socket,
+        serving: AtomicBool::new(false),
+        last_request_ms: AtomicU64::new(0),
         replies,
         permits: Mutex::new((0, 0)),
         permit_freed: Condvar::new(),
@@ -171,12 +198,21 @@ pub(crate) fn run(shared: Arc<Shared>, stream: Stream, id: u64, client: String) 
 /// The handshake; `None` when the client left or was refused.
 fn negotiate(connection: &Arc<Connection>, mut channel: Channel) -> Option<(Channel, Negotiated)> {
     let shared = &connection.shared;
-    let _ = channel
-        .stream()
-        .set_read_timeout(Some(shared.options.handshake_timeout));
+    let limit = shared.options.handshake_timeout;
+    let deadline = Instant::now() + limit;
     let mut handshake = ServerHandshake::new(Arc::clone(&shared.handshake));
     let mut buffer = [0u8; 4096];
     loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            connection.log(&format!(
+                "event=disconnected phase=handshake reason=\"handshake not finished within {}s\"",
+                limit.as_secs_f64()
+            ));
+            return None;
+        }
+        // Every read waits at most until the deadline.
+        let _ = channel.stream().set_read_timeout(Some(left));
         let output = handshake.take_output();
         if let Err(e) = channel.write_all(&output).and_then(|_| channel.flush()) {
             connection.log(&format!("event=disconnected phase=handshake error=\"{e}\""));
@@ -191,6 +227,18 @@ fn negotiate(connection: &Arc<Connection>, mut channel: Channel) -> Option<(Chan
                 return None;
             }
             Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                connection.log(&format!(
+                    "event=disconnected phase=handshake reason=\"handshake not finished within {}s\"",
+                    limit.as_secs_f64()
+                ));
+                return None;
+            }
             Err(e) => {
                 connection.log(&format!("event=disconnected phase=handshake error=\"{e}\""));
                 return None;
@@ -283,6 +331,8 @@ fn transmit(
         .name(format!("nbd-reply-{}", connection.id))
         .spawn(move || write_replies(&writer_connection, writer, outbox, structured));
     let mut inline = InlineRunner::open(&shared.target, shared.options.io_max_bytes);
+    connection.note_request();
+    connection.serving.store(true, Ordering::Release);
     let reason = read_requests(connection, &mut reader, &rules, inline.as_mut());
     connection.wait_idle();
     let _ = connection.replies.send(Outgoing::Close);
@@ -310,6 +360,7 @@ fn read_requests(
             Ok(false) => return "client closed the connection".into(),
             Err(e) => return format!("disconnected mid-request: {e}"),
         }
+        connection.note_request();
         let request = match RequestHeader::parse(&header) {
             Ok(request) => request,
             Err(e) => {

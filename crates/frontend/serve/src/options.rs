@@ -101,8 +101,15 @@ pub struct ServeOptions {
     pub queue_depth: u32,
     /// Largest single I/O a worker submits (requests are split).
     pub io_max_bytes: u32,
-    /// A client must finish the handshake within this time.
+    /// A client must finish the whole handshake within this time (a
+    /// deadline, not a per-read timeout: a client trickling bytes cannot
+    /// hold its slot either).
     pub handshake_timeout: Duration,
+    /// When every connection slot is taken and another client arrives, the
+    /// connection idle longest (no request in flight, none received for at
+    /// least this long) is closed to make room for it; `None`: never. A
+    /// client idle while slots are free is never disturbed.
+    pub idle_timeout: Option<Duration>,
     /// Control socket path; `None` for none.
     pub control_socket: Option<PathBuf>,
     pub log: LogSink,
@@ -147,7 +154,8 @@ impl Default for ServeOptions {
             workers: cores.clamp(1, 8),
             queue_depth: 32,
             io_max_bytes: 1 << 20,
-            handshake_timeout: Duration::from_secs(30),
+            handshake_timeout: Duration::from_secs(10),
+            idle_timeout: Some(Duration::from_secs(60)),
             control_socket: None,
             log: stderr_log(),
             status_hook: None,

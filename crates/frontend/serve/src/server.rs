@@ -341,7 +341,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: &Arc<Listener>) {
                 continue;
             }
         };
-        if !admit(shared) {
+        if !admit(shared) && !make_room(shared, &client) {
             shared.log(&format!(
                 "client={client} event=refused reason=\"connection limit ({}) reached\"",
                 shared.options.connections_max
@@ -356,6 +356,48 @@ fn accept_loop(shared: &Arc<Shared>, listener: &Arc<Listener>) {
             shared.finished();
         }
     }
+}
+
+/// Every slot is taken and `client` wants one: close the connection idle
+/// longest, if it has been idle for the idle timeout, and admit the client
+/// once its slot is free. False (nothing closed) when no connection
+/// qualifies.
+fn make_room(shared: &Shared, client: &str) -> bool {
+    let Some(limit) = shared.options.idle_timeout else {
+        return false;
+    };
+    let victim = {
+        let connections = shared.connections.lock().expect("registry");
+        connections
+            .values()
+            .filter_map(|c| c.idle_for().map(|idle| (idle, Arc::clone(c))))
+            .filter(|(idle, _)| *idle >= limit)
+            .max_by_key(|(idle, _)| *idle)
+    };
+    let Some((idle, victim)) = victim else {
+        return false;
+    };
+    victim.log(&format!(
+        "event=evicted reason=\"idle for {:.1}s while the connection limit ({}) was reached; client={client} takes its slot\"",
+        idle.as_secs_f64(),
+        shared.options.connections_max
+    ));
+    victim.stop_reading();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut active = shared.active.lock().expect("active count");
+    while *active >= shared.options.connections_max {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        active = shared
+            .active_changed
+            .wait_timeout(active, left)
+            .expect("active count")
+            .0;
+    }
+    *active += 1;
+    true
 }
 
 /// Count a new connection if the limit allows.

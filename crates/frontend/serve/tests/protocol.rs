@@ -515,6 +515,120 @@ fn connection_flood_beyond_the_limit_is_refused() {
     still_serving(&server);
 }
 
+/// Clients that finish the handshake and sit idle hold every slot: a new
+/// client takes the slot of the one idle longest once it has been idle for
+/// the idle timeout, and is served; the idle client's slot is given up
+/// with a log line that says why. Without the timeout the new client is
+/// refused, as before.
+#[test]
+fn an_idle_client_makes_way_for_a_new_one_when_the_slots_are_full() {
+    let server = TestServer::start_with(MemTarget::new(MIB, 512), |o| {
+        o.connections_max = 3;
+        o.idle_timeout = Some(Duration::from_millis(500));
+    });
+    let mut held: Vec<Client> = (0..3).map(|_| connect(&server, true)).collect();
+    // The third keeps working: it is never the one to go.
+    for _ in 0..6 {
+        std::thread::sleep(Duration::from_millis(150));
+        assert_eq!(held[2].call(Command::Read, 0, 0, 512, &[]).error, 0);
+    }
+    let mut newcomer = connect(&server, true);
+    assert_eq!(newcomer.call(Command::Read, 0, 0, 512, &[]).error, 0);
+    server.wait_log(&["event=evicted", "idle for", "connection limit (3)"]);
+    assert_eq!(
+        held[2].call(Command::Read, 0, 0, 512, &[]).error,
+        0,
+        "the busy client is still served"
+    );
+    // One of the first two was closed.
+    let mut closed = 0;
+    for client in &mut held[..2] {
+        let mut byte = [0u8; 1];
+        client
+            .stream
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        // A closed connection reads its end; an open idle one times out.
+        match client.stream.read(&mut byte) {
+            Ok(0) => closed += 1,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(closed, 1, "exactly one idle client made way");
+
+    let strict = TestServer::start_with(MemTarget::new(MIB, 512), |o| {
+        o.connections_max = 2;
+        o.idle_timeout = None;
+    });
+    let _held: Vec<Client> = (0..2).map(|_| connect(&strict, true)).collect();
+    std::thread::sleep(Duration::from_millis(600));
+    let mut extra = UnixStream::connect(&strict.socket).unwrap();
+    extra
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    assert_eq!(
+        extra.read(&mut byte).unwrap(),
+        0,
+        "refused without a timeout"
+    );
+}
+
+/// Clients that connect and never finish the handshake (silent, or
+/// trickling a byte now and then) lose their slot at the handshake
+/// deadline, so a real client gets in.
+#[test]
+fn the_handshake_has_a_deadline_not_a_per_read_timeout() {
+    let server = TestServer::start_with(MemTarget::new(MIB, 512), |o| {
+        o.connections_max = 2;
+        o.handshake_timeout = Duration::from_millis(800);
+        o.idle_timeout = None;
+    });
+    let _silent = UnixStream::connect(&server.socket).unwrap();
+    let trickler = UnixStream::connect(&server.socket).unwrap();
+    let started = std::time::Instant::now();
+    let trickle = std::thread::spawn(move || {
+        let mut trickler = trickler;
+        let mut greeting = [0u8; 18];
+        let _ = trickler.read_exact(&mut greeting);
+        // One byte of the client flags every 300 ms: each read finishes
+        // well inside any per-read timeout.
+        for _ in 0..10 {
+            if trickler.write_all(&[0]).is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    });
+    server.wait_log(&[
+        "event=disconnected",
+        "phase=handshake",
+        "handshake not finished within 0.8s",
+    ]);
+    let mut client = connect(&server, true);
+    assert_eq!(client.call(Command::Read, 0, 0, 512, &[]).error, 0);
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    trickle.join().unwrap();
+    let lines = server.log_lines();
+    let gone = lines
+        .iter()
+        .filter(|l| l.contains("handshake not finished within"))
+        .count();
+    assert_eq!(
+        gone, 2,
+        "both the silent and the trickling client lost their slots: {lines:?}"
+    );
+}
+
 #[test]
 fn shutdown_finishes_in_flight_requests_and_flushes() {
     let server = TestServer::start(MemTarget::new(16 * MIB, 512));
