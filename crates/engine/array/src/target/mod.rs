@@ -230,10 +230,15 @@ pub struct FanoutQueue {
     parity: Option<crate::stripe::ParityShape>,
     work: Vec<parity::StripeWork>,
     parked: Vec<u32>,
+    /// Looks in a row that found only requests waiting on other queues.
+    idle_looks: u32,
     /// Slots whose round waits for its partial parity log to be durable.
     logging: Vec<u32>,
     scratch_cap: usize,
 }
+
+/// Looks that yield before a waiting queue starts to sleep between them.
+const IDLE_LOOKS_BEFORE_SLEEP: u32 = 4096;
 
 /// A segment start with this bit set is an offset in the slot's stripe
 /// scratch rather than in its buffer.
@@ -335,6 +340,7 @@ impl FanoutQueue {
                 None => Vec::new(),
             },
             parked: Vec::with_capacity(depth as usize),
+            idle_looks: 0,
             logging: Vec::with_capacity(depth as usize),
             scratch_cap: parity.map_or(0, |p| Self::scratch_cap(&p, max_io_bytes)),
         })
@@ -1076,10 +1082,20 @@ impl Queue for FanoutQueue {
             };
             let waiting = !self.parked.is_empty() || !self.logging.is_empty();
             if wait > 0 && waiting && self.inflight.iter().all(|&n| n == 0) {
-                // Only requests waiting for stripes other queues hold:
-                // nothing of ours will complete; look again shortly.
-                std::thread::sleep(std::time::Duration::from_micros(20));
+                // Only requests waiting for stripes or logs other queues
+                // hold: nothing of ours will complete. Let the others run
+                // and look again; after a while, sleep between looks (a
+                // sleep's wake-up costs tens of microseconds here, most of
+                // a PPL write's time when every wait slept).
+                self.idle_looks += 1;
+                if self.idle_looks < IDLE_LOOKS_BEFORE_SLEEP {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(std::time::Duration::from_micros(20));
+                }
                 wait = 0;
+            } else {
+                self.idle_looks = 0;
             }
             self.harvest(wait)?;
             if self.ready.is_empty() && (passed >= min_complete || self.busy_slots == 0) {
