@@ -1,4 +1,5 @@
-//! A seeded simulator of bad days: rounds of writes (through the simple
+//! A seeded simulator of bad days, RAID 1, 10, 5 (with and without md's
+//! partial parity log) and 6: rounds of writes (through the simple
 //! path and the fast queues), a member failing under I/O, crashes (the
 //! array dropped without an orderly close), reassembly, rebuild onto a new
 //! member, and repair, all checked against a reference model of the
@@ -16,11 +17,12 @@ use nvraid_array::recovery::{self, Mode};
 use nvraid_array::{assemble, create, Array, AssembleOptions, CreateOptions, FanoutTarget};
 use nvraid_io::engine::{EngineKind, FaultPlan};
 use nvraid_io::queue::{OpKind, Target};
+use nvraid_layout::parity::ParityLayout;
 use nvraid_layout::Level;
 use nvraid_member::{Member, OpenOptions};
 use std::sync::Arc;
 
-const LEVELS: [(Level, usize); 6] = [
+const LEVELS: [(Level, usize); 10] = [
     (Level::Raid1, 2),
     (Level::Raid1, 3),
     (Level::Raid10 { near: 2 }, 3),
@@ -38,6 +40,30 @@ const LEVELS: [(Level, usize); 6] = [
             offset: true,
         },
         4,
+    ),
+    (
+        Level::Raid5 {
+            layout: ParityLayout::LeftSymmetric,
+        },
+        3,
+    ),
+    (
+        Level::Raid5 {
+            layout: ParityLayout::RightAsymmetric,
+        },
+        4,
+    ),
+    (
+        Level::Raid6 {
+            layout: ParityLayout::LeftSymmetric,
+        },
+        4,
+    ),
+    (
+        Level::Raid6 {
+            layout: ParityLayout::LeftAsymmetric,
+        },
+        5,
     ),
 ];
 
@@ -194,6 +220,12 @@ fn round(seed: u64) {
         .map(|i| dir.path().join(format!("m{i}.img")).display().to_string())
         .collect();
     let chunk = 4096 << rng.below(3);
+    // RAID 5 keeps md's partial parity log in half of its rounds.
+    let bitmap = if level.parity_chunks() == 1 && rng.below(2) == 0 {
+        nvraid_array::BitmapChoice::Ppl
+    } else {
+        nvraid_array::BitmapChoice::Auto
+    };
     let array = create(
         &specs,
         &CreateOptions {
@@ -203,7 +235,7 @@ fn round(seed: u64) {
             size_bytes: Some(4 << 20),
             force: false,
             direct: true,
-            bitmap: nvraid_array::BitmapChoice::Auto,
+            bitmap,
         },
     )
     .unwrap_or_else(|e| panic!("seed {seed}: create {level}: {e}"));
