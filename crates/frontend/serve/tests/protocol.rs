@@ -142,6 +142,17 @@ impl Client {
     }
 }
 
+/// A new connection is closed by the server before any byte (refused at
+/// accept).
+fn assert_closed_at_accept(server: &TestServer, what: &str) {
+    let mut extra = UnixStream::connect(&server.socket).unwrap();
+    extra
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    assert_eq!(extra.read(&mut byte).unwrap(), 0, "{what}");
+}
+
 /// The server still serves a well-behaved client.
 fn still_serving(server: &TestServer) {
     let mut client = connect(server, true);
@@ -489,16 +500,7 @@ fn garbage_after_the_handshake_disconnects() {
 fn connection_flood_beyond_the_limit_is_refused() {
     let server = TestServer::start_with(MemTarget::new(MIB, 512), |o| o.connections_max = 3);
     let mut held: Vec<Client> = (0..3).map(|_| connect(&server, true)).collect();
-    let mut extra = UnixStream::connect(&server.socket).unwrap();
-    extra
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    let mut byte = [0u8; 1];
-    assert_eq!(
-        extra.read(&mut byte).unwrap(),
-        0,
-        "connection beyond the limit was served"
-    );
+    assert_closed_at_accept(&server, "connection beyond the limit was served");
     server.wait_log(&["event=refused", "connection limit (3) reached"]);
     for client in &mut held {
         assert_eq!(client.call(Command::Read, 0, 0, 512, &[]).error, 0);
@@ -567,16 +569,7 @@ fn an_idle_client_makes_way_for_a_new_one_when_the_slots_are_full() {
     });
     let _held: Vec<Client> = (0..2).map(|_| connect(&strict, true)).collect();
     std::thread::sleep(Duration::from_millis(600));
-    let mut extra = UnixStream::connect(&strict.socket).unwrap();
-    extra
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    let mut byte = [0u8; 1];
-    assert_eq!(
-        extra.read(&mut byte).unwrap(),
-        0,
-        "refused without a timeout"
-    );
+    assert_closed_at_accept(&strict, "refused without a timeout");
 }
 
 /// Clients that connect and never finish the handshake (silent, or
