@@ -75,6 +75,23 @@ pub trait Engine {
     /// while it runs; -1 empties the entry). Operations already queued on
     /// the old file finish on it.
     fn update_file(&mut self, index: u32, fd: RawFd) -> io::Result<()>;
+
+    /// Put a remote member at `index` (None: none there). Only
+    /// [`crate::remote::MixedEngine`] can hold remote members.
+    fn update_remote(
+        &mut self,
+        index: u32,
+        remote: Option<&std::sync::Arc<dyn crate::remote::RemoteFile>>,
+    ) -> io::Result<()> {
+        let _ = index;
+        match remote {
+            None => Ok(()),
+            Some(_) => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "this engine cannot reach remote members",
+            )),
+        }
+    }
 }
 
 /// Which engine to use.

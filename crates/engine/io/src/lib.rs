@@ -5,6 +5,8 @@
 //!   (an array, a single raw member, a test double). The benchmark and the
 //!   NBD server drive targets only through it.
 //! - [`engine`]: the io_uring and psync engines that execute member operations.
+//! - [`remote`]: members reached over a network (one channel per worker)
+//!   and the engine that puts them beside local files.
 //! - [`buf`]: heap buffers aligned for O_DIRECT.
 //! - [`sys`]: thin, checked wrappers over the system calls nvraid needs that
 //!   `std` lacks (positioned full reads/writes, block-device ioctls, memfd,
@@ -13,6 +15,7 @@
 pub mod buf;
 pub mod engine;
 pub mod queue;
+pub mod remote;
 pub mod sys;
 
 pub use buf::AlignedBuf;

@@ -164,3 +164,45 @@ pub fn point_at_null(file: &File) -> io::Result<()> {
 pub fn dev_major_minor(dev: u64) -> (u32, u32) {
     (libc::major(dev), libc::minor(dev))
 }
+
+/// poll(2): wait until one of `fds` is ready or `timeout_ms` passed (-1:
+/// no limit). Interruptions and errors count as a wake-up; the caller
+/// looks again either way.
+pub fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> usize {
+    // SAFETY: `fds` is a valid slice of pollfd for its length.
+    let ret = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+    ret.max(0) as usize
+}
+
+/// readv(2) on a socket or pipe: bytes read (0 at end of stream).
+///
+/// # Safety
+/// Every iovec must describe memory valid for writes of its length.
+pub unsafe fn readv(fd: i32, iov: &[libc::iovec]) -> io::Result<usize> {
+    // SAFETY: forwarded from the caller.
+    let ret = unsafe { libc::readv(fd, iov.as_ptr(), iov.len().min(1024) as i32) };
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret as usize)
+    }
+}
+
+/// writev(2) on a socket (with MSG_NOSIGNAL semantics: a closed peer is
+/// EPIPE, never SIGPIPE): bytes written.
+///
+/// # Safety
+/// Every iovec must describe memory valid for reads of its length.
+pub unsafe fn send_vectored(fd: i32, iov: &[libc::iovec]) -> io::Result<usize> {
+    // SAFETY: an all-zero msghdr is valid; the iovecs are the caller's.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.as_ptr().cast_mut();
+    msg.msg_iovlen = iov.len().min(1024) as _;
+    // SAFETY: `msg` points at the caller's valid iovecs.
+    let ret = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret as usize)
+    }
+}

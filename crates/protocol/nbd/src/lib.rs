@@ -8,6 +8,8 @@
 //!   newstyle handshake as state machines (bytes in, events and bytes out).
 //! - [`transmission`]: request headers, simple and structured replies, and
 //!   [`transmission::RequestRules`], the checks a request must pass.
+//! - [`reply::ReplyReader`]: the client side of transmission replies
+//!   (simple and structured), every wire length bounded by the request.
 //! - [`error::ErrorCode`]: the one place errno becomes a wire error.
 //!
 //! The protocol is described in NetworkBlockDevice/nbd, doc/proto.md.
@@ -16,6 +18,7 @@ pub mod client;
 pub mod consts;
 pub mod error;
 pub mod option;
+pub mod reply;
 pub mod server;
 pub mod transmission;
 mod wire;

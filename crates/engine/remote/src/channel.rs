@@ -1,0 +1,900 @@
+//! One worker's pipelined connection to an NBD export.
+//!
+//! Operations become NBD requests (split at the server's maximum payload),
+//! each under its own cookie (`sequence << 32 | slot`, so a stale or
+//! invented cookie is recognised). Requests are sent with vectored,
+//! non-blocking sends straight from the operation's buffers; replies are
+//! read through a small staging buffer (many small replies per `recv`),
+//! and a large read's data goes from the socket straight into the
+//! operation's buffers. Everything runs on the thread that owns the
+//! channel: no hand-off per request.
+//!
+//! The bad day:
+//! - A request older than the request timeout, a closed connection or a
+//!   reply that breaks the protocol ends the connection.
+//! - Reads in flight on it are sent again on a new connection (once);
+//!   writes and flushes fail with EIO, and the array above decides (a
+//!   redundant array marks the member faulty and goes on; RAID 0 reports
+//!   the error).
+//! - While the server cannot be reached, new operations fail at once
+//!   with the reason's errno, and a new connection is tried with backoff
+//!   (250 ms doubling to 5 s).
+
+use crate::session::{self, ExportInfo, Session};
+use crate::uri::NbdUri;
+use nvraid_io::engine::{MemberOp, MemberOpKind};
+use nvraid_io::remote::Channel;
+use nvraid_nbd::consts::cmd_flags;
+use nvraid_nbd::reply::{Event, ReplyReader, Sent, Want};
+use nvraid_nbd::transmission::{Command, RequestHeader};
+use nvraid_nbd::ErrorCode;
+use std::collections::VecDeque;
+use std::io;
+use std::os::fd::RawFd;
+use std::time::{Duration, Instant};
+
+/// Timeouts and policies of a remote member.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RemoteOptions {
+    /// A request without a reply for this long ends its connection.
+    pub request_timeout: Duration,
+    /// Connecting and the handshake together.
+    pub connect_timeout: Duration,
+    /// Whether every write carries FUA (set where FLUSH on one connection
+    /// does not cover writes made on another: no CAN_MULTI_CONN).
+    pub write_through: bool,
+}
+
+impl Default for RemoteOptions {
+    fn default() -> Self {
+        RemoteOptions {
+            request_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+            write_through: false,
+        }
+    }
+}
+
+/// Bytes of replies read per `recv` into the staging buffer.
+const STAGING_BYTES: usize = 256 * 1024;
+/// Read data at least this long goes from the socket straight into the
+/// operation's buffer when the staging buffer is empty.
+const DIRECT_MIN_BYTES: u32 = 32 * 1024;
+/// Iovecs in one send.
+const SEND_IOVECS: usize = 64;
+/// Backoff between reconnection attempts.
+const BACKOFF_MIN: Duration = Duration::from_millis(250);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+#[derive(Clone, Copy, Debug)]
+struct OpRec {
+    user_data: u64,
+    kind: MemberOpKind,
+    offset: u64,
+    len: u32,
+    single: libc::iovec,
+    iov: *const libc::iovec,
+    iov_count: u32,
+    parts_left: u32,
+    errno: i32,
+    /// Durable on completion without FUA: a FLUSH follows the write.
+    flush_after: bool,
+    live: bool,
+}
+
+// SAFETY: the pointers are the caller's buffers, valid until completion
+// (the `Channel::push` contract); the channel moves with its worker.
+unsafe impl Send for OpRec {}
+
+impl OpRec {
+    fn iovecs(&self) -> &[libc::iovec] {
+        if self.iov_count == 0 {
+            std::slice::from_ref(&self.single)
+        } else {
+            // SAFETY: `push`'s caller keeps `iov_count` iovecs at `iov`
+            // valid until the operation completes.
+            unsafe { std::slice::from_raw_parts(self.iov, self.iov_count as usize) }
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Wire {
+    op: u32,
+    seq: u32,
+    command: Command,
+    flags: u16,
+    /// Offset on the export, and of this request inside its operation.
+    offset: u64,
+    at: u32,
+    len: u32,
+    /// Read bytes delivered (data or holes).
+    covered: u32,
+    errno: i32,
+    resent: bool,
+    live: bool,
+}
+
+/// A pipelined NBD connection owned by one worker.
+pub struct NbdChannel {
+    uri: NbdUri,
+    options: RemoteOptions,
+    info: ExportInfo,
+    session: Option<Session>,
+    reader: ReplyReader,
+    ops: Vec<OpRec>,
+    free_ops: Vec<u32>,
+    wires: Vec<Wire>,
+    free_wires: Vec<u32>,
+    seq: u32,
+    /// Wires to send, the first `head_sent` bytes of the first already sent.
+    send_queue: VecDeque<u32>,
+    head_sent: usize,
+    headers: Vec<[u8; 28]>,
+    /// Wires in the order they were sent with their deadlines.
+    deadlines: VecDeque<(Instant, u32, u32)>,
+    staging: Vec<u8>,
+    rx_start: usize,
+    rx_end: usize,
+    ready: Vec<(u64, i32)>,
+    live_ops: u32,
+    /// While down: when to try again, and the errno to fail with meanwhile.
+    down: Option<(Instant, i32)>,
+    backoff: Duration,
+    /// Why the connection last ended (for the log and tests).
+    last_failure: Option<String>,
+}
+
+impl std::fmt::Debug for NbdChannel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NbdChannel")
+            .field("uri", &self.uri.to_string())
+            .field("live_ops", &self.live_ops)
+            .finish()
+    }
+}
+
+impl NbdChannel {
+    /// Connect to `uri`; `expected` is what the first connection
+    /// negotiated (a server that now says otherwise is refused).
+    pub fn connect(
+        uri: &NbdUri,
+        options: RemoteOptions,
+        expected: Option<&ExportInfo>,
+    ) -> Result<NbdChannel, session::ConnectError> {
+        let session = session::connect(uri, options.connect_timeout)?;
+        if let Some(expected) = expected {
+            check_same_export(uri, expected, &session.info)?;
+        }
+        Ok(NbdChannel::from_session(uri.clone(), options, session))
+    }
+
+    pub(crate) fn from_session(
+        uri: NbdUri,
+        options: RemoteOptions,
+        session: Session,
+    ) -> NbdChannel {
+        NbdChannel {
+            reader: ReplyReader::new(session.info.structured_replies),
+            info: session.info.clone(),
+            session: Some(session),
+            uri,
+            options,
+            ops: Vec::new(),
+            free_ops: Vec::new(),
+            wires: Vec::new(),
+            free_wires: Vec::new(),
+            seq: 1,
+            send_queue: VecDeque::new(),
+            head_sent: 0,
+            headers: Vec::new(),
+            deadlines: VecDeque::new(),
+            staging: vec![0; STAGING_BYTES],
+            rx_start: 0,
+            rx_end: 0,
+            ready: Vec::new(),
+            live_ops: 0,
+            down: None,
+            backoff: BACKOFF_MIN,
+            last_failure: None,
+        }
+    }
+
+    pub fn info(&self) -> &ExportInfo {
+        &self.info
+    }
+
+    /// Why the connection last ended, if it did.
+    pub fn last_failure(&self) -> Option<&str> {
+        self.last_failure.as_deref()
+    }
+
+    fn alloc_op(&mut self, rec: OpRec) -> u32 {
+        match self.free_ops.pop() {
+            Some(i) => {
+                self.ops[i as usize] = rec;
+                i
+            }
+            None => {
+                self.ops.push(rec);
+                (self.ops.len() - 1) as u32
+            }
+        }
+    }
+
+    fn alloc_wire(&mut self, wire: Wire) -> u32 {
+        match self.free_wires.pop() {
+            Some(i) => {
+                self.wires[i as usize] = wire;
+                i
+            }
+            None => {
+                self.wires.push(wire);
+                self.headers.push([0; 28]);
+                (self.wires.len() - 1) as u32
+            }
+        }
+    }
+
+    fn cookie(&self, wire: u32) -> u64 {
+        (u64::from(self.wires[wire as usize].seq) << 32) | u64::from(wire)
+    }
+
+    /// Put a request for `[at, at + len)` of operation `op` on the send
+    /// queue.
+    fn issue(&mut self, op: u32, command: Command, at: u32, len: u32, flags: u16) {
+        self.seq = self.seq.wrapping_add(1).max(1);
+        let rec = &self.ops[op as usize];
+        let offset = rec.offset + u64::from(at);
+        let wire = self.alloc_wire(Wire {
+            op,
+            seq: self.seq,
+            command,
+            flags,
+            offset,
+            at,
+            len,
+            covered: 0,
+            errno: 0,
+            resent: false,
+            live: true,
+        });
+        self.enqueue(wire);
+    }
+
+    fn enqueue(&mut self, wire: u32) {
+        let w = self.wires[wire as usize];
+        let (offset, length) = match w.command {
+            Command::Flush => (0, 0),
+            _ => (w.offset, w.len),
+        };
+        self.headers[wire as usize] = RequestHeader {
+            flags: w.flags,
+            command: w.command,
+            cookie: self.cookie(wire),
+            offset,
+            length,
+        }
+        .encode();
+        self.send_queue.push_back(wire);
+        self.deadlines
+            .push_back((Instant::now() + self.options.request_timeout, wire, w.seq));
+    }
+
+    fn fail_now(&mut self, user_data: u64, errno: i32) {
+        self.ready.push((user_data, -errno));
+    }
+
+    /// Send as much of the queue as the socket takes.
+    fn flush_send(&mut self) -> io::Result<()> {
+        let Some(session) = &self.session else {
+            return Ok(());
+        };
+        let fd = session.socket.raw_fd();
+        let mut iov: Vec<libc::iovec> = Vec::with_capacity(SEND_IOVECS);
+        while !self.send_queue.is_empty() {
+            iov.clear();
+            let mut skip = self.head_sent;
+            for &wire in self.send_queue.iter() {
+                if iov.len() + 2 > SEND_IOVECS {
+                    break;
+                }
+                let w = self.wires[wire as usize];
+                let header = &self.headers[wire as usize];
+                if skip < header.len() {
+                    iov.push(libc::iovec {
+                        iov_base: header[skip..].as_ptr().cast_mut().cast(),
+                        iov_len: header.len() - skip,
+                    });
+                    skip = 0;
+                } else {
+                    skip -= header.len();
+                }
+                if w.command == Command::Write {
+                    let rec = &self.ops[w.op as usize];
+                    let room = SEND_IOVECS - iov.len();
+                    slice_iovecs(
+                        rec.iovecs(),
+                        w.at as usize + skip,
+                        w.len as usize - skip,
+                        room,
+                        &mut iov,
+                    );
+                    skip = 0;
+                }
+            }
+            // SAFETY: the iovecs point into `headers` (not touched during
+            // the call) and into operations' buffers, valid until they
+            // complete.
+            let sent = match unsafe { nvraid_io::sys::send_vectored(fd, &iov) } {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            self.consume_sent(sent);
+        }
+        Ok(())
+    }
+
+    fn consume_sent(&mut self, mut sent: usize) {
+        while let Some(&wire) = self.send_queue.front() {
+            let w = self.wires[wire as usize];
+            let total = 28
+                + if w.command == Command::Write {
+                    w.len as usize
+                } else {
+                    0
+                };
+            let left = total - self.head_sent;
+            if sent >= left {
+                sent -= left;
+                self.head_sent = 0;
+                self.send_queue.pop_front();
+            } else {
+                self.head_sent += sent;
+                return;
+            }
+        }
+    }
+
+    /// Read what has arrived; Err ends the connection.
+    fn receive(&mut self) -> Result<(), String> {
+        let Some(session) = &self.session else {
+            return Ok(());
+        };
+        let fd = session.socket.raw_fd();
+        loop {
+            if self.rx_start == self.rx_end {
+                self.rx_start = 0;
+                self.rx_end = 0;
+                if let Want::Data { cookie, at, len } = self.reader.want() {
+                    if len >= DIRECT_MIN_BYTES {
+                        match self.read_direct(fd, cookie, at, len)? {
+                            Some(n) => {
+                                let event = self.reader.data_moved(n);
+                                self.on_event(event)?;
+                                continue;
+                            }
+                            None => return Ok(()),
+                        }
+                    }
+                }
+                let staging = &mut self.staging;
+                let iov = [libc::iovec {
+                    iov_base: staging.as_mut_ptr().cast(),
+                    iov_len: staging.len(),
+                }];
+                // SAFETY: the iovec covers the staging buffer.
+                match unsafe { nvraid_io::sys::readv(fd, &iov) } {
+                    Ok(0) => return Err("the server closed the connection".into()),
+                    Ok(n) => self.rx_end = n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(format!("receive failed: {e}")),
+                }
+            }
+            let avail = self.rx_end - self.rx_start;
+            let event = match self.reader.want() {
+                Want::Bytes(n) => {
+                    let take = n.min(avail);
+                    let src = &self.staging[self.rx_start..self.rx_start + take];
+                    self.reader.buffer()[..take].copy_from_slice(src);
+                    self.rx_start += take;
+                    let wires = &self.wires;
+                    let lookup = |cookie: u64| sent_for(wires, cookie);
+                    self.reader
+                        .filled(take, &lookup)
+                        .map_err(|e| format!("protocol error: {e}"))?
+                }
+                Want::Data { cookie, at, len } => {
+                    let take = (len as usize).min(avail);
+                    let w = self.wires[cookie as u32 as usize];
+                    let rec = &self.ops[w.op as usize];
+                    let src = &self.staging[self.rx_start..self.rx_start + take];
+                    copy_into_iovecs(rec.iovecs(), w.at as usize + at as usize, src);
+                    self.rx_start += take;
+                    self.reader.data_moved(take as u32)
+                }
+            };
+            self.on_event(event)?;
+        }
+    }
+
+    /// readv straight into an operation's buffers. None: nothing to read.
+    fn read_direct(
+        &mut self,
+        fd: RawFd,
+        cookie: u64,
+        at: u32,
+        len: u32,
+    ) -> Result<Option<u32>, String> {
+        let w = self.wires[cookie as u32 as usize];
+        let rec = &self.ops[w.op as usize];
+        let mut iov = Vec::with_capacity(16);
+        slice_iovecs(
+            rec.iovecs(),
+            (w.at + at) as usize,
+            len as usize,
+            1024,
+            &mut iov,
+        );
+        loop {
+            // SAFETY: the iovecs lie inside the operation's buffers, which
+            // stay valid and unused by others until it completes.
+            match unsafe { nvraid_io::sys::readv(fd, &iov) } {
+                Ok(0) => return Err("the server closed the connection".into()),
+                Ok(n) => return Ok(Some(n as u32)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(format!("receive failed: {e}")),
+            }
+        }
+    }
+
+    fn on_event(&mut self, event: Option<Event>) -> Result<(), String> {
+        let Some(event) = event else {
+            return Ok(());
+        };
+        let (cookie, done) = match event {
+            Event::DataEnd {
+                cookie, len, done, ..
+            } => {
+                self.wire_mut(cookie).covered += len;
+                (cookie, done)
+            }
+            Event::Hole {
+                cookie,
+                at,
+                len,
+                done,
+            } => {
+                let w = self.wires[cookie as u32 as usize];
+                let rec = &self.ops[w.op as usize];
+                zero_iovecs(rec.iovecs(), (w.at + at) as usize, len as usize);
+                self.wire_mut(cookie).covered += len;
+                (cookie, done)
+            }
+            Event::Error {
+                cookie,
+                error,
+                done,
+            } => {
+                let errno = ErrorCode::from_value(error).map_or(libc::EIO, ErrorCode::to_errno);
+                let w = self.wire_mut(cookie);
+                if w.errno == 0 {
+                    w.errno = errno;
+                }
+                (cookie, done)
+            }
+            Event::Done { cookie } => (cookie, true),
+        };
+        if done {
+            let w = self.wires[cookie as u32 as usize];
+            if w.command == Command::Read && w.errno == 0 && w.covered != w.len {
+                return Err(format!(
+                    "protocol error: a read's reply covered {} of its {} bytes",
+                    w.covered, w.len
+                ));
+            }
+            self.finish_wire(cookie as u32, w.errno);
+        }
+        Ok(())
+    }
+
+    fn wire_mut(&mut self, cookie: u64) -> &mut Wire {
+        &mut self.wires[cookie as u32 as usize]
+    }
+
+    /// A request is over: release it and account it to its operation.
+    fn finish_wire(&mut self, wire: u32, errno: i32) {
+        let w = &mut self.wires[wire as usize];
+        w.live = false;
+        let op = w.op;
+        self.free_wires.push(wire);
+        let rec = &mut self.ops[op as usize];
+        if rec.errno == 0 {
+            rec.errno = errno;
+        }
+        rec.parts_left -= 1;
+        if rec.parts_left > 0 {
+            return;
+        }
+        if rec.flush_after && rec.errno == 0 {
+            rec.flush_after = false;
+            rec.parts_left = 1;
+            self.issue(op, Command::Flush, 0, 0, 0);
+            return;
+        }
+        let result = if rec.errno != 0 {
+            -rec.errno
+        } else if rec.kind == MemberOpKind::Flush {
+            0
+        } else {
+            rec.len as i32
+        };
+        rec.live = false;
+        let user_data = rec.user_data;
+        self.free_ops.push(op);
+        self.live_ops -= 1;
+        self.ready.push((user_data, result));
+    }
+
+    /// The connection is over. Reads in flight go again on a new one;
+    /// everything else fails.
+    fn connection_lost(&mut self, reason: String) {
+        self.last_failure = Some(reason);
+        self.session = None;
+        self.reader = ReplyReader::new(self.info.structured_replies);
+        self.send_queue.clear();
+        self.head_sent = 0;
+        self.deadlines.clear();
+        self.rx_start = 0;
+        self.rx_end = 0;
+        let mut again = Vec::new();
+        for index in 0..self.wires.len() as u32 {
+            let w = self.wires[index as usize];
+            if !w.live {
+                continue;
+            }
+            if w.command == Command::Read && !w.resent {
+                again.push(index);
+            } else {
+                self.finish_wire(index, libc::EIO);
+            }
+        }
+        if again.is_empty() {
+            return;
+        }
+        match self.reconnect() {
+            Ok(()) => {
+                for wire in again {
+                    self.seq = self.seq.wrapping_add(1).max(1);
+                    let w = &mut self.wires[wire as usize];
+                    w.seq = self.seq;
+                    w.resent = true;
+                    w.covered = 0;
+                    w.errno = 0;
+                    self.enqueue(wire);
+                }
+            }
+            Err(errno) => {
+                for wire in again {
+                    self.finish_wire(wire, errno);
+                }
+            }
+        }
+    }
+
+    /// Try a new connection now; on failure, back off.
+    fn reconnect(&mut self) -> Result<(), i32> {
+        let fresh = session::connect(&self.uri, self.options.connect_timeout).and_then(|s| {
+            check_same_export(&self.uri, &self.info, &s.info)?;
+            Ok(s)
+        });
+        match fresh {
+            Ok(fresh) => {
+                self.session = Some(fresh);
+                self.reader = ReplyReader::new(self.info.structured_replies);
+                self.down = None;
+                self.backoff = BACKOFF_MIN;
+                Ok(())
+            }
+            Err(e) => {
+                let errno = e.errno();
+                self.last_failure = Some(e.to_string());
+                self.down = Some((Instant::now() + self.backoff, errno));
+                self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
+                Err(errno)
+            }
+        }
+    }
+
+    fn check_deadlines(&mut self) {
+        let now = Instant::now();
+        while let Some(&(deadline, wire, seq)) = self.deadlines.front() {
+            let w = self.wires[wire as usize];
+            if !w.live || w.seq != seq {
+                self.deadlines.pop_front();
+                continue;
+            }
+            if deadline <= now {
+                let reason = format!(
+                    "a request had no reply within {:.1} s",
+                    self.options.request_timeout.as_secs_f64()
+                );
+                self.connection_lost(reason);
+            }
+            return;
+        }
+    }
+
+    /// Block until `user_data`'s operation is passed to `on_complete`
+    /// (the simple, one-request-at-a-time path).
+    pub fn wait_all(&mut self, on_complete: &mut dyn FnMut(u64, i32)) {
+        while self.inflight() > 0 {
+            if self.progress(on_complete) > 0 {
+                continue;
+            }
+            let mut fds = Vec::new();
+            if let Some((fd, events)) = self.poll_fd() {
+                fds.push(libc::pollfd {
+                    fd,
+                    events,
+                    revents: 0,
+                });
+            }
+            let timeout = self
+                .wake_at()
+                .map(|at| at.saturating_duration_since(Instant::now()))
+                .map_or(-1, |t| {
+                    t.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
+                });
+            nvraid_io::sys::poll(&mut fds, timeout);
+        }
+    }
+}
+
+impl Channel for NbdChannel {
+    unsafe fn push(&mut self, op: &MemberOp) -> io::Result<()> {
+        if self.session.is_none() {
+            match self.down {
+                Some((at, errno)) if Instant::now() < at => {
+                    self.fail_now(op.user_data, errno);
+                    return Ok(());
+                }
+                _ => {
+                    if let Err(errno) = self.reconnect() {
+                        self.fail_now(op.user_data, errno);
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        let dsync = op.dsync || (self.options.write_through && op.kind == MemberOpKind::Write);
+        let fua = dsync && self.info.can_fua();
+        let rec = OpRec {
+            user_data: op.user_data,
+            kind: op.kind,
+            offset: op.offset,
+            len: if op.iov_count > 0 {
+                // SAFETY: the caller's iovecs are valid (push contract).
+                unsafe { std::slice::from_raw_parts(op.iov, op.iov_count as usize) }
+                    .iter()
+                    .map(|v| v.iov_len as u32)
+                    .sum()
+            } else {
+                op.len
+            },
+            single: libc::iovec {
+                iov_base: op.buf.cast(),
+                iov_len: op.len as usize,
+            },
+            iov: op.iov,
+            iov_count: op.iov_count,
+            parts_left: 0,
+            errno: 0,
+            flush_after: dsync && !fua && op.kind == MemberOpKind::Write,
+            live: true,
+        };
+        let index = self.alloc_op(rec);
+        self.live_ops += 1;
+        let (command, flags) = match op.kind {
+            MemberOpKind::Read => (Command::Read, 0),
+            MemberOpKind::Write if fua => (Command::Write, cmd_flags::FUA),
+            MemberOpKind::Write => (Command::Write, 0),
+            MemberOpKind::Flush => (Command::Flush, 0),
+        };
+        if command == Command::Flush {
+            self.ops[index as usize].parts_left = 1;
+            self.issue(index, Command::Flush, 0, 0, 0);
+        } else {
+            let max = self.info.maximum_payload.clamp(4096, 32 << 20) / 4096 * 4096;
+            let len = rec.len;
+            if len == 0 {
+                self.live_ops -= 1;
+                self.ops[index as usize].live = false;
+                self.free_ops.push(index);
+                self.ready.push((op.user_data, 0));
+                return Ok(());
+            }
+            self.ops[index as usize].parts_left = len.div_ceil(max);
+            let mut at = 0;
+            while at < len {
+                let part = (len - at).min(max);
+                self.issue(index, command, at, part, flags);
+                at += part;
+            }
+        }
+        if let Err(e) = self.flush_send() {
+            self.connection_lost(format!("send failed: {e}"));
+        }
+        Ok(())
+    }
+
+    fn progress(&mut self, on_complete: &mut dyn FnMut(u64, i32)) -> u32 {
+        if self.session.is_some() {
+            if let Err(e) = self.flush_send() {
+                self.connection_lost(format!("send failed: {e}"));
+            }
+        }
+        if self.session.is_some() {
+            if let Err(reason) = self.receive() {
+                self.connection_lost(reason);
+            }
+        }
+        if self.live_ops > 0 {
+            self.check_deadlines();
+        }
+        let passed = self.ready.len() as u32;
+        for (user_data, result) in self.ready.drain(..) {
+            on_complete(user_data, result);
+        }
+        passed
+    }
+
+    fn inflight(&self) -> u32 {
+        self.live_ops + self.ready.len() as u32
+    }
+
+    fn poll_fd(&self) -> Option<(RawFd, i16)> {
+        let session = self.session.as_ref()?;
+        if self.live_ops == 0 {
+            return None;
+        }
+        let mut events = libc::POLLIN;
+        if !self.send_queue.is_empty() {
+            events |= libc::POLLOUT;
+        }
+        Some((session.socket.raw_fd(), events))
+    }
+
+    fn wake_at(&self) -> Option<Instant> {
+        if !self.ready.is_empty() || self.rx_start < self.rx_end {
+            return Some(Instant::now());
+        }
+        self.deadlines.front().map(|&(at, _, _)| at)
+    }
+}
+
+impl Drop for NbdChannel {
+    fn drop(&mut self) {
+        // An orderly goodbye when nothing is in flight (best effort).
+        if let (Some(session), 0) = (&self.session, self.live_ops) {
+            if self.send_queue.is_empty() {
+                let disc = RequestHeader {
+                    flags: 0,
+                    command: Command::Disconnect,
+                    cookie: 0,
+                    offset: 0,
+                    length: 0,
+                }
+                .encode();
+                let iov = [libc::iovec {
+                    iov_base: disc.as_ptr().cast_mut().cast(),
+                    iov_len: disc.len(),
+                }];
+                // SAFETY: the iovec covers `disc`.
+                let _ = unsafe { nvraid_io::sys::send_vectored(session.socket.raw_fd(), &iov) };
+            }
+        }
+    }
+}
+
+fn sent_for(wires: &[Wire], cookie: u64) -> Option<Sent> {
+    let w = wires.get(cookie as u32 as usize)?;
+    (w.live && u64::from(w.seq) == cookie >> 32).then_some(Sent {
+        command: w.command,
+        offset: w.offset,
+        length: if w.command == Command::Flush {
+            0
+        } else {
+            w.len
+        },
+    })
+}
+
+/// A server answering a new connection must still be the export the array
+/// was built on.
+fn check_same_export(
+    uri: &NbdUri,
+    expected: &ExportInfo,
+    found: &ExportInfo,
+) -> Result<(), session::ConnectError> {
+    let problem = if found.size_bytes < expected.size_bytes {
+        Some(format!(
+            "the export shrank from {} to {} bytes",
+            expected.size_bytes, found.size_bytes
+        ))
+    } else if found.read_only() && !expected.read_only() {
+        Some("the export became read-only".to_string())
+    } else if found.structured_replies != expected.structured_replies {
+        Some("the server changed its reply style".to_string())
+    } else {
+        None
+    };
+    match problem {
+        Some(reason) => Err(session::ConnectError::Io {
+            uri: uri.to_string(),
+            source: io::Error::other(reason),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Append to `out` the iovecs covering `[start, start + len)` of `iov`'s
+/// concatenation, at most `room` of them.
+fn slice_iovecs(
+    iov: &[libc::iovec],
+    mut start: usize,
+    mut len: usize,
+    room: usize,
+    out: &mut Vec<libc::iovec>,
+) {
+    let limit = out.len() + room;
+    for v in iov {
+        if len == 0 || out.len() >= limit {
+            return;
+        }
+        if start >= v.iov_len {
+            start -= v.iov_len;
+            continue;
+        }
+        let take = (v.iov_len - start).min(len);
+        out.push(libc::iovec {
+            // SAFETY (pointer arithmetic only): `start < iov_len`.
+            iov_base: v.iov_base.cast::<u8>().wrapping_add(start).cast(),
+            iov_len: take,
+        });
+        start = 0;
+        len -= take;
+    }
+}
+
+fn copy_into_iovecs(iov: &[libc::iovec], start: usize, src: &[u8]) {
+    let mut parts = Vec::with_capacity(4);
+    slice_iovecs(iov, start, src.len(), usize::MAX / 2, &mut parts);
+    let mut from = 0;
+    for part in parts {
+        // SAFETY: `part` lies inside an operation's buffer (checked by the
+        // reply reader against the request's range), valid for writes
+        // until the operation completes; `src` is a distinct buffer.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                src[from..].as_ptr(),
+                part.iov_base.cast::<u8>(),
+                part.iov_len,
+            )
+        };
+        from += part.iov_len;
+    }
+}
+
+fn zero_iovecs(iov: &[libc::iovec], start: usize, len: usize) {
+    let mut parts = Vec::with_capacity(4);
+    slice_iovecs(iov, start, len, usize::MAX / 2, &mut parts);
+    for part in parts {
+        // SAFETY: as in `copy_into_iovecs`.
+        unsafe { std::ptr::write_bytes(part.iov_base.cast::<u8>(), 0, part.iov_len) };
+    }
+}

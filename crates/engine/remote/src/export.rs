@@ -1,0 +1,203 @@
+//! A remote member: the export's URI and what the server agreed to, the
+//! connection the simple (synchronous) path uses, and new channels for
+//! the fast path's workers.
+
+use crate::channel::{NbdChannel, RemoteOptions};
+use crate::session::{ConnectError, ExportInfo};
+use crate::uri::{NbdUri, UriError};
+use nvraid_io::engine::{MemberOp, MemberOpKind};
+use nvraid_io::remote::{Channel, RemoteFile};
+use std::io;
+use std::sync::Mutex;
+
+/// Why an export cannot be a member.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RemoteError {
+    #[error(transparent)]
+    Uri(#[from] UriError),
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    #[error("{uri}: the export is read-only, and the array needs to write to it")]
+    ReadOnly { uri: String },
+    #[error(
+        "{uri}: the server does not support FLUSH, so writes it acknowledged can be lost when it \
+         crashes or loses power (the array would report them durable); refused for a writable \
+         array (--unsafe-no-flush accepts that risk)"
+    )]
+    NoFlush { uri: String },
+}
+
+/// An NBD export used as a member.
+#[derive(Debug)]
+pub struct RemoteExport {
+    uri: NbdUri,
+    info: ExportInfo,
+    options: RemoteOptions,
+    sync: Mutex<Option<NbdChannel>>,
+}
+
+impl RemoteExport {
+    /// Connect to `spec` (an NBD URI), learn the export, and keep the
+    /// connection for the simple path.
+    pub fn open(
+        spec: &str,
+        write: bool,
+        allow_no_flush: bool,
+        mut options: RemoteOptions,
+    ) -> Result<RemoteExport, RemoteError> {
+        let uri = NbdUri::parse(spec)?;
+        let channel = NbdChannel::connect(&uri, options, None)?;
+        let info = channel.info().clone();
+        if write && info.read_only() {
+            return Err(RemoteError::ReadOnly {
+                uri: uri.to_string(),
+            });
+        }
+        if write && !info.can_flush() && !allow_no_flush {
+            return Err(RemoteError::NoFlush {
+                uri: uri.to_string(),
+            });
+        }
+        // Without CAN_MULTI_CONN, a FLUSH on one connection need not cover
+        // writes made on another, so each write is made durable by itself.
+        options.write_through = !info.can_multi_conn() && info.can_flush();
+        Ok(RemoteExport {
+            uri,
+            info,
+            options,
+            sync: Mutex::new(Some(channel)),
+        })
+    }
+
+    pub fn uri(&self) -> &NbdUri {
+        &self.uri
+    }
+
+    pub fn info(&self) -> &ExportInfo {
+        &self.info
+    }
+
+    pub fn options(&self) -> RemoteOptions {
+        self.options
+    }
+
+    /// One operation on the simple path's connection, waited for.
+    fn sync_op(
+        &self,
+        kind: MemberOpKind,
+        buf: *mut u8,
+        len: usize,
+        offset: u64,
+        dsync: bool,
+    ) -> io::Result<()> {
+        let mut guard = self.sync.lock().unwrap_or_else(|e| e.into_inner());
+        if guard.is_none() {
+            *guard = Some(
+                NbdChannel::connect(&self.uri, self.options, Some(&self.info))
+                    .map_err(|e| io::Error::from_raw_os_error(e.errno()))?,
+            );
+        }
+        let channel = guard.as_mut().expect("connected above");
+        let op = MemberOp {
+            kind,
+            file: 0,
+            offset,
+            buf,
+            len: len as u32,
+            iov: std::ptr::null(),
+            iov_count: 0,
+            buf_index: 0,
+            dsync,
+            user_data: 1,
+        };
+        let mut result = None;
+        // SAFETY: `buf` is valid for `len` bytes for the whole call, and
+        // the call waits for the operation to complete.
+        unsafe { channel.push(&op) }?;
+        channel.wait_all(&mut |_, r| result = Some(r));
+        match result {
+            Some(r) if r < 0 => Err(io::Error::from_raw_os_error(-r)),
+            Some(_) => Ok(()),
+            None => Err(io::Error::other("operation lost")),
+        }
+    }
+
+    fn check_range(&self, offset: u64, len: usize) -> io::Result<()> {
+        let end = offset.checked_add(len as u64);
+        if end.is_none_or(|end| end > self.info.size_bytes) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{}: I/O at {offset}+{len} is past the end ({} bytes)",
+                    self.uri, self.info.size_bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Operations longer than this are cut (the channel splits too, but
+    /// `MemberOp::len` is a u32).
+    const SYNC_PIECE: usize = 16 << 20;
+
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.check_range(offset, buf.len())?;
+        for (i, piece) in buf.chunks_mut(Self::SYNC_PIECE).enumerate() {
+            let at = offset + (i * Self::SYNC_PIECE) as u64;
+            self.sync_op(
+                MemberOpKind::Read,
+                piece.as_mut_ptr(),
+                piece.len(),
+                at,
+                false,
+            )?;
+        }
+        Ok(())
+    }
+
+    pub fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.check_range(offset, buf.len())?;
+        for (i, piece) in buf.chunks(Self::SYNC_PIECE).enumerate() {
+            let at = offset + (i * Self::SYNC_PIECE) as u64;
+            // The channel only reads from a write's buffer.
+            self.sync_op(
+                MemberOpKind::Write,
+                piece.as_ptr().cast_mut(),
+                piece.len(),
+                at,
+                false,
+            )?;
+        }
+        Ok(())
+    }
+
+    pub fn flush(&self) -> io::Result<()> {
+        if !self.info.can_flush() {
+            return Ok(());
+        }
+        self.sync_op(MemberOpKind::Flush, std::ptr::null_mut(), 0, 0, false)
+    }
+
+    /// Make a range read as zeros (explicit zero writes: NBD's TRIM
+    /// promises nothing about what reads return).
+    pub fn zero(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.check_range(offset, len as usize)?;
+        let zeros = vec![0u8; (len as usize).min(1 << 20)];
+        let mut at = 0u64;
+        while at < len {
+            let n = (len - at).min(zeros.len() as u64) as usize;
+            self.write_at(&zeros[..n], offset + at)?;
+            at += n as u64;
+        }
+        Ok(())
+    }
+}
+
+impl RemoteFile for RemoteExport {
+    fn open_channel(&self) -> io::Result<Box<dyn Channel>> {
+        let channel = NbdChannel::connect(&self.uri, self.options, Some(&self.info))
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        Ok(Box::new(channel))
+    }
+}

@@ -1,0 +1,24 @@
+//! nvraid-remote: NBD exports as array members, through nvraid's own NBD
+//! client.
+//!
+//! - [`uri`]: `nbd://`, `nbds://`, `nbd+unix://` URIs.
+//! - [`session`]: connecting and the handshake, within a deadline.
+//! - [`channel::NbdChannel`]: one worker's pipelined connection (requests
+//!   sent straight from the operation's buffers, replies matched by cookie,
+//!   timeouts, reconnection); it is the fast path's
+//!   [`nvraid_io::remote::Channel`].
+//! - [`export::RemoteExport`]: a member's export, its simple-path
+//!   connection, and new channels for workers.
+//!
+//! Wire parsing is nvraid-nbd's (`reply::ReplyReader`); this crate moves
+//! bytes.
+
+pub mod channel;
+pub mod export;
+pub mod session;
+pub mod uri;
+
+pub use channel::{NbdChannel, RemoteOptions};
+pub use export::{RemoteError, RemoteExport};
+pub use session::{ConnectError, ExportInfo};
+pub use uri::{is_nbd_uri, NbdUri};

@@ -1,0 +1,290 @@
+//! The NBD client against real servers: nbdkit (memory, file, with its
+//! error and delay filters) and qemu-nbd.
+
+use nvraid_io::engine::{MemberOp, MemberOpKind};
+use nvraid_io::remote::{Channel, RemoteFile};
+use nvraid_remote::{ConnectError, RemoteError, RemoteExport, RemoteOptions};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// An NBD server child process on a unix socket, killed on drop.
+struct Server {
+    child: Child,
+    socket: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    fn nbdkit(args: &[&str]) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("nbd.sock");
+        let child = Command::new("nbdkit")
+            .arg("-f")
+            .arg("-U")
+            .arg(&socket)
+            .args(args)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("nbdkit is installed (./test.sh installs it)");
+        Server::wait(child, socket, dir)
+    }
+
+    fn qemu_nbd(image: &Path, extra: &[&str]) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("nbd.sock");
+        let child = Command::new("qemu-nbd")
+            .arg("-k")
+            .arg(&socket)
+            .args(["-f", "raw", "--cache=none", "--aio=threads"])
+            .args(extra)
+            .arg(image)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("qemu-nbd is installed (./test.sh installs it)");
+        Server::wait(child, socket, dir)
+    }
+
+    fn wait(child: Child, socket: PathBuf, dir: tempfile::TempDir) -> Server {
+        let start = Instant::now();
+        while !socket.exists() {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "server did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Server {
+            child,
+            socket,
+            _dir: dir,
+        }
+    }
+
+    fn uri(&self, export: &str) -> String {
+        format!("nbd+unix:///{export}?socket={}", self.socket.display())
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn options() -> RemoteOptions {
+    RemoteOptions {
+        request_timeout: Duration::from_secs(10),
+        connect_timeout: Duration::from_secs(5),
+        write_through: false,
+    }
+}
+
+#[test]
+fn simple_path_round_trips_on_nbdkit_memory() {
+    let server = Server::nbdkit(&["memory", "size=16M"]);
+    let export = RemoteExport::open(&server.uri(""), true, false, options()).unwrap();
+    assert_eq!(export.info().size_bytes, 16 << 20);
+    let data = pattern(3 << 20, 1);
+    export.write_at(&data, 4096).unwrap();
+    export.flush().unwrap();
+    let mut back = vec![0u8; data.len()];
+    export.read_at(&mut back, 4096).unwrap();
+    assert!(back == data, "bytes differ after a round trip");
+    export.zero(8192, 4096).unwrap();
+    export.read_at(&mut back[..16384], 0).unwrap();
+    assert!(back[8192..12288].iter().all(|&b| b == 0));
+    assert_eq!(back[4096..8192], data[..4096]);
+    let err = export.read_at(&mut back[..4096], 16 << 20).unwrap_err();
+    assert!(err.to_string().contains("past the end"), "{err}");
+}
+
+/// Many operations in flight on one channel, split at the server's maximum
+/// payload, vectored, completing out of order: each comes back whole.
+#[test]
+fn channel_pipelines_vectored_operations_and_matches_replies() {
+    // The delay filter makes replies overtake each other.
+    let server = Server::nbdkit(&[
+        "--filter=blocksize",
+        "--filter=delay",
+        "memory",
+        "size=64M",
+        "maxdata=65536",
+        "rdelay=0-3ms",
+        "wdelay=0-3ms",
+    ]);
+    let export = RemoteExport::open(&server.uri(""), true, false, options()).unwrap();
+    let mut channel = export.open_channel().unwrap();
+    let n = 48usize;
+    let len = 192 * 1024;
+    let data: Vec<Vec<u8>> = (0..n).map(|i| pattern(len, i as u64 + 7)).collect();
+    // Each write goes out as three iovecs of unequal length.
+    let iovs: Vec<[libc::iovec; 3]> = data
+        .iter()
+        .map(|d| {
+            let p = d.as_ptr() as *mut libc::c_void;
+            [
+                libc::iovec {
+                    iov_base: p,
+                    iov_len: 4096,
+                },
+                libc::iovec {
+                    iov_base: p.wrapping_byte_add(4096),
+                    iov_len: 65536,
+                },
+                libc::iovec {
+                    iov_base: p.wrapping_byte_add(69632),
+                    iov_len: len - 69632,
+                },
+            ]
+        })
+        .collect();
+    for (i, iov) in iovs.iter().enumerate() {
+        let op = MemberOp {
+            kind: MemberOpKind::Write,
+            file: 0,
+            offset: (i * len) as u64,
+            buf: std::ptr::null_mut(),
+            len: 0,
+            iov: iov.as_ptr(),
+            iov_count: 3,
+            buf_index: 0,
+            dsync: i % 5 == 0,
+            user_data: i as u64,
+        };
+        unsafe { channel.push(&op) }.unwrap();
+    }
+    let mut done = vec![false; n];
+    drain(channel.as_mut(), &mut |user_data, result| {
+        assert_eq!(result, len as i32, "write {user_data}");
+        done[user_data as usize] = true;
+    });
+    assert!(done.iter().all(|&d| d));
+    let mut back: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; len]).collect();
+    for (i, b) in back.iter_mut().enumerate() {
+        let op = MemberOp {
+            kind: MemberOpKind::Read,
+            file: 0,
+            offset: (i * len) as u64,
+            buf: b.as_mut_ptr(),
+            len: len as u32,
+            iov: std::ptr::null(),
+            iov_count: 0,
+            buf_index: 0,
+            dsync: false,
+            user_data: 1000 + i as u64,
+        };
+        unsafe { channel.push(&op) }.unwrap();
+    }
+    let mut reads = 0;
+    drain(channel.as_mut(), &mut |_, result| {
+        assert_eq!(result, len as i32);
+        reads += 1;
+    });
+    assert_eq!(reads, n);
+    for i in 0..n {
+        assert!(back[i] == data[i], "read {i} differs");
+    }
+}
+
+fn drain(channel: &mut dyn Channel, on_complete: &mut dyn FnMut(u64, i32)) {
+    let start = Instant::now();
+    while channel.inflight() > 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "operations never completed"
+        );
+        if channel.progress(on_complete) == 0 {
+            let mut fds: Vec<libc::pollfd> = channel
+                .poll_fd()
+                .map(|(fd, events)| libc::pollfd {
+                    fd,
+                    events,
+                    revents: 0,
+                })
+                .into_iter()
+                .collect();
+            nvraid_io::sys::poll(&mut fds, 10);
+        }
+    }
+}
+
+#[test]
+fn qemu_nbd_serves_as_a_member() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("disk.img");
+    std::fs::File::create(&image)
+        .unwrap()
+        .set_len(8 << 20)
+        .unwrap();
+    let server = Server::qemu_nbd(&image, &[]);
+    let export = RemoteExport::open(&server.uri(""), true, false, options()).unwrap();
+    assert_eq!(export.info().size_bytes, 8 << 20);
+    let data = pattern(1 << 20, 3);
+    export.write_at(&data, 1 << 20).unwrap();
+    export.flush().unwrap();
+    drop(export);
+    drop(server);
+    let on_disk = std::fs::read(&image).unwrap();
+    assert!(
+        on_disk[1 << 20..2 << 20] == data[..],
+        "qemu-nbd's file holds the bytes"
+    );
+}
+
+#[test]
+fn bad_exports_are_refused_by_name() {
+    let missing = "nbd+unix:///x?socket=/nonexistent/nbd.sock";
+    let err = RemoteExport::open(missing, false, false, options()).unwrap_err();
+    assert!(
+        matches!(err, RemoteError::Connect(ConnectError::Unreachable { .. })),
+        "{err}"
+    );
+    assert!(err.to_string().starts_with(missing), "{err}");
+
+    let server = Server::nbdkit(&[
+        "--filter=exportname",
+        "memory",
+        "size=1M",
+        "exportname=disk",
+        "exportname-strict=true",
+    ]);
+    let err = RemoteExport::open(&server.uri("other"), false, false, options()).unwrap_err();
+    assert!(
+        err.to_string().contains("no export named \"other\""),
+        "{err}"
+    );
+
+    let ro = Server::nbdkit(&["-r", "memory", "size=1M"]);
+    let err = RemoteExport::open(&ro.uri(""), true, false, options()).unwrap_err();
+    assert!(err.to_string().contains("read-only"), "{err}");
+    RemoteExport::open(&ro.uri(""), false, false, options()).unwrap();
+
+    // The eval plugin with no flush script advertises no FLUSH.
+    let noflush = Server::nbdkit(&[
+        "eval",
+        "get_size=echo 1048576",
+        "pread=dd if=/dev/zero count=$3 iflag=count_bytes status=none",
+        "pwrite=cat >/dev/null",
+    ]);
+    let err = RemoteExport::open(&noflush.uri(""), true, false, options()).unwrap_err();
+    assert!(matches!(err, RemoteError::NoFlush { .. }), "{err}");
+    assert!(err.to_string().contains("--unsafe-no-flush"), "{err}");
+    let export = RemoteExport::open(&noflush.uri(""), true, true, options()).unwrap();
+    assert!(!export.info().can_flush());
+    export.write_at(&[7u8; 4096], 0).unwrap();
+    export.flush().unwrap();
+}
