@@ -113,6 +113,7 @@ pub fn assemble(specs: &[String], options: AssembleOptions) -> Result<Array> {
         write: options.writable,
         create_bytes: None,
         direct: options.direct,
+        ..Default::default()
     };
     let mut found = Vec::with_capacity(specs.len());
     let mut unreadable = Vec::new();

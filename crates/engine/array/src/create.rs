@@ -236,6 +236,7 @@ fn plan_member(spec: &str, options: &CreateOptions) -> Result<Plan> {
         write: false,
         create_bytes: None,
         direct: options.direct,
+        ..Default::default()
     };
     match Member::open(spec, probe_options) {
         Ok(member) => {
@@ -437,6 +438,7 @@ fn write_members(
         write: true,
         create_bytes: options.size_bytes,
         direct: options.direct,
+        ..Default::default()
     };
     let mut members = Vec::with_capacity(specs.len());
     // Whether every member starts as zeros (files this create makes, RAM

@@ -116,6 +116,7 @@ fn probe(path: &str) -> Result<Superblock, String> {
             write: false,
             create_bytes: None,
             direct: false,
+            ..Default::default()
         },
     )
     .map_err(|e| e.to_string())?;

@@ -320,6 +320,7 @@ fn open_rw(spec: &str) -> nvraid_member::Member {
             write: true,
             create_bytes: None,
             direct: true,
+            ..Default::default()
         },
     )
     .unwrap()

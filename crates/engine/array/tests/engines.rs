@@ -175,6 +175,7 @@ fn member_errors_are_reported_not_ignored() {
                     write: false,
                     create_bytes: None,
                     direct: false,
+                    ..Default::default()
                 },
             )
             .unwrap(),

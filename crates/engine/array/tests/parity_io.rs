@@ -186,6 +186,7 @@ fn fresh_member(spec: &str, bytes: u64) -> nvraid_member::Member {
             write: true,
             create_bytes: Some(bytes),
             direct: true,
+            ..Default::default()
         },
     )
     .unwrap()

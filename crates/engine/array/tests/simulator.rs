@@ -195,6 +195,7 @@ impl World {
                     write: true,
                     create_bytes: Some(4 << 20),
                     direct: true,
+                    ..Default::default()
                 },
             )
             .unwrap();

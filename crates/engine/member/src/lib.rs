@@ -3,7 +3,8 @@
 //! A member is named by a *spec*: a path (regular file or block device), or
 //! `mem:SIZE` (RAM, backed by a memfd so the io_uring engine can use it like
 //! any file) or `null:SIZE` (reads return zeros, writes are dropped; for
-//! measuring the engine itself). Files and block devices are opened with
+//! measuring the engine itself), or an NBD URI (`nbd://HOST[:PORT]/EXPORT`,
+//! `nbd+unix:///EXPORT?socket=PATH`: a remote export, see nvraid-remote). Files and block devices are opened with
 //! O_DIRECT when the kernel allows it, falling back to buffered I/O with the
 //! reason recorded ([`Member::direct_fallback`]).
 //!
@@ -15,5 +16,6 @@ mod claim;
 mod member;
 mod size;
 
-pub use member::{Backend, Member, MemberError, MemberKind, OpenOptions};
+pub use member::{set_remote_defaults, Backend, Member, MemberError, MemberKind, OpenOptions};
+pub use nvraid_remote::RemoteOptions;
 pub use size::{format_size, parse_size, SizeError};

@@ -1,12 +1,15 @@
 use crate::claim;
 use crate::size::{parse_size, SizeError};
+use nvraid_io::remote::RemoteFile;
 use nvraid_io::{buf, sys, AlignedBuf};
+use nvraid_remote::{is_nbd_uri, RemoteExport, RemoteOptions};
 use std::fs::{File, OpenOptions as FsOpenOptions};
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, RwLock};
 
 /// What kind of device a member is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -15,6 +18,9 @@ pub enum MemberKind {
     BlockDevice,
     Mem,
     Null,
+    /// An NBD export (`nbd://`, `nbd+unix://`), reached with nvraid's own
+    /// NBD client.
+    Nbd,
 }
 
 /// How the fast engines reach a member.
@@ -24,6 +30,9 @@ pub enum Backend {
     Fd(RawFd),
     /// No device: reads return zeros, writes are dropped.
     Null,
+    /// A remote export: each worker opens its own channel
+    /// ([`Member::remote`]).
+    Remote,
 }
 
 /// Why a member could not be opened or used.
@@ -40,6 +49,8 @@ pub enum MemberError {
     Missing { spec: String },
     #[error("{spec}: in use by {holder}, which claimed it for writing; stop that first")]
     Busy { spec: String, holder: String },
+    #[error(transparent)]
+    Remote(#[from] nvraid_remote::RemoteError),
 }
 
 /// How to open a member.
@@ -51,14 +62,30 @@ pub struct OpenOptions {
     pub create_bytes: Option<u64>,
     /// Try O_DIRECT (falls back to buffered I/O when refused).
     pub direct: bool,
+    /// Remote members: accept an export without FLUSH for writing.
+    pub allow_no_flush: bool,
+    /// Remote members: timeouts.
+    pub remote: RemoteOptions,
+}
+
+/// What `OpenOptions::default()` uses for remote members: the command
+/// line's `--unsafe-no-flush` and `--nbd-timeout`, set once at start.
+static REMOTE_DEFAULTS: RwLock<(bool, Option<RemoteOptions>)> = RwLock::new((false, None));
+
+/// Set the remote-member defaults for this process.
+pub fn set_remote_defaults(allow_no_flush: bool, remote: RemoteOptions) {
+    *REMOTE_DEFAULTS.write().unwrap_or_else(|e| e.into_inner()) = (allow_no_flush, Some(remote));
 }
 
 impl Default for OpenOptions {
     fn default() -> Self {
+        let (allow_no_flush, remote) = *REMOTE_DEFAULTS.read().unwrap_or_else(|e| e.into_inner());
         OpenOptions {
             write: false,
             create_bytes: None,
             direct: true,
+            allow_no_flush,
+            remote: remote.unwrap_or_default(),
         }
     }
 }
@@ -77,6 +104,7 @@ pub struct Member {
     direct_fallback: Option<String>,
     writable: bool,
     identity: Option<(u64, u64)>,
+    remote: Option<Arc<RemoteExport>>,
     /// Requests in flight on this member (the read policy's load measure).
     inflight: AtomicU32,
 }
@@ -112,7 +140,33 @@ impl Member {
                 options.write,
             ));
         }
+        if is_nbd_uri(spec) {
+            return Self::open_remote(spec, options);
+        }
         Self::open_path(spec, options)
+    }
+
+    fn open_remote(spec: &str, options: OpenOptions) -> Result<Member, MemberError> {
+        let export =
+            RemoteExport::open(spec, options.write, options.allow_no_flush, options.remote)?;
+        let info = export.info();
+        let logical = info.minimum_block.clamp(512, 64 * 1024);
+        let physical = info.preferred_block.clamp(logical, 1 << 20);
+        // Two specs for one export (same server, same name) are one member.
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        std::hash::Hash::hash(&export.uri().to_string(), &mut hasher);
+        let identity = (u64::MAX, std::hash::Hasher::finish(&hasher));
+        let mut member = Self::new(
+            spec,
+            MemberKind::Nbd,
+            None,
+            info.size_bytes,
+            (logical, physical),
+            Some(identity),
+            options.write,
+        );
+        member.remote = Some(Arc::new(export));
+        Ok(member)
     }
 
     fn spec_size(spec: &str, size: &str) -> Result<u64, MemberError> {
@@ -142,6 +196,7 @@ impl Member {
             direct_fallback: None,
             writable,
             identity,
+            remote: None,
             inflight: AtomicU32::new(0),
         }
     }
@@ -346,10 +401,23 @@ impl Member {
 
     /// How the fast engines reach this member.
     pub fn backend(&self) -> Backend {
-        match &self.file {
-            Some(file) => Backend::Fd(file.as_raw_fd()),
-            None => Backend::Null,
+        match (&self.file, &self.remote) {
+            (Some(file), _) => Backend::Fd(file.as_raw_fd()),
+            (None, Some(_)) => Backend::Remote,
+            (None, None) => Backend::Null,
         }
+    }
+
+    /// The export of a remote member, for opening worker channels.
+    pub fn remote(&self) -> Option<Arc<dyn RemoteFile>> {
+        self.remote
+            .as_ref()
+            .map(|r| Arc::clone(r) as Arc<dyn RemoteFile>)
+    }
+
+    /// What the NBD server agreed to, for a remote member.
+    pub fn remote_info(&self) -> Option<&nvraid_remote::ExportInfo> {
+        self.remote.as_ref().map(|r| r.info())
     }
 
     /// Requests in flight on the member right now.
@@ -386,6 +454,10 @@ impl Member {
     /// Read exactly `buf.len()` bytes at `offset`.
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.check_range(offset, buf.len())?;
+        if let Some(remote) = &self.remote {
+            let _guard = self.track();
+            return remote.read_at(buf, offset);
+        }
         let Some(file) = &self.file else {
             buf.fill(0);
             return Ok(());
@@ -403,6 +475,10 @@ impl Member {
     /// Write all of `buf` at `offset`.
     pub fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.check_range(offset, buf.len())?;
+        if let Some(remote) = &self.remote {
+            let _guard = self.track();
+            return remote.write_at(buf, offset);
+        }
         let Some(file) = &self.file else {
             return Ok(());
         };
@@ -417,6 +493,9 @@ impl Member {
 
     /// Make completed writes durable.
     pub fn flush(&self) -> io::Result<()> {
+        if let Some(remote) = &self.remote {
+            return remote.flush();
+        }
         match (&self.file, self.kind) {
             (Some(file), MemberKind::File | MemberKind::BlockDevice) => sys::data_sync(file),
             _ => Ok(()),
@@ -427,6 +506,9 @@ impl Member {
     /// and whatever the device returns after a discard on block devices.
     pub fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
         self.check_range(offset, len as usize)?;
+        if let Some(remote) = &self.remote {
+            return remote.zero(offset, len);
+        }
         match (&self.file, self.kind) {
             (Some(file), MemberKind::BlockDevice) => sys::block_device_discard(file, offset, len),
             (Some(file), _) => sys::punch_hole(file, offset, len),
@@ -503,6 +585,7 @@ mod tests {
                 write: true,
                 create_bytes: Some(4 << 20),
                 direct: true,
+                ..Default::default()
             },
         )
         .unwrap();

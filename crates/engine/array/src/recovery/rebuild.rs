@@ -248,6 +248,7 @@ pub fn promote_spares(mut array: Array, direct: bool) -> Result<(Array, Vec<(Str
                 write: true,
                 create_bytes: None,
                 direct,
+                ..Default::default()
             },
         )?;
         let (next, added) = add_member(array, member)?;

@@ -13,6 +13,7 @@ mod parity;
 
 use crate::array::{least_loaded_copy, Array};
 use nvraid_io::engine::{open_engine, Engine, EngineKind, MemberOp, MemberOpKind};
+use nvraid_io::remote::{MixedEngine, RemoteFile};
 use nvraid_io::queue::{Completion, OpKind, Queue, Target};
 use nvraid_io::AlignedBuf;
 use nvraid_member::{Backend, Member};
@@ -116,6 +117,15 @@ fn file_table(members: &[Option<&Member>]) -> Vec<i32> {
             _ => -1,
         })
         .collect()
+}
+
+/// The remote members' exports, by file-table index.
+fn remote_table(members: &[Option<&Member>]) -> Vec<Option<Arc<dyn RemoteFile>>> {
+    members.iter().map(|m| m.and_then(|m| m.remote())).collect()
+}
+
+fn remote_id(remote: &Option<Arc<dyn RemoteFile>>) -> Option<usize> {
+    remote.as_ref().map(|r| Arc::as_ptr(r).cast::<()>() as usize)
 }
 
 /// The read policy's measure for one copy: this queue's operations in flight
@@ -224,6 +234,8 @@ pub struct FanoutQueue {
     generation: u64,
     /// The file table as registered with the engine.
     files: Vec<i32>,
+    /// Which remote member each entry's channel reaches (by address).
+    remotes: Vec<Option<usize>>,
     /// RAID 4/5/6: the stripe geometry, each slot's stripe work, the slots
     /// waiting for stripes another request holds, and the most scratch a
     /// slot may use.
@@ -286,6 +298,15 @@ impl FanoutQueue {
         let per_request = Self::subs_per_request(&target.shape, max_io_bytes, members.len());
         let subs_max = depth as usize * per_request;
         let engine = open_engine(target.engine, &files, &regions, (subs_max as u32).min(4096))?;
+        // Remote members get a channel of this worker's own; an array's
+        // queue always can take one (a remote member may join later).
+        let remotes = remote_table(&members);
+        let engine: Box<dyn Engine> =
+            if matches!(target.shape, Shape::Array(_)) || remotes.iter().any(Option::is_some) {
+                Box::new(MixedEngine::new(engine, &remotes)?)
+            } else {
+                engine
+            };
         let geometry = match &target.shape {
             Shape::Array(a) => Some(a.geometry().clone()),
             Shape::Raw(_) => None,
@@ -334,6 +355,7 @@ impl FanoutQueue {
             size_bytes: target.size_bytes(),
             generation,
             files,
+            remotes: remotes.iter().map(remote_id).collect(),
             parity,
             work: match parity {
                 Some(_) => (0..depth).map(|_| parity::StripeWork::new()).collect(),
@@ -362,6 +384,12 @@ impl FanoutQueue {
             if new != *old {
                 self.engine.update_file(index as u32, new)?;
                 *old = new;
+            }
+        }
+        for (index, remote) in remote_table(&members).iter().enumerate() {
+            if remote_id(remote) != self.remotes[index] {
+                self.engine.update_remote(index as u32, remote.as_ref())?;
+                self.remotes[index] = remote_id(remote);
             }
         }
         for (role, slot) in slots.iter().enumerate() {

@@ -136,7 +136,9 @@ pub fn engine_for(choice: Engine, members: &[&Member]) -> EngineKind {
 
 fn completes_inline(member: &Member) -> bool {
     match member.kind() {
-        MemberKind::Mem | MemberKind::Null => true,
+        // Remote members never reach the inner engine (their worker
+        // channels do their I/O), so they do not ask for io_uring.
+        MemberKind::Mem | MemberKind::Null | MemberKind::Nbd => true,
         MemberKind::File => member
             .path()
             .is_some_and(|p| nvraid_io::sys::is_on_tmpfs(&p)),
@@ -170,6 +172,7 @@ fn raw_targets(args: &BenchArgs, writes: bool, direct: bool) -> Result<Vec<Arc<d
                 write: writes,
                 create_bytes: None,
                 direct,
+                ..Default::default()
             },
         )?;
         if writes

@@ -26,6 +26,7 @@ pub fn run(args: &ExamineArgs) -> Result<u8> {
                 write: false,
                 create_bytes: None,
                 direct: false,
+                ..Default::default()
             },
         )?;
         let sb = read_superblock(&member)?;

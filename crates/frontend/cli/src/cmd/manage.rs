@@ -245,6 +245,7 @@ fn former_member(array: &nvraid_array::Array, spec: &str, direct: bool) -> Resul
             write: true,
             create_bytes: None,
             direct,
+            ..Default::default()
         },
     )?;
     Ok(nvraid_array::read_superblock(&member)
@@ -262,6 +263,7 @@ fn open_new(spec: &str, force: bool, direct: bool) -> Result<Member> {
             write: true,
             create_bytes: None,
             direct,
+            ..Default::default()
         },
     )?;
     if !force && matches!(new.kind(), MemberKind::File | MemberKind::BlockDevice) {

@@ -424,6 +424,7 @@ fn open_member(spec: &str, direct: bool) -> Result<Member, String> {
             write: true,
             create_bytes: None,
             direct,
+            ..Default::default()
         },
     )
     .map_err(|e| e.to_string())

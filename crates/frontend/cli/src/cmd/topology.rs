@@ -27,6 +27,7 @@ impl Measurer for BenchMeasurer {
                 write: false,
                 create_bytes: None,
                 direct: true,
+                ..Default::default()
             },
         )
         .map_err(io::Error::other)?;
