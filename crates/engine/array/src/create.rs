@@ -510,7 +510,7 @@ fn write_members(
             let mut sb = template.clone();
             sb.dev_number = role as u32;
             sb.device_uuid = random_uuid()?;
-            if matches!(member.kind(), MemberKind::File | MemberKind::BlockDevice) {
+            if member.is_persistent() {
                 let mut old = nvraid_io::AlignedBuf::zeroed(touched_bytes);
                 member
                     .read_at(&mut old, SUPER_OFFSET_BYTES)

@@ -342,6 +342,9 @@ impl Member {
     /// end-of-file and writes nowhere until it refreshes), so that it can
     /// be opened again, reset or pulled. I/O already queued on it finishes.
     pub fn detach(&self) {
+        if let Some(remote) = &self.remote {
+            remote.close();
+        }
         if let Some(file) = &self.file {
             // Best effort: what cannot be let go stays open until exit.
             if self.writable {
@@ -364,6 +367,15 @@ impl Member {
 
     pub fn kind(&self) -> MemberKind {
         self.kind
+    }
+
+    /// Whether the member's bytes outlive this process (a file, a block
+    /// device, an NBD export), so that data on it must be protected.
+    pub fn is_persistent(&self) -> bool {
+        matches!(
+            self.kind,
+            MemberKind::File | MemberKind::BlockDevice | MemberKind::Nbd
+        )
     }
 
     pub fn size_bytes(&self) -> u64 {

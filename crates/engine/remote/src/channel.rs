@@ -169,15 +169,27 @@ impl NbdChannel {
         Ok(NbdChannel::from_session(uri.clone(), options, session))
     }
 
+    /// A channel that connects at its first operation (a worker's channel
+    /// to a member it may never use: one that failed, say).
+    pub fn unconnected(uri: &NbdUri, options: RemoteOptions, info: ExportInfo) -> NbdChannel {
+        NbdChannel::with_info(uri.clone(), options, info)
+    }
+
     pub(crate) fn from_session(
         uri: NbdUri,
         options: RemoteOptions,
         session: Session,
     ) -> NbdChannel {
+        let mut channel = NbdChannel::with_info(uri, options, session.info.clone());
+        channel.session = Some(session);
+        channel
+    }
+
+    fn with_info(uri: NbdUri, options: RemoteOptions, info: ExportInfo) -> NbdChannel {
         NbdChannel {
-            reader: ReplyReader::new(session.info.structured_replies),
-            info: session.info.clone(),
-            session: Some(session),
+            reader: ReplyReader::new(info.structured_replies),
+            info,
+            session: None,
             uri,
             options,
             ops: Vec::new(),

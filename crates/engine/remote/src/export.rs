@@ -70,6 +70,12 @@ impl RemoteExport {
         })
     }
 
+    /// Close the simple path's connection (the member left the array; a
+    /// later operation connects again).
+    pub fn close(&self) {
+        *self.sync.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
     pub fn uri(&self) -> &NbdUri {
         &self.uri
     }
@@ -196,8 +202,12 @@ impl RemoteExport {
 
 impl RemoteFile for RemoteExport {
     fn open_channel(&self) -> io::Result<Box<dyn Channel>> {
-        let channel = NbdChannel::connect(&self.uri, self.options, Some(&self.info))
-            .map_err(|e| io::Error::other(e.to_string()))?;
-        Ok(Box::new(channel))
+        // It connects at its first operation: a worker opened beside a
+        // member that failed must not wait on that member's server.
+        Ok(Box::new(NbdChannel::unconnected(
+            &self.uri,
+            self.options,
+            self.info.clone(),
+        )))
     }
 }

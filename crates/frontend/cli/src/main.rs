@@ -20,6 +20,21 @@ struct Cli {
     /// Open members with buffered I/O instead of O_DIRECT.
     #[arg(long, global = true)]
     buffered: bool,
+    /// NBD members: accept exports whose server cannot FLUSH for writing.
+    /// Writes such a server acknowledged can be lost when it crashes or
+    /// loses power, though the array reports them durable.
+    #[arg(long, global = true)]
+    unsafe_no_flush: bool,
+    /// NBD members: a request with no reply for this long ends its
+    /// connection (reads are retried on a new one; a failed write marks
+    /// the member faulty on redundant levels). E.g. 30s, 500ms.
+    #[arg(long, global = true, value_name = "DURATION", default_value = "30s",
+          value_parser = parse_duration)]
+    nbd_timeout: std::time::Duration,
+    /// NBD members: connecting and the handshake must finish within this.
+    #[arg(long, global = true, value_name = "DURATION", default_value = "10s",
+          value_parser = parse_duration)]
+    nbd_connect_timeout: std::time::Duration,
     #[command(subcommand)]
     command: Command,
 }
@@ -69,6 +84,14 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let direct = !cli.buffered;
+    nvraid_member::set_remote_defaults(
+        cli.unsafe_no_flush,
+        nvraid_member::RemoteOptions {
+            request_timeout: cli.nbd_timeout,
+            connect_timeout: cli.nbd_connect_timeout,
+            write_through: false,
+        },
+    );
     let result = match &cli.command {
         Command::Create(args) => cmd::create::run(args, direct),
         Command::Examine(args) => cmd::examine::run(args),
@@ -96,6 +119,25 @@ fn main() -> ExitCode {
             eprintln!("nvraid: {}", error_text(&e));
             ExitCode::from(1)
         }
+    }
+}
+
+/// `30s`, `500ms`, `2m`, or plain seconds.
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let (number, scale) = if let Some(n) = text.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = text.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = text.strip_suffix('m') {
+        (n, 60.0)
+    } else {
+        (text, 1.0)
+    };
+    match number.parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() => Ok(std::time::Duration::from_secs_f64(v * scale)),
+        _ => Err(format!(
+            "{text:?} is not a positive duration (e.g. 30s, 500ms, 2m)"
+        )),
     }
 }
 

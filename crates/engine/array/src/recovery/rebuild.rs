@@ -106,7 +106,7 @@ fn join(array: &Array, new: Member, back: Option<(usize, Superblock)>) -> Result
     }
     if !matches!(
         new.kind(),
-        MemberKind::File | MemberKind::BlockDevice | MemberKind::Mem
+        MemberKind::File | MemberKind::BlockDevice | MemberKind::Mem | MemberKind::Nbd
     ) {
         return Err(Error::Unsupported {
             spec,

@@ -13,8 +13,8 @@ mod parity;
 
 use crate::array::{least_loaded_copy, Array};
 use nvraid_io::engine::{open_engine, Engine, EngineKind, MemberOp, MemberOpKind};
-use nvraid_io::remote::{MixedEngine, RemoteFile};
 use nvraid_io::queue::{Completion, OpKind, Queue, Target};
+use nvraid_io::remote::{MixedEngine, RemoteFile};
 use nvraid_io::AlignedBuf;
 use nvraid_member::{Backend, Member};
 use std::io;
@@ -125,7 +125,9 @@ fn remote_table(members: &[Option<&Member>]) -> Vec<Option<Arc<dyn RemoteFile>>>
 }
 
 fn remote_id(remote: &Option<Arc<dyn RemoteFile>>) -> Option<usize> {
-    remote.as_ref().map(|r| Arc::as_ptr(r).cast::<()>() as usize)
+    remote
+        .as_ref()
+        .map(|r| Arc::as_ptr(r).cast::<()>() as usize)
 }
 
 /// The read policy's measure for one copy: this queue's operations in flight

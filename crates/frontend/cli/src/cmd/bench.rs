@@ -175,10 +175,7 @@ fn raw_targets(args: &BenchArgs, writes: bool, direct: bool) -> Result<Vec<Arc<d
                 ..Default::default()
             },
         )?;
-        if writes
-            && !args.destructive
-            && matches!(member.kind(), MemberKind::File | MemberKind::BlockDevice)
-        {
+        if writes && !args.destructive && member.is_persistent() {
             if let Some(what) =
                 detect_signature(&member).with_context(|| format!("{spec}: cannot read"))?
             {

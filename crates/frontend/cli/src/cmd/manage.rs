@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use nvraid_array::recovery::{self, Added, Mode, Progress, Rebuilt, Scrubbed};
 use nvraid_array::{assemble, detect_signature};
-use nvraid_member::{format_size, Member, MemberKind, OpenOptions};
+use nvraid_member::{format_size, Member, OpenOptions};
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
@@ -266,7 +266,7 @@ fn open_new(spec: &str, force: bool, direct: bool) -> Result<Member> {
             ..Default::default()
         },
     )?;
-    if !force && matches!(new.kind(), MemberKind::File | MemberKind::BlockDevice) {
+    if !force && new.is_persistent() {
         if let Some(what) = detect_signature(&new).with_context(|| spec.to_string())? {
             bail!("{spec}: already carries {what} (use --force to overwrite it)");
         }

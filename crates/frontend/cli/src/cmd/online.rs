@@ -15,7 +15,7 @@
 
 use nvraid_array::recovery::{self, Added, RebuildPace};
 use nvraid_array::Array;
-use nvraid_member::{Member, MemberKind, OpenOptions};
+use nvraid_member::{Member, OpenOptions};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -432,7 +432,7 @@ fn open_member(spec: &str, direct: bool) -> Result<Member, String> {
 
 /// Refuse a member that carries a filesystem or another md superblock.
 fn check_blank(member: &Member) -> Result<(), String> {
-    if matches!(member.kind(), MemberKind::File | MemberKind::BlockDevice) {
+    if member.is_persistent() {
         if let Some(what) =
             nvraid_array::detect_signature(member).map_err(|e| format!("{}: {e}", member.spec()))?
         {
