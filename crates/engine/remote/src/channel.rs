@@ -13,7 +13,7 @@
 //! - A request older than the request timeout, a closed connection or a
 //!   reply that breaks the protocol ends the connection.
 //! - Reads in flight on it are sent again on a new connection (once);
-//!   writes and flushes fail with EIO, and the array above decides (a
+//!   writes and flushes fail (ETIMEDOUT after a timeout, else EIO), and the array above decides (a
 //!   redundant array marks the member faulty and goes on; RAID 0 reports
 //!   the error).
 //! - While the server cannot be reached, new operations fail at once
@@ -554,7 +554,7 @@ impl NbdChannel {
 
     /// The connection is over. Reads in flight go again on a new one;
     /// everything else fails.
-    fn connection_lost(&mut self, reason: String) {
+    fn connection_lost(&mut self, reason: String, errno: i32) {
         self.last_failure = Some(reason);
         self.session = None;
         self.reader = ReplyReader::new(self.info.structured_replies);
@@ -572,7 +572,7 @@ impl NbdChannel {
             if w.command == Command::Read && !w.resent {
                 again.push(index);
             } else {
-                self.finish_wire(index, libc::EIO);
+                self.finish_wire(index, errno);
             }
         }
         if again.is_empty() {
@@ -635,7 +635,7 @@ impl NbdChannel {
                     "a request had no reply within {:.1} s",
                     self.options.request_timeout.as_secs_f64()
                 );
-                self.connection_lost(reason);
+                self.connection_lost(reason, libc::ETIMEDOUT);
             }
             return;
         }
@@ -739,7 +739,7 @@ impl Channel for NbdChannel {
             }
         }
         if let Err(e) = self.flush_send() {
-            self.connection_lost(format!("send failed: {e}"));
+            self.connection_lost(format!("send failed: {e}"), libc::EIO);
         }
         Ok(())
     }
@@ -747,12 +747,12 @@ impl Channel for NbdChannel {
     fn progress(&mut self, on_complete: &mut dyn FnMut(u64, i32)) -> u32 {
         if self.session.is_some() {
             if let Err(e) = self.flush_send() {
-                self.connection_lost(format!("send failed: {e}"));
+                self.connection_lost(format!("send failed: {e}"), libc::EIO);
             }
         }
         if self.session.is_some() {
             if let Err(reason) = self.receive() {
-                self.connection_lost(reason);
+                self.connection_lost(reason, libc::EIO);
             }
         }
         if self.live_ops > 0 {
