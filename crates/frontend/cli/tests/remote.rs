@@ -119,7 +119,7 @@ fn raid10_over_nbd_nodes_survives_a_killed_node_and_rebuilds_a_new_one() {
     assert!(examine.contains("raid10"), "{examine}");
 
     let server = serve_with(d, &members, &["--nbd-timeout", "2s"]);
-    let mut fio = fio_nbd(d, "write")
+    let fio = fio_nbd(d, "write")
         .args(FIO_VERIFY_JOB)
         .args(["--size=24m", "--offset_increment=24m", "--rate_iops=3000"])
         .stdout(Stdio::piped())
