@@ -206,3 +206,24 @@ pub unsafe fn send_vectored(fd: i32, iov: &[libc::iovec]) -> io::Result<usize> {
         Ok(ret as usize)
     }
 }
+
+/// SO_RCVLOWAT: poll(2) reports a socket readable only once `bytes` are
+/// waiting (or the peer closed).
+pub fn set_rcvlowat(fd: i32, bytes: usize) -> io::Result<()> {
+    let value = bytes.min(i32::MAX as usize) as libc::c_int;
+    // SAFETY: `value` is a valid c_int for the call's duration.
+    let ret = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}

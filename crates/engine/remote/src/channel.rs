@@ -60,6 +60,14 @@ const STAGING_BYTES: usize = 256 * 1024;
 /// Read data at least this long goes from the socket straight into the
 /// operation's buffer when the staging buffer is empty.
 const DIRECT_MIN_BYTES: u32 = 32 * 1024;
+/// Reads at least this long are *large*: while one is in flight, the
+/// staging buffer takes at most `STAGING_SMALL_BYTES` per `recv`, so that
+/// most of a large read's data goes straight to its buffer, not through a
+/// copy.
+const LARGE_READ_BYTES: u32 = 64 * 1024;
+const STAGING_SMALL_BYTES: usize = 1024;
+/// Highest receive low watermark set while a large read's data is due.
+const RCVLOWAT_MAX_BYTES: usize = 128 * 1024;
 /// Iovecs in one send.
 const SEND_IOVECS: usize = 64;
 /// Backoff between reconnection attempts.
@@ -138,6 +146,10 @@ pub struct NbdChannel {
     rx_end: usize,
     ready: Vec<(u64, i32)>,
     live_ops: u32,
+    /// Large reads in flight (see `LARGE_READ_BYTES`).
+    large_reads: u32,
+    /// The socket's receive low watermark as last set.
+    rcvlowat: std::cell::Cell<usize>,
     /// While down: when to try again, and the errno to fail with meanwhile.
     down: Option<(Instant, i32)>,
     backoff: Duration,
@@ -206,6 +218,8 @@ impl NbdChannel {
             rx_end: 0,
             ready: Vec::new(),
             live_ops: 0,
+            large_reads: 0,
+            rcvlowat: std::cell::Cell::new(1),
             down: None,
             backoff: BACKOFF_MIN,
             last_failure: None,
@@ -256,6 +270,9 @@ impl NbdChannel {
     /// queue.
     fn issue(&mut self, op: u32, command: Command, at: u32, len: u32, flags: u16) {
         self.seq = self.seq.wrapping_add(1).max(1);
+        if command == Command::Read && len >= LARGE_READ_BYTES {
+            self.large_reads += 1;
+        }
         let rec = &self.ops[op as usize];
         let offset = rec.offset + u64::from(at);
         let wire = self.alloc_wire(Wire {
@@ -393,9 +410,14 @@ impl NbdChannel {
                     }
                 }
                 let staging = &mut self.staging;
+                let take = if self.large_reads > 0 {
+                    STAGING_SMALL_BYTES
+                } else {
+                    staging.len()
+                };
                 let iov = [libc::iovec {
                     iov_base: staging.as_mut_ptr().cast(),
-                    iov_len: staging.len(),
+                    iov_len: take,
                 }];
                 // SAFETY: the iovec covers the staging buffer.
                 match unsafe { nvraid_io::sys::readv(fd, &iov) } {
@@ -523,6 +545,9 @@ impl NbdChannel {
         let w = &mut self.wires[wire as usize];
         w.live = false;
         let op = w.op;
+        if w.command == Command::Read && w.len >= LARGE_READ_BYTES {
+            self.large_reads -= 1;
+        }
         self.free_wires.push(wire);
         let rec = &mut self.ops[op as usize];
         if rec.errno == 0 {
@@ -607,6 +632,7 @@ impl NbdChannel {
         match fresh {
             Ok(fresh) => {
                 self.session = Some(fresh);
+                self.rcvlowat.set(1);
                 self.reader = ReplyReader::new(self.info.structured_replies);
                 self.down = None;
                 self.backoff = BACKOFF_MIN;
@@ -777,6 +803,21 @@ impl Channel for NbdChannel {
         let mut events = libc::POLLIN;
         if !self.send_queue.is_empty() {
             events |= libc::POLLOUT;
+        }
+        // In the middle of a large read's data, wake only when a good part
+        // of it has arrived (never more than what is still due: the
+        // watermark must not wait for bytes that will not come).
+        let lowat = match self.reader.want() {
+            Want::Data { len, .. } if self.rx_start == self.rx_end => {
+                (len as usize).clamp(1, RCVLOWAT_MAX_BYTES)
+            }
+            _ => 1,
+        };
+        if lowat != self.rcvlowat.get() {
+            let fd = session.socket.raw_fd();
+            if nvraid_io::sys::set_rcvlowat(fd, lowat).is_ok() {
+                self.rcvlowat.set(lowat);
+            }
         }
         Some((session.socket.raw_fd(), events))
     }

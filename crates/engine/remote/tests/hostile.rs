@@ -69,7 +69,7 @@ fn connection(mut stream: UnixStream, how: Misbehave, structured: bool) {
         return;
     }
     let mut buf = vec![0u8; 65536];
-    let mut structured_agreed = false;
+    let structured_agreed;
     'handshake: loop {
         let out = hs.take_output();
         if stream.write_all(&out).is_err() {
