@@ -16,7 +16,7 @@ use std::fmt;
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Something a worker can open its own channel to.
 pub trait RemoteFile: Send + Sync + fmt::Debug {
@@ -112,41 +112,46 @@ impl MixedEngine {
         passed
     }
 
-    /// Sleep until a channel's descriptor is ready or one needs attention,
-    /// at most `cap` (None: no cap).
-    fn wait_channels(&self, cap: Option<std::time::Duration>) {
-        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(self.remote_count);
-        let mut wake: Option<Instant> = None;
-        for channel in self.channels.iter().flatten() {
-            if channel.inflight() == 0 {
-                continue;
-            }
-            if let Some((fd, events)) = channel.poll_fd() {
-                fds.push(libc::pollfd {
-                    fd,
-                    events,
-                    revents: 0,
-                });
-            }
-            if let Some(at) = channel.wake_at() {
-                wake = Some(wake.map_or(at, |w| w.min(at)));
-            }
-        }
-        let now = Instant::now();
-        let mut timeout = wake.map(|at| at.saturating_duration_since(now));
-        if let Some(cap) = cap {
-            timeout = Some(timeout.map_or(cap, |t| t.min(cap)));
-        }
-        let timeout_ms = match timeout {
-            None => -1,
-            // Round up: a deadline 0.3 ms away must not spin.
-            Some(t) => t.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32,
-        };
-        if fds.is_empty() && timeout_ms < 0 {
-            return;
-        }
-        crate::sys::poll(&mut fds, timeout_ms);
+    fn wait_channels(&self, cap: Option<Duration>) {
+        wait_for(self.channels.iter().flatten().map(|c| c.as_ref()), cap);
     }
+}
+
+/// Sleep until one of `channels` with work in flight has its descriptor
+/// ready or needs attention ([`Channel::wake_at`]), at most `cap` (None:
+/// no cap). Returns at once when none has anything to wait for.
+pub fn wait_for<'a>(channels: impl Iterator<Item = &'a dyn Channel>, cap: Option<Duration>) {
+    let mut fds: Vec<libc::pollfd> = Vec::new();
+    let mut wake: Option<Instant> = None;
+    for channel in channels {
+        if channel.inflight() == 0 {
+            continue;
+        }
+        if let Some((fd, events)) = channel.poll_fd() {
+            fds.push(libc::pollfd {
+                fd,
+                events,
+                revents: 0,
+            });
+        }
+        if let Some(at) = channel.wake_at() {
+            wake = Some(wake.map_or(at, |w| w.min(at)));
+        }
+    }
+    let now = Instant::now();
+    let mut timeout = wake.map(|at| at.saturating_duration_since(now));
+    if let Some(cap) = cap {
+        timeout = Some(timeout.map_or(cap, |t| t.min(cap)));
+    }
+    let timeout_ms = match timeout {
+        None => -1,
+        // Round up: a deadline 0.3 ms away must not spin.
+        Some(t) => t.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32,
+    };
+    if fds.is_empty() && timeout_ms < 0 {
+        return;
+    }
+    crate::sys::poll(&mut fds, timeout_ms);
 }
 
 impl Engine for MixedEngine {
@@ -191,7 +196,7 @@ impl Engine for MixedEngine {
             } else {
                 // Both kinds in flight: look at the sockets briefly, then
                 // at the ring again.
-                self.wait_channels(Some(std::time::Duration::from_micros(200)));
+                self.wait_channels(Some(Duration::from_micros(200)));
             }
         }
     }

@@ -667,28 +667,13 @@ impl NbdChannel {
         }
     }
 
-    /// Block until `user_data`'s operation is passed to `on_complete`
-    /// (the simple, one-request-at-a-time path).
+    /// Block until every operation in flight has been passed to
+    /// `on_complete` (the simple, one-request-at-a-time path).
     pub fn wait_all(&mut self, on_complete: &mut dyn FnMut(u64, i32)) {
         while self.inflight() > 0 {
-            if self.progress(on_complete) > 0 {
-                continue;
+            if self.progress(on_complete) == 0 {
+                nvraid_io::remote::wait_for(std::iter::once(self as &dyn Channel), None);
             }
-            let mut fds = Vec::new();
-            if let Some((fd, events)) = self.poll_fd() {
-                fds.push(libc::pollfd {
-                    fd,
-                    events,
-                    revents: 0,
-                });
-            }
-            let timeout = self
-                .wake_at()
-                .map(|at| at.saturating_duration_since(Instant::now()))
-                .map_or(-1, |t| {
-                    t.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
-                });
-            nvraid_io::sys::poll(&mut fds, timeout);
         }
     }
 }
