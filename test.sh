@@ -22,6 +22,9 @@ needs=(
     "fusermount3 fuse3"
     "qemu-img qemu-utils"            # qemu-img / qemu-io / qemu-nbd clients
     "openssl openssl"                # test certificates for NBD over TLS
+    "ip iproute2"                    # bench/san: network namespaces, veth, tc shaping
+    "tc iproute2"
+    "python3 python3"                # bench/san is a Python script
     "qemu-system-x86_64 qemu-system-x86"   # tools/mdvm: the kernel md VM
     "busybox:/bin/busybox busybox-static"
     "cpio cpio"

@@ -603,7 +603,13 @@ impl NbdChannel {
         if again.is_empty() {
             return;
         }
-        match self.reconnect() {
+        // Retrying the reads must not hold this worker's other requests
+        // longer than a request may take.
+        let timeout = self
+            .options
+            .connect_timeout
+            .min(self.options.request_timeout);
+        match self.reconnect(timeout) {
             Ok(()) => {
                 for wire in again {
                     self.seq = self.seq.wrapping_add(1).max(1);
@@ -623,9 +629,9 @@ impl NbdChannel {
         }
     }
 
-    /// Try a new connection now; on failure, back off.
-    fn reconnect(&mut self) -> Result<(), i32> {
-        let fresh = session::connect(&self.uri, self.options.connect_timeout).and_then(|s| {
+    /// Try a new connection now, within `timeout`; on failure, back off.
+    fn reconnect(&mut self, timeout: Duration) -> Result<(), i32> {
+        let fresh = session::connect(&self.uri, timeout).and_then(|s| {
             check_same_export(&self.uri, &self.info, &s.info)?;
             Ok(s)
         });
@@ -687,7 +693,7 @@ impl Channel for NbdChannel {
                     return Ok(());
                 }
                 _ => {
-                    if let Err(errno) = self.reconnect() {
+                    if let Err(errno) = self.reconnect(self.options.connect_timeout) {
                         self.fail_now(op.user_data, errno);
                         return Ok(());
                     }

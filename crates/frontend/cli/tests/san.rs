@@ -1,0 +1,194 @@
+//! Faults on a real (namespaced) storage network: `bench/san` brings up
+//! four storage nodes, each an nbdkit in its own network namespace behind a
+//! veth link shaped with tc, and `nvraid serve` runs a RAID 10 over them in
+//! the head namespace. While fio writes through it with crc32c
+//! verification, one node's link is taken down (`ip link set down`): fio
+//! sees no error and the member turns faulty after the request timeout.
+//! The link comes back, the member is re-added (only what it missed is
+//! copied, by the write-intent bitmap), and every copy matches.
+//!
+//! Needs root, iproute2 (ip, tc), nbdkit, nbdinfo and fio (`./test.sh`
+//! installs them).
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The test's own bed (its own name prefix, so a bed a developer has up
+/// is left alone); brought down on drop, also after a failure.
+struct Bed;
+
+const PREFIX: &str = "nvsant";
+
+fn san(args: &[&str]) -> String {
+    let out = Command::new(repo().join("bench/san"))
+        .env("NVRAID_SAN_PREFIX", PREFIX)
+        .env("NVRAID", env!("CARGO_BIN_EXE_nvraid"))
+        .args(args)
+        .output()
+        .expect("bench/san runs (python3)");
+    assert!(
+        out.status.success(),
+        "bench/san {args:?} failed (needs root, iproute2, nbdkit): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+impl Bed {
+    fn up(nodes: usize, rate: &str) -> (Bed, Vec<String>) {
+        san(&["down"]);
+        let out = san(&["up", &nodes.to_string(), "--rate", rate, "--size", "256M"]);
+        (Bed, out.lines().map(str::to_string).collect())
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        san(&["down"]);
+    }
+}
+
+/// `nvraid ARGS` in the head namespace.
+fn head_nvraid(args: &[&str], dir: &Path) -> std::process::Output {
+    Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &format!("{PREFIX}-head"),
+            env!("CARGO_BIN_EXE_nvraid"),
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap()
+}
+
+fn head_ok(args: &[&str], dir: &Path) -> String {
+    let out = head_nvraid(args, dir);
+    assert!(
+        out.status.success(),
+        "nvraid {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn head_serve(dir: &Path, members: &[String], extra: &[&str]) -> Child {
+    let log = std::fs::File::create(dir.join("serve.log")).unwrap();
+    let child = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &format!("{PREFIX}-head"),
+            env!("CARGO_BIN_EXE_nvraid"),
+        ])
+        .arg("serve")
+        .arg("--listen")
+        .arg(format!("unix:{}", dir.join("md.sock").display()))
+        .args(extra)
+        .args(members)
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !dir.join("md.ctl").exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "serve did not start: {}",
+            std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    child
+}
+
+fn states(dir: &Path) -> Vec<String> {
+    let out = ok(&["status", "--socket", "md.ctl", "--json"], dir);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    v["array"]["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["state"].as_str().unwrap_or("?").to_string())
+        .collect()
+}
+
+#[test]
+fn raid10_over_a_shaped_network_survives_a_link_down_and_re_adds_the_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (bed, uris) = Bed::up(4, "1gbit");
+    assert_eq!(uris.len(), 4, "{uris:?}");
+    let mut create = vec!["create", "--level", "10"];
+    create.extend(uris.iter().map(String::as_str));
+    head_ok(&create, d);
+    let server = head_serve(
+        d,
+        &uris,
+        &["--nbd-timeout", "1s", "--nbd-connect-timeout", "1s"],
+    );
+
+    let fio = fio_nbd(d, "net")
+        .args(FIO_VERIFY_JOB)
+        .args(["--size=24m", "--offset_increment=24m", "--rate_iops=1500"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    san(&["link", "2", "down"]);
+    let out = fio.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("err= 0"),
+        "fio saw errors when a link went down:\n{text}\n{}\nserve log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        std::fs::read_to_string(d.join("serve.log")).unwrap_or_default()
+    );
+    assert_eq!(states(d)[1], "faulty", "node 2 holds role 1");
+    let log = std::fs::read_to_string(d.join("serve.log")).unwrap();
+    assert!(log.contains("marked faulty"), "{log}");
+
+    // The link comes back: the node still has its data, so it is re-added
+    // and gets only what it missed.
+    san(&["link", "2", "up"]);
+    ok(&["remove", "--socket", "md.ctl", "--member", &uris[1]], d);
+    let added = ok(
+        &["add", "--socket", "md.ctl", "--new", &uris[1], "--json"],
+        d,
+    );
+    let added: serde_json::Value = serde_json::from_str(&added).unwrap();
+    assert_eq!(added["re_added"], true, "{added}");
+    let start = Instant::now();
+    while states(d).iter().any(|s| s != "active") {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "{:?}",
+            states(d)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let verify = fio_nbd(d, "net")
+        .args(FIO_VERIFY_JOB)
+        .args(["--size=24m", "--offset_increment=24m", "--verify_only"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&verify.stdout);
+    assert!(verify.status.success() && text.contains("err= 0"), "{text}");
+    let _ = Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status();
+    let mut server = server;
+    assert!(server.wait().unwrap().success());
+    let mut check = vec!["check"];
+    check.extend(uris.iter().map(String::as_str));
+    let out = head_ok(&check, d);
+    assert!(out.contains(" 0 mismatched sectors"), "{out}");
+    drop(bed);
+}
