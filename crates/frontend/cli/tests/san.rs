@@ -128,6 +128,17 @@ fn raid10_over_a_shaped_network_survives_a_link_down_and_re_adds_the_node() {
     let mut create = vec!["create", "--level", "10"];
     create.extend(uris.iter().map(String::as_str));
     head_ok(&create, d);
+
+    // The advisor finds each member's link and its shaper: 4 x 1 Gbit/s,
+    // less the headers of a 9000-byte MTU frame.
+    let mut plan = vec!["topology", "--json", "--plan", "--level", "10"];
+    plan.extend(uris.iter().map(String::as_str));
+    let report: serde_json::Value = serde_json::from_str(&head_ok(&plan, d)).unwrap();
+    let read = report["plan"]["read"]["bytes_per_sec"].as_f64().unwrap();
+    let expected = 4.0 * 125e6 * 8948.0 / 9014.0;
+    assert!((read / expected - 1.0).abs() < 1e-6, "{read} vs {expected}");
+    let limit = report["plan"]["read"]["limited_by"].to_string();
+    assert!(limit.contains("tbf"), "{limit}");
     let server = head_serve(
         d,
         &uris,

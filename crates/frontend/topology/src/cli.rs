@@ -14,7 +14,7 @@ use crate::advice::{plan_advice, topology_advice};
 use crate::error::Error;
 use crate::measure::{classify, DirectReadMeasurer, Measurer};
 use crate::model::{known_drive_rating, DriveRating, RatingSource};
-use crate::plan::{plan, RaidLevel};
+use crate::plan::{members_from_topology, plan, plan_members, RaidLevel};
 use crate::report::{write_text, MeasurementRow, Report, SCHEMA};
 use crate::scan::{scan, Topology};
 
@@ -51,6 +51,7 @@ pub struct TopologyArgs {
     pub dev_dir: PathBuf,
 
     /// Block devices (nvme0n1 or /dev/nvme0n1) to report on, measure or plan; all when omitted.
+    /// With --plan, NBD members (nbd://HOST/EXPORT) too: their ceiling is their network link's.
     #[arg(value_name = "DEV")]
     pub devices: Vec<String>,
 }
@@ -63,7 +64,22 @@ pub fn run(
     out: &mut dyn Write,
 ) -> Result<i32, Error> {
     let mut topology = scan(&args.sysfs_root)?;
-    let names = selected_names(&topology, &args.devices)?;
+    // NBD members are planned by their network link (network.rs).
+    let (remote, local): (Vec<String>, Vec<String>) = args
+        .devices
+        .iter()
+        .cloned()
+        .partition(|d| nvraid_remote::is_nbd_uri(d));
+    if !remote.is_empty() && !args.plan {
+        return Err(Error::Usage(
+            "NBD members (nbd://...) can only be planned: add --plan".into(),
+        ));
+    }
+    let names = if local.is_empty() && !remote.is_empty() {
+        Vec::new()
+    } else {
+        selected_names(&topology, &local)?
+    };
     if !args.devices.is_empty() && !args.plan {
         keep_only(&mut topology, &names);
     }
@@ -74,9 +90,14 @@ pub fn run(
     } else {
         Vec::new()
     };
-    let plan = if args.plan {
+    let plan = if args.plan && remote.is_empty() {
         let ratings = measured_ratings(&topology, &measurements);
         Some(plan(&topology, &names, args.level, &ratings)?)
+    } else if args.plan {
+        let ratings = measured_ratings(&topology, &measurements);
+        let mut members = members_from_topology(&topology, &names, &ratings)?;
+        members.extend(crate::network::remote_members(&remote)?);
+        Some(plan_members(args.level, members)?)
     } else {
         None
     };

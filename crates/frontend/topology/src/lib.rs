@@ -7,6 +7,7 @@
 //! * [`model`] holds the bandwidth model (pure functions).
 //! * [`plan()`] computes the ceiling of a proposed array and what limits it; [`advice`] turns
 //!   both into plain words.
+//! * [`network`] finds the network link of an NBD member (route, tc shaper, link speed).
 //! * [`measure`] runs a short read-only benchmark; [`cli`] is the command.
 //!
 //! docs/topology.md describes the model, its sources and validation, and the JSON schema.
@@ -19,6 +20,7 @@ pub mod error;
 pub mod fixture;
 pub mod measure;
 pub mod model;
+pub mod network;
 pub mod pci_ids;
 pub mod plan;
 pub mod report;

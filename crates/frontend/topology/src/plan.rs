@@ -44,7 +44,9 @@ impl RaidLevel {
         let ok = match self {
             RaidLevel::Raid0 => count >= 1,
             RaidLevel::Raid1 => count >= 2,
-            RaidLevel::Raid10 => count >= 4 && count.is_multiple_of(2),
+            // md's near-2 RAID 10 (what nvraid creates) takes 2 or more
+            // members, odd counts included.
+            RaidLevel::Raid10 => count >= 2,
         };
         if ok {
             return Ok(());
@@ -380,7 +382,13 @@ mod tests {
             .iter()
             .map(|n| member(n, PcieGen::Gen3, 4))
             .collect();
-        assert!(plan_members(RaidLevel::Raid10, three).is_err());
+        // Three members: md's near-2 RAID 10 over an odd count; each write
+        // lands on two of the three.
+        let plan = plan_members(RaidLevel::Raid10, three).unwrap();
+        let (read, write) = (plan.read.bytes_per_sec.unwrap(), plan.write.bytes_per_sec.unwrap());
+        assert!((write / read - 0.5).abs() < 1e-9, "{read} {write}");
+        let lone = vec![member("a", PcieGen::Gen3, 4)];
+        assert!(plan_members(RaidLevel::Raid10, lone).is_err());
         assert!(plan_members(RaidLevel::Raid0, Vec::new()).is_err());
     }
 }
