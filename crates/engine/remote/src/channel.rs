@@ -316,10 +316,10 @@ impl NbdChannel {
 
     /// Send as much of the queue as the socket takes.
     fn flush_send(&mut self) -> io::Result<()> {
-        let Some(session) = &self.session else {
+        let Some(session) = &mut self.session else {
             return Ok(());
         };
-        let fd = session.socket.raw_fd();
+        session.transport.flush_tls()?;
         let mut iov: Vec<libc::iovec> = Vec::with_capacity(SEND_IOVECS);
         while !self.send_queue.is_empty() {
             iov.clear();
@@ -355,7 +355,8 @@ impl NbdChannel {
             // SAFETY: the iovecs point into `headers` (not touched during
             // the call) and into operations' buffers, valid until they
             // complete.
-            let sent = match unsafe { nvraid_io::sys::send_vectored(fd, &iov) } {
+            let transport = &mut self.session.as_mut().expect("checked above").transport;
+            let sent = match unsafe { transport.send_vectored(&iov) } {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -392,12 +393,13 @@ impl NbdChannel {
         let Some(session) = &self.session else {
             return Ok(());
         };
-        let fd = session.socket.raw_fd();
+        // Over TLS every byte comes through rustls's buffer: no direct reads.
+        let direct = (!session.transport.is_tls()).then(|| session.transport.raw_fd());
         loop {
             if self.rx_start == self.rx_end {
                 self.rx_start = 0;
                 self.rx_end = 0;
-                if let Want::Data { cookie, at, len } = self.reader.want() {
+                if let (Want::Data { cookie, at, len }, Some(fd)) = (self.reader.want(), direct) {
                     if len >= DIRECT_MIN_BYTES {
                         match self.read_direct(fd, cookie, at, len)? {
                             Some(n) => {
@@ -409,22 +411,20 @@ impl NbdChannel {
                         }
                     }
                 }
-                let staging = &mut self.staging;
-                let take = if self.large_reads > 0 {
+                let take = if self.large_reads > 0 && direct.is_some() {
                     STAGING_SMALL_BYTES
                 } else {
-                    staging.len()
+                    self.staging.len()
                 };
-                let iov = [libc::iovec {
-                    iov_base: staging.as_mut_ptr().cast(),
-                    iov_len: take,
-                }];
-                // SAFETY: the iovec covers the staging buffer.
-                match unsafe { nvraid_io::sys::readv(fd, &iov) } {
+                let transport = &mut self.session.as_mut().expect("checked above").transport;
+                match transport.recv(&mut self.staging[..take]) {
                     Ok(0) => return Err("the server closed the connection".into()),
                     Ok(n) => self.rx_end = n,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                        return Err(format!("TLS: {e}"))
+                    }
                     Err(e) => return Err(format!("receive failed: {e}")),
                 }
             }
@@ -792,7 +792,7 @@ impl Channel for NbdChannel {
             return None;
         }
         let mut events = libc::POLLIN;
-        if !self.send_queue.is_empty() {
+        if !self.send_queue.is_empty() || session.transport.wants_write() {
             events |= libc::POLLOUT;
         }
         // In the middle of a large read's data, wake only when a good part
@@ -805,12 +805,12 @@ impl Channel for NbdChannel {
             _ => 1,
         };
         if lowat != self.rcvlowat.get() {
-            let fd = session.socket.raw_fd();
+            let fd = session.transport.raw_fd();
             if nvraid_io::sys::set_rcvlowat(fd, lowat).is_ok() {
                 self.rcvlowat.set(lowat);
             }
         }
-        Some((session.socket.raw_fd(), events))
+        Some((session.transport.raw_fd(), events))
     }
 
     fn wake_at(&self) -> Option<Instant> {
@@ -824,7 +824,7 @@ impl Channel for NbdChannel {
 impl Drop for NbdChannel {
     fn drop(&mut self) {
         // An orderly goodbye when nothing is in flight (best effort).
-        if let (Some(session), 0) = (&self.session, self.live_ops) {
+        if let (Some(session), 0) = (&mut self.session, self.live_ops) {
             if self.send_queue.is_empty() {
                 let disc = RequestHeader {
                     flags: 0,
@@ -839,7 +839,7 @@ impl Drop for NbdChannel {
                     iov_len: disc.len(),
                 }];
                 // SAFETY: the iovec covers `disc`.
-                let _ = unsafe { nvraid_io::sys::send_vectored(session.socket.raw_fd(), &iov) };
+                let _ = unsafe { session.transport.send_vectored(&iov) };
             }
         }
     }

@@ -2,7 +2,8 @@
 //! client.
 //!
 //! - [`uri`]: `nbd://`, `nbds://`, `nbd+unix://` URIs.
-//! - [`session`]: connecting and the handshake, within a deadline.
+//! - [`session`]: connecting and the handshake (TLS too), within a deadline.
+//! - [`tls`]: the process's TLS client configuration (`--tls-ca`, ...).
 //! - [`channel::NbdChannel`]: one worker's pipelined connection (requests
 //!   sent straight from the operation's buffers, replies matched by cookie,
 //!   timeouts, reconnection); it is the fast path's
@@ -16,6 +17,7 @@
 pub mod channel;
 pub mod export;
 pub mod session;
+pub mod tls;
 pub mod uri;
 
 pub use channel::{NbdChannel, RemoteOptions};

@@ -30,8 +30,14 @@ pub enum ConnectError {
     Protocol { uri: String, source: ProtocolError },
     #[error("{uri}: {source}")]
     Io { uri: String, source: io::Error },
-    #[error("{uri}: NBD over TLS (nbds://) is not supported by this build's NBD client yet")]
-    TlsUnsupported { uri: String },
+    #[error(
+        "{uri}: NBD over TLS needs the CA that signed the server's certificate: give --nbd-tls-ca FILE"
+    )]
+    TlsNotConfigured { uri: String },
+    #[error("{uri}: TLS: {reason}")]
+    Tls { uri: String, reason: String },
+    #[error("{uri}: the server does not offer TLS, and the URI (nbds://) requires it")]
+    TlsRefused { uri: String },
 }
 
 impl ConnectError {
@@ -85,6 +91,13 @@ impl Socket {
         }
     }
 
+    fn try_clone_socket(&self) -> io::Result<Socket> {
+        Ok(match self {
+            Socket::Tcp(s) => Socket::Tcp(s.try_clone()?),
+            Socket::Unix(s) => Socket::Unix(s.try_clone()?),
+        })
+    }
+
     pub fn set_nonblocking(&self, on: bool) -> io::Result<()> {
         match self {
             Socket::Tcp(s) => s.set_nonblocking(on),
@@ -103,6 +116,156 @@ impl Socket {
         match self {
             Socket::Tcp(s) => s.write_all(buf),
             Socket::Unix(s) => s.write_all(buf),
+        }
+    }
+}
+
+impl Read for Socket {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        Socket::read(self, buf)
+    }
+}
+
+impl Write for Socket {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Socket::Tcp(s) => s.write(buf),
+            Socket::Unix(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A connection's byte stream: the socket itself, or TLS over it.
+pub enum Transport {
+    Plain(Socket),
+    Tls(Box<rustls::ClientConnection>, Socket),
+}
+
+impl std::fmt::Debug for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Transport::Plain(s) => write!(f, "Plain({})", s.raw_fd()),
+            Transport::Tls(_, s) => write!(f, "Tls({})", s.raw_fd()),
+        }
+    }
+}
+
+/// Bytes rustls holds for sending before `send_vectored` takes less (its
+/// buffer limit, set when TLS starts).
+const TLS_SEND_BUFFER_BYTES: usize = 1 << 20;
+
+impl Transport {
+    pub fn raw_fd(&self) -> RawFd {
+        match self {
+            Transport::Plain(s) | Transport::Tls(_, s) => s.raw_fd(),
+        }
+    }
+
+    pub fn is_tls(&self) -> bool {
+        matches!(self, Transport::Tls(..))
+    }
+
+    /// Whether ciphertext waits for the socket.
+    pub fn wants_write(&self) -> bool {
+        matches!(self, Transport::Tls(c, _) if c.wants_write())
+    }
+
+    /// Blocking read (the handshake).
+    fn read_blocking(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Transport::Plain(s) => s.read(buf),
+            Transport::Tls(c, s) => rustls::Stream::new(c.as_mut(), s).read(buf),
+        }
+    }
+
+    /// Blocking write of all of `buf` (the handshake).
+    fn write_all_blocking(&mut self, buf: &[u8]) -> io::Result<()> {
+        match self {
+            Transport::Plain(s) => s.write_all(buf),
+            Transport::Tls(c, s) => {
+                let mut stream = rustls::Stream::new(c.as_mut(), s);
+                stream.write_all(buf)?;
+                stream.flush()
+            }
+        }
+    }
+
+    /// Send ciphertext rustls has queued, without blocking.
+    pub fn flush_tls(&mut self) -> io::Result<()> {
+        if let Transport::Tls(c, s) = self {
+            while c.wants_write() {
+                match c.write_tls(s) {
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Non-blocking vectored send: bytes taken (WouldBlock when none).
+    ///
+    /// # Safety
+    /// Every iovec must describe memory valid for reads of its length.
+    pub unsafe fn send_vectored(&mut self, iov: &[libc::iovec]) -> io::Result<usize> {
+        match self {
+            // SAFETY: forwarded from the caller.
+            Transport::Plain(s) => unsafe { nvraid_io::sys::send_vectored(s.raw_fd(), iov) },
+            Transport::Tls(c, _) => {
+                let mut taken = 0;
+                for v in iov {
+                    // SAFETY: the caller's iovec is valid for reads.
+                    let bytes =
+                        unsafe { std::slice::from_raw_parts(v.iov_base.cast::<u8>(), v.iov_len) };
+                    let n = c.writer().write(bytes)?;
+                    taken += n;
+                    if n < bytes.len() {
+                        break;
+                    }
+                }
+                self.flush_tls()?;
+                if taken == 0 {
+                    return Err(io::ErrorKind::WouldBlock.into());
+                }
+                Ok(taken)
+            }
+        }
+    }
+
+    /// Non-blocking read into `buf`: bytes read (0: the peer closed).
+    pub fn recv(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Transport::Plain(s) => {
+                let iov = [libc::iovec {
+                    iov_base: buf.as_mut_ptr().cast(),
+                    iov_len: buf.len(),
+                }];
+                // SAFETY: the iovec covers `buf`.
+                unsafe { nvraid_io::sys::readv(s.raw_fd(), &iov) }
+            }
+            Transport::Tls(c, s) => loop {
+                match c.reader().read(buf) {
+                    Ok(n) => return Ok(n),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e),
+                }
+                match c.read_tls(s) {
+                    Ok(0) => return Ok(0),
+                    Ok(_) => {
+                        c.process_new_packets()
+                            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                        if c.wants_write() {
+                            let _ = c.write_tls(s);
+                        }
+                    }
+                    Err(e) => return Err(e),
+                }
+            },
         }
     }
 }
@@ -159,22 +322,26 @@ impl ExportInfo {
 /// A connection in the transmission phase.
 #[derive(Debug)]
 pub struct Session {
-    pub socket: Socket,
+    pub transport: Transport,
     pub info: ExportInfo,
 }
 
 /// Connect to `uri` and run the handshake, all within `deadline`.
 pub fn connect(uri: &NbdUri, timeout: Duration) -> Result<Session, ConnectError> {
     let name = uri.to_string();
-    if uri.tls {
-        return Err(ConnectError::TlsUnsupported { uri: name });
-    }
+    let tls = match uri.tls {
+        true => Some(
+            crate::tls::client_config()
+                .ok_or(ConnectError::TlsNotConfigured { uri: name.clone() })?,
+        ),
+        false => None,
+    };
     let deadline = Instant::now() + timeout;
     let unreachable = |source| ConnectError::Unreachable {
         uri: name.clone(),
         source,
     };
-    let mut socket = match &uri.address {
+    let socket = match &uri.address {
         Address::Tcp { host, port } => {
             let addrs: Vec<_> = (host.as_str(), *port)
                 .to_socket_addrs()
@@ -198,29 +365,34 @@ pub fn connect(uri: &NbdUri, timeout: Duration) -> Result<Session, ConnectError>
         }
         Address::Unix(path) => Socket::Unix(UnixStream::connect(path).map_err(unreachable)?),
     };
-    let negotiated =
-        handshake(&mut socket, uri, &name, deadline).map_err(|e| e.with_timeout(timeout))?;
+    let mut transport = Transport::Plain(socket);
+    let negotiated = handshake(&mut transport, uri, &name, deadline, tls)
+        .map_err(|e| e.with_timeout(timeout))?;
     let io_err = |source| ConnectError::Io {
         uri: name.clone(),
         source,
     };
+    let socket = match &transport {
+        Transport::Plain(s) | Transport::Tls(_, s) => s,
+    };
     socket.set_timeouts(None).map_err(io_err)?;
     socket.set_nonblocking(true).map_err(io_err)?;
     Ok(Session {
-        socket,
+        transport,
         info: ExportInfo::from_negotiated(&negotiated),
     })
 }
 
 fn handshake(
-    socket: &mut Socket,
+    socket: &mut Transport,
     uri: &NbdUri,
     name: &str,
     deadline: Instant,
+    tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 ) -> Result<ClientNegotiated, ConnectError> {
     let mut hs = ClientHandshake::new(ClientConfig {
         export: uri.export.clone(),
-        tls: false,
+        tls: tls.is_some(),
         structured_replies: true,
         meta_contexts: Vec::new(),
     });
@@ -234,15 +406,19 @@ fn handshake(
         if left.is_zero() {
             return Err(timed_out());
         }
-        socket
-            .set_timeouts(Some(left))
+        let raw = match socket {
+            Transport::Plain(s) | Transport::Tls(_, s) => s,
+        };
+        raw.set_timeouts(Some(left))
             .map_err(|source| ConnectError::Io {
                 uri: name.to_string(),
                 source,
             })?;
         let out = hs.take_output();
         if !out.is_empty() {
-            socket.write_all(&out).map_err(|e| io_failure(e, name))?;
+            socket
+                .write_all_blocking(&out)
+                .map_err(|e| io_failure(e, name))?;
         }
         let want = hs.bytes_wanted().min(buf.len());
         if want == 0 {
@@ -253,7 +429,7 @@ fn handshake(
             });
         }
         let n = socket
-            .read(&mut buf[..want])
+            .read_blocking(&mut buf[..want])
             .map_err(|e| io_failure(e, name))?;
         if n == 0 {
             return Err(ConnectError::ClosedInHandshake {
@@ -270,14 +446,24 @@ fn handshake(
                 Some(ClientEvent::Ready(negotiated)) => {
                     let out = hs.take_output();
                     if !out.is_empty() {
-                        socket.write_all(&out).map_err(|e| io_failure(e, name))?;
+                        socket
+                            .write_all_blocking(&out)
+                            .map_err(|e| io_failure(e, name))?;
                     }
                     return Ok(negotiated);
                 }
                 Some(ClientEvent::StartTls) => {
-                    return Err(ConnectError::TlsUnsupported {
-                        uri: name.to_string(),
-                    })
+                    let config = tls.clone().expect("StartTls only when TLS was asked for");
+                    start_tls(socket, config, uri, name)?;
+                    hs.tls_started();
+                    // Whatever came after the ACK is ciphertext.
+                    if fed + taken < n {
+                        return Err(ConnectError::Protocol {
+                            uri: name.to_string(),
+                            source: ProtocolError::Malformed("plaintext after STARTTLS"),
+                        });
+                    }
+                    break;
                 }
                 None => {}
             }
@@ -286,6 +472,53 @@ fn handshake(
             }
         }
     }
+}
+
+/// Turn the plain socket into TLS and run the TLS handshake (blocking,
+/// within the socket's timeouts).
+fn start_tls(
+    transport: &mut Transport,
+    config: std::sync::Arc<rustls::ClientConfig>,
+    uri: &NbdUri,
+    name: &str,
+) -> Result<(), ConnectError> {
+    let server_name = crate::tls::server_name(uri).map_err(|reason| ConnectError::Tls {
+        uri: name.to_string(),
+        reason,
+    })?;
+    let conn =
+        rustls::ClientConnection::new(config, server_name).map_err(|e| ConnectError::Tls {
+            uri: name.to_string(),
+            reason: e.to_string(),
+        })?;
+    let placeholder = Transport::Plain(match transport {
+        Transport::Plain(s) => s.try_clone_socket().map_err(|source| ConnectError::Io {
+            uri: name.to_string(),
+            source,
+        })?,
+        Transport::Tls(..) => {
+            return Err(ConnectError::Protocol {
+                uri: name.to_string(),
+                source: ProtocolError::Malformed("STARTTLS twice"),
+            })
+        }
+    });
+    let Transport::Plain(socket) = std::mem::replace(transport, placeholder) else {
+        unreachable!()
+    };
+    let mut conn = Box::new(conn);
+    conn.set_buffer_limit(Some(TLS_SEND_BUFFER_BYTES));
+    let mut socket = socket;
+    while conn.is_handshaking() {
+        if let Err(e) = conn.complete_io(&mut socket) {
+            return Err(ConnectError::Tls {
+                uri: name.to_string(),
+                reason: e.to_string(),
+            });
+        }
+    }
+    *transport = Transport::Tls(conn, socket);
+    Ok(())
 }
 
 fn io_failure(e: io::Error, name: &str) -> ConnectError {

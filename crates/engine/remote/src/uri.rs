@@ -6,7 +6,8 @@
 //! - `nbd+unix:///EXPORT?socket=PATH` and `nbds+unix:///EXPORT?socket=PATH`
 //!
 //! The export name is the path after the first `/`, percent-decoded; it
-//! may be empty (the server's default export).
+//! may be empty (the server's default export). `?tls-hostname=NAME` sets
+//! the name the server's certificate must carry.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -24,6 +25,9 @@ pub struct NbdUri {
     pub address: Address,
     pub export: String,
     pub tls: bool,
+    /// `?tls-hostname=NAME`: the name the server's certificate must carry
+    /// (default: the host; `localhost` for unix sockets).
+    pub tls_hostname: Option<String>,
 }
 
 /// Why a URI was refused.
@@ -73,10 +77,17 @@ impl NbdUri {
             None => (rest, ""),
         };
         let export = percent_decode(path).ok_or_else(|| fail("bad %-escape in the export name"))?;
-        let socket = query
-            .into_iter()
-            .flat_map(|q| q.split('&'))
-            .find_map(|pair| pair.strip_prefix("socket="));
+        let param = |key: &str| {
+            query
+                .into_iter()
+                .flat_map(|q| q.split('&'))
+                .find_map(|pair| pair.strip_prefix(key))
+        };
+        let socket = param("socket=");
+        let tls_hostname = match param("tls-hostname=") {
+            Some(v) => Some(percent_decode(v).ok_or_else(|| fail("bad %-escape in tls-hostname"))?),
+            None => None,
+        };
         let address = if unix {
             if !authority.is_empty() {
                 return Err(fail(
@@ -102,6 +113,7 @@ impl NbdUri {
             address,
             export,
             tls,
+            tls_hostname,
         })
     }
 }
@@ -142,18 +154,24 @@ fn percent_decode(text: &str) -> Option<String> {
 impl fmt::Display for NbdUri {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = if self.tls { "s" } else { "" };
+        let mut query = Vec::new();
         match &self.address {
             Address::Tcp { host, port } if host.contains(':') => {
-                write!(f, "nbd{s}://[{host}]:{port}/{}", self.export)
+                write!(f, "nbd{s}://[{host}]:{port}/{}", self.export)?
             }
-            Address::Tcp { host, port } => write!(f, "nbd{s}://{host}:{port}/{}", self.export),
-            Address::Unix(path) => write!(
-                f,
-                "nbd{s}+unix:///{}?socket={}",
-                self.export,
-                path.display()
-            ),
+            Address::Tcp { host, port } => write!(f, "nbd{s}://{host}:{port}/{}", self.export)?,
+            Address::Unix(path) => {
+                write!(f, "nbd{s}+unix:///{}", self.export)?;
+                query.push(format!("socket={}", path.display()));
+            }
         }
+        if let Some(name) = &self.tls_hostname {
+            query.push(format!("tls-hostname={name}"));
+        }
+        if !query.is_empty() {
+            write!(f, "?{}", query.join("&"))?;
+        }
+        Ok(())
     }
 }
 

@@ -35,6 +35,17 @@ struct Cli {
     #[arg(long, global = true, value_name = "DURATION", default_value = "10s",
           value_parser = parse_duration)]
     nbd_connect_timeout: std::time::Duration,
+    /// NBD members over TLS (nbds://): the CA certificate(s), PEM, that
+    /// signed the servers' certificates.
+    #[arg(long, global = true, value_name = "FILE")]
+    nbd_tls_ca: Option<std::path::PathBuf>,
+    /// NBD members over TLS: this client's certificate chain (PEM), for
+    /// servers that verify their clients.
+    #[arg(long, global = true, value_name = "FILE", requires = "nbd_tls_key")]
+    nbd_tls_cert: Option<std::path::PathBuf>,
+    /// NBD members over TLS: the private key of --nbd-tls-cert (PEM).
+    #[arg(long, global = true, value_name = "FILE", requires = "nbd_tls_cert")]
+    nbd_tls_key: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -92,6 +103,16 @@ fn main() -> ExitCode {
             write_through: false,
         },
     );
+    if let Some(ca) = &cli.nbd_tls_ca {
+        let identity = cli.nbd_tls_cert.as_deref().zip(cli.nbd_tls_key.as_deref());
+        if let Err(e) = nvraid_remote::tls::configure(ca, identity) {
+            eprintln!("nvraid: --nbd-tls-ca: {e}");
+            return ExitCode::from(2);
+        }
+    } else if cli.nbd_tls_cert.is_some() {
+        eprintln!("nvraid: --nbd-tls-cert needs --nbd-tls-ca (the CA that signed the servers)");
+        return ExitCode::from(2);
+    }
     let result = match &cli.command {
         Command::Create(args) => cmd::create::run(args, direct),
         Command::Examine(args) => cmd::examine::run(args),

@@ -385,7 +385,10 @@ mod tests {
         // Three members: md's near-2 RAID 10 over an odd count; each write
         // lands on two of the three.
         let plan = plan_members(RaidLevel::Raid10, three).unwrap();
-        let (read, write) = (plan.read.bytes_per_sec.unwrap(), plan.write.bytes_per_sec.unwrap());
+        let (read, write) = (
+            plan.read.bytes_per_sec.unwrap(),
+            plan.write.bytes_per_sec.unwrap(),
+        );
         assert!((write / read - 0.5).abs() < 1e-9, "{read} {write}");
         let lone = vec![member("a", PcieGen::Gen3, 4)];
         assert!(plan_members(RaidLevel::Raid10, lone).is_err());
