@@ -828,6 +828,46 @@ mod bench {
 mod serve {
     use super::*;
 
+    /// An RSA key of a size the TLS library cannot load (2432 bits: not a
+    /// multiple of 512) is refused with that reason, not a bare "failed to
+    /// parse private key".
+    #[test]
+    fn an_rsa_key_of_an_odd_size_is_refused_with_the_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let status = std::process::Command::new("openssl")
+            .args([
+                "req", "-x509", "-newkey", "rsa:2432", "-nodes", "-days", "2", "-subj",
+            ])
+            .args(["/CN=localhost", "-keyout", "k.pem", "-out", "c.pem"])
+            .current_dir(d)
+            .output()
+            .expect("openssl (./test.sh installs it)");
+        assert!(status.status.success());
+        ok(&["create", "--level", "0", "--size", "8M", "m0"], d);
+        let out = nvraid(
+            &[
+                "serve",
+                "--listen",
+                "unix:s.sock",
+                "--tls",
+                "on",
+                "--tls-cert",
+                "c.pem",
+                "--tls-key",
+                "k.pem",
+                "m0",
+            ],
+            d,
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(
+            err.contains("k.pem") && err.contains("2432 bits") && err.contains("multiple of 512"),
+            "{err}"
+        );
+    }
+
     /// A member written by a running nvraid is claimed: a second writer
     /// (write, create, a second serve, a destructive bench) is refused with
     /// the holder's pid and command, and changes nothing; readers still work.

@@ -42,6 +42,15 @@ pub struct ServeArgs {
     /// PEM private key for TLS.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// Mutual TLS: clients must present a certificate signed by the CA in
+    /// --tls-ca; others are refused during the TLS handshake, before they
+    /// can list or choose an export.
+    #[arg(long, requires = "tls_ca")]
+    pub tls_verify_peer: bool,
+    /// PEM CA certificate(s) that client certificates are checked against
+    /// (with --tls-verify-peer).
+    #[arg(long, value_name = "FILE", requires = "tls_verify_peer")]
+    pub tls_ca: Option<PathBuf>,
     /// Most clients connected at once; more are refused.
     #[arg(long, default_value_t = 16)]
     pub max_connections: u32,
@@ -89,11 +98,18 @@ impl ServeArgs {
             (Some(cert), Some(key)) => Some(TlsFiles {
                 cert: cert.clone(),
                 key: key.clone(),
+                client_ca: self.tls_ca.clone(),
             }),
             _ => None,
         };
         if tls == TlsMode::Off && tls_files.is_some() {
             return Err("--tls-cert/--tls-key given but --tls is off".into());
+        }
+        if self.tls_verify_peer && tls != TlsMode::Require {
+            return Err(
+                "--tls-verify-peer needs --tls require (a client that skips TLS would skip the check)"
+                    .into(),
+            );
         }
         let defaults = ServeOptions::default();
         let mut options = ServeOptions {

@@ -65,6 +65,8 @@ pub enum TlsMode {
 pub struct TlsFiles {
     pub cert: PathBuf,
     pub key: PathBuf,
+    /// Mutual TLS: the CA client certificates must chain to.
+    pub client_ca: Option<PathBuf>,
 }
 
 /// A place log lines go (one line per call, no newline).

@@ -133,7 +133,7 @@ pub fn start(
     options.validate().map_err(Error::Options)?;
     let tls = match (&options.tls, &options.tls_files) {
         (TlsMode::Off, _) | (_, None) => None,
-        (_, Some(files)) => Some(crate::transport::tls_config(&files.cert, &files.key)?),
+        (_, Some(files)) => Some(crate::transport::tls_config(files)?),
     };
     let listeners = bind_all(&options.listen)?;
     let listening = listeners.iter().map(|l| l.local()).collect();

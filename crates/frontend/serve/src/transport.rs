@@ -10,7 +10,6 @@
 
 use std::io::{self, Read, Write};
 use std::net::Shutdown;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use rustls::ServerConnection;
@@ -20,8 +19,12 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use crate::stream::Stream;
 use crate::Error;
 
-/// Load a certificate chain and key into a rustls server config.
-pub(crate) fn tls_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, Error> {
+/// Load a certificate chain and key (and, for mutual TLS, the CA client
+/// certificates are checked against) into a rustls server config.
+pub(crate) fn tls_config(
+    files: &crate::options::TlsFiles,
+) -> Result<Arc<rustls::ServerConfig>, Error> {
+    let (cert, key) = (files.cert.as_path(), files.key.as_path());
     let fail = |what: &str, e: &dyn std::fmt::Display| Error::Tls(format!("{what}: {e}"));
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
         .map_err(|e| fail(&cert.display().to_string(), &e))?
@@ -30,16 +33,123 @@ pub(crate) fn tls_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerCo
     if certs.is_empty() {
         return Err(Error::Tls(format!("{}: no certificate", cert.display())));
     }
-    let key =
-        PrivateKeyDer::from_pem_file(key).map_err(|e| fail(&key.display().to_string(), &e))?;
+    let key_name = key.display().to_string();
+    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| fail(&key_name, &e))?;
+    let rsa_bits = rsa_modulus_bits(key.secret_der());
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    rustls::ServerConfig::builder_with_provider(provider)
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| fail("protocol versions", &e))?
-        .with_no_client_auth()
+        .map_err(|e| fail("protocol versions", &e))?;
+    let builder = match &files.client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let name = ca.display().to_string();
+            let mut roots = rustls::RootCertStore::empty();
+            let cas: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(ca)
+                .map_err(|e| fail(&name, &e))?
+                .collect::<Result<_, _>>()
+                .map_err(|e| fail(&name, &e))?;
+            if cas.is_empty() {
+                return Err(Error::Tls(format!("{name}: no certificate")));
+            }
+            for c in cas {
+                roots.add(c).map_err(|e| fail(&name, &e))?;
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .build()
+            .map_err(|e| fail(&name, &e))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    builder
         .with_single_cert(certs, key)
         .map(Arc::new)
-        .map_err(|e| fail("certificate/key", &e))
+        .map_err(|e| match e {
+            rustls::Error::General(ref m) if m.contains("failed to parse private key") => {
+                Error::Tls(format!(
+                    "{key_name}: {}",
+                    unsupported_key_reason(rsa_bits, m)
+                ))
+            }
+            e => fail("certificate/key", &e),
+        })
+}
+
+/// Why a private key was refused, in words a user can act on.
+fn unsupported_key_reason(rsa_bits: Option<u32>, message: &str) -> String {
+    match rsa_bits {
+        Some(bits) if bits % 512 != 0 => format!(
+            "an RSA key of {bits} bits: the TLS library of this build (rustls with ring) loads \
+             RSA private keys whose modulus is a multiple of 512 bits (2048, 2560, 3072, 4096, \
+             ...), where OpenSSL-based servers load any size; issue a key of such a size, or an \
+             ECDSA or Ed25519 key"
+        ),
+        _ => message.to_string(),
+    }
+}
+
+/// The modulus length in bits of an RSA private key in PKCS#8 or PKCS#1
+/// DER; None for other keys or anything unexpected.
+fn rsa_modulus_bits(der: &[u8]) -> Option<u32> {
+    /// One DER element: (tag, contents, rest).
+    fn tlv(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+        let (&tag, rest) = input.split_first()?;
+        let (&first, rest) = rest.split_first()?;
+        let (len, rest) = if first < 0x80 {
+            (usize::from(first), rest)
+        } else {
+            let n = usize::from(first & 0x7f);
+            if n == 0 || n > 4 || rest.len() < n {
+                return None;
+            }
+            let len = rest[..n]
+                .iter()
+                .fold(0usize, |a, &b| (a << 8) | usize::from(b));
+            (len, &rest[n..])
+        };
+        (rest.len() >= len).then(|| (tag, &rest[..len], &rest[len..]))
+    }
+    fn integer_bits(bytes: &[u8]) -> Option<u32> {
+        let bytes = match bytes.iter().position(|&b| b != 0) {
+            Some(i) => &bytes[i..],
+            None => return None,
+        };
+        Some(bytes.len() as u32 * 8 - bytes[0].leading_zeros())
+    }
+    const SEQUENCE: u8 = 0x30;
+    const INTEGER: u8 = 0x02;
+    const OCTETS: u8 = 0x04;
+    // rsaEncryption, 1.2.840.113549.1.1.1
+    const RSA_OID: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01];
+    let (tag, body, _) = tlv(der)?;
+    if tag != SEQUENCE {
+        return None;
+    }
+    let (tag, _version, rest) = tlv(body)?;
+    if tag != INTEGER {
+        return None;
+    }
+    let (tag, second, rest) = tlv(rest)?;
+    match tag {
+        // PKCS#1 RSAPrivateKey: version, modulus, ...
+        INTEGER => integer_bits(second),
+        // PKCS#8: version, AlgorithmIdentifier, OCTET STRING (PKCS#1 key).
+        SEQUENCE => {
+            let (_, oid, _) = tlv(second)?;
+            if oid != RSA_OID {
+                return None;
+            }
+            let (tag, inner, _) = tlv(rest)?;
+            if tag != OCTETS {
+                return None;
+            }
+            rsa_modulus_bits(inner)
+        }
+        _ => None,
+    }
 }
 
 /// A connection's channel before it is split.

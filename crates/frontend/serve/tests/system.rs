@@ -178,7 +178,14 @@ fn certificates(dir: &Path) -> (PathBuf, TlsFiles) {
         .arg("-out")
         .arg(&cert));
     std::fs::copy(&cert, certs.join("ca-cert.pem")).unwrap();
-    (certs, TlsFiles { cert, key })
+    (
+        certs,
+        TlsFiles {
+            cert,
+            key,
+            client_ca: None,
+        },
+    )
 }
 
 fn tls_server(mode: TlsMode) -> (TestServer, PathBuf, tempfile::TempDir) {
@@ -266,4 +273,161 @@ fn qemu_img_compare_over_tls() {
         .args(["compare", "--object", &object, "--image-opts"])
         .arg(format!("driver=raw,file.filename={}", image.display()))
         .arg(nbd));
+}
+
+/// `openssl ARGS` in `dir`, which must succeed.
+fn openssl_in(dir: &Path, args: &[&str]) {
+    let openssl = require("openssl", "openssl");
+    run(Command::new(openssl).args(args).current_dir(dir));
+}
+
+/// A CA and certificates it signs, in `dir`: the server's (for localhost)
+/// and a client's; plus a self-signed client certificate.
+fn mutual_certificates(dir: &Path) {
+    let key = |name: &str| format!("{name}-key.pem");
+    openssl_in(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=test CA",
+            "-keyout",
+            "ca-key.pem",
+            "-out",
+            "ca-cert.pem",
+        ],
+    );
+    for (name, cn) in [("server", "localhost"), ("client", "client")] {
+        openssl_in(
+            dir,
+            &[
+                "req",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-subj",
+                &format!("/CN={cn}"),
+                "-keyout",
+                &key(name),
+                "-out",
+                &format!("{name}.csr"),
+            ],
+        );
+        std::fs::write(
+            dir.join(format!("{name}.ext")),
+            format!("subjectAltName=DNS:{cn}\n"),
+        )
+        .unwrap();
+        openssl_in(
+            dir,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                &format!("{name}.csr"),
+                "-CA",
+                "ca-cert.pem",
+                "-CAkey",
+                "ca-key.pem",
+                "-CAcreateserial",
+                "-days",
+                "2",
+                "-extfile",
+                &format!("{name}.ext"),
+                "-out",
+                &format!("{name}-cert.pem"),
+            ],
+        );
+    }
+    openssl_in(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=client",
+            "-keyout",
+            "selfsigned-key.pem",
+            "-out",
+            "selfsigned-cert.pem",
+        ],
+    );
+}
+
+/// A libnbd client's certificate directory: the CA, and a client identity.
+fn client_dir(root: &Path, name: &str, identity: Option<&str>) -> PathBuf {
+    let dir = root.join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(root.join("ca-cert.pem"), dir.join("ca-cert.pem")).unwrap();
+    if let Some(id) = identity {
+        std::fs::copy(
+            root.join(format!("{id}-cert.pem")),
+            dir.join("client-cert.pem"),
+        )
+        .unwrap();
+        std::fs::copy(
+            root.join(format!("{id}-key.pem")),
+            dir.join("client-key.pem"),
+        )
+        .unwrap();
+    }
+    dir
+}
+
+/// Mutual TLS (`--tls-verify-peer --tls-ca`): nbdinfo with a client
+/// certificate the CA signed is served; with a self-signed one, or none,
+/// it is refused in the TLS handshake and never sees the export list.
+#[test]
+fn mutual_tls_refuses_clients_the_ca_did_not_sign_before_the_export_list() {
+    let nbdinfo = require("nbdinfo", "libnbd-bin");
+    let keys = tempfile::tempdir().unwrap();
+    let k = keys.path();
+    mutual_certificates(k);
+    let server = TestServer::start_with(MemTarget::new(16 * MIB, 512), |o| {
+        o.tls = TlsMode::Require;
+        o.tls_files = Some(TlsFiles {
+            cert: k.join("server-cert.pem"),
+            key: k.join("server-key.pem"),
+            client_ca: Some(k.join("ca-cert.pem")),
+        });
+    });
+    let uri = |dir: &Path| {
+        format!(
+            "nbds+unix:///?socket={}&tls-certificates={}&tls-hostname=localhost",
+            server.socket.display(),
+            dir.display()
+        )
+    };
+    let good = client_dir(k, "good", Some("client"));
+    let output = run(Command::new(&nbdinfo)
+        .arg("--json")
+        .arg("--list")
+        .arg(uri(&good)));
+    let info: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(info["exports"][0]["export-size"], 16 * MIB);
+    for (name, identity) in [("selfsigned", Some("selfsigned")), ("anonymous", None)] {
+        let dir = client_dir(k, name, identity);
+        let out = Command::new(&nbdinfo)
+            .arg("--json")
+            .arg("--list")
+            .arg(uri(&dir))
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{name} client was served");
+        assert!(
+            !String::from_utf8_lossy(&out.stdout).contains("16777216"),
+            "{name} client saw the export list"
+        );
+    }
 }
