@@ -5,7 +5,7 @@
 //! process-wide.
 
 use nvraid_io::engine::{MemberOp, MemberOpKind};
-use nvraid_io::remote::{Channel, RemoteFile};
+use nvraid_io::remote::RemoteFile;
 use nvraid_remote::{RemoteExport, RemoteOptions};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

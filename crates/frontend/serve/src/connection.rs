@@ -28,6 +28,7 @@ use crate::server::Shared;
 use crate::stats::Counters;
 use crate::stream::Stream;
 use crate::transport::Channel;
+use crate::unaligned::Unaligned;
 use crate::worker::{Finish, InlineRunner, Job, Work};
 
 /// What the reply thread sends.
@@ -324,6 +325,7 @@ fn transmit(
         maximum_payload_bytes: shared.block_sizes.maximum_bytes,
         transmission_flags: negotiated.transmission_flags,
         block_status: !negotiated.meta_context_ids.is_empty(),
+        any_alignment: !negotiated.block_sizes_requested,
     };
     let writer_connection = Arc::clone(connection);
     let structured = negotiated.structured_replies;
@@ -333,7 +335,18 @@ fn transmit(
     let mut inline = InlineRunner::open(&shared.target, shared.options.io_max_bytes);
     connection.note_request();
     connection.serving.store(true, Ordering::Release);
-    let reason = read_requests(connection, &mut reader, &rules, inline.as_mut());
+    let mut unaligned = Unaligned::new(
+        Arc::clone(&shared.target),
+        shared.block_sizes.minimum_bytes,
+        shared.block_sizes.maximum_bytes,
+    );
+    let reason = read_requests(
+        connection,
+        &mut reader,
+        &rules,
+        inline.as_mut(),
+        &mut unaligned,
+    );
     connection.wait_idle();
     let _ = connection.replies.send(Outgoing::Close);
     if let Ok(thread) = writer_thread {
@@ -352,6 +365,7 @@ fn read_requests(
     reader: &mut dyn Read,
     rules: &RequestRules,
     mut inline: Option<&mut InlineRunner>,
+    unaligned: &mut Unaligned,
 ) -> String {
     let mut header = [0u8; REQUEST_HEADER_BYTES];
     loop {
@@ -371,10 +385,71 @@ fn read_requests(
         if request.command == Command::Disconnect {
             return "client sent NBD_CMD_DISC".into();
         }
-        if let Err(e) = handle(connection, reader, rules, request, inline.as_deref_mut()) {
+        let result = if unaligned.is_aligned(request.offset, request.length)
+            || !matches!(
+                request.command,
+                Command::Read | Command::Write | Command::WriteZeroes | Command::Trim
+            )
+            || rules.check(&request).is_err()
+        {
+            handle(connection, reader, rules, request, inline.as_deref_mut())
+        } else {
+            handle_unaligned(connection, reader, rules, request, unaligned)
+        };
+        if let Err(e) = result {
             return format!("disconnected mid-request: {e}");
         }
     }
+}
+
+/// A checked request that is not block-aligned (the client negotiated no
+/// block sizes): served on this thread (see `unaligned`).
+fn handle_unaligned(
+    connection: &Arc<Connection>,
+    reader: &mut dyn Read,
+    rules: &RequestRules,
+    request: RequestHeader,
+    unaligned: &mut Unaligned,
+) -> io::Result<()> {
+    let fua = request.flags & cmd_flags::FUA != 0;
+    let shared = &connection.shared;
+    let (result, data) = match request.command {
+        Command::Read => match unaligned.read(request.offset, request.length) {
+            Ok(data) => (Ok(()), data),
+            Err(code) => (Err(code), Vec::new()),
+        },
+        Command::Write => {
+            let mut payload = vec![0u8; request.length as usize];
+            if !read_full(reader, &mut payload)? {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            let lock = &shared.unaligned_lock;
+            let r = unaligned.write(lock, request.offset, request.length, Some(&payload), fua);
+            (r, Vec::new())
+        }
+        Command::WriteZeroes => {
+            let lock = &shared.unaligned_lock;
+            let r = unaligned.write(lock, request.offset, request.length, None, fua);
+            (r, Vec::new())
+        }
+        Command::Trim => match unaligned.trim_inside(request.offset, request.length) {
+            // The whole blocks inside go the usual way, as their own trim.
+            Some((offset, length)) => {
+                let inner = RequestHeader {
+                    offset,
+                    length,
+                    ..request
+                };
+                return handle(connection, reader, rules, inner, None);
+            }
+            None => (Ok(()), Vec::new()),
+        },
+        _ => unreachable!("only data commands come here"),
+    };
+    connection.acquire(0);
+    let result = result.map_err(|code| (code, "unaligned request failed"));
+    send(connection, &request, result, data, 0);
+    Ok(())
 }
 
 /// Fill `buffer`; `Ok(false)` on a clean end of stream before any byte.

@@ -26,6 +26,7 @@ mod shutdown;
 pub mod stats;
 mod stream;
 mod transport;
+mod unaligned;
 mod worker;
 
 pub use control::{format_status, query_status, request};

@@ -35,6 +35,8 @@ pub(crate) struct Shared {
     pub started: Instant,
     pub listening: Vec<ListenAddress>,
     pub rates: RateMeter,
+    /// Held by each unaligned write's read-modify-write (see `unaligned`).
+    pub unaligned_lock: Mutex<()>,
     shutdown: ShutdownHandle,
     connections: Mutex<BTreeMap<u64, Arc<Connection>>>,
     /// Connections accepted and not yet finished (registered or not).
@@ -163,6 +165,7 @@ pub fn start(
         started: Instant::now(),
         listening,
         rates: RateMeter::new(),
+        unaligned_lock: Mutex::new(()),
         shutdown: shutdown.clone(),
         connections: Mutex::new(BTreeMap::new()),
         active: Mutex::new(0),

@@ -8,7 +8,7 @@ use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-use common::TestServer;
+use common::{random_bytes, TestServer};
 use nvraid_nbd::consts::{cmd_flags, reply_type};
 use nvraid_nbd::transmission::ReplyHeader;
 use nvraid_nbd::{
@@ -682,4 +682,118 @@ fn control_socket_reports_connections_and_counters() {
     raw.read_to_string(&mut answer).unwrap();
     assert!(answer.contains("error"), "{answer}");
     assert!(nvraid_serve::query_status(&server.control).is_ok());
+}
+
+/// A client that negotiates no block sizes (NBD_OPT_EXPORT_NAME, as
+/// nbd-tester-client does) over a raw socket: the export's size.
+fn connect_export_name(server: &TestServer) -> (UnixStream, u64) {
+    let mut stream = UnixStream::connect(&server.socket).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut greeting = [0u8; 18];
+    stream.read_exact(&mut greeting).unwrap();
+    // FIXED_NEWSTYLE | NO_ZEROES, then EXPORT_NAME "" (option 1, no data).
+    stream.write_all(&3u32.to_be_bytes()).unwrap();
+    stream.write_all(b"IHAVEOPT").unwrap();
+    stream.write_all(&1u32.to_be_bytes()).unwrap();
+    stream.write_all(&0u32.to_be_bytes()).unwrap();
+    let mut info = [0u8; 10];
+    stream.read_exact(&mut info).unwrap();
+    (stream, u64::from_be_bytes(info[..8].try_into().unwrap()))
+}
+
+fn raw_call(
+    stream: &mut UnixStream,
+    command: Command,
+    offset: u64,
+    length: u32,
+    payload: &[u8],
+) -> (u32, Vec<u8>) {
+    let header = RequestHeader {
+        flags: 0,
+        command,
+        cookie: 77,
+        offset,
+        length,
+    };
+    stream.write_all(&header.encode()).unwrap();
+    stream.write_all(payload).unwrap();
+    let mut head = [0u8; 16];
+    stream.read_exact(&mut head).unwrap();
+    let error = u32::from_be_bytes(head[4..8].try_into().unwrap());
+    assert_eq!(u64::from_be_bytes(head[8..16].try_into().unwrap()), 77);
+    let mut data = Vec::new();
+    if command == Command::Read && error == 0 {
+        data = vec![0u8; length as usize];
+        stream.read_exact(&mut data).unwrap();
+    }
+    (error, data)
+}
+
+/// proto.md: a server SHOULD serve requests of any alignment from a client
+/// that negotiated no block sizes. Writes and reads at odd offsets and
+/// lengths, inside one block, across two and across many, over 512-byte
+/// and 4 KiB blocks, all land exactly (checked against a model); a zero
+/// write and a trim too. A client that did negotiate is still held to the
+/// minimum block size (`out_of_range_oversized_and_unaligned_requests_get_errors`).
+#[test]
+fn unaligned_requests_from_a_client_without_block_sizes_are_served() {
+    for block in [512u32, 4096] {
+        let server = TestServer::start(MemTarget::new(4 * MIB, block));
+        let (mut stream, size) = connect_export_name(&server);
+        assert_eq!(size, 4 * MIB);
+        let mut model = random_bytes(64 * 1024, u64::from(block));
+        let (error, _) = raw_call(&mut stream, Command::Write, 0, model.len() as u32, &model);
+        assert_eq!(error, 0);
+        let cases: [(u64, u32); 7] = [
+            (1, 1),
+            (700, 1000),
+            (4000, 200),
+            (4095, 2),
+            (3 * 4096 + 17, 3 * 4096 + 100),
+            (511, 513),
+            (10_000, 20_000),
+        ];
+        for (i, &(offset, length)) in cases.iter().enumerate() {
+            let data = random_bytes(length as usize, 1000 + i as u64);
+            let (error, _) = raw_call(&mut stream, Command::Write, offset, length, &data);
+            assert_eq!(error, 0, "write {offset}+{length} over {block}-byte blocks");
+            model[offset as usize..(offset + u64::from(length)) as usize].copy_from_slice(&data);
+            let (error, back) = raw_call(
+                &mut stream,
+                Command::Read,
+                offset - offset.min(3),
+                length + 5,
+                &[],
+            );
+            assert_eq!(error, 0);
+            let from = (offset - offset.min(3)) as usize;
+            assert!(
+                back == model[from..from + length as usize + 5],
+                "read around {offset}+{length}"
+            );
+        }
+        let (error, _) = raw_call(&mut stream, Command::WriteZeroes, 33, 5000, &[]);
+        assert_eq!(error, 0);
+        model[33..5033].fill(0);
+        let (error, _) = raw_call(
+            &mut stream,
+            Command::Trim,
+            1,
+            2 * u64::from(block) as u32,
+            &[],
+        );
+        assert_eq!(error, 0, "an unaligned trim is accepted");
+        let (error, back) = raw_call(&mut stream, Command::Read, 0, 64 * 1024, &[]);
+        assert_eq!(error, 0);
+        // The trim may have zeroed the whole block inside its range; every
+        // other byte is the model's.
+        let trimmed = (u64::from(block) as usize)..(2 * block as usize);
+        for (at, (&got, &want)) in back.iter().zip(model.iter()).enumerate() {
+            if !trimmed.contains(&at) {
+                assert_eq!(got, want, "byte {at} over {block}-byte blocks");
+            }
+        }
+    }
 }

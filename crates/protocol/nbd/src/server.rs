@@ -83,6 +83,11 @@ pub struct Negotiated {
     pub tls_active: bool,
     /// The client chose NBD_OPT_EXPORT_NAME rather than NBD_OPT_GO.
     pub via_export_name: bool,
+    /// The client asked for NBD_INFO_BLOCK_SIZE with GO: it promised to
+    /// honour the block sizes. One that did not may send requests of any
+    /// alignment, which a server SHOULD serve (proto.md, "Block size
+    /// constraints").
+    pub block_sizes_requested: bool,
 }
 
 /// Something the caller must act on.
@@ -122,6 +127,7 @@ pub struct ServerHandshake {
     no_zeroes: bool,
     structured: bool,
     tls_active: bool,
+    block_sizes_requested: bool,
     meta: Option<(String, Vec<u32>)>,
     options_seen: u32,
 }
@@ -146,6 +152,7 @@ impl ServerHandshake {
             no_zeroes: false,
             structured: false,
             tls_active: false,
+            block_sizes_requested: false,
             meta: None,
             options_seen: 0,
         }
@@ -327,6 +334,7 @@ impl ServerHandshake {
             meta_context_ids,
             tls_active: self.tls_active,
             via_export_name,
+            block_sizes_requested: self.block_sizes_requested,
         })
     }
 
@@ -389,6 +397,11 @@ impl ServerHandshake {
         // Sent whether asked for or not: the protocol allows it, and clients
         // that honour it never send a request this server must refuse.
         infos.push(InfoReply::BlockSize(export.block_sizes));
+        if option == opt::GO {
+            self.block_sizes_requested = request
+                .info_types
+                .contains(&crate::consts::info::BLOCK_SIZE);
+        }
         for info in infos {
             self.reply(option, rep::INFO, &info.encode_data());
         }

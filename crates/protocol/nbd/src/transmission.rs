@@ -298,6 +298,9 @@ pub struct RequestRules {
     pub transmission_flags: u16,
     /// Whether any metadata context was selected.
     pub block_status: bool,
+    /// Data commands may have any alignment (the client negotiated no
+    /// block sizes; the server serves unaligned requests itself).
+    pub any_alignment: bool,
 }
 
 /// Why a request was refused: the error value and a reason for the log.
@@ -370,7 +373,7 @@ impl RequestRules {
         let block = u64::from(self.minimum_block_bytes);
         let aligned =
             request.offset.is_multiple_of(block) && u64::from(request.length).is_multiple_of(block);
-        if data_command && !aligned {
+        if data_command && !aligned && !self.any_alignment {
             return reject(ErrorCode::Invalid, "not aligned to the minimum block size");
         }
         let payload = matches!(request.command, Command::Read | Command::Write);

@@ -475,6 +475,7 @@ fn rules() -> RequestRules {
         maximum_payload_bytes: 64 << 10,
         transmission_flags: tf::HAS_FLAGS | tf::SEND_FUA | tf::SEND_FLUSH,
         block_status: false,
+        any_alignment: false,
     }
 }
 
@@ -679,4 +680,26 @@ proptest! {
             prop_assert!(length > 0);
         }
     }
+}
+
+/// A client that negotiated no block sizes may send any alignment; one
+/// that did is held to the minimum.
+#[test]
+fn unaligned_requests_pass_only_when_any_alignment_is_allowed() {
+    let strict = rules();
+    let lenient = RequestRules {
+        any_alignment: true,
+        ..rules()
+    };
+    for (command, offset, length) in [(Command::Read, 1, 100), (Command::Write, 700, 1000)] {
+        let r = request(command, offset, length);
+        assert_eq!(
+            strict.check(&r).map_err(|e| e.code),
+            Err(ErrorCode::Invalid)
+        );
+        assert_eq!(lenient.check(&r).map_err(|e| e.code), Ok(()));
+    }
+    // The range is still checked.
+    let past = request(Command::Read, (1 << 20) - 10, 11);
+    assert!(lenient.check(&past).is_err());
 }

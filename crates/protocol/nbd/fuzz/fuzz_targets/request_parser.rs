@@ -14,6 +14,7 @@ fuzz_target!(|data: &[u8]| {
         maximum_payload_bytes: 1 << 25,
         transmission_flags: tf::HAS_FLAGS | tf::SEND_FUA | tf::SEND_DF,
         block_status: data.len() % 2 == 0,
+        any_alignment: data.len() % 3 == 0,
     };
     for chunk in data.chunks_exact(28) {
         let Ok(header) = RequestHeader::parse(chunk.try_into().unwrap()) else { continue };
