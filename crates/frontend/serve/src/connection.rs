@@ -1,16 +1,17 @@
 //! One client connection: the handshake, then a reader (this thread) that
-//! parses requests and hands them to workers, and a writer thread that
-//! sends replies in completion order.
+//! parses requests and hands them to workers. Replies are written by
+//! whoever finishes the request (a worker, or this thread for requests it
+//! answers itself), under the connection's reply lock; a worker buffers the
+//! replies of one batch of completions and sends them together.
 //!
 //! Bounds: at most `inflight_max` requests and `inflight_max_bytes` payload
 //! bytes in flight per connection (the reader waits for a permit before it
-//! reads a payload or dispatches); the reply channel holds no more than
-//! the permits allow, so workers never block on it.
+//! reads a payload or dispatches). A worker writing a reply to a client
+//! that does not read waits on that client's socket.
 
 use std::io::{self, BufWriter, Read, Write};
 use std::net::Shutdown;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -31,7 +32,7 @@ use crate::transport::Channel;
 use crate::unaligned::Unaligned;
 use crate::worker::{Finish, InlineRunner, Job, Work};
 
-/// What the reply thread sends.
+/// A reply to send.
 pub(crate) enum Outgoing {
     Reply {
         cookie: u64,
@@ -46,7 +47,13 @@ pub(crate) enum Outgoing {
         cookie: u64,
         length: u32,
     },
-    Close,
+}
+
+/// The connection's write side, shared by everyone who sends replies.
+struct ReplyWriter {
+    out: Option<BufWriter<Box<dyn Write + Send>>>,
+    structured: bool,
+    broken: bool,
 }
 
 /// State shared by a connection's reader, writer, workers and the status
@@ -63,7 +70,7 @@ pub(crate) struct Connection {
     /// When its last request arrived, in milliseconds since the server
     /// started.
     last_request_ms: AtomicU64,
-    replies: SyncSender<Outgoing>,
+    replies: Mutex<ReplyWriter>,
     permits: Mutex<(u32, u64)>,
     permit_freed: Condvar,
     buffers: Mutex<Vec<Vec<u8>>>,
@@ -81,11 +88,51 @@ impl Finish for Connection {
             data: job.buffer,
             permit_bytes: job.permit_bytes,
         };
-        let _ = self.replies.send(reply);
+        self.deliver(reply, false);
+    }
+
+    fn flush_replies(&self) {
+        let mut writer = self.replies.lock().expect("reply lock");
+        if writer.broken {
+            return;
+        }
+        if let Some(out) = writer.out.as_mut() {
+            if let Err(e) = out.flush() {
+                writer.broken = true;
+                drop(writer);
+                self.write_failed(&e);
+            }
+        }
     }
 }
 
 impl Connection {
+    /// Write `message` (and send it at once when `flush`), then settle it:
+    /// count it, give back its permit and buffer.
+    fn deliver(&self, message: Outgoing, flush: bool) {
+        let mut writer = self.replies.lock().expect("reply lock");
+        let structured = writer.structured;
+        let failure = match (writer.broken, writer.out.as_mut()) {
+            (false, Some(out)) => write_one(out, &message, structured)
+                .and_then(|()| if flush { out.flush() } else { Ok(()) })
+                .err(),
+            _ => None,
+        };
+        if failure.is_some() {
+            writer.broken = true;
+        }
+        drop(writer);
+        if let Some(e) = failure {
+            self.write_failed(&e);
+        }
+        settle(self, message);
+    }
+
+    fn write_failed(&self, e: &io::Error) {
+        self.log(&format!("event=write-failed error=\"{e}\""));
+        self.socket.shutdown(Shutdown::Both);
+    }
+
     pub(crate) fn log(&self, event: &str) {
         (self.shared.options.log)(&format!("nvraid-serve: client={} {event}", self.client));
     }
@@ -171,7 +218,11 @@ pub(crate) fn run(shared: Arc<Shared>, stream: Stream, id: u64, client: String) 
         shared.finished();
         return;
     };
-    let (replies, outbox) = mpsc::sync_channel(shared.options.inflight_max as usize + 1);
+    let replies = Mutex::new(ReplyWriter {
+        out: None,
+        structured: false,
+        broken: false,
+    });
     let connection = Arc::new(Connection {
         id,
         client,
@@ -191,7 +242,7 @@ pub(crate) fn run(shared: Arc<Shared>, stream: Stream, id: u64, client: String) 
     connection.log("event=connected");
     let outcome = negotiate(&connection, Channel::Plain(stream));
     if let Some((channel, negotiated)) = outcome {
-        transmit(&connection, channel, negotiated, outbox);
+        transmit(&connection, channel, negotiated);
     }
     shared.unregister(&connection);
 }
@@ -304,12 +355,7 @@ fn start_tls(
     }
 }
 
-fn transmit(
-    connection: &Arc<Connection>,
-    channel: Channel,
-    negotiated: Negotiated,
-    outbox: Receiver<Outgoing>,
-) {
+fn transmit(connection: &Arc<Connection>, channel: Channel, negotiated: Negotiated) {
     let shared = &connection.shared;
     let (mut reader, writer) = match channel.split() {
         Ok(halves) => halves,
@@ -327,11 +373,11 @@ fn transmit(
         block_status: !negotiated.meta_context_ids.is_empty(),
         any_alignment: !negotiated.block_sizes_requested,
     };
-    let writer_connection = Arc::clone(connection);
-    let structured = negotiated.structured_replies;
-    let writer_thread = std::thread::Builder::new()
-        .name(format!("nbd-reply-{}", connection.id))
-        .spawn(move || write_replies(&writer_connection, writer, outbox, structured));
+    {
+        let mut replies = connection.replies.lock().expect("reply lock");
+        replies.out = Some(BufWriter::with_capacity(256 * 1024, writer));
+        replies.structured = negotiated.structured_replies;
+    }
     let mut inline = InlineRunner::open(&shared.target, shared.options.io_max_bytes);
     connection.note_request();
     connection.serving.store(true, Ordering::Release);
@@ -348,10 +394,8 @@ fn transmit(
         &mut unaligned,
     );
     connection.wait_idle();
-    let _ = connection.replies.send(Outgoing::Close);
-    if let Ok(thread) = writer_thread {
-        let _ = thread.join();
-    }
+    connection.flush_replies();
+    connection.replies.lock().expect("reply lock").out = None;
     let totals = connection.counters.snapshot();
     connection.log(&format!(
         "event=disconnected reason=\"{reason}\" reads={} writes={} errors={}",
@@ -500,10 +544,13 @@ fn handle(
         Command::WriteZeroes => Work::Zero,
         Command::BlockStatus => {
             connection.acquire(0);
-            let _ = connection.replies.send(Outgoing::BlockStatus {
-                cookie: request.cookie,
-                length: request.length,
-            });
+            connection.deliver(
+                Outgoing::BlockStatus {
+                    cookie: request.cookie,
+                    length: request.length,
+                },
+                true,
+            );
             return Ok(());
         }
         _ => {
@@ -582,46 +629,7 @@ fn send(
         data,
         permit_bytes,
     };
-    let _ = connection.replies.send(reply);
-}
-
-/// The reply thread: write replies as they come, flush when idle.
-fn write_replies(
-    connection: &Connection,
-    writer: Box<dyn Write + Send>,
-    outbox: Receiver<Outgoing>,
-    structured: bool,
-) {
-    let mut out = BufWriter::with_capacity(256 * 1024, writer);
-    let mut broken = false;
-    loop {
-        let message = match outbox.try_recv() {
-            Ok(message) => message,
-            Err(TryRecvError::Empty) => {
-                broken = broken || out.flush().is_err();
-                match outbox.recv() {
-                    Ok(message) => message,
-                    Err(_) => break,
-                }
-            }
-            Err(TryRecvError::Disconnected) => break,
-        };
-        if let Outgoing::Close = message {
-            break;
-        }
-        let written = if broken {
-            Ok(())
-        } else {
-            write_one(connection, &mut out, &message, structured)
-        };
-        if let Err(e) = written {
-            broken = true;
-            connection.log(&format!("event=write-failed error=\"{e}\""));
-            connection.socket.shutdown(Shutdown::Both);
-        }
-        settle(connection, message);
-    }
-    let _ = out.flush();
+    connection.deliver(reply, true);
 }
 
 /// Count a sent reply, give back its permit and buffer.
@@ -643,16 +651,10 @@ fn settle(connection: &Connection, message: Outgoing) {
             connection.counters.record(Command::BlockStatus, 0, true);
             connection.release(0);
         }
-        Outgoing::Close => {}
     }
 }
 
-fn write_one(
-    connection: &Connection,
-    out: &mut impl Write,
-    message: &Outgoing,
-    structured: bool,
-) -> io::Result<()> {
+fn write_one(out: &mut impl Write, message: &Outgoing, structured: bool) -> io::Result<()> {
     match message {
         Outgoing::Reply {
             cookie,
@@ -698,10 +700,6 @@ fn write_one(
                 &extents,
                 true,
             ))
-        }
-        Outgoing::Close => {
-            let _ = connection;
-            Ok(())
         }
     }
 }

@@ -29,7 +29,11 @@ pub(crate) enum Work {
 
 /// Where a finished job goes.
 pub(crate) trait Finish: Send + Sync {
+    /// The job is done; its reply may be buffered until `flush_replies`.
     fn finish(&self, job: Job, result: Result<(), ErrorCode>);
+    /// Send the replies `finish` buffered (a worker calls it once per
+    /// batch of completions, so that replies share system calls).
+    fn flush_replies(&self) {}
 }
 
 /// One request for a worker.
@@ -106,6 +110,7 @@ impl WorkerPool {
         if let Err(mpsc::SendError(Some(job))) = self.inboxes[index].send(Some(job)) {
             let owner = Arc::clone(&job.owner);
             owner.finish(job, Err(ErrorCode::Shutdown));
+            owner.flush_replies();
         }
     }
 
@@ -174,6 +179,7 @@ impl InlineRunner {
             self.worker.submit_ready();
             self.worker.reap();
         }
+        self.worker.flush_touched();
     }
 }
 
@@ -212,6 +218,8 @@ struct Worker {
     actives: Vec<Option<Active>>,
     active_count: usize,
     completions: Vec<Completion>,
+    /// Owners whose jobs finished since the last `flush_touched`.
+    touched: Vec<Arc<dyn Finish>>,
 }
 
 impl Worker {
@@ -226,6 +234,14 @@ impl Worker {
             actives: (0..depth).map(|_| None).collect(),
             active_count: 0,
             completions: Vec::with_capacity(depth as usize),
+            touched: Vec::with_capacity(depth as usize),
+        }
+    }
+
+    /// Send the replies of this batch, once per owner.
+    fn flush_touched(&mut self) {
+        for owner in self.touched.drain(..) {
+            owner.flush_replies();
         }
     }
 
@@ -250,6 +266,7 @@ impl Worker {
             }
             self.submit_ready();
             self.reap();
+            self.flush_touched();
         }
     }
 
@@ -388,6 +405,9 @@ impl Worker {
         self.active_count -= 1;
         let result = active.error.map_or(Ok(()), Err);
         let owner = Arc::clone(&active.job.owner);
+        if !self.touched.iter().any(|t| Arc::ptr_eq(t, &owner)) {
+            self.touched.push(Arc::clone(&owner));
+        }
         owner.finish(active.job, result);
     }
 }
