@@ -2,10 +2,11 @@
 //! assembled array, a member, a test double).
 //!
 //! Threads: one accept thread per listener; per client, a connection
-//! thread (handshake, then reading requests) and a reply thread; a fixed
-//! pool of workers, each owning one queue on the target, shared by all
-//! clients. Requests of one client spread over the workers, so they run
-//! concurrently and are answered out of order.
+//! thread (handshake, then reading requests); a fixed pool of workers,
+//! each owning one queue on the target, shared by all clients. Requests of
+//! one client spread over the workers, so they run concurrently and are
+//! answered out of order, each by the thread that finished it (a worker
+//! sends the replies of one batch of completions together).
 //!
 //! Limits (all fixed at start): connections, requests and payload bytes in
 //! flight per connection, request size, option size and count in the

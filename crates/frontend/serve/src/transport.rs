@@ -1,6 +1,7 @@
 //! The byte channel of one connection: plaintext, or TLS (rustls) after
 //! STARTTLS. For the transmission phase a channel splits into a read half
-//! (the connection thread) and a write half (the reply thread).
+//! (the connection thread) and a write half (shared, under the
+//! connection's reply lock, by whoever sends a reply).
 //!
 //! TLS split: one `ServerConnection` behind a mutex. The reader reads
 //! ciphertext from the socket without the lock, then feeds it in under the
