@@ -1181,8 +1181,42 @@ impl Array {
     /// `events` is the locked counter; it advances once the superblocks are
     /// written.
     fn update_superblocks(&self, events: &mut u64, resync_offset: u64) -> Result<()> {
+        // md's rule: a member that cannot take the update has failed. It is
+        // marked faulty and the update written again without it, as long as
+        // the others still hold every byte; otherwise the update fails.
+        loop {
+            let failed = match self.write_superblocks(events, resync_offset) {
+                Ok(()) => return Ok(()),
+                Err(failed) => failed,
+            };
+            let (role, error) = failed;
+            let spec = self
+                .slot(role)
+                .map_or("(missing)", |s| s.member.spec())
+                .to_string();
+            let mut usable: Vec<bool> = (0..self.roles()).map(|r| self.is_usable(r)).collect();
+            usable[role] = false;
+            if !self.has_redundancy() || !crate::assemble::has_every_byte(&self.geometry, &usable) {
+                return Err(Error::io(&spec, error));
+            }
+            self.faulty[role].store(true, Ordering::Release);
+            eprintln!(
+                "nvraid: {spec}: {error} while its superblock was updated; marked faulty, the array runs degraded"
+            );
+        }
+    }
+
+    /// One pass of [`Array::update_superblocks`]: the first member that
+    /// failed, if any (`events` advances only when every write succeeded).
+    fn write_superblocks(
+        &self,
+        events: &mut u64,
+        resync_offset: u64,
+    ) -> std::result::Result<(), (usize, std::io::Error)> {
         let next = *events + 1;
-        self.bitmap_header_update(next)?;
+        if let Some(failed) = self.bitmap_header_update(next).into_iter().next() {
+            return Err(failed);
+        }
         let now = Timestamp::now();
         let table = self.role_table();
         let mut written = 0;
@@ -1206,7 +1240,10 @@ impl Array {
                 Role::Active(role as u16),
                 "role table lost a present member"
             );
-            write_superblock(&slot.member, &sb)?;
+            write_superblock(&slot.member, &sb).map_err(|e| match e {
+                Error::Io { source, .. } => (role, source),
+                other => (role, std::io::Error::other(other.to_string())),
+            })?;
         }
         assert!(written > 0, "a superblock update with no member to write");
         for (role, slot) in self.slots().into_iter().enumerate() {
@@ -1214,9 +1251,7 @@ impl Array {
             if self.is_faulty(role) {
                 continue;
             }
-            slot.member
-                .flush()
-                .map_err(|e| Error::io(slot.member.spec(), e))?;
+            slot.member.flush().map_err(|e| (role, e))?;
         }
         *events = next;
         Ok(())

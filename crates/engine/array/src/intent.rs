@@ -262,11 +262,15 @@ impl Array {
         self.intent = Some(WriteIntent::new(header, storage, array_bytes, at));
         if self.is_writable() {
             // nvraid now owns the bitmap: every member gets the merged image.
+            // A member that cannot take it has failed (md's rule), as on
+            // any later bitmap update.
             let intent = self.intent().expect("just installed");
             let image = intent.lock();
-            self.write_pages(intent, &image, 0..image.storage.len() / PAGE)?;
+            let mut failed =
+                self.write_pages_collect(intent, &image, 0..image.storage.len() / PAGE);
             drop(image);
-            self.flush()?;
+            failed.extend(self.flush_usable());
+            self.fail_all(failed)?;
         }
         Ok(())
     }
@@ -294,21 +298,6 @@ impl Array {
             }
         }
         failed
-    }
-
-    fn write_pages(
-        &self,
-        intent: &WriteIntent,
-        image: &Image,
-        pages: std::ops::Range<usize>,
-    ) -> Result<()> {
-        match self.write_pages_collect(intent, image, pages).pop() {
-            None => Ok(()),
-            Some((role, e)) => Err(Error::io(
-                self.slot(role).map_or("?", |s| s.member.spec()),
-                e,
-            )),
-        }
     }
 
     fn flush_usable(&self) -> Vec<(usize, std::io::Error)> {
@@ -482,31 +471,22 @@ impl Array {
     /// Before the superblocks record `events`: the bitmap's header records
     /// it first, durably (md refuses to trust a bitmap older than the
     /// superblock).
-    pub(crate) fn bitmap_header_update(&self, events: u64) -> Result<()> {
+    /// Write the bitmap header with `events` to every usable member; the
+    /// members whose write or flush failed, with the error.
+    pub(crate) fn bitmap_header_update(&self, events: u64) -> Vec<(usize, std::io::Error)> {
         let Some(intent) = self.intent() else {
-            return Ok(());
+            return Vec::new();
         };
         let mut image = intent.lock();
         if image.header.events >= events {
-            return Ok(());
+            return Vec::new();
         }
         image.header.events = events;
         let header = image.header.clone();
         header.encode(&mut image.storage);
         let mut failed = self.write_pages_collect(intent, &image, 0..1);
         failed.extend(self.flush_usable());
-        drop(image);
-        // A member that fails here is failed by the superblock update too;
-        // report only what stops the update.
-        if failed.is_empty() {
-            return Ok(());
-        }
-        Err(Error::io(
-            self.slots()[failed[0].0]
-                .as_ref()
-                .map_or("?", |s| s.member.spec()),
-            std::io::Error::new(failed[0].1.kind(), failed[0].1.to_string()),
-        ))
+        failed
     }
 
     /// Write the bitmap (header and bits as they stand) to `member`, which

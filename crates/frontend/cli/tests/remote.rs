@@ -223,6 +223,42 @@ fn a_node_that_turns_slow_is_marked_faulty_after_the_request_timeout() {
     stop(server);
 }
 
+/// A node slow from the start (nbdkit's delay filter, 100 ms per write)
+/// under a 40 ms request timeout. Its superblock reads are quick, so it
+/// assembles; the first superblock update (marking the array in use) times
+/// out on it, and md's rule applies: it is marked faulty and the server
+/// starts degraded, rather than refusing to start. The client sees no
+/// error.
+#[test]
+fn a_node_slow_from_the_start_is_marked_faulty_and_the_server_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let fast = Node::file(d, "fast", 32 << 20, &[]);
+    let slow = Node::file(d, "slow", 32 << 20, &[]);
+    let members = vec![fast.uri(), slow.uri()];
+    let mut create = vec!["create", "--level", "1"];
+    create.extend(members.iter().map(String::as_str));
+    ok(&create, d);
+    drop(slow);
+    let slow = Node::file(d, "slow", 32 << 20, &["--filter=delay", "wdelay=100ms"]);
+    let members = vec![fast.uri(), slow.uri()];
+    let server = serve_with(d, &members, &["--nbd-timeout", "40ms"]);
+    let out = fio_nbd(d, "slow")
+        .args(FIO_VERIFY_JOB)
+        .args(["--size=4m", "--offset_increment=4m"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let log = std::fs::read_to_string(d.join("serve.log")).unwrap_or_default();
+    assert!(
+        out.status.success() && text.contains("err= 0"),
+        "fio saw errors with a slow node:\n{text}\nserve log:\n{log}"
+    );
+    assert_eq!(member_states(d), ["active", "faulty"]);
+    assert!(log.contains("marked faulty"), "{log}");
+    stop(server);
+}
+
 /// Bad input names the culprit and changes nothing: an export that holds
 /// a filesystem, a server that is not there, an export that shrank since
 /// the array was made, a read-only export for a writable array.
