@@ -225,17 +225,17 @@ fn a_node_that_turns_slow_is_marked_faulty_after_the_request_timeout() {
 
 /// A node slow from the start (nbdkit's delay filter, 100 ms per write)
 /// under a 40 ms request timeout. Its superblock reads are quick, so it
-/// assembles; the first superblock update (marking the array in use) times
-/// out on it, and md's rule applies: it is marked faulty and the server
-/// starts degraded, rather than refusing to start. The client sees no
-/// error.
+/// assembles; the bitmap the writable assembly writes to every member
+/// times out on it, and md's rule applies: it is marked faulty and the
+/// server starts degraded, rather than refusing to start. The client sees
+/// no error.
 #[test]
 fn a_node_slow_from_the_start_is_marked_faulty_and_the_server_starts() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let fast = Node::file(d, "fast", 32 << 20, &[]);
     let slow = Node::file(d, "slow", 32 << 20, &[]);
-    let members = vec![fast.uri(), slow.uri()];
+    let members = [fast.uri(), slow.uri()];
     let mut create = vec!["create", "--level", "1"];
     create.extend(members.iter().map(String::as_str));
     ok(&create, d);
