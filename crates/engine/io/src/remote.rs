@@ -45,9 +45,9 @@ pub trait Channel: Send {
     /// Operations pushed and not yet passed on.
     fn inflight(&self) -> u32;
 
-    /// The descriptor to wait on and the `poll(2)` events wanted, while
-    /// operations are in flight on a live connection.
-    fn poll_fd(&self) -> Option<(RawFd, i16)>;
+    /// The descriptors to wait on, with the `poll(2)` events wanted, while
+    /// operations are in flight (appended to `out`).
+    fn poll_fds(&self, out: &mut Vec<libc::pollfd>);
 
     /// When the channel next needs [`Channel::progress`] even if its
     /// descriptor stays quiet (the oldest request's deadline, a reconnect
@@ -127,13 +127,7 @@ pub fn wait_for<'a>(channels: impl Iterator<Item = &'a dyn Channel>, cap: Option
         if channel.inflight() == 0 {
             continue;
         }
-        if let Some((fd, events)) = channel.poll_fd() {
-            fds.push(libc::pollfd {
-                fd,
-                events,
-                revents: 0,
-            });
-        }
+        channel.poll_fds(&mut fds);
         if let Some(at) = channel.wake_at() {
             wake = Some(wake.map_or(at, |w| w.min(at)));
         }

@@ -227,3 +227,28 @@ pub fn set_rcvlowat(fd: i32, bytes: usize) -> io::Result<()> {
         Ok(())
     }
 }
+
+/// A non-blocking eventfd, for waking a thread that sleeps in poll(2).
+pub fn eventfd() -> io::Result<std::os::fd::OwnedFd> {
+    // SAFETY: eventfd takes no pointers.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a new descriptor owned by nobody else.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// Make an eventfd readable (best effort: a full counter is readable anyway).
+pub fn eventfd_signal(fd: i32) {
+    let one: u64 = 1;
+    // SAFETY: writes 8 bytes from `one`.
+    let _ = unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+}
+
+/// Reset an eventfd to not readable.
+pub fn eventfd_drain(fd: i32) {
+    let mut value: u64 = 0;
+    // SAFETY: reads 8 bytes into `value`.
+    let _ = unsafe { libc::read(fd, (&mut value as *mut u64).cast(), 8) };
+}

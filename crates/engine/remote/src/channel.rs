@@ -33,16 +33,13 @@ use std::io;
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
-/// Timeouts and policies of a remote member.
+/// Timeouts of a remote member.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct RemoteOptions {
     /// A request without a reply for this long ends its connection.
     pub request_timeout: Duration,
     /// Connecting and the handshake together.
     pub connect_timeout: Duration,
-    /// Whether every write carries FUA (set where FLUSH on one connection
-    /// does not cover writes made on another: no CAN_MULTI_CONN).
-    pub write_through: bool,
 }
 
 impl Default for RemoteOptions {
@@ -50,7 +47,6 @@ impl Default for RemoteOptions {
         RemoteOptions {
             request_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
-            write_through: false,
         }
     }
 }
@@ -700,7 +696,7 @@ impl Channel for NbdChannel {
                 }
             }
         }
-        let dsync = op.dsync || (self.options.write_through && op.kind == MemberOpKind::Write);
+        let dsync = op.dsync;
         let fua = dsync && self.info.can_fua();
         let rec = OpRec {
             user_data: op.user_data,
@@ -782,11 +778,28 @@ impl Channel for NbdChannel {
         passed
     }
 
+    fn poll_fds(&self, out: &mut Vec<libc::pollfd>) {
+        if let Some((fd, events)) = self.poll_fd() {
+            out.push(libc::pollfd {
+                fd,
+                events,
+                revents: 0,
+            });
+        }
+    }
+
     fn inflight(&self) -> u32 {
         self.live_ops + self.ready.len() as u32
     }
 
-    fn poll_fd(&self) -> Option<(RawFd, i16)> {
+    fn wake_at(&self) -> Option<Instant> {
+        NbdChannel::wake_at(self)
+    }
+}
+
+impl NbdChannel {
+    /// The socket and the events wanted, while requests are in flight.
+    pub(crate) fn poll_fd(&self) -> Option<(RawFd, i16)> {
         let session = self.session.as_ref()?;
         if self.live_ops == 0 {
             return None;
@@ -813,7 +826,7 @@ impl Channel for NbdChannel {
         Some((session.transport.raw_fd(), events))
     }
 
-    fn wake_at(&self) -> Option<Instant> {
+    pub(crate) fn wake_at(&self) -> Option<Instant> {
         if !self.ready.is_empty() || self.rx_start < self.rx_end {
             return Some(Instant::now());
         }

@@ -4,11 +4,12 @@
 
 use crate::channel::{NbdChannel, RemoteOptions};
 use crate::session::{ConnectError, ExportInfo};
+use crate::shared::{SharedConnection, SharedHandle};
 use crate::uri::{NbdUri, UriError};
 use nvraid_io::engine::{MemberOp, MemberOpKind};
 use nvraid_io::remote::{Channel, RemoteFile};
 use std::io;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Why an export cannot be a member.
 #[derive(Debug, thiserror::Error)]
@@ -29,12 +30,23 @@ pub enum RemoteError {
 }
 
 /// An NBD export used as a member.
-#[derive(Debug)]
 pub struct RemoteExport {
     uri: NbdUri,
     info: ExportInfo,
     options: RemoteOptions,
     sync: Mutex<Option<NbdChannel>>,
+    /// Without CAN_MULTI_CONN: the one connection every user shares, and
+    /// the simple path's handle on it.
+    shared: Option<(Arc<SharedConnection>, Mutex<SharedHandle>)>,
+}
+
+impl std::fmt::Debug for RemoteExport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteExport")
+            .field("uri", &self.uri.to_string())
+            .field("shared_connection", &self.shared.is_some())
+            .finish()
+    }
 }
 
 impl RemoteExport {
@@ -44,7 +56,7 @@ impl RemoteExport {
         spec: &str,
         write: bool,
         allow_no_flush: bool,
-        mut options: RemoteOptions,
+        options: RemoteOptions,
     ) -> Result<RemoteExport, RemoteError> {
         let uri = NbdUri::parse(spec)?;
         let channel = NbdChannel::connect(&uri, options, None)?;
@@ -60,13 +72,23 @@ impl RemoteExport {
             });
         }
         // Without CAN_MULTI_CONN, a FLUSH on one connection need not cover
-        // writes made on another, so each write is made durable by itself.
-        options.write_through = !info.can_multi_conn() && info.can_flush();
+        // writes made on another: every user shares this one connection.
+        let (sync, shared) = if info.can_multi_conn() {
+            (Some(channel), None)
+        } else {
+            let connection = SharedConnection::new(channel);
+            let handle = connection.handle().map_err(|source| ConnectError::Io {
+                uri: uri.to_string(),
+                source,
+            })?;
+            (None, Some((connection, Mutex::new(handle))))
+        };
         Ok(RemoteExport {
             uri,
             info,
             options,
-            sync: Mutex::new(Some(channel)),
+            sync: Mutex::new(sync),
+            shared,
         })
     }
 
@@ -74,6 +96,12 @@ impl RemoteExport {
     /// later operation connects again).
     pub fn close(&self) {
         *self.sync.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// Whether every user shares one connection (the server did not
+    /// advertise CAN_MULTI_CONN).
+    pub fn shares_one_connection(&self) -> bool {
+        self.shared.is_some()
     }
 
     pub fn uri(&self) -> &NbdUri {
@@ -97,14 +125,6 @@ impl RemoteExport {
         offset: u64,
         dsync: bool,
     ) -> io::Result<()> {
-        let mut guard = self.sync.lock().unwrap_or_else(|e| e.into_inner());
-        if guard.is_none() {
-            *guard = Some(
-                NbdChannel::connect(&self.uri, self.options, Some(&self.info))
-                    .map_err(|e| io::Error::from_raw_os_error(e.errno()))?,
-            );
-        }
-        let channel = guard.as_mut().expect("connected above");
         let op = MemberOp {
             kind,
             file: 0,
@@ -118,10 +138,25 @@ impl RemoteExport {
             user_data: 1,
         };
         let mut result = None;
-        // SAFETY: `buf` is valid for `len` bytes for the whole call, and
-        // the call waits for the operation to complete.
-        unsafe { channel.push(&op) }?;
-        channel.wait_all(&mut |_, r| result = Some(r));
+        if let Some((_, handle)) = &self.shared {
+            let mut handle = handle.lock().unwrap_or_else(|e| e.into_inner());
+            // SAFETY: `buf` is valid for `len` bytes for the whole call, and
+            // the call waits for the operation to complete.
+            unsafe { handle.push(&op) }?;
+            handle.wait_all(&mut |_, r| result = Some(r));
+        } else {
+            let mut guard = self.sync.lock().unwrap_or_else(|e| e.into_inner());
+            if guard.is_none() {
+                *guard = Some(
+                    NbdChannel::connect(&self.uri, self.options, Some(&self.info))
+                        .map_err(|e| io::Error::from_raw_os_error(e.errno()))?,
+                );
+            }
+            let channel = guard.as_mut().expect("connected above");
+            // SAFETY: as above.
+            unsafe { channel.push(&op) }?;
+            channel.wait_all(&mut |_, r| result = Some(r));
+        }
         match result {
             Some(r) if r < 0 => Err(io::Error::from_raw_os_error(-r)),
             Some(_) => Ok(()),
@@ -202,6 +237,9 @@ impl RemoteExport {
 
 impl RemoteFile for RemoteExport {
     fn open_channel(&self) -> io::Result<Box<dyn Channel>> {
+        if let Some((connection, _)) = &self.shared {
+            return Ok(Box::new(connection.handle()?));
+        }
         // It connects at its first operation: a worker opened beside a
         // member that failed must not wait on that member's server.
         Ok(Box::new(NbdChannel::unconnected(

@@ -8,6 +8,8 @@
 //!   sent straight from the operation's buffers, replies matched by cookie,
 //!   timeouts, reconnection); it is the fast path's
 //!   [`nvraid_io::remote::Channel`].
+//! - [`shared`]: one connection shared by every worker, for servers
+//!   without CAN_MULTI_CONN.
 //! - [`export::RemoteExport`]: a member's export, its simple-path
 //!   connection, and new channels for workers.
 //!
@@ -17,6 +19,7 @@
 pub mod channel;
 pub mod export;
 pub mod session;
+pub mod shared;
 pub mod tls;
 pub mod uri;
 

@@ -152,7 +152,6 @@ fn options() -> RemoteOptions {
     RemoteOptions {
         request_timeout: Duration::from_millis(300),
         connect_timeout: Duration::from_secs(2),
-        write_through: false,
     }
 }
 
@@ -188,15 +187,8 @@ fn read_one(channel: &mut dyn Channel) -> (i32, Vec<u8>, Duration) {
             assert_eq!(user_data, 42);
             result = Some(r);
         });
-        let mut fds: Vec<libc::pollfd> = channel
-            .poll_fd()
-            .map(|(fd, events)| libc::pollfd {
-                fd,
-                events,
-                revents: 0,
-            })
-            .into_iter()
-            .collect();
+        let mut fds: Vec<libc::pollfd> = Vec::new();
+        channel.poll_fds(&mut fds);
         nvraid_io::sys::poll(&mut fds, 5);
     }
     (result.unwrap(), buf, start.elapsed())

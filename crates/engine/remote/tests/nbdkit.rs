@@ -89,7 +89,6 @@ fn options() -> RemoteOptions {
     RemoteOptions {
         request_timeout: Duration::from_secs(10),
         connect_timeout: Duration::from_secs(5),
-        write_through: false,
     }
 }
 
@@ -208,15 +207,8 @@ fn drain(channel: &mut dyn Channel, on_complete: &mut dyn FnMut(u64, i32)) {
             "operations never completed"
         );
         if channel.progress(on_complete) == 0 {
-            let mut fds: Vec<libc::pollfd> = channel
-                .poll_fd()
-                .map(|(fd, events)| libc::pollfd {
-                    fd,
-                    events,
-                    revents: 0,
-                })
-                .into_iter()
-                .collect();
+            let mut fds: Vec<libc::pollfd> = Vec::new();
+            channel.poll_fds(&mut fds);
             nvraid_io::sys::poll(&mut fds, 10);
         }
     }
@@ -287,4 +279,86 @@ fn bad_exports_are_refused_by_name() {
     assert!(!export.info().can_flush());
     export.write_at(&[7u8; 4096], 0).unwrap();
     export.flush().unwrap();
+}
+
+/// A server without CAN_MULTI_CONN that also takes one client at a time
+/// (nbdkit's multi-conn and limit filters): every user of the member, the
+/// simple path and several workers on their own threads, shares one
+/// pipelined connection (a second one would be refused), and every
+/// operation comes back right.
+#[test]
+fn a_server_without_multi_conn_gets_one_shared_connection() {
+    let server = Server::nbdkit(&[
+        "--filter=limit",
+        "--filter=multi-conn",
+        "memory",
+        "size=32M",
+        "multi-conn-mode=disable",
+        "limit=1",
+    ]);
+    let export = RemoteExport::open(&server.uri(""), true, false, options()).unwrap();
+    assert!(!export.info().can_multi_conn());
+    assert!(export.shares_one_connection());
+    let export = std::sync::Arc::new(export);
+    let len = 64 * 1024;
+    let workers: Vec<_> = (0..3u64)
+        .map(|w| {
+            let export = std::sync::Arc::clone(&export);
+            std::thread::spawn(move || {
+                let mut channel = export.open_channel().unwrap();
+                let data: Vec<Vec<u8>> = (0..24).map(|i| pattern(len, w * 100 + i)).collect();
+                for (i, d) in data.iter().enumerate() {
+                    let op = MemberOp {
+                        kind: MemberOpKind::Write,
+                        file: 0,
+                        offset: ((w as usize * 32 + i) * len) as u64,
+                        buf: d.as_ptr() as *mut u8,
+                        len: len as u32,
+                        iov: std::ptr::null(),
+                        iov_count: 0,
+                        buf_index: 0,
+                        dsync: false,
+                        user_data: i as u64,
+                    };
+                    unsafe { channel.push(&op) }.unwrap();
+                }
+                let mut done = 0;
+                drain(channel.as_mut(), &mut |_, r| {
+                    assert_eq!(r, len as i32);
+                    done += 1;
+                });
+                assert_eq!(done, 24);
+                let mut back: Vec<Vec<u8>> = (0..24).map(|_| vec![0u8; len]).collect();
+                for (i, b) in back.iter_mut().enumerate() {
+                    let op = MemberOp {
+                        kind: MemberOpKind::Read,
+                        file: 0,
+                        offset: ((w as usize * 32 + i) * len) as u64,
+                        buf: b.as_mut_ptr(),
+                        len: len as u32,
+                        iov: std::ptr::null(),
+                        iov_count: 0,
+                        buf_index: 0,
+                        dsync: false,
+                        user_data: 1000 + i as u64,
+                    };
+                    unsafe { channel.push(&op) }.unwrap();
+                }
+                drain(channel.as_mut(), &mut |_, r| assert_eq!(r, len as i32));
+                for i in 0..24 {
+                    assert!(back[i] == data[i], "worker {w} read {i} differs");
+                }
+            })
+        })
+        .collect();
+    // The simple path, meanwhile, on the same connection.
+    let mine = pattern(len, 999);
+    export.write_at(&mine, 31 << 20).unwrap();
+    export.flush().unwrap();
+    for worker in workers {
+        worker.join().unwrap();
+    }
+    let mut back = vec![0u8; len];
+    export.read_at(&mut back, 31 << 20).unwrap();
+    assert!(back == mine);
 }

@@ -133,7 +133,6 @@ fn options() -> RemoteOptions {
     RemoteOptions {
         request_timeout: Duration::from_secs(10),
         connect_timeout: Duration::from_secs(5),
-        write_through: false,
     }
 }
 

@@ -100,7 +100,6 @@ fn main() -> ExitCode {
         nvraid_member::RemoteOptions {
             request_timeout: cli.nbd_timeout,
             connect_timeout: cli.nbd_connect_timeout,
-            write_through: false,
         },
     );
     if let Some(ca) = &cli.nbd_tls_ca {
