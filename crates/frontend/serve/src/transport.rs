@@ -183,7 +183,10 @@ impl Channel {
         match self {
             Channel::Plain(stream) => {
                 let writer = stream.try_clone()?;
-                Ok((Box::new(stream), Box::new(writer)))
+                // Buffered: one read takes in many small requests (a large
+                // payload is still read straight into its buffer).
+                let reader = io::BufReader::with_capacity(64 * 1024, stream);
+                Ok((Box::new(reader), Box::new(writer)))
             }
             Channel::Tls(tls, stream) => {
                 let shared = Arc::new(TlsShared {
