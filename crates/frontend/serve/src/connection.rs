@@ -73,6 +73,8 @@ pub(crate) struct Connection {
     replies: Mutex<ReplyWriter>,
     permits: Mutex<(u32, u64)>,
     permit_freed: Condvar,
+    /// Threads waiting on `permit_freed`.
+    permit_waiters: std::sync::atomic::AtomicU32,
     buffers: Mutex<Vec<Vec<u8>>>,
     shared: Arc<Shared>,
 }
@@ -148,21 +150,36 @@ impl Connection {
                 *permits = (count + 1, used + bytes);
                 return;
             }
-            permits = self.permit_freed.wait(permits).expect("permit lock");
+            permits = self.wait_permit(permits);
         }
+    }
+
+    /// Wait for a release, counted as a waiter (changed only under the
+    /// lock, so `release` wakes only when someone waits).
+    fn wait_permit<'a>(
+        &self,
+        permits: std::sync::MutexGuard<'a, (u32, u64)>,
+    ) -> std::sync::MutexGuard<'a, (u32, u64)> {
+        self.permit_waiters.fetch_add(1, Ordering::Relaxed);
+        let permits = self.permit_freed.wait(permits).expect("permit lock");
+        self.permit_waiters.fetch_sub(1, Ordering::Relaxed);
+        permits
     }
 
     fn release(&self, bytes: u64) {
         let mut permits = self.permits.lock().expect("permit lock");
         permits.0 -= 1;
         permits.1 -= bytes;
-        self.permit_freed.notify_all();
+        // A wake-up is a system call: only when someone waits.
+        if self.permit_waiters.load(Ordering::Relaxed) > 0 {
+            self.permit_freed.notify_all();
+        }
     }
 
     fn wait_idle(&self) {
         let mut permits = self.permits.lock().expect("permit lock");
         while permits.0 > 0 {
-            permits = self.permit_freed.wait(permits).expect("permit lock");
+            permits = self.wait_permit(permits);
         }
     }
 
@@ -235,6 +252,7 @@ pub(crate) fn run(shared: Arc<Shared>, stream: Stream, id: u64, client: String) 
         replies,
         permits: Mutex::new((0, 0)),
         permit_freed: Condvar::new(),
+        permit_waiters: std::sync::atomic::AtomicU32::new(0),
         buffers: Mutex::new(Vec::new()),
         shared: Arc::clone(&shared),
     });
