@@ -108,17 +108,6 @@ fn head_serve(dir: &Path, members: &[String], extra: &[&str]) -> Child {
     child
 }
 
-fn states(dir: &Path) -> Vec<String> {
-    let out = ok(&["status", "--socket", "md.ctl", "--json"], dir);
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    v["array"]["members"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["state"].as_str().unwrap_or("?").to_string())
-        .collect()
-}
-
 #[test]
 fn raid10_over_a_shaped_network_survives_a_link_down_and_re_adds_the_node() {
     let dir = tempfile::tempdir().unwrap();
@@ -162,7 +151,7 @@ fn raid10_over_a_shaped_network_survives_a_link_down_and_re_adds_the_node() {
         String::from_utf8_lossy(&out.stderr),
         std::fs::read_to_string(d.join("serve.log")).unwrap_or_default()
     );
-    assert_eq!(states(d)[1], "faulty", "node 2 holds role 1");
+    assert_eq!(member_states(d)[1], "faulty", "node 2 holds role 1");
     let log = std::fs::read_to_string(d.join("serve.log")).unwrap();
     assert!(log.contains("marked faulty"), "{log}");
 
@@ -177,11 +166,11 @@ fn raid10_over_a_shaped_network_survives_a_link_down_and_re_adds_the_node() {
     let added: serde_json::Value = serde_json::from_str(&added).unwrap();
     assert_eq!(added["re_added"], true, "{added}");
     let start = Instant::now();
-    while states(d).iter().any(|s| s != "active") {
+    while member_states(d).iter().any(|s| s != "active") {
         assert!(
             start.elapsed() < Duration::from_secs(120),
             "{:?}",
-            states(d)
+            member_states(d)
         );
         std::thread::sleep(Duration::from_millis(200));
     }

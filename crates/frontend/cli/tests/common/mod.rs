@@ -231,3 +231,16 @@ pub fn spoil_logged_parity(path: &Path) -> usize {
     std::fs::write(path, bytes).unwrap();
     newest.header.entries.len()
 }
+
+/// The member states (`active`, `faulty`, ...) a running server started
+/// by [`serve`] in `dir` reports through its control socket, by role.
+pub fn member_states(dir: &Path) -> Vec<String> {
+    let out = ok(&["status", "--socket", "md.ctl", "--json"], dir);
+    let status: serde_json::Value = serde_json::from_str(&out).unwrap();
+    status["array"]["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["state"].as_str().unwrap_or("?").to_string())
+        .collect()
+}
