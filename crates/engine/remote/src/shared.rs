@@ -31,7 +31,8 @@ pub struct SharedConnection {
 
 struct Inbox {
     done: Vec<(u64, i32)>,
-    wake: Arc<OwnedFd>,
+    /// None: the slot's handle was dropped, and the slot may be reused.
+    wake: Option<Arc<OwnedFd>>,
 }
 
 impl SharedConnection {
@@ -46,16 +47,28 @@ impl SharedConnection {
     pub fn handle(self: &Arc<Self>) -> io::Result<SharedHandle> {
         let wake = Arc::new(nvraid_io::sys::eventfd()?);
         let mut handles = self.handles.lock().unwrap_or_else(|e| e.into_inner());
-        if handles.len() >= 1 << 16 {
-            return Err(io::Error::other("too many users of one connection"));
-        }
-        handles.push(Inbox {
+        let inbox = Inbox {
             done: Vec::new(),
-            wake: Arc::clone(&wake),
-        });
+            wake: Some(Arc::clone(&wake)),
+        };
+        // Reuse the slot of a handle that was dropped (queues come and go:
+        // a server opens some per client).
+        let id = match handles.iter().position(|i| i.wake.is_none()) {
+            Some(free) => {
+                handles[free] = inbox;
+                free
+            }
+            None if handles.len() >= 1 << 16 => {
+                return Err(io::Error::other("too many users of one connection"))
+            }
+            None => {
+                handles.push(inbox);
+                handles.len() - 1
+            }
+        };
         Ok(SharedHandle {
             shared: Arc::clone(self),
-            id: (handles.len() - 1) as u64,
+            id: id as u64,
             wake,
             inflight: 0,
         })
@@ -117,8 +130,12 @@ impl Channel for SharedHandle {
                 .unwrap_or_else(|e| e.into_inner());
             for (owner, user_data, result) in others {
                 let inbox = &mut handles[owner as usize];
-                inbox.done.push((user_data, result));
-                nvraid_io::sys::eventfd_signal(inbox.wake.as_raw_fd());
+                // A dropped handle had nothing in flight (its queue drained
+                // first); a reply for it is dropped with it.
+                if let Some(wake) = &inbox.wake {
+                    inbox.done.push((user_data, result));
+                    nvraid_io::sys::eventfd_signal(wake.as_raw_fd());
+                }
             }
             mine.append(&mut handles[self.id as usize].done);
         }
@@ -169,6 +186,19 @@ impl Channel for SharedHandle {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .wake_at()
+    }
+}
+
+impl Drop for SharedHandle {
+    fn drop(&mut self) {
+        let mut handles = self
+            .shared
+            .handles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let inbox = &mut handles[self.id as usize];
+        inbox.wake = None;
+        inbox.done.clear();
     }
 }
 

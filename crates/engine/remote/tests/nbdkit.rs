@@ -361,4 +361,17 @@ fn a_server_without_multi_conn_gets_one_shared_connection() {
     let mut back = vec![0u8; len];
     export.read_at(&mut back, 31 << 20).unwrap();
     assert!(back == mine);
+    // Queues come and go (a server opens some per client): a dropped
+    // handle gives back its place and its eventfd.
+    let fds = || std::fs::read_dir("/proc/self/fd").unwrap().count();
+    let before = fds();
+    for _ in 0..200 {
+        drop(export.open_channel().unwrap());
+    }
+    assert!(
+        fds() < before + 20,
+        "{} descriptors before, {} after",
+        before,
+        fds()
+    );
 }
