@@ -14,8 +14,11 @@ head namespace, and nvraid bench runs there:
                                                line rates (target >= 0.9)
   4K random read, 2 workers x QD 16         -> IOPS
 
+Every array is first filled with random bytes through nvraid (a server
+may answer reads of space never written with holes, sending no data).
+
 Usage: sudo bench/scale-out.py [--nodes 1,2,4,8] [--rate 1gbit] [--runtime 4]
-                               [--backend nbdkit] [--json out.json]
+                               [--backend nbdkit] [--size 256M] [--json out.json]
 """
 import argparse, json, os, subprocess, sys
 
@@ -43,6 +46,21 @@ def bits(rate):
     sys.exit(f"rate {rate!r}: use kbit, mbit or gbit")
 
 
+def fill(uris):
+    """Write random bytes over the whole array once: a server that answers
+    reads of never-written (sparse) space with holes (qemu-nbd does, with
+    structured replies) would send no data, and the figures would be
+    fiction."""
+    detail = json.loads(head(NVRAID, "detail", "--json", *uris))
+    size = detail["size_bytes"]
+    source = subprocess.Popen(["head", "-c", str(size), "/dev/urandom"], stdout=subprocess.PIPE)
+    r = subprocess.run([SAN, "exec", NVRAID, "write", *uris], stdin=source.stdout,
+                       capture_output=True, text=True)
+    source.wait()
+    if r.returncode != 0:
+        sys.exit(f"filling the array failed:\n{r.stderr}")
+
+
 def bench(uris, rw, bs, depth, runtime):
     out = head(NVRAID, "bench", "--json", "--rw", rw, "--bs", bs, "--iodepth", str(depth),
                "--numjobs", "2", "--runtime", f"{runtime}s", "--ramp", "1s", *uris)
@@ -56,6 +74,7 @@ def main():
     ap.add_argument("--rate", default="1gbit")
     ap.add_argument("--runtime", type=int, default=4)
     ap.add_argument("--backend", default="nbdkit")
+    ap.add_argument("--size", default="256M", help="each node's export")
     ap.add_argument("--json")
     a = ap.parse_args()
     if os.geteuid() != 0:
@@ -66,16 +85,14 @@ def main():
           f"{'of links':>8} {'4K IOPS':>9}")
     for n in [int(x) for x in a.nodes.split(",")]:
         sh(SAN, "down")
-        sh(SAN, "up", str(n), "--rate", a.rate, "--backend", a.backend, "--size", "1G")
+        sh(SAN, "up", str(n), "--rate", a.rate, "--backend", a.backend, "--size", a.size)
         try:
             uris = sh(SAN, "uris").split()
             for level in ("0", "10"):
                 if level == "10" and n < 2:
                     continue
                 head(NVRAID, "create", "--force", "--level", level, "--chunk", "64K", *uris)
-                if level == "10":
-                    # The mirror's second copies start equal (written once).
-                    head(NVRAID, "repair", *uris)
+                fill(uris)
                 plan = json.loads(head(NVRAID, "topology", "--json", "--plan", "--level",
                                        level, *uris))["plan"]
                 predicted = plan["read"]["bytes_per_sec"]
