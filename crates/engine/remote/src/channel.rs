@@ -316,12 +316,11 @@ impl NbdChannel {
             return Ok(());
         };
         session.transport.flush_tls()?;
-        let mut iov: Vec<libc::iovec> = Vec::with_capacity(SEND_IOVECS);
         while !self.send_queue.is_empty() {
-            iov.clear();
+            let mut iov = IovList::new();
             let mut skip = self.head_sent;
             for &wire in self.send_queue.iter() {
-                if iov.len() + 2 > SEND_IOVECS {
+                if iov.count + 2 > SEND_IOVECS {
                     break;
                 }
                 let w = self.wires[wire as usize];
@@ -337,14 +336,8 @@ impl NbdChannel {
                 }
                 if w.command == Command::Write {
                     let rec = &self.ops[w.op as usize];
-                    let room = SEND_IOVECS - iov.len();
-                    slice_iovecs(
-                        rec.iovecs(),
-                        w.at as usize + skip,
-                        w.len as usize - skip,
-                        room,
-                        &mut iov,
-                    );
+                    let (start, len) = (w.at as usize + skip, w.len as usize - skip);
+                    for_each_part(rec.iovecs(), start, len, |part| iov.push(part));
                     skip = 0;
                 }
             }
@@ -352,7 +345,7 @@ impl NbdChannel {
             // the call) and into operations' buffers, valid until they
             // complete.
             let transport = &mut self.session.as_mut().expect("checked above").transport;
-            let sent = match unsafe { transport.send_vectored(&iov) } {
+            let sent = match unsafe { transport.send_vectored(iov.as_slice()) } {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -461,18 +454,14 @@ impl NbdChannel {
     ) -> Result<Option<u32>, String> {
         let w = self.wires[cookie as u32 as usize];
         let rec = &self.ops[w.op as usize];
-        let mut iov = Vec::with_capacity(16);
-        slice_iovecs(
-            rec.iovecs(),
-            (w.at + at) as usize,
-            len as usize,
-            1024,
-            &mut iov,
-        );
+        let mut iov = IovList::new();
+        for_each_part(rec.iovecs(), (w.at + at) as usize, len as usize, |part| {
+            iov.push(part)
+        });
         loop {
             // SAFETY: the iovecs lie inside the operation's buffers, which
             // stay valid and unused by others until it completes.
-            match unsafe { nvraid_io::sys::readv(fd, &iov) } {
+            match unsafe { nvraid_io::sys::readv(fd, iov.as_slice()) } {
                 Ok(0) => return Err("the server closed the connection".into()),
                 Ok(n) => return Ok(Some(n as u32)),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
@@ -899,18 +888,16 @@ fn check_same_export(
     }
 }
 
-/// Append to `out` the iovecs covering `[start, start + len)` of `iov`'s
-/// concatenation, at most `room` of them.
-fn slice_iovecs(
+/// Call `part` with each piece of `[start, start + len)` of `iov`'s
+/// concatenation, in order, until it returns false.
+fn for_each_part(
     iov: &[libc::iovec],
     mut start: usize,
     mut len: usize,
-    room: usize,
-    out: &mut Vec<libc::iovec>,
+    mut part: impl FnMut(libc::iovec) -> bool,
 ) {
-    let limit = out.len() + room;
     for v in iov {
-        if len == 0 || out.len() >= limit {
+        if len == 0 {
             return;
         }
         if start >= v.iov_len {
@@ -918,21 +905,55 @@ fn slice_iovecs(
             continue;
         }
         let take = (v.iov_len - start).min(len);
-        out.push(libc::iovec {
-            // SAFETY (pointer arithmetic only): `start < iov_len`.
+        let piece = libc::iovec {
+            // Pointer arithmetic only: `start < iov_len`.
             iov_base: v.iov_base.cast::<u8>().wrapping_add(start).cast(),
             iov_len: take,
-        });
+        };
+        if !part(piece) {
+            return;
+        }
         start = 0;
         len -= take;
     }
 }
 
+/// A fixed list of iovecs for one system call (no allocation on the I/O
+/// path).
+struct IovList {
+    items: [libc::iovec; SEND_IOVECS],
+    count: usize,
+}
+
+impl IovList {
+    fn new() -> IovList {
+        IovList {
+            items: [libc::iovec {
+                iov_base: std::ptr::null_mut(),
+                iov_len: 0,
+            }; SEND_IOVECS],
+            count: 0,
+        }
+    }
+
+    /// Add `v`; false when the list is full.
+    fn push(&mut self, v: libc::iovec) -> bool {
+        if self.count == SEND_IOVECS {
+            return false;
+        }
+        self.items[self.count] = v;
+        self.count += 1;
+        true
+    }
+
+    fn as_slice(&self) -> &[libc::iovec] {
+        &self.items[..self.count]
+    }
+}
+
 fn copy_into_iovecs(iov: &[libc::iovec], start: usize, src: &[u8]) {
-    let mut parts = Vec::with_capacity(4);
-    slice_iovecs(iov, start, src.len(), usize::MAX / 2, &mut parts);
     let mut from = 0;
-    for part in parts {
+    for_each_part(iov, start, src.len(), |part| {
         // SAFETY: `part` lies inside an operation's buffer (checked by the
         // reply reader against the request's range), valid for writes
         // until the operation completes; `src` is a distinct buffer.
@@ -944,14 +965,14 @@ fn copy_into_iovecs(iov: &[libc::iovec], start: usize, src: &[u8]) {
             )
         };
         from += part.iov_len;
-    }
+        true
+    });
 }
 
 fn zero_iovecs(iov: &[libc::iovec], start: usize, len: usize) {
-    let mut parts = Vec::with_capacity(4);
-    slice_iovecs(iov, start, len, usize::MAX / 2, &mut parts);
-    for part in parts {
+    for_each_part(iov, start, len, |part| {
         // SAFETY: as in `copy_into_iovecs`.
         unsafe { std::ptr::write_bytes(part.iov_base.cast::<u8>(), 0, part.iov_len) };
-    }
+        true
+    });
 }
