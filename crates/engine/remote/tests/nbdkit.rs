@@ -174,18 +174,13 @@ fn channel_pipelines_vectored_operations_and_matches_replies() {
     assert!(done.iter().all(|&d| d));
     let mut back: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; len]).collect();
     for (i, b) in back.iter_mut().enumerate() {
-        let op = MemberOp {
-            kind: MemberOpKind::Read,
-            file: 0,
-            offset: (i * len) as u64,
-            buf: b.as_mut_ptr(),
-            len: len as u32,
-            iov: std::ptr::null(),
-            iov_count: 0,
-            buf_index: 0,
-            dsync: false,
-            user_data: 1000 + i as u64,
-        };
+        let op = plain_op(
+            MemberOpKind::Read,
+            (i * len) as u64,
+            b.as_mut_ptr(),
+            len as u32,
+            1000 + i as u64,
+        );
         unsafe { channel.push(&op) }.unwrap();
     }
     let mut reads = 0;
@@ -196,6 +191,22 @@ fn channel_pipelines_vectored_operations_and_matches_replies() {
     assert_eq!(reads, n);
     for i in 0..n {
         assert!(back[i] == data[i], "read {i} differs");
+    }
+}
+
+/// A plain (one-buffer) operation without FUA.
+fn plain_op(kind: MemberOpKind, offset: u64, buf: *mut u8, len: u32, user_data: u64) -> MemberOp {
+    MemberOp {
+        kind,
+        file: 0,
+        offset,
+        buf,
+        len,
+        iov: std::ptr::null(),
+        iov_count: 0,
+        buf_index: 0,
+        dsync: false,
+        user_data,
     }
 }
 
@@ -308,18 +319,13 @@ fn a_server_without_multi_conn_gets_one_shared_connection() {
                 let mut channel = export.open_channel().unwrap();
                 let data: Vec<Vec<u8>> = (0..24).map(|i| pattern(len, w * 100 + i)).collect();
                 for (i, d) in data.iter().enumerate() {
-                    let op = MemberOp {
-                        kind: MemberOpKind::Write,
-                        file: 0,
-                        offset: ((w as usize * 32 + i) * len) as u64,
-                        buf: d.as_ptr() as *mut u8,
-                        len: len as u32,
-                        iov: std::ptr::null(),
-                        iov_count: 0,
-                        buf_index: 0,
-                        dsync: false,
-                        user_data: i as u64,
-                    };
+                    let op = plain_op(
+                        MemberOpKind::Write,
+                        ((w as usize * 32 + i) * len) as u64,
+                        d.as_ptr() as *mut u8,
+                        len as u32,
+                        i as u64,
+                    );
                     unsafe { channel.push(&op) }.unwrap();
                 }
                 let mut done = 0;
@@ -330,18 +336,13 @@ fn a_server_without_multi_conn_gets_one_shared_connection() {
                 assert_eq!(done, 24);
                 let mut back: Vec<Vec<u8>> = (0..24).map(|_| vec![0u8; len]).collect();
                 for (i, b) in back.iter_mut().enumerate() {
-                    let op = MemberOp {
-                        kind: MemberOpKind::Read,
-                        file: 0,
-                        offset: ((w as usize * 32 + i) * len) as u64,
-                        buf: b.as_mut_ptr(),
-                        len: len as u32,
-                        iov: std::ptr::null(),
-                        iov_count: 0,
-                        buf_index: 0,
-                        dsync: false,
-                        user_data: 1000 + i as u64,
-                    };
+                    let op = plain_op(
+                        MemberOpKind::Read,
+                        ((w as usize * 32 + i) * len) as u64,
+                        b.as_mut_ptr(),
+                        len as u32,
+                        1000 + i as u64,
+                    );
                     unsafe { channel.push(&op) }.unwrap();
                 }
                 drain(channel.as_mut(), &mut |_, r| assert_eq!(r, len as i32));
