@@ -78,34 +78,14 @@ fn head_ok(args: &[&str], dir: &Path) -> String {
 }
 
 fn head_serve(dir: &Path, members: &[String], extra: &[&str]) -> Child {
-    let log = std::fs::File::create(dir.join("serve.log")).unwrap();
-    let child = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &format!("{PREFIX}-head"),
-            env!("CARGO_BIN_EXE_nvraid"),
-        ])
-        .arg("serve")
-        .arg("--listen")
-        .arg(format!("unix:{}", dir.join("md.sock").display()))
-        .args(extra)
-        .args(members)
-        .current_dir(dir)
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while !dir.join("md.ctl").exists() {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "serve did not start: {}",
-            std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    child
+    let mut command = Command::new("ip");
+    command.args([
+        "netns",
+        "exec",
+        &format!("{PREFIX}-head"),
+        env!("CARGO_BIN_EXE_nvraid"),
+    ]);
+    serve_through(dir, command, members, extra)
 }
 
 #[test]

@@ -149,11 +149,24 @@ pub fn serve_with(dir: &Path, members: &[String], extra: &[&str]) -> Child {
 
 /// [`serve_with`], with environment variables for the server.
 pub fn serve_env(dir: &Path, members: &[String], extra: &[&str], env: &[(&str, &str)]) -> Child {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_nvraid"));
+    command.envs(env.iter().copied());
+    serve_through(dir, command, members, extra)
+}
+
+/// [`serve`] started through `command`: the nvraid binary itself, or a
+/// wrapper that runs it (`ip netns exec NS nvraid`), given the arguments
+/// that follow.
+pub fn serve_through(
+    dir: &Path,
+    mut command: Command,
+    members: &[String],
+    extra: &[&str],
+) -> Child {
     let socket = dir.join("md.sock");
     let _ = std::fs::remove_file(dir.join("md.ctl"));
     let log = std::fs::File::create(dir.join("serve.log")).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_nvraid"))
-        .envs(env.iter().copied())
+    let mut child = command
         .arg("serve")
         .arg("--listen")
         .arg(format!("unix:{}", socket.display()))
