@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use nvraid_io::queue::Target;
 
+use crate::machine::RunContext;
 use crate::presets::{self, Layout, Preset, Step};
 use crate::report::{self, BenchReport, StepReport};
 use crate::runner::{run_job, JobResult, Progress};
@@ -300,11 +301,13 @@ fn prepare(plan: &Plan, targets: &[Arc<dyn Target>]) -> Result<Vec<PreparedStep>
 pub fn run(
     args: &BenchArgs,
     targets: Vec<Arc<dyn Target>>,
+    context: RunContext,
     out: &mut dyn Write,
     progress: bool,
 ) -> Result<BenchReport, Error> {
     let plan = plan(args)?;
-    let report = run_plan(&plan, &targets, progress)?;
+    let mut report = run_plan(&plan, &targets, progress)?;
+    report.context = context;
     if args.json {
         report::write_json(&report, out)?;
     } else if args.csv {
@@ -315,7 +318,8 @@ pub fn run(
     Ok(report)
 }
 
-/// Runs a plan's steps and gathers their best results.
+/// Runs a plan's steps and gathers their best results (with an empty
+/// [`RunContext`]: the caller fills it in).
 pub fn run_plan(
     plan: &Plan,
     targets: &[Arc<dyn Target>],
@@ -362,6 +366,7 @@ pub fn run_plan(
         preset: plan.preset.clone(),
         layout: plan.layout,
         steps,
+        context: RunContext::default(),
     })
 }
 

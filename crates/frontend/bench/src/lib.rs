@@ -5,6 +5,7 @@
 //! - [`hist`]: the latency histogram;
 //! - [`presets`]: CrystalDiskMark, ATTO, AS SSD, IOMeter-style and sweeps;
 //! - [`report`]: text, fio-style JSON and CSV;
+//! - [`machine`]: the machine and command line a report records;
 //! - [`cli`]: the `nvraid bench` flags and the entry point the binary calls;
 //!
 //! docs/bench.md is the user's guide.
@@ -12,6 +13,7 @@
 pub mod cli;
 pub mod cpu;
 pub mod hist;
+pub mod machine;
 pub mod presets;
 pub mod report;
 pub mod rng;
@@ -20,6 +22,7 @@ pub mod spec;
 pub mod units;
 
 pub use cli::{plan, run, BenchArgs};
+pub use machine::{Machine, RunContext};
 pub use report::BenchReport;
 pub use runner::{run_job, JobResult, Progress};
 pub use spec::{JobSpec, RwMode, SpecError};

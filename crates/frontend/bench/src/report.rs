@@ -11,6 +11,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::{json, Map, Value};
 
 use crate::hist::LatencyHistogram;
+use crate::machine::RunContext;
 use crate::presets::{AsSsdRates, AsSsdScore, Layout};
 use crate::runner::{DirStats, JobResult};
 use crate::units::{format_duration, format_size, MB_BYTES, MIB_BYTES};
@@ -43,6 +44,24 @@ pub struct BenchReport {
     pub layout: Layout,
     /// The steps in the order they ran.
     pub steps: Vec<StepReport>,
+    /// The command, the machine and what was measured.
+    pub context: RunContext,
+}
+
+/// The `schema` of bench JSON: its name and format version. A reader
+/// refuses a version above the one it knows.
+pub const SCHEMA: &str = "nvraid-bench/1";
+
+impl Layout {
+    /// The name the JSON gives the layout.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Layout::CrystalDiskMark => "cdm",
+            Layout::Atto => "atto",
+            Layout::AsSsd => "as-ssd",
+            Layout::Jobs => "jobs",
+        }
+    }
 }
 
 impl BenchReport {
@@ -217,8 +236,14 @@ pub fn to_json(report: &BenchReport) -> Value {
             })),
         }
     }
+    let context = &report.context;
     let mut root = json!({
+        "schema": SCHEMA,
         "nvraid version": env!("CARGO_PKG_VERSION"),
+        "command": context.command,
+        "subject": context.subject,
+        "machine": context.machine.to_json(),
+        "layout": report.layout.as_str(),
         "timestamp": now.as_secs(),
         "timestamp_ms": now.as_millis() as u64,
         "preset": report.preset,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use nvraid_bench::cli::{plan, run, BenchArgs};
 use nvraid_bench::report::CSV_COLUMNS;
-use nvraid_bench::{run_job, Error, JobSpec, RwMode, SpecError};
+use nvraid_bench::{run_job, Error, JobSpec, RunContext, RwMode, SpecError};
 use nvraid_io::queue::Target;
 use nvraid_testing::MemTarget;
 
@@ -249,6 +249,7 @@ fn nothing_is_submitted_when_a_later_step_is_invalid() {
     let result = run(
         &args(&["--runtime", "50ms"]),
         targets(&[&target]),
+        RunContext::default(),
         &mut out,
         false,
     );
@@ -488,7 +489,7 @@ fn progress_is_reported() {
 fn run_to_string(flags: &[&str], target: MemTarget) -> String {
     let target: Arc<dyn Target> = Arc::new(target);
     let mut out = Vec::new();
-    run(&args(flags), vec![target], &mut out, false).unwrap();
+    run(&args(flags), vec![target], RunContext::default(), &mut out, false).unwrap();
     String::from_utf8(out).unwrap()
 }
 
@@ -647,8 +648,16 @@ fn best_of_keeps_the_best_run() {
         "3",
         "--json",
     ]);
-    let report = run(&flags, targets(&[&target]), &mut out, false).unwrap();
+    let context = RunContext::here("a null target");
+    let report = run(&flags, targets(&[&target]), context, &mut out, false).unwrap();
     assert_eq!(report.steps[0].runs, 3);
     let root: serde_json::Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(root["jobs"][0]["nvraid"]["runs"], 3);
+    // Where the numbers came from travels with them (nvraid report shows it).
+    assert_eq!(root["schema"], "nvraid-bench/1");
+    assert_eq!(root["subject"], "a null target");
+    assert_eq!(root["layout"], "jobs");
+    assert!(root["command"].as_str().unwrap().starts_with("bench-"));
+    assert!(root["machine"]["nproc"].as_u64().unwrap() >= 1);
+    assert!(!root["machine"]["kernel"].as_str().unwrap().is_empty());
 }

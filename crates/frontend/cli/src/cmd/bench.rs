@@ -106,7 +106,16 @@ pub fn run(args: &BenchArgs, direct_flag: bool) -> Result<u8> {
         .iter()
         .map(nvraid_array::BitmapDaemon::start)
         .collect();
-    let outcome = nvraid_bench::run(args, targets, &mut stdout, progress);
+    let subject = match arrays.first() {
+        Some(array) => array_subject(array),
+        None => format!(
+            "{} raw member(s), side by side: {}",
+            args.members.len(),
+            args.members.join(", ")
+        ),
+    };
+    let context = nvraid_bench::RunContext::here(subject);
+    let outcome = nvraid_bench::run(args, targets, context, &mut stdout, progress);
     drop(daemons);
     for array in arrays {
         if let Ok(array) = Arc::try_unwrap(array) {
@@ -115,6 +124,27 @@ pub fn run(args: &BenchArgs, direct_flag: bool) -> Result<u8> {
     }
     outcome?;
     Ok(0)
+}
+
+/// One line on what an array is: "raid0, 4 members, chunk 512 KiB: a, b, c, d".
+pub fn array_subject(array: &Array) -> String {
+    let geometry = array.geometry();
+    let chunk = geometry
+        .chunk_bytes()
+        .map(|bytes| format!(", chunk {} KiB", bytes >> 10))
+        .unwrap_or_default();
+    let members: Vec<String> = array
+        .slots()
+        .iter()
+        .flatten()
+        .map(|slot| slot.member.spec().to_string())
+        .collect();
+    format!(
+        "{}, {} members{chunk}: {}",
+        geometry.level(),
+        geometry.members(),
+        members.join(", ")
+    )
 }
 
 /// The engine for `auto`: psync when every member completes I/O inline in
