@@ -139,7 +139,7 @@ impl CachedTarget {
         options: CacheOptions,
         log: Arc<dyn Fn(&str) + Send + Sync>,
     ) -> io::Result<CachedTarget> {
-        if inner.size_bytes() % BLOCK_BYTES as u64 != 0 {
+        if !inner.size_bytes().is_multiple_of(BLOCK_BYTES as u64) {
             return Err(io::Error::other(format!(
                 "the array's size ({} bytes) is not a multiple of 4 KiB, which the cache needs",
                 inner.size_bytes()

@@ -10,7 +10,7 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -218,16 +218,11 @@ impl CachedQueue {
             on_complete(completion);
             count += 1;
         }
-        loop {
-            match self.done_rx.try_recv() {
-                Ok(completion) => {
-                    self.pending[completion.slot as usize] = Pending::Idle;
-                    self.flushes_in_flight -= 1;
-                    on_complete(completion);
-                    count += 1;
-                }
-                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
-            }
+        while let Ok(completion) = self.done_rx.try_recv() {
+            self.pending[completion.slot as usize] = Pending::Idle;
+            self.flushes_in_flight -= 1;
+            on_complete(completion);
+            count += 1;
         }
         if self.commits > 0 {
             let journal = self.shared.journal.as_ref().expect("journal mode");
@@ -311,7 +306,7 @@ impl Queue for CachedQueue {
         fua: bool,
     ) -> io::Result<()> {
         let block = BLOCK_BYTES as u64;
-        if !matches!(op, OpKind::Flush) && (offset % block != 0 || u64::from(len) % block != 0) {
+        if !matches!(op, OpKind::Flush) && (!offset.is_multiple_of(block) || u64::from(len) % block != 0) {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
         match op {

@@ -163,7 +163,7 @@ fn random_load(queue: &mut dyn Queue, seed: u64, ops: usize) -> Vec<u8> {
         let count = 1 + rng.block(16);
         let first = rng.block(blocks - count);
         let (offset, len) = (first * 4096, (count * 4096) as usize);
-        if rng.next() % 3 == 0 {
+        if rng.next().is_multiple_of(3) {
             let got = read(queue, offset, len);
             assert!(
                 got == model[offset as usize..offset as usize + len],

@@ -126,10 +126,10 @@ impl Superblock {
             tail: get_u64(block, 56),
             tail_seq: get_u64(block, 64),
         };
-        if superblock.ring_bytes == 0 || superblock.ring_bytes % BLOCK_BYTES as u64 != 0 {
+        if superblock.ring_bytes == 0 || !superblock.ring_bytes.is_multiple_of(BLOCK_BYTES as u64) {
             return Err(SuperError::Inconsistent("ring size"));
         }
-        if superblock.tail % BLOCK_BYTES as u64 != 0 {
+        if !superblock.tail.is_multiple_of(BLOCK_BYTES as u64) {
             return Err(SuperError::Inconsistent("tail not block aligned"));
         }
         Ok(superblock)
