@@ -13,6 +13,9 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+mod cache;
+use cache::CacheChoice;
+
 #[derive(Args, Debug)]
 pub struct ServeCmd {
     #[command(flatten)]
@@ -33,6 +36,25 @@ pub struct ServeCmd {
     /// faster than MIN while clients are doing I/O. Default: 50:unlimited.
     #[arg(long, value_name = "MIN:MAX", value_parser = crate::cmd::manage::parse_speed)]
     rebuild_speed: Option<(u64, u64)>,
+    /// Write cache: none (a write is acknowledged once on the members),
+    /// writeback (in RAM: acknowledged writes not yet flushed are LOST if
+    /// nvraid dies or power fails; FLUSH and FUA still wait for the
+    /// members), journal (acknowledged once durable in --journal, written
+    /// to the members later, replayed after a crash). docs/serve.md.
+    #[arg(long, value_enum, default_value = "none")]
+    cache: CacheChoice,
+    /// --cache journal: the member holding the journal (a fast device or
+    /// file of at least 16 MiB, not a member of the array).
+    #[arg(long, value_name = "MEMBER")]
+    journal: Option<String>,
+    /// --cache writeback|journal: the most written data held in RAM and
+    /// not yet on the members; writers wait above it (default 1G).
+    #[arg(long, value_name = "SIZE", value_parser = crate::cmd::size_arg)]
+    cache_dirty_max: Option<u64>,
+    /// --journal: use a member that carries a filesystem or another array
+    /// anyway (its contents are destroyed).
+    #[arg(long)]
+    force: bool,
     /// Members of the array to serve, in any order.
     #[arg(required = true)]
     members: Vec<String>,
@@ -61,6 +83,22 @@ pub struct StatusArgs {
 pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
     let mut options = args.serve.to_options().map_err(anyhow::Error::msg)?;
     let writable = !options.read_only;
+    // Every check of the cache's flags and the journal member comes before
+    // the array is assembled for writing.
+    match (args.cache, &args.journal) {
+        (CacheChoice::Journal, None) => anyhow::bail!("--cache journal needs --journal MEMBER"),
+        (CacheChoice::None | CacheChoice::Writeback, Some(_)) => {
+            anyhow::bail!("--journal is only for --cache journal")
+        }
+        (CacheChoice::Writeback | CacheChoice::Journal, _) if !writable => {
+            anyhow::bail!("--cache {:?} caches writes; a read-only export has none", args.cache)
+        }
+        _ => {}
+    }
+    let journal_member = match &args.journal {
+        Some(spec) => Some(cache::check_journal(spec, &args.members, args.force, direct)?),
+        None => None,
+    };
     let array = Arc::new(assemble(
         &args.members,
         AssembleOptions {
@@ -79,6 +117,14 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
     let members: Vec<&Member> = array.slots().iter().flatten().map(|s| &s.member).collect();
     let engine = crate::cmd::bench::engine_for(args.engine, &members);
     let target: Arc<dyn Target> = Arc::new(FanoutTarget::array(array.clone(), engine));
+    let cache = start_cache(args, journal_member, &array, target.clone())?;
+    let target: Arc<dyn Target> = match &cache {
+        Some(cache) => {
+            report_cache(&mut options, cache.clone());
+            cache.clone()
+        }
+        None => target,
+    };
     let shutdown = ShutdownHandle::new();
     watch_signals(shutdown.clone())?;
     eprintln!(
@@ -108,6 +154,13 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
     if let Some(thread) = resync_thread {
         let _ = thread.join();
     }
+    // Cached writes go to the members (and the journal is emptied) before
+    // the array can be marked clean.
+    if let Some(cache) = cache {
+        cache
+            .close()
+            .context("writing the cache back; the array is left dirty")?;
+    }
     // The server has stopped, finished in-flight requests and flushed; only
     // then is the array marked clean.
     served.context("the NBD server failed; the array is left as it is")?;
@@ -117,6 +170,57 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
     array.close()?;
     eprintln!("nvraid: stopped; array flushed and closed");
     Ok(0)
+}
+
+/// The cache `--cache` asks for over `target`, the journal replayed or
+/// formatted first.
+fn start_cache(
+    args: &ServeCmd,
+    journal_member: Option<cache::JournalMember>,
+    array: &Array,
+    target: Arc<dyn Target>,
+) -> Result<Option<Arc<nvraid_cache::CachedTarget>>> {
+    use nvraid_cache::{CacheMode, CacheOptions, CachedTarget};
+    let mut options = CacheOptions::default();
+    if let Some(max) = args.cache_dirty_max {
+        if max < 1 << 20 {
+            anyhow::bail!("--cache-dirty-max {max}: at least 1 MiB");
+        }
+        options.dirty_max_bytes = max;
+        options.background_bytes = max / 4;
+    }
+    let log: Arc<dyn Fn(&str) + Send + Sync> = Arc::new(|line: &str| eprintln!("{line}"));
+    let (mode, journal) = match (args.cache, journal_member) {
+        (CacheChoice::None, _) => return Ok(None),
+        (CacheChoice::Writeback, _) => {
+            eprintln!("{}", cache::WRITEBACK_WARNING);
+            (CacheMode::WriteBack, None)
+        }
+        (CacheChoice::Journal, Some(member)) => {
+            (CacheMode::Journal, Some(cache::start_journal(member, array)?))
+        }
+        (CacheChoice::Journal, None) => anyhow::bail!("--cache journal needs --journal MEMBER"),
+    };
+    let cache = CachedTarget::new(target, mode, journal, options, log)?;
+    Ok(Some(Arc::new(cache)))
+}
+
+/// Adds the cache's state to the control socket's `status`.
+fn report_cache(options: &mut ServeOptions, cache: Arc<nvraid_cache::CachedTarget>) {
+    let inner = options.status_hook.take();
+    options.status_hook = Some(Arc::new(move || {
+        let mut value = inner.as_ref().map(|hook| hook()).unwrap_or_default();
+        let stats = cache.stats();
+        value["cache"] = serde_json::json!({
+            "describe": cache.describe(),
+            "dirty_bytes": stats.dirty_bytes,
+            "cached_bytes": stats.cached_bytes,
+            "journal_used_bytes": stats.journal_used_bytes,
+            "journal_ring_bytes": stats.journal_ring_bytes,
+            "failure": stats.failure,
+        });
+        value
+    }));
 }
 
 /// The resync thread of `serve`: repair from the recorded resync point,
