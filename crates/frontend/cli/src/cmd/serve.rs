@@ -91,12 +91,20 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
             anyhow::bail!("--journal is only for --cache journal")
         }
         (CacheChoice::Writeback | CacheChoice::Journal, _) if !writable => {
-            anyhow::bail!("--cache {:?} caches writes; a read-only export has none", args.cache)
+            anyhow::bail!(
+                "--cache {:?} caches writes; a read-only export has none",
+                args.cache
+            )
         }
         _ => {}
     }
     let journal_member = match &args.journal {
-        Some(spec) => Some(cache::check_journal(spec, &args.members, args.force, direct)?),
+        Some(spec) => Some(cache::check_journal(
+            spec,
+            &args.members,
+            args.force,
+            direct,
+        )?),
         None => None,
     };
     let array = Arc::new(assemble(
@@ -118,8 +126,11 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
     let engine = crate::cmd::bench::engine_for(args.engine, &members);
     let target: Arc<dyn Target> = Arc::new(FanoutTarget::array(array.clone(), engine));
     let cache = start_cache(args, journal_member, &array, target.clone())?;
+    // (The array's own target is dropped here when a cache wraps it: the
+    // array must be free again once the cache is closed.)
     let target: Arc<dyn Target> = match &cache {
         Some(cache) => {
+            drop(target);
             report_cache(&mut options, cache.clone());
             cache.clone()
         }
@@ -196,9 +207,10 @@ fn start_cache(
             eprintln!("{}", cache::WRITEBACK_WARNING);
             (CacheMode::WriteBack, None)
         }
-        (CacheChoice::Journal, Some(member)) => {
-            (CacheMode::Journal, Some(cache::start_journal(member, array)?))
-        }
+        (CacheChoice::Journal, Some(member)) => (
+            CacheMode::Journal,
+            Some(cache::start_journal(member, array)?),
+        ),
         (CacheChoice::Journal, None) => anyhow::bail!("--cache journal needs --journal MEMBER"),
     };
     let cache = CachedTarget::new(target, mode, journal, options, log)?;

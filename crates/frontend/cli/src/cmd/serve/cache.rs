@@ -35,7 +35,12 @@ pub struct JournalMember {
 /// Opens and checks `spec` as the journal of the array on `members`:
 /// at least 16 MiB, not one of the members, and either this array's
 /// journal already, or blank (anything else only with `force`).
-pub fn check_journal(spec: &str, members: &[String], force: bool, direct: bool) -> Result<JournalMember> {
+pub fn check_journal(
+    spec: &str,
+    members: &[String],
+    force: bool,
+    direct: bool,
+) -> Result<JournalMember> {
     let mut array_uuid = None;
     let mut identities = Vec::new();
     for member_spec in members {
@@ -72,7 +77,9 @@ pub fn check_journal(spec: &str, members: &[String], force: bool, direct: bool) 
     let existing = journal::read_superblock(&member, &array_uuid)
         .with_context(|| "the journal member cannot be used".to_string())?;
     if existing.is_none() && !force {
-        if let Some(what) = detect_signature(&member).with_context(|| format!("{spec}: cannot read"))? {
+        if let Some(what) =
+            detect_signature(&member).with_context(|| format!("{spec}: cannot read"))?
+        {
             bail!("journal {spec} carries {what}; --cache journal would overwrite it (add --force to go ahead)");
         }
     }
@@ -110,7 +117,8 @@ pub fn start_journal(checked: JournalMember, array: &Array) -> Result<Journal> {
             after
         }
         None => {
-            let superblock = journal::new_superblock(member.size_bytes(), array_uuid, random_uuid()?);
+            let superblock =
+                journal::new_superblock(member.size_bytes(), array_uuid, random_uuid()?);
             journal::write_superblock(&member, &superblock)?;
             eprintln!(
                 "nvraid: journal {name}: formatted, {} MiB of ring",
