@@ -25,6 +25,7 @@ needs=(
     "ip iproute2"                    # bench/san: network namespaces, veth, tc shaping
     "tc iproute2"
     "python3 python3"                # bench/san is a Python script
+    "chromium chromium"              # nvraid-report: the page is checked in a real browser
     "qemu-system-x86_64 qemu-system-x86"   # tools/mdvm: the kernel md VM
     "busybox:/bin/busybox busybox-static"
     "cpio cpio"

@@ -99,6 +99,10 @@ pub struct BenchArgs {
     /// Print CSV instead of the table.
     #[arg(long)]
     pub csv: bool,
+    /// Also write the results as one HTML page of charts (as `nvraid
+    /// report` draws them) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<std::path::PathBuf>,
 
     /// Bench the members as independent plain targets, without RAID (JBOD,
     /// the baseline); each worker spreads its I/Os over all of them.

@@ -489,7 +489,14 @@ fn progress_is_reported() {
 fn run_to_string(flags: &[&str], target: MemTarget) -> String {
     let target: Arc<dyn Target> = Arc::new(target);
     let mut out = Vec::new();
-    run(&args(flags), vec![target], RunContext::default(), &mut out, false).unwrap();
+    run(
+        &args(flags),
+        vec![target],
+        RunContext::default(),
+        &mut out,
+        false,
+    )
+    .unwrap();
     String::from_utf8(out).unwrap()
 }
 

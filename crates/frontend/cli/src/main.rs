@@ -82,6 +82,10 @@ enum Command {
     Bench(nvraid_bench::BenchArgs),
     /// Read the PCIe tree and say where an array's ceiling is, and why.
     Topology(nvraid_topology::cli::TopologyArgs),
+    /// Measure throwaway arrays of each chunk size and recommend one (destroys the members' data).
+    Tune(cmd::tune::TuneArgs),
+    /// Draw bench, tune and topology JSON results as one HTML page.
+    Report(cmd::report::ReportArgs),
     /// Export the array over NBD until SIGINT/SIGTERM.
     Serve(cmd::serve::ServeCmd),
     /// Show a running server's array, connections and rates.
@@ -128,6 +132,8 @@ fn main() -> ExitCode {
         Command::Read(args) => cmd::io::read(args, direct),
         Command::Bench(args) => cmd::bench::run(args, direct),
         Command::Topology(args) => cmd::topology::run(args),
+        Command::Tune(args) => cmd::tune::run(args, direct),
+        Command::Report(args) => cmd::report::run(args),
         Command::Serve(args) => cmd::serve::serve(args, direct),
         Command::Status(args) => cmd::serve::status(args),
         Command::Man(args) => cmd::manual::man(args, Cli::command()),

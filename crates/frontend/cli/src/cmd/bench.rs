@@ -51,6 +51,13 @@ fn prefill(array: &Array, len: u64) -> Result<()> {
 
 pub fn run(args: &BenchArgs, direct_flag: bool) -> Result<u8> {
     let plan = nvraid_bench::plan(args)?;
+    if let Some(path) = &args.html {
+        // Found out now, not after the run.
+        let dir = path.parent().filter(|p| !p.as_os_str().is_empty());
+        if dir.is_some_and(|dir| !dir.is_dir()) {
+            bail!("--html {}: no such directory", path.display());
+        }
+    }
     let writes = plan.writes();
     let direct = direct_flag && args.direct != 0;
     let _tempdir;
@@ -122,7 +129,12 @@ pub fn run(args: &BenchArgs, direct_flag: bool) -> Result<u8> {
             array.close()?;
         }
     }
-    outcome?;
+    let report = outcome?;
+    if let Some(path) = &args.html {
+        let json = nvraid_bench::report::to_json(&report);
+        crate::cmd::report::bench_page(json, path)?;
+        eprintln!("nvraid: wrote {}", path.display());
+    }
     Ok(0)
 }
 

@@ -9,8 +9,10 @@ pub mod io;
 pub mod manage;
 pub mod manual;
 pub mod online;
+pub mod report;
 pub mod serve;
 pub mod topology;
+pub mod tune;
 
 use nvraid_member::{format_size, parse_size};
 
