@@ -306,7 +306,9 @@ impl Queue for CachedQueue {
         fua: bool,
     ) -> io::Result<()> {
         let block = BLOCK_BYTES as u64;
-        if !matches!(op, OpKind::Flush) && (!offset.is_multiple_of(block) || u64::from(len) % block != 0) {
+        if !matches!(op, OpKind::Flush)
+            && (!offset.is_multiple_of(block) || u64::from(len) % block != 0)
+        {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }
         match op {
