@@ -17,6 +17,7 @@
 //! after it started belongs to a write that raced with it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::journal::format::BLOCK_BYTES;
 
@@ -41,10 +42,30 @@ impl Page {
     }
 }
 
+/// Hashes a page index with one multiplication (Fibonacci hashing): page
+/// indexes are not chosen by an adversary, and the default SipHash cost a
+/// fifth of the CPU of 1 MiB writes (256 lookups each).
+#[derive(Default)]
+pub(crate) struct IndexHasher(u64);
+
+impl Hasher for IndexHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(byte)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u64(&mut self, value: u64) {
+        self.0 = (self.0 ^ value).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
 /// Everything behind the cache's lock.
 #[derive(Default)]
 pub(crate) struct Pages {
-    pub map: HashMap<u64, Page>,
+    pub map: HashMap<u64, Page, BuildHasherDefault<IndexHasher>>,
     /// Indexes of dirty pages, in order (write-back goes by address).
     pub dirty: BTreeSet<u64>,
     /// Sequence number of the last write taken in.

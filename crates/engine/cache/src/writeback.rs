@@ -23,6 +23,8 @@ const DEPTH: u32 = 64;
 const IO_BYTES: u32 = 1 << 20;
 /// Bytes copied out of the cache (under its lock) per round.
 const ROUND_BYTES: usize = 8 << 20;
+/// Dirty pages looked at (under the cache's lock) per round.
+const SCAN_MAX: usize = 16384;
 
 pub(crate) fn start(shared: Arc<Shared>) -> io::Result<JoinHandle<()>> {
     let (opened_tx, opened) = mpsc::sync_channel(1);
@@ -59,7 +61,7 @@ struct WriteBack {
     /// whole period.
     aged_seq: u64,
     period_start: Instant,
-    /// Where the last round stopped (write-back sweeps the address space).
+    /// Where the current sweep of the dirty set has got to.
     cursor: u64,
     rescued: bool,
     /// No background write-back before this (after an error).
@@ -249,11 +251,24 @@ impl WriteBack {
     }
 
     /// Writes back every page dirty since `upto` or earlier.
+    ///
+    /// The dirty set is swept in address order, a window at a time (the
+    /// cache's lock is held for one window's scan and copies, never for a
+    /// scan of the whole set); sweeps repeat until one finds nothing, as
+    /// pages written again during a sweep may need another.
     fn write_back(&mut self, upto: u64) -> Result<(), i32> {
+        let mut found = false;
         loop {
-            let runs = self.take_round(upto);
+            let (runs, swept) = self.take_round(upto);
+            found |= !runs.is_empty();
+            if swept {
+                self.cursor = 0;
+                if !std::mem::take(&mut found) && runs.is_empty() {
+                    return Ok(());
+                }
+            }
             if runs.is_empty() {
-                return Ok(());
+                continue;
             }
             let mut results = vec![Err(libc::EIO); runs.len()];
             let mut in_flight = 0;
@@ -300,29 +315,41 @@ impl WriteBack {
     }
 
     /// Picks the next round's runs (contiguous dirty pages, copied into
-    /// the slots' buffers and marked busy), sweeping from the cursor.
-    fn take_round(&mut self, upto: u64) -> Vec<Run> {
+    /// the slots' buffers and marked busy) from the dirty pages at or after
+    /// the cursor, looking at no more than `SCAN_MAX` of them. Returns the
+    /// runs and whether the sweep reached the end of the dirty set.
+    fn take_round(&mut self, upto: u64) -> (Vec<Run>, bool) {
         let pages_per_io = IO_BYTES as usize / BLOCK_BYTES;
         let mut runs: Vec<Run> = Vec::new();
         let mut copied = 0usize;
         let mut state = self.shared.lock();
         let pages = &mut state.pages;
-        let wanted =
-            |page: &crate::pages::Page| page.is_dirty() && !page.busy && page.dirty_from <= upto;
-        let order: Vec<u64> = pages
+        let mut scanned = 0usize;
+        let mut swept = true;
+        let candidates: Vec<u64> = pages
             .dirty
             .range(self.cursor..)
-            .chain(pages.dirty.range(..self.cursor))
             .copied()
-            .filter(|index| pages.map.get(index).is_some_and(wanted))
-            .take(ROUND_BYTES / BLOCK_BYTES)
+            .take(SCAN_MAX)
             .collect();
-        for index in order {
+        for index in candidates {
+            scanned += 1;
+            if copied == ROUND_BYTES {
+                swept = false;
+                break;
+            }
+            self.cursor = index + 1;
+            let page = pages.map.get_mut(&index).expect("a dirty page is cached");
+            if !page.is_dirty() || page.busy || page.dirty_from > upto {
+                continue;
+            }
             let extends = runs.last().is_some_and(|run| {
                 run.first + run.pages.len() as u64 == index && run.pages.len() < pages_per_io
             });
             if !extends {
                 if runs.len() == DEPTH as usize {
+                    self.cursor = index;
+                    swept = false;
                     break;
                 }
                 runs.push(Run {
@@ -332,16 +359,16 @@ impl WriteBack {
             }
             let slot = runs.len() - 1;
             let run = runs.last_mut().expect("a run");
-            let page = pages.map.get_mut(&index).expect("a dirty page");
             page.busy = true;
             let at = run.pages.len() * BLOCK_BYTES;
             self.queue.buffer_mut(slot as u32)[at..at + BLOCK_BYTES].copy_from_slice(&page.data);
             run.pages.push(page.seq);
             copied += BLOCK_BYTES;
-            self.cursor = index + 1;
         }
-        debug_assert!(copied <= ROUND_BYTES);
-        runs
+        if scanned == SCAN_MAX {
+            swept = false;
+        }
+        (runs, swept)
     }
 }
 

@@ -409,6 +409,26 @@ fn print_array(array: &serde_json::Value) {
         array["state"].as_str().unwrap_or("?"),
         array["events"]
     );
+    let cache = &array["cache"];
+    if !cache.is_null() {
+        println!(
+            "cache: {}, {} bytes dirty, {} cached{}{}",
+            cache["describe"].as_str().unwrap_or("?"),
+            cache["dirty_bytes"],
+            cache["cached_bytes"],
+            match cache["journal_ring_bytes"].as_u64() {
+                Some(ring) if ring > 0 => format!(
+                    ", journal {} of {ring} bytes used",
+                    cache["journal_used_bytes"]
+                ),
+                _ => String::new(),
+            },
+            cache["failure"]
+                .as_str()
+                .map(|why| format!("; WRITES REFUSED: {why}"))
+                .unwrap_or_default()
+        );
+    }
     println!(
         "  {:>4}  {:<8}  {:>12}  {:>16}  {:>6}  path",
         "role", "state", "ops", "bytes", "errors"

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Side by side: `nvraid serve --cache none|writeback|journal` under fio's
+NBD engine, 4 KiB random writes at QD 32 and 1 MiB sequential writes.
+
+The array is a RAID 0 of four files in --dir (tmpfs by default) and the
+journal a fifth file there, so the journal member is exactly as fast as each
+array member.
+Modes alternate within each repetition, each on a freshly started server (the machine is shared and noisy);
+the medians and the ratios to writeback are printed, and with --json saved.
+
+    sudo bench/cache-modes.py [--reps 3] [--runtime 5] [--dir DIR] [--json out.json]
+"""
+import argparse, json, os, shutil, signal, statistics, subprocess, sys, tempfile, time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NVRAID = os.environ.get("NVRAID", os.path.join(ROOT, "target", "release", "nvraid"))
+MODES = os.environ.get("MODES", "none,writeback,journal").split(",")
+JOBS = {
+    "4K randwrite QD32": ["--rw=randwrite", "--bs=4k", "--iodepth=32"],
+    "1M write QD8": ["--rw=write", "--bs=1m", "--iodepth=8"],
+}
+
+
+def serve(d, mode):
+    sock = os.path.join(d, "md.sock")
+    extra = [] if mode == "none" else ["--cache", mode]
+    if mode == "journal":
+        extra += ["--journal", os.path.join(d, "j")]
+    log = open(os.path.join(d, f"serve-{mode}.log"), "w")
+    members = [os.path.join(d, f"m{i}") for i in range(4)]
+    proc = subprocess.Popen([NVRAID, "serve", "--listen", f"unix:{sock}", *extra, *members],
+                            stdout=subprocess.DEVNULL, stderr=log)
+    for _ in range(400):
+        if os.path.exists(os.path.join(d, "md.ctl")):
+            return proc, sock
+        time.sleep(0.025)
+    proc.kill()
+    sys.exit(f"serve --cache {mode} did not start: {open(log.name).read()}")
+
+
+def stop(proc, d):
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=120)
+    for name in ("md.ctl", "md.sock"):
+        try:
+            os.remove(os.path.join(d, name))
+        except FileNotFoundError:
+            pass
+
+
+def fio(sock, args, runtime):
+    out = subprocess.run(
+        ["fio", "--name=w", "--ioengine=nbd", f"--uri=nbd+unix:///?socket={sock}",
+         "--time_based", f"--runtime={runtime}", "--size=900M", "--output-format=json", *args],
+        capture_output=True, text=True, check=True).stdout
+    job = json.loads(out[out.index("{"):])["jobs"][0]["write"]
+    return job["iops"], job["bw_bytes"] / 1e6
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--runtime", type=int, default=5)
+    ap.add_argument("--json")
+    ap.add_argument("--dir", default="/dev/shm",
+                    help="where the member and journal files go (default tmpfs; a disk directory "
+                         "gives members with a device's latency, O_DIRECT)")
+    a = ap.parse_args()
+    d = tempfile.mkdtemp(prefix="cache-modes-", dir=a.dir)
+    try:
+        members = [os.path.join(d, f"m{i}") for i in range(4)]
+        subprocess.run([NVRAID, "create", "--level", "0", "--size", "256M", *members],
+                       check=True, capture_output=True)
+        with open(os.path.join(d, "j"), "wb") as f:
+            f.truncate(256 << 20)
+        results = {job: {m: [] for m in MODES} for job in JOBS}
+        # Each measurement starts a fresh server: an empty cache, and the
+        # previous job's dirty data already on the members.
+        for rep in range(a.reps):
+            for job, args in JOBS.items():
+                for mode in MODES:
+                    proc, sock = serve(d, mode)
+                    try:
+                        iops, mb = fio(sock, args, a.runtime)
+                    finally:
+                        stop(proc, d)
+                    results[job][mode].append((iops, mb))
+                    print(f"rep {rep} {mode:9} {job}: {iops:9.0f} IOPS {mb:8.1f} MB/s", flush=True)
+        summary = {}
+        for job in JOBS:
+            med = {m: statistics.median(r[0] for r in results[job][m]) for m in MODES}
+            summary[job] = {m: {"iops_median": med[m], "vs_writeback": med[m] / med["writeback"]}
+                            for m in MODES}
+            print(f"{job}: " + ", ".join(
+                f"{m} {med[m]:.0f} IOPS ({med[m] / med['writeback']:.2f}x writeback)" for m in MODES))
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump({"runs": results, "summary": summary}, f, indent=1)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
