@@ -198,16 +198,16 @@ impl CachedQueue {
     }
 
     fn flush(&mut self, slot: u32) {
-        match self.shared.mode {
+        let journal_holds_them =
+            self.shared.mode == CacheMode::Journal && self.shared.failure().is_none();
+        if journal_holds_them {
             // Acknowledged writes are in the journal already.
-            CacheMode::Journal => {
-                let failed = self.shared.failure().is_some();
-                self.complete_now(slot, if failed { Err(libc::EIO) } else { Ok(0) });
-            }
-            CacheMode::WriteBack => {
-                let upto = self.shared.lock().pages.seq;
-                self.wait_for_write_back(slot, upto, 0);
-            }
+            self.complete_now(slot, Ok(0));
+        } else {
+            // Write-back mode, or a journal that failed: what was
+            // acknowledged must reach the array, and the array be flushed.
+            let upto = self.shared.lock().pages.seq;
+            self.wait_for_write_back(slot, upto, 0);
         }
     }
 

@@ -317,3 +317,84 @@ fn nix_term(server: &mut std::process::Child) {
     let exit = server.wait().unwrap();
     assert!(exit.success(), "serve did not stop cleanly: {exit:?}");
 }
+
+/// The journal lives on an NBD export (nbdkit's memory plugin) whose
+/// writes start failing on command (its error filter, armed by creating a
+/// file): writes are refused from then on and the status says why, reads go
+/// on, and every write acknowledged before is on the members after the
+/// stop.
+#[test]
+fn a_journal_that_fails_stops_writes_and_loses_nothing_acknowledged() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let members = array_of_three(d);
+    let socket = d.join("journal.sock");
+    let trigger = d.join("journal-fails");
+    let mut nbdkit = std::process::Command::new("nbdkit")
+        .arg("-f")
+        .arg("-U")
+        .arg(&socket)
+        .args([
+            "--filter=error",
+            "memory",
+            "32M",
+            "error-pwrite-rate=100%",
+            "error-pwrite=EIO",
+        ])
+        .arg(format!("error-pwrite-file={}", trigger.display()))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("nbdkit (./test.sh installs it)");
+    for _ in 0..400 {
+        if socket.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let journal = format!("nbd+unix:///?socket={}", socket.display());
+    let mut server = serve_with(d, &members, &["--cache", "journal", "--journal", &journal]);
+    let export = connect(d);
+    let mut acknowledged = Vec::new();
+    for i in 0..16u64 {
+        let data: Vec<u8> = (0..16)
+            .flat_map(|b| block_data(1000 + i, i * 16 + b))
+            .collect();
+        export.write_at(&data, i * 16 * BLOCK as u64).unwrap();
+        acknowledged.push(data);
+    }
+    std::fs::write(&trigger, b"").unwrap();
+    let refused = export.write_at(&vec![7u8; BLOCK], 1 << 20);
+    assert!(
+        refused.is_err(),
+        "a write was acknowledged after the journal failed"
+    );
+    assert!(export.write_at(&vec![7u8; BLOCK], 2 << 20).is_err());
+    let status = ok(&["status", "--socket", "md.ctl", "--json"], d);
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    let failure = status["array"]["cache"]["failure"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        failure.contains("journal.sock"),
+        "status does not say why: {status}"
+    );
+    // Reads go on and see every acknowledged write.
+    let mut back = vec![0u8; 16 * 16 * BLOCK];
+    export.read_at(&mut back, 0).unwrap();
+    assert!(back == acknowledged.concat());
+    drop(export);
+    nix_term(&mut server);
+    let _ = nbdkit.kill();
+    let _ = nbdkit.wait();
+    let log = std::fs::read_to_string(d.join("serve.log")).unwrap();
+    assert!(log.contains("takes no more writes"), "{log}");
+    // The journal is gone with nbdkit: the members alone hold the data.
+    let mut read = vec!["read", "--length", "1M"];
+    read.extend(members.iter().map(String::as_str));
+    let on_members = ok_bytes(&read, d);
+    assert!(
+        on_members == acknowledged.concat(),
+        "an acknowledged write is not on the members"
+    );
+}
