@@ -183,7 +183,7 @@ fn recommendation(tune: &Tune) -> String {
     };
     format!(
         "<p class=\"verdict\"><strong>Recommended chunk: {}.</strong> {}</p>\
-         <p class=\"note\">Within {} % of it on every metric: {}.</p>",
+         <p class=\"note\">Tied, within {} % of the best score: {}.</p>",
         size(chosen.chunk_bytes as f64),
         escape(&chosen.reason),
         significant(tune.noise_pct, 3),

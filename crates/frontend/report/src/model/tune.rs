@@ -26,7 +26,8 @@ pub(crate) struct Chunk {
 pub(crate) struct Recommendation {
     pub chunk_bytes: u64,
     pub reason: String,
-    /// Chunks within `noise_pct` of the recommended one on every metric.
+    /// Chunks whose scores are within `noise_pct` of the best score (the
+    /// recommended one included); empty when one chunk won clearly.
     pub within_noise: Vec<u64>,
 }
 

@@ -8,13 +8,14 @@ use std::path::PathBuf;
 use nvraid_report::{load, Input};
 
 /// Every fixture, by file name.
-pub const FIXTURES: [&str; 6] = [
+pub const FIXTURES: [&str; 7] = [
     "bench-cdm.json",
     "bench-atto.json",
     "bench-sweep.json",
     "tune.json",
     "topology.json",
     "topology-plan.json",
+    "topology-measure.json",
 ];
 
 /// Path of the fixture `name`.
