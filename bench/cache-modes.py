@@ -8,12 +8,13 @@ array member.
 Modes alternate within each repetition, each on a freshly started server (the machine is shared and noisy);
 the medians and the ratios to writeback are printed, and with --json saved.
 
-    sudo bench/cache-modes.py [--reps 3] [--runtime 5] [--dir DIR] [--json out.json]
+    sudo bench/cache-modes.py [--reps 3] [--runtime 5] [--dir DIR] [--journal-dir DIR] [--json out.json]
 """
 import argparse, json, os, shutil, signal, statistics, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NVRAID = os.environ.get("NVRAID", os.path.join(ROOT, "target", "release", "nvraid"))
+JOURNAL = [None]
 MODES = os.environ.get("MODES", "none,writeback,journal").split(",")
 JOBS = {
     "4K randwrite QD32": ["--rw=randwrite", "--bs=4k", "--iodepth=32"],
@@ -25,7 +26,7 @@ def serve(d, mode):
     sock = os.path.join(d, "md.sock")
     extra = [] if mode == "none" else ["--cache", mode]
     if mode == "journal":
-        extra += ["--journal", os.path.join(d, "j")]
+        extra += ["--journal", JOURNAL[0]]
     log = open(os.path.join(d, f"serve-{mode}.log"), "w")
     members = [os.path.join(d, f"m{i}") for i in range(4)]
     proc = subprocess.Popen([NVRAID, "serve", "--listen", f"unix:{sock}", *extra, *members],
@@ -62,6 +63,8 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--runtime", type=int, default=5)
     ap.add_argument("--json")
+    ap.add_argument("--journal-dir",
+                    help="where the journal file goes (default: --dir); e.g. tmpfs in front of disk members")
     ap.add_argument("--dir", default="/dev/shm",
                     help="where the member and journal files go (default tmpfs; a disk directory "
                          "gives members with a device's latency, O_DIRECT)")
@@ -71,7 +74,9 @@ def main():
         members = [os.path.join(d, f"m{i}") for i in range(4)]
         subprocess.run([NVRAID, "create", "--level", "0", "--size", "256M", *members],
                        check=True, capture_output=True)
-        with open(os.path.join(d, "j"), "wb") as f:
+        jdir = tempfile.mkdtemp(prefix="cache-modes-journal-", dir=a.journal_dir or d)
+        JOURNAL[0] = os.path.join(jdir, "j")
+        with open(JOURNAL[0], "wb") as f:
             f.truncate(256 << 20)
         results = {job: {m: [] for m in MODES} for job in JOBS}
         # Each measurement starts a fresh server: an empty cache, and the
@@ -98,6 +103,8 @@ def main():
                 json.dump({"runs": results, "summary": summary}, f, indent=1)
     finally:
         shutil.rmtree(d, ignore_errors=True)
+        if JOURNAL[0]:
+            shutil.rmtree(os.path.dirname(JOURNAL[0]), ignore_errors=True)
 
 
 if __name__ == "__main__":
