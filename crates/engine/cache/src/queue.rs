@@ -143,6 +143,11 @@ impl CachedQueue {
             if dirty == 0 || dirty + u64::from(len) <= max {
                 return Ok(());
             }
+            // Full, and the array refuses what is cached: waiting would
+            // never end.
+            if let Some(errno) = state.writeback_errno {
+                return Err(errno);
+            }
             self.shared.work.notify_all();
             drop(
                 self.shared

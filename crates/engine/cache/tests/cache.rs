@@ -353,3 +353,34 @@ fn a_journal_of_another_array_or_too_small_is_refused() {
     let _: Option<Superblock> =
         journal::read_superblock(&MemJournal::new(16 << 20), &ARRAY_UUID).unwrap();
 }
+
+#[test]
+fn a_full_cache_over_a_failing_array_refuses_writes_instead_of_waiting() {
+    let array = MemTarget::mem(ARRAY_BYTES);
+    let cache = small_cache(CacheMode::WriteBack, None, &array);
+    let mut queue = cache.open_queue(1, 1 << 20).unwrap();
+    // Every write to the array fails from now on.
+    array.fail_between(Some((0, ARRAY_BYTES)));
+    let started = std::time::Instant::now();
+    let mut refused = None;
+    for i in 0..64u64 {
+        if let Err(errno) = write(&mut *queue, i * 65536, &pattern(i, 65536), false) {
+            refused = Some(errno);
+            break;
+        }
+    }
+    assert_eq!(
+        refused,
+        Some(libc::EIO),
+        "writes past the bound were not refused"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+    // A FLUSH reports the failure too, and close says what is left.
+    assert!(run(&mut *queue, OpKind::Flush, 0, 0, false).is_err());
+    drop(queue);
+    assert!(cache
+        .close()
+        .unwrap_err()
+        .to_string()
+        .contains("could not be written"));
+}
