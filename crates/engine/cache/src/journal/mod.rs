@@ -62,17 +62,37 @@ impl JournalDevice for nvraid_member::Member {
     }
 }
 
-/// The writes waiting for the next commit.
+/// A record being filled: room for its header block, then its payload, in
+/// one buffer aligned for O_DIRECT, so that a commit writes it as it is
+/// (a write is copied once, into its record).
+struct Record {
+    buf: AlignedBuf,
+    /// Payload bytes so far.
+    payload: usize,
+    extents: Vec<Extent>,
+}
+
+impl Record {
+    fn fits(&self, len: usize) -> bool {
+        self.extents.len() < EXTENTS_MAX && self.payload + len <= RECORD_PAYLOAD_MAX as usize
+    }
+}
+
+/// The writes waiting for the next commit, as records.
 #[derive(Default)]
 struct Batch {
-    extents: Vec<Extent>,
-    data: Vec<u8>,
+    records: Vec<Record>,
     /// The ticket of the last write in it.
     last: u64,
 }
 
+/// Record buffers kept for reuse.
+const SPARE_RECORDS: usize = 4;
+
 struct State {
     batch: Batch,
+    /// Buffers of committed records, for new ones.
+    spare: Vec<AlignedBuf>,
     next_ticket: u64,
     /// Every ticket up to this one is durable.
     committed: u64,
@@ -121,6 +141,7 @@ impl Journal {
             superblock,
             state: Mutex::new(State {
                 batch: Batch::default(),
+                spare: Vec::new(),
                 next_ticket: 0,
                 committed: 0,
                 committing: false,
@@ -155,13 +176,32 @@ impl Journal {
         apply();
         state.next_ticket += 1;
         let ticket = state.next_ticket;
-        let batch = &mut state.batch;
-        batch.extents.push(Extent {
-            offset,
-            len: data.len() as u32,
-        });
-        batch.data.extend_from_slice(data);
-        batch.last = ticket;
+        let state = &mut *state;
+        // Pieces of at most a record's payload (the queues' writes are far
+        // smaller; a larger one spans records, all in this commit).
+        for (i, piece) in data.chunks(RECORD_PAYLOAD_MAX as usize).enumerate() {
+            let padded = piece.len().next_multiple_of(BLOCK_BYTES);
+            if !state.batch.records.last().is_some_and(|r| r.fits(padded)) {
+                let buf = state.spare.pop().unwrap_or_else(|| {
+                    AlignedBuf::zeroed(BLOCK_BYTES + RECORD_PAYLOAD_MAX as usize)
+                });
+                state.batch.records.push(Record {
+                    buf,
+                    payload: 0,
+                    extents: Vec::new(),
+                });
+            }
+            let record = state.batch.records.last_mut().expect("a record");
+            let at = BLOCK_BYTES + record.payload;
+            record.buf[at..at + piece.len()].copy_from_slice(piece);
+            record.buf[at + piece.len()..at + padded].fill(0);
+            record.payload += padded;
+            record.extents.push(Extent {
+                offset: offset + (i * RECORD_PAYLOAD_MAX as usize) as u64,
+                len: piece.len() as u32,
+            });
+        }
+        state.batch.last = ticket;
         Ok(ticket)
     }
 
@@ -177,13 +217,18 @@ impl Journal {
             if state.failed.is_some() {
                 return Commit::Failed;
             }
-            if !state.committing && !state.batch.extents.is_empty() {
-                let batch = std::mem::take(&mut state.batch);
+            if !state.committing && !state.batch.records.is_empty() {
+                let mut batch = std::mem::take(&mut state.batch);
                 state.committing = true;
-                state = self.commit(state, &batch);
+                state = self.commit(state, &mut batch);
                 state.committing = false;
                 if state.failed.is_none() {
                     state.committed = batch.last;
+                }
+                for record in batch.records {
+                    if state.spare.len() < SPARE_RECORDS {
+                        state.spare.push(record.buf);
+                    }
                 }
                 self.changed.notify_all();
                 continue;
@@ -270,30 +315,16 @@ impl Journal {
         self.changed.notify_all();
     }
 
-    /// Writes `batch` as records at the head and flushes; called with the
+    /// Writes `batch`'s records at the head and flushes; called with the
     /// lock held, returns it. Waits (lock released) for room in the ring.
     fn commit<'a>(
         &'a self,
         mut state: MutexGuard<'a, State>,
-        batch: &Batch,
+        batch: &mut Batch,
     ) -> MutexGuard<'a, State> {
         let ring = self.superblock.ring_bytes;
-        let mut at = 0usize;
-        let mut first = 0usize;
-        while first < batch.extents.len() {
-            // The next record: as many extents as fit.
-            let mut payload = 0u64;
-            let mut count = 0usize;
-            while first + count < batch.extents.len() && count < EXTENTS_MAX {
-                let len = u64::from(batch.extents[first + count].len)
-                    .next_multiple_of(BLOCK_BYTES as u64);
-                if count > 0 && payload + len > RECORD_PAYLOAD_MAX {
-                    break;
-                }
-                payload += len;
-                count += 1;
-            }
-            let record_bytes = BLOCK_BYTES as u64 + payload;
+        for record in &mut batch.records {
+            let record_bytes = (BLOCK_BYTES + record.payload) as u64;
             // Room: a skip to the next lap when the record would wrap.
             loop {
                 let lap_left = ring - state.head % ring;
@@ -326,9 +357,8 @@ impl Journal {
                 head = head.next_multiple_of(ring);
                 seq += 1;
             }
-            let extents = &batch.extents[first..first + count];
             if written.is_ok() {
-                written = self.write_record(head, seq, extents, &batch.data, &mut at);
+                written = self.write_record(head, seq, record);
             }
             state = self.lock();
             if let Err(e) = written {
@@ -337,7 +367,6 @@ impl Journal {
             }
             state.head = head + record_bytes;
             state.head_seq = seq + 1;
-            first += count;
         }
         drop(state);
         let flushed = self.device.flush();
@@ -348,34 +377,20 @@ impl Journal {
         state
     }
 
-    /// Writes one data record: its header and the extents' data from
-    /// `data` starting at `*at` (advanced past them).
-    fn write_record(
-        &self,
-        head: u64,
-        seq: u64,
-        extents: &[Extent],
-        data: &[u8],
-        at: &mut usize,
-    ) -> io::Result<()> {
+    /// Stamps `record`'s header (sequence number `seq`) into its buffer and
+    /// writes it at linear position `head`.
+    fn write_record(&self, head: u64, seq: u64, record: &mut Record) -> io::Result<()> {
         let header = Header {
             kind: RecordKind::Data,
             seq,
-            extents: extents.to_vec(),
+            extents: std::mem::take(&mut record.extents),
         };
-        let payload_bytes = header.payload_bytes() as usize;
-        let mut record = AlignedBuf::zeroed(BLOCK_BYTES + payload_bytes);
-        let mut put = BLOCK_BYTES;
-        for extent in extents {
-            let len = extent.len as usize;
-            record[put..put + len].copy_from_slice(&data[*at..*at + len]);
-            *at += len;
-            put += len.next_multiple_of(BLOCK_BYTES);
-        }
-        let block = header.encode(&self.superblock.uuid, &record[BLOCK_BYTES..]);
-        record[..BLOCK_BYTES].copy_from_slice(&block);
+        let end = BLOCK_BYTES + record.payload;
+        let block = header.encode(&self.superblock.uuid, &record.buf[BLOCK_BYTES..end]);
+        record.buf[..BLOCK_BYTES].copy_from_slice(&block);
         let ring = self.superblock.ring_bytes;
-        self.device.write_at(&record, RING_START + head % ring)
+        self.device
+            .write_at(&record.buf[..end], RING_START + head % ring)
     }
 }
 
