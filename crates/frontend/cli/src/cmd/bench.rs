@@ -28,13 +28,11 @@ const DEFAULT_MEMBER_BYTES: u64 = 1 << 30;
 /// files, as CrystalDiskMark writes its test file before reading it.
 const PREFILL_BYTES: u64 = 1 << 30;
 
-/// Write random bytes over the first `len` bytes of `array`.
-fn prefill(array: &Array, len: u64) -> Result<()> {
+/// Writes random bytes over the first `len` bytes of `array` and flushes,
+/// so that reads measure data rather than holes (bench's temporary array,
+/// tune's throwaway arrays).
+pub fn prefill(array: &Array, len: u64) -> Result<()> {
     const BLOCK_BYTES: usize = 4 << 20;
-    eprintln!(
-        "nvraid: writing {} MiB of random data to read back",
-        len >> 20
-    );
     let mut block = nvraid_io::AlignedBuf::zeroed(BLOCK_BYTES);
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut block))
@@ -83,7 +81,12 @@ pub fn run(args: &BenchArgs, direct_flag: bool) -> Result<u8> {
             "nvraid: benchmarking a temporary RAID 0 of {DEFAULT_MEMBERS} sparse files in {}",
             dir.path().display()
         );
-        prefill(&array, PREFILL_BYTES.min(array.size_bytes()))?;
+        let fill = PREFILL_BYTES.min(array.size_bytes());
+        eprintln!(
+            "nvraid: writing {} MiB of random data to read back",
+            fill >> 20
+        );
+        prefill(&array, fill)?;
         _tempdir = dir;
         array_targets(array, args)
     } else if args.raw {

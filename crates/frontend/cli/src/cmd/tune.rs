@@ -18,7 +18,7 @@ use crate::cmd::bench::engine_for;
 use crate::cmd::create::parse_level;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, ValueEnum};
-use nvraid_array::{create, detect_signature, Array, BitmapChoice, CreateOptions, FanoutTarget};
+use nvraid_array::{create, detect_signature, BitmapChoice, CreateOptions, FanoutTarget};
 use nvraid_bench::cli::Engine;
 use nvraid_bench::presets::{self, Layout, Step};
 use nvraid_bench::report::{BenchReport, StepReport};
@@ -570,23 +570,6 @@ fn wait_claimable(specs: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// Writes random bytes over the first `len` bytes of `array`.
-fn prefill(array: &Array, len: u64) -> Result<()> {
-    const BLOCK_BYTES: usize = 4 << 20;
-    let mut block = nvraid_io::AlignedBuf::zeroed(BLOCK_BYTES);
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut block))
-        .context("/dev/urandom")?;
-    let mut at = 0u64;
-    while at < len {
-        let n = (len - at).min(BLOCK_BYTES as u64) as usize;
-        array.write_at(&block[..n], at, false)?;
-        at += n as u64;
-    }
-    array.flush()?;
-    Ok(())
-}
-
 /// One line on the arrays: "raid0, 4 members: m0, m1, m2, m3".
 fn subject(level: &str, members: &[String], chunk: Option<u64>) -> String {
     let chunk = chunk
@@ -677,7 +660,7 @@ fn run_chunk(
         ),
         Duration::ZERO,
     );
-    let measured = prefill(&array, fill).and_then(|()| {
+    let measured = crate::cmd::bench::prefill(&array, fill).and_then(|()| {
         let members: Vec<&Member> = array.slots().iter().flatten().map(|s| &s.member).collect();
         let engine = engine_for(args.engine, &members);
         let target: Arc<dyn Target> = Arc::new(FanoutTarget::array(array.clone(), engine));
