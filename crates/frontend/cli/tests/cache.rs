@@ -287,6 +287,14 @@ fn bad_journal_members_are_refused_and_nothing_changes() {
         d,
         &["read-only"],
     );
+    refused(
+        &serve_args(
+            &members,
+            &["--cache", "writeback", "--cache-dirty-max", "64k"],
+        ),
+        d,
+        &["--cache-dirty-max 65536", "at least 1 MiB"],
+    );
 }
 
 #[test]

@@ -98,6 +98,12 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
         }
         _ => {}
     }
+    if args.cache_dirty_max.is_some_and(|max| max < 1 << 20) {
+        anyhow::bail!(
+            "--cache-dirty-max {}: at least 1 MiB",
+            args.cache_dirty_max.unwrap_or(0)
+        );
+    }
     let journal_member = match &args.journal {
         Some(spec) => Some(cache::check_journal(
             spec,
@@ -194,9 +200,6 @@ fn start_cache(
     use nvraid_cache::{CacheMode, CacheOptions, CachedTarget};
     let mut options = CacheOptions::default();
     if let Some(max) = args.cache_dirty_max {
-        if max < 1 << 20 {
-            anyhow::bail!("--cache-dirty-max {max}: at least 1 MiB");
-        }
         options.dirty_max_bytes = max;
         options.background_bytes = max / 4;
     }
