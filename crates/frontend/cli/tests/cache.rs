@@ -285,7 +285,7 @@ fn bad_journal_members_are_refused_and_nothing_changes() {
     refused(
         &serve_args(&members, &["--cache", "writeback", "--read-only"]),
         d,
-        &["read-only"],
+        &["--cache writeback", "read-only"],
     );
     refused(
         &serve_args(

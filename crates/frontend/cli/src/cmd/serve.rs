@@ -92,8 +92,8 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
         }
         (CacheChoice::Writeback | CacheChoice::Journal, _) if !writable => {
             anyhow::bail!(
-                "--cache {:?} caches writes; a read-only export has none",
-                args.cache
+                "--cache {} caches writes; a read-only export has none",
+                format!("{:?}", args.cache).to_lowercase()
             )
         }
         _ => {}
