@@ -144,20 +144,28 @@ pub fn run(args: &BenchArgs, direct_flag: bool) -> Result<u8> {
 /// One line on what an array is: "raid0, 4 members, chunk 512 KiB: a, b, c, d".
 pub fn array_subject(array: &Array) -> String {
     let geometry = array.geometry();
-    let chunk = geometry
-        .chunk_bytes()
-        .map(|bytes| format!(", chunk {} KiB", bytes >> 10))
-        .unwrap_or_default();
     let members: Vec<String> = array
         .slots()
         .iter()
         .flatten()
         .map(|slot| slot.member.spec().to_string())
         .collect();
+    subject_line(
+        &geometry.level().to_string(),
+        &members,
+        geometry.chunk_bytes(),
+    )
+}
+
+/// The one-line description of an array every report carries:
+/// "raid0, 4 members, chunk 512 KiB: a, b, c, d" (no chunk: none given).
+pub fn subject_line(level: &str, members: &[String], chunk_bytes: Option<u64>) -> String {
+    let chunk = chunk_bytes
+        .map(|bytes| format!(", chunk {} KiB", bytes >> 10))
+        .unwrap_or_default();
     format!(
-        "{}, {} members{chunk}: {}",
-        geometry.level(),
-        geometry.members(),
+        "{level}, {} members{chunk}: {}",
+        members.len(),
         members.join(", ")
     )
 }

@@ -570,18 +570,6 @@ fn wait_claimable(specs: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// One line on the arrays: "raid0, 4 members: m0, m1, m2, m3".
-fn subject(level: &str, members: &[String], chunk: Option<u64>) -> String {
-    let chunk = chunk
-        .map(|c| format!(", chunk {}", chunk_text(c)))
-        .unwrap_or_default();
-    format!(
-        "{level}, {} members{chunk}: {}",
-        members.len(),
-        members.join(", ")
-    )
-}
-
 /// The live line on stderr (a terminal only): chunk, step, time left.
 struct Eta {
     live: bool,
@@ -1166,7 +1154,11 @@ pub fn run(args: &TuneArgs, direct: bool) -> Result<u8> {
                 preset: workload.preset.clone(),
                 layout: workload.layout,
                 steps: steps.unwrap_or_default(),
-                context: RunContext::here(subject(&level_text, &args.members, Some(chunk))),
+                context: RunContext::here(crate::cmd::bench::subject_line(
+                    &level_text,
+                    &args.members,
+                    Some(chunk),
+                )),
             },
         })
         .collect();
@@ -1175,7 +1167,7 @@ pub fn run(args: &TuneArgs, direct: bool) -> Result<u8> {
     let names: Vec<String> = keys.iter().map(|k| k.key.clone()).collect();
     let tried: Vec<u64> = runs.iter().map(|r| r.chunk_bytes).collect();
     let recommendation = recommend(&tried, &names, &values, args.noise);
-    let subject_line = subject(&level_text, &args.members, None);
+    let subject_line = crate::cmd::bench::subject_line(&level_text, &args.members, None);
 
     let mut stdout = std::io::stdout().lock();
     if args.json {
