@@ -45,6 +45,7 @@ pub mod badblocks;
 pub mod bitmap;
 pub mod features;
 pub mod ppl;
+pub mod r5log;
 mod superblock;
 
 pub use superblock::{
