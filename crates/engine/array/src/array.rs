@@ -317,6 +317,8 @@ pub struct Array {
     pub(crate) stripe_locks: crate::stripe::StripeLocks,
     /// RAID 5 with md's partial parity log (see `ppl`).
     pub(crate) ppl: Option<crate::ppl::Ppl>,
+    /// RAID 4/5/6 with md's write journal: its member (see `journal`).
+    pub(crate) md_journal: Option<crate::journal::MdJournal>,
 }
 
 /// `current` entry of a role with no member.
@@ -402,6 +404,7 @@ impl Array {
             parity: crate::stripe::ParityShape::of(&geometry),
             stripe_locks: crate::stripe::StripeLocks::new(),
             ppl: None,
+            md_journal: None,
             geometry,
             arena,
             arena_used: AtomicUsize::new(roles),
@@ -520,6 +523,13 @@ impl Array {
                 self.update_superblocks(&mut events, self.resync_offset_now())
             }
         }
+    }
+
+    /// Record the journal's new tail: every superblock, events + 1 (md's
+    /// `r5l_write_super` updates them all the same way).
+    pub(crate) fn write_journal_tail(&self) -> Result<()> {
+        let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        self.update_superblocks(&mut events, self.resync_offset_now())
     }
 
     /// The `resync_offset` the superblocks should record now (md's rule):
@@ -1190,6 +1200,11 @@ impl Array {
                 Err(failed) => failed,
             };
             let (role, error) = failed;
+            if role == usize::MAX {
+                // The journal member: md fails the array's writes with it.
+                let spec = self.md_journal.as_ref().map_or("(journal)", |j| j.spec());
+                return Err(Error::io(spec, error));
+            }
             let spec = self
                 .slot(role)
                 .map_or("(missing)", |s| s.member.spec())
@@ -1246,6 +1261,22 @@ impl Array {
             })?;
         }
         assert!(written > 0, "a superblock update with no member to write");
+        // The journal member takes every update too (md's rule: a member
+        // behind the array's events is stale), keeping its journal_tail.
+        if let Some(journal) = &self.md_journal {
+            let mut sb = journal.slot.superblock.clone();
+            sb.events = next;
+            sb.resync_offset = resync_offset;
+            sb.utime = now;
+            sb.roles_raw = table.clone();
+            sb.recovery_offset = journal.tail();
+            let io = |e: std::io::Error| (usize::MAX, e);
+            write_superblock(&journal.slot.member, &sb).map_err(|e| match e {
+                Error::Io { source, .. } => io(source),
+                other => io(std::io::Error::other(other.to_string())),
+            })?;
+            journal.slot.member.flush().map_err(io)?;
+        }
         for (role, slot) in self.slots().into_iter().enumerate() {
             let Some(slot) = slot else { continue };
             if self.is_faulty(role) {

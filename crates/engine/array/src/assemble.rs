@@ -173,7 +173,25 @@ pub fn assemble(specs: &[String], options: AssembleOptions) -> Result<Array> {
             check_size(&geometry, role as u32, member, sb)?;
         }
     }
+    let has_journal = ref_sb.feature_map & features::JOURNAL != 0;
+    if has_journal && decision.journal.is_none() && options.writable {
+        // Nothing has been written: the members were only opened.
+        return Err(Error::NotStartable(format!(
+            "the array has a write journal (md's JOURNAL feature) and its journal member \
+             was not given (or is stale): writes it holds would be lost and new ones \
+             would not be logged; name the journal member with the others (`{}` shows \
+             which device it is)",
+            "nvraid examine"
+        )));
+    }
     let mut taken: Vec<Option<(Member, Superblock)>> = found.into_iter().map(Some).collect();
+    let journal_slot = match decision.journal {
+        Some(index) => {
+            let (member, sb) = taken[index].take().expect("the journal once");
+            Some(crate::journal::MdJournal::new(Slot::new(member, sb)?)?)
+        }
+        None => None,
+    };
     let mut slots: Vec<Option<Slot>> = Vec::with_capacity(decision.roles.len());
     for placed in &decision.roles {
         slots.push(match placed {
@@ -200,7 +218,36 @@ pub fn assemble(specs: &[String], options: AssembleOptions) -> Result<Array> {
     check_startable(&geometry, &slots, options.allow_degraded)?;
     let mut array = Array::new(geometry, slots, options.writable);
     array.set_aside_members(set_aside);
+    array.md_journal = journal_slot;
     array.load_bitmap()?;
+    if has_journal && !options.writable {
+        match &array.md_journal {
+            None => eprintln!(
+                "nvraid: warning: the array's write journal was not given: reads return what \
+                 the members hold and miss writes only the journal has"
+            ),
+            Some(journal) => {
+                let pending = journal.pending_units()?;
+                if pending > 0 {
+                    eprintln!(
+                        "nvraid: warning: the write journal {} holds {pending} log units not \
+                         replayed yet: reads return what the members hold until a writable \
+                         assembly replays them",
+                        journal.spec()
+                    );
+                }
+            }
+        }
+    }
+    if let Some(replay) = array.replay_md_journal()? {
+        if replay.units > 0 {
+            eprintln!(
+                "nvraid: replayed the write journal: {} log units, {} stripes written as \
+                 logged, {} data-only stripes written through the array ({} pages)",
+                replay.units, replay.complete_stripes, replay.data_only_stripes, replay.pages
+            );
+        }
+    }
     if array.parity.is_some() {
         let replayed = array.load_ppl(options.writable)?;
         if replayed > 0 {

@@ -13,11 +13,14 @@
 //!    the array ran apart (split brain) and the array is refused.
 //! 3. Two members that each record the other as faulty both ran without
 //!    the other (split brain): refused, whatever their events.
-//! 4. Features nvraid cannot honour (a reshape in progress, md-cluster, the
-//!    raid5 journal) refuse the array, naming the feature.
+//! 4. Features nvraid cannot honour (a reshape in progress, md-cluster)
+//!    refuse the array, naming the feature; so does a write journal on a
+//!    level other than 4/5/6.
 //! 5. Each member's role is the freshest role table's entry for its
 //!    `dev_number`, not its own: a member the freshest table records as
-//!    faulty, spare or journal is set aside as such.
+//!    faulty or spare is set aside as such. The member it records as the
+//!    write journal becomes the array's journal when it is fresh (a stale
+//!    one is set aside as stale).
 //! 6. A member whose events are behind the freshest is stale and set aside.
 //! 7. A member replacing another (`REPLACEMENT`) is set aside: nvraid does
 //!    not continue a replacement.
@@ -86,10 +89,12 @@ pub struct Decision {
     pub roles: Vec<Option<usize>>,
     /// Members set aside, with the reason.
     pub set_aside: Vec<(usize, SetAside)>,
+    /// The array's RAID 4/5/6 write journal, when it is given and fresh.
+    pub journal: Option<usize>,
 }
 
 /// Feature bits that refuse the array, with what to do instead.
-const REFUSED: [(u32, &str); 5] = [
+const REFUSED: [(u32, &str); 4] = [
     (
         features::RESHAPE_ACTIVE,
         "a reshape is in progress; let the kernel finish it (mdadm --assemble, or mdadm --grow --continue) before nvraid uses the array",
@@ -106,7 +111,6 @@ const REFUSED: [(u32, &str); 5] = [
         features::CLUSTERED,
         "an md-cluster array is shared by several hosts; a second writer would corrupt it",
     ),
-    (features::JOURNAL, "raid5/6 write journals are not supported"),
 ];
 
 /// The role `table` gives device slot `dev_number` (a spare when the slot
@@ -165,6 +169,18 @@ pub fn decide(found: &[(&str, &Superblock)]) -> Result<Decision> {
             }
         }
     }
+    // md keeps a write journal on RAID 4/5/6 only.
+    for &(spec, sb) in found {
+        if sb.feature_map & features::JOURNAL != 0 && !matches!(sb.level, 4..=6) {
+            return Err(Error::Unsupported {
+                spec: spec.into(),
+                what: format!(
+                    "a write journal (JOURNAL feature) on a raid{} array (md journals RAID 4/5/6 only)",
+                    sb.level
+                ),
+            });
+        }
+    }
     // Rule 2.
     let freshest = found.iter().map(|(_, sb)| sb.events).max().unwrap_or(0);
     let reference = found
@@ -203,10 +219,20 @@ pub fn decide(found: &[(&str, &Superblock)]) -> Result<Decision> {
     let raid_disks = ref_sb.raid_disks as usize;
     let mut roles: Vec<Option<usize>> = vec![None; raid_disks];
     let mut set_aside = Vec::new();
+    let mut journal = None;
     for (index, &(spec, sb)) in found.iter().enumerate() {
         let role = role_in(ref_sb, sb.dev_number);
         let aside = match role {
             Role::Faulty => Some(SetAside::Faulty),
+            // The journal must have seen every update the array did.
+            Role::Journal if sb.events < freshest => Some(SetAside::Stale {
+                events: sb.events,
+                freshest,
+            }),
+            Role::Journal if journal.is_none() && ref_sb.feature_map & features::JOURNAL != 0 => {
+                journal = Some(index);
+                continue;
+            }
             Role::Journal => Some(SetAside::Journal),
             Role::Spare => Some(SetAside::Spare),
             Role::Active(r) if usize::from(r) >= raid_disks => Some(SetAside::Spare),
@@ -248,6 +274,7 @@ pub fn decide(found: &[(&str, &Superblock)]) -> Result<Decision> {
         reference,
         roles,
         set_aside,
+        journal,
     })
 }
 

@@ -126,6 +126,25 @@ pub fn detail(array: &Array) -> ArrayDetail {
             },
         })
         .collect();
+    if let Some(journal) = array.md_journal() {
+        let slot = &journal.slot;
+        members.push(MemberDetail {
+            path: Some(journal.spec().to_string()),
+            role: None,
+            state: "journal",
+            reason: Some(format!(
+                "the array's write journal: a log of {} sectors, its tail at sector {}",
+                journal.ring_sectors(),
+                journal.tail()
+            )),
+            in_sync_bytes: None,
+            bad_ranges: Vec::new(),
+            events: Some(slot.superblock.events),
+            device_uuid: Some(format_uuid(&slot.superblock.device_uuid)),
+            size_bytes: Some(slot.member.size_bytes()),
+            direct_io: Some(slot.member.is_direct()),
+        });
+    }
     members.extend(array.set_aside().iter().map(|m| MemberDetail {
         path: Some(m.spec.clone()),
         role: None,
@@ -171,6 +190,8 @@ pub fn detail(array: &Array) -> ArrayDetail {
         bitmap: array.bitmap_info(),
         consistency_policy: if sb.feature_map & (features::PPL | features::MULTIPLE_PPLS) != 0 {
             "ppl"
+        } else if sb.feature_map & features::JOURNAL != 0 {
+            "journal"
         } else if array.bitmap_info().is_some() {
             "bitmap"
         } else {

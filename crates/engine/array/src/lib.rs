@@ -15,6 +15,7 @@ mod error;
 mod failpoint;
 pub mod info;
 mod intent;
+pub mod journal;
 mod ppl;
 pub mod recovery;
 mod scan;

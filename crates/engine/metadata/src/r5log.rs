@@ -274,7 +274,7 @@ impl MetaBlock {
                         return Err(overrun);
                     }
                     let bytes = le32(b, at + 4) as usize;
-                    if bytes % 8 != 0 || at + FLUSH_BYTES + bytes > end {
+                    if !bytes.is_multiple_of(8) || at + FLUSH_BYTES + bytes > end {
                         return Err(overrun);
                     }
                     let stripes = (0..bytes / 8)
