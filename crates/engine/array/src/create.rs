@@ -60,7 +60,13 @@ pub enum BitmapChoice {
     /// No bitmap: md's partial parity log closes the write hole instead
     /// (RAID 5 only; mdadm's `--consistency-policy=ppl`).
     Ppl,
+    /// No bitmap: md's write journal on a member of its own (RAID 4/5/6;
+    /// mdadm's `--write-journal`). The last member given is the journal.
+    Journal,
 }
+
+/// The smallest log a journal member may hold (beyond its metadata area).
+pub const JOURNAL_LOG_MIN_BYTES: u64 = 4 << 20;
 
 /// Where nvraid puts a partial parity log: right behind the superblock
 /// (mdadm's offset), and as long as fits before the data at 1 MiB.
@@ -94,6 +100,16 @@ fn bitmap_chunk(
             })
         }
         BitmapChoice::Ppl => return Ok(None),
+        BitmapChoice::Journal if geometry.level().parity_chunks() == 0 => {
+            return Err(Error::Unsupported {
+                spec: options.name.clone(),
+                what: format!(
+                    "a write journal on a {} (md journals RAID 4/5/6 only)",
+                    geometry.level()
+                ),
+            })
+        }
+        BitmapChoice::Journal => return Ok(None),
         BitmapChoice::Auto if !redundant => return Ok(None),
         BitmapChoice::Auto => None,
         BitmapChoice::Internal { .. } if !redundant => {
@@ -165,6 +181,16 @@ pub fn create_with_spares(
     if specs.is_empty() {
         return Err(Error::NoMembers);
     }
+    // The journal is the last member; the rest is planned without it.
+    let (specs, journal) = if options.bitmap == BitmapChoice::Journal {
+        if specs.len() < 2 {
+            return Err(Error::NoMembers);
+        }
+        let (journal, rest) = specs.split_last().expect("two or more");
+        (rest, Some(journal.clone()))
+    } else {
+        (specs, None)
+    };
     if spares > 0 && options.level.number() == 0 {
         return Err(Error::Unsupported {
             spec: specs[specs.len().saturating_sub(spares)..].join(", "),
@@ -195,7 +221,7 @@ pub fn create_with_spares(
                 };
                 return create_with_spares(specs, spares, &options);
             }
-            BitmapChoice::None | BitmapChoice::Ppl => {}
+            BitmapChoice::None | BitmapChoice::Ppl | BitmapChoice::Journal => {}
         }
     }
     // Count and chunk errors first, before looking at any member.
@@ -212,15 +238,35 @@ pub fn create_with_spares(
         });
     }
     bitmap_chunk(options, &probe, false)?;
-    let plans = specs
+    let mut plans = specs
         .iter()
         .map(|spec| plan_member(spec, options))
         .collect::<Result<Vec<_>>>()?;
+    if let Some(journal) = &journal {
+        plans.push(plan_member(journal, options)?);
+    }
     check_duplicates(&plans)?;
     if !options.force {
         check_signatures(&plans)?;
     }
+    let journal_plan = journal.as_ref().and_then(|_| plans.pop());
     let data_bytes = check_sizes(&plans, options)?;
+    if let Some(plan) = &journal_plan {
+        let min_bytes = DATA_OFFSET_SECTORS * 512 + JOURNAL_LOG_MIN_BYTES;
+        if plan.size_bytes < min_bytes {
+            return Err(Error::TooSmall {
+                spec: plan.spec.clone(),
+                size_bytes: plan.size_bytes,
+                min_bytes,
+                reason: format!(
+                    "1 MiB of metadata area plus a log of {}",
+                    nvraid_member::format_size(JOURNAL_LOG_MIN_BYTES)
+                ),
+            });
+        }
+    }
+    let journal_bytes = journal_plan.as_ref().map(|p| p.size_bytes);
+    drop(journal_plan);
     let geometry = Geometry::new(
         options.level,
         active as u32,
@@ -228,7 +274,9 @@ pub fn create_with_spares(
         data_bytes,
     )?;
     drop(plans);
-    write_array(specs, options, geometry, data_bytes)
+    let mut all = specs.to_vec();
+    all.extend(journal);
+    write_array(&all, options, geometry, data_bytes, journal_bytes)
 }
 
 fn plan_member(spec: &str, options: &CreateOptions) -> Result<Plan> {
@@ -374,15 +422,30 @@ fn write_array(
     options: &CreateOptions,
     geometry: Geometry,
     data_bytes: u64,
+    journal_bytes: Option<u64>,
 ) -> Result<Array> {
     let mut undo = Vec::with_capacity(specs.len());
-    let written = write_members(specs, options, &geometry, data_bytes, &mut undo);
+    let written = write_members(
+        specs,
+        options,
+        &geometry,
+        data_bytes,
+        journal_bytes,
+        &mut undo,
+    );
     match written {
         Ok(mut slots) => {
+            let journal = match journal_bytes {
+                Some(_) => Some(crate::journal::MdJournal::new(
+                    slots.pop().flatten().expect("the journal's slot"),
+                )?),
+                None => None,
+            };
             // The spares' superblocks are written; the array holds the
             // active members only.
             slots.truncate(geometry.members() as usize);
             let mut array = Array::new(geometry, slots, true);
+            array.md_journal = journal;
             // Read back the bitmap (or the partial parity log) just
             // written, decoded and checked as any assembly checks it.
             array.load_bitmap()?;
@@ -432,6 +495,7 @@ fn write_members(
     options: &CreateOptions,
     geometry: &Geometry,
     data_bytes: u64,
+    journal_bytes: Option<u64>,
     undo: &mut Vec<Undo>,
 ) -> Result<Vec<Option<Slot>>> {
     let open = OpenOptions {
@@ -444,14 +508,16 @@ fn write_members(
     // Whether every member starts as zeros (files this create makes, RAM
     // members): then the parity of a RAID 4/5/6 already agrees with its data.
     let mut all_zero = true;
-    for spec in specs {
+    let journal_at = journal_bytes.map(|_| specs.len() - 1);
+    for (index, spec) in specs.iter().enumerate() {
         let is_path = !spec.starts_with("mem:") && !spec.starts_with("null:");
         let before = if is_path {
             std::fs::metadata(spec).ok()
         } else {
             None
         };
-        all_zero &= before.is_none();
+        // What the journal held does not matter to the parity.
+        all_zero &= before.is_none() || journal_at == Some(index);
         let opened = Member::open(spec, open);
         if is_path && options.size_bytes.is_some() {
             match &before {
@@ -479,6 +545,18 @@ fn write_members(
     if options.bitmap == BitmapChoice::Ppl {
         template.feature_map |= features::PPL;
         template.bitmap_offset = PPL_AREA.to_raw();
+    }
+    // The journal is the last member, with the next device number, md's
+    // journal role in every member's table, and the rest of its space as
+    // the log.
+    let journal_dev = journal_at;
+    if let Some(dev) = journal_dev {
+        template.feature_map |= features::JOURNAL;
+        if template.roles_raw.len() <= dev {
+            template.roles_raw.resize(dev + 1, 0xffff);
+            template.max_dev = template.roles_raw.len() as u32;
+        }
+        template.roles_raw[dev] = nvraid_metadata::Role::Journal.to_raw();
     }
     // Superblocks are written through the members opened (and claimed)
     // above; what they overwrite is kept, to put back if any later step
@@ -510,6 +588,11 @@ fn write_members(
             let mut sb = template.clone();
             sb.dev_number = role as u32;
             sb.device_uuid = random_uuid()?;
+            let is_journal = journal_dev == Some(role);
+            if let (true, Some(bytes)) = (is_journal, journal_bytes) {
+                let log = (bytes - DATA_OFFSET_SECTORS * 512) / 4096 * 4096;
+                sb.data_size_sectors = log / 512;
+            }
             if member.is_persistent() {
                 let mut old = nvraid_io::AlignedBuf::zeroed(touched_bytes);
                 member
@@ -518,10 +601,13 @@ fn write_members(
                 written.push((role, old));
             }
             write_superblock(member, &sb)?;
+            if is_journal {
+                crate::journal::write_empty_log(member, &sb)?;
+            }
             if options.bitmap == BitmapChoice::Ppl {
                 crate::ppl::reset_area(member, &sb, &PPL_AREA)?;
             }
-            if let Some(image) = &bitmap_image {
+            if let (Some(image), false) = (&bitmap_image, is_journal) {
                 let at = SUPER_OFFSET_BYTES as i64 + i64::from(sb.bitmap_offset as i32) * 512;
                 member
                     .write_at(image, at as u64)

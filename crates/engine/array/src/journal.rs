@@ -168,6 +168,30 @@ impl MdJournal {
     }
 }
 
+/// A new journal's log: one empty meta block at its start, with a random
+/// sequence number (what mdadm writes at create).
+pub(crate) fn write_empty_log(
+    member: &nvraid_member::Member,
+    sb: &nvraid_metadata::Superblock,
+) -> Result<()> {
+    let seq = random_seq()?;
+    let mut page = AlignedBuf::zeroed(PAGE_BYTES);
+    MetaBlock::empty(seq, 0)
+        .encode(&mut page, r5log::uuid_checksum(&sb.set_uuid))
+        .expect("an empty block fits");
+    member
+        .write_at(&page, sb.data_offset_sectors * 512)
+        .map_err(|e| Error::io(member.spec(), e))
+}
+
+/// A random 32-bit start for a log's sequence numbers, as md picks.
+fn random_seq() -> Result<u64> {
+    let bytes = crate::create::random_uuid()?;
+    Ok(u64::from(u32::from_le_bytes(
+        bytes[..4].try_into().expect("4 bytes"),
+    )))
+}
+
 impl Array {
     /// The array's write journal, when it has one.
     pub fn md_journal(&self) -> Option<&MdJournal> {

@@ -27,7 +27,7 @@ pub use array::{read_superblock, Array, MemberCounters, ReadLimit, SetAsideMembe
 pub use assemble::{assemble, geometry_of, has_every_byte, level_of, AssembleOptions};
 pub use create::{
     create, create_with_spares, BitmapChoice, CreateOptions, CHUNK_BYTES_DEFAULT,
-    DATA_OFFSET_SECTORS,
+    DATA_OFFSET_SECTORS, JOURNAL_LOG_MIN_BYTES,
 };
 pub use decision::SetAside;
 pub use error::{Error, Result};

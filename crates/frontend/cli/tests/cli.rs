@@ -111,6 +111,109 @@ mod bad_input {
         }
     }
 
+    /// md's write journal: refused on a level without parity, beside a
+    /// bitmap or another policy, on a member too small for a log, on a
+    /// member of the array itself; an array with a journal is refused for
+    /// writing without it. Nothing changes on any member.
+    #[test]
+    fn write_journal_bad_input_is_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = ["create", "--size", "8M"];
+        let with = |extra: &[&'static str]| {
+            let mut args = base.to_vec();
+            args.extend_from_slice(extra);
+            args
+        };
+        refused(
+            &with(&["--level", "1", "--write-journal", "j", "a", "b"]),
+            dir.path(),
+            &["write journal on a raid1", "RAID 4/5/6 only"],
+        );
+        refused(
+            &with(&[
+                "--level",
+                "5",
+                "--write-journal",
+                "j",
+                "--bitmap",
+                "internal",
+                "a",
+                "b",
+                "c",
+            ]),
+            dir.path(),
+            &["--write-journal contradicts --bitmap internal"],
+        );
+        refused(
+            &with(&[
+                "--level",
+                "5",
+                "--write-journal",
+                "j",
+                "--consistency-policy",
+                "ppl",
+                "a",
+                "b",
+                "c",
+            ]),
+            dir.path(),
+            &["--consistency-policy ppl contradicts --write-journal"],
+        );
+        refused(
+            &with(&[
+                "--level",
+                "5",
+                "--consistency-policy",
+                "journal",
+                "a",
+                "b",
+                "c",
+            ]),
+            dir.path(),
+            &["needs --write-journal"],
+        );
+        refused(
+            &with(&["--level", "5", "--write-journal", "a", "a", "b", "c"]),
+            dir.path(),
+            &["a"],
+        );
+        assert!(
+            !dir.path().join("a").exists(),
+            "a refused create creates nothing"
+        );
+        // Without --size (which would extend it), a journal too small.
+        for name in ["a", "b", "c"] {
+            std::fs::write(dir.path().join(name), vec![0u8; 8 << 20]).unwrap();
+        }
+        std::fs::write(dir.path().join("small"), vec![0u8; 2 << 20]).unwrap();
+        refused(
+            &[
+                "create",
+                "--level",
+                "5",
+                "--write-journal",
+                "small",
+                "a",
+                "b",
+                "c",
+            ],
+            dir.path(),
+            &["small", "log of 4 MiB"],
+        );
+        ok(
+            &with(&["--level", "5", "--write-journal", "j", "a", "b", "c"]),
+            dir.path(),
+        );
+        std::fs::write(dir.path().join("x"), [7u8; 4096]).unwrap();
+        refused(
+            &["write", "--input", "x", "a", "b", "c"],
+            dir.path(),
+            &["write journal", "journal member"],
+        );
+        let examined = ok(&["examine", "j"], dir.path());
+        assert!(examined.contains("journal"), "{examined}");
+    }
+
     #[test]
     fn member_with_an_md_superblock_needs_force() {
         let dir = tempfile::tempdir().unwrap();

@@ -43,11 +43,17 @@ pub struct CreateArgs {
     bitmap: Option<String>,
     /// How the array finds what to repair after a crash, md's names:
     /// `bitmap` (the write-intent bitmap, default for redundant levels),
-    /// `resync` (no bitmap: everything is resynced), or `ppl` (RAID 4/5:
+    /// `resync` (no bitmap: everything is resynced), `ppl` (RAID 4/5:
     /// md's partial parity log, which also closes the write hole: a member
-    /// lost after a crash never rebuilds wrong data).
-    #[arg(long, value_name = "bitmap|resync|ppl")]
+    /// lost after a crash never rebuilds wrong data), or `journal` (with
+    /// --write-journal).
+    #[arg(long, value_name = "bitmap|resync|ppl|journal")]
     consistency_policy: Option<String>,
+    /// RAID 4/5/6: give the array md's write journal on this member (a
+    /// fast device of its own; mdadm's --write-journal). The kernel's md
+    /// replays it after a crash, and so does nvraid's assembly.
+    #[arg(long, value_name = "MEMBER")]
+    write_journal: Option<String>,
     /// Bytes per bitmap bit (a power of two, 4K or more). Default: mdadm's
     /// (64M, or larger when the array needs more bits than fit).
     #[arg(long, value_parser = size_arg, value_name = "SIZE")]
@@ -143,7 +149,26 @@ pub fn run(args: &CreateArgs, direct: bool) -> Result<u8> {
     if level == Level::Raid1 && args.chunk.is_some() {
         bail!("--chunk does not apply to raid1 (mirrors have no chunks)");
     }
-    let bitmap_arg = match (args.consistency_policy.as_deref(), args.bitmap.as_deref()) {
+    let policy = match (args.consistency_policy.as_deref(), &args.write_journal) {
+        (Some("journal"), None) => {
+            bail!("--consistency-policy journal needs --write-journal MEMBER")
+        }
+        (Some("journal") | None, Some(_)) => {
+            if let Some(bitmap) = &args.bitmap {
+                bail!("--write-journal contradicts --bitmap {bitmap} (md allows a journal or a bitmap, not both)");
+            }
+            if args.bitmap_chunk.is_some() {
+                bail!("--bitmap-chunk needs a bitmap; a write journal replaces it");
+            }
+            Some("journal")
+        }
+        (Some(other), Some(_)) => {
+            bail!("--consistency-policy {other} contradicts --write-journal")
+        }
+        (policy, None) => policy,
+    };
+    let bitmap_arg = match (policy, args.bitmap.as_deref()) {
+        (Some("journal"), _) => Some("journal"),
         (None, bitmap) => bitmap,
         (Some("bitmap"), None | Some("internal")) => Some("internal"),
         (Some("resync"), None | Some("none")) => Some("none"),
@@ -157,11 +182,12 @@ pub fn run(args: &CreateArgs, direct: bool) -> Result<u8> {
             bail!("--consistency-policy {policy} contradicts --bitmap {bitmap}")
         }
         (Some(other), _) => {
-            bail!("unknown --consistency-policy {other:?}: use bitmap, resync or ppl")
+            bail!("unknown --consistency-policy {other:?}: use bitmap, resync, ppl or journal")
         }
     };
     let bitmap = match (bitmap_arg, args.bitmap_chunk) {
         (Some("ppl"), _) => nvraid_array::BitmapChoice::Ppl,
+        (Some("journal"), _) => nvraid_array::BitmapChoice::Journal,
         (None, None) => nvraid_array::BitmapChoice::Auto,
         (None | Some("internal"), chunk) => {
             nvraid_array::BitmapChoice::Internal { chunk_bytes: chunk }
@@ -181,7 +207,9 @@ pub fn run(args: &CreateArgs, direct: bool) -> Result<u8> {
         direct,
         bitmap,
     };
-    let array = create_with_spares(&args.members, args.spares, &options)?;
+    let mut members = args.members.clone();
+    members.extend(args.write_journal.iter().cloned());
+    let array = create_with_spares(&members, args.spares, &options)?;
     let detail = info::detail(&array);
     let needs_resync = array.resync_from().is_some();
     array.close()?;
