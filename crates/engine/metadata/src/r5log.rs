@@ -597,6 +597,112 @@ mod tests {
         assert_eq!(block.encode(&mut buf, 0), Err(LogError::TooManyPayloads));
     }
 
+    /// A ring in memory with units written where a log puts them.
+    struct MemRing {
+        ring: Ring,
+        bytes: Vec<u8>,
+        seed: u32,
+    }
+
+    impl MemRing {
+        fn new(pages: u64) -> MemRing {
+            MemRing {
+                ring: Ring::new(pages * PAGE_SECTORS),
+                bytes: vec![0; pages as usize * PAGE_BYTES],
+                seed: uuid_checksum(&[9; 16]),
+            }
+        }
+
+        fn page_mut(&mut self, pos: u64) -> &mut [u8] {
+            let at = pos as usize * 512;
+            &mut self.bytes[at..at + PAGE_BYTES]
+        }
+
+        /// A unit of one data page per fill byte at `pos`; its end.
+        fn put(&mut self, pos: u64, seq: u64, fills: &[u8]) -> u64 {
+            let mut block = MetaBlock::empty(seq, pos);
+            for (i, &fill) in fills.iter().enumerate() {
+                let page = vec![fill; PAGE_BYTES];
+                block.payloads.push(Payload::Data {
+                    flags: 0,
+                    location: i as u64 * PAGE_SECTORS,
+                    checksum: md_crc(self.seed, &page),
+                });
+                let at = self.ring.page_position(pos, i);
+                self.page_mut(at).copy_from_slice(&page);
+            }
+            let seed = self.seed;
+            block.encode(self.page_mut(pos), seed).unwrap();
+            self.ring.add(pos, block.unit_sectors())
+        }
+
+        fn scan(&self, tail: u64) -> Result<Scan, LogError> {
+            scan(self.ring, tail, self.seed, |pos, buf| {
+                let at = pos as usize * 512;
+                buf.copy_from_slice(&self.bytes[at..at + PAGE_BYTES]);
+                Ok(())
+            })
+            .unwrap()
+        }
+    }
+
+    #[test]
+    fn scans_follow_the_chain_across_the_ring_end_and_stop_where_it_breaks() {
+        let mut r = MemRing::new(8);
+        // Units at page 5 (pages 6, 7, then 0 after the wrap), then 1.
+        let next = r.put(5 * PAGE_SECTORS, 100, &[1, 2, 3]);
+        assert_eq!(next, PAGE_SECTORS);
+        let end = r.put(next, 101, &[4]);
+        let scan = r.scan(5 * PAGE_SECTORS).unwrap();
+        assert_eq!(scan.units.len(), 2);
+        assert_eq!(scan.units[0].pages[2], vec![3u8; PAGE_BYTES]);
+        assert_eq!((scan.next_position, scan.next_seq), (end, 102));
+        assert!(matches!(scan.end, ScanEnd::Invalid(_)), "{:?}", scan.end);
+
+        // A block of an earlier lap where the chain would go on.
+        r.put(end, 90, &[]);
+        assert_eq!(
+            r.scan(5 * PAGE_SECTORS).unwrap().end,
+            ScanEnd::Stale {
+                seq: 90,
+                position: end
+            }
+        );
+
+        // A torn page: the unit holding it ends the scan, unreplayed.
+        r.page_mut(0)[17] ^= 1;
+        let scan = r.scan(5 * PAGE_SECTORS).unwrap();
+        assert!(scan.units.is_empty());
+        assert_eq!(scan.end, ScanEnd::BadPage { payload: 2 });
+        assert_eq!(scan.next_position, 5 * PAGE_SECTORS);
+
+        // The tail's own block decides whether there is a log at all.
+        assert!(matches!(
+            r.scan(2 * PAGE_SECTORS),
+            Err(LogError::BadMagic { .. })
+        ));
+        assert!(matches!(
+            r.scan(PAGE_SECTORS),
+            Ok(Scan { ref units, .. }) if units.len() == 1
+        ));
+    }
+
+    #[test]
+    fn a_full_ring_ends_at_its_oldest_unit() {
+        // Units chained all the way round: where the chain comes back to
+        // the tail, the block there is the oldest unit, not the next one.
+        let mut r = MemRing::new(4);
+        let mut pos = 0;
+        for seq in 0..2 {
+            pos = r.put(pos, 7 + seq, &[seq as u8]);
+        }
+        assert_eq!(pos, 0);
+        // The block at 0 now names seq 7, and the chain wants 9 there.
+        let scan = r.scan(0).unwrap();
+        assert_eq!(scan.units.len(), 2);
+        assert!(matches!(scan.end, ScanEnd::Stale { seq: 7, .. }));
+    }
+
     #[test]
     fn ring_positions_wrap() {
         let ring = Ring::new(30727);
