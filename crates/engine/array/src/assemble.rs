@@ -227,12 +227,12 @@ pub fn assemble(specs: &[String], options: AssembleOptions) -> Result<Array> {
                  the members hold and miss writes only the journal has"
             ),
             Some(journal) => {
-                let pending = journal.pending_units()?;
+                let pending = array.journal_data_only_stripes()?;
                 if pending > 0 {
                     eprintln!(
-                        "nvraid: warning: the write journal {} holds {pending} log units not \
-                         replayed yet: reads return what the members hold until a writable \
-                         assembly replays them",
+                        "nvraid: warning: the write journal {} holds data for {pending} stripes \
+                         not replayed yet (md's write-back mode): reads return what the members \
+                         hold until a writable assembly replays them",
                         journal.spec()
                     );
                 }

@@ -66,6 +66,9 @@ pub struct Replay {
     pub pages: usize,
 }
 
+/// Stripes by their sector on the members.
+type Stripes = Vec<(u64, Stripe)>;
+
 /// One stripe gathered from the log.
 #[derive(Default)]
 struct Stripe {
@@ -139,18 +142,6 @@ impl MdJournal {
         .map_err(|e| self.io_error(e))
     }
 
-    /// Units the log holds beyond an empty block (for a read-only look).
-    pub fn pending_units(&self) -> Result<usize> {
-        Ok(match self.scan()? {
-            Ok(scan) => scan
-                .units
-                .iter()
-                .filter(|u| !u.block.payloads.is_empty())
-                .count(),
-            Err(_) => 0,
-        })
-    }
-
     /// Start an empty log at `position` with sequence `seq`: the block,
     /// flushed; the caller then writes the superblocks with the new tail.
     fn start_log(&self, position: u64, seq: u64) -> Result<()> {
@@ -198,6 +189,19 @@ impl Array {
         self.md_journal.as_ref()
     }
 
+    /// Stripes the journal holds data for that the members may not have
+    /// at all: data-only stripes (md's write-back mode acknowledges writes
+    /// once they are logged). A look that writes nothing.
+    pub fn journal_data_only_stripes(&self) -> Result<usize> {
+        let Some(journal) = &self.md_journal else {
+            return Ok(0);
+        };
+        match journal.scan()? {
+            Ok(scan) => Ok(self.gather(journal, &scan)?.1.len()),
+            Err(_) => Ok(0),
+        }
+    }
+
     /// Replay the journal (writable assembly). `None` when the array has no
     /// journal member or is read-only.
     pub(crate) fn replay_md_journal(&self) -> Result<Option<Replay>> {
@@ -219,7 +223,6 @@ impl Array {
                 return Ok(Some(Replay::default()));
             }
         };
-        let shape = self.parity.expect("a journal array has parity");
         let mut replay = Replay {
             units: scan
                 .units
@@ -228,6 +231,34 @@ impl Array {
                 .count(),
             ..Replay::default()
         };
+        let (complete, data_only) = self.gather(journal, &scan)?;
+        for (key, stripe) in &complete {
+            replay.pages += self.write_logged_stripe(*key, stripe)?;
+        }
+        replay.complete_stripes = complete.len();
+        self.flush()?;
+        for (_, stripe) in &data_only {
+            for (offset, page) in stripe.data.values() {
+                let mut buf = AlignedBuf::zeroed(PAGE_BYTES);
+                buf.copy_from_slice(page);
+                self.write_at(&buf, *offset, false)?;
+                replay.pages += 1;
+            }
+        }
+        replay.data_only_stripes = data_only.len();
+        self.flush()?;
+        // md's jump: units written out of order may sit past the end with
+        // the next few sequence numbers; the new log must not continue
+        // into them.
+        journal.start_log(scan.next_position, scan.next_seq + SEQ_JUMP)?;
+        self.write_journal_tail()?;
+        Ok(Some(replay))
+    }
+
+    /// The stripes a scanned log holds, md's way: those to write exactly as
+    /// logged (in log order), and those with data only.
+    fn gather(&self, journal: &MdJournal, scan: &r5log::Scan) -> Result<(Stripes, Stripes)> {
+        let shape = self.parity.expect("a journal array has parity");
         let mut stripes: BTreeMap<u64, Stripe> = BTreeMap::new();
         // Stripes to write exactly, in log order.
         let mut complete: Vec<(u64, Stripe)> = Vec::new();
@@ -302,27 +333,7 @@ impl Array {
         // Parity with no data: its data went to the members before the
         // tail moved past it; md writes nothing for it either.
         complete.retain(|(_, s)| !s.data.is_empty());
-        for (key, stripe) in &complete {
-            replay.pages += self.write_logged_stripe(*key, stripe)?;
-        }
-        replay.complete_stripes = complete.len();
-        self.flush()?;
-        for (_, stripe) in &data_only {
-            for (offset, page) in stripe.data.values() {
-                let mut buf = AlignedBuf::zeroed(PAGE_BYTES);
-                buf.copy_from_slice(page);
-                self.write_at(&buf, *offset, false)?;
-                replay.pages += 1;
-            }
-        }
-        replay.data_only_stripes = data_only.len();
-        self.flush()?;
-        // md's jump: units written out of order may sit past the end with
-        // the next few sequence numbers; the new log must not continue
-        // into them.
-        journal.start_log(scan.next_position, scan.next_seq + SEQ_JUMP)?;
-        self.write_journal_tail()?;
-        Ok(Some(replay))
+        Ok((complete, data_only))
     }
 
     fn bad_log(&self, journal: &MdJournal, what: String) -> Error {

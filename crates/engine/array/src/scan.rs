@@ -17,8 +17,9 @@ pub struct ScannedMember {
     /// The recorded active role, if any.
     pub role: Option<u16>,
     pub events: u64,
-    /// `active`, or why it is set aside: `stale` (events behind the
-    /// freshest member), `faulty`, `spare`, `journal`, `replacement`; or
+    /// `active`, `journal` (the array's write journal), or why it is set
+    /// aside: `stale` (events behind the freshest member), `faulty`,
+    /// `spare`, `journal` (one the array does not use), `replacement`; or
     /// `refused` when the array as a whole cannot be assembled (the array's
     /// `reason` says why).
     pub state: &'static str,
@@ -156,6 +157,9 @@ fn judge(group: &[&(String, Superblock)]) -> ScannedArray {
                 .collect();
             for (index, why) in &decision.set_aside {
                 members[*index].state = why.state();
+            }
+            if let Some(index) = decision.journal {
+                members[index].state = "journal";
             }
             let present: Vec<bool> = decision.roles.iter().map(Option::is_some).collect();
             let (status, reason) = status_of(head, &present);

@@ -212,6 +212,23 @@ mod bad_input {
         );
         let examined = ok(&["examine", "j"], dir.path());
         assert!(examined.contains("journal"), "{examined}");
+        let scanned: serde_json::Value =
+            serde_json::from_str(&ok(&["assemble", "--scan", "--json", "."], dir.path())).unwrap();
+        let states: Vec<(String, String)> = scanned["arrays"][0]["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| {
+                (
+                    m["path"].as_str().unwrap().to_string(),
+                    m["state"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        assert!(
+            states.contains(&("./j".to_string(), "journal".to_string())),
+            "{states:?}"
+        );
     }
 
     #[test]

@@ -607,7 +607,10 @@ fn the_kernels_write_back_journal_is_replayed() {
     let out = nvraid(&args, dir.path());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("not replayed yet"), "{stderr}");
+    assert!(
+        stderr.contains("data for 19 stripes not replayed yet"),
+        "{stderr}"
+    );
     assert_ne!(
         sha(&out.stdout),
         kernel_sha("journal"),
