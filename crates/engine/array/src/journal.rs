@@ -215,10 +215,7 @@ impl Array {
             Ok(scan) => scan,
             Err(_) => {
                 // No log: start one, as md does.
-                let seq =
-                    u64::from_le_bytes(crate::create::random_uuid()?[..8].try_into().unwrap())
-                        >> 32;
-                journal.start_log(0, seq)?;
+                journal.start_log(0, random_seq()?)?;
                 self.write_journal_tail()?;
                 return Ok(Some(Replay::default()));
             }

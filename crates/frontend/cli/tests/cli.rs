@@ -212,6 +212,35 @@ mod bad_input {
         );
         let examined = ok(&["examine", "j"], dir.path());
         assert!(examined.contains("journal"), "{examined}");
+        // Each writable assembly ends the log with a new empty block and
+        // moves the tail to it. A log whose blocks were wiped is empty: a
+        // new one starts at the ring's start, as md does.
+        let tail = |dir: &Path| -> u64 {
+            let d: serde_json::Value =
+                serde_json::from_str(&ok(&["detail", "--json", "a", "b", "c", "j"], dir)).unwrap();
+            let members = d["members"].as_array().unwrap().clone();
+            let j = members.iter().find(|m| m["state"] == "journal").unwrap();
+            let reason = j["reason"].as_str().unwrap();
+            reason.rsplit(' ').next().unwrap().parse().unwrap()
+        };
+        assert_eq!(
+            tail(dir.path()),
+            0,
+            "create leaves the tail at the log's start"
+        );
+        ok(&["write", "--input", "x", "a", "b", "c", "j"], dir.path());
+        let moved = tail(dir.path());
+        assert!(moved > 0 && moved % 8 == 0, "tail {moved}");
+        let mut journal = std::fs::read(dir.path().join("j")).unwrap();
+        journal[1 << 20..(1 << 20) + (64 << 10)].fill(0);
+        std::fs::write(dir.path().join("j"), &journal).unwrap();
+        ok(&["write", "--input", "x", "a", "b", "c", "j"], dir.path());
+        assert!(tail(dir.path()) < moved, "a new log from the start");
+        let journal = std::fs::read(dir.path().join("j")).unwrap();
+        assert_eq!(
+            journal[1 << 20..(1 << 20) + 4],
+            0x6433_c509u32.to_le_bytes()
+        );
         let scanned: serde_json::Value =
             serde_json::from_str(&ok(&["assemble", "--scan", "--json", "."], dir.path())).unwrap();
         let states: Vec<(String, String)> = scanned["arrays"][0]["members"]
