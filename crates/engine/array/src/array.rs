@@ -525,6 +525,15 @@ impl Array {
         }
     }
 
+    /// Give the array its md write journal. Its log is kept in whole 4 KiB
+    /// pages, so the array takes writes in 4 KiB sectors from then on.
+    pub(crate) fn attach_md_journal(&mut self, journal: crate::journal::MdJournal) {
+        self.sector_bytes = self
+            .sector_bytes
+            .max(nvraid_metadata::r5log::PAGE_BYTES as u32);
+        self.md_journal = Some(journal);
+    }
+
     /// Record the journal's new tail: every superblock, events + 1 (md's
     /// `r5l_write_super` updates them all the same way).
     pub(crate) fn write_journal_tail(&self) -> Result<()> {
@@ -1090,6 +1099,12 @@ impl Array {
         if !self.has_redundancy() || self.dirty.load(Ordering::Acquire) {
             return Ok(());
         }
+        if self.md_journal.is_some() {
+            // md's rule for a journaled array: every write is logged with
+            // its parity before it reaches the members, so a crash needs a
+            // replay, not a resync; the superblocks stay clean.
+            return Ok(());
+        }
         let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
         if self.dirty.load(Ordering::Acquire) {
             return Ok(());
@@ -1144,6 +1159,9 @@ impl Array {
     pub fn close(self) -> Result<()> {
         if self.writable {
             self.flush()?;
+            if let Some(journal) = &self.md_journal {
+                journal.close(&self)?;
+            }
             // Every write is on every copy: the bitmap may go clean (md
             // clears it when the array stops).
             self.bitmap_pass(true, true)?;

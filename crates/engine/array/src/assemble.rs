@@ -218,7 +218,9 @@ pub fn assemble(specs: &[String], options: AssembleOptions) -> Result<Array> {
     check_startable(&geometry, &slots, options.allow_degraded)?;
     let mut array = Array::new(geometry, slots, options.writable);
     array.set_aside_members(set_aside);
-    array.md_journal = journal_slot;
+    if let Some(journal) = journal_slot {
+        array.attach_md_journal(journal);
+    }
     array.load_bitmap()?;
     if has_journal && !options.writable {
         match &array.md_journal {

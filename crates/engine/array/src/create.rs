@@ -434,18 +434,25 @@ fn write_array(
         &mut undo,
     );
     match written {
-        Ok(mut slots) => {
+        Ok((mut slots, journal_seq)) => {
             let journal = match journal_bytes {
-                Some(_) => Some(crate::journal::MdJournal::new(
-                    slots.pop().flatten().expect("the journal's slot"),
-                )?),
+                Some(_) => {
+                    let journal = crate::journal::MdJournal::new(
+                        slots.pop().flatten().expect("the journal's slot"),
+                    )?;
+                    // The new log: its empty block at position 0.
+                    journal.activate(0, journal_seq);
+                    Some(journal)
+                }
                 None => None,
             };
             // The spares' superblocks are written; the array holds the
             // active members only.
             slots.truncate(geometry.members() as usize);
             let mut array = Array::new(geometry, slots, true);
-            array.md_journal = journal;
+            if let Some(journal) = journal {
+                array.attach_md_journal(journal);
+            }
             // Read back the bitmap (or the partial parity log) just
             // written, decoded and checked as any assembly checks it.
             array.load_bitmap()?;
@@ -497,7 +504,7 @@ fn write_members(
     data_bytes: u64,
     journal_bytes: Option<u64>,
     undo: &mut Vec<Undo>,
-) -> Result<Vec<Option<Slot>>> {
+) -> Result<(Vec<Option<Slot>>, u64)> {
     let open = OpenOptions {
         write: true,
         create_bytes: options.size_bytes,
@@ -583,6 +590,7 @@ fn write_members(
         image
     });
     let touched_bytes = 4096 + bitmap_image.as_ref().map_or(0, |i| i.len());
+    let mut journal_seq = 0;
     let result = (|| {
         for (role, member) in members.iter().enumerate() {
             let mut sb = template.clone();
@@ -602,7 +610,7 @@ fn write_members(
             }
             write_superblock(member, &sb)?;
             if is_journal {
-                crate::journal::write_empty_log(member, &sb)?;
+                journal_seq = crate::journal::write_empty_log(member, &sb)?;
             }
             if options.bitmap == BitmapChoice::Ppl {
                 crate::ppl::reset_area(member, &sb, &PPL_AREA)?;
@@ -628,11 +636,12 @@ fn write_members(
         }
         return Err(e);
     }
-    members
+    let slots = members
         .into_iter()
         .zip(superblocks)
         .map(|(member, sb)| Slot::new(member, sb).map(Some))
-        .collect()
+        .collect::<Result<Vec<_>>>()?;
+    Ok((slots, journal_seq))
 }
 
 /// The md layout word: raid10 near copies in the low byte, far copies in

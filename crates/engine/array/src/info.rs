@@ -133,8 +133,13 @@ pub fn detail(array: &Array) -> ArrayDetail {
             role: None,
             state: "journal",
             reason: Some(format!(
-                "the array's write journal: a log of {} sectors, its tail at sector {}",
+                "the array's write journal: a log of {} sectors, {} from its tail at sector {}",
                 journal.ring_sectors(),
+                match journal.units_logged() {
+                    Ok(1) => "1 unit".to_string(),
+                    Ok(n) => format!("{n} units"),
+                    Err(e) => format!("unreadable ({e})"),
+                },
                 journal.tail()
             )),
             in_sync_bytes: None,

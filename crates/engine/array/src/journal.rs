@@ -40,6 +40,11 @@ use nvraid_metadata::r5log::{self, MetaBlock, Payload, Ring, PAGE_BYTES, PAGE_SE
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
+/// Sectors of a batch of groups.
+fn need_of(groups: &[Group]) -> u64 {
+    groups.iter().map(Group::sectors).sum()
+}
+
 /// How far the sequence jumps where a replayed log ends (md's 10000).
 const SEQ_JUMP: u64 = 10_000;
 
@@ -51,6 +56,50 @@ pub struct MdJournal {
     seed: u32,
     /// `journal_tail` as the member's superblock holds it now.
     tail: Mutex<u64>,
+    /// The log at run time (see "Logging" in the module documentation).
+    writer: Mutex<Writer>,
+    /// A replay is writing: parity is recomputed from the data, never
+    /// updated from what a crash may have torn.
+    replaying: std::sync::atomic::AtomicBool,
+}
+
+/// The log's run-time state.
+#[derive(Debug, Default)]
+struct Writer {
+    /// Logging is on (a writable array, after its replay).
+    active: bool,
+    /// Where the next unit goes, and its sequence number.
+    head: u64,
+    seq: u64,
+    /// The group the next enqueue gets; the newest durable one.
+    next_group: u64,
+    durable: u64,
+    /// A thread is writing a batch or moving the tail.
+    writing: bool,
+    /// Groups enqueued, not written yet, oldest first.
+    waiting: std::collections::VecDeque<Group>,
+    /// Groups written whose stripes are not all on the members yet: their
+    /// first unit's position.
+    open: BTreeMap<u64, u64>,
+    /// The first unit of the newest group written.
+    last_written: Option<u64>,
+    /// Why the log stopped taking writes (a journal member that failed).
+    failed: Option<String>,
+}
+
+/// One request round's pages, as units of the log.
+#[derive(Debug)]
+struct Group {
+    id: u64,
+    units: Vec<MetaBlock>,
+    /// Every unit's pages, in order.
+    pages: Vec<u8>,
+}
+
+impl Group {
+    fn sectors(&self) -> u64 {
+        self.units.iter().map(MetaBlock::unit_sectors).sum()
+    }
 }
 
 /// What a replay did, for the caller to report.
@@ -97,6 +146,8 @@ impl MdJournal {
         Ok(MdJournal {
             seed: r5log::uuid_checksum(&sb.set_uuid),
             tail: Mutex::new(sb.recovery_offset),
+            writer: Mutex::new(Writer::default()),
+            replaying: std::sync::atomic::AtomicBool::new(false),
             ring,
             slot,
         })
@@ -111,9 +162,222 @@ impl MdJournal {
         *self.tail.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Units with payloads from the tail on (what a replay would read).
+    pub fn units_logged(&self) -> Result<usize> {
+        Ok(match self.scan()? {
+            Ok(scan) => scan
+                .units
+                .iter()
+                .filter(|u| !u.block.payloads.is_empty())
+                .count(),
+            Err(_) => 0,
+        })
+    }
+
     /// Sectors of the ring.
     pub fn ring_sectors(&self) -> u64 {
         self.ring.sectors
+    }
+
+    fn writer(&self) -> std::sync::MutexGuard<'_, Writer> {
+        self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The seed of every checksum in the log.
+    pub(crate) fn seed(&self) -> u32 {
+        self.seed
+    }
+
+    /// Whether writes are logged now.
+    pub(crate) fn logging(&self) -> bool {
+        self.writer().active
+    }
+
+    pub(crate) fn replaying(&self) -> bool {
+        self.replaying.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Why writes are refused, when the journal failed.
+    pub fn failure(&self) -> Option<String> {
+        self.writer().failed.clone()
+    }
+
+    /// Queue a round's pages (`payloads` in order, `pages` their bytes)
+    /// for the log: its ticket.
+    pub(crate) fn enqueue(&self, payloads: Vec<Payload>, pages: Vec<u8>) -> u64 {
+        let mut units = Vec::new();
+        let mut unit = MetaBlock::empty(0, 0);
+        for payload in payloads {
+            if !unit.fits(&payload) {
+                units.push(std::mem::replace(&mut unit, MetaBlock::empty(0, 0)));
+            }
+            unit.payloads.push(payload);
+        }
+        units.push(unit);
+        let mut w = self.writer();
+        let id = w.next_group.max(1);
+        w.next_group = id + 1;
+        w.waiting.push_back(Group { id, units, pages });
+        id
+    }
+
+    /// Whether `ticket`'s pages are durable in the log (then its stripes may
+    /// be written). Never blocks on other requests: a caller that finds the
+    /// log free writes every waiting group in one write and one flush; when
+    /// the ring is half full it first moves the tail past the groups whose
+    /// stripes are on the members (the members flushed, then every
+    /// superblock). An error: the journal failed, and no write may go on.
+    pub(crate) fn ready(&self, array: &Array, ticket: u64) -> Result<bool> {
+        let mut w = self.writer();
+        if let Some(why) = &w.failed {
+            return Err(self.refused(why));
+        }
+        if w.durable >= ticket {
+            return Ok(true);
+        }
+        if w.writing || w.waiting.is_empty() {
+            return Ok(false);
+        }
+        let need: u64 = w.waiting.iter().map(Group::sectors).sum();
+        let used = self.ring.distance(self.tail(), w.head);
+        if used + need + PAGE_SECTORS > self.ring.sectors || used > self.ring.sectors / 2 {
+            // The oldest group still writing its stripes, or else the
+            // newest written (all on the members; replaying it is harmless).
+            let new_tail = w.open.values().next().copied().or(w.last_written);
+            if let Some(new_tail) = new_tail.filter(|&t| t != self.tail()) {
+                w.writing = true;
+                drop(w);
+                let moved = array.flush().and_then(|()| {
+                    *self.tail.lock().unwrap_or_else(|p| p.into_inner()) = new_tail;
+                    array.write_journal_tail()
+                });
+                w = self.writer();
+                w.writing = false;
+                if let Err(e) = moved {
+                    return Err(self.fail(&mut w, format!("moving its tail: {e}")));
+                }
+            }
+        }
+        // As many waiting groups as the ring has room for, at least one.
+        let used = self.ring.distance(self.tail(), w.head);
+        let mut room = self.ring.sectors - used - PAGE_SECTORS.min(self.ring.sectors - used);
+        let mut take = 0;
+        for g in &w.waiting {
+            let sectors = g.sectors();
+            if sectors > room {
+                break;
+            }
+            room -= sectors;
+            take += 1;
+        }
+        if take == 0 {
+            let first = w.waiting.front().expect("not empty").sectors();
+            if first + PAGE_SECTORS > self.ring.sectors {
+                let why = format!(
+                    "a write of {} sectors of log does not fit its ring of {}",
+                    first, self.ring.sectors
+                );
+                return Err(self.fail(&mut w, why));
+            }
+            // Wait for stripes to reach the members, then the tail moves.
+            return Ok(false);
+        }
+        let groups: Vec<Group> = w.waiting.drain(..take).collect();
+        let start = w.head;
+        let mut image = AlignedBuf::zeroed((need_of(&groups) * 512) as usize);
+        let mut pos = start;
+        let mut seq = w.seq;
+        let mut at = 0usize;
+        let mut firsts = Vec::with_capacity(groups.len());
+        for g in &groups {
+            firsts.push((g.id, pos));
+            let mut page = 0usize;
+            for unit in &g.units {
+                let mut block = unit.clone();
+                block.seq = seq;
+                block.position = pos;
+                block
+                    .encode(&mut image[at..at + PAGE_BYTES], self.seed)
+                    .expect("units are filled to fit");
+                at += PAGE_BYTES;
+                let n = unit.pages() * PAGE_BYTES;
+                image[at..at + n].copy_from_slice(&g.pages[page..page + n]);
+                page += n;
+                at += n;
+                pos = self.ring.add(pos, unit.unit_sectors());
+                seq += 1;
+            }
+        }
+        w.writing = true;
+        drop(w);
+        let written = self.write_ring(start, &image);
+        let mut w = self.writer();
+        w.writing = false;
+        if let Err(e) = written {
+            return Err(self.fail(&mut w, e.to_string()));
+        }
+        w.head = pos;
+        w.seq = seq;
+        for (id, first) in firsts {
+            w.open.insert(id, first);
+            w.last_written = Some(first);
+            w.durable = id;
+        }
+        Ok(w.durable >= ticket)
+    }
+
+    /// The request holding `ticket` has written its stripes.
+    pub(crate) fn done(&self, ticket: u64) {
+        self.writer().open.remove(&ticket);
+    }
+
+    /// Write `image` into the ring from `start` (two writes when it passes
+    /// the ring's end), then flush the journal member.
+    fn write_ring(&self, start: u64, image: &[u8]) -> std::io::Result<()> {
+        let member = &self.slot.member;
+        let first = ((self.ring.sectors - start) * 512).min(image.len() as u64) as usize;
+        member.write_at(&image[..first], self.ring_offset(start))?;
+        if first < image.len() {
+            member.write_at(&image[first..], self.ring_offset(0))?;
+        }
+        member.flush()
+    }
+
+    /// The journal failed: said once, and every write refused from now on.
+    fn fail(&self, w: &mut Writer, why: String) -> Error {
+        if w.failed.is_none() {
+            eprintln!(
+                "nvraid: write journal {}: {why}; the array refuses writes from now on",
+                self.spec()
+            );
+            w.failed = Some(why.clone());
+        }
+        self.refused(&why)
+    }
+
+    fn refused(&self, why: &str) -> Error {
+        Error::io(
+            self.spec(),
+            std::io::Error::other(format!(
+                "the write journal failed ({why}); writes are refused until the array is \
+                 assembled again with a working journal"
+            )),
+        )
+    }
+
+    /// At an orderly stop: the tail moves to the newest unit (every stripe
+    /// is on the members, and they are flushed).
+    pub(crate) fn close(&self, array: &Array) -> Result<()> {
+        let w = self.writer();
+        if !w.active || w.failed.is_some() {
+            return Ok(());
+        }
+        let Some(last) = w.last_written.filter(|&t| t != self.tail()) else {
+            return Ok(());
+        };
+        drop(w);
+        *self.tail.lock().unwrap_or_else(|p| p.into_inner()) = last;
+        array.write_journal_tail()
     }
 
     fn io_error(&self, e: std::io::Error) -> Error {
@@ -155,16 +419,28 @@ impl MdJournal {
             .and_then(|()| member.flush())
             .map_err(|e| self.io_error(e))?;
         *self.tail.lock().unwrap_or_else(|p| p.into_inner()) = position;
+        self.activate(position, seq);
         Ok(())
+    }
+
+    /// Log from here on: the log is the empty block at `position` (the
+    /// tail) with sequence `seq`.
+    pub(crate) fn activate(&self, position: u64, seq: u64) {
+        let mut w = self.writer();
+        w.head = self.ring.add(position, PAGE_SECTORS);
+        w.seq = seq + 1;
+        w.last_written = Some(position);
+        w.next_group = w.next_group.max(w.durable + 1);
+        w.active = true;
     }
 }
 
 /// A new journal's log: one empty meta block at its start, with a random
-/// sequence number (what mdadm writes at create).
+/// sequence number (what mdadm writes at create), which it returns.
 pub(crate) fn write_empty_log(
     member: &nvraid_member::Member,
     sb: &nvraid_metadata::Superblock,
-) -> Result<()> {
+) -> Result<u64> {
     let seq = random_seq()?;
     let mut page = AlignedBuf::zeroed(PAGE_BYTES);
     MetaBlock::empty(seq, 0)
@@ -172,7 +448,8 @@ pub(crate) fn write_empty_log(
         .expect("an empty block fits");
     member
         .write_at(&page, sb.data_offset_sectors * 512)
-        .map_err(|e| Error::io(member.spec(), e))
+        .map_err(|e| Error::io(member.spec(), e))?;
+    Ok(seq)
 }
 
 /// A random 32-bit start for a log's sequence numbers, as md picks.
@@ -234,14 +511,28 @@ impl Array {
         }
         replay.complete_stripes = complete.len();
         self.flush()?;
-        for (_, stripe) in &data_only {
-            for (offset, page) in stripe.data.values() {
-                let mut buf = AlignedBuf::zeroed(PAGE_BYTES);
-                buf.copy_from_slice(page);
-                self.write_at(&buf, *offset, false)?;
-                replay.pages += 1;
+        // Data-only stripes go through the array, their parity computed
+        // from all of their data (a crash may have torn what the members
+        // hold, so it is not updated from it); the log is not written yet,
+        // and a crash now replays them again from the same log.
+        journal
+            .replaying
+            .store(true, std::sync::atomic::Ordering::Release);
+        let written = (|| {
+            for (_, stripe) in &data_only {
+                for (offset, page) in stripe.data.values() {
+                    let mut buf = AlignedBuf::zeroed(PAGE_BYTES);
+                    buf.copy_from_slice(page);
+                    self.write_at(&buf, *offset, false)?;
+                    replay.pages += 1;
+                }
             }
-        }
+            Ok::<(), Error>(())
+        })();
+        journal
+            .replaying
+            .store(false, std::sync::atomic::Ordering::Release);
+        written?;
         replay.data_only_stripes = data_only.len();
         self.flush()?;
         // md's jump: units written out of order may sit past the end with

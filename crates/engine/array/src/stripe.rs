@@ -375,6 +375,58 @@ impl ParityShape {
         }
     }
 
+    /// md's write journal: a computed write column's pages as md logs them,
+    /// appended to `payloads` and `pages`: each written data block's 4 KiB
+    /// pages under their array sectors, then P (and Q) of each page under
+    /// the stripe's member sector. `false` (nothing appended) when the
+    /// column is not whole pages (a journaled array's sector is 4 KiB, so
+    /// its columns always are).
+    #[allow(clippy::too_many_arguments)]
+    pub fn journal_pages(
+        &self,
+        col: &Column,
+        request: &[u8],
+        request_offset: u64,
+        scratch: &[u8],
+        seed: u32,
+        payloads: &mut Vec<nvraid_metadata::r5log::Payload>,
+        pages: &mut Vec<u8>,
+    ) -> bool {
+        use nvraid_metadata::r5log::{md_crc, Payload, PAGE_BYTES};
+        let width = col.width();
+        if !width.is_multiple_of(PAGE_BYTES) || !(col.lo as usize).is_multiple_of(PAGE_BYTES) {
+            return false;
+        }
+        for d in bits(col.written & self.data_bits()) {
+            let logical = self.logical(col.stripe, d, col.lo);
+            let at = self.request_at(col, d, request_offset);
+            for (i, page) in request[at..at + width].chunks(PAGE_BYTES).enumerate() {
+                payloads.push(Payload::Data {
+                    flags: 0,
+                    location: (logical + (i * PAGE_BYTES) as u64) / 512,
+                    checksum: md_crc(seed, page),
+                });
+                pages.extend_from_slice(page);
+            }
+        }
+        let member_offset = col.stripe * self.chunk + u64::from(col.lo);
+        for i in 0..width / PAGE_BYTES {
+            let mut checksums = Vec::with_capacity(self.parity as usize);
+            for b in bits(self.parity_bits()) {
+                let at = self.scratch_at(col, b) + i * PAGE_BYTES;
+                let page = &scratch[at..at + PAGE_BYTES];
+                checksums.push(md_crc(seed, page));
+                pages.extend_from_slice(page);
+            }
+            payloads.push(Payload::Parity {
+                flags: 0,
+                location: (member_offset + (i * PAGE_BYTES) as u64) / 512,
+                checksums,
+            });
+        }
+        true
+    }
+
     /// After a write column's reads: compute its parity into the scratch.
     /// `request` holds the request's bytes (it starts at array byte
     /// `request_offset`); `scratch` is the column's (`scratch_len` bytes).
@@ -645,6 +697,9 @@ impl Array {
     /// read-modify-write: the array is in sync there (not waiting for a
     /// resync after a crash, which must recompute it).
     pub(crate) fn parity_trusted(&self, shape: &ParityShape, stripe: u64) -> bool {
+        if self.md_journal.as_ref().is_some_and(|j| j.replaying()) {
+            return false;
+        }
         self.resync_from()
             .is_none_or(|from| (stripe + 1) * shape.stripe_data_bytes() <= from)
     }
@@ -769,9 +824,15 @@ impl Array {
                 }
             }
             let ticket = self.log_column(shape, col, buf, offset, &mut scratch)?;
-            if ticket.is_none() {
+            let journaled = self.journal_column(shape, col, buf, offset, &mut scratch, ticket)?;
+            if ticket.is_none() && journaled.is_none() {
                 shape.compute(Kernel::best(), col, buf, offset, &mut scratch, None);
             }
+            let journal_done = || {
+                if let (Some(journal), Some(ticket)) = (&self.md_journal, journaled) {
+                    journal.done(ticket);
+                }
+            };
             ios.clear();
             shape.writes(col, offset, 0, |m| self.is_usable(m as usize), &mut ios);
             for (k, io) in ios.iter().enumerate() {
@@ -790,6 +851,7 @@ impl Array {
                         if let (Some(ppl), Some(ticket)) = (&self.ppl, ticket) {
                             ppl.done(ticket);
                         }
+                        journal_done();
                         return Err(e);
                     }
                 }
@@ -797,6 +859,7 @@ impl Array {
             if let (Some(ppl), Some(ticket)) = (&self.ppl, ticket) {
                 ppl.done(ticket);
             }
+            journal_done();
             return Ok(());
         }
     }
@@ -982,6 +1045,50 @@ impl Array {
         shape.compute(Kernel::best(), col, buf, offset, scratch, wanted);
         let ticket = ppl.enqueue(p, vec![shape.ppl_entry(col, &pp)], &pp);
         while !ppl.ready(self, ticket) {
+            std::thread::sleep(std::time::Duration::from_micros(20));
+        }
+        Ok(Some(ticket))
+    }
+
+    /// A journaled array: compute the column's parity (unless the PPL did,
+    /// `computed`), log its data and parity pages and wait until they are
+    /// durable. `None` when the array logs nothing now.
+    fn journal_column(
+        &self,
+        shape: &ParityShape,
+        col: &Column,
+        buf: &[u8],
+        offset: u64,
+        scratch: &mut [u8],
+        computed: Option<crate::ppl::Ticket>,
+    ) -> Result<Option<u64>> {
+        let Some(journal) = self.md_journal.as_ref().filter(|j| j.logging()) else {
+            return Ok(None);
+        };
+        if computed.is_none() {
+            shape.compute(Kernel::best(), col, buf, offset, scratch, None);
+        }
+        let (mut payloads, mut pages) = (Vec::new(), Vec::new());
+        if !shape.journal_pages(
+            col,
+            buf,
+            offset,
+            scratch,
+            journal.seed(),
+            &mut payloads,
+            &mut pages,
+        ) {
+            return Err(Error::Unaligned {
+                offset,
+                len: buf.len() as u64,
+                sector_bytes: 4096,
+            });
+        }
+        let ticket = journal.enqueue(payloads, pages);
+        while !journal
+            .ready(self, ticket)
+            .inspect_err(|_| journal.done(ticket))?
+        {
             std::thread::sleep(std::time::Duration::from_micros(20));
         }
         Ok(Some(ticket))

@@ -56,6 +56,8 @@ pub(super) struct StripeWork {
     /// A PPL array: the round's place in its parity member's log, and its
     /// partial parity (one column after another).
     ticket: Option<crate::ppl::Ticket>,
+    /// The round's place in md's write journal (a journaled array).
+    jticket: Option<u64>,
     pp: Vec<u8>,
 }
 
@@ -85,6 +87,7 @@ impl StripeWork {
             redo: false,
             ios: Vec::new(),
             ticket: None,
+            jticket: None,
             pp: Vec::new(),
         }
     }
@@ -357,6 +360,9 @@ impl FanoutQueue {
             if let (Some(ppl), Some(ticket)) = (&array.ppl, work.ticket.take()) {
                 ppl.done(ticket);
             }
+            if let (Some(journal), Some(ticket)) = (&array.md_journal, work.jticket.take()) {
+                journal.done(ticket);
+            }
             return self.stripe_round(slot);
         }
         if work.replan {
@@ -406,8 +412,32 @@ impl FanoutQueue {
             work.next = work.round_end;
             return self.stripe_round(slot);
         }
+        // A journaled array logs the round's data and parity pages first.
+        if let Some(journal) = array.md_journal.as_ref().filter(|j| j.logging()) {
+            let (mut payloads, mut pages) = (Vec::new(), Vec::new());
+            let whole = round.iter().enumerate().all(|(i, col)| {
+                let base = work.bases[i];
+                let scratch = &work.scratch[base..base + shape.scratch_len(col)];
+                shape.journal_pages(
+                    col,
+                    request,
+                    work.offset,
+                    scratch,
+                    journal.seed(),
+                    &mut payloads,
+                    &mut pages,
+                )
+            });
+            if !whole {
+                work.errno = libc::EINVAL;
+                return self.stripe_finish(slot);
+            }
+            work.jticket = Some(journal.enqueue(payloads, pages));
+        }
         if let (Some(p), Some(ppl)) = (log_on, &array.ppl) {
             work.ticket = Some(ppl.enqueue(p, entries, &work.pp));
+        }
+        if work.ticket.is_some() || work.jticket.is_some() {
             self.logging.push(slot);
             return self.retry_logging();
         }
@@ -430,21 +460,33 @@ impl FanoutQueue {
         self.stripe_issue(slot, KIND_WRITE, dsync)
     }
 
-    /// Issue the writes of the rounds whose logs are durable now.
+    /// Issue the writes of the rounds whose logs are durable now; a round
+    /// whose journal failed completes with EIO.
     pub(super) fn retry_logging(&mut self) -> io::Result<()> {
         let array = self.parity_array();
-        let Some(ppl) = &array.ppl else {
-            return Ok(());
-        };
         let mut i = 0;
         while i < self.logging.len() {
             let slot = self.logging[i];
-            let ticket = self.work[slot as usize].ticket.expect("a logging round");
-            if ppl.ready(&array, ticket) {
-                self.logging.swap_remove(i);
-                self.stripe_write(slot)?;
-            } else {
-                i += 1;
+            let work = &mut self.work[slot as usize];
+            let ppl_ready = match (&array.ppl, work.ticket) {
+                (Some(ppl), Some(ticket)) => ppl.ready(&array, ticket),
+                _ => true,
+            };
+            let journal_ready = match (&array.md_journal, work.jticket) {
+                (Some(journal), Some(ticket)) => journal.ready(&array, ticket),
+                _ => Ok(true),
+            };
+            match journal_ready {
+                Err(_) => {
+                    self.logging.swap_remove(i);
+                    work.errno = libc::EIO;
+                    self.stripe_finish(slot)?;
+                }
+                Ok(true) if ppl_ready => {
+                    self.logging.swap_remove(i);
+                    self.stripe_write(slot)?;
+                }
+                Ok(_) => i += 1,
             }
         }
         Ok(())
@@ -456,6 +498,9 @@ impl FanoutQueue {
         let work = &mut self.work[slot as usize];
         if let (Some(ppl), Some(ticket)) = (&array.ppl, work.ticket.take()) {
             ppl.done(ticket);
+        }
+        if let (Some(journal), Some(ticket)) = (&array.md_journal, work.jticket.take()) {
+            journal.done(ticket);
         }
         if let Some((first, last)) = work.stripes.take() {
             array.stripe_locks.unlock_range(first, last);
