@@ -476,10 +476,81 @@ fn journaled(dir: &Path, name: &str, level: &'static str, count: usize, kill: bo
         let kept: Vec<&str> = members.iter().map(String::as_str).collect();
         write_pattern(dir, name, size, &kept)
     };
+    // Spoil every page the log holds on the members: only the kernel's
+    // replay of nvraid's log can put them back.
+    let spoiled = spoil_journaled_pages(dir, &members);
+    assert!(spoiled > 0, "{name}: the log holds units from its tail");
     Made {
         name: name.to_string(),
         level,
         members: members.iter().map(|m| dir.join(m)).collect(),
         sha256: sha(&data),
     }
+}
+
+/// Overwrite, on the members, every page the journal (the last of
+/// `members`) logs from its tail: data pages where the layout puts their
+/// array sectors, P and Q at their stripe's member sector. The pages
+/// spoiled.
+fn spoil_journaled_pages(dir: &Path, members: &[String]) -> usize {
+    use nvraid_metadata::r5log::{self, Payload, Ring};
+    use nvraid_metadata::{Role, Superblock};
+    let (journal, data) = members.split_last().unwrap();
+    let image = std::fs::read(dir.join(journal)).unwrap();
+    let sb = Superblock::decode(&image[4096..8192]).unwrap();
+    let seed = r5log::uuid_checksum(&sb.set_uuid);
+    let ring = Ring::new(sb.data_size_sectors);
+    let base = sb.data_offset_sectors * 512;
+    let scan = r5log::scan(ring, sb.recovery_offset, seed, |pos, buf| {
+        let at = (base + pos * 512) as usize;
+        buf.copy_from_slice(&image[at..at + buf.len()]);
+        Ok(())
+    })
+    .unwrap()
+    .expect("a log at the tail");
+    // The members' images by role.
+    let mut by_role: Vec<(String, Superblock, Vec<u8>)> = data
+        .iter()
+        .map(|m| {
+            let bytes = std::fs::read(dir.join(m)).unwrap();
+            let sb = Superblock::decode(&bytes[4096..8192]).unwrap();
+            (m.clone(), sb, bytes)
+        })
+        .collect();
+    by_role.sort_by_key(|(_, sb, _)| match sb.role() {
+        Role::Active(r) => r,
+        other => panic!("{other:?}"),
+    });
+    let geometry = nvraid_array::geometry_of(&by_role[0].1, &by_role[0].0).unwrap();
+    let map = geometry.level().stripe_map(geometry.members()).unwrap();
+    let chunk = geometry.chunk_bytes().unwrap();
+    let mut spoiled = 0;
+    let mut spoil = |member: u32, member_offset: u64| {
+        let (_, sb, bytes) = &mut by_role[member as usize];
+        let at = (sb.data_offset_sectors * 512 + member_offset) as usize;
+        bytes[at..at + 4096].fill(0xee);
+        spoiled += 1;
+    };
+    for unit in &scan.units {
+        for payload in &unit.block.payloads {
+            match payload {
+                Payload::Data { location, .. } => {
+                    let at = geometry.locate(location * 512, 0);
+                    spoil(at.member, at.member_offset);
+                }
+                Payload::Parity { location, .. } => {
+                    let (p, q) = map.parity_members(location * 512 / chunk);
+                    spoil(p, location * 512);
+                    if let Some(q) = q {
+                        spoil(q, location * 512);
+                    }
+                }
+                Payload::Flush { .. } => {}
+            }
+        }
+    }
+    for (name, _, bytes) in &by_role {
+        std::fs::write(dir.join(name), bytes).unwrap();
+    }
+    spoiled
 }
