@@ -128,20 +128,29 @@ pub fn detail(array: &Array) -> ArrayDetail {
         .collect();
     if let Some(journal) = array.md_journal() {
         let slot = &journal.slot;
+        let failure = journal.failure();
         members.push(MemberDetail {
             path: Some(journal.spec().to_string()),
             role: None,
-            state: "journal",
-            reason: Some(format!(
-                "the array's write journal: a log of {} sectors, {} from its tail at sector {}",
-                journal.ring_sectors(),
-                match journal.units_logged() {
-                    Ok(1) => "1 unit".to_string(),
-                    Ok(n) => format!("{n} units"),
-                    Err(e) => format!("unreadable ({e})"),
-                },
-                journal.tail()
-            )),
+            state: if failure.is_some() {
+                "faulty"
+            } else {
+                "journal"
+            },
+            reason: Some(if let Some(why) = failure {
+                format!("the array's write journal failed ({why}): the array refuses writes")
+            } else {
+                format!(
+                    "the array's write journal: a log of {} sectors, {} from its tail at sector {}",
+                    journal.ring_sectors(),
+                    match journal.units_logged() {
+                        Ok(1) => "1 unit".to_string(),
+                        Ok(n) => format!("{n} units"),
+                        Err(e) => format!("unreadable ({e})"),
+                    },
+                    journal.tail()
+                )
+            }),
             in_sync_bytes: None,
             bad_ranges: Vec::new(),
             events: Some(slot.superblock.events),

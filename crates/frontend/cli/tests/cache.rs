@@ -406,3 +406,93 @@ fn a_journal_that_fails_stops_writes_and_loses_nothing_acknowledged() {
         "an acknowledged write is not on the members"
     );
 }
+
+/// md's write journal (RAID 5, `create --write-journal`) on an NBD export
+/// whose writes start failing on command: writes are refused from then on
+/// (md's rule: no write reaches the members unlogged), `status` names the
+/// journal as faulty and why, reads go on, and every write acknowledged
+/// before is on the members after an orderly stop.
+#[test]
+fn an_md_write_journal_that_fails_stops_writes_and_loses_nothing_acknowledged() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let socket = d.join("journal.sock");
+    let trigger = d.join("journal-fails");
+    let mut nbdkit = std::process::Command::new("nbdkit")
+        .arg("-f")
+        .arg("-U")
+        .arg(&socket)
+        .args([
+            "--filter=error",
+            "memory",
+            "16M",
+            "error-pwrite-rate=100%",
+            "error-pwrite=EIO",
+        ])
+        .arg(format!("error-pwrite-file={}", trigger.display()))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("nbdkit (./test.sh installs it)");
+    for _ in 0..400 {
+        if socket.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let journal = format!("nbd+unix:///?socket={}", socket.display());
+    let data_members: Vec<String> = (0..3).map(|i| format!("m{i}")).collect();
+    let mut create = vec![
+        "create",
+        "--level",
+        "5",
+        "--size",
+        "16M",
+        "--write-journal",
+        &journal,
+    ];
+    create.extend(data_members.iter().map(String::as_str));
+    ok(&create, d);
+    let mut members = data_members.clone();
+    members.push(journal.clone());
+    let mut server = serve(d, &members);
+    let export = connect(d);
+    let mut acknowledged = Vec::new();
+    for i in 0..16u64 {
+        let data: Vec<u8> = (0..16)
+            .flat_map(|b| block_data(1000 + i, i * 16 + b))
+            .collect();
+        export.write_at(&data, i * 16 * BLOCK as u64).unwrap();
+        acknowledged.push(data);
+    }
+    std::fs::write(&trigger, b"").unwrap();
+    assert!(
+        export.write_at(&vec![7u8; BLOCK], 1 << 20).is_err(),
+        "a write was acknowledged after the journal failed"
+    );
+    assert!(export.write_at(&vec![7u8; BLOCK], 2 << 20).is_err());
+    let status = ok(&["status", "--socket", "md.ctl", "--json"], d);
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    let text = status.to_string();
+    assert!(
+        text.contains("write journal failed") && text.contains("journal.sock"),
+        "status does not say why: {status}"
+    );
+    let mut back = vec![0u8; 16 * 16 * BLOCK];
+    export.read_at(&mut back, 0).unwrap();
+    assert!(back == acknowledged.concat());
+    drop(export);
+    nix_term(&mut server);
+    let _ = nbdkit.kill();
+    let _ = nbdkit.wait();
+    let log = std::fs::read_to_string(d.join("serve.log")).unwrap();
+    assert!(log.contains("refuses writes from now on"), "{log}");
+    // The journal is gone with nbdkit: the members alone hold the data.
+    let mut read = vec!["read", "--length", "1M"];
+    read.extend(data_members.iter().map(String::as_str));
+    let on_members = ok_bytes(&read, d);
+    assert!(
+        on_members == acknowledged.concat(),
+        "an acknowledged write is not on the members"
+    );
+}
