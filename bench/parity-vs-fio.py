@@ -16,8 +16,10 @@ psync, at the same total queue depth and worker count):
 
 and the rebuild of a lost member on the idle array next to fio's sequential
 write of that member alone (target >= 0.9). Then RAID 5 again with md's
-partial parity log (--consistency-policy ppl) instead of the bitmap, for the
-two write workloads: what closing the write hole costs.
+partial parity log (--consistency-policy ppl) instead of the bitmap, and
+with md's write journal on a fifth member (--write-journal; a 256 MiB file
+on /dev/shm, a journal device faster than the members), for the two write
+workloads: what closing the write hole costs each way.
 
 Usage: bench/parity-vs-fio.py [--reps 3] [--runtime 5] [--json out.json]
 """
@@ -72,7 +74,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--runtime", type=int, default=5)
-    ap.add_argument("--levels", default="5,6,5ppl")
+    ap.add_argument("--levels", default="5,6,5ppl,5jrnl")
     ap.add_argument("--json")
     a = ap.parse_args()
     vsfio.ensure_tools()
@@ -83,13 +85,21 @@ def main():
     print(f"members: {n} x {MEMBER_BYTES >> 20} MiB {kind}; runtime {a.runtime}s; "
           f"{a.reps} repetitions", flush=True)
     try:
+        journal = os.path.join("/dev/shm", f"nvraid-parity-journal-{os.getpid()}")
         for level in a.levels.split(","):
             ppl = level.endswith("ppl")
-            level = level.removesuffix("ppl")
+            jrnl = level.endswith("jrnl")
+            level = level.removesuffix("ppl").removesuffix("jrnl")
             p = 1 if level == "5" else 2
             policy = ["--consistency-policy", "ppl"] if ppl else []
+            array = list(devs)
+            if jrnl:
+                with open(journal, "wb") as f:
+                    f.truncate(256 << 20)
+                policy = ["--write-journal", journal]
+                array.append(journal)
             sh([NVRAID, "create", "--level", level, "--force", *policy, *devs])
-            sh([NVRAID, "repair", *devs])
+            sh([NVRAID, "repair", *array])
             workloads = [
                 ("1 MiB sequential write, QD 8, 2 workers", "write", "1M", 8, 2,
                  0.9 * (n - p) / n, devs),
@@ -98,12 +108,12 @@ def main():
                 ("4K random read, QD 32, 2 workers", "randread", "4k", 32, 2, 1.0, devs),
                 ("4K random read, one member missing", "randread", "4k", 32, 2, 0.6, devs[:-1]),
             ]
-            if ppl:
-                workloads = workloads[:2]
-                level = level + " with PPL"
+            if ppl or jrnl:
+                workloads = [w[:6] + (array,) for w in workloads[:2]]
+                level = level + (" with PPL" if ppl else " with md's journal")
             for name, rw, bs, depth, jobs, target, members in workloads:
                 pairs, runs = [], []
-                extra = ["--degraded"] if len(members) < n else []
+                extra = ["--degraded"] if len(members) < len(array) else []
                 for rep in range(a.reps):
                     got = {}
                     for who in (["fio", "nvraid"] if rep % 2 == 0 else ["nvraid", "fio"]):
@@ -121,7 +131,7 @@ def main():
                       f"(target >= {target:.3f}) runs {[round(r, 3) for r in ratios]} "
                       f"nvraid {[round(r['nvraid']['iops']) for r in runs]} "
                       f"fio {[round(r['fio']['iops']) for r in runs]} IOPS", flush=True)
-            if ppl:
+            if ppl or jrnl:
                 continue
             # The degraded reads above wrote nothing: the array is whole
             # again for the rebuild.
@@ -136,6 +146,8 @@ def main():
                   flush=True)
     finally:
         vsfio.teardown(kind, devs)
+        if os.path.exists(journal):
+            os.remove(journal)
         shutil.rmtree(tmp, ignore_errors=True)
     if a.json:
         with open(a.json, "w") as f:

@@ -1,6 +1,7 @@
-//! md's RAID 4/5/6 write journal (raid5-cache) at assembly: the journal
-//! member joins the array, and a writable assembly replays its log as the
-//! kernel does before anything else is written.
+//! md's RAID 4/5/6 write journal (raid5-cache): the journal member joins
+//! the array, a writable assembly replays its log as the kernel does before
+//! anything else is written, and from then on every write is logged first
+//! (see "Logging" below).
 //!
 //! The log format is [`nvraid_metadata::r5log`]. Replay, following md's
 //! recovery (`r5c_recovery_flush_log` and what follows it):
@@ -15,9 +16,11 @@
 //!    flush payload drops the stripes it lists (md wrote them already).
 //! 3. Complete stripes are written page by page to the members, exactly as
 //!    logged (data and parity; a stripe with parity and no data is left, as
-//!    md leaves it: its data reached the members before the tail moved). Stripes with data only (md's write-back
-//!    mode acknowledged them from the log) are written through the array's
-//!    own write path, which reads what it needs and computes their parity.
+//!    md leaves it: its data reached the members before the tail moved).
+//!    Stripes with data only (md's write-back mode acknowledged them from
+//!    the log) are written through the array's own write path, their
+//!    parity computed from all of their data (never updated from parity a
+//!    crash may have torn).
 //! 4. The members are flushed, an empty meta block goes where the log ends
 //!    (its sequence number 10000 past the last one, as md does: units the
 //!    crash left out of order beyond the end must not read as its
@@ -28,10 +31,18 @@
 //! writable assembly then starts one at the ring's start, with a random
 //! sequence number, as md does.
 //!
-//! nvraid does not yet *write* this log while the array runs: its writes
-//! to a journaled array go to the members directly and mark the array
-//! dirty, as on an array without a journal, so a crash is followed by a
-//! resync rather than a replay.
+//! **Logging** (md's write-through mode). Both data paths hand each write
+//! round, once its parity is computed, to [`MdJournal::enqueue`]: every
+//! data page under its array sector, then P (and Q) under the stripe's
+//! member sector, in as many units as the meta blocks need. The round's
+//! member writes start only when [`MdJournal::ready`] says its units are
+//! durable; whoever finds the log free writes every waiting round in one
+//! write and one flush (group commit), and nobody blocks on another round.
+//! [`MdJournal::done`] marks a round's stripes on the members. When the
+//! ring is half full the members are flushed and the tail moves to the
+//! oldest round not done (or the newest unit); the ring never passes the
+//! tail. A journaled array is never recorded dirty: the log, not a resync,
+//! repairs a crash.
 
 use crate::array::{Array, Slot};
 use crate::error::{Error, Result};
