@@ -1099,7 +1099,7 @@ impl Array {
         if !self.has_redundancy() || self.dirty.load(Ordering::Acquire) {
             return Ok(());
         }
-        if self.md_journal.is_some() {
+        if self.md_journal.as_ref().is_some_and(|j| !j.unlogged()) {
             // md's rule for a journaled array: every write is logged with
             // its parity before it reaches the members, so a crash needs a
             // replay, not a resync; the superblocks stay clean.

@@ -51,6 +51,20 @@ use nvraid_metadata::r5log::{self, MetaBlock, Payload, Ring, PAGE_BYTES, PAGE_SE
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
+/// Payloads in units: as many per meta block as fit.
+fn pack(payloads: Vec<Payload>) -> Vec<MetaBlock> {
+    let mut units = Vec::new();
+    let mut unit = MetaBlock::empty(0, 0);
+    for payload in payloads {
+        if !unit.fits(&payload) {
+            units.push(std::mem::replace(&mut unit, MetaBlock::empty(0, 0)));
+        }
+        unit.payloads.push(payload);
+    }
+    units.push(unit);
+    units
+}
+
 /// Sectors of a batch of groups.
 fn need_of(groups: &[Group]) -> u64 {
     groups.iter().map(Group::sectors).sum()
@@ -96,12 +110,25 @@ struct Writer {
     last_written: Option<u64>,
     /// Why the log stopped taking writes (a journal member that failed).
     failed: Option<String>,
+    /// After a failure: writes may go to the members unlogged (a write
+    /// cache saving what it acknowledged), the array recorded dirty.
+    unlogged: bool,
+    /// Groups a write cache holds open until its pages are on the members
+    /// ([`MdJournal::release_through`]), with their sectors of log, and how
+    /// far it released.
+    held: BTreeMap<u64, u64>,
+    held_sectors: u64,
+    released: u64,
+    /// A round found no room in the ring (the tail must move).
+    wants_room: bool,
 }
 
 /// One request round's pages, as units of the log.
 #[derive(Debug)]
 struct Group {
     id: u64,
+    /// A write cache's pages (held until released).
+    cached: bool,
     units: Vec<MetaBlock>,
     /// Every unit's pages, in order.
     pages: Vec<u8>,
@@ -201,7 +228,178 @@ impl MdJournal {
 
     /// Whether writes are logged now.
     pub(crate) fn logging(&self) -> bool {
-        self.writer().active
+        let w = self.writer();
+        w.active && !w.unlogged
+    }
+
+    /// Whether writes go to the members unlogged (the journal failed and a
+    /// write cache is saving what it acknowledged).
+    pub fn unlogged(&self) -> bool {
+        self.writer().unlogged
+    }
+
+    /// The journal failed: let the writes that follow reach the members
+    /// without it (a write cache saving what it acknowledged; the array is
+    /// then recorded dirty, as one with no journal).
+    pub fn allow_unlogged(&self) {
+        let mut w = self.writer();
+        if w.failed.is_some() && !w.unlogged {
+            w.unlogged = true;
+            eprintln!(
+                "nvraid: write journal {}: writing to the members without it; the array is \
+                 recorded dirty (a resync follows the next assembly)",
+                self.spec()
+            );
+        }
+    }
+
+    /// Mark the journal failed (its member disappeared, say).
+    pub fn mark_failed(&self, why: String) {
+        let mut w = self.writer();
+        let _ = self.fail(&mut w, why);
+    }
+
+    /// The newest group durable, and whether the journal failed.
+    pub fn committed(&self) -> (u64, bool) {
+        let w = self.writer();
+        (w.durable, w.failed.is_some())
+    }
+
+    /// The newest group queued so far.
+    pub fn newest(&self) -> u64 {
+        self.writer().next_group.saturating_sub(1)
+    }
+
+    /// Bytes of ring in use, and the ring's size.
+    pub fn usage(&self) -> (u64, u64) {
+        let w = self.writer();
+        (
+            self.ring.distance(self.tail(), w.head) * 512,
+            self.ring.sectors * 512,
+        )
+    }
+
+    /// Whether a round waits for the tail to move.
+    pub fn wants_room(&self) -> bool {
+        self.writer().wants_room
+    }
+
+    /// A write cache's pages, `data` at array byte `offset` (whole 4 KiB
+    /// pages), as data-only units (md's write-back mode): held open until
+    /// [`MdJournal::release_through`], so the tail never passes them while
+    /// the members lack them. `apply` runs under the log's lock (the cache
+    /// takes the write there: both see writes in one order). Its ticket, or
+    /// `None` when `apply` declined (nothing queued).
+    pub fn enqueue_cached(
+        &self,
+        offset: u64,
+        data: &[u8],
+        apply: &mut dyn FnMut() -> bool,
+    ) -> std::result::Result<Option<u64>, String> {
+        if !offset.is_multiple_of(PAGE_BYTES as u64) || !data.len().is_multiple_of(PAGE_BYTES) {
+            return Err(format!(
+                "{offset}+{}: the journal logs whole 4 KiB pages",
+                data.len()
+            ));
+        }
+        let payloads: Vec<Payload> = data
+            .chunks(PAGE_BYTES)
+            .enumerate()
+            .map(|(i, page)| Payload::Data {
+                flags: 0,
+                location: (offset + (i * PAGE_BYTES) as u64) / 512,
+                checksum: r5log::md_crc(self.seed, page),
+            })
+            .collect();
+        let units = pack(payloads);
+        let sectors: u64 = units.iter().map(MetaBlock::unit_sectors).sum();
+        let mut w = self.writer();
+        if let Some(why) = &w.failed {
+            return Err(why.clone());
+        }
+        // What a cache holds in the log is bounded, so that writing it back
+        // (each page logged again, with parity: up to three times the log)
+        // always finds room while the tail waits for it: an eighth of the
+        // ring, or one write at a time.
+        if w.held_sectors > 0 && w.held_sectors + sectors > self.ring.sectors / 8 {
+            w.wants_room = true;
+            return Ok(None);
+        }
+        if !apply() {
+            return Ok(None);
+        }
+        let id = w.next_group.max(1);
+        w.next_group = id + 1;
+        w.held.insert(id, sectors);
+        w.held_sectors += sectors;
+        w.waiting.push_back(Group {
+            id,
+            cached: true,
+            units,
+            pages: data.to_vec(),
+        });
+        Ok(Some(id))
+    }
+
+    /// A write cache's pages up to group `ticket` are on the members and
+    /// flushed: the tail may pass them.
+    pub fn release_through(&self, ticket: u64) {
+        let mut w = self.writer();
+        w.released = w.released.max(ticket);
+        let released: Vec<u64> = w.held.range(..=ticket).map(|(&id, _)| id).collect();
+        for id in released {
+            let sectors = w.held.remove(&id).unwrap_or(0);
+            w.held_sectors -= sectors;
+            w.open.remove(&id);
+        }
+    }
+
+    /// Move the tail as far as the members allow: past every unit of a
+    /// group that is done (the members flushed first, then every
+    /// superblock). Waits while another thread writes the log.
+    pub fn checkpoint(&self, array: &Array) -> Result<()> {
+        loop {
+            let w = self.writer();
+            if w.failed.is_some() {
+                return Ok(());
+            }
+            if w.writing {
+                drop(w);
+                std::thread::sleep(std::time::Duration::from_micros(50));
+                continue;
+            }
+            return self.move_tail(array, w).1;
+        }
+    }
+
+    /// [`MdJournal::checkpoint`] with the lock held and nobody writing;
+    /// gives the lock back.
+    fn move_tail<'a>(
+        &'a self,
+        array: &Array,
+        mut w: std::sync::MutexGuard<'a, Writer>,
+    ) -> (std::sync::MutexGuard<'a, Writer>, Result<()>) {
+        // The oldest group still writing its stripes (or held by a cache),
+        // or else the newest written (all on the members; replaying it is
+        // harmless).
+        let new_tail = w.open.values().next().copied().or(w.last_written);
+        let Some(new_tail) = new_tail.filter(|&t| t != self.tail()) else {
+            return (w, Ok(()));
+        };
+        w.writing = true;
+        drop(w);
+        let moved = array.flush().and_then(|()| {
+            *self.tail.lock().unwrap_or_else(|p| p.into_inner()) = new_tail;
+            array.write_journal_tail()
+        });
+        let mut w = self.writer();
+        w.writing = false;
+        w.wants_room = false;
+        let result = match moved {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.fail(&mut w, format!("moving its tail: {e}"))),
+        };
+        (w, result)
     }
 
     pub(crate) fn replaying(&self) -> bool {
@@ -216,19 +414,16 @@ impl MdJournal {
     /// Queue a round's pages (`payloads` in order, `pages` their bytes)
     /// for the log: its ticket.
     pub(crate) fn enqueue(&self, payloads: Vec<Payload>, pages: Vec<u8>) -> u64 {
-        let mut units = Vec::new();
-        let mut unit = MetaBlock::empty(0, 0);
-        for payload in payloads {
-            if !unit.fits(&payload) {
-                units.push(std::mem::replace(&mut unit, MetaBlock::empty(0, 0)));
-            }
-            unit.payloads.push(payload);
-        }
-        units.push(unit);
+        let units = pack(payloads);
         let mut w = self.writer();
         let id = w.next_group.max(1);
         w.next_group = id + 1;
-        w.waiting.push_back(Group { id, units, pages });
+        w.waiting.push_back(Group {
+            id,
+            cached: false,
+            units,
+            pages,
+        });
         id
     }
 
@@ -238,7 +433,7 @@ impl MdJournal {
     /// the ring is half full it first moves the tail past the groups whose
     /// stripes are on the members (the members flushed, then every
     /// superblock). An error: the journal failed, and no write may go on.
-    pub(crate) fn ready(&self, array: &Array, ticket: u64) -> Result<bool> {
+    pub fn ready(&self, array: &Array, ticket: u64) -> Result<bool> {
         let mut w = self.writer();
         if let Some(why) = &w.failed {
             return Err(self.refused(why));
@@ -252,21 +447,14 @@ impl MdJournal {
         let need: u64 = w.waiting.iter().map(Group::sectors).sum();
         let used = self.ring.distance(self.tail(), w.head);
         if used + need + PAGE_SECTORS > self.ring.sectors || used > self.ring.sectors / 2 {
-            // The oldest group still writing its stripes, or else the
-            // newest written (all on the members; replaying it is harmless).
-            let new_tail = w.open.values().next().copied().or(w.last_written);
-            if let Some(new_tail) = new_tail.filter(|&t| t != self.tail()) {
-                w.writing = true;
-                drop(w);
-                let moved = array.flush().and_then(|()| {
-                    *self.tail.lock().unwrap_or_else(|p| p.into_inner()) = new_tail;
-                    array.write_journal_tail()
-                });
-                w = self.writer();
-                w.writing = false;
-                if let Err(e) = moved {
-                    return Err(self.fail(&mut w, format!("moving its tail: {e}")));
-                }
+            let (back, moved) = self.move_tail(array, w);
+            w = back;
+            moved?;
+            if w.durable >= ticket {
+                return Ok(true);
+            }
+            if w.writing || w.waiting.is_empty() {
+                return Ok(false);
             }
         }
         // As many waiting groups as the ring has room for, at least one.
@@ -291,6 +479,7 @@ impl MdJournal {
                 return Err(self.fail(&mut w, why));
             }
             // Wait for stripes to reach the members, then the tail moves.
+            w.wants_room = true;
             return Ok(false);
         }
         let groups: Vec<Group> = w.waiting.drain(..take).collect();
@@ -301,7 +490,7 @@ impl MdJournal {
         let mut at = 0usize;
         let mut firsts = Vec::with_capacity(groups.len());
         for g in &groups {
-            firsts.push((g.id, pos));
+            firsts.push((g.id, g.cached, pos));
             let mut page = 0usize;
             for unit in &g.units {
                 let mut block = unit.clone();
@@ -329,17 +518,24 @@ impl MdJournal {
         }
         w.head = pos;
         w.seq = seq;
-        for (id, first) in firsts {
-            w.open.insert(id, first);
+        for (id, cached, first) in firsts {
+            // A cache's group released before it was written stays closed.
+            if !(cached && id <= w.released) {
+                w.open.insert(id, first);
+            }
             w.last_written = Some(first);
             w.durable = id;
         }
         Ok(w.durable >= ticket)
     }
 
-    /// The request holding `ticket` has written its stripes.
+    /// The request holding `ticket` has written its stripes (a cache's
+    /// group waits for [`MdJournal::release_through`] instead).
     pub(crate) fn done(&self, ticket: u64) {
-        self.writer().open.remove(&ticket);
+        let mut w = self.writer();
+        if !w.held.contains_key(&ticket) {
+            w.open.remove(&ticket);
+        }
     }
 
     /// Write `image` into the ring from `start` (two writes when it passes

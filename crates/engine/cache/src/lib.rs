@@ -30,7 +30,7 @@ use std::time::Duration;
 use nvraid_io::queue::{Completion, Queue, Target};
 
 use journal::format::BLOCK_BYTES;
-use journal::Journal;
+use journal::JournalLog;
 use pages::Pages;
 
 /// How writes are acknowledged.
@@ -107,7 +107,7 @@ pub(crate) struct Shared {
     pub work: Condvar,
     /// Wakes writers waiting for room.
     pub room: Condvar,
-    pub journal: Option<Journal>,
+    pub journal: Option<Box<dyn JournalLog>>,
     pub log: Arc<dyn Fn(&str) + Send + Sync>,
 }
 
@@ -118,7 +118,7 @@ impl Shared {
 
     /// Why writes are refused, if they are.
     pub fn failure(&self) -> Option<String> {
-        self.journal.as_ref().and_then(Journal::failure)
+        self.journal.as_ref().and_then(|j| j.failure())
     }
 }
 
@@ -135,7 +135,7 @@ impl CachedTarget {
     pub fn new(
         inner: Arc<dyn Target>,
         mode: CacheMode,
-        journal: Option<Journal>,
+        journal: Option<Box<dyn JournalLog>>,
         options: CacheOptions,
         log: Arc<dyn Fn(&str) + Send + Sync>,
     ) -> io::Result<CachedTarget> {
@@ -174,7 +174,7 @@ impl CachedTarget {
 
     /// What the cache holds now.
     pub fn stats(&self) -> CacheStats {
-        let (used, ring) = self.shared.journal.as_ref().map_or((0, 0), Journal::usage);
+        let (used, ring) = self.shared.journal.as_ref().map_or((0, 0), |j| j.usage());
         let failure = self.shared.failure();
         let state = self.shared.lock();
         CacheStats {
@@ -236,7 +236,7 @@ impl Target for CachedTarget {
                 self.shared
                     .journal
                     .as_ref()
-                    .map_or_else(String::new, Journal::name)
+                    .map_or_else(String::new, |j| j.name())
             ),
         };
         format!("{} ({mode})", self.shared.inner.describe())

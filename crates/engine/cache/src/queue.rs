@@ -164,15 +164,36 @@ impl CachedQueue {
             return Ok(());
         }
         let first = offset / BLOCK_BYTES as u64;
+        let blocks = u64::from(len).div_ceil(BLOCK_BYTES as u64);
         let shared = self.shared.clone();
         let data = &self.inner.buffer_mut(slot)[..len as usize];
-        let taken = match &shared.journal {
-            Some(journal) => journal
-                .append(offset, data, || {
-                    shared.lock().pages.insert(first, data);
-                })
-                .map(Taken::Journaled),
-            None => Ok(Taken::Cached(shared.lock().pages.insert(first, data))),
+        let wait_for_write_back = shared
+            .journal
+            .as_ref()
+            .is_some_and(|j| j.write_back_first());
+        let taken = loop {
+            let taken = match &shared.journal {
+                Some(journal) => journal.append(offset, data, &mut || {
+                    let mut state = shared.lock();
+                    let busy = wait_for_write_back
+                        && (first..first + blocks)
+                            .any(|i| state.pages.map.get(&i).is_some_and(|p| p.busy));
+                    if !busy {
+                        state.pages.insert(first, data);
+                    }
+                    !busy
+                }),
+                None => Ok(Some(shared.lock().pages.insert(first, data))),
+            };
+            match taken {
+                // A page of the write is being written back (that write-back
+                // is logged first, then this write), or the journal wants its
+                // cached pages written back before it takes more.
+                Ok(None) => std::thread::sleep(std::time::Duration::from_micros(20)),
+                Ok(Some(ticket)) if shared.journal.is_some() => break Ok(Taken::Journaled(ticket)),
+                Ok(Some(seq)) => break Ok(Taken::Cached(seq)),
+                Err(e) => break Err(e),
+            }
         };
         match taken {
             Ok(Taken::Journaled(ticket)) => {

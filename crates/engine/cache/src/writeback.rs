@@ -104,6 +104,9 @@ impl WriteBack {
                 }
                 Job::Rescue => {
                     self.rescued = true;
+                    if let Some(journal) = &self.shared.journal {
+                        journal.rescue();
+                    }
                     (self.shared.log)(&format!(
                         "nvraid: {}; the array takes no more writes; writing the writes it acknowledged to the array",
                         self.shared.failure().unwrap_or_default()

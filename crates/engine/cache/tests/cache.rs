@@ -150,6 +150,7 @@ fn small_cache(mode: CacheMode, journal: Option<Journal>, array: &MemTarget) -> 
         background_bytes: 256 * KIB as u64,
         expire: Duration::from_millis(200),
     };
+    let journal = journal.map(|j| Box::new(j) as Box<dyn nvraid_cache::journal::JournalLog>);
     CachedTarget::new(Arc::new(array.clone()), mode, journal, options, quiet()).unwrap()
 }
 

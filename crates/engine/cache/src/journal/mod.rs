@@ -30,6 +30,86 @@ pub const RECORD_PAYLOAD_MAX: u64 = 4 << 20;
 /// least two of the largest records.
 pub const JOURNAL_BYTES_MIN: u64 = 16 << 20;
 
+/// What the cache needs of a journal: nvraid's own ring ([`Journal`]), or
+/// md's write journal of a RAID 4/5/6 array (which `serve` adapts).
+pub trait JournalLog: Send + Sync {
+    /// The journal's member, for messages.
+    fn name(&self) -> String;
+    /// Appends a write of `data` at array byte `offset`; `apply` runs under
+    /// the journal's lock (the cache takes the write there). Its ticket;
+    /// `None` when `apply` declined (nothing appended).
+    fn append(
+        &self,
+        offset: u64,
+        data: &[u8],
+        apply: &mut dyn FnMut() -> bool,
+    ) -> Result<Option<u64>, String>;
+    /// Whether a write to a page being written back must wait for that
+    /// write-back: md's journal logs the write-back's pages too, and a newer
+    /// write logged before them would be undone by a replay.
+    fn write_back_first(&self) -> bool {
+        false
+    }
+    /// Waits until `ticket` is durable (see [`Journal::commit_or_wait`]).
+    fn commit_or_wait(&self, ticket: u64, timeout: Option<Duration>) -> Commit;
+    /// The last ticket known durable, and whether the journal failed.
+    fn committed(&self) -> (u64, bool);
+    /// Why the journal failed, if it did.
+    fn failure(&self) -> Option<String>;
+    /// Bytes of ring in use, and the ring's size.
+    fn usage(&self) -> (u64, u64);
+    /// Whether a committer waits for room.
+    fn wants_room(&self) -> bool;
+    /// A mark noted before a checkpoint: every append before it is on the
+    /// array once the checkpoint has written back and flushed.
+    fn head(&self) -> (u64, u64);
+    /// The checkpoint from `head` is done: the ring before it is free.
+    fn set_tail(&self, tail: u64, tail_seq: u64) -> io::Result<()>;
+    /// Marks the journal failed (the member disappeared, say).
+    fn mark_failed(&self, why: String);
+    /// The journal failed and the cache is about to write back what it
+    /// acknowledged: let those writes reach the array.
+    fn rescue(&self) {}
+}
+
+impl JournalLog for Journal {
+    fn name(&self) -> String {
+        Journal::name(self)
+    }
+    fn append(
+        &self,
+        offset: u64,
+        data: &[u8],
+        apply: &mut dyn FnMut() -> bool,
+    ) -> Result<Option<u64>, String> {
+        Journal::append(self, offset, data, apply)
+    }
+    fn commit_or_wait(&self, ticket: u64, timeout: Option<Duration>) -> Commit {
+        Journal::commit_or_wait(self, ticket, timeout)
+    }
+    fn committed(&self) -> (u64, bool) {
+        Journal::committed(self)
+    }
+    fn failure(&self) -> Option<String> {
+        Journal::failure(self)
+    }
+    fn usage(&self) -> (u64, u64) {
+        Journal::usage(self)
+    }
+    fn wants_room(&self) -> bool {
+        Journal::wants_room(self)
+    }
+    fn head(&self) -> (u64, u64) {
+        Journal::head(self)
+    }
+    fn set_tail(&self, tail: u64, tail_seq: u64) -> io::Result<()> {
+        Journal::set_tail(self, tail, tail_seq)
+    }
+    fn mark_failed(&self, why: String) {
+        Journal::mark_failed(self, why)
+    }
+}
+
 /// What the journal lives on (a member, or a test double).
 pub trait JournalDevice: Send + Sync {
     /// Its name, for messages.
@@ -167,13 +247,21 @@ impl Journal {
 
     /// Appends a write of `data` at array byte `offset`; `apply` runs under
     /// the journal's lock (the cache takes the write in there, so both see
-    /// writes in one order). Returns the ticket to wait for.
-    pub fn append(&self, offset: u64, data: &[u8], apply: impl FnOnce()) -> Result<u64, String> {
+    /// writes in one order). Returns the ticket to wait for, or `None` when
+    /// `apply` declined the write (nothing appended).
+    pub fn append(
+        &self,
+        offset: u64,
+        data: &[u8],
+        apply: &mut dyn FnMut() -> bool,
+    ) -> Result<Option<u64>, String> {
         let mut state = self.lock();
         if let Some(why) = &state.failed {
             return Err(why.clone());
         }
-        apply();
+        if !apply() {
+            return Ok(None);
+        }
         state.next_ticket += 1;
         let ticket = state.next_ticket;
         let state = &mut *state;
@@ -202,7 +290,7 @@ impl Journal {
             });
         }
         state.batch.last = ticket;
-        Ok(ticket)
+        Ok(Some(ticket))
     }
 
     /// Waits until `ticket` is durable, committing the batch when nobody

@@ -5,6 +5,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use nvraid_array::{assemble, info, Array, AssembleOptions, FanoutTarget};
 use nvraid_bench::cli::Engine;
+use nvraid_cache::journal::JournalLog;
 use nvraid_io::queue::Target;
 use nvraid_member::Member;
 use nvraid_serve::cli::ServeArgs;
@@ -85,8 +86,17 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
     let writable = !options.read_only;
     // Every check of the cache's flags and the journal member comes before
     // the array is assembled for writing.
+    let md_journal =
+        args.cache == CacheChoice::Journal && cache::has_md_journal(&args.members, direct);
     match (args.cache, &args.journal) {
-        (CacheChoice::Journal, None) => anyhow::bail!("--cache journal needs --journal MEMBER"),
+        (CacheChoice::Journal, None) if !md_journal => anyhow::bail!(
+            "--cache journal needs --journal MEMBER (or an array created with --write-journal, \
+             whose journal it then uses)"
+        ),
+        (CacheChoice::Journal, Some(journal)) if md_journal => anyhow::bail!(
+            "the array keeps md's write journal (create --write-journal): --cache journal logs \
+             there, so --journal {journal} is not used; leave it out"
+        ),
         (CacheChoice::None | CacheChoice::Writeback, Some(_)) => {
             anyhow::bail!("--journal is only for --cache journal")
         }
@@ -194,7 +204,7 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
 fn start_cache(
     args: &ServeCmd,
     journal_member: Option<cache::JournalMember>,
-    array: &Array,
+    array: &Arc<Array>,
     target: Arc<dyn Target>,
 ) -> Result<Option<Arc<nvraid_cache::CachedTarget>>> {
     use nvraid_cache::{CacheMode, CacheOptions, CachedTarget};
@@ -212,7 +222,12 @@ fn start_cache(
         }
         (CacheChoice::Journal, Some(member)) => (
             CacheMode::Journal,
-            Some(cache::start_journal(member, array)?),
+            Some(Box::new(cache::start_journal(member, array)?) as Box<dyn JournalLog>),
+        ),
+        // md's write journal: the assembly has replayed it already.
+        (CacheChoice::Journal, None) if array.md_journal().is_some() => (
+            CacheMode::Journal,
+            Some(Box::new(cache::MdCacheLog::new(array.clone())) as Box<dyn JournalLog>),
         ),
         (CacheChoice::Journal, None) => anyhow::bail!("--cache journal needs --journal MEMBER"),
     };

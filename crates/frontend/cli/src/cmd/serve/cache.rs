@@ -6,8 +6,10 @@
 
 use anyhow::{bail, Context, Result};
 use nvraid_array::{detect_signature, read_superblock, Array};
-use nvraid_cache::journal::{self, format::Superblock, Journal};
+use nvraid_cache::journal::{self, format::Superblock, Commit, Journal, JournalLog};
 use nvraid_member::{Member, OpenOptions};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// `--cache`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -19,9 +21,106 @@ pub enum CacheChoice {
     /// for the members. Acknowledged writes not yet flushed are lost if
     /// the process dies or the machine loses power.
     Writeback,
-    /// A write is acknowledged once durable in the journal (--journal) and
+    /// A write is acknowledged once durable in the journal (--journal, or
+    /// md's write journal of an array created with --write-journal) and
     /// written to the members later; replayed after a crash.
     Journal,
+}
+
+/// Whether the array on `members` keeps md's write journal (read from
+/// their superblocks, before anything is assembled).
+pub fn has_md_journal(members: &[String], direct: bool) -> bool {
+    let open = OpenOptions {
+        direct,
+        ..Default::default()
+    };
+    members.iter().any(|spec| {
+        Member::open(spec, open)
+            .ok()
+            .and_then(|m| read_superblock(&m).ok())
+            .is_some_and(|sb| sb.feature_map & nvraid_metadata::features::JOURNAL != 0)
+    })
+}
+
+/// md's write journal as the cache's journal (md's write-back mode): a
+/// cached write is acknowledged once its pages are durable in the log as
+/// data-only units, which stay in the log until the cache has written them
+/// back (through the array, which logs them again with their parity) and
+/// flushed the members. After a crash the assembly replays them, nvraid's
+/// or the kernel's.
+pub struct MdCacheLog {
+    array: Arc<Array>,
+}
+
+impl MdCacheLog {
+    pub fn new(array: Arc<Array>) -> Self {
+        assert!(array.md_journal().is_some(), "an array with md's journal");
+        MdCacheLog { array }
+    }
+
+    fn journal(&self) -> &nvraid_array::journal::MdJournal {
+        self.array.md_journal().expect("checked at new")
+    }
+}
+
+impl JournalLog for MdCacheLog {
+    fn name(&self) -> String {
+        format!("md's write journal {}", self.journal().spec())
+    }
+    fn append(
+        &self,
+        offset: u64,
+        data: &[u8],
+        apply: &mut dyn FnMut() -> bool,
+    ) -> Result<Option<u64>, String> {
+        self.journal().enqueue_cached(offset, data, apply)
+    }
+    fn write_back_first(&self) -> bool {
+        true
+    }
+    fn commit_or_wait(&self, ticket: u64, timeout: Option<Duration>) -> Commit {
+        let start = Instant::now();
+        loop {
+            match self.journal().ready(&self.array, ticket) {
+                Ok(true) => return Commit::Durable,
+                Err(_) => return Commit::Failed,
+                Ok(false) => {}
+            }
+            if timeout.is_some_and(|t| start.elapsed() >= t) {
+                return Commit::Pending;
+            }
+            std::thread::sleep(Duration::from_micros(20));
+        }
+    }
+    fn committed(&self) -> (u64, bool) {
+        self.journal().committed()
+    }
+    fn failure(&self) -> Option<String> {
+        self.journal()
+            .failure()
+            .map(|why| format!("md's write journal {}: {why}", self.journal().spec()))
+    }
+    fn usage(&self) -> (u64, u64) {
+        self.journal().usage()
+    }
+    fn wants_room(&self) -> bool {
+        self.journal().wants_room()
+    }
+    fn head(&self) -> (u64, u64) {
+        (self.journal().newest(), 0)
+    }
+    fn set_tail(&self, tail: u64, _: u64) -> std::io::Result<()> {
+        self.journal().release_through(tail);
+        self.journal()
+            .checkpoint(&self.array)
+            .map_err(|e| std::io::Error::other(e.to_string()))
+    }
+    fn mark_failed(&self, why: String) {
+        self.journal().mark_failed(why);
+    }
+    fn rescue(&self) {
+        self.journal().allow_unlogged();
+    }
 }
 
 /// A journal member that passed its checks, and what it holds.
