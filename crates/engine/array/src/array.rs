@@ -1281,7 +1281,9 @@ impl Array {
         assert!(written > 0, "a superblock update with no member to write");
         // The journal member takes every update too (md's rule: a member
         // behind the array's events is stale), keeping its journal_tail.
-        if let Some(journal) = &self.md_journal {
+        // (Not once it has failed: md writes nothing more to a faulty
+        // member.)
+        if let Some(journal) = self.md_journal.as_ref().filter(|j| j.failure().is_none()) {
             let mut sb = journal.slot.superblock.clone();
             sb.events = next;
             sb.resync_offset = resync_offset;

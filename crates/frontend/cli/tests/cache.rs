@@ -451,6 +451,18 @@ fn a_journal_that_fails_stops_writes_and_loses_nothing_acknowledged() {
 /// before is on the members after an orderly stop.
 #[test]
 fn an_md_write_journal_that_fails_stops_writes_and_loses_nothing_acknowledged() {
+    md_journal_fails(&[]);
+}
+
+/// The same under `--cache journal`: the cache's acknowledged writes were
+/// only in the log and in RAM when the journal failed; the cache writes
+/// them to the members without the log, and the array is recorded dirty.
+#[test]
+fn an_md_write_journal_that_fails_under_the_cache_loses_nothing_acknowledged() {
+    md_journal_fails(&["--cache", "journal"]);
+}
+
+fn md_journal_fails(extra: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let socket = d.join("journal.sock");
@@ -492,7 +504,7 @@ fn an_md_write_journal_that_fails_stops_writes_and_loses_nothing_acknowledged() 
     ok(&create, d);
     let mut members = data_members.clone();
     members.push(journal.clone());
-    let mut server = serve(d, &members);
+    let mut server = serve_with(d, &members, extra);
     let export = connect(d);
     let mut acknowledged = Vec::new();
     for i in 0..16u64 {
@@ -512,7 +524,7 @@ fn an_md_write_journal_that_fails_stops_writes_and_loses_nothing_acknowledged() 
     let status: serde_json::Value = serde_json::from_str(&status).unwrap();
     let text = status.to_string();
     assert!(
-        text.contains("write journal failed") && text.contains("journal.sock"),
+        text.contains("journal failed") && text.contains("journal.sock"),
         "status does not say why: {status}"
     );
     let mut back = vec![0u8; 16 * 16 * BLOCK];
@@ -524,6 +536,12 @@ fn an_md_write_journal_that_fails_stops_writes_and_loses_nothing_acknowledged() 
     let _ = nbdkit.wait();
     let log = std::fs::read_to_string(d.join("serve.log")).unwrap();
     assert!(log.contains("refuses writes from now on"), "{log}");
+    if !extra.is_empty() {
+        assert!(
+            log.contains("every acknowledged write is on the array"),
+            "{log}"
+        );
+    }
     // The journal is gone with nbdkit: the members alone hold the data.
     let mut read = vec!["read", "--length", "1M"];
     read.extend(data_members.iter().map(String::as_str));
