@@ -4,17 +4,22 @@ NBD engine, 4 KiB random writes at QD 32 and 1 MiB sequential writes.
 
 The array is a RAID 0 of four files in --dir (tmpfs by default) and the
 journal a fifth file there, so the journal member is exactly as fast as each
-array member.
+array member. With --level 5 --md-journal the array is a RAID 5 created with
+md's write journal on that fifth file (`create --write-journal`): every mode
+then logs each write-back through it, and `journal` is md's write-back mode
+on it (no --journal).
 Modes alternate within each repetition, each on a freshly started server (the machine is shared and noisy);
 the medians and the ratios to writeback are printed, and with --json saved.
 
-    sudo bench/cache-modes.py [--reps 3] [--runtime 5] [--dir DIR] [--journal-dir DIR] [--json out.json]
+    sudo bench/cache-modes.py [--reps 3] [--runtime 5] [--dir DIR] [--journal-dir DIR]
+                              [--level 0|5] [--md-journal] [--json out.json]
 """
 import argparse, json, os, shutil, signal, statistics, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NVRAID = os.environ.get("NVRAID", os.path.join(ROOT, "target", "release", "nvraid"))
 JOURNAL = [None]
+MD_JOURNAL = [False]
 MODES = os.environ.get("MODES", "none,writeback,journal").split(",")
 JOBS = {
     "4K randwrite QD32": ["--rw=randwrite", "--bs=4k", "--iodepth=32"],
@@ -25,10 +30,12 @@ JOBS = {
 def serve(d, mode):
     sock = os.path.join(d, "md.sock")
     extra = [] if mode == "none" else ["--cache", mode]
-    if mode == "journal":
+    if mode == "journal" and not MD_JOURNAL[0]:
         extra += ["--journal", JOURNAL[0]]
     log = open(os.path.join(d, f"serve-{mode}.log"), "w")
     members = [os.path.join(d, f"m{i}") for i in range(4)]
+    if MD_JOURNAL[0]:
+        members.append(JOURNAL[0])
     proc = subprocess.Popen([NVRAID, "serve", "--listen", f"unix:{sock}", *extra, *members],
                             stdout=subprocess.DEVNULL, stderr=log)
     for _ in range(400):
@@ -65,6 +72,9 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--journal-dir",
                     help="where the journal file goes (default: --dir); e.g. tmpfs in front of disk members")
+    ap.add_argument("--level", default="0", choices=["0", "5"])
+    ap.add_argument("--md-journal", action="store_true",
+                    help="RAID 5 created with md's write journal on the journal file")
     ap.add_argument("--dir", default="/dev/shm",
                     help="where the member and journal files go (default tmpfs; a disk directory "
                          "gives members with a device's latency, O_DIRECT)")
@@ -72,12 +82,16 @@ def main():
     d = tempfile.mkdtemp(prefix="cache-modes-", dir=a.dir)
     try:
         members = [os.path.join(d, f"m{i}") for i in range(4)]
-        subprocess.run([NVRAID, "create", "--level", "0", "--size", "256M", *members],
-                       check=True, capture_output=True)
         jdir = tempfile.mkdtemp(prefix="cache-modes-journal-", dir=a.journal_dir or d)
         JOURNAL[0] = os.path.join(jdir, "j")
         with open(JOURNAL[0], "wb") as f:
             f.truncate(256 << 20)
+        MD_JOURNAL[0] = a.md_journal
+        if a.md_journal and a.level != "5":
+            sys.exit("--md-journal needs --level 5")
+        policy = ["--write-journal", JOURNAL[0]] if a.md_journal else []
+        subprocess.run([NVRAID, "create", "--level", a.level, "--size", "256M", *policy,
+                        *members], check=True, capture_output=True)
         results = {job: {m: [] for m in MODES} for job in JOBS}
         # Each measurement starts a fresh server: an empty cache, and the
         # previous job's dirty data already on the members.

@@ -141,15 +141,17 @@ impl WriteBack {
                 }
                 None => (false, false),
             };
+            // A journal that failed: what it acknowledged goes to the array
+            // first (a flush or a stop waiting meanwhile then finds it there).
+            if journal_failed && !self.rescued {
+                return Job::Rescue;
+            }
             let mut state = self.shared.lock();
             if state.stop {
                 return Job::Close;
             }
             if !state.flushes.is_empty() {
                 return Job::Flush(std::mem::take(&mut state.flushes));
-            }
-            if journal_failed && !self.rescued {
-                return Job::Rescue;
             }
             let quiet = self.quiet_until.is_some_and(|t| Instant::now() < t);
             if journal_due && !journal_failed && !quiet {
