@@ -256,7 +256,23 @@ fn journal_mode_keeps_every_acknowledged_write_through_a_crash() {
         let array = MemTarget::mem(ARRAY_BYTES);
         let device = MemJournal::new(16 << 20);
         let (journal, _) = open_journal(&device, &array);
-        let cache = small_cache(CacheMode::Journal, Some(journal), &array);
+        // No write-back by age (on a loaded machine it could put every page
+        // on the array before the crash, leaving the journal nothing to
+        // prove); the background write-back above a quarter stays.
+        let options = CacheOptions {
+            dirty_max_bytes: 1 << 20,
+            background_bytes: 256 * KIB as u64,
+            expire: Duration::from_secs(600),
+        };
+        let journal = Some(Box::new(journal) as Box<dyn nvraid_cache::journal::JournalLog>);
+        let cache = CachedTarget::new(
+            Arc::new(array.clone()),
+            CacheMode::Journal,
+            journal,
+            options,
+            quiet(),
+        )
+        .unwrap();
         let mut queue = cache.open_queue(4, 1 << 20).unwrap();
         let model = random_load(&mut *queue, seed, 1500);
         // Power fails: only durable images remain; the cache is gone.
