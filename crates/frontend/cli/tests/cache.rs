@@ -353,6 +353,41 @@ fn a_journal_of_another_array_is_refused() {
 }
 
 /// SIGTERM, and wait for the orderly stop.
+/// An nbdkit memory export of `size` on `journal.sock` in `d` whose writes
+/// fail with EIO once the returned trigger file exists (its error filter):
+/// the process, the export's URI and the trigger.
+fn failing_export(d: &Path, size: &str) -> (std::process::Child, String, std::path::PathBuf) {
+    let socket = d.join("journal.sock");
+    let trigger = d.join("journal-fails");
+    let nbdkit = std::process::Command::new("nbdkit")
+        .arg("-f")
+        .arg("-U")
+        .arg(&socket)
+        .args([
+            "--filter=error",
+            "memory",
+            size,
+            "error-pwrite-rate=100%",
+            "error-pwrite=EIO",
+        ])
+        .arg(format!("error-pwrite-file={}", trigger.display()))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("nbdkit (./test.sh installs it)");
+    for _ in 0..400 {
+        if socket.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    (
+        nbdkit,
+        format!("nbd+unix:///?socket={}", socket.display()),
+        trigger,
+    )
+}
+
 fn nix_term(server: &mut std::process::Child) {
     let status = std::process::Command::new("kill")
         .args(["-TERM", &server.id().to_string()])
@@ -373,31 +408,7 @@ fn a_journal_that_fails_stops_writes_and_loses_nothing_acknowledged() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let members = array_of_three(d);
-    let socket = d.join("journal.sock");
-    let trigger = d.join("journal-fails");
-    let mut nbdkit = std::process::Command::new("nbdkit")
-        .arg("-f")
-        .arg("-U")
-        .arg(&socket)
-        .args([
-            "--filter=error",
-            "memory",
-            "32M",
-            "error-pwrite-rate=100%",
-            "error-pwrite=EIO",
-        ])
-        .arg(format!("error-pwrite-file={}", trigger.display()))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("nbdkit (./test.sh installs it)");
-    for _ in 0..400 {
-        if socket.exists() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    let journal = format!("nbd+unix:///?socket={}", socket.display());
+    let (mut nbdkit, journal, trigger) = failing_export(d, "32M");
     let mut server = serve_with(d, &members, &["--cache", "journal", "--journal", &journal]);
     let export = connect(d);
     let mut acknowledged = Vec::new();
@@ -465,31 +476,7 @@ fn an_md_write_journal_that_fails_under_the_cache_loses_nothing_acknowledged() {
 fn md_journal_fails(extra: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let socket = d.join("journal.sock");
-    let trigger = d.join("journal-fails");
-    let mut nbdkit = std::process::Command::new("nbdkit")
-        .arg("-f")
-        .arg("-U")
-        .arg(&socket)
-        .args([
-            "--filter=error",
-            "memory",
-            "16M",
-            "error-pwrite-rate=100%",
-            "error-pwrite=EIO",
-        ])
-        .arg(format!("error-pwrite-file={}", trigger.display()))
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("nbdkit (./test.sh installs it)");
-    for _ in 0..400 {
-        if socket.exists() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    let journal = format!("nbd+unix:///?socket={}", socket.display());
+    let (mut nbdkit, journal, trigger) = failing_export(d, "16M");
     let data_members: Vec<String> = (0..3).map(|i| format!("m{i}")).collect();
     let mut create = vec![
         "create",
