@@ -235,20 +235,7 @@ fn kernel_md_replays_nvraid_partial_parity_logs() {
 fn crashed_ppl(dir: &Path, name: &str) -> Made {
     let options = ["--consistency-policy", "ppl", "--chunk", "16K"];
     let (members, size) = created(dir, name, "5", 3, &options);
-    let data = pattern(size);
-    let input = dir.join(format!("{name}.pattern"));
-    std::fs::write(&input, &data).unwrap();
-    let mut server = serve(dir, &members);
-    let uri = format!("nbd+unix:///?socket={}", dir.join("md.sock").display());
-    let copied = Command::new(tool("nbdcopy"))
-        .arg(&input)
-        .arg(&uri)
-        .output()
-        .unwrap();
-    assert!(copied.status.success(), "nbdcopy: {copied:?}");
-    server.kill().unwrap();
-    server.wait().unwrap();
-    std::fs::remove_file(&input).unwrap();
+    let data = copy_then_kill(dir, name, size, &members, &[]);
     let spoiled: usize = members
         .iter()
         .map(|m| spoil_logged_parity(&dir.join(m)))
@@ -260,6 +247,32 @@ fn crashed_ppl(dir: &Path, name: &str) -> Made {
         members: members.iter().map(|m| dir.join(m)).collect(),
         sha256: sha(&data),
     }
+}
+
+/// The pattern copied onto the array of `members` through `nvraid serve`
+/// (with `extra`) by nbdcopy, then the server killed; the pattern.
+fn copy_then_kill(
+    dir: &Path,
+    name: &str,
+    size: usize,
+    members: &[String],
+    extra: &[&str],
+) -> Vec<u8> {
+    let data = pattern(size);
+    let input = dir.join(format!("{name}.pattern"));
+    std::fs::write(&input, &data).unwrap();
+    let mut server = serve_with(dir, members, extra);
+    let uri = format!("nbd+unix:///?socket={}", dir.join("md.sock").display());
+    let copied = Command::new(tool("nbdcopy"))
+        .arg(&input)
+        .arg(&uri)
+        .output()
+        .unwrap();
+    assert!(copied.status.success(), "nbdcopy: {copied:?}");
+    server.kill().unwrap();
+    server.wait().unwrap();
+    std::fs::remove_file(&input).unwrap();
+    data
 }
 
 /// The kernel assembles every array (one VM), reads back nvraid's bytes,
@@ -449,25 +462,12 @@ fn journaled(dir: &Path, name: &str, level: &'static str, count: usize, fill: Fi
     };
     assert_eq!(d["consistency_policy"], "journal", "{d}");
     let data = if fill != Fill::Write {
-        let data = pattern(size);
-        let input = dir.join(format!("{name}.pattern"));
-        std::fs::write(&input, &data).unwrap();
         let extra: &[&str] = if fill == Fill::CacheKilled {
             &["--cache", "journal"]
         } else {
             &[]
         };
-        let mut server = serve_with(dir, &members, extra);
-        let uri = format!("nbd+unix:///?socket={}", dir.join("md.sock").display());
-        let copied = Command::new(tool("nbdcopy"))
-            .arg(&input)
-            .arg(&uri)
-            .output()
-            .unwrap();
-        assert!(copied.status.success(), "nbdcopy: {copied:?}");
-        server.kill().unwrap();
-        server.wait().unwrap();
-        std::fs::remove_file(&input).unwrap();
+        let data = copy_then_kill(dir, name, size, &members, extra);
         let mut args = vec!["detail", "--json"];
         args.extend(members.iter().map(String::as_str));
         let d: serde_json::Value = serde_json::from_str(&ok(&args, dir)).unwrap();
