@@ -391,6 +391,10 @@ impl Queue for MemQueue {
         &mut self.buffers[slot as usize]
     }
 
+    fn buffer(&self, slot: u32) -> &[u8] {
+        &self.buffers[slot as usize]
+    }
+
     fn submit(
         &mut self,
         slot: u32,

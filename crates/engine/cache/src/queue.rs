@@ -323,6 +323,10 @@ impl Queue for CachedQueue {
         self.inner.buffer_mut(slot)
     }
 
+    fn buffer(&self, slot: u32) -> &[u8] {
+        self.inner.buffer(slot)
+    }
+
     fn submit(
         &mut self,
         slot: u32,

@@ -49,6 +49,10 @@ pub trait Queue {
     /// The I/O buffer of `slot` (`max_io_bytes` long, sector aligned).
     fn buffer_mut(&mut self, slot: u32) -> &mut [u8];
 
+    /// The I/O buffer of `slot`, to read (the data a completed read left
+    /// there). Several slots' buffers may be borrowed at once this way.
+    fn buffer(&self, slot: u32) -> &[u8];
+
     /// Queue a request on `slot`. It may be handed to the kernel now or at
     /// the next [`Queue::reap`]. `offset` and `len` must be multiples of the
     /// target's sector size and lie inside the target; `fua` asks for the

@@ -16,15 +16,12 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use nvraid_nbd::consts::{cmd_flags, REQUEST_HEADER_BYTES};
-use nvraid_nbd::server::BASE_ALLOCATION_ID;
-use nvraid_nbd::transmission::{
-    encode_block_status_chunk, encode_error_chunk, encode_none_chunk, encode_offset_data_header,
-    encode_simple_reply, Extent,
-};
 use nvraid_nbd::{
     Command, ErrorCode, Negotiated, RequestHeader, RequestRules, ServerEvent, ServerHandshake,
 };
 
+use crate::reactor::Handoff;
+use crate::reply::{block_status_head, data_reply_head};
 use crate::server::Shared;
 use crate::stats::Counters;
 use crate::stream::Stream;
@@ -130,7 +127,7 @@ impl Connection {
         settle(self, message);
     }
 
-    fn write_failed(&self, e: &io::Error) {
+    pub(crate) fn write_failed(&self, e: &io::Error) {
         self.log(&format!("event=write-failed error=\"{e}\""));
         self.socket.shutdown(Shutdown::Both);
     }
@@ -154,6 +151,30 @@ impl Connection {
         }
     }
 
+    /// Take a permit for one more request of `bytes` if the budget has
+    /// room, without waiting (a worker that owns the connection).
+    pub(crate) fn try_acquire(&self, bytes: u64) -> bool {
+        let options = &self.shared.options;
+        let mut permits = self.permits.lock().expect("permit lock");
+        let (count, used) = *permits;
+        let fits_bytes = count == 0 || used + bytes <= options.inflight_max_bytes;
+        if count < options.inflight_max && fits_bytes {
+            *permits = (count + 1, used + bytes);
+            return true;
+        }
+        false
+    }
+
+    /// Requests taken and not yet answered.
+    pub(crate) fn in_flight(&self) -> u32 {
+        self.permits.lock().expect("permit lock").0
+    }
+
+    /// The lock every unaligned write's read-modify-write holds.
+    pub(crate) fn unaligned_lock(&self) -> &Mutex<()> {
+        &self.shared.unaligned_lock
+    }
+
     /// Wait for a release, counted as a waiter (changed only under the
     /// lock, so `release` wakes only when someone waits).
     fn wait_permit<'a>(
@@ -166,7 +187,7 @@ impl Connection {
         permits
     }
 
-    fn release(&self, bytes: u64) {
+    pub(crate) fn release(&self, bytes: u64) {
         let mut permits = self.permits.lock().expect("permit lock");
         permits.0 -= 1;
         permits.1 -= bytes;
@@ -184,7 +205,7 @@ impl Connection {
     }
 
     /// A buffer of `length` bytes, reused when possible.
-    fn buffer(&self, length: u32) -> Vec<u8> {
+    pub(crate) fn buffer(&self, length: u32) -> Vec<u8> {
         let mut buffer = self
             .buffers
             .lock()
@@ -196,7 +217,7 @@ impl Connection {
         buffer
     }
 
-    fn recycle(&self, buffer: Vec<u8>) {
+    pub(crate) fn recycle(&self, buffer: Vec<u8>) {
         let mut buffers = self.buffers.lock().expect("buffer lock");
         if buffers.len() < self.shared.options.inflight_max as usize && buffer.capacity() > 0 {
             buffers.push(buffer);
@@ -209,7 +230,7 @@ impl Connection {
         self.socket.shutdown(Shutdown::Read);
     }
 
-    fn note_request(&self) {
+    pub(crate) fn note_request(&self) {
         let now = self.shared.started.elapsed().as_millis() as u64;
         self.last_request_ms.store(now, Ordering::Relaxed);
     }
@@ -375,10 +396,6 @@ fn start_tls(
 
 fn transmit(connection: &Arc<Connection>, channel: Channel, negotiated: Negotiated) {
     let shared = &connection.shared;
-    let (mut reader, writer) = match channel.split() {
-        Ok(halves) => halves,
-        Err(e) => return connection.log(&format!("event=disconnected error=\"{e}\"")),
-    };
     connection.log(&format!(
         "event=transmission export={:?} structured={} tls={}",
         shared.options.export_name, negotiated.structured_replies, negotiated.tls_active
@@ -391,34 +408,75 @@ fn transmit(connection: &Arc<Connection>, channel: Channel, negotiated: Negotiat
         block_status: !negotiated.meta_context_ids.is_empty(),
         any_alignment: !negotiated.block_sizes_requested,
     };
+    connection.note_request();
+    connection.serving.store(true, Ordering::Release);
+    let reason = match channel {
+        // A plaintext connection is served by one worker, which reads its
+        // requests and sends its replies itself (see `reactor`); this
+        // thread only waits to hear why it ended.
+        Channel::Plain(stream) => {
+            let (done, ended) = std::sync::mpsc::sync_channel(1);
+            shared.workers.adopt(Handoff {
+                connection: Arc::clone(connection),
+                stream,
+                rules,
+                structured: negotiated.structured_replies,
+                target: Arc::clone(&shared.target),
+                block_bytes: shared.block_sizes.minimum_bytes,
+                max_payload_bytes: shared.block_sizes.maximum_bytes,
+                done,
+            });
+            ended
+                .recv()
+                .unwrap_or_else(|_| "the server stopped".to_string())
+        }
+        channel => {
+            let unaligned = Unaligned::new(
+                Arc::clone(&shared.target),
+                shared.block_sizes.minimum_bytes,
+                shared.block_sizes.maximum_bytes,
+            );
+            read_on_this_thread(connection, channel, &rules, negotiated, unaligned)
+        }
+    };
+    let totals = connection.counters.snapshot();
+    connection.log(&format!(
+        "event=disconnected reason=\"{reason}\" reads={} writes={} errors={}",
+        totals.reads, totals.writes, totals.errors
+    ));
+}
+
+/// A TLS connection: this thread reads (rustls decrypts here) and hands
+/// requests to the workers as jobs; returns why it ended.
+fn read_on_this_thread(
+    connection: &Arc<Connection>,
+    channel: Channel,
+    rules: &RequestRules,
+    negotiated: Negotiated,
+    mut unaligned: Unaligned,
+) -> String {
+    let shared = &connection.shared;
+    let (mut reader, writer) = match channel.split() {
+        Ok(halves) => halves,
+        Err(e) => return format!("{e}"),
+    };
     {
         let mut replies = connection.replies.lock().expect("reply lock");
         replies.out = Some(BufWriter::with_capacity(256 * 1024, writer));
         replies.structured = negotiated.structured_replies;
     }
     let mut inline = InlineRunner::open(&shared.target, shared.options.io_max_bytes);
-    connection.note_request();
-    connection.serving.store(true, Ordering::Release);
-    let mut unaligned = Unaligned::new(
-        Arc::clone(&shared.target),
-        shared.block_sizes.minimum_bytes,
-        shared.block_sizes.maximum_bytes,
-    );
     let reason = read_requests(
         connection,
         &mut reader,
-        &rules,
+        rules,
         inline.as_mut(),
         &mut unaligned,
     );
     connection.wait_idle();
     connection.flush_replies();
     connection.replies.lock().expect("reply lock").out = None;
-    let totals = connection.counters.snapshot();
-    connection.log(&format!(
-        "event=disconnected reason=\"{reason}\" reads={} writes={} errors={}",
-        totals.reads, totals.writes, totals.errors
-    ));
+    reason
 }
 
 /// Read and dispatch requests until the client leaves; returns why.
@@ -681,43 +739,24 @@ fn write_one(out: &mut impl Write, message: &Outgoing, structured: bool) -> io::
             result,
             data,
             ..
-        } => match (result, structured) {
-            (Ok(()), false) => {
-                out.write_all(&encode_simple_reply(*cookie, None))?;
-                if *command == Command::Read {
-                    out.write_all(data)?;
-                }
-                Ok(())
-            }
-            (Ok(()), true) if *command == Command::Read => {
-                out.write_all(&encode_offset_data_header(
-                    *cookie,
-                    *offset,
-                    data.len() as u32,
-                    true,
-                ))?;
-                out.write_all(data)
-            }
-            (Ok(()), true) => out.write_all(&encode_none_chunk(*cookie)),
-            (Err((code, _)), false) => out.write_all(&encode_simple_reply(*cookie, Some(*code))),
-            (Err((code, reason)), true) => {
-                out.write_all(&encode_error_chunk(*cookie, *code, reason))
-            }
-        },
-        Outgoing::BlockStatus { cookie, length } => {
-            // The target cannot tell holes from data, so every block is
-            // reported as allocated with unknown contents (status 0), which
-            // the protocol defines as always correct.
-            let extents = [Extent {
-                length_bytes: *length,
-                flags: 0,
-            }];
-            out.write_all(&encode_block_status_chunk(
+        } => {
+            let result = result.map_err(|(code, reason)| (code, reason));
+            let head = data_reply_head(
+                structured,
                 *cookie,
-                BASE_ALLOCATION_ID,
-                &extents,
-                true,
-            ))
+                *command,
+                *offset,
+                data.len() as u32,
+                result,
+            );
+            out.write_all(head.as_slice())?;
+            if result.is_ok() && *command == Command::Read {
+                out.write_all(data)?;
+            }
+            Ok(())
+        }
+        Outgoing::BlockStatus { cookie, length } => {
+            out.write_all(block_status_head(*cookie, *length).as_slice())
         }
     }
 }

@@ -2,11 +2,12 @@
 //! assembled array, a member, a test double).
 //!
 //! Threads: one accept thread per listener; per client, a connection
-//! thread (handshake, then reading requests); a fixed pool of workers,
-//! each owning one queue on the target, shared by all clients. Requests of
-//! one client spread over the workers, so they run concurrently and are
-//! answered out of order, each by the thread that finished it (a worker
-//! sends the replies of one batch of completions together).
+//! thread (the handshake); a fixed pool of workers, each owning one queue
+//! on the target. After the handshake a plaintext connection belongs to one
+//! worker, which reads its requests and sends its replies itself (see
+//! `reactor`); a TLS connection's thread goes on reading its requests and
+//! spreads them over the workers. Requests run concurrently and are
+//! answered out of order.
 //!
 //! Limits (all fixed at start): connections, requests and payload bytes in
 //! flight per connection, request size, option size and count in the
@@ -22,6 +23,8 @@ mod connection;
 mod control;
 mod error;
 mod options;
+mod reactor;
+mod reply;
 mod server;
 mod shutdown;
 pub mod stats;

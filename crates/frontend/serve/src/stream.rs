@@ -108,6 +108,38 @@ impl Stream {
         };
     }
 
+    pub(crate) fn set_nonblocking(&self, on: bool) -> io::Result<()> {
+        match self {
+            Stream::Unix(s) => s.set_nonblocking(on),
+            Stream::Tcp(s) => s.set_nonblocking(on),
+        }
+    }
+
+    pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        match self {
+            Stream::Unix(s) => s.as_raw_fd(),
+            Stream::Tcp(s) => s.as_raw_fd(),
+        }
+    }
+
+    /// readv(2) through a shared reference (a worker's own connection).
+    pub(crate) fn recv_vectored(&self, bufs: &mut [io::IoSliceMut<'_>]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(s) => (&*s).read_vectored(bufs),
+            Stream::Tcp(s) => (&*s).read_vectored(bufs),
+        }
+    }
+
+    /// writev(2) through a shared reference. A peer that closed gives
+    /// EPIPE (Rust programs ignore SIGPIPE).
+    pub(crate) fn send_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Stream::Unix(s) => (&*s).write_vectored(bufs),
+            Stream::Tcp(s) => (&*s).write_vectored(bufs),
+        }
+    }
+
     pub(crate) fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
         match self {
             Stream::Unix(s) => s.set_read_timeout(timeout),

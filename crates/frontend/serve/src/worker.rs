@@ -1,19 +1,34 @@
 //! Worker threads. Each owns one [`Queue`] on the target (queues are never
-//! shared) and serves jobs from any connection, so one connection's
-//! requests run concurrently on several workers and complete out of order.
+//! shared) and does two kinds of work with its slots:
 //!
-//! A job longer than a slot buffer is split into slot-sized pieces; its
-//! reply is sent when its last piece completes. Every channel is bounded:
-//! a worker takes at most `depth` jobs at once and its inbox holds `depth`.
+//! - it *owns connections* (plaintext ones, handed over after their
+//!   handshake; see `reactor`): it reads their requests from the socket
+//!   itself, straight into its slot buffers, submits them, and sends each
+//!   reply from the slot that holds its data. A request never changes
+//!   thread.
+//! - it serves *jobs* from its inbox: requests that a connection thread read
+//!   (TLS connections, whose records rustls decrypts on that thread), the
+//!   final flush, and requests of its own connections too long for one slot.
+//!   A job longer than a slot buffer is split into slot-sized pieces; its
+//!   owner is told when its last piece completes.
+//!
+//! A worker with nothing to do sleeps in poll(2) on its connections'
+//! sockets and an eventfd that whoever hands it a job or a connection
+//! signals (only when it sleeps). While its queue has I/O in flight it
+//! waits in the queue's reap instead, and looks at its sockets after each
+//! completion.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError};
-use std::sync::Arc;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError, TrySendError};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use nvraid_io::queue::{Completion, OpKind, Queue, Target};
+use nvraid_io::sys;
 use nvraid_nbd::ErrorCode;
 
+use crate::reactor::{Handoff, Owned};
 use crate::Error;
 
 /// What a job does to the target.
@@ -51,10 +66,48 @@ pub(crate) struct Job {
     pub command: nvraid_nbd::Command,
 }
 
+/// What the pool knows of one worker.
+struct Handle {
+    inbox: SyncSender<Option<Job>>,
+    /// Signalled to wake the worker from poll(2), when `sleeping`.
+    wake: OwnedFd,
+    sleeping: AtomicBool,
+    handoffs: Mutex<Vec<Handoff>>,
+    /// Connections it owns (to hand a new one to the least loaded).
+    owned: AtomicUsize,
+}
+
+impl Handle {
+    /// Wake the worker if it sleeps (or is about to: it sets `sleeping`,
+    /// then looks at its inbox and handoffs once more before poll; this
+    /// side published its message before looking at `sleeping`).
+    fn poke(&self) {
+        fence(Ordering::SeqCst);
+        if self.sleeping.load(Ordering::SeqCst) {
+            sys::eventfd_signal(self.wake.as_raw_fd());
+        }
+    }
+
+    /// Put `message` in the inbox (waiting while it is full) and wake the
+    /// worker; the message comes back when the worker is gone.
+    fn post(&self, message: Option<Job>) -> Result<(), Option<Job>> {
+        let sent = match self.inbox.try_send(message) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(message)) => {
+                sys::eventfd_signal(self.wake.as_raw_fd());
+                self.inbox.send(message).map_err(|e| e.0)
+            }
+            Err(TrySendError::Disconnected(message)) => Err(message),
+        };
+        self.poke();
+        sent
+    }
+}
+
 /// The pool of workers.
 pub(crate) struct WorkerPool {
-    inboxes: Vec<SyncSender<Option<Job>>>,
-    threads: std::sync::Mutex<Vec<JoinHandle<()>>>,
+    handles: Vec<Arc<Handle>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
     next: AtomicUsize,
 }
 
@@ -66,11 +119,22 @@ impl WorkerPool {
         depth: u32,
         io_max_bytes: u32,
     ) -> Result<WorkerPool, Error> {
-        let mut inboxes = Vec::new();
-        let mut threads = Vec::new();
+        let mut pool = WorkerPool {
+            handles: Vec::new(),
+            threads: Mutex::new(Vec::new()),
+            next: AtomicUsize::new(0),
+        };
         for index in 0..count {
             let (sender, inbox) = mpsc::sync_channel(depth as usize);
             let (opened_tx, opened) = mpsc::sync_channel(1);
+            let handle = Arc::new(Handle {
+                inbox: sender,
+                wake: sys::eventfd()?,
+                sleeping: AtomicBool::new(false),
+                handoffs: Mutex::new(Vec::new()),
+                owned: AtomicUsize::new(0),
+            });
+            pool.handles.push(Arc::clone(&handle));
             let target = Arc::clone(target);
             // Queues are not Send: each worker opens its own on its thread.
             let thread = std::thread::Builder::new()
@@ -78,47 +142,50 @@ impl WorkerPool {
                 .spawn(move || match target.open_queue(depth, io_max_bytes) {
                     Ok(queue) => {
                         let _ = opened_tx.send(Ok(()));
-                        Worker::new(queue, inbox, io_max_bytes).run();
+                        Worker::new(queue, inbox, io_max_bytes).run_pool(&handle);
                     }
                     Err(e) => drop(opened_tx.send(Err(e))),
                 })?;
-            inboxes.push(sender);
-            threads.push(thread);
+            pool.threads.lock().expect("worker threads").push(thread);
             let opened = opened
                 .recv()
                 .unwrap_or_else(|_| Err(std::io::Error::other("worker died")));
             if let Err(e) = opened {
-                let pool = WorkerPool {
-                    inboxes,
-                    threads: std::sync::Mutex::new(threads),
-                    next: AtomicUsize::new(0),
-                };
                 pool.stop();
                 return Err(Error::OpenQueue(e));
             }
         }
-        Ok(WorkerPool {
-            inboxes,
-            threads: std::sync::Mutex::new(threads),
-            next: AtomicUsize::new(0),
-        })
+        Ok(pool)
     }
 
     /// Hand a job to the next worker (blocks while its inbox is full).
     pub(crate) fn dispatch(&self, job: Job) {
-        let index = self.next.fetch_add(1, Ordering::Relaxed) % self.inboxes.len();
-        if let Err(mpsc::SendError(Some(job))) = self.inboxes[index].send(Some(job)) {
+        let index = self.next.fetch_add(1, Ordering::Relaxed) % self.handles.len();
+        if let Err(Some(job)) = self.handles[index].post(Some(job)) {
             let owner = Arc::clone(&job.owner);
             owner.finish(job, Err(ErrorCode::Shutdown));
             owner.flush_replies();
         }
     }
 
+    /// Give a connection past its handshake to the worker owning the
+    /// fewest.
+    pub(crate) fn adopt(&self, handoff: Handoff) {
+        let handle = self
+            .handles
+            .iter()
+            .min_by_key(|h| h.owned.load(Ordering::Relaxed))
+            .expect("at least one worker");
+        handle.owned.fetch_add(1, Ordering::Relaxed);
+        handle.handoffs.lock().expect("handoffs").push(handoff);
+        handle.poke();
+    }
+
     /// Flush through every worker's queue and wait; the first error wins.
     pub(crate) fn flush_all(&self) -> Result<(), ErrorCode> {
-        let (sender, results) = mpsc::sync_channel(self.inboxes.len());
+        let (sender, results) = mpsc::sync_channel(self.handles.len());
         let collector = Arc::new(Collector(sender));
-        for inbox in &self.inboxes {
+        for handle in &self.handles {
             let job = Job {
                 owner: collector.clone(),
                 cookie: 0,
@@ -130,16 +197,16 @@ impl WorkerPool {
                 permit_bytes: 0,
                 command: nvraid_nbd::Command::Flush,
             };
-            inbox.send(Some(job)).map_err(|_| ErrorCode::Shutdown)?;
+            handle.post(Some(job)).map_err(|_| ErrorCode::Shutdown)?;
         }
         drop(collector);
-        results.iter().take(self.inboxes.len()).collect()
+        results.iter().take(self.handles.len()).collect()
     }
 
     /// Stop the workers after the jobs they hold; wait for them.
     pub(crate) fn stop(&self) {
-        for inbox in &self.inboxes {
-            let _ = inbox.send(None);
+        for handle in &self.handles {
+            let _ = handle.post(None);
         }
         let threads = std::mem::take(&mut *self.threads.lock().expect("worker threads"));
         for thread in threads {
@@ -152,7 +219,8 @@ impl WorkerPool {
 /// thread, for targets whose queues complete I/O inside `submit` (psync over
 /// RAM-backed members). Handing such a request to a pool worker buys no
 /// concurrency and costs two thread wake-ups; here it costs none. A request
-/// run here finishes before the next one is read.
+/// run here finishes before the next one is read. (TLS connections only:
+/// plaintext ones are owned by a worker.)
 pub(crate) struct InlineRunner {
     worker: Worker,
 }
@@ -177,7 +245,7 @@ impl InlineRunner {
         self.worker.start(job);
         while self.worker.active_count > 0 {
             self.worker.submit_ready();
-            self.worker.reap();
+            self.worker.reap(true);
         }
         self.worker.flush_touched();
     }
@@ -201,25 +269,57 @@ struct Active {
     error: Option<ErrorCode>,
 }
 
-/// One piece in flight: which job, where in it, how long.
+/// One piece of a job in flight: which job, where in it, how long.
 #[derive(Clone, Copy)]
-struct Piece {
+pub(crate) struct Piece {
     active: usize,
     at: u32,
     len: u32,
 }
 
-struct Worker {
-    queue: Box<dyn Queue>,
+/// A request of an owned connection in one slot.
+#[derive(Clone, Copy)]
+pub(crate) struct SlotRequest {
+    /// Index of the connection in `Worker::owned`.
+    pub conn: usize,
+    pub request: nvraid_nbd::RequestHeader,
+    pub permit_bytes: u64,
+}
+
+/// What a slot is doing.
+#[derive(Clone, Copy)]
+pub(crate) enum SlotUse {
+    Free,
+    /// A piece of a job, submitted.
+    Piece(Piece),
+    /// Filling with a write's payload from the socket (not submitted).
+    Receiving,
+    /// An owned connection's request, submitted.
+    Request(SlotRequest),
+    /// Holding a read's data until its reply has been sent.
+    Sending,
+}
+
+pub(crate) struct Worker {
+    pub(crate) queue: Box<dyn Queue>,
     inbox: Receiver<Option<Job>>,
-    slot_bytes: u32,
+    pub(crate) slot_bytes: u32,
     free_slots: Vec<u32>,
-    slots: Vec<Option<Piece>>,
+    pub(crate) slots: Vec<SlotUse>,
+    /// Slots submitted to the queue and not yet reaped.
+    io_in_flight: u32,
     actives: Vec<Option<Active>>,
     active_count: usize,
     completions: Vec<Completion>,
     /// Owners whose jobs finished since the last `flush_touched`.
     touched: Vec<Arc<dyn Finish>>,
+    /// Connections this worker reads and answers itself.
+    pub(crate) owned: Vec<Option<Owned>>,
+    /// Whether the inbox is still open.
+    open: bool,
+    /// Bytes of owned connections' requests submitted, ever (a running
+    /// count that `pump` budgets against).
+    pub(crate) started_bytes: u64,
 }
 
 impl Worker {
@@ -230,11 +330,15 @@ impl Worker {
             inbox,
             slot_bytes,
             free_slots: (0..depth).rev().collect(),
-            slots: vec![None; depth as usize],
+            slots: vec![SlotUse::Free; depth as usize],
+            io_in_flight: 0,
             actives: (0..depth).map(|_| None).collect(),
             active_count: 0,
             completions: Vec::with_capacity(depth as usize),
             touched: Vec::with_capacity(depth as usize),
+            owned: Vec::new(),
+            open: true,
+            started_bytes: 0,
         }
     }
 
@@ -245,48 +349,144 @@ impl Worker {
         }
     }
 
-    fn run(mut self) {
-        let mut open = true;
-        loop {
-            if self.active_count == 0 {
-                if !open {
-                    break;
-                }
-                match self.inbox.recv() {
-                    Ok(Some(job)) => self.start(job),
-                    _ => break,
-                }
+    /// A free slot, taken for `use_`.
+    pub(crate) fn take_slot(&mut self, use_: SlotUse) -> Option<u32> {
+        let slot = self.free_slots.pop()?;
+        self.slots[slot as usize] = use_;
+        Some(slot)
+    }
+
+    pub(crate) fn free_slot(&mut self, slot: u32) {
+        self.slots[slot as usize] = SlotUse::Free;
+        self.free_slots.push(slot);
+    }
+
+    pub(crate) fn has_free_slot(&self) -> bool {
+        !self.free_slots.is_empty()
+    }
+
+    /// Whether one more job fits.
+    pub(crate) fn has_free_active(&self) -> bool {
+        self.active_count < self.queue.depth() as usize
+    }
+
+    /// Submit an owned connection's request that sits in `slot`.
+    pub(crate) fn submit_request(
+        &mut self,
+        slot: u32,
+        op: OpKind,
+        request: SlotRequest,
+    ) -> Result<(), ErrorCode> {
+        let header = request.request;
+        let len = if op == OpKind::Flush {
+            0
+        } else {
+            header.length
+        };
+        match self
+            .queue
+            .submit(slot, op, header.offset, len, header.fua())
+        {
+            Ok(()) => {
+                self.slots[slot as usize] = SlotUse::Request(request);
+                self.io_in_flight += 1;
+                self.started_bytes += u64::from(len.max(1));
+                Ok(())
             }
-            while open && self.active_count < self.actives.len() {
-                match self.inbox.try_recv() {
-                    Ok(Some(job)) => self.start(job),
-                    Ok(None) | Err(TryRecvError::Disconnected) => open = false,
-                    Err(TryRecvError::Empty) => break,
-                }
+            Err(error) => {
+                self.free_slot(slot);
+                Err(ErrorCode::from_io_error(&error))
             }
-            self.submit_ready();
-            self.reap();
-            self.flush_touched();
         }
     }
 
-    fn start(&mut self, job: Job) {
+    /// The loop of a pool worker.
+    fn run_pool(mut self, handle: &Handle) {
+        loop {
+            let mut progress = self.take_jobs();
+            progress |= self.adopt(handle);
+            progress |= self.pump_all();
+            self.submit_ready();
+            progress |= self.reap(false);
+            self.flush_touched();
+            progress |= self.collect_local();
+            progress |= self.send_all();
+            progress |= self.retire(&handle.owned);
+            if !self.open && self.active_count == 0 && self.owned.iter().all(Option::is_none) {
+                break;
+            }
+            if !progress {
+                self.sleep(handle);
+            }
+        }
+    }
+
+    /// Take the connections handed to this worker; true if any came.
+    fn adopt(&mut self, handle: &Handle) -> bool {
+        let handoffs = std::mem::take(&mut *handle.handoffs.lock().expect("handoffs"));
+        let any = !handoffs.is_empty();
+        for handoff in handoffs {
+            self.own(handoff);
+        }
+        any
+    }
+
+    /// Take jobs from the inbox while there is room; true if any came.
+    fn take_jobs(&mut self) -> bool {
+        let mut took = false;
+        while self.open && self.has_free_active() {
+            match self.inbox.try_recv() {
+                Ok(Some(job)) => {
+                    self.start(job);
+                    took = true;
+                }
+                Ok(None) | Err(TryRecvError::Disconnected) => {
+                    self.open = false;
+                    took = true;
+                }
+                Err(TryRecvError::Empty) => break,
+            }
+        }
+        took
+    }
+
+    /// Nothing moved: wait for I/O, a socket, or a message.
+    fn sleep(&mut self, handle: &Handle) {
+        if self.io_in_flight > 0 {
+            self.reap(true);
+            return;
+        }
+        handle.sleeping.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        // Whatever was posted before `sleeping` was seen is looked at now.
+        let pending = self.take_jobs() || !handle.handoffs.lock().expect("handoffs").is_empty();
+        if !pending {
+            let wake = handle.wake.as_raw_fd();
+            let mut fds = self.poll_set(wake);
+            sys::poll(&mut fds, -1);
+            sys::eventfd_drain(wake);
+        }
+        handle.sleeping.store(false, Ordering::SeqCst);
+    }
+
+    pub(crate) fn start(&mut self, job: Job) {
         let pieces_left = match job.work {
             Work::Flush => 1,
             _ => job.length.div_ceil(self.slot_bytes),
         };
-        let index = self
-            .actives
-            .iter()
-            .position(Option::is_none)
-            .expect("free active entry");
-        self.actives[index] = Some(Active {
+        let active = Some(Active {
             job,
             next_piece: 0,
             pieces_left,
             outstanding: 0,
             error: None,
         });
+        // An owned connection's long write, received after the inbox
+        // filled the entries, gets one more.
+        match self.actives.iter().position(Option::is_none) {
+            Some(index) => self.actives[index] = active,
+            None => self.actives.push(active),
+        }
         self.active_count += 1;
     }
 
@@ -333,7 +533,8 @@ impl Worker {
         match submitted {
             Ok(()) => {
                 active.outstanding += 1;
-                self.slots[slot as usize] = Some(Piece {
+                self.io_in_flight += 1;
+                self.slots[slot as usize] = SlotUse::Piece(Piece {
                     active: index,
                     at,
                     len,
@@ -347,39 +548,58 @@ impl Worker {
         }
     }
 
-    fn reap(&mut self) {
-        let in_flight = self.slots.len() - self.free_slots.len();
-        let min_complete = u32::from(in_flight > 0);
+    /// Reap completions (waiting for one when `wait` and I/O is in
+    /// flight); true if any came.
+    fn reap(&mut self, wait: bool) -> bool {
+        let min_complete = u32::from(wait && self.io_in_flight > 0);
         let mut completions = std::mem::take(&mut self.completions);
         let reaped = self.queue.reap(min_complete, &mut |c| completions.push(c));
         if let Err(error) = reaped {
             // A failed reap leaves the queue unusable: fail what is in flight.
             let code = ErrorCode::from_io_error(&error);
             let busy: Vec<u32> = (0..self.slots.len() as u32)
-                .filter(|s| self.slots[*s as usize].is_some())
+                .filter(|s| {
+                    matches!(
+                        self.slots[*s as usize],
+                        SlotUse::Piece(_) | SlotUse::Request(_)
+                    )
+                })
                 .collect();
             completions.extend(busy.into_iter().map(|slot| Completion {
                 slot,
                 result: Err(code.to_errno()),
             }));
         }
+        let any = !completions.is_empty();
         for completion in completions.drain(..) {
             self.complete(completion);
         }
         self.completions = completions;
+        any
     }
 
     fn complete(&mut self, completion: Completion) {
-        let Some(piece) = self.slots[completion.slot as usize].take() else {
-            return;
-        };
-        self.free_slots.push(completion.slot);
+        match self.slots[completion.slot as usize] {
+            SlotUse::Piece(piece) => {
+                self.io_in_flight -= 1;
+                self.complete_piece(completion, piece);
+            }
+            SlotUse::Request(request) => {
+                self.io_in_flight -= 1;
+                self.complete_request(completion, request);
+            }
+            _ => {}
+        }
+    }
+
+    fn complete_piece(&mut self, completion: Completion, piece: Piece) {
+        self.free_slot(completion.slot);
         let active = self.actives[piece.active].as_mut().expect("active job");
         active.outstanding -= 1;
         match completion.result {
             Ok(moved) if moved == piece.len => {
                 if active.job.work == Work::Read {
-                    let source = &self.queue.buffer_mut(completion.slot)[..piece.len as usize];
+                    let source = &self.queue.buffer(completion.slot)[..piece.len as usize];
                     let at = piece.at as usize;
                     active.job.buffer[at..at + piece.len as usize].copy_from_slice(source);
                 }

@@ -797,3 +797,112 @@ fn unaligned_requests_from_a_client_without_block_sizes_are_served() {
         }
     }
 }
+
+/// A connection is served by one worker, which also serves others: a
+/// client that sends reads and never reads the replies must not hold up
+/// another client of that worker, and gets all its data once it reads.
+#[test]
+fn a_client_that_reads_no_replies_holds_up_no_other_client() {
+    let server = TestServer::start_with(MemTarget::new(64 * MIB, 512), |o| o.workers = 1);
+    let pattern = random_bytes(8 * MIB as usize, 7);
+    let mut writer = connect(&server, true);
+    let reply = writer.call(Command::Write, 0, 0, pattern.len() as u32, &pattern);
+    assert_eq!(reply.error, 0);
+    let mut stuck = connect(&server, true);
+    // 48 MiB of replies: far more than the socket holds, and more reads
+    // than the worker has slots.
+    for i in 0..48u64 {
+        stuck.send(Command::Read, 0, i, (i % 8) * MIB, MIB as u32, &[]);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let mut other = connect(&server, true);
+    for i in 0..64u64 {
+        let block = random_bytes(4096, 100 + i);
+        let offset = 16 * MIB + i * 4096;
+        assert_eq!(other.call(Command::Write, 0, offset, 4096, &block).error, 0);
+        assert_eq!(other.call(Command::Read, 0, offset, 4096, &[]).data, block);
+    }
+    let mut cookies = Vec::new();
+    for _ in 0..48 {
+        let reply = stuck.reply();
+        assert_eq!(reply.error, 0);
+        let at = ((reply.cookie % 8) * MIB) as usize;
+        assert!(
+            reply.data == pattern[at..at + MIB as usize],
+            "read {} returned other data",
+            reply.cookie
+        );
+        cookies.push(reply.cookie);
+    }
+    cookies.sort();
+    assert_eq!(cookies, (0..48).collect::<Vec<_>>());
+}
+
+/// Requests arrive in pieces cut anywhere (inside a header, inside a
+/// payload, several requests in one piece): every write lands whole.
+#[test]
+fn requests_cut_at_any_byte_are_put_together() {
+    let server = TestServer::start_with(MemTarget::new(48 * MIB, 512), |o| o.workers = 1);
+    let mut client = connect(&server, false);
+    let mut wire = Vec::new();
+    let mut expected = Vec::new();
+    for i in 0..24u64 {
+        // Small writes, and writes longer than a worker's slot (1 MiB).
+        let length = if i % 6 == 5 {
+            1536 * 1024
+        } else {
+            512 * (1 + i as usize % 9)
+        };
+        let offset = i * 2 * MIB;
+        let payload = random_bytes(length, 500 + i);
+        let header = RequestHeader {
+            flags: 0,
+            command: Command::Write,
+            cookie: i,
+            offset,
+            length: length as u32,
+        };
+        wire.extend_from_slice(&header.encode());
+        wire.extend_from_slice(&payload);
+        expected.push((offset, payload));
+    }
+    let mut at = 0;
+    let mut step = 1;
+    while at < wire.len() {
+        let end = (at + step).min(wire.len());
+        client.stream.write_all(&wire[at..end]).unwrap();
+        at = end;
+        // Pieces of 1, 2, 3, ... 28, 29 bytes, then much larger ones.
+        step = if step < 29 {
+            step + 1
+        } else {
+            7919 + at % 65536
+        };
+        if at < 4096 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    let mut cookies: Vec<u64> = (0..24)
+        .map(|_| {
+            let reply = client.reply();
+            assert_eq!(reply.error, 0, "write {} failed", reply.cookie);
+            reply.cookie
+        })
+        .collect();
+    cookies.sort();
+    assert_eq!(cookies, (0..24).collect::<Vec<_>>());
+    for (i, (offset, payload)) in expected.iter().enumerate() {
+        client.send(
+            Command::Read,
+            0,
+            i as u64,
+            *offset,
+            payload.len() as u32,
+            &[],
+        );
+        let reply = client.reply();
+        assert_eq!(reply.error, 0);
+        let data = client.read_simple_data(payload.len());
+        assert!(data == *payload, "write {i} did not land whole");
+    }
+}

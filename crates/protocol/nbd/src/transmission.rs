@@ -117,11 +117,11 @@ pub fn encode_simple_reply(
     cookie: u64,
     error: Option<ErrorCode>,
 ) -> [u8; SIMPLE_REPLY_HEADER_BYTES] {
-    let mut out = Vec::with_capacity(SIMPLE_REPLY_HEADER_BYTES);
-    put_u32(&mut out, SIMPLE_REPLY_MAGIC);
-    put_u32(&mut out, error.map_or(0, ErrorCode::value));
-    put_u64(&mut out, cookie);
-    out.try_into().expect("16 bytes")
+    let mut out = [0u8; SIMPLE_REPLY_HEADER_BYTES];
+    out[0..4].copy_from_slice(&SIMPLE_REPLY_MAGIC.to_be_bytes());
+    out[4..8].copy_from_slice(&error.map_or(0, ErrorCode::value).to_be_bytes());
+    out[8..16].copy_from_slice(&cookie.to_be_bytes());
+    out
 }
 
 /// The header of one structured reply chunk.
@@ -135,13 +135,13 @@ pub struct ChunkHeader {
 
 impl ChunkHeader {
     pub fn encode(&self) -> [u8; CHUNK_HEADER_BYTES] {
-        let mut out = Vec::with_capacity(CHUNK_HEADER_BYTES);
-        put_u32(&mut out, STRUCTURED_REPLY_MAGIC);
-        put_u16(&mut out, self.flags);
-        put_u16(&mut out, self.reply_type);
-        put_u64(&mut out, self.cookie);
-        put_u32(&mut out, self.length_bytes);
-        out.try_into().expect("20 bytes")
+        let mut out = [0u8; CHUNK_HEADER_BYTES];
+        out[0..4].copy_from_slice(&STRUCTURED_REPLY_MAGIC.to_be_bytes());
+        out[4..6].copy_from_slice(&self.flags.to_be_bytes());
+        out[6..8].copy_from_slice(&self.reply_type.to_be_bytes());
+        out[8..16].copy_from_slice(&self.cookie.to_be_bytes());
+        out[16..20].copy_from_slice(&self.length_bytes.to_be_bytes());
+        out
     }
 
     pub fn is_done(&self) -> bool {
@@ -171,9 +171,10 @@ pub fn encode_offset_data_header(
         cookie,
         length_bytes: data_bytes + 8,
     };
-    let mut out = header.encode().to_vec();
-    put_u64(&mut out, offset);
-    out.try_into().expect("28 bytes")
+    let mut out = [0u8; 28];
+    out[..CHUNK_HEADER_BYTES].copy_from_slice(&header.encode());
+    out[CHUNK_HEADER_BYTES..].copy_from_slice(&offset.to_be_bytes());
+    out
 }
 
 /// The final NONE chunk.

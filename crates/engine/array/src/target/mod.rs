@@ -1039,6 +1039,10 @@ impl Queue for FanoutQueue {
         &mut self.buffers[slot as usize]
     }
 
+    fn buffer(&self, slot: u32) -> &[u8] {
+        &self.buffers[slot as usize]
+    }
+
     fn submit(
         &mut self,
         slot: u32,

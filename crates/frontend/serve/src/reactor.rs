@@ -1,0 +1,935 @@
+//! Connections a worker owns: after the handshake a plaintext connection
+//! is handed to one worker (the one owning fewest), which from then on
+//! reads its requests and writes its replies itself, on its own thread,
+//! without blocking on the socket:
+//!
+//! - request headers are read through a 64 KiB buffer (one `recv` takes in
+//!   many small requests);
+//! - a write's payload goes into the slot that will write it: what the
+//!   buffer already holds is copied, the rest is read from the socket
+//!   straight into the slot (one `readv` fills the slot and the header
+//!   buffer behind it);
+//! - a read's reply is sent from the slot its data was read into (one
+//!   `writev` sends the replies of many requests), and the slot is free
+//!   again once the client has all of it.
+//!
+//! A request longer than one slot becomes a job of this worker, as a TLS
+//! connection's requests are; a request that is not block-aligned (from a
+//! client that negotiated no block sizes) is read-modify-written here, as
+//! on the TLS path (`unaligned`).
+//!
+//! Bounds are the TLS path's: a connection takes no more requests while its
+//! in-flight budget (requests, payload bytes) is spent, or while the worker
+//! has no free slot; what it sent stays unread in the socket meanwhile.
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice, IoSliceMut};
+use std::net::Shutdown;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::SyncSender;
+use std::sync::{Arc, Mutex};
+
+use nvraid_io::queue::{Completion, OpKind};
+use nvraid_nbd::consts::REQUEST_HEADER_BYTES;
+use nvraid_nbd::{Command, ErrorCode, RequestHeader, RequestRules};
+
+use crate::connection::Connection;
+use crate::reply::{block_status_head, data_reply_head, Head};
+use crate::stream::Stream;
+use crate::unaligned::Unaligned;
+use crate::worker::{Finish, Job, SlotRequest, SlotUse, Work, Worker};
+
+/// Bytes of request headers (and small payloads) read per `recv`.
+const RECEIVE_BYTES: usize = 64 * 1024;
+/// With a queue that completes inside `submit`, the request bytes taken
+/// from one connection before replies are sent (see `pump`).
+const INLINE_BATCH_BYTES: u64 = 256 * 1024;
+/// Replies gathered into one `writev`.
+const SEND_BATCH: usize = 32;
+
+/// A connection past its handshake, on its way to a worker.
+pub(crate) struct Handoff {
+    pub connection: Arc<Connection>,
+    pub stream: Stream,
+    pub rules: RequestRules,
+    pub structured: bool,
+    /// The target and block sizes, for the connection's unaligned
+    /// requests (its queue is opened on the worker: queues stay on the
+    /// thread that opened them).
+    pub target: Arc<dyn nvraid_io::queue::Target>,
+    pub block_bytes: u32,
+    pub max_payload_bytes: u32,
+    /// Told why the connection ended, once it has.
+    pub done: SyncSender<String>,
+}
+
+/// What the bytes arriving next are.
+enum Input {
+    /// Request headers.
+    Header,
+    /// A write's payload, going into `slot`.
+    Payload {
+        slot: u32,
+        request: SlotRequest,
+        got: u32,
+    },
+    /// The payload of a refused write, read and dropped.
+    Skip { left: u64 },
+    /// A write's payload gathered in memory: a write longer than a slot
+    /// (`unaligned` false, a job), or one not block-aligned.
+    Collect {
+        request: RequestHeader,
+        permit: u64,
+        buffer: Vec<u8>,
+        got: usize,
+        unaligned: bool,
+    },
+}
+
+/// Where a reply's data is.
+enum Data {
+    None,
+    /// In a slot's buffer (the slot is held until it is sent).
+    Slot(u32, u32),
+    Owned(Vec<u8>),
+}
+
+/// A reply waiting to be sent.
+struct Reply {
+    head: Head,
+    data: Data,
+    command: Command,
+    length: u32,
+    ok: bool,
+    permit_bytes: u64,
+}
+
+impl Reply {
+    fn data<'a>(&'a self, worker: &'a Worker) -> &'a [u8] {
+        match &self.data {
+            Data::None => &[],
+            Data::Slot(slot, len) => &worker.queue.buffer(*slot)[..*len as usize],
+            Data::Owned(bytes) => bytes,
+        }
+    }
+
+    fn total(&self) -> usize {
+        self.head.as_slice().len()
+            + match &self.data {
+                Data::None => 0,
+                Data::Slot(_, len) => *len as usize,
+                Data::Owned(bytes) => bytes.len(),
+            }
+    }
+}
+
+/// Jobs of an owned connection finish here; the worker collects them.
+#[derive(Default)]
+struct LocalFinish {
+    done: Mutex<Vec<(Job, Result<(), ErrorCode>)>>,
+}
+
+impl Finish for LocalFinish {
+    fn finish(&self, job: Job, result: Result<(), ErrorCode>) {
+        self.done.lock().expect("finished jobs").push((job, result));
+    }
+}
+
+/// A connection a worker owns.
+pub(crate) struct Owned {
+    connection: Arc<Connection>,
+    stream: Stream,
+    rules: RequestRules,
+    structured: bool,
+    unaligned: Unaligned,
+    done: SyncSender<String>,
+    rx: Box<[u8]>,
+    rx_start: usize,
+    rx_end: usize,
+    input: Input,
+    /// Requests are still read (false after the client closed, sent
+    /// DISC, broke the protocol, or the server stopped reading).
+    reading: bool,
+    /// A request waits for a slot, a job entry or a permit.
+    stalled: bool,
+    /// Why reading stopped.
+    reason: Option<String>,
+    tx: VecDeque<Reply>,
+    /// Bytes of the first reply already sent.
+    tx_sent: usize,
+    /// Bytes of `tx` not yet sent.
+    unsent: usize,
+    /// Slots holding this connection's unsent read data.
+    held: u32,
+    /// Sending failed: replies are dropped from now on.
+    broken: bool,
+    local: Arc<LocalFinish>,
+}
+
+/// What looking at the buffered input gave.
+enum Step {
+    Progress,
+    /// A request waits for room (a slot, a permit).
+    Stalled,
+    NeedBytes,
+}
+
+impl Worker {
+    /// Start serving a handed-over connection.
+    pub(crate) fn own(&mut self, handoff: Handoff) {
+        let _ = handoff.stream.set_nonblocking(true);
+        let owned = Owned {
+            connection: handoff.connection,
+            stream: handoff.stream,
+            rules: handoff.rules,
+            structured: handoff.structured,
+            unaligned: Unaligned::new(
+                handoff.target,
+                handoff.block_bytes,
+                handoff.max_payload_bytes,
+            ),
+            done: handoff.done,
+            rx: vec![0u8; RECEIVE_BYTES].into_boxed_slice(),
+            rx_start: 0,
+            rx_end: 0,
+            input: Input::Header,
+            reading: true,
+            stalled: false,
+            reason: None,
+            tx: VecDeque::new(),
+            tx_sent: 0,
+            unsent: 0,
+            held: 0,
+            broken: false,
+            local: Arc::new(LocalFinish::default()),
+        };
+        match self.owned.iter().position(Option::is_none) {
+            Some(index) => self.owned[index] = Some(owned),
+            None => self.owned.push(Some(owned)),
+        }
+    }
+
+    /// Read and start what every owned connection sent; true if anything
+    /// moved.
+    pub(crate) fn pump_all(&mut self) -> bool {
+        let mut progress = false;
+        for index in 0..self.owned.len() {
+            if let Some(mut conn) = self.owned[index].take() {
+                progress |= self.pump(index, &mut conn);
+                self.owned[index] = Some(conn);
+            }
+        }
+        progress
+    }
+
+    fn pump(&mut self, index: usize, conn: &mut Owned) -> bool {
+        let mut progress = false;
+        conn.stalled = false;
+        // A queue that moves data inside `submit` (psync over RAM) has
+        // done a request's copy by the time it is taken: take about
+        // INLINE_BATCH_BYTES before sending, so that a large read's data
+        // is sent while it is still in the CPU's cache.
+        let budget = if self.queue.completes_inline() {
+            self.started_bytes + INLINE_BATCH_BYTES
+        } else {
+            u64::MAX
+        };
+        loop {
+            if self.started_bytes >= budget {
+                break;
+            }
+            if budget != u64::MAX && conn.unsent >= INLINE_BATCH_BYTES as usize {
+                // Send what was read before reading more.
+                conn.stalled = true;
+                break;
+            }
+            match self.consume(index, conn) {
+                Step::Progress => {
+                    progress = true;
+                    continue;
+                }
+                Step::Stalled => {
+                    conn.stalled = true;
+                    break;
+                }
+                Step::NeedBytes => {}
+            }
+            if !conn.reading {
+                break;
+            }
+            match receive(&mut self.queue, conn) {
+                Ok(0) => {
+                    let reason = match conn.input {
+                        Input::Header if conn.rx_start == conn.rx_end => {
+                            "client closed the connection".to_string()
+                        }
+                        _ => "disconnected mid-request: unexpected end of stream".to_string(),
+                    };
+                    self.stop_reading(conn, reason);
+                    progress = true;
+                    break;
+                }
+                Ok(_) => progress = true,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.stop_reading(conn, format!("disconnected mid-request: {e}"));
+                    progress = true;
+                    break;
+                }
+            }
+        }
+        progress
+    }
+
+    /// Act on what the receive buffer holds.
+    fn consume(&mut self, index: usize, conn: &mut Owned) -> Step {
+        let available = conn.rx_end - conn.rx_start;
+        match &mut conn.input {
+            Input::Header => {
+                if !conn.reading || available < REQUEST_HEADER_BYTES {
+                    return Step::NeedBytes;
+                }
+                let bytes: &[u8; REQUEST_HEADER_BYTES] = conn.rx
+                    [conn.rx_start..conn.rx_start + REQUEST_HEADER_BYTES]
+                    .try_into()
+                    .expect("header length");
+                let request = match RequestHeader::parse(bytes) {
+                    Ok(request) => request,
+                    Err(e) => {
+                        conn.connection
+                            .log(&format!("event=bad-request reason=\"{e}\""));
+                        self.stop_reading(conn, "protocol violation".into());
+                        return Step::NeedBytes;
+                    }
+                };
+                if !self.accept(index, conn, request) {
+                    return Step::Stalled;
+                }
+                conn.rx_start += REQUEST_HEADER_BYTES;
+                Step::Progress
+            }
+            Input::Payload { slot, request, got } => {
+                let (slot, request) = (*slot, *request);
+                let length = request.request.length;
+                let take = available.min((length - *got) as usize);
+                if take > 0 {
+                    let at = *got as usize;
+                    self.queue.buffer_mut(slot)[at..at + take]
+                        .copy_from_slice(&conn.rx[conn.rx_start..conn.rx_start + take]);
+                    conn.rx_start += take;
+                    *got += take as u32;
+                }
+                if *got < length {
+                    return Step::NeedBytes;
+                }
+                conn.input = Input::Header;
+                let submitted = self.submit_request(slot, OpKind::Write, request);
+                if let Err(code) = submitted {
+                    self.answer_request(conn, &request, Err(code), Data::None);
+                }
+                Step::Progress
+            }
+            Input::Skip { left } => {
+                let take = (available as u64).min(*left);
+                conn.rx_start += take as usize;
+                *left -= take;
+                if *left > 0 {
+                    return Step::NeedBytes;
+                }
+                conn.input = Input::Header;
+                Step::Progress
+            }
+            Input::Collect { buffer, got, .. } => {
+                let take = available.min(buffer.len() - *got);
+                buffer[*got..*got + take]
+                    .copy_from_slice(&conn.rx[conn.rx_start..conn.rx_start + take]);
+                conn.rx_start += take;
+                *got += take;
+                if *got < buffer.len() {
+                    return Step::NeedBytes;
+                }
+                let Input::Collect {
+                    request,
+                    permit,
+                    buffer,
+                    unaligned,
+                    ..
+                } = std::mem::replace(&mut conn.input, Input::Header)
+                else {
+                    unreachable!("matched above");
+                };
+                if unaligned {
+                    let lock = conn.connection.unaligned_lock();
+                    let result = conn.unaligned.write(
+                        lock,
+                        request.offset,
+                        request.length,
+                        Some(&buffer),
+                        request.fua(),
+                    );
+                    let result = result.map_err(|code| (code, "unaligned request failed"));
+                    self.answer(conn, &request, result, Data::None, permit);
+                } else {
+                    self.start(job(conn, &request, Work::Write, buffer, permit));
+                }
+                Step::Progress
+            }
+        }
+    }
+
+    /// Take one request whose header is at the front of the buffer; false
+    /// when it must wait for room (it stays in the buffer).
+    fn accept(&mut self, index: usize, conn: &mut Owned, request: RequestHeader) -> bool {
+        conn.connection.note_request();
+        if request.command == Command::Disconnect {
+            self.stop_reading(conn, "client sent NBD_CMD_DISC".into());
+            return true;
+        }
+        if let Err(rejection) = conn.rules.check(&request) {
+            if !conn.connection.try_acquire(0) {
+                return false;
+            }
+            if request.command == Command::Write {
+                conn.input = Input::Skip {
+                    left: u64::from(request.length),
+                };
+            }
+            conn.connection.log(&format!(
+                "event=request-refused command={:?} offset={} length={} error={:?} reason=\"{}\"",
+                request.command, request.offset, request.length, rejection.code, rejection.reason
+            ));
+            let result = Err((rejection.code, rejection.reason));
+            self.answer(conn, &request, result, Data::None, 0);
+            return true;
+        }
+        let data_command = matches!(
+            request.command,
+            Command::Read | Command::Write | Command::WriteZeroes | Command::Trim
+        );
+        if data_command && !conn.unaligned.is_aligned(request.offset, request.length) {
+            return self.accept_unaligned(index, conn, request);
+        }
+        match request.command {
+            Command::Read
+            | Command::Write
+            | Command::Flush
+            | Command::Trim
+            | Command::WriteZeroes => self.accept_io(index, conn, request),
+            Command::BlockStatus => {
+                if !conn.connection.try_acquire(0) {
+                    return false;
+                }
+                let head = block_status_head(request.cookie, request.length);
+                self.queue_reply(conn, reply(head, Data::None, &request, true, 0));
+                true
+            }
+            _ => {
+                if !conn.connection.try_acquire(0) {
+                    return false;
+                }
+                self.answer(conn, &request, Ok(()), Data::None, 0);
+                true
+            }
+        }
+    }
+
+    /// A request for the target.
+    fn accept_io(&mut self, index: usize, conn: &mut Owned, request: RequestHeader) -> bool {
+        let with_data = matches!(request.command, Command::Read | Command::Write);
+        let bytes = if with_data {
+            u64::from(request.length)
+        } else {
+            0
+        };
+        if request.command != Command::Flush && request.length == 0 {
+            // Nothing to move (and no payload follows).
+            if !conn.connection.try_acquire(0) {
+                return false;
+            }
+            self.answer(conn, &request, Ok(()), Data::None, 0);
+            return true;
+        }
+        if request.command != Command::Flush && request.length > self.slot_bytes {
+            // Longer than a slot: a job, split into slot-sized pieces.
+            if !self.has_free_active() || !conn.connection.try_acquire(bytes) {
+                return false;
+            }
+            let work = match request.command {
+                Command::Read => Work::Read,
+                Command::Write => Work::Write,
+                Command::Trim => Work::Discard,
+                _ => Work::Zero,
+            };
+            let buffer = if with_data {
+                conn.connection.buffer(request.length)
+            } else {
+                Vec::new()
+            };
+            if work == Work::Write {
+                conn.input = Input::Collect {
+                    request,
+                    permit: bytes,
+                    buffer,
+                    got: 0,
+                    unaligned: false,
+                };
+            } else {
+                self.start(job(conn, &request, work, buffer, bytes));
+            }
+            return true;
+        }
+        if !self.has_free_slot() || !conn.connection.try_acquire(bytes) {
+            return false;
+        }
+        let slot_request = SlotRequest {
+            conn: index,
+            request,
+            permit_bytes: bytes,
+        };
+        let slot = self.take_slot(SlotUse::Receiving).expect("a free slot");
+        let op = match request.command {
+            Command::Write => {
+                conn.input = Input::Payload {
+                    slot,
+                    request: slot_request,
+                    got: 0,
+                };
+                return true;
+            }
+            Command::Read => OpKind::Read,
+            Command::WriteZeroes => {
+                self.queue.buffer_mut(slot)[..request.length as usize].fill(0);
+                OpKind::Write
+            }
+            Command::Trim => OpKind::Discard,
+            _ => OpKind::Flush,
+        };
+        if let Err(code) = self.submit_request(slot, op, slot_request) {
+            self.answer_request(conn, &slot_request, Err(code), Data::None);
+        }
+        true
+    }
+
+    /// A data request not aligned to the block size: served on this thread
+    /// (see `unaligned`).
+    fn accept_unaligned(&mut self, index: usize, conn: &mut Owned, request: RequestHeader) -> bool {
+        if request.command == Command::Trim {
+            // The whole blocks inside go the usual way, as their own trim.
+            return match conn.unaligned.trim_inside(request.offset, request.length) {
+                Some((offset, length)) => {
+                    let inner = RequestHeader {
+                        offset,
+                        length,
+                        ..request
+                    };
+                    self.accept_io(index, conn, inner)
+                }
+                None => {
+                    if !conn.connection.try_acquire(0) {
+                        return false;
+                    }
+                    self.answer(conn, &request, Ok(()), Data::None, 0);
+                    true
+                }
+            };
+        }
+        if !conn.connection.try_acquire(0) {
+            return false;
+        }
+        let failed = |code| (code, "unaligned request failed");
+        match request.command {
+            Command::Read => match conn.unaligned.read(request.offset, request.length) {
+                Ok(data) => self.answer(conn, &request, Ok(()), Data::Owned(data), 0),
+                Err(code) => self.answer(conn, &request, Err(failed(code)), Data::None, 0),
+            },
+            Command::Write => {
+                conn.input = Input::Collect {
+                    request,
+                    permit: 0,
+                    buffer: vec![0u8; request.length as usize],
+                    got: 0,
+                    unaligned: true,
+                };
+            }
+            _ => {
+                let lock = conn.connection.unaligned_lock();
+                let result =
+                    conn.unaligned
+                        .write(lock, request.offset, request.length, None, request.fua());
+                self.answer(conn, &request, result.map_err(failed), Data::None, 0);
+            }
+        }
+        true
+    }
+
+    /// How many slots one connection's unsent replies may hold; further
+    /// read data is copied out of the slot (`complete_request`).
+    fn hold_limit(&self) -> u32 {
+        (self.queue.depth() / 4).max(2)
+    }
+
+    /// A slot request of an owned connection completed.
+    pub(crate) fn complete_request(&mut self, completion: Completion, request: SlotRequest) {
+        let Some(mut conn) = self.owned[request.conn].take() else {
+            self.free_slot(completion.slot);
+            return;
+        };
+        let length = request.request.length;
+        let is_read = request.request.command == Command::Read;
+        let expected = if request.request.command == Command::Flush {
+            0
+        } else {
+            length
+        };
+        match completion.result {
+            Ok(moved) if moved == expected => {
+                if is_read && !conn.broken && conn.held < self.hold_limit() {
+                    self.slots[completion.slot as usize] = SlotUse::Sending;
+                    conn.held += 1;
+                    let data = Data::Slot(completion.slot, length);
+                    self.answer_request(&mut conn, &request, Ok(()), data);
+                } else if is_read && !conn.broken {
+                    // A client slow to read keeps its data, not the
+                    // worker's slots (other clients need them).
+                    let mut copy = conn.connection.buffer(length);
+                    copy.copy_from_slice(&self.queue.buffer(completion.slot)[..length as usize]);
+                    self.free_slot(completion.slot);
+                    self.answer_request(&mut conn, &request, Ok(()), Data::Owned(copy));
+                } else {
+                    self.free_slot(completion.slot);
+                    self.answer_request(&mut conn, &request, Ok(()), Data::None);
+                }
+            }
+            Ok(_) => {
+                self.free_slot(completion.slot);
+                self.answer_request(&mut conn, &request, Err(ErrorCode::Io), Data::None);
+            }
+            Err(errno) => {
+                self.free_slot(completion.slot);
+                let code = ErrorCode::from_errno(errno);
+                self.answer_request(&mut conn, &request, Err(code), Data::None);
+            }
+        }
+        self.owned[request.conn] = Some(conn);
+    }
+
+    /// Replies for the jobs of owned connections that finished.
+    pub(crate) fn collect_local(&mut self) -> bool {
+        let mut any = false;
+        for index in 0..self.owned.len() {
+            let Some(mut conn) = self.owned[index].take() else {
+                continue;
+            };
+            let finished = std::mem::take(&mut *conn.local.done.lock().expect("finished jobs"));
+            for (job, result) in finished {
+                any = true;
+                let request = RequestHeader {
+                    flags: 0,
+                    command: job.command,
+                    cookie: job.cookie,
+                    offset: job.offset,
+                    length: job.length,
+                };
+                let permit = job.permit_bytes;
+                let result = result.map_err(|code| (code, "storage error"));
+                let data = match job.work {
+                    Work::Read if result.is_ok() => Data::Owned(job.buffer),
+                    _ => {
+                        conn.connection.recycle(job.buffer);
+                        Data::None
+                    }
+                };
+                self.answer(&mut conn, &request, result, data, permit);
+            }
+            self.owned[index] = Some(conn);
+        }
+        any
+    }
+
+    fn answer_request(
+        &mut self,
+        conn: &mut Owned,
+        request: &SlotRequest,
+        result: Result<(), ErrorCode>,
+        data: Data,
+    ) {
+        let result = result.map_err(|code| (code, "storage error"));
+        self.answer(conn, &request.request, result, data, request.permit_bytes);
+    }
+
+    fn answer(
+        &mut self,
+        conn: &mut Owned,
+        request: &RequestHeader,
+        result: Result<(), (ErrorCode, &str)>,
+        data: Data,
+        permit_bytes: u64,
+    ) {
+        let data_bytes = match &data {
+            Data::Slot(_, len) => *len,
+            Data::Owned(bytes) => bytes.len() as u32,
+            Data::None => 0,
+        };
+        let head = data_reply_head(
+            conn.structured,
+            request.cookie,
+            request.command,
+            request.offset,
+            data_bytes,
+            result,
+        );
+        let reply = reply(head, data, request, result.is_ok(), permit_bytes);
+        self.queue_reply(conn, reply);
+    }
+
+    fn queue_reply(&mut self, conn: &mut Owned, reply: Reply) {
+        if conn.broken {
+            self.settle(conn, reply);
+        } else {
+            conn.unsent += reply.total();
+            conn.tx.push_back(reply);
+        }
+    }
+
+    /// Count a reply that was sent (or dropped), give back its permit,
+    /// slot and buffer.
+    fn settle(&mut self, conn: &mut Owned, reply: Reply) {
+        conn.connection
+            .counters
+            .record(reply.command, reply.length, reply.ok);
+        match reply.data {
+            Data::Slot(slot, _) => {
+                conn.held -= 1;
+                self.free_slot(slot);
+            }
+            Data::Owned(bytes) => conn.connection.recycle(bytes),
+            Data::None => {}
+        }
+        conn.connection.release(reply.permit_bytes);
+    }
+
+    /// Send what every owned connection has waiting; true if anything
+    /// moved.
+    pub(crate) fn send_all(&mut self) -> bool {
+        let mut progress = false;
+        for index in 0..self.owned.len() {
+            if let Some(mut conn) = self.owned[index].take() {
+                progress |= self.send(&mut conn);
+                self.owned[index] = Some(conn);
+            }
+        }
+        progress
+    }
+
+    fn send(&mut self, conn: &mut Owned) -> bool {
+        let mut progress = false;
+        while !conn.tx.is_empty() && !conn.broken {
+            let sent = {
+                let mut slices: [IoSlice<'_>; 2 * SEND_BATCH] =
+                    std::array::from_fn(|_| IoSlice::new(&[]));
+                let mut count = 0;
+                let mut skip = conn.tx_sent;
+                for reply in conn.tx.iter().take(SEND_BATCH) {
+                    for part in [reply.head.as_slice(), reply.data(self)] {
+                        if skip >= part.len() {
+                            skip -= part.len();
+                            continue;
+                        }
+                        slices[count] = IoSlice::new(&part[skip..]);
+                        skip = 0;
+                        count += 1;
+                    }
+                }
+                conn.stream.send_vectored(&slices[..count])
+            };
+            match sent {
+                Ok(0) => {
+                    self.break_output(conn, &io::ErrorKind::WriteZero.into());
+                }
+                Ok(bytes) => {
+                    // Progress only when a reply went out whole (its slot
+                    // and permit are free again): a socket taking a few
+                    // bytes at a time is waited for in poll, not spun on.
+                    progress |= self.advance(conn, bytes);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    progress = true;
+                    self.break_output(conn, &e);
+                }
+            }
+        }
+        progress
+    }
+
+    /// `bytes` more of the queued replies went out; true if a reply was
+    /// completed.
+    fn advance(&mut self, conn: &mut Owned, mut bytes: usize) -> bool {
+        conn.unsent -= bytes;
+        let mut completed = false;
+        while let Some(front) = conn.tx.front() {
+            let left = front.total() - conn.tx_sent;
+            if bytes < left {
+                conn.tx_sent += bytes;
+                break;
+            }
+            bytes -= left;
+            conn.tx_sent = 0;
+            let reply = conn.tx.pop_front().expect("front reply");
+            self.settle(conn, reply);
+            completed = true;
+        }
+        completed
+    }
+
+    /// The client cannot be written to: drop every reply, read no more.
+    fn break_output(&mut self, conn: &mut Owned, error: &io::Error) {
+        conn.broken = true;
+        conn.connection.write_failed(error);
+        conn.tx_sent = 0;
+        conn.unsent = 0;
+        while let Some(reply) = conn.tx.pop_front() {
+            self.settle(conn, reply);
+        }
+        self.stop_reading(conn, format!("write failed: {error}"));
+    }
+
+    /// Take no more requests from `conn`; a write half-received is dropped.
+    fn stop_reading(&mut self, conn: &mut Owned, reason: String) {
+        if conn.reading {
+            conn.reading = false;
+            conn.reason = Some(reason);
+        }
+        match std::mem::replace(&mut conn.input, Input::Header) {
+            Input::Payload { slot, request, .. } => {
+                self.free_slot(slot);
+                conn.connection.release(request.permit_bytes);
+            }
+            Input::Collect { permit, buffer, .. } => {
+                conn.connection.recycle(buffer);
+                conn.connection.release(permit);
+            }
+            Input::Header | Input::Skip { .. } => {}
+        }
+    }
+
+    /// Let go of connections that ended and have nothing in flight; true if
+    /// any did.
+    pub(crate) fn retire(&mut self, owned_count: &AtomicUsize) -> bool {
+        let mut any = false;
+        for index in 0..self.owned.len() {
+            let ended = self.owned[index].as_ref().is_some_and(|conn| {
+                !conn.reading && conn.tx.is_empty() && conn.connection.in_flight() == 0
+            });
+            if !ended {
+                continue;
+            }
+            let conn = self.owned[index].take().expect("ended connection");
+            owned_count.fetch_sub(1, Ordering::Relaxed);
+            let reason = conn.reason.unwrap_or_else(|| "ended".into());
+            conn.stream.shutdown(Shutdown::Both);
+            let _ = conn.done.send(reason);
+            any = true;
+        }
+        any
+    }
+
+    /// The poll(2) set for a sleeping worker: its wake-up eventfd, then
+    /// every owned connection that can take requests (readable) or has
+    /// replies waiting (writable).
+    pub(crate) fn poll_set(&self, wake: i32) -> Vec<libc::pollfd> {
+        let mut fds = vec![libc::pollfd {
+            fd: wake,
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        for conn in self.owned.iter().flatten() {
+            let mut events = 0;
+            if conn.reading && !conn.stalled {
+                events |= libc::POLLIN;
+            }
+            if !conn.tx.is_empty() && !conn.broken {
+                events |= libc::POLLOUT;
+            }
+            if events != 0 {
+                fds.push(libc::pollfd {
+                    fd: conn.stream.raw_fd(),
+                    events,
+                    revents: 0,
+                });
+            }
+        }
+        fds
+    }
+}
+
+/// Read from the socket: straight into the payload being received (and
+/// the header buffer behind it), or into the header buffer.
+fn receive(queue: &mut Box<dyn nvraid_io::queue::Queue>, conn: &mut Owned) -> io::Result<usize> {
+    if conn.rx_start == conn.rx_end {
+        conn.rx_start = 0;
+        conn.rx_end = 0;
+    } else if conn.rx.len() - conn.rx_end < REQUEST_HEADER_BYTES {
+        conn.rx.copy_within(conn.rx_start..conn.rx_end, 0);
+        conn.rx_end -= conn.rx_start;
+        conn.rx_start = 0;
+    }
+    let Owned {
+        input,
+        rx,
+        rx_end,
+        stream,
+        ..
+    } = conn;
+    let spare = &mut rx[*rx_end..];
+    let payload: &mut [u8] = match input {
+        Input::Payload { slot, request, got } => {
+            let length = request.request.length as usize;
+            &mut queue.buffer_mut(*slot)[*got as usize..length]
+        }
+        Input::Collect { buffer, got, .. } => &mut buffer[*got..],
+        Input::Header | Input::Skip { .. } => &mut [],
+    };
+    let room = payload.len();
+    let received = if room == 0 {
+        stream.recv_vectored(&mut [IoSliceMut::new(spare)])?
+    } else {
+        stream.recv_vectored(&mut [IoSliceMut::new(payload), IoSliceMut::new(spare)])?
+    };
+    let into_payload = received.min(room);
+    match input {
+        Input::Payload { got, .. } => *got += into_payload as u32,
+        Input::Collect { got, .. } => *got += into_payload,
+        _ => {}
+    }
+    *rx_end += received - into_payload;
+    Ok(received)
+}
+
+fn reply(head: Head, data: Data, request: &RequestHeader, ok: bool, permit_bytes: u64) -> Reply {
+    Reply {
+        head,
+        data,
+        command: request.command,
+        length: request.length,
+        ok,
+        permit_bytes,
+    }
+}
+
+fn job(conn: &Owned, request: &RequestHeader, work: Work, buffer: Vec<u8>, permit: u64) -> Job {
+    Job {
+        owner: Arc::clone(&conn.local) as Arc<dyn Finish>,
+        cookie: request.cookie,
+        work,
+        offset: request.offset,
+        length: request.length,
+        fua: request.fua(),
+        buffer,
+        permit_bytes: permit,
+        command: request.command,
+    }
+}
