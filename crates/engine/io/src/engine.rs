@@ -19,6 +19,12 @@ use std::io;
 use std::os::fd::RawFd;
 use std::time::Duration;
 
+/// fallocate(2) mode of [`MemberOpKind::Zero`]: a hole, which reads back as
+/// zeros, the file's size unchanged. (ZERO_RANGE would keep the blocks
+/// allocated, but tmpfs refuses it; every file system nvraid's members
+/// live on, and block devices, punch holes.)
+const ZERO_RANGE: i32 = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+
 /// What a member operation does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MemberOpKind {
@@ -26,6 +32,10 @@ pub enum MemberOpKind {
     Write,
     /// fdatasync of the whole file.
     Flush,
+    /// Make `len` bytes at `offset` read as zeros; no data moves (`buf` is
+    /// not used); 0 on success, like `Flush`. Local files: a hole punched
+    /// with fallocate; NBD exports: WRITE_ZEROES.
+    Zero,
 }
 
 /// One operation on one member file.
@@ -297,6 +307,10 @@ impl UringEngine {
             (MemberOpKind::Flush, _) => opcode::Fsync::new(fd)
                 .flags(types::FsyncFlags::DATASYNC)
                 .build(),
+            (MemberOpKind::Zero, _) => opcode::Fallocate::new(fd, u64::from(op.len))
+                .offset(op.offset)
+                .mode(ZERO_RANGE)
+                .build(),
         };
         entry.user_data(op.user_data)
     }
@@ -405,6 +419,10 @@ impl PsyncEngine {
                 }
                 MemberOpKind::Write => libc::pwritev2(fd, iov, count, offset, flags) as i64,
                 MemberOpKind::Flush => i64::from(libc::fdatasync(fd)),
+                MemberOpKind::Zero => {
+                    let len = libc::off_t::from(op.len);
+                    i64::from(libc::fallocate(fd, ZERO_RANGE, offset, len))
+                }
             }
         };
         if ret < 0 {
@@ -494,7 +512,7 @@ impl FaultyEngine {
                 }
             }
         }
-        if op.kind == MemberOpKind::Flush {
+        if matches!(op.kind, MemberOpKind::Flush | MemberOpKind::Zero) {
             return None;
         }
         // SAFETY: forwarded from the caller.
@@ -598,7 +616,7 @@ impl Engine for FaultyEngine {
             return Ok(());
         }
         let mut short = *op;
-        if op.kind != MemberOpKind::Flush {
+        if !matches!(op.kind, MemberOpKind::Flush | MemberOpKind::Zero) {
             // A short transfer: the first iovec only, capped.
             if op.iov_count > 0 {
                 // SAFETY: the caller guarantees op.iov holds iov_count >= 1 entries.
@@ -759,6 +777,27 @@ mod tests {
             "a failed write moves nothing"
         );
         assert_eq!(read(&mut *e, 1, 8192, 512), 512);
+    }
+
+    /// A Zero operation makes its range read as zeros on both engines, and
+    /// leaves the bytes around it and the file's size alone.
+    #[test]
+    fn zero_ranges_read_back_as_zeros_on_every_engine() {
+        for kind in [EngineKind::Psync, EngineKind::Uring] {
+            let files = members();
+            let mut e = open(&files, kind);
+            let zero = MemberOp {
+                len: 8192,
+                buf: std::ptr::null_mut(),
+                ..op(MemberOpKind::Zero, 1, 4096, &mut [])
+            };
+            assert_eq!(run(&mut *e, &zero), 0, "{kind:?}");
+            assert_eq!(bytes(&files[1], 4096, 8192), vec![0u8; 8192], "{kind:?}");
+            assert_eq!(bytes(&files[1], 4095, 1), [2], "{kind:?}: before the range");
+            assert_eq!(bytes(&files[1], 12288, 1), [2], "{kind:?}: after the range");
+            assert_eq!(bytes(&files[0], 4096, 1), [1], "{kind:?}: the other file");
+            assert_eq!(files[1].metadata().unwrap().len(), 65536, "{kind:?}: size");
+        }
     }
 
     #[test]

@@ -550,7 +550,7 @@ impl NbdChannel {
         }
         let result = if rec.errno != 0 {
             -rec.errno
-        } else if rec.kind == MemberOpKind::Flush {
+        } else if matches!(rec.kind, MemberOpKind::Flush | MemberOpKind::Zero) {
             0
         } else {
             rec.len as i32
@@ -708,7 +708,9 @@ impl Channel for NbdChannel {
             iov_count: op.iov_count,
             parts_left: 0,
             errno: 0,
-            flush_after: dsync && !fua && op.kind == MemberOpKind::Write,
+            flush_after: dsync
+                && !fua
+                && matches!(op.kind, MemberOpKind::Write | MemberOpKind::Zero),
             live: true,
         };
         let index = self.alloc_op(rec);
@@ -718,6 +720,8 @@ impl Channel for NbdChannel {
             MemberOpKind::Write if fua => (Command::Write, cmd_flags::FUA),
             MemberOpKind::Write => (Command::Write, 0),
             MemberOpKind::Flush => (Command::Flush, 0),
+            MemberOpKind::Zero if fua => (Command::WriteZeroes, cmd_flags::FUA),
+            MemberOpKind::Zero => (Command::WriteZeroes, 0),
         };
         if command == Command::Flush {
             self.ops[index as usize].parts_left = 1;

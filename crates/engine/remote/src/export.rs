@@ -220,10 +220,31 @@ impl RemoteExport {
         self.sync_op(MemberOpKind::Flush, std::ptr::null_mut(), 0, 0, false)
     }
 
-    /// Make a range read as zeros (explicit zero writes: NBD's TRIM
-    /// promises nothing about what reads return).
+    /// Make a range read as zeros: NBD_CMD_WRITE_ZEROES where the export
+    /// takes it (the server may free the space, but reads must return
+    /// zeros), explicit zero writes otherwise. Never TRIM: NBD's TRIM
+    /// promises nothing about what reads return, and mirrored members must
+    /// read alike.
     pub fn zero(&self, offset: u64, len: u64) -> io::Result<()> {
         self.check_range(offset, len as usize)?;
+        if self.info.can_write_zeroes() {
+            // The channel splits each piece at the server's maximum.
+            const PIECE: u64 = 1 << 30;
+            let mut at = 0u64;
+            while at < len {
+                let n = (len - at).min(PIECE);
+                let target = offset + at;
+                self.sync_op(
+                    MemberOpKind::Zero,
+                    std::ptr::null_mut(),
+                    n as usize,
+                    target,
+                    false,
+                )?;
+                at += n;
+            }
+            return Ok(());
+        }
         let zeros = vec![0u8; (len as usize).min(1 << 20)];
         let mut at = 0u64;
         while at < len {

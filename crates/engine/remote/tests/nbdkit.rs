@@ -111,6 +111,60 @@ fn simple_path_round_trips_on_nbdkit_memory() {
     assert!(err.to_string().contains("past the end"), "{err}");
 }
 
+/// Zeroing a range (what a discard on the array does to a remote member)
+/// sends WRITE_ZEROES where the export takes it, and explicit zero writes
+/// where it does not; either way the range reads as zeros and nothing
+/// around it changes. nbdkit's log filter shows which commands arrived.
+#[test]
+fn zeroing_uses_write_zeroes_where_the_export_takes_it() {
+    for (hide_zero, expect) in [(false, "Zero"), (true, "Write")] {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("requests.log");
+        let logfile = format!("logfile={}", log.display());
+        let mut args = vec!["--filter=log"];
+        if hide_zero {
+            args.push("--filter=nozero");
+        }
+        args.extend(["memory", "size=64M", &logfile]);
+        let server = Server::nbdkit(&args);
+        let export = RemoteExport::open(&server.uri(""), true, false, options()).unwrap();
+        assert_eq!(export.info().can_write_zeroes(), !hide_zero);
+        let data = pattern(48 << 20, 9);
+        export.write_at(&data, 0).unwrap();
+        let before = std::fs::read_to_string(&log).unwrap().len();
+        // 40 MiB: more than one request of the server's maximum payload.
+        export.zero(4 << 20, 40 << 20).unwrap();
+        let mut back = vec![0u8; data.len()];
+        export.read_at(&mut back, 0).unwrap();
+        assert!(
+            back[4 << 20..44 << 20].iter().all(|&b| b == 0),
+            "not zeroed"
+        );
+        assert!(
+            back[..4 << 20] == data[..4 << 20],
+            "bytes before the range changed"
+        );
+        assert!(
+            back[44 << 20..] == data[44 << 20..],
+            "bytes after the range changed"
+        );
+        let text = std::fs::read_to_string(&log).unwrap();
+        let zeroing: Vec<&str> = text[before..]
+            .lines()
+            .filter(|l| l.contains(" Zero ") || l.contains(" Write "))
+            .collect();
+        assert!(
+            !zeroing.is_empty(),
+            "no zeroing request in the log:\n{text}"
+        );
+        assert!(
+            zeroing.iter().all(|l| l.contains(&format!(" {expect} "))),
+            "expected only {expect} requests for the zeroing, got:\n{}",
+            zeroing.join("\n")
+        );
+    }
+}
+
 /// Many operations in flight on one channel, split at the server's maximum
 /// payload, vectored, completing out of order: each comes back whole.
 #[test]
