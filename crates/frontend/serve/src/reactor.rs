@@ -425,14 +425,18 @@ impl Worker {
                 self.queue_reply(conn, reply(head, Data::None, &request, true, 0));
                 true
             }
-            _ => {
-                if !conn.connection.try_acquire(0) {
-                    return false;
-                }
-                self.answer(conn, &request, Ok(()), Data::None, 0);
-                true
-            }
+            _ => self.succeed_at_once(conn, &request),
         }
+    }
+
+    /// Answer success to a request that moves nothing (false: it waits for
+    /// a permit, like every other).
+    fn succeed_at_once(&mut self, conn: &mut Owned, request: &RequestHeader) -> bool {
+        if !conn.connection.try_acquire(0) {
+            return false;
+        }
+        self.answer(conn, request, Ok(()), Data::None, 0);
+        true
     }
 
     /// A request for the target.
@@ -445,11 +449,7 @@ impl Worker {
         };
         if request.command != Command::Flush && request.length == 0 {
             // Nothing to move (and no payload follows).
-            if !conn.connection.try_acquire(0) {
-                return false;
-            }
-            self.answer(conn, &request, Ok(()), Data::None, 0);
-            return true;
+            return self.succeed_at_once(conn, &request);
         }
         if request.command != Command::Flush && request.length > self.slot_bytes {
             // Longer than a slot: a job, split into slot-sized pieces.
@@ -526,13 +526,7 @@ impl Worker {
                     };
                     self.accept_io(index, conn, inner)
                 }
-                None => {
-                    if !conn.connection.try_acquire(0) {
-                        return false;
-                    }
-                    self.answer(conn, &request, Ok(()), Data::None, 0);
-                    true
-                }
+                None => self.succeed_at_once(conn, &request),
             };
         }
         if !conn.connection.try_acquire(0) {
