@@ -744,9 +744,9 @@ impl Channel for NbdChannel {
                 at += part;
             }
         }
-        if let Err(e) = self.flush_send() {
-            self.connection_lost(format!("send failed: {e}"), libc::EIO);
-        }
+        // Sent at the next `progress` (which every caller reaches before it
+        // waits), together with whatever else was pushed until then: one
+        // sendmsg, and one wake-up of the server, for a batch of requests.
         Ok(())
     }
 
