@@ -18,6 +18,7 @@ needs=(
     "nbdkit nbdkit"                  # NBD peers and clients
     "nbdinfo libnbd-bin"
     "nbdfuse nbdfuse"
+    "nbd.py:/usr/lib/python3/dist-packages/nbd.py python3-libnbd"   # libnbd for tools/nbd-conformance
     "nbd-client nbd-client"          # the kernel NBD client inside the VM (power-loss test)
     "fusermount3 fuse3"
     "qemu-img qemu-utils"            # qemu-img / qemu-io / qemu-nbd clients

@@ -1,0 +1,142 @@
+//! `nvraid serve` through the NBD conformance cases of
+//! tools/nbd-conformance (libnbd's Python bindings, a client written apart
+//! from nvraid): handshake, list, read, write, flush, integrity, zero,
+//! unaligned requests, bad requests, and writes to a read-only export; over
+//! a Unix socket and TCP, on RAID 0 and RAID 5; and a flushed write that
+//! must survive kill -9 of the server.
+//!
+//! Needs Debian's python3-libnbd (`./test.sh` installs it).
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::process::{Child, Command};
+
+/// Debian's Python, where python3-libnbd installs `nbd`.
+const PYTHON: &str = "/usr/bin/python3";
+
+/// Run the conformance script; its output, which must show every case
+/// passing.
+fn conformance(uri: &str, extra: &[&str]) -> String {
+    let script = repo().join("tools/nbd-conformance/conformance.py");
+    let out = Command::new(PYTHON)
+        .arg(&script)
+        .arg(uri)
+        .args(extra)
+        .output()
+        .unwrap_or_else(|e| panic!("{PYTHON} {}: {e}", script.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "conformance cases failed against {uri}:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!stdout.contains("FAIL"), "{stdout}");
+    stdout
+}
+
+fn members(dir: &Path, count: usize) -> Vec<String> {
+    (0..count)
+        .map(|i| dir.join(format!("m{i}.img")).display().to_string())
+        .collect()
+}
+
+fn create(dir: &Path, level: &str, members: &[String]) {
+    let mut args = vec!["create", "--level", level, "--size", "64M"];
+    args.extend(members.iter().map(String::as_str));
+    ok(&args, dir);
+}
+
+fn unix_uri(dir: &Path) -> String {
+    format!("nbd+unix:///?socket={}", dir.join("md.sock").display())
+}
+
+fn stop(mut server: Child) {
+    let _ = server.kill();
+    let _ = server.wait();
+}
+
+fn assert_cases(output: &str, cases: &[&str]) {
+    for case in cases {
+        assert!(
+            output.contains(&format!("PASS {case}:")),
+            "case {case} did not run:\n{output}"
+        );
+    }
+}
+
+#[test]
+fn every_case_passes_on_raid0_over_unix_and_tcp() {
+    let dir = tempfile::tempdir().unwrap();
+    let members = members(dir.path(), 4);
+    create(dir.path(), "0", &members);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let tcp = format!("tcp:127.0.0.1:{port}");
+    let server = serve_with(dir.path(), &members, &["--listen", &tcp]);
+    let output = conformance(&unix_uri(dir.path()), &[]);
+    assert_cases(
+        &output,
+        &[
+            "handshake",
+            "list",
+            "read",
+            "write",
+            "flush",
+            "integrity",
+            "zero",
+            "unaligned",
+            "bad_requests",
+        ],
+    );
+    // The server advertises block sizes (the script checks them when
+    // they are there).
+    assert!(output.contains("blocks 512/"), "{output}");
+    let output = conformance(
+        &format!("nbd://127.0.0.1:{port}/"),
+        &["--cases", "handshake,read,write,integrity"],
+    );
+    assert_cases(&output, &["handshake", "read", "write", "integrity"]);
+    stop(server);
+}
+
+#[test]
+fn every_case_passes_on_raid5() {
+    let dir = tempfile::tempdir().unwrap();
+    let members = members(dir.path(), 4);
+    create(dir.path(), "5", &members);
+    let server = serve(dir.path(), &members);
+    let output = conformance(&unix_uri(dir.path()), &[]);
+    assert_cases(&output, &["integrity", "unaligned", "zero"]);
+    stop(server);
+}
+
+#[test]
+fn a_read_only_export_refuses_writes_with_eperm() {
+    let dir = tempfile::tempdir().unwrap();
+    let members = members(dir.path(), 2);
+    create(dir.path(), "1", &members);
+    let server = serve_with(dir.path(), &members, &["--read-only"]);
+    let output = conformance(&unix_uri(dir.path()), &["--read-only"]);
+    assert_cases(&output, &["handshake", "list", "read", "read_only_writes"]);
+    stop(server);
+}
+
+#[test]
+fn a_flushed_write_survives_kill_9_of_the_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let members = members(dir.path(), 3);
+    create(dir.path(), "10", &members);
+    let server = serve(dir.path(), &members);
+    conformance(&unix_uri(dir.path()), &["--marker-write"]);
+    // SIGKILL: no orderly stop, no final flush.
+    stop(server);
+    let server = serve(dir.path(), &members);
+    let output = conformance(&unix_uri(dir.path()), &["--marker-check"]);
+    assert!(output.contains("PASS marker"), "{output}");
+    stop(server);
+}
