@@ -331,20 +331,18 @@ impl WriteBack {
         let pages = &mut state.pages;
         let mut scanned = 0usize;
         let mut swept = true;
-        let candidates: Vec<u64> = pages
-            .dirty
-            .range(self.cursor..)
-            .copied()
-            .take(SCAN_MAX)
-            .collect();
-        for index in candidates {
+        // The dirty set is walked in place (a round of single-page runs
+        // stops after DEPTH of them; collecting SCAN_MAX keys first cost
+        // more than the round).
+        let (dirty, map) = (&pages.dirty, &mut pages.map);
+        for &index in dirty.range(self.cursor..).take(SCAN_MAX) {
             scanned += 1;
             if copied == ROUND_BYTES {
                 swept = false;
                 break;
             }
             self.cursor = index + 1;
-            let page = pages.map.get_mut(&index).expect("a dirty page is cached");
+            let page = map.get_mut(&index).expect("a dirty page is cached");
             if !page.is_dirty() || page.busy || page.dirty_from > upto {
                 continue;
             }
