@@ -906,3 +906,46 @@ fn requests_cut_at_any_byte_are_put_together() {
         assert!(data == *payload, "write {i} did not land whole");
     }
 }
+
+/// A client that sends many requests and closes without reading their
+/// replies: the worker that owns it drops the replies, lets the
+/// connection go, and serves the next client.
+#[test]
+fn a_client_that_leaves_with_requests_in_flight_is_let_go() {
+    let server = TestServer::start_with(MemTarget::new(64 * MIB, 512), |o| o.workers = 1);
+    for round in 0..3u64 {
+        let mut client = connect(&server, round % 2 == 0);
+        for i in 0..40u64 {
+            client.send(Command::Read, 0, i, (i % 32) * MIB, MIB as u32, &[]);
+            let payload = vec![round as u8; 4096];
+            client.send(
+                Command::Write,
+                0,
+                100 + i,
+                40 * MIB + i * 4096,
+                4096,
+                &payload,
+            );
+        }
+        drop(client);
+    }
+    still_serving(&server);
+    // Every connection ends, and the status shows none left.
+    for _ in 0..200 {
+        let ended = server
+            .log_lines()
+            .iter()
+            .filter(|l| l.contains("event=disconnected"))
+            .count();
+        if ended >= 4 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let ended: Vec<String> = server
+        .log_lines()
+        .into_iter()
+        .filter(|l| l.contains("event=disconnected"))
+        .collect();
+    assert_eq!(ended.len(), 4, "{ended:#?}");
+}
