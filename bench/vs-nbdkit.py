@@ -87,6 +87,8 @@ def main():
                 order = ["nbdkit", "nvraid"] if rep % 2 == 0 else ["nvraid", "nbdkit"]
                 got = {who: fio(uris[who], os.path.join(work, "fio.json"), rw, bs, depth, a.runtime, a.jobs) for who in order}
                 ratios.append(got["nvraid"] / got["nbdkit"])
+                print(f"  {name}: nvraid {got['nvraid']:.0f} IOPS | nbdkit {got['nbdkit']:.0f} IOPS | "
+                      f"{ratios[-1]:.3f}", flush=True)
             row = {"workload": name, "target": target, "ratio_median": statistics.median(ratios), "ratios": ratios}
             rows.append(row)
             print(f"{name}: nvraid/nbdkit = {row['ratio_median']:.3f} (target >= {target}) "
