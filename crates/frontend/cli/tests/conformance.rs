@@ -104,8 +104,8 @@ fn every_case_passes_on_raid0_over_unix_and_tcp() {
     stop(server);
 }
 
-/// TLS connections keep a reader thread of their own (not the workers'
-/// reactor): the same cases through `nbds+unix://`, with the server
+/// TLS connections are owned by the workers too (rustls driven
+/// non-blocking): the same cases through `nbds+unix://`, with the server
 /// requiring TLS.
 #[test]
 fn every_case_passes_over_tls() {

@@ -1,57 +1,27 @@
-//! One client connection: the handshake, then a reader (this thread) that
-//! parses requests and hands them to workers. Replies are written by
-//! whoever finishes the request (a worker, or this thread for requests it
-//! answers itself), under the connection's reply lock; a worker buffers the
-//! replies of one batch of completions and sends them together.
+//! One client connection: the handshake (on a thread of its own, within a
+//! deadline), then its hand-over to a worker, which reads its requests and
+//! sends its replies (see `reactor`); this thread waits for the end and
+//! logs it. The `Connection` record is what the worker, the registry and
+//! the status report share.
 //!
 //! Bounds: at most `inflight_max` requests and `inflight_max_bytes` payload
-//! bytes in flight per connection (the reader waits for a permit before it
-//! reads a payload or dispatches). A worker writing a reply to a client
-//! that does not read waits on that client's socket.
+//! bytes in flight per connection (the worker takes no more of its
+//! requests until a permit is free).
 
-use std::io::{self, BufWriter, Read, Write};
+use std::io::{self, Read, Write};
 use std::net::Shutdown;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use nvraid_nbd::consts::{cmd_flags, REQUEST_HEADER_BYTES};
-use nvraid_nbd::{
-    Command, ErrorCode, Negotiated, RequestHeader, RequestRules, ServerEvent, ServerHandshake,
-};
+use nvraid_nbd::{Negotiated, RequestRules, ServerEvent, ServerHandshake};
 
 use crate::reactor::Handoff;
-use crate::reply::{block_status_head, data_reply_head};
 use crate::server::Shared;
 use crate::stats::Counters;
 use crate::stream::Stream;
 use crate::transport::Channel;
-use crate::unaligned::Unaligned;
-use crate::worker::{Finish, InlineRunner, Job, Work};
-
-/// A reply to send.
-pub(crate) enum Outgoing {
-    Reply {
-        cookie: u64,
-        command: Command,
-        offset: u64,
-        length: u32,
-        result: Result<(), (ErrorCode, &'static str)>,
-        data: Vec<u8>,
-        permit_bytes: u64,
-    },
-    BlockStatus {
-        cookie: u64,
-        length: u32,
-    },
-}
-
-/// The connection's write side, shared by everyone who sends replies.
-struct ReplyWriter {
-    out: Option<BufWriter<Box<dyn Write + Send>>>,
-    structured: bool,
-    broken: bool,
-}
+use crate::wire::Wire;
 
 /// State shared by a connection's reader, writer, workers and the status
 /// report.
@@ -67,66 +37,12 @@ pub(crate) struct Connection {
     /// When its last request arrived, in milliseconds since the server
     /// started.
     last_request_ms: AtomicU64,
-    replies: Mutex<ReplyWriter>,
     permits: Mutex<(u32, u64)>,
-    permit_freed: Condvar,
-    /// Threads waiting on `permit_freed`.
-    permit_waiters: std::sync::atomic::AtomicU32,
     buffers: Mutex<Vec<Vec<u8>>>,
     shared: Arc<Shared>,
 }
 
-impl Finish for Connection {
-    fn finish(&self, job: Job, result: Result<(), ErrorCode>) {
-        let reply = Outgoing::Reply {
-            cookie: job.cookie,
-            command: job.command,
-            offset: job.offset,
-            length: job.length,
-            result: result.map_err(|code| (code, "storage error")),
-            data: job.buffer,
-            permit_bytes: job.permit_bytes,
-        };
-        self.deliver(reply, false);
-    }
-
-    fn flush_replies(&self) {
-        let mut writer = self.replies.lock().expect("reply lock");
-        if writer.broken {
-            return;
-        }
-        if let Some(out) = writer.out.as_mut() {
-            if let Err(e) = out.flush() {
-                writer.broken = true;
-                drop(writer);
-                self.write_failed(&e);
-            }
-        }
-    }
-}
-
 impl Connection {
-    /// Write `message` (and send it at once when `flush`), then settle it:
-    /// count it, give back its permit and buffer.
-    fn deliver(&self, message: Outgoing, flush: bool) {
-        let mut writer = self.replies.lock().expect("reply lock");
-        let structured = writer.structured;
-        let failure = match (writer.broken, writer.out.as_mut()) {
-            (false, Some(out)) => write_one(out, &message, structured)
-                .and_then(|()| if flush { out.flush() } else { Ok(()) })
-                .err(),
-            _ => None,
-        };
-        if failure.is_some() {
-            writer.broken = true;
-        }
-        drop(writer);
-        if let Some(e) = failure {
-            self.write_failed(&e);
-        }
-        settle(self, message);
-    }
-
     pub(crate) fn write_failed(&self, e: &io::Error) {
         self.log(&format!("event=write-failed error=\"{e}\""));
         self.socket.shutdown(Shutdown::Both);
@@ -134,21 +50,6 @@ impl Connection {
 
     pub(crate) fn log(&self, event: &str) {
         (self.shared.options.log)(&format!("nvraid-serve: client={} {event}", self.client));
-    }
-
-    /// Wait until one more request of `bytes` fits in the budget.
-    fn acquire(&self, bytes: u64) {
-        let options = &self.shared.options;
-        let mut permits = self.permits.lock().expect("permit lock");
-        loop {
-            let (count, used) = *permits;
-            let fits_bytes = count == 0 || used + bytes <= options.inflight_max_bytes;
-            if count < options.inflight_max && fits_bytes {
-                *permits = (count + 1, used + bytes);
-                return;
-            }
-            permits = self.wait_permit(permits);
-        }
     }
 
     /// Take a permit for one more request of `bytes` if the budget has
@@ -175,33 +76,11 @@ impl Connection {
         &self.shared.unaligned_lock
     }
 
-    /// Wait for a release, counted as a waiter (changed only under the
-    /// lock, so `release` wakes only when someone waits).
-    fn wait_permit<'a>(
-        &self,
-        permits: std::sync::MutexGuard<'a, (u32, u64)>,
-    ) -> std::sync::MutexGuard<'a, (u32, u64)> {
-        self.permit_waiters.fetch_add(1, Ordering::Relaxed);
-        let permits = self.permit_freed.wait(permits).expect("permit lock");
-        self.permit_waiters.fetch_sub(1, Ordering::Relaxed);
-        permits
-    }
-
+    /// A request was answered: its permit is free again.
     pub(crate) fn release(&self, bytes: u64) {
         let mut permits = self.permits.lock().expect("permit lock");
         permits.0 -= 1;
         permits.1 -= bytes;
-        // A wake-up is a system call: only when someone waits.
-        if self.permit_waiters.load(Ordering::Relaxed) > 0 {
-            self.permit_freed.notify_all();
-        }
-    }
-
-    fn wait_idle(&self) {
-        let mut permits = self.permits.lock().expect("permit lock");
-        while permits.0 > 0 {
-            permits = self.wait_permit(permits);
-        }
     }
 
     /// A buffer of `length` bytes, reused when possible.
@@ -256,11 +135,6 @@ pub(crate) fn run(shared: Arc<Shared>, stream: Stream, id: u64, client: String) 
         shared.finished();
         return;
     };
-    let replies = Mutex::new(ReplyWriter {
-        out: None,
-        structured: false,
-        broken: false,
-    });
     let connection = Arc::new(Connection {
         id,
         client,
@@ -270,10 +144,7 @@ pub(crate) fn run(shared: Arc<Shared>, stream: Stream, id: u64, client: String) 
         socket,
         serving: AtomicBool::new(false),
         last_request_ms: AtomicU64::new(0),
-        replies,
         permits: Mutex::new((0, 0)),
-        permit_freed: Condvar::new(),
-        permit_waiters: std::sync::atomic::AtomicU32::new(0),
         buffers: Mutex::new(Vec::new()),
         shared: Arc::clone(&shared),
     });
@@ -410,353 +281,34 @@ fn transmit(connection: &Arc<Connection>, channel: Channel, negotiated: Negotiat
     };
     connection.note_request();
     connection.serving.store(true, Ordering::Release);
-    let reason = match channel {
-        // A plaintext connection is served by one worker, which reads its
-        // requests and sends its replies itself (see `reactor`); this
-        // thread only waits to hear why it ended.
-        Channel::Plain(stream) => {
-            let (done, ended) = std::sync::mpsc::sync_channel(1);
-            shared.workers.adopt(Handoff {
-                connection: Arc::clone(connection),
-                stream,
-                rules,
-                structured: negotiated.structured_replies,
-                target: Arc::clone(&shared.target),
-                block_bytes: shared.block_sizes.minimum_bytes,
-                max_payload_bytes: shared.block_sizes.maximum_bytes,
-                done,
-            });
-            ended
-                .recv()
-                .unwrap_or_else(|_| "the server stopped".to_string())
-        }
-        channel => {
-            let unaligned = Unaligned::new(
-                Arc::clone(&shared.target),
-                shared.block_sizes.minimum_bytes,
-                shared.block_sizes.maximum_bytes,
-            );
-            read_on_this_thread(connection, channel, &rules, negotiated, unaligned)
-        }
+    // The connection is served by one worker from here on, which reads
+    // its requests and sends its replies itself (see `reactor`); this
+    // thread only waits to hear why it ended.
+    let wire = match channel {
+        Channel::Plain(stream) => Wire::new(stream, None),
+        Channel::Tls(tls, stream) => Wire::new(stream, Some(tls)),
     };
+    let wire = match wire {
+        Ok(wire) => wire,
+        Err(e) => return connection.log(&format!("event=disconnected error=\"{e}\"")),
+    };
+    let (done, ended) = std::sync::mpsc::sync_channel(1);
+    shared.workers.adopt(Handoff {
+        connection: Arc::clone(connection),
+        wire,
+        rules,
+        structured: negotiated.structured_replies,
+        target: Arc::clone(&shared.target),
+        block_bytes: shared.block_sizes.minimum_bytes,
+        max_payload_bytes: shared.block_sizes.maximum_bytes,
+        done,
+    });
+    let reason = ended
+        .recv()
+        .unwrap_or_else(|_| "the server stopped".to_string());
     let totals = connection.counters.snapshot();
     connection.log(&format!(
         "event=disconnected reason=\"{reason}\" reads={} writes={} errors={}",
         totals.reads, totals.writes, totals.errors
     ));
-}
-
-/// A TLS connection: this thread reads (rustls decrypts here) and hands
-/// requests to the workers as jobs; returns why it ended.
-fn read_on_this_thread(
-    connection: &Arc<Connection>,
-    channel: Channel,
-    rules: &RequestRules,
-    negotiated: Negotiated,
-    mut unaligned: Unaligned,
-) -> String {
-    let shared = &connection.shared;
-    let (mut reader, writer) = match channel.split() {
-        Ok(halves) => halves,
-        Err(e) => return format!("{e}"),
-    };
-    {
-        let mut replies = connection.replies.lock().expect("reply lock");
-        replies.out = Some(BufWriter::with_capacity(256 * 1024, writer));
-        replies.structured = negotiated.structured_replies;
-    }
-    let mut inline = InlineRunner::open(&shared.target, shared.options.io_max_bytes);
-    let reason = read_requests(
-        connection,
-        &mut reader,
-        rules,
-        inline.as_mut(),
-        &mut unaligned,
-    );
-    connection.wait_idle();
-    connection.flush_replies();
-    connection.replies.lock().expect("reply lock").out = None;
-    reason
-}
-
-/// Read and dispatch requests until the client leaves; returns why.
-fn read_requests(
-    connection: &Arc<Connection>,
-    reader: &mut dyn Read,
-    rules: &RequestRules,
-    mut inline: Option<&mut InlineRunner>,
-    unaligned: &mut Unaligned,
-) -> String {
-    let mut header = [0u8; REQUEST_HEADER_BYTES];
-    loop {
-        match read_full(reader, &mut header) {
-            Ok(true) => {}
-            Ok(false) => return "client closed the connection".into(),
-            Err(e) => return format!("disconnected mid-request: {e}"),
-        }
-        connection.note_request();
-        let request = match RequestHeader::parse(&header) {
-            Ok(request) => request,
-            Err(e) => {
-                connection.log(&format!("event=bad-request reason=\"{e}\""));
-                return "protocol violation".into();
-            }
-        };
-        if request.command == Command::Disconnect {
-            return "client sent NBD_CMD_DISC".into();
-        }
-        let result = if unaligned.is_aligned(request.offset, request.length)
-            || !matches!(
-                request.command,
-                Command::Read | Command::Write | Command::WriteZeroes | Command::Trim
-            )
-            || rules.check(&request).is_err()
-        {
-            handle(connection, reader, rules, request, inline.as_deref_mut())
-        } else {
-            handle_unaligned(connection, reader, rules, request, unaligned)
-        };
-        if let Err(e) = result {
-            return format!("disconnected mid-request: {e}");
-        }
-    }
-}
-
-/// A checked request that is not block-aligned (the client negotiated no
-/// block sizes): served on this thread (see `unaligned`).
-fn handle_unaligned(
-    connection: &Arc<Connection>,
-    reader: &mut dyn Read,
-    rules: &RequestRules,
-    request: RequestHeader,
-    unaligned: &mut Unaligned,
-) -> io::Result<()> {
-    let fua = request.flags & cmd_flags::FUA != 0;
-    let shared = &connection.shared;
-    let (result, data) = match request.command {
-        Command::Read => match unaligned.read(request.offset, request.length) {
-            Ok(data) => (Ok(()), data),
-            Err(code) => (Err(code), Vec::new()),
-        },
-        Command::Write => {
-            let mut payload = vec![0u8; request.length as usize];
-            if !read_full(reader, &mut payload)? {
-                return Err(io::ErrorKind::UnexpectedEof.into());
-            }
-            let lock = &shared.unaligned_lock;
-            let r = unaligned.write(lock, request.offset, request.length, Some(&payload), fua);
-            (r, Vec::new())
-        }
-        Command::WriteZeroes => {
-            let lock = &shared.unaligned_lock;
-            let r = unaligned.write(lock, request.offset, request.length, None, fua);
-            (r, Vec::new())
-        }
-        Command::Trim => match unaligned.trim_inside(request.offset, request.length) {
-            // The whole blocks inside go the usual way, as their own trim.
-            Some((offset, length)) => {
-                let inner = RequestHeader {
-                    offset,
-                    length,
-                    ..request
-                };
-                return handle(connection, reader, rules, inner, None);
-            }
-            None => (Ok(()), Vec::new()),
-        },
-        _ => unreachable!("only data commands come here"),
-    };
-    connection.acquire(0);
-    let result = result.map_err(|code| (code, "unaligned request failed"));
-    send(connection, &request, result, data, 0);
-    Ok(())
-}
-
-/// Fill `buffer`; `Ok(false)` on a clean end of stream before any byte.
-fn read_full(reader: &mut dyn Read, buffer: &mut [u8]) -> io::Result<bool> {
-    let mut filled = 0;
-    while filled < buffer.len() {
-        match reader.read(&mut buffer[filled..]) {
-            Ok(0) if filled == 0 => return Ok(false),
-            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(true)
-}
-
-fn handle(
-    connection: &Arc<Connection>,
-    reader: &mut dyn Read,
-    rules: &RequestRules,
-    request: RequestHeader,
-    inline: Option<&mut InlineRunner>,
-) -> io::Result<()> {
-    if let Err(rejection) = rules.check(&request) {
-        if request.command == Command::Write {
-            io::copy(&mut reader.take(u64::from(request.length)), &mut io::sink())?;
-        }
-        connection.log(&format!(
-            "event=request-refused command={:?} offset={} length={} error={:?} reason=\"{}\"",
-            request.command, request.offset, request.length, rejection.code, rejection.reason
-        ));
-        connection.acquire(0);
-        send(
-            connection,
-            &request,
-            Err((rejection.code, rejection.reason)),
-            Vec::new(),
-            0,
-        );
-        return Ok(());
-    }
-    let work = match request.command {
-        Command::Read => Work::Read,
-        Command::Write => Work::Write,
-        Command::Flush => Work::Flush,
-        Command::Trim => Work::Discard,
-        Command::WriteZeroes => Work::Zero,
-        Command::BlockStatus => {
-            connection.acquire(0);
-            connection.deliver(
-                Outgoing::BlockStatus {
-                    cookie: request.cookie,
-                    length: request.length,
-                },
-                true,
-            );
-            return Ok(());
-        }
-        _ => {
-            connection.acquire(0);
-            send(connection, &request, Ok(()), Vec::new(), 0);
-            return Ok(());
-        }
-    };
-    let with_data = matches!(work, Work::Read | Work::Write);
-    let bytes = if with_data {
-        u64::from(request.length)
-    } else {
-        0
-    };
-    connection.acquire(bytes);
-    let mut buffer = if with_data {
-        connection.buffer(request.length)
-    } else {
-        Vec::new()
-    };
-    if work == Work::Write {
-        if let Err(e) = read_full(reader, &mut buffer).and_then(|full| {
-            if full {
-                Ok(())
-            } else {
-                Err(io::ErrorKind::UnexpectedEof.into())
-            }
-        }) {
-            connection.release(bytes);
-            return Err(e);
-        }
-    }
-    let job = Job {
-        owner: Arc::clone(connection) as Arc<dyn Finish>,
-        cookie: request.cookie,
-        work,
-        offset: request.offset,
-        length: if work == Work::Flush {
-            0
-        } else {
-            request.length
-        },
-        fua: request.flags & cmd_flags::FUA != 0,
-        buffer,
-        permit_bytes: bytes,
-        command: request.command,
-    };
-    match inline {
-        Some(runner) if job.length >= INLINE_MIN_BYTES => runner.run(job),
-        _ => connection.shared.workers.dispatch(job),
-    }
-    Ok(())
-}
-
-/// Requests at least this long run on the connection's own thread when the
-/// target completes I/O inline: they are bound by copying, and running them
-/// where they were read saves two thread hand-offs. Smaller ones go to the
-/// worker pool, which batches them across connections. Measured with
-/// bench/vs-nbdkit.py (docs/PERFORMANCE.md): all inline, 1 MiB reads gained
-/// and 4 KiB requests lost.
-const INLINE_MIN_BYTES: u32 = 128 * 1024;
-
-fn send(
-    connection: &Connection,
-    request: &RequestHeader,
-    result: Result<(), (ErrorCode, &'static str)>,
-    data: Vec<u8>,
-    permit_bytes: u64,
-) {
-    let reply = Outgoing::Reply {
-        cookie: request.cookie,
-        command: request.command,
-        offset: request.offset,
-        length: request.length,
-        result,
-        data,
-        permit_bytes,
-    };
-    connection.deliver(reply, true);
-}
-
-/// Count a sent reply, give back its permit and buffer.
-fn settle(connection: &Connection, message: Outgoing) {
-    match message {
-        Outgoing::Reply {
-            command,
-            length,
-            result,
-            data,
-            permit_bytes,
-            ..
-        } => {
-            connection.counters.record(command, length, result.is_ok());
-            connection.recycle(data);
-            connection.release(permit_bytes);
-        }
-        Outgoing::BlockStatus { .. } => {
-            connection.counters.record(Command::BlockStatus, 0, true);
-            connection.release(0);
-        }
-    }
-}
-
-fn write_one(out: &mut impl Write, message: &Outgoing, structured: bool) -> io::Result<()> {
-    match message {
-        Outgoing::Reply {
-            cookie,
-            command,
-            offset,
-            result,
-            data,
-            ..
-        } => {
-            let result = result.map_err(|(code, reason)| (code, reason));
-            let head = data_reply_head(
-                structured,
-                *cookie,
-                *command,
-                *offset,
-                data.len() as u32,
-                result,
-            );
-            out.write_all(head.as_slice())?;
-            if result.is_ok() && *command == Command::Read {
-                out.write_all(data)?;
-            }
-            Ok(())
-        }
-        Outgoing::BlockStatus { cookie, length } => {
-            out.write_all(block_status_head(*cookie, *length).as_slice())
-        }
-    }
 }

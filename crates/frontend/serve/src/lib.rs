@@ -2,12 +2,11 @@
 //! assembled array, a member, a test double).
 //!
 //! Threads: one accept thread per listener; per client, a connection
-//! thread (the handshake); a fixed pool of workers, each owning one queue
-//! on the target. After the handshake a plaintext connection belongs to one
-//! worker, which reads its requests and sends its replies itself (see
-//! `reactor`); a TLS connection's thread goes on reading its requests and
-//! spreads them over the workers. Requests run concurrently and are
-//! answered out of order.
+//! thread (the handshake, then it waits for the end); a fixed pool of
+//! workers, each owning one queue on the target. After the handshake a
+//! connection, plaintext or TLS, belongs to one worker, which reads its
+//! requests and sends its replies itself (see `reactor`). Requests run
+//! concurrently and are answered out of order.
 //!
 //! Limits (all fixed at start): connections, requests and payload bytes in
 //! flight per connection, request size, option size and count in the
@@ -31,6 +30,7 @@ pub mod stats;
 mod stream;
 mod transport;
 mod unaligned;
+mod wire;
 mod worker;
 
 pub use control::{format_status, query_status, request};

@@ -1,7 +1,7 @@
-//! Connections a worker owns: after the handshake a plaintext connection
-//! is handed to one worker (the one owning fewest), which from then on
-//! reads its requests and writes its replies itself, on its own thread,
-//! without blocking on the socket:
+//! Connections a worker owns: after the handshake a connection (plaintext
+//! or TLS, see `wire`) is handed to one worker (the one owning fewest),
+//! which from then on reads its requests and writes its replies itself, on
+//! its own thread, without blocking on the socket:
 //!
 //! - request headers are read through a 64 KiB buffer (one `recv` takes in
 //!   many small requests);
@@ -13,18 +13,17 @@
 //!   `writev` sends the replies of many requests), and the slot is free
 //!   again once the client has all of it.
 //!
-//! A request longer than one slot becomes a job of this worker, as a TLS
-//! connection's requests are; a request that is not block-aligned (from a
-//! client that negotiated no block sizes) is read-modify-written here, as
-//! on the TLS path (`unaligned`).
+//! A request longer than one slot becomes a job of this worker (split into
+//! slot-sized pieces); a request that is not block-aligned (from a client
+//! that negotiated no block sizes) is read-modify-written here
+//! (`unaligned`).
 //!
-//! Bounds are the TLS path's: a connection takes no more requests while its
-//! in-flight budget (requests, payload bytes) is spent, or while the worker
-//! has no free slot; what it sent stays unread in the socket meanwhile.
+//! Bounds: a connection takes no more requests while its in-flight budget
+//! (requests, payload bytes) is spent, or while the worker has no free
+//! slot; what it sent stays unread in the socket meanwhile.
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, IoSliceMut};
-use std::net::Shutdown;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::SyncSender;
@@ -36,8 +35,8 @@ use nvraid_nbd::{Command, ErrorCode, RequestHeader, RequestRules};
 
 use crate::connection::Connection;
 use crate::reply::{block_status_head, data_reply_head, Head};
-use crate::stream::Stream;
 use crate::unaligned::Unaligned;
+use crate::wire::Wire;
 use crate::worker::{Finish, Job, SlotRequest, SlotUse, Work, Worker};
 
 /// Bytes of request headers (and small payloads) read per `recv`.
@@ -51,7 +50,7 @@ const SEND_BATCH: usize = 32;
 /// A connection past its handshake, on its way to a worker.
 pub(crate) struct Handoff {
     pub connection: Arc<Connection>,
-    pub stream: Stream,
+    pub wire: Wire,
     pub rules: RequestRules,
     pub structured: bool,
     /// The target and block sizes, for the connection's unaligned
@@ -139,7 +138,7 @@ impl Finish for LocalFinish {
 /// A connection a worker owns.
 pub(crate) struct Owned {
     connection: Arc<Connection>,
-    stream: Stream,
+    wire: Wire,
     rules: RequestRules,
     structured: bool,
     unaligned: Unaligned,
@@ -178,10 +177,9 @@ enum Step {
 impl Worker {
     /// Start serving a handed-over connection.
     pub(crate) fn own(&mut self, handoff: Handoff) {
-        let _ = handoff.stream.set_nonblocking(true);
         let owned = Owned {
             connection: handoff.connection,
-            stream: handoff.stream,
+            wire: handoff.wire,
             rules: handoff.rules,
             structured: handoff.structured,
             unaligned: Unaligned::new(
@@ -719,13 +717,27 @@ impl Worker {
 
     fn send(&mut self, conn: &mut Owned) -> bool {
         let mut progress = false;
+        if conn.wire.wants_write() && !conn.broken {
+            // TLS records from earlier replies go first.
+            match conn.wire.flush() {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+                Err(e) => {
+                    self.break_output(conn, &e);
+                    return true;
+                }
+            }
+        }
         while !conn.tx.is_empty() && !conn.broken {
             let sent = {
+                let Owned {
+                    tx, tx_sent, wire, ..
+                } = &mut *conn;
                 let mut slices: [IoSlice<'_>; 2 * SEND_BATCH] =
                     std::array::from_fn(|_| IoSlice::new(&[]));
                 let mut count = 0;
-                let mut skip = conn.tx_sent;
-                for reply in conn.tx.iter().take(SEND_BATCH) {
+                let mut skip = *tx_sent;
+                for reply in tx.iter().take(SEND_BATCH) {
                     for part in [reply.head.as_slice(), reply.data(self)] {
                         if skip >= part.len() {
                             skip -= part.len();
@@ -736,7 +748,7 @@ impl Worker {
                         count += 1;
                     }
                 }
-                conn.stream.send_vectored(&slices[..count])
+                wire.send(&slices[..count])
             };
             match sent {
                 Ok(0) => {
@@ -816,15 +828,18 @@ impl Worker {
         let mut any = false;
         for index in 0..self.owned.len() {
             let ended = self.owned[index].as_ref().is_some_and(|conn| {
-                !conn.reading && conn.tx.is_empty() && conn.connection.in_flight() == 0
+                !conn.reading
+                    && conn.tx.is_empty()
+                    && (conn.broken || !conn.wire.wants_write())
+                    && conn.connection.in_flight() == 0
             });
             if !ended {
                 continue;
             }
-            let conn = self.owned[index].take().expect("ended connection");
+            let mut conn = self.owned[index].take().expect("ended connection");
             owned_count.fetch_sub(1, Ordering::Relaxed);
-            let reason = conn.reason.unwrap_or_else(|| "ended".into());
-            conn.stream.shutdown(Shutdown::Both);
+            let reason = conn.reason.take().unwrap_or_else(|| "ended".into());
+            conn.wire.close();
             let _ = conn.done.send(reason);
             any = true;
         }
@@ -845,12 +860,12 @@ impl Worker {
             if conn.reading && !conn.stalled {
                 events |= libc::POLLIN;
             }
-            if !conn.tx.is_empty() && !conn.broken {
+            if (!conn.tx.is_empty() || conn.wire.wants_write()) && !conn.broken {
                 events |= libc::POLLOUT;
             }
             if events != 0 {
                 fds.push(libc::pollfd {
-                    fd: conn.stream.raw_fd(),
+                    fd: conn.wire.raw_fd(),
                     events,
                     revents: 0,
                 });
@@ -875,7 +890,7 @@ fn receive(queue: &mut Box<dyn nvraid_io::queue::Queue>, conn: &mut Owned) -> io
         input,
         rx,
         rx_end,
-        stream,
+        wire,
         ..
     } = conn;
     let spare = &mut rx[*rx_end..];
@@ -889,9 +904,9 @@ fn receive(queue: &mut Box<dyn nvraid_io::queue::Queue>, conn: &mut Owned) -> io
     };
     let room = payload.len();
     let received = if room == 0 {
-        stream.recv_vectored(&mut [IoSliceMut::new(spare)])?
+        wire.recv(&mut [IoSliceMut::new(spare)])?
     } else {
-        stream.recv_vectored(&mut [IoSliceMut::new(payload), IoSliceMut::new(spare)])?
+        wire.recv(&mut [IoSliceMut::new(payload), IoSliceMut::new(spare)])?
     };
     let into_payload = received.min(room);
     match input {

@@ -1,17 +1,9 @@
-//! The byte channel of one connection: plaintext, or TLS (rustls) after
-//! STARTTLS. For the transmission phase a channel splits into a read half
-//! (the connection thread) and a write half (shared, under the
-//! connection's reply lock, by whoever sends a reply).
-//!
-//! TLS split: one `ServerConnection` behind a mutex. The reader reads
-//! ciphertext from the socket without the lock, then feeds it in under the
-//! lock. Anyone sending ciphertext holds `send` (which owns the socket's
-//! write side) before taking the connection lock, so records reach the
-//! socket in the order rustls produced them.
+//! The byte channel of one connection during its handshake: plaintext, or
+//! TLS (rustls) after STARTTLS, blocking, on the connection's thread. For
+//! the transmission phase it becomes a worker's non-blocking `Wire`.
 
 use std::io::{self, Read, Write};
-use std::net::Shutdown;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use rustls::ServerConnection;
 use rustls_pki_types::pem::PemObject;
@@ -177,33 +169,6 @@ impl Channel {
             Channel::Plain(s) | Channel::Tls(_, s) => s,
         }
     }
-
-    /// Split into halves for the transmission phase.
-    pub(crate) fn split(self) -> io::Result<(Box<dyn Read + Send>, Box<dyn Write + Send>)> {
-        match self {
-            Channel::Plain(stream) => {
-                let writer = stream.try_clone()?;
-                // Buffered: one read takes in many small requests (a large
-                // payload is still read straight into its buffer).
-                let reader = io::BufReader::with_capacity(64 * 1024, stream);
-                Ok((Box::new(reader), Box::new(writer)))
-            }
-            Channel::Tls(tls, stream) => {
-                let shared = Arc::new(TlsShared {
-                    tls: Mutex::new(*tls),
-                    send: Mutex::new(stream.try_clone()?),
-                });
-                let reader = TlsReader {
-                    shared: Arc::clone(&shared),
-                    socket: stream,
-                    scratch: vec![0; 64 * 1024],
-                    start: 0,
-                    end: 0,
-                };
-                Ok((Box::new(reader), Box::new(TlsWriter { shared })))
-            }
-        }
-    }
 }
 
 impl Read for Channel {
@@ -227,111 +192,6 @@ impl Write for Channel {
         match self {
             Channel::Plain(s) => s.flush(),
             Channel::Tls(tls, s) => rustls::Stream::new(tls.as_mut(), s).flush(),
-        }
-    }
-}
-
-struct TlsShared {
-    tls: Mutex<ServerConnection>,
-    /// The socket's write side; held while ciphertext is produced and sent.
-    send: Mutex<Stream>,
-}
-
-impl TlsShared {
-    /// Send whatever ciphertext rustls has queued.
-    fn send_pending(&self) -> io::Result<()> {
-        let mut socket = self.send.lock().expect("tls send lock");
-        let mut ciphertext = Vec::new();
-        {
-            let mut tls = self.tls.lock().expect("tls lock");
-            while tls.wants_write() {
-                tls.write_tls(&mut ciphertext)?;
-            }
-        }
-        socket.write_all(&ciphertext)
-    }
-}
-
-struct TlsReader {
-    shared: Arc<TlsShared>,
-    socket: Stream,
-    /// Ciphertext read from the socket, `start..end` not yet given to rustls.
-    scratch: Vec<u8>,
-    start: usize,
-    end: usize,
-}
-
-impl Read for TlsReader {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        loop {
-            {
-                let mut tls = self.shared.tls.lock().expect("tls lock");
-                match tls.reader().read(buf) {
-                    Ok(n) => return Ok(n),
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) => return Err(e),
-                }
-            }
-            if self.start == self.end {
-                let n = self.socket.read(&mut self.scratch)?;
-                if n == 0 {
-                    return Ok(0);
-                }
-                (self.start, self.end) = (0, n);
-            }
-            // Feed one record batch at a time: rustls refuses ciphertext
-            // while its plaintext buffer is full, and plaintext is drained
-            // at the top of the loop before more is fed.
-            let wants_write = {
-                let mut tls = self.shared.tls.lock().expect("tls lock");
-                let mut input = &self.scratch[self.start..self.end];
-                let used = tls.read_tls(&mut input)?;
-                self.start += used;
-                tls.process_new_packets()
-                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-                tls.wants_write()
-            };
-            if wants_write {
-                self.shared.send_pending()?;
-            }
-        }
-    }
-}
-
-struct TlsWriter {
-    shared: Arc<TlsShared>,
-}
-
-impl Write for TlsWriter {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        loop {
-            let written = self
-                .shared
-                .tls
-                .lock()
-                .expect("tls lock")
-                .writer()
-                .write(buf)?;
-            self.shared.send_pending()?;
-            if written > 0 || buf.is_empty() {
-                return Ok(written);
-            }
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        self.shared.send_pending()
-    }
-}
-
-impl Drop for TlsWriter {
-    fn drop(&mut self) {
-        if let Ok(mut tls) = self.shared.tls.lock() {
-            tls.send_close_notify();
-        }
-        let _ = self.shared.send_pending();
-        if let Ok(socket) = self.shared.send.lock() {
-            socket.shutdown(Shutdown::Write);
         }
     }
 }

@@ -1,16 +1,14 @@
 //! Worker threads. Each owns one [`Queue`] on the target (queues are never
 //! shared) and does two kinds of work with its slots:
 //!
-//! - it *owns connections* (plaintext ones, handed over after their
-//!   handshake; see `reactor`): it reads their requests from the socket
-//!   itself, straight into its slot buffers, submits them, and sends each
-//!   reply from the slot that holds its data. A request never changes
-//!   thread.
-//! - it serves *jobs* from its inbox: requests that a connection thread read
-//!   (TLS connections, whose records rustls decrypts on that thread), the
-//!   final flush, and requests of its own connections too long for one slot.
-//!   A job longer than a slot buffer is split into slot-sized pieces; its
-//!   owner is told when its last piece completes.
+//! - it *owns connections* (handed over after their handshake; see
+//!   `reactor`): it reads their requests from the socket itself (through
+//!   rustls for TLS ones), straight into its slot buffers, submits them,
+//!   and sends each reply from the slot that holds its data. A request
+//!   never changes thread.
+//! - it runs *jobs*: requests of its own connections too long for one slot
+//!   (split into slot-sized pieces; the owner is told when the last
+//!   completes), and, from its inbox, the final flush at shutdown.
 //!
 //! A worker with nothing to do sleeps in poll(2) on its connections'
 //! sockets and an eventfd that whoever hands it a job or a connection
@@ -44,11 +42,8 @@ pub(crate) enum Work {
 
 /// Where a finished job goes.
 pub(crate) trait Finish: Send + Sync {
-    /// The job is done; its reply may be buffered until `flush_replies`.
+    /// The job is done.
     fn finish(&self, job: Job, result: Result<(), ErrorCode>);
-    /// Send the replies `finish` buffered (a worker calls it once per
-    /// batch of completions, so that replies share system calls).
-    fn flush_replies(&self) {}
 }
 
 /// One request for a worker.
@@ -108,7 +103,6 @@ impl Handle {
 pub(crate) struct WorkerPool {
     handles: Vec<Arc<Handle>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
-    next: AtomicUsize,
 }
 
 impl WorkerPool {
@@ -122,7 +116,6 @@ impl WorkerPool {
         let mut pool = WorkerPool {
             handles: Vec::new(),
             threads: Mutex::new(Vec::new()),
-            next: AtomicUsize::new(0),
         };
         for index in 0..count {
             let (sender, inbox) = mpsc::sync_channel(depth as usize);
@@ -156,16 +149,6 @@ impl WorkerPool {
             }
         }
         Ok(pool)
-    }
-
-    /// Hand a job to the next worker (blocks while its inbox is full).
-    pub(crate) fn dispatch(&self, job: Job) {
-        let index = self.next.fetch_add(1, Ordering::Relaxed) % self.handles.len();
-        if let Err(Some(job)) = self.handles[index].post(Some(job)) {
-            let owner = Arc::clone(&job.owner);
-            owner.finish(job, Err(ErrorCode::Shutdown));
-            owner.flush_replies();
-        }
     }
 
     /// Give a connection past its handshake to the worker owning the
@@ -212,42 +195,6 @@ impl WorkerPool {
         for thread in threads {
             let _ = thread.join();
         }
-    }
-}
-
-/// Runs a connection's large requests on the connection's own reader
-/// thread, for targets whose queues complete I/O inside `submit` (psync over
-/// RAM-backed members). Handing such a request to a pool worker buys no
-/// concurrency and costs two thread wake-ups; here it costs none. A request
-/// run here finishes before the next one is read. (TLS connections only:
-/// plaintext ones are owned by a worker.)
-pub(crate) struct InlineRunner {
-    worker: Worker,
-}
-
-impl InlineRunner {
-    /// A runner for this thread, or `None` when the target's queues hand
-    /// I/O to the kernel asynchronously (the pool's workers overlap those).
-    pub(crate) fn open(target: &Arc<dyn Target>, io_max_bytes: u32) -> Option<InlineRunner> {
-        let queue = target.open_queue(1, io_max_bytes).ok()?;
-        if !queue.completes_inline() {
-            return None;
-        }
-        // The runner is driven by `run`, never by an inbox.
-        let (_unused, inbox) = mpsc::sync_channel(1);
-        Some(InlineRunner {
-            worker: Worker::new(queue, inbox, io_max_bytes),
-        })
-    }
-
-    /// Execute `job` to completion; its owner is told as usual.
-    pub(crate) fn run(&mut self, job: Job) {
-        self.worker.start(job);
-        while self.worker.active_count > 0 {
-            self.worker.submit_ready();
-            self.worker.reap(true);
-        }
-        self.worker.flush_touched();
     }
 }
 
@@ -311,8 +258,6 @@ pub(crate) struct Worker {
     actives: Vec<Option<Active>>,
     active_count: usize,
     completions: Vec<Completion>,
-    /// Owners whose jobs finished since the last `flush_touched`.
-    touched: Vec<Arc<dyn Finish>>,
     /// Connections this worker reads and answers itself.
     pub(crate) owned: Vec<Option<Owned>>,
     /// Whether the inbox is still open.
@@ -335,17 +280,9 @@ impl Worker {
             actives: (0..depth).map(|_| None).collect(),
             active_count: 0,
             completions: Vec::with_capacity(depth as usize),
-            touched: Vec::with_capacity(depth as usize),
             owned: Vec::new(),
             open: true,
             started_bytes: 0,
-        }
-    }
-
-    /// Send the replies of this batch, once per owner.
-    fn flush_touched(&mut self) {
-        for owner in self.touched.drain(..) {
-            owner.flush_replies();
         }
     }
 
@@ -408,7 +345,6 @@ impl Worker {
             progress |= self.pump_all();
             self.submit_ready();
             progress |= self.reap(false);
-            self.flush_touched();
             progress |= self.collect_local();
             progress |= self.send_all();
             progress |= self.retire(&handle.owned);
@@ -625,9 +561,6 @@ impl Worker {
         self.active_count -= 1;
         let result = active.error.map_or(Ok(()), Err);
         let owner = Arc::clone(&active.job.owner);
-        if !self.touched.iter().any(|t| Arc::ptr_eq(t, &owner)) {
-            self.touched.push(Arc::clone(&owner));
-        }
         owner.finish(active.job, result);
     }
 }
