@@ -18,18 +18,23 @@ use std::os::unix::fs::MetadataExt;
 ///
 /// A claim can outlive its process by a while: the kernel closes an
 /// io_uring's registered files after the process has exited, once the
-/// ring's last requests are done (on a slow device, seconds). When no live
-/// process holds the claim (its pid is gone, or no process is listed for
-/// it), the claim is retried for up to five seconds.
+/// ring's last requests are done (on a slow device, seconds); within a
+/// process, a ring closed a moment ago lets go of its files the same way,
+/// from a kernel work item. When no live process holds the claim (its pid
+/// is gone, or no process is listed for it), the claim is retried for up to
+/// five seconds; when this process holds it, for up to one second.
 pub(crate) fn claim(file: &File) -> io::Result<Result<(), String>> {
-    for _ in 0..250 {
+    let me = std::process::id().to_string();
+    for attempt in 0..250 {
         if nvraid_io::sys::try_lock_exclusive(file)? {
             return Ok(Ok(()));
         }
         match holder_pid(file) {
+            Some(pid) if pid == me && attempt < 50 => {}
             Some(pid) if std::path::Path::new(&format!("/proc/{pid}")).exists() => break,
-            _ => std::thread::sleep(std::time::Duration::from_millis(20)),
+            _ => {}
         }
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
     Ok(Err(holder(file).unwrap_or_else(|| "another process".into())))
 }
