@@ -27,8 +27,8 @@ pub(crate) struct Shared {
     pub size_bytes: u64,
     pub block_sizes: BlockSizes,
     pub workers: WorkerPool,
-    /// The target, for connections that run requests on their own thread
-    /// (see `worker::InlineRunner`).
+    /// The target, for each connection's unaligned requests (see
+    /// `unaligned`).
     pub target: Arc<dyn Target>,
     pub target_description: String,
     pub read_only: bool,
