@@ -176,6 +176,33 @@ fn every_case_passes_on_raid5() {
     stop(server);
 }
 
+/// The write caches serve the same cases: in RAM, and with a journal on
+/// a separate member (RAID 5).
+#[test]
+fn every_case_passes_through_the_write_caches() {
+    for (level, cache) in [("0", "writeback"), ("5", "journal")] {
+        let dir = tempfile::tempdir().unwrap();
+        let members = members(dir.path(), 4);
+        create(dir.path(), level, &members);
+        let journal = dir.path().join("journal.img");
+        std::fs::File::create(&journal)
+            .unwrap()
+            .set_len(64 << 20)
+            .unwrap();
+        let journal = journal.display().to_string();
+        let mut extra = vec!["--cache", cache];
+        if cache == "journal" {
+            extra.extend(["--journal", journal.as_str()]);
+        }
+        let server = serve_with(dir.path(), &members, &extra);
+        let output = conformance(&unix_uri(dir.path()), &[]);
+        assert_cases(&output, &["flush", "integrity", "zero", "unaligned"]);
+        // The cache says so: 4 KiB blocks.
+        assert!(output.contains("blocks 4096/"), "{cache}: {output}");
+        stop(server);
+    }
+}
+
 #[test]
 fn a_read_only_export_refuses_writes_with_eperm() {
     let dir = tempfile::tempdir().unwrap();
