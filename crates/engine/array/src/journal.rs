@@ -284,20 +284,6 @@ impl MdJournal {
         self.writer().wants_room
     }
 
-    /// Whether a write cache should write back and checkpoint now: the log
-    /// wants room, or the cache holds over half of what it may (so the
-    /// write-back runs while writers fill the other half, instead of
-    /// starting once they wait).
-    pub fn cache_wants_checkpoint(&self) -> bool {
-        let w = self.writer();
-        w.wants_room || w.held_sectors > self.cache_bound() / 2
-    }
-
-    /// What a write cache may hold in the log (see `enqueue_cached`).
-    fn cache_bound(&self) -> u64 {
-        self.ring.sectors / 8
-    }
-
     /// A write cache's pages, `data` at array byte `offset` (whole 4 KiB
     /// pages), as data-only units (md's write-back mode): held open until
     /// [`MdJournal::release_through`], so the tail never passes them while
@@ -335,7 +321,7 @@ impl MdJournal {
         // (each page logged again, with parity: up to three times the log)
         // always finds room while the tail waits for it: an eighth of the
         // ring, or one write at a time.
-        if w.held_sectors > 0 && w.held_sectors + sectors > self.cache_bound() {
+        if w.held_sectors > 0 && w.held_sectors + sectors > self.ring.sectors / 8 {
             w.wants_room = true;
             return Ok(None);
         }

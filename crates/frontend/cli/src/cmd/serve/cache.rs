@@ -104,7 +104,7 @@ impl JournalLog for MdCacheLog {
         self.journal().usage()
     }
     fn wants_room(&self) -> bool {
-        self.journal().cache_wants_checkpoint()
+        self.journal().wants_room()
     }
     fn head(&self) -> (u64, u64) {
         (self.journal().newest(), 0)
