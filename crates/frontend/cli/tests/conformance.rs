@@ -52,9 +52,19 @@ fn unix_uri(dir: &Path) -> String {
     format!("nbd+unix:///?socket={}", dir.join("md.sock").display())
 }
 
-fn stop(mut server: Child) {
-    let _ = server.kill();
-    let _ = server.wait();
+/// A server that is killed when dropped, also when a test fails before
+/// it stops it.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn stop(server: Server) {
+    drop(server);
 }
 
 fn assert_cases(output: &str, cases: &[&str]) {
@@ -77,7 +87,7 @@ fn every_case_passes_on_raid0_over_unix_and_tcp() {
         .unwrap()
         .port();
     let tcp = format!("tcp:127.0.0.1:{port}");
-    let server = serve_with(dir.path(), &members, &["--listen", &tcp]);
+    let server = Server(serve_with(dir.path(), &members, &["--listen", &tcp]));
     let output = conformance(&unix_uri(dir.path()), &[]);
     assert_cases(
         &output,
@@ -138,11 +148,11 @@ fn every_case_passes_over_tls() {
     );
     std::fs::copy(&cert, pki.join("ca-cert.pem")).unwrap();
     let (cert, key) = (cert.display().to_string(), key.display().to_string());
-    let server = serve_with(
+    let server = Server(serve_with(
         dir.path(),
         &members,
         &["--tls", "require", "--tls-cert", &cert, "--tls-key", &key],
-    );
+    ));
     let uri = format!(
         "nbds+unix:///?socket={}&tls-certificates={}",
         dir.path().join("md.sock").display(),
@@ -170,7 +180,7 @@ fn every_case_passes_on_raid5() {
     let dir = tempfile::tempdir().unwrap();
     let members = members(dir.path(), 4);
     create(dir.path(), "5", &members);
-    let server = serve(dir.path(), &members);
+    let server = Server(serve(dir.path(), &members));
     let output = conformance(&unix_uri(dir.path()), &[]);
     assert_cases(&output, &["integrity", "unaligned", "zero"]);
     stop(server);
@@ -194,7 +204,7 @@ fn every_case_passes_through_the_write_caches() {
         if cache == "journal" {
             extra.extend(["--journal", journal.as_str()]);
         }
-        let server = serve_with(dir.path(), &members, &extra);
+        let server = Server(serve_with(dir.path(), &members, &extra));
         let output = conformance(&unix_uri(dir.path()), &[]);
         assert_cases(&output, &["flush", "integrity", "zero", "unaligned"]);
         // The cache says so: 4 KiB blocks.
@@ -208,7 +218,7 @@ fn a_read_only_export_refuses_writes_with_eperm() {
     let dir = tempfile::tempdir().unwrap();
     let members = members(dir.path(), 2);
     create(dir.path(), "1", &members);
-    let server = serve_with(dir.path(), &members, &["--read-only"]);
+    let server = Server(serve_with(dir.path(), &members, &["--read-only"]));
     let output = conformance(&unix_uri(dir.path()), &["--read-only"]);
     assert_cases(&output, &["handshake", "list", "read", "read_only_writes"]);
     stop(server);
@@ -219,11 +229,11 @@ fn a_flushed_write_survives_kill_9_of_the_server() {
     let dir = tempfile::tempdir().unwrap();
     let members = members(dir.path(), 3);
     create(dir.path(), "10", &members);
-    let server = serve(dir.path(), &members);
+    let server = Server(serve(dir.path(), &members));
     conformance(&unix_uri(dir.path()), &["--marker-write"]);
     // SIGKILL: no orderly stop, no final flush.
     stop(server);
-    let server = serve(dir.path(), &members);
+    let server = Server(serve(dir.path(), &members));
     let output = conformance(&unix_uri(dir.path()), &["--marker-check"]);
     assert!(output.contains("PASS marker"), "{output}");
     stop(server);
