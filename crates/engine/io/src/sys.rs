@@ -228,6 +228,14 @@ pub fn set_rcvlowat(fd: i32, bytes: usize) -> io::Result<()> {
     }
 }
 
+/// shutdown(2) of both directions of a socket. On a listening socket it
+/// wakes a thread blocked in accept(2) (which fails with EINVAL), with no
+/// connection needed (its path may be gone).
+pub fn shutdown_socket(fd: i32) {
+    // SAFETY: shutdown takes no pointers; a bad descriptor is an error.
+    let _ = unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+}
+
 /// A non-blocking eventfd, for waking a thread that sleeps in poll(2).
 pub fn eventfd() -> io::Result<std::os::fd::OwnedFd> {
     // SAFETY: eventfd takes no pointers.

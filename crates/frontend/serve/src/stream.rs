@@ -60,12 +60,17 @@ impl Listener {
         }
     }
 
-    /// Connect to ourselves so a blocked `accept` returns (used on shutdown).
+    /// Make a blocked `accept` return (used on shutdown): the listening
+    /// socket is shut down, which wakes `accept` even when the socket's
+    /// path was removed meanwhile (a connection to ourselves, the old way,
+    /// then cannot reach it).
     pub(crate) fn poke(&self) {
-        let _ = match self {
-            Listener::Unix(_, path) => UnixStream::connect(path).map(drop),
-            Listener::Tcp(l) => l.local_addr().and_then(TcpStream::connect).map(drop),
+        use std::os::fd::AsRawFd;
+        let fd = match self {
+            Listener::Unix(l, _) => l.as_raw_fd(),
+            Listener::Tcp(l) => l.as_raw_fd(),
         };
+        nvraid_io::sys::shutdown_socket(fd);
     }
 }
 

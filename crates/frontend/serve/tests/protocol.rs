@@ -949,3 +949,22 @@ fn a_client_that_leaves_with_requests_in_flight_is_let_go() {
         .collect();
     assert_eq!(ended.len(), 4, "{ended:#?}");
 }
+
+/// A server whose socket file was removed (someone cleaned its directory)
+/// still stops when told to: its accept thread is woken without a
+/// connection to that path.
+#[test]
+fn a_server_whose_socket_file_is_gone_still_stops() {
+    let server = TestServer::start(MemTarget::new(MIB, 512));
+    still_serving(&server);
+    std::fs::remove_file(&server.socket).unwrap();
+    let (done, stopped) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        server.stop();
+        let _ = done.send(());
+    });
+    assert!(
+        stopped.recv_timeout(Duration::from_secs(20)).is_ok(),
+        "the server did not stop"
+    );
+}
