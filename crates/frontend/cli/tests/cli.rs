@@ -984,15 +984,7 @@ mod serve {
     fn an_rsa_key_of_an_odd_size_is_refused_with_the_reason() {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
-        let status = std::process::Command::new("openssl")
-            .args([
-                "req", "-x509", "-newkey", "rsa:2432", "-nodes", "-days", "2", "-subj",
-            ])
-            .args(["/CN=localhost", "-keyout", "k.pem", "-out", "c.pem"])
-            .current_dir(d)
-            .output()
-            .expect("openssl (./test.sh installs it)");
-        assert!(status.status.success());
+        self_signed_certificate(d, 2432);
         ok(&["create", "--level", "0", "--size", "8M", "m0"], d);
         let out = nvraid(
             &[
@@ -1002,9 +994,9 @@ mod serve {
                 "--tls",
                 "on",
                 "--tls-cert",
-                "c.pem",
+                "cert.pem",
                 "--tls-key",
-                "k.pem",
+                "key.pem",
                 "m0",
             ],
             d,
@@ -1012,7 +1004,7 @@ mod serve {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{err}");
         assert!(
-            err.contains("k.pem") && err.contains("2432 bits") && err.contains("multiple of 512"),
+            err.contains("key.pem") && err.contains("2432 bits") && err.contains("multiple of 512"),
             "{err}"
         );
     }

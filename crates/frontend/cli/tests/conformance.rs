@@ -36,6 +36,14 @@ fn conformance(uri: &str, extra: &[&str]) -> String {
     stdout
 }
 
+/// A new array of `count` members at `level` in a temporary directory.
+fn array(level: &str, count: usize) -> (tempfile::TempDir, Vec<String>) {
+    let dir = tempfile::tempdir().unwrap();
+    let members = members(dir.path(), count);
+    create(dir.path(), level, &members);
+    (dir, members)
+}
+
 fn members(dir: &Path, count: usize) -> Vec<String> {
     (0..count)
         .map(|i| dir.join(format!("m{i}.img")).display().to_string())
@@ -78,9 +86,7 @@ fn assert_cases(output: &str, cases: &[&str]) {
 
 #[test]
 fn every_case_passes_on_raid0_over_unix_and_tcp() {
-    let dir = tempfile::tempdir().unwrap();
-    let members = members(dir.path(), 4);
-    create(dir.path(), "0", &members);
+    let (dir, members) = array("0", 4);
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -119,33 +125,10 @@ fn every_case_passes_on_raid0_over_unix_and_tcp() {
 /// requiring TLS.
 #[test]
 fn every_case_passes_over_tls() {
-    let dir = tempfile::tempdir().unwrap();
-    let members = members(dir.path(), 4);
-    create(dir.path(), "0", &members);
+    let (dir, members) = array("0", 4);
     let pki = dir.path().join("pki");
     std::fs::create_dir_all(&pki).unwrap();
-    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
-    let made = Command::new(tool("openssl"))
-        .args([
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-        ])
-        .args([
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            "subjectAltName=DNS:localhost",
-        ])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .unwrap();
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
-    );
+    let (cert, key) = self_signed_certificate(dir.path(), 2048);
     std::fs::copy(&cert, pki.join("ca-cert.pem")).unwrap();
     let (cert, key) = (cert.display().to_string(), key.display().to_string());
     let server = Server(serve_with(
@@ -177,9 +160,7 @@ fn every_case_passes_over_tls() {
 
 #[test]
 fn every_case_passes_on_raid5() {
-    let dir = tempfile::tempdir().unwrap();
-    let members = members(dir.path(), 4);
-    create(dir.path(), "5", &members);
+    let (dir, members) = array("5", 4);
     let server = Server(serve(dir.path(), &members));
     let output = conformance(&unix_uri(dir.path()), &[]);
     assert_cases(&output, &["integrity", "unaligned", "zero"]);
@@ -191,9 +172,7 @@ fn every_case_passes_on_raid5() {
 #[test]
 fn every_case_passes_through_the_write_caches() {
     for (level, cache) in [("0", "writeback"), ("5", "journal")] {
-        let dir = tempfile::tempdir().unwrap();
-        let members = members(dir.path(), 4);
-        create(dir.path(), level, &members);
+        let (dir, members) = array(level, 4);
         let journal = dir.path().join("journal.img");
         std::fs::File::create(&journal)
             .unwrap()
@@ -215,9 +194,7 @@ fn every_case_passes_through_the_write_caches() {
 
 #[test]
 fn a_read_only_export_refuses_writes_with_eperm() {
-    let dir = tempfile::tempdir().unwrap();
-    let members = members(dir.path(), 2);
-    create(dir.path(), "1", &members);
+    let (dir, members) = array("1", 2);
     let server = Server(serve_with(dir.path(), &members, &["--read-only"]));
     let output = conformance(&unix_uri(dir.path()), &["--read-only"]);
     assert_cases(&output, &["handshake", "list", "read", "read_only_writes"]);
@@ -226,9 +203,7 @@ fn a_read_only_export_refuses_writes_with_eperm() {
 
 #[test]
 fn a_flushed_write_survives_kill_9_of_the_server() {
-    let dir = tempfile::tempdir().unwrap();
-    let members = members(dir.path(), 3);
-    create(dir.path(), "10", &members);
+    let (dir, members) = array("10", 3);
     let server = Server(serve(dir.path(), &members));
     conformance(&unix_uri(dir.path()), &["--marker-write"]);
     // SIGKILL: no orderly stop, no final flush.

@@ -109,6 +109,27 @@ pub fn tool(name: &str) -> String {
     String::from_utf8(found.stdout).unwrap().trim().to_string()
 }
 
+/// A self-signed certificate for localhost with an RSA key of `key_bits`,
+/// written to `cert.pem` and `key.pem` in `dir`; their paths.
+pub fn self_signed_certificate(dir: &Path, key_bits: u32) -> (PathBuf, PathBuf) {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let made = Command::new(tool("openssl"))
+        .args(["req", "-x509", "-newkey", &format!("rsa:{key_bits}")])
+        .args(["-nodes", "-days", "2", "-subj", "/CN=localhost"])
+        .args(["-addext", "subjectAltName=DNS:localhost", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "openssl: {}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    (cert, key)
+}
+
 /// The sha256 of `data`, in hex.
 pub fn sha(data: &[u8]) -> String {
     format!("{:x}", Sha256::digest(data))
