@@ -70,6 +70,48 @@ fn need_of(groups: &[Group]) -> u64 {
     groups.iter().map(Group::sectors).sum()
 }
 
+/// A page's row on the members and its member (array byte `offset`).
+fn row_of(array: &Array, offset: u64) -> Row {
+    let at = array.geometry().locate(offset, 0);
+    (at.member_offset / 512, at.member)
+}
+
+/// `payloads` and `pages` without the parity of rows where `held` names a
+/// member whose page this round does not write (see [`MdJournal::enqueue`]).
+fn drop_uncovered_parity(
+    array: &Array,
+    held: &std::collections::HashMap<u64, Vec<u32>>,
+    payloads: Vec<Payload>,
+    pages: Vec<u8>,
+) -> (Vec<Payload>, Vec<u8>) {
+    let mut written: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+    for payload in &payloads {
+        if let Payload::Data { location, .. } = payload {
+            let (row, member) = row_of(array, location * 512);
+            written.entry(row).or_default().push(member);
+        }
+    }
+    let uncovered = |row: u64| {
+        held.get(&row).is_some_and(|members| {
+            let ours = written.get(&row).map_or(&[][..], Vec::as_slice);
+            members.iter().any(|m| !ours.contains(m))
+        })
+    };
+    let mut kept = Vec::with_capacity(payloads.len());
+    let mut kept_pages = Vec::with_capacity(pages.len());
+    let mut at = 0usize;
+    for payload in payloads {
+        let n = payload.pages() * PAGE_BYTES;
+        let drop = matches!(&payload, Payload::Parity { location, .. } if uncovered(*location));
+        if !drop {
+            kept_pages.extend_from_slice(&pages[at..at + n]);
+            kept.push(payload);
+        }
+        at += n;
+    }
+    (kept, kept_pages)
+}
+
 /// How far the sequence jumps where a replayed log ends (md's 10000).
 const SEQ_JUMP: u64 = 10_000;
 
@@ -114,14 +156,21 @@ struct Writer {
     /// cache saving what it acknowledged), the array recorded dirty.
     unlogged: bool,
     /// Groups a write cache holds open until its pages are on the members
-    /// ([`MdJournal::release_through`]), with their sectors of log, and how
-    /// far it released.
-    held: BTreeMap<u64, u64>,
+    /// ([`MdJournal::release_through`]), with their sectors of log and
+    /// their pages' rows, and how far it released.
+    held: BTreeMap<u64, (u64, Vec<Row>)>,
+    /// Per row (a page's sector on the members), the members whose pages a
+    /// cache holds there: a round that writes such a row without all of
+    /// them logs no parity for it (see [`MdJournal::enqueue`]).
+    held_rows: std::collections::HashMap<u64, Vec<u32>>,
     held_sectors: u64,
     released: u64,
     /// A round found no room in the ring (the tail must move).
     wants_room: bool,
 }
+
+/// A page's row (its sector on the members) and member.
+type Row = (u64, u32);
 
 /// One request round's pages, as units of the log.
 #[derive(Debug)]
@@ -292,6 +341,7 @@ impl MdJournal {
     /// `None` when `apply` declined (nothing queued).
     pub fn enqueue_cached(
         &self,
+        array: &Array,
         offset: u64,
         data: &[u8],
         apply: &mut dyn FnMut() -> bool,
@@ -313,6 +363,9 @@ impl MdJournal {
             .collect();
         let units = pack(payloads);
         let sectors: u64 = units.iter().map(MetaBlock::unit_sectors).sum();
+        let rows: Vec<Row> = (0..data.len() / PAGE_BYTES)
+            .map(|i| row_of(array, offset + (i * PAGE_BYTES) as u64))
+            .collect();
         let mut w = self.writer();
         if let Some(why) = &w.failed {
             return Err(why.clone());
@@ -330,7 +383,10 @@ impl MdJournal {
         }
         let id = w.next_group.max(1);
         w.next_group = id + 1;
-        w.held.insert(id, sectors);
+        for &(row, member) in &rows {
+            w.held_rows.entry(row).or_default().push(member);
+        }
+        w.held.insert(id, (sectors, rows));
         w.held_sectors += sectors;
         w.waiting.push_back(Group {
             id,
@@ -348,9 +404,20 @@ impl MdJournal {
         w.released = w.released.max(ticket);
         let released: Vec<u64> = w.held.range(..=ticket).map(|(&id, _)| id).collect();
         for id in released {
-            let sectors = w.held.remove(&id).unwrap_or(0);
+            let (sectors, rows) = w.held.remove(&id).unwrap_or_default();
             w.held_sectors -= sectors;
             w.open.remove(&id);
+            for (row, member) in rows {
+                if let std::collections::hash_map::Entry::Occupied(mut e) = w.held_rows.entry(row) {
+                    let members = e.get_mut();
+                    if let Some(at) = members.iter().position(|&m| m == member) {
+                        members.swap_remove(at);
+                    }
+                    if members.is_empty() {
+                        e.remove();
+                    }
+                }
+            }
         }
     }
 
@@ -413,9 +480,24 @@ impl MdJournal {
 
     /// Queue a round's pages (`payloads` in order, `pages` their bytes)
     /// for the log: its ticket.
-    pub(crate) fn enqueue(&self, payloads: Vec<Payload>, pages: Vec<u8>) -> u64 {
-        let units = pack(payloads);
+    ///
+    /// A replay puts a row together from every data page logged for it
+    /// and the last parity after them, and writes that as it stands. So a
+    /// parity page may be logged only if it covers every data page logged
+    /// for its row, and a cache's write-back of one page does not cover
+    /// another page of the same row that the cache logged and has not
+    /// written back (the round read that page's old bytes from its
+    /// member). For such a row the round logs its data only: a replay then
+    /// writes the row's data through the array, parity computed from all
+    /// of it, whatever a crash left on the members.
+    pub(crate) fn enqueue(&self, array: &Array, payloads: Vec<Payload>, pages: Vec<u8>) -> u64 {
         let mut w = self.writer();
+        let (payloads, pages) = if w.held_rows.is_empty() {
+            (payloads, pages)
+        } else {
+            drop_uncovered_parity(array, &w.held_rows, payloads, pages)
+        };
+        let units = pack(payloads);
         let id = w.next_group.max(1);
         w.next_group = id + 1;
         w.waiting.push_back(Group {

@@ -1084,7 +1084,7 @@ impl Array {
                 sector_bytes: 4096,
             });
         }
-        let ticket = journal.enqueue(payloads, pages);
+        let ticket = journal.enqueue(self, payloads, pages);
         while !journal
             .ready(self, ticket)
             .inspect_err(|_| journal.done(ticket))?

@@ -432,7 +432,7 @@ impl FanoutQueue {
                 work.errno = libc::EINVAL;
                 return self.stripe_finish(slot);
             }
-            work.jticket = Some(journal.enqueue(payloads, pages));
+            work.jticket = Some(journal.enqueue(&array, payloads, pages));
         }
         if let (Some(p), Some(ppl)) = (log_on, &array.ppl) {
             work.ticket = Some(ppl.enqueue(p, entries, &work.pp));

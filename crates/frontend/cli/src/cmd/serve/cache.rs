@@ -73,7 +73,8 @@ impl JournalLog for MdCacheLog {
         data: &[u8],
         apply: &mut dyn FnMut() -> bool,
     ) -> Result<Option<u64>, String> {
-        self.journal().enqueue_cached(offset, data, apply)
+        self.journal()
+            .enqueue_cached(&self.array, offset, data, apply)
     }
     fn write_back_first(&self) -> bool {
         true
