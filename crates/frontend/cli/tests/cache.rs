@@ -348,6 +348,44 @@ fn bad_journal_members_are_refused_and_nothing_changes() {
     );
 }
 
+/// md's write-back journal on a degraded array is refused before anything
+/// is written (a replay could not compute a logged row's parity without the
+/// missing member); the same array is served without the cache.
+#[test]
+fn md_journal_cache_on_a_degraded_array_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(
+        &[
+            "create",
+            "--level",
+            "5",
+            "--size",
+            "32M",
+            "--write-journal",
+            "j",
+            "m0",
+            "m1",
+            "m2",
+            "m3",
+        ],
+        d,
+    );
+    let present: Vec<String> = ["m0", "m1", "m3", "j"].map(String::from).to_vec();
+    refused(
+        &serve_args(&present, &["--cache", "journal"]),
+        d,
+        &["--cache journal", "degraded"],
+    );
+    let mut server = serve_with(d, &present, &[]);
+    let export = connect(d);
+    export
+        .write_at(&block_data(7, 3), 3 * BLOCK as u64)
+        .unwrap();
+    drop(export);
+    nix_term(&mut server);
+}
+
 #[test]
 fn a_journal_of_another_array_is_refused() {
     let dir = tempfile::tempdir().unwrap();
