@@ -76,33 +76,45 @@ fn row_of(array: &Array, offset: u64) -> Row {
     (at.member_offset / 512, at.member)
 }
 
-/// `payloads` and `pages` without the parity of rows where `held` names a
-/// member whose page this round does not write (see [`MdJournal::enqueue`]).
-fn drop_uncovered_parity(
+/// `payloads` and `pages` trimmed for a write cache's pages in the log
+/// (`held`; see [`MdJournal::enqueue`]): without the data pages the log
+/// holds already, and without the parity of rows where the cache holds a
+/// page of a member this round does not write.
+fn trim_for_cache(
     array: &Array,
-    held: &std::collections::HashMap<u64, Vec<u32>>,
+    held: &std::collections::HashMap<u64, Vec<(u32, u32)>>,
     payloads: Vec<Payload>,
     pages: Vec<u8>,
 ) -> (Vec<Payload>, Vec<u8>) {
     let mut written: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+    let mut logged = Vec::with_capacity(payloads.len());
     for payload in &payloads {
-        if let Payload::Data { location, .. } = payload {
+        let mut already = false;
+        if let Payload::Data {
+            location, checksum, ..
+        } = payload
+        {
             let (row, member) = row_of(array, location * 512);
             written.entry(row).or_default().push(member);
+            already = held.get(&row).is_some_and(|pages| {
+                pages.iter().rev().find(|p| p.0 == member) == Some(&(member, *checksum))
+            });
         }
+        logged.push(already);
     }
     let uncovered = |row: u64| {
-        held.get(&row).is_some_and(|members| {
+        held.get(&row).is_some_and(|pages| {
             let ours = written.get(&row).map_or(&[][..], Vec::as_slice);
-            members.iter().any(|m| !ours.contains(m))
+            pages.iter().any(|(m, _)| !ours.contains(m))
         })
     };
     let mut kept = Vec::with_capacity(payloads.len());
     let mut kept_pages = Vec::with_capacity(pages.len());
     let mut at = 0usize;
-    for payload in payloads {
+    for (payload, already) in payloads.into_iter().zip(logged) {
         let n = payload.pages() * PAGE_BYTES;
-        let drop = matches!(&payload, Payload::Parity { location, .. } if uncovered(*location));
+        let drop =
+            already || matches!(&payload, Payload::Parity { location, .. } if uncovered(*location));
         if !drop {
             kept_pages.extend_from_slice(&pages[at..at + n]);
             kept.push(payload);
@@ -158,11 +170,10 @@ struct Writer {
     /// Groups a write cache holds open until its pages are on the members
     /// ([`MdJournal::release_through`]), with their sectors of log and
     /// their pages' rows, and how far it released.
-    held: BTreeMap<u64, (u64, Vec<Row>)>,
-    /// Per row (a page's sector on the members), the members whose pages a
-    /// cache holds there: a round that writes such a row without all of
-    /// them logs no parity for it (see [`MdJournal::enqueue`]).
-    held_rows: std::collections::HashMap<u64, Vec<u32>>,
+    held: BTreeMap<u64, (u64, Vec<HeldPage>)>,
+    /// Per row (a page's sector on the members), the pages a cache holds
+    /// there, oldest first (see [`MdJournal::enqueue`]).
+    held_rows: std::collections::HashMap<u64, Vec<(u32, u32)>>,
     held_sectors: u64,
     released: u64,
     /// A round found no room in the ring (the tail must move).
@@ -171,6 +182,9 @@ struct Writer {
 
 /// A page's row (its sector on the members) and member.
 type Row = (u64, u32);
+
+/// A page a cache holds in the log: its row, member and checksum.
+type HeldPage = (u64, u32, u32);
 
 /// One request round's pages, as units of the log.
 #[derive(Debug)]
@@ -361,20 +375,24 @@ impl MdJournal {
                 checksum: r5log::md_crc(self.seed, page),
             })
             .collect();
+        let held_pages: Vec<HeldPage> = payloads
+            .iter()
+            .enumerate()
+            .map(|(i, payload)| {
+                let (row, member) = row_of(array, offset + (i * PAGE_BYTES) as u64);
+                let Payload::Data { checksum, .. } = payload else {
+                    unreachable!("data payloads only")
+                };
+                (row, member, *checksum)
+            })
+            .collect();
         let units = pack(payloads);
         let sectors: u64 = units.iter().map(MetaBlock::unit_sectors).sum();
-        let rows: Vec<Row> = (0..data.len() / PAGE_BYTES)
-            .map(|i| row_of(array, offset + (i * PAGE_BYTES) as u64))
-            .collect();
         let mut w = self.writer();
         if let Some(why) = &w.failed {
             return Err(why.clone());
         }
-        // What a cache holds in the log is bounded, so that writing it back
-        // (each page logged again, with parity: up to three times the log)
-        // always finds room while the tail waits for it: an eighth of the
-        // ring, or one write at a time.
-        if w.held_sectors > 0 && w.held_sectors + sectors > self.ring.sectors / 8 {
+        if w.held_sectors > 0 && w.held_sectors + sectors > self.cache_share(array) {
             w.wants_room = true;
             return Ok(None);
         }
@@ -383,10 +401,10 @@ impl MdJournal {
         }
         let id = w.next_group.max(1);
         w.next_group = id + 1;
-        for &(row, member) in &rows {
-            w.held_rows.entry(row).or_default().push(member);
+        for &(row, member, checksum) in &held_pages {
+            w.held_rows.entry(row).or_default().push((member, checksum));
         }
-        w.held.insert(id, (sectors, rows));
+        w.held.insert(id, (sectors, held_pages));
         w.held_sectors += sectors;
         w.waiting.push_back(Group {
             id,
@@ -395,6 +413,26 @@ impl MdJournal {
             pages: data.to_vec(),
         });
         Ok(Some(id))
+    }
+
+    /// The most a write cache may hold in the log (sectors). Writing its
+    /// pages back logs each row's parity again (P, and Q on RAID 6; not the
+    /// data, which the log holds: see [`MdJournal::enqueue`]), and the
+    /// cache writes back in slices, each logged page released within two
+    /// of them. For 4 KiB writes (the worst case: a meta block per page
+    /// both ways) the ring then holds at most the share plus two slices'
+    /// parity, 3 shares on RAID 4/5 and 4 on RAID 6. The share is a fifth
+    /// of the ring on RAID 4/5 and a seventh on RAID 6 (or one write at a
+    /// time), which leaves two fifths of the ring to spare.
+    fn cache_share(&self, array: &Array) -> u64 {
+        let parity = array.parity.map_or(2, |shape| u64::from(shape.parity));
+        self.ring.sectors / (3 + 2 * parity)
+    }
+
+    /// Sectors of log a write cache holds now, and its share
+    /// ([`MdJournal::cache_share`]).
+    pub fn held_share(&self, array: &Array) -> (u64, u64) {
+        (self.writer().held_sectors, self.cache_share(array))
     }
 
     /// A write cache's pages up to group `ticket` are on the members and
@@ -407,13 +445,14 @@ impl MdJournal {
             let (sectors, rows) = w.held.remove(&id).unwrap_or_default();
             w.held_sectors -= sectors;
             w.open.remove(&id);
-            for (row, member) in rows {
+            for (row, member, checksum) in rows {
                 if let std::collections::hash_map::Entry::Occupied(mut e) = w.held_rows.entry(row) {
-                    let members = e.get_mut();
-                    if let Some(at) = members.iter().position(|&m| m == member) {
-                        members.swap_remove(at);
+                    let pages = e.get_mut();
+                    // The oldest of its kind: the rest keep their order.
+                    if let Some(at) = pages.iter().position(|&p| p == (member, checksum)) {
+                        pages.remove(at);
                     }
-                    if members.is_empty() {
+                    if pages.is_empty() {
                         e.remove();
                     }
                 }
@@ -481,21 +520,30 @@ impl MdJournal {
     /// Queue a round's pages (`payloads` in order, `pages` their bytes)
     /// for the log: its ticket.
     ///
-    /// A replay puts a row together from every data page logged for it
-    /// and the last parity after them, and writes that as it stands. So a
-    /// parity page may be logged only if it covers every data page logged
-    /// for its row, and a cache's write-back of one page does not cover
-    /// another page of the same row that the cache logged and has not
-    /// written back (the round read that page's old bytes from its
-    /// member). For such a row the round logs its data only: a replay then
-    /// writes the row's data through the array, parity computed from all
-    /// of it, whatever a crash left on the members.
+    /// Under a write cache (md's write-back mode) the log holds the pages
+    /// the cache acknowledged, and a round writing them back is trimmed:
+    /// - a data page the log holds already (the newest the cache logged
+    ///   for its place, same checksum) is not logged again: md, too, logs
+    ///   only the parity of a cached stripe it writes out;
+    /// - a replay puts a row together from every data page logged for it
+    ///   and the last parity after them, and writes that as it stands. So a
+    ///   parity page may be logged only if it covers every data page logged
+    ///   for its row, and a write-back of one page does not cover another
+    ///   page of the same row that the cache holds (the round read that
+    ///   page's old bytes from its member). For such a row the round logs
+    ///   no parity: a replay then writes the row's data through the array,
+    ///   parity computed from all of it, whatever a crash left on the
+    ///   members.
+    ///
+    /// A round may so log nothing; it still takes its place in the log
+    /// (an empty unit), so that its writes wait until the cache's pages
+    /// before it are durable.
     pub(crate) fn enqueue(&self, array: &Array, payloads: Vec<Payload>, pages: Vec<u8>) -> u64 {
         let mut w = self.writer();
         let (payloads, pages) = if w.held_rows.is_empty() {
             (payloads, pages)
         } else {
-            drop_uncovered_parity(array, &w.held_rows, payloads, pages)
+            trim_for_cache(array, &w.held_rows, payloads, pages)
         };
         let units = pack(payloads);
         let id = w.next_group.max(1);

@@ -92,6 +92,9 @@ pub(crate) struct FlushWaiter {
 pub(crate) struct State {
     pub pages: Pages,
     pub flushes: Vec<FlushWaiter>,
+    /// Journals with slices ([`JournalLog::held_share`]): each append's
+    /// ticket, and the sequence number its pages got in `pages`.
+    pub tickets: std::collections::BTreeMap<u64, u64>,
     /// The cache is closing: write everything back and stop.
     pub stop: bool,
     /// The last write-back error (errno), until a write-back succeeds.
@@ -157,6 +160,7 @@ impl CachedTarget {
             state: Mutex::new(State {
                 pages: Pages::default(),
                 flushes: Vec::new(),
+                tickets: std::collections::BTreeMap::new(),
                 stop: false,
                 writeback_errno: None,
             }),

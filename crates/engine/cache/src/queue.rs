@@ -171,7 +171,12 @@ impl CachedQueue {
             .journal
             .as_ref()
             .is_some_and(|j| j.write_back_first());
+        let slices = shared
+            .journal
+            .as_ref()
+            .is_some_and(|j| j.held_share().is_some());
         let taken = loop {
+            let mut seq = 0;
             let taken = match &shared.journal {
                 Some(journal) => journal.append(offset, data, &mut || {
                     let mut state = shared.lock();
@@ -179,7 +184,7 @@ impl CachedQueue {
                         && (first..first + blocks)
                             .any(|i| state.pages.map.get(&i).is_some_and(|p| p.busy));
                     if !busy {
-                        state.pages.insert(first, data);
+                        seq = state.pages.insert(first, data);
                     }
                     !busy
                 }),
@@ -190,7 +195,12 @@ impl CachedQueue {
                 // is logged first, then this write), or the journal wants its
                 // cached pages written back before it takes more.
                 Ok(None) => std::thread::sleep(std::time::Duration::from_micros(20)),
-                Ok(Some(ticket)) if shared.journal.is_some() => break Ok(Taken::Journaled(ticket)),
+                Ok(Some(ticket)) if shared.journal.is_some() => {
+                    if slices {
+                        shared.lock().tickets.insert(ticket, seq);
+                    }
+                    break Ok(Taken::Journaled(ticket));
+                }
                 Ok(Some(seq)) => break Ok(Taken::Cached(seq)),
                 Err(e) => break Err(e),
             }

@@ -47,6 +47,9 @@ pub(crate) fn start(shared: Arc<Shared>) -> io::Result<JoinHandle<()>> {
 enum Job {
     Flush(Vec<FlushWaiter>),
     Checkpoint,
+    /// The older half of what the journal holds (see
+    /// [`crate::journal::JournalLog::held_share`]).
+    Slice,
     Background,
     Aged,
     /// The journal failed: put what it acknowledged on the array.
@@ -88,6 +91,9 @@ impl WriteBack {
                 Job::Flush(waiters) => self.flush(waiters),
                 Job::Checkpoint => {
                     let _ = self.checkpoint();
+                }
+                Job::Slice => {
+                    let _ = self.slice();
                 }
                 Job::Background => {
                     let upto = self.shared.lock().pages.seq;
@@ -141,6 +147,12 @@ impl WriteBack {
                 }
                 None => (false, false),
             };
+            let slice_due = self
+                .shared
+                .journal
+                .as_ref()
+                .and_then(|j| j.held_share())
+                .is_some_and(|(held, share)| held > share / 2);
             // A journal that failed: what it acknowledged goes to the array
             // first (a flush or a stop waiting meanwhile then finds it there).
             if journal_failed && !self.rescued {
@@ -154,8 +166,12 @@ impl WriteBack {
                 return Job::Flush(std::mem::take(&mut state.flushes));
             }
             let quiet = self.quiet_until.is_some_and(|t| Instant::now() < t);
-            if journal_due && !journal_failed && !quiet {
-                return Job::Checkpoint;
+            if (journal_due || slice_due) && !journal_failed && !quiet {
+                return if slice_due || (journal_due && state.tickets.len() > 1) {
+                    Job::Slice
+                } else {
+                    Job::Checkpoint
+                };
             }
             let dirty = state.pages.dirty_bytes();
             if dirty > self.shared.options.background_bytes && !quiet {
@@ -215,7 +231,41 @@ impl WriteBack {
         self.flush_inner()?;
         journal
             .set_tail(head, head_seq)
-            .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+            .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+        if journal.held_share().is_some() {
+            let mut state = self.shared.lock();
+            state.tickets = state.tickets.split_off(&(head + 1));
+        }
+        Ok(())
+    }
+
+    /// Journal with slices: write back the pages of the older half of the
+    /// appends the journal holds, flush the array, and release them; the
+    /// newer half stays in the journal (and in the cache) for the next
+    /// slice, so writers go on while this one runs.
+    fn slice(&mut self) -> Result<(), i32> {
+        let shared = self.shared.clone();
+        let journal = shared.journal.as_ref().expect("journal mode");
+        let picked = {
+            let state = self.shared.lock();
+            let n = state.tickets.len();
+            state
+                .tickets
+                .iter()
+                .nth(n.saturating_sub(1) / 2)
+                .map(|(&ticket, &seq)| (ticket, seq))
+        };
+        let Some((ticket, upto)) = picked else {
+            return self.checkpoint();
+        };
+        self.write_back(upto)?;
+        self.flush_inner()?;
+        journal
+            .set_tail(ticket, 0)
+            .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+        let mut state = self.shared.lock();
+        state.tickets = state.tickets.split_off(&(ticket + 1));
+        Ok(())
     }
 
     fn flush_inner(&mut self) -> Result<(), i32> {

@@ -93,6 +93,9 @@ impl JournalLog for MdCacheLog {
             std::thread::sleep(Duration::from_micros(20));
         }
     }
+    fn held_share(&self) -> Option<(u64, u64)> {
+        Some(self.journal().held_share(&self.array))
+    }
     fn committed(&self) -> (u64, bool) {
         self.journal().committed()
     }
