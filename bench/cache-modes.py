@@ -11,7 +11,7 @@ on it (no --journal).
 Modes alternate within each repetition, each on a freshly started server (the machine is shared and noisy);
 the medians and the ratios to writeback are printed, and with --json saved.
 
-    sudo bench/cache-modes.py [--reps 3] [--runtime 5] [--dir DIR] [--journal-dir DIR]
+    sudo bench/cache-modes.py [--reps 3] [--runtime 5] [--dir DIR] [--journal-dir DIR] [--member-size MIB]
                               [--level 0|5] [--md-journal] [--json out.json]
 """
 import argparse, json, os, shutil, signal, statistics, subprocess, sys, tempfile, time
@@ -56,10 +56,13 @@ def stop(proc, d):
             pass
 
 
+FIO_SIZE = ["900M"]
+
+
 def fio(sock, args, runtime):
     out = subprocess.run(
         ["fio", "--name=w", "--ioengine=nbd", f"--uri=nbd+unix:///?socket={sock}",
-         "--time_based", f"--runtime={runtime}", "--size=900M", "--output-format=json", *args],
+         "--time_based", f"--runtime={runtime}", f"--size={FIO_SIZE[0]}", "--output-format=json", *args],
         capture_output=True, text=True, check=True).stdout
     job = json.loads(out[out.index("{"):])["jobs"][0]["write"]
     return job["iops"], job["bw_bytes"] / 1e6
@@ -78,7 +81,13 @@ def main():
     ap.add_argument("--dir", default="/dev/shm",
                     help="where the member and journal files go (default tmpfs; a disk directory "
                          "gives members with a device's latency, O_DIRECT)")
+    ap.add_argument("--member-size", type=int, default=256,
+                    help="MiB per array member (default 256, so the array is smaller than "
+                         "writeback's 1 GiB dirty bound; larger shows the sustained rates)")
     a = ap.parse_args()
+    data_members = 4 if a.level == "0" else 3
+    # fio writes over most of the array (900 MiB of the default 768 or 1024).
+    FIO_SIZE[0] = "900M" if a.member_size == 256 else f"{a.member_size * data_members * 9 // 10}M"
     d = tempfile.mkdtemp(prefix="cache-modes-", dir=a.dir)
     try:
         members = [os.path.join(d, f"m{i}") for i in range(4)]
@@ -90,7 +99,7 @@ def main():
         if a.md_journal and a.level != "5":
             sys.exit("--md-journal needs --level 5")
         policy = ["--write-journal", JOURNAL[0]] if a.md_journal else []
-        subprocess.run([NVRAID, "create", "--level", a.level, "--size", "256M", *policy,
+        subprocess.run([NVRAID, "create", "--level", a.level, "--size", f"{a.member_size}M", *policy,
                         *members], check=True, capture_output=True)
         results = {job: {m: [] for m in MODES} for job in JOBS}
         # Each measurement starts a fresh server: an empty cache, and the
