@@ -21,12 +21,21 @@
 //!    faulty or spare is set aside as such. The member it records as the
 //!    write journal becomes the array's journal when it is fresh (a stale
 //!    one is set aside as stale).
-//! 6. A member whose events are behind the freshest is stale and set aside.
+//! 6. A member whose events are more than one behind the freshest is stale
+//!    and set aside. One behind is in sync, as for the kernel (its
+//!    `super_1_validate` at assembly) and mdadm (its `event_margin`): a
+//!    crash in the middle of a superblock update leaves some members one
+//!    event behind, and they missed no write (anything that lets a member
+//!    miss writes records it faulty in the others' role tables first).
 //! 7. A member replacing another (`REPLACEMENT`) is set aside: nvraid does
 //!    not continue a replacement.
 //! 8. Two fresh members claiming one role refuse the array.
 
 use crate::error::{Error, Result};
+
+/// How far behind the freshest a member's events may be and it still be
+/// in sync (rule 6; md's margin).
+const EVENTS_MARGIN: u64 = 1;
 use nvraid_metadata::{features, format_uuid, Role, Superblock};
 use serde::Serialize;
 
@@ -216,6 +225,7 @@ pub fn decide(found: &[(&str, &Superblock)]) -> Result<Decision> {
         }
     }
     // Rules 5 to 8.
+    let behind = |sb: &Superblock| sb.events + EVENTS_MARGIN < freshest;
     let raid_disks = ref_sb.raid_disks as usize;
     let mut roles: Vec<Option<usize>> = vec![None; raid_disks];
     let mut set_aside = Vec::new();
@@ -225,7 +235,7 @@ pub fn decide(found: &[(&str, &Superblock)]) -> Result<Decision> {
         let aside = match role {
             Role::Faulty => Some(SetAside::Faulty),
             // The journal must have seen every update the array did.
-            Role::Journal if sb.events < freshest => Some(SetAside::Stale {
+            Role::Journal if behind(sb) => Some(SetAside::Stale {
                 events: sb.events,
                 freshest,
             }),
@@ -236,7 +246,7 @@ pub fn decide(found: &[(&str, &Superblock)]) -> Result<Decision> {
             Role::Journal => Some(SetAside::Journal),
             Role::Spare => Some(SetAside::Spare),
             Role::Active(r) if usize::from(r) >= raid_disks => Some(SetAside::Spare),
-            Role::Active(_) if sb.events < freshest => Some(SetAside::Stale {
+            Role::Active(_) if behind(sb) => Some(SetAside::Stale {
                 events: sb.events,
                 freshest,
             }),
@@ -266,7 +276,7 @@ pub fn decide(found: &[(&str, &Superblock)]) -> Result<Decision> {
     for (r, placed) in roles.iter().enumerate() {
         if let Some(index) = *placed {
             let sb = found[index].1;
-            assert_eq!(sb.events, freshest, "placed member is stale");
+            assert!(!behind(sb), "placed member is stale");
             assert_eq!(role_in(ref_sb, sb.dev_number), Role::Active(r as u16));
         }
     }
@@ -381,7 +391,12 @@ mod tests {
         .unwrap();
         assert_eq!(d.roles, vec![Some(0), Some(2)]);
         assert_eq!(d.set_aside, vec![(1, SetAside::Faulty)]);
-        // Behind, but not failed: stale.
+        // One behind (a crash between two members' superblock writes):
+        // in sync, as md takes it.
+        let d = run(&[member(0, 6, &[0, 1]), member(1, 5, &[0, 1])]).unwrap();
+        assert_eq!(d.roles, vec![Some(0), Some(1)]);
+        assert!(d.set_aside.is_empty());
+        // Further behind, but not failed: stale.
         let d = run(&[member(0, 9, &[0, 1]), member(1, 5, &[0, 1])]).unwrap();
         assert_eq!(
             d.set_aside,

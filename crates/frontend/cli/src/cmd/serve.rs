@@ -139,7 +139,9 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
         )?;
         if look.is_degraded() {
             anyhow::bail!(
-                "--cache journal on md's write journal needs every member, and the array is                  degraded: serve it without --cache (md's journal then logs every write with                  its parity), or rebuild it first"
+                "--cache journal on md's write journal needs every member, and the array is \
+                 degraded: serve it without --cache (md's journal then logs every write with \
+                 its parity), or rebuild it first"
             );
         }
     }
