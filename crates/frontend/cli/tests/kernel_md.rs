@@ -334,6 +334,80 @@ fn kernel_reads(arrays: &[Made]) {
     }
 }
 
+/// Sets a member image's superblock `events` (the superblock at 4 KiB),
+/// its checksum rewritten; returns the value it had.
+fn set_events(path: &Path, events: impl FnOnce(u64) -> u64) -> u64 {
+    let mut bytes = std::fs::read(path).unwrap();
+    let mut sb = nvraid_metadata::Superblock::decode(&bytes[4096..8192]).unwrap();
+    let was = sb.events;
+    sb.events = events(was);
+    sb.encode(&mut bytes[4096..8192]).unwrap();
+    std::fs::write(path, bytes).unwrap();
+    was
+}
+
+/// nvraid's assembly and the kernel's agree on md's events margin: a member
+/// one event behind the others (a crash between their superblock writes)
+/// is in sync for both; two behind, both leave it out. Each array is read
+/// whole by the kernel either way.
+#[test]
+fn kernel_md_and_nvraid_take_a_member_one_event_behind_as_in_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let one = make(d, "k-events-one", "5", Some("64K"), None, 3);
+    let two = make(d, "k-events-two", "5", Some("64K"), None, 3);
+    for (made, behind) in [(&one, 1u64), (&two, 2)] {
+        let was = set_events(&made.members[2], |e| e - behind);
+        assert!(was >= 2, "{}: events {was}", made.name);
+        let args: Vec<&str> = ["detail", "--json"]
+            .into_iter()
+            .chain(made.members.iter().map(|m| m.to_str().unwrap()))
+            .collect();
+        let detail: serde_json::Value = serde_json::from_str(&ok(&args, d)).unwrap();
+        let state = detail["state"].as_str().unwrap();
+        assert_eq!(
+            state.contains("degraded"),
+            behind > 1,
+            "{}: nvraid says {state}",
+            made.name
+        );
+    }
+    let check = repo().join("tools/mdvm/mdvm-check");
+    let mut cmd = Command::new(&check);
+    cmd.arg("--verify-pattern")
+        .arg("--timeout")
+        .arg("400")
+        .arg("--");
+    for made in [&one, &two] {
+        cmd.args(&made.members);
+    }
+    let out = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "mdvm-check exited {:?}\n{stdout}\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (made, degraded) in [(&one, "degraded=0"), (&two, "degraded=1")] {
+        let line = stdout
+            .lines()
+            .filter(|l| l.starts_with("MDVM_CHECK "))
+            .find(|l| {
+                let name = l.split(" name=").nth(1).and_then(|r| r.split(' ').next());
+                name.is_some_and(|n| n.rsplit(':').next() == Some(made.name.as_str()))
+            })
+            .unwrap_or_else(|| panic!("the kernel did not assemble {}:\n{stdout}", made.name));
+        for field in [
+            degraded.to_string(),
+            format!("sha256={}", made.sha256),
+            "pattern=ok".to_string(),
+        ] {
+            assert!(line.contains(&field), "{}: {line} lacks {field}", made.name);
+        }
+    }
+}
+
 /// nbdkit's file plugin serving one image on a unix socket; killed on drop.
 struct Export(std::process::Child);
 
