@@ -123,27 +123,17 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
         )?),
         None => None,
     };
-    if md_journal {
+    if md_journal && cache::would_be_degraded(&args.members, direct)? {
         // md's write-back journal needs every member: a replay writes a
         // row the cache logged by computing its parity from the row's other
         // data, which a missing member cannot give (md turns its write-back
-        // mode off on a degraded array for the same reason). Looked at
-        // before anything is written.
-        let look = assemble(
-            &args.members,
-            AssembleOptions {
-                writable: false,
-                direct,
-                allow_degraded: true,
-            },
-        )?;
-        if look.is_degraded() {
-            anyhow::bail!(
-                "--cache journal on md's write journal needs every member, and the array is \
-                 degraded: serve it without --cache (md's journal then logs every write with \
-                 its parity), or rebuild it first"
-            );
-        }
+        // mode off on a degraded array for the same reason). Decided from
+        // the superblocks, before anything is written.
+        anyhow::bail!(
+            "--cache journal on md's write journal needs every member, and the array is \
+             degraded: serve it without --cache (md's journal then logs every write with \
+             its parity), or rebuild it first"
+        );
     }
     let array = Arc::new(assemble(
         &args.members,

@@ -42,6 +42,29 @@ pub fn has_md_journal(members: &[String], direct: bool) -> bool {
     })
 }
 
+/// Whether the array on `members` would assemble with a role missing:
+/// md's assembly decision on their superblocks alone (nothing replayed,
+/// nothing written). Members that cannot be read count as missing.
+pub fn would_be_degraded(members: &[String], direct: bool) -> Result<bool> {
+    let open = OpenOptions {
+        direct,
+        ..Default::default()
+    };
+    let mut found = Vec::new();
+    for spec in members {
+        if let Some(sb) = Member::open(spec, open)
+            .ok()
+            .and_then(|m| read_superblock(&m).ok())
+        {
+            found.push((spec.as_str(), sb));
+        }
+    }
+    let listed: Vec<(&str, &nvraid_metadata::Superblock)> =
+        found.iter().map(|(spec, sb)| (*spec, sb)).collect();
+    let decision = nvraid_array::decision::decide(&listed)?;
+    Ok(decision.roles.iter().any(Option::is_none))
+}
+
 /// md's write journal as the cache's journal (md's write-back mode): a
 /// cached write is acknowledged once its pages are durable in the log as
 /// data-only units, which stay in the log until the cache has written them
