@@ -74,7 +74,7 @@ impl SetAside {
     pub fn reason(&self) -> String {
         match self {
             SetAside::Stale { events, freshest } => format!(
-                "stale: its events counter {events} is behind the array's {freshest}; it missed writes"
+                "stale: its events counter {events} is more than one behind the array's {freshest}; it missed writes"
             ),
             SetAside::Faulty => "the array records it as faulty".into(),
             SetAside::Spare => "a spare: the array gives it no active role".into(),
