@@ -476,16 +476,6 @@ fn a_raid5_member_that_fails_reads_is_read_around_through_parity() {
     bad.call("heal");
 }
 
-/// Sets a member file's superblock `events` (md v1.2: the superblock at
-/// 4 KiB), its checksum rewritten.
-fn set_events(path: &std::path::Path, events: u64) {
-    let mut bytes = std::fs::read(path).unwrap();
-    let mut sb = nvraid_metadata::Superblock::decode(&bytes[4096..8192]).unwrap();
-    sb.events = events;
-    sb.encode(&mut bytes[4096..8192]).unwrap();
-    std::fs::write(path, bytes).unwrap();
-}
-
 /// A crash between two members' superblock writes leaves one a single
 /// event behind: it missed no write, and md takes it as in sync (the
 /// kernel's assembly and mdadm alike). Further behind, it is stale.
@@ -500,11 +490,11 @@ fn a_member_one_event_behind_is_in_sync_and_two_behind_is_stale() {
     let detail = || -> serde_json::Value {
         serde_json::from_str(&ok(&["detail", "--json", "a.img", "b.img"], d)).unwrap()
     };
-    set_events(&d.join("a.img"), 1);
+    set_events(&d.join("a.img"), |_| 1);
     let one = detail();
     assert_eq!(one["state"], "clean", "{one}");
     assert_eq!(one["members"][1]["state"], "active", "{one}");
-    set_events(&d.join("a.img"), 2);
+    set_events(&d.join("a.img"), |_| 2);
     let two = detail();
     assert!(two["state"].as_str().unwrap().contains("degraded"), "{two}");
     let b = two["members"]

@@ -334,18 +334,6 @@ fn kernel_reads(arrays: &[Made]) {
     }
 }
 
-/// Sets a member image's superblock `events` (the superblock at 4 KiB),
-/// its checksum rewritten; returns the value it had.
-fn set_events(path: &Path, events: impl FnOnce(u64) -> u64) -> u64 {
-    let mut bytes = std::fs::read(path).unwrap();
-    let mut sb = nvraid_metadata::Superblock::decode(&bytes[4096..8192]).unwrap();
-    let was = sb.events;
-    sb.events = events(was);
-    sb.encode(&mut bytes[4096..8192]).unwrap();
-    std::fs::write(path, bytes).unwrap();
-    was
-}
-
 /// nvraid's assembly and the kernel's agree on md's events margin: a member
 /// one event behind the others (a crash between their superblock writes)
 /// is in sync for both; two behind, both leave it out. Each array is read

@@ -238,6 +238,18 @@ pub const FIO_VERIFY_JOB: [&str; 7] = [
     "--group_reporting",
 ];
 
+/// Sets a member image's superblock `events` (the superblock at 4 KiB),
+/// its checksum rewritten; returns the value it had.
+pub fn set_events(path: &Path, events: impl FnOnce(u64) -> u64) -> u64 {
+    let mut bytes = std::fs::read(path).unwrap();
+    let mut sb = nvraid_metadata::Superblock::decode(&bytes[4096..8192]).unwrap();
+    let was = sb.events;
+    sb.events = events(was);
+    sb.encode(&mut bytes[4096..8192]).unwrap();
+    std::fs::write(path, bytes).unwrap();
+    was
+}
+
 /// A RAID 5 member with md's partial parity log: flip a byte of the parity
 /// of every row its newest log write covers (the member holds the parity
 /// of the stripes it logs). Returns the entries spoiled. Only a replay of
