@@ -85,6 +85,7 @@ fn trim_for_cache(
     held: &std::collections::HashMap<u64, Vec<(u32, u32)>>,
     payloads: Vec<Payload>,
     pages: Vec<u8>,
+    rebuilt: (Vec<Payload>, Vec<u8>),
 ) -> (Vec<Payload>, Vec<u8>) {
     let mut written: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
     let mut logged = Vec::with_capacity(payloads.len());
@@ -120,6 +121,22 @@ fn trim_for_cache(
             kept.push(payload);
         }
         at += n;
+    }
+    // The missing members' pages of rows that go without parity, where
+    // the cache holds none of its own.
+    let (rebuilt, rebuilt_pages) = rebuilt;
+    for (i, payload) in rebuilt.into_iter().enumerate() {
+        let Payload::Data { location, .. } = &payload else {
+            continue;
+        };
+        let (row, member) = row_of(array, location * 512);
+        let theirs = held
+            .get(&row)
+            .is_some_and(|pages| pages.iter().any(|(m, _)| *m == member));
+        if uncovered(row) && !theirs {
+            kept.push(payload);
+            kept_pages.extend_from_slice(&rebuilt_pages[i * PAGE_BYTES..(i + 1) * PAGE_BYTES]);
+        }
     }
     (kept, kept_pages)
 }
@@ -535,15 +552,28 @@ impl MdJournal {
     ///   parity computed from all of it, whatever a crash left on the
     ///   members.
     ///
+    /// A row without parity in the log is rebuilt at replay from the
+    /// members. On a degraded array that would rebuild the missing
+    /// member's page from parity a crash may have torn mid-round, so such
+    /// a round also logs the missing member's pages of the row as they
+    /// are (`rebuilt`, from its reads; unless the cache holds a newer one
+    /// there, which the log has).
+    ///
     /// A round may so log nothing; it still takes its place in the log
     /// (an empty unit), so that its writes wait until the cache's pages
     /// before it are durable.
-    pub(crate) fn enqueue(&self, array: &Array, payloads: Vec<Payload>, pages: Vec<u8>) -> u64 {
+    pub(crate) fn enqueue(
+        &self,
+        array: &Array,
+        payloads: Vec<Payload>,
+        pages: Vec<u8>,
+        rebuilt: (Vec<Payload>, Vec<u8>),
+    ) -> u64 {
         let mut w = self.writer();
         let (payloads, pages) = if w.held_rows.is_empty() {
             (payloads, pages)
         } else {
-            trim_for_cache(array, &w.held_rows, payloads, pages)
+            trim_for_cache(array, &w.held_rows, payloads, pages, rebuilt)
         };
         let units = pack(payloads);
         let id = w.next_group.max(1);

@@ -427,6 +427,42 @@ impl ParityShape {
         true
     }
 
+    /// A degraded write column's data blocks that are lost and not
+    /// written (Rebuild mode), as they were before the write: data pages
+    /// under their array sectors, rebuilt into the scratch by `compute`.
+    /// A write cache's journal logs them for a row whose parity it cannot
+    /// log ([`crate::journal::MdJournal::enqueue`]), so that a replay does
+    /// not have to rebuild them from parity a crash may have torn.
+    pub fn rebuilt_pages(
+        &self,
+        col: &Column,
+        scratch: &[u8],
+        seed: u32,
+        payloads: &mut Vec<nvraid_metadata::r5log::Payload>,
+        pages: &mut Vec<u8>,
+    ) {
+        use nvraid_metadata::r5log::{md_crc, Payload, PAGE_BYTES};
+        let width = col.width();
+        if col.mode != Mode::Rebuild
+            || !width.is_multiple_of(PAGE_BYTES)
+            || !(col.lo as usize).is_multiple_of(PAGE_BYTES)
+        {
+            return;
+        }
+        for d in bits(col.lost & self.data_bits() & !col.written) {
+            let logical = self.logical(col.stripe, d, col.lo);
+            let at = self.scratch_at(col, d);
+            for (i, page) in scratch[at..at + width].chunks(PAGE_BYTES).enumerate() {
+                payloads.push(Payload::Data {
+                    flags: 0,
+                    location: (logical + (i * PAGE_BYTES) as u64) / 512,
+                    checksum: md_crc(seed, page),
+                });
+                pages.extend_from_slice(page);
+            }
+        }
+    }
+
     /// After a write column's reads: compute its parity into the scratch.
     /// `request` holds the request's bytes (it starts at array byte
     /// `request_offset`); `scratch` is the column's (`scratch_len` bytes).
@@ -1084,7 +1120,9 @@ impl Array {
                 sector_bytes: 4096,
             });
         }
-        let ticket = journal.enqueue(self, payloads, pages);
+        let mut rebuilt = (Vec::new(), Vec::new());
+        shape.rebuilt_pages(col, scratch, journal.seed(), &mut rebuilt.0, &mut rebuilt.1);
+        let ticket = journal.enqueue(self, payloads, pages, rebuilt);
         while !journal
             .ready(self, ticket)
             .inspect_err(|_| journal.done(ticket))?

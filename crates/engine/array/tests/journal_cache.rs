@@ -117,3 +117,92 @@ fn a_row_written_back_in_part_replays_with_parity_that_matches() {
     drop(array);
     replayed_as(&specs, &[(x, &new_x), (y, &new_y)]);
 }
+
+fn degraded() -> AssembleOptions {
+    AssembleOptions {
+        allow_degraded: true,
+        ..writable()
+    }
+}
+
+/// The child of [`a_torn_write_back_on_a_degraded_array_keeps_the_missing_members_data`]:
+/// on the degraded array the cache logs two pages of one row, writes the
+/// first back, and the process dies (a failpoint) between that round's
+/// data write and its parity write.
+fn torn_write_back(specs: &[String]) {
+    let array = assemble(specs, degraded()).unwrap();
+    assert!(array.is_degraded());
+    let journal = array.md_journal().expect("a journal");
+    let (new_x, new_y) = (page(0xa1), page(0xb2));
+    let tx = journal
+        .enqueue_cached(&array, 0, &new_x, &mut || true)
+        .unwrap()
+        .expect("taken");
+    let ty = journal
+        .enqueue_cached(&array, CHUNK, &new_y, &mut || true)
+        .unwrap()
+        .expect("taken");
+    while !journal.ready(&array, tx.max(ty)).unwrap() {}
+    array.write_at(&new_x, 0, false).unwrap();
+    unreachable!("the failpoint ends the process within the write");
+}
+
+/// The bad day of a write cache on md's journal: a member is missing, the
+/// cache writes back one page of a row in which it holds another, and a
+/// crash tears that write between the data and the parity. The row's
+/// parity is not logged (it would not cover the held page), so the replay
+/// rebuilds the row from its data, and the missing member's page must come
+/// from the log, not from the torn parity.
+#[test]
+fn a_torn_write_back_on_a_degraded_array_keeps_the_missing_members_data() {
+    if let Ok(dir) = std::env::var("JOURNAL_CACHE_CHILD") {
+        let specs: Vec<String> = (0..5)
+            .filter(|&i| i != 2)
+            .map(|i| format!("{dir}/m{i}"))
+            .collect();
+        torn_write_back(&specs);
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let specs = journaled(dir.path());
+    // Pages 0 of data chunks 0, 1 and 2 share a row; chunk 2 is on m2.
+    let array = assemble(&specs, writable()).unwrap();
+    let z = 2 * CHUNK;
+    assert_eq!(array.geometry().locate(z, 0).member, 2, "chunk 2 on m2");
+    let old_z = page(0x77);
+    array.write_at(&old_z, z, false).unwrap();
+    array.close().unwrap();
+    let present: Vec<String> = specs
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| i != 2)
+        .map(|(_, s)| s.clone())
+        .collect();
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_torn_write_back_on_a_degraded_array_keeps_the_missing_members_data",
+            "--nocapture",
+        ])
+        .env("JOURNAL_CACHE_CHILD", dir.path())
+        .env("NVRAID_FAILPOINT", "stripe-write:1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&child.stderr);
+    assert!(
+        stderr.contains("failpoint stripe-write reached"),
+        "the child did not die at the failpoint: {stderr}"
+    );
+    let array = assemble(&present, degraded()).unwrap();
+    let mut read = AlignedBuf::zeroed(PAGE);
+    for (offset, want) in [(0, page(0xa1)), (CHUNK, page(0xb2)), (z, old_z)] {
+        array.read_at(&mut read, offset).unwrap();
+        assert!(
+            read[..] == want[..],
+            "array byte {offset}: {:#x}, not {:#x}",
+            read[0],
+            want[0]
+        );
+    }
+    array.close().unwrap();
+}

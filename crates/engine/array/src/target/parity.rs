@@ -415,9 +415,11 @@ impl FanoutQueue {
         // A journaled array logs the round's data and parity pages first.
         if let Some(journal) = array.md_journal.as_ref().filter(|j| j.logging()) {
             let (mut payloads, mut pages) = (Vec::new(), Vec::new());
+            let mut rebuilt = (Vec::new(), Vec::new());
             let whole = round.iter().enumerate().all(|(i, col)| {
                 let base = work.bases[i];
                 let scratch = &work.scratch[base..base + shape.scratch_len(col)];
+                shape.rebuilt_pages(col, scratch, journal.seed(), &mut rebuilt.0, &mut rebuilt.1);
                 shape.journal_pages(
                     col,
                     request,
@@ -432,7 +434,7 @@ impl FanoutQueue {
                 work.errno = libc::EINVAL;
                 return self.stripe_finish(slot);
             }
-            work.jticket = Some(journal.enqueue(&array, payloads, pages));
+            work.jticket = Some(journal.enqueue(&array, payloads, pages, rebuilt));
         }
         if let (Some(p), Some(ppl)) = (log_on, &array.ppl) {
             work.ticket = Some(ppl.enqueue(p, entries, &work.pp));
