@@ -166,8 +166,13 @@ impl WriteBack {
                 return Job::Flush(std::mem::take(&mut state.flushes));
             }
             let quiet = self.quiet_until.is_some_and(|t| Instant::now() < t);
+            let slices = self
+                .shared
+                .journal
+                .as_ref()
+                .is_some_and(|j| j.held_share().is_some());
             if (journal_due || slice_due) && !journal_failed && !quiet {
-                return if slice_due || (journal_due && state.tickets.len() > 1) {
+                return if slices && (slice_due || state.tickets.len() > 1) {
                     Job::Slice
                 } else {
                     Job::Checkpoint
@@ -232,10 +237,9 @@ impl WriteBack {
         journal
             .set_tail(head, head_seq)
             .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
-        if journal.held_share().is_some() {
-            let mut state = self.shared.lock();
-            state.tickets = state.tickets.split_off(&(head + 1));
-        }
+        // (Empty unless the journal releases in slices.)
+        let mut state = self.shared.lock();
+        state.tickets = state.tickets.split_off(&(head + 1));
         Ok(())
     }
 

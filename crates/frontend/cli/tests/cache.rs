@@ -279,14 +279,7 @@ fn md_journal_cache_keeps_every_acknowledged_write_through_kill_9() {
 /// server is killed. The next assembly replays the log without that
 /// member, and every acknowledged block reads back, those of the failed
 /// member rebuilt from the others and parity.
-///
-/// Ignored for now (run it with `cargo test -p nvraid --test cache --
-/// --ignored`): it fails in roughly one run in ten, a page of the failed
-/// member reading back as the XOR of mismatched versions (its row's parity
-/// does not match the members after the replay). Two causes were found and
-/// fixed (see `MdJournal::enqueue`); one remains, not yet found.
 #[test]
-#[ignore = "fails about one run in ten: a parity mismatch remains after a member fails under md's journal cache (open bug)"]
 fn md_journal_cache_keeps_every_acknowledged_write_when_a_member_fails_then_the_server_dies() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();

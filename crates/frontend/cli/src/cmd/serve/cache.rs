@@ -117,6 +117,13 @@ impl JournalLog for MdCacheLog {
         }
     }
     fn held_share(&self) -> Option<(u64, u64)> {
+        // Not on a degraded array: there, whole checkpoints. With slices
+        // a member failed mid-run, then kill -9, left a row's parity wrong
+        // in about one run in eight (the crash test in tests/cache.rs);
+        // with whole checkpoints, in none of 40. The cause is not found.
+        if self.array.is_degraded() {
+            return None;
+        }
         Some(self.journal().held_share(&self.array))
     }
     fn committed(&self) -> (u64, bool) {
