@@ -171,10 +171,7 @@ impl CachedQueue {
             .journal
             .as_ref()
             .is_some_and(|j| j.write_back_first());
-        let slices = shared
-            .journal
-            .as_ref()
-            .is_some_and(|j| j.held_share().is_some());
+        let slices = shared.journal.as_ref().is_some_and(|j| j.slices());
         let taken = loop {
             let mut seq = 0;
             let taken = match &shared.journal {

@@ -147,12 +147,12 @@ impl WriteBack {
                 }
                 None => (false, false),
             };
-            let slice_due = self
-                .shared
-                .journal
-                .as_ref()
-                .and_then(|j| j.held_share())
-                .is_some_and(|(held, share)| held > share / 2);
+            let slices = self.shared.journal.as_ref().is_some_and(|j| j.slices());
+            let slice_due = slices
+                && self.shared.journal.as_ref().is_some_and(|j| {
+                    let (held, share) = j.held_share();
+                    held > share / 2
+                });
             // A journal that failed: what it acknowledged goes to the array
             // first (a flush or a stop waiting meanwhile then finds it there).
             if journal_failed && !self.rescued {
@@ -166,11 +166,6 @@ impl WriteBack {
                 return Job::Flush(std::mem::take(&mut state.flushes));
             }
             let quiet = self.quiet_until.is_some_and(|t| Instant::now() < t);
-            let slices = self
-                .shared
-                .journal
-                .as_ref()
-                .is_some_and(|j| j.held_share().is_some());
             if (journal_due || slice_due) && !journal_failed && !quiet {
                 return if slices && (slice_due || state.tickets.len() > 1) {
                     Job::Slice

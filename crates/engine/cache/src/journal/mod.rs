@@ -50,14 +50,19 @@ pub trait JournalLog: Send + Sync {
     fn write_back_first(&self) -> bool {
         false
     }
-    /// A journal whose appends are released in ticket order (md's):
-    /// the cache's pages held in it, and the most it may hold (sectors or
-    /// bytes, the same unit). The cache then writes back in slices: once
-    /// more than half of the share is held, the older half of what it
-    /// holds, and releases it ([`JournalLog::set_tail`] with that half's
-    /// newest ticket), while writers fill the other half.
-    fn held_share(&self) -> Option<(u64, u64)> {
-        None
+    /// Whether the cache writes back in slices now: the journal releases
+    /// appends in ticket order (md's), and once more than half of its
+    /// share ([`JournalLog::held_share`]) is held, the cache writes back
+    /// the older half of what it holds and releases it
+    /// ([`JournalLog::set_tail`] with that half's newest ticket), while
+    /// writers fill the other half.
+    fn slices(&self) -> bool {
+        false
+    }
+    /// With slices: what the cache holds in the journal, and the most it
+    /// may hold (sectors or bytes, the same unit).
+    fn held_share(&self) -> (u64, u64) {
+        (0, 0)
     }
     /// Waits until `ticket` is durable (see [`Journal::commit_or_wait`]).
     fn commit_or_wait(&self, ticket: u64, timeout: Option<Duration>) -> Commit;

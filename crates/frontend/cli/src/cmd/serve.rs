@@ -124,11 +124,9 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
         None => None,
     };
     if md_journal && cache::would_be_degraded(&args.members, direct)? {
-        // md's write-back journal needs every member: a replay writes a
-        // row the cache logged by computing its parity from the row's other
-        // data, which a missing member cannot give (md turns its write-back
-        // mode off on a degraded array for the same reason). Decided from
-        // the superblocks, before anything is written.
+        // md turns its write-back mode off on a degraded array; so does
+        // nvraid, before it starts. Decided from the superblocks, before
+        // anything is written.
         anyhow::bail!(
             "--cache journal on md's write journal needs every member, and the array is \
              degraded: serve it without --cache (md's journal then logs every write with \

@@ -30,39 +30,36 @@ pub enum CacheChoice {
 /// Whether the array on `members` keeps md's write journal (read from
 /// their superblocks, before anything is assembled).
 pub fn has_md_journal(members: &[String], direct: bool) -> bool {
-    let open = OpenOptions {
-        direct,
-        ..Default::default()
-    };
-    members.iter().any(|spec| {
-        Member::open(spec, open)
-            .ok()
-            .and_then(|m| read_superblock(&m).ok())
-            .is_some_and(|sb| sb.feature_map & nvraid_metadata::features::JOURNAL != 0)
-    })
+    superblocks(members, direct)
+        .iter()
+        .any(|(_, sb)| sb.feature_map & nvraid_metadata::features::JOURNAL != 0)
 }
 
 /// Whether the array on `members` would assemble with a role missing:
 /// md's assembly decision on their superblocks alone (nothing replayed,
 /// nothing written). Members that cannot be read count as missing.
 pub fn would_be_degraded(members: &[String], direct: bool) -> Result<bool> {
-    let open = OpenOptions {
-        direct,
-        ..Default::default()
-    };
-    let mut found = Vec::new();
-    for spec in members {
-        if let Some(sb) = Member::open(spec, open)
-            .ok()
-            .and_then(|m| read_superblock(&m).ok())
-        {
-            found.push((spec.as_str(), sb));
-        }
-    }
+    let found = superblocks(members, direct);
     let listed: Vec<(&str, &nvraid_metadata::Superblock)> =
         found.iter().map(|(spec, sb)| (*spec, sb)).collect();
     let decision = nvraid_array::decision::decide(&listed)?;
     Ok(decision.roles.iter().any(Option::is_none))
+}
+
+/// The superblocks of the members that can be opened and read (a look
+/// that writes nothing).
+fn superblocks(members: &[String], direct: bool) -> Vec<(&str, nvraid_metadata::Superblock)> {
+    let open = OpenOptions {
+        direct,
+        ..Default::default()
+    };
+    members
+        .iter()
+        .filter_map(|spec| {
+            let sb = read_superblock(&Member::open(spec, open).ok()?).ok()?;
+            Some((spec.as_str(), sb))
+        })
+        .collect()
 }
 
 /// md's write journal as the cache's journal (md's write-back mode): a
@@ -116,15 +113,15 @@ impl JournalLog for MdCacheLog {
             std::thread::sleep(Duration::from_micros(20));
         }
     }
-    fn held_share(&self) -> Option<(u64, u64)> {
+    fn slices(&self) -> bool {
         // Not on a degraded array: there, whole checkpoints. With slices
         // a member failed mid-run, then kill -9, left a row's parity wrong
         // in about one run in eight (the crash test in tests/cache.rs);
         // with whole checkpoints, in none of 40. The cause is not found.
-        if self.array.is_degraded() {
-            return None;
-        }
-        Some(self.journal().held_share(&self.array))
+        !self.array.is_degraded()
+    }
+    fn held_share(&self) -> (u64, u64) {
+        self.journal().held_share(&self.array)
     }
     fn committed(&self) -> (u64, bool) {
         self.journal().committed()
