@@ -48,6 +48,21 @@ fn journaled(dir: &std::path::Path) -> Vec<String> {
     specs
 }
 
+/// What a write cache does before it acknowledges: `pages` logged as
+/// data-only units of md's journal (held until written back), and waited
+/// for until durable.
+fn cache_logs(array: &nvraid_array::Array, pages: &[(u64, &AlignedBuf)]) {
+    let journal = array.md_journal().expect("a journal");
+    let mut last = 0;
+    for (offset, data) in pages {
+        last = journal
+            .enqueue_cached(array, *offset, data, &mut || true)
+            .unwrap()
+            .expect("taken");
+    }
+    while !journal.ready(array, last).unwrap() {}
+}
+
 /// After the replay: `pages` read back as given, and no row's parity
 /// differs from its data.
 fn replayed_as(specs: &[String], pages: &[(u64, &AlignedBuf)]) {
@@ -74,13 +89,8 @@ fn a_page_written_back_replays_from_its_logged_data_and_parity() {
     let dir = tempfile::tempdir().unwrap();
     let specs = journaled(dir.path());
     let array = assemble(&specs, writable()).unwrap();
-    let journal = array.md_journal().expect("a journal");
     let new = page(0x5c);
-    let ticket = journal
-        .enqueue_cached(&array, 8192, &new, &mut || true)
-        .unwrap()
-        .expect("taken");
-    while !journal.ready(&array, ticket).unwrap() {}
+    cache_logs(&array, &[(8192, &new)]);
     array.write_at(&new, 8192, false).unwrap();
     drop(array);
     replayed_as(&specs, &[(8192, &new)]);
@@ -97,18 +107,9 @@ fn a_row_written_back_in_part_replays_with_parity_that_matches() {
     let (at_x, at_y) = (array.geometry().locate(x, 0), array.geometry().locate(y, 0));
     assert_eq!(at_x.member_offset, at_y.member_offset, "one row");
     assert_ne!(at_x.member, at_y.member, "two members");
-    let journal = array.md_journal().expect("a journal");
     let (new_x, new_y) = (page(0xa1), page(0xb2));
     // The cache logs both (data only) and waits until they are durable.
-    let tx = journal
-        .enqueue_cached(&array, x, &new_x, &mut || true)
-        .unwrap()
-        .expect("taken");
-    let ty = journal
-        .enqueue_cached(&array, y, &new_y, &mut || true)
-        .unwrap()
-        .expect("taken");
-    while !journal.ready(&array, tx.max(ty)).unwrap() {}
+    cache_logs(&array, &[(x, &new_x), (y, &new_y)]);
     // It writes x back through the array (which reads y's old bytes from
     // its member for the parity), and the process dies before y.
     array.write_at(&new_x, x, false).unwrap();
@@ -132,17 +133,8 @@ fn degraded() -> AssembleOptions {
 fn torn_write_back(specs: &[String]) {
     let array = assemble(specs, degraded()).unwrap();
     assert!(array.is_degraded());
-    let journal = array.md_journal().expect("a journal");
     let (new_x, new_y) = (page(0xa1), page(0xb2));
-    let tx = journal
-        .enqueue_cached(&array, 0, &new_x, &mut || true)
-        .unwrap()
-        .expect("taken");
-    let ty = journal
-        .enqueue_cached(&array, CHUNK, &new_y, &mut || true)
-        .unwrap()
-        .expect("taken");
-    while !journal.ready(&array, tx.max(ty)).unwrap() {}
+    cache_logs(&array, &[(0, &new_x), (CHUNK, &new_y)]);
     array.write_at(&new_x, 0, false).unwrap();
     unreachable!("the failpoint ends the process within the write");
 }
