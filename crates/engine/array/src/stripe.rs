@@ -398,16 +398,8 @@ impl ParityShape {
             return false;
         }
         for d in bits(col.written & self.data_bits()) {
-            let logical = self.logical(col.stripe, d, col.lo);
             let at = self.request_at(col, d, request_offset);
-            for (i, page) in request[at..at + width].chunks(PAGE_BYTES).enumerate() {
-                payloads.push(Payload::Data {
-                    flags: 0,
-                    location: (logical + (i * PAGE_BYTES) as u64) / 512,
-                    checksum: md_crc(seed, page),
-                });
-                pages.extend_from_slice(page);
-            }
+            self.data_payloads(col, d, &request[at..at + width], seed, payloads, pages);
         }
         let member_offset = col.stripe * self.chunk + u64::from(col.lo);
         for i in 0..width / PAGE_BYTES {
@@ -441,7 +433,7 @@ impl ParityShape {
         payloads: &mut Vec<nvraid_metadata::r5log::Payload>,
         pages: &mut Vec<u8>,
     ) {
-        use nvraid_metadata::r5log::{md_crc, Payload, PAGE_BYTES};
+        use nvraid_metadata::r5log::PAGE_BYTES;
         let width = col.width();
         if col.mode != Mode::Rebuild
             || !width.is_multiple_of(PAGE_BYTES)
@@ -450,16 +442,31 @@ impl ParityShape {
             return;
         }
         for d in bits(col.lost & self.data_bits() & !col.written) {
-            let logical = self.logical(col.stripe, d, col.lo);
             let at = self.scratch_at(col, d);
-            for (i, page) in scratch[at..at + width].chunks(PAGE_BYTES).enumerate() {
-                payloads.push(Payload::Data {
-                    flags: 0,
-                    location: (logical + (i * PAGE_BYTES) as u64) / 512,
-                    checksum: md_crc(seed, page),
-                });
-                pages.extend_from_slice(page);
-            }
+            self.data_payloads(col, d, &scratch[at..at + width], seed, payloads, pages);
+        }
+    }
+
+    /// Data block `d` of `col` (its bytes `block`) as md's data payloads,
+    /// a page each under its array sector.
+    fn data_payloads(
+        &self,
+        col: &Column,
+        d: u32,
+        block: &[u8],
+        seed: u32,
+        payloads: &mut Vec<nvraid_metadata::r5log::Payload>,
+        pages: &mut Vec<u8>,
+    ) {
+        use nvraid_metadata::r5log::{md_crc, Payload, PAGE_BYTES};
+        let logical = self.logical(col.stripe, d, col.lo);
+        for (i, page) in block.chunks(PAGE_BYTES).enumerate() {
+            payloads.push(Payload::Data {
+                flags: 0,
+                location: (logical + (i * PAGE_BYTES) as u64) / 512,
+                checksum: md_crc(seed, page),
+            });
+            pages.extend_from_slice(page);
         }
     }
 
