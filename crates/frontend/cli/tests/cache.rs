@@ -240,15 +240,10 @@ fn crash_rounds_on(
         if create_extra.contains(&"--write-journal") {
             // md's journal closes the write hole: after its replay every
             // stripe's parity matches its data, whatever the kill cut.
-            let mut check = vec!["check", "--json"];
-            check.extend(members.iter().map(String::as_str));
-            let out = nvraid(&check, d);
-            assert_eq!(
-                out.status.code(),
-                Some(0),
-                "round {round}: parity differs from data after the replay: {}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
+            assert_checks_clean(
+                d,
+                &members,
+                &format!("round {round}: parity differs from data after the replay"),
             );
         }
     }

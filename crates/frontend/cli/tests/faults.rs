@@ -317,15 +317,7 @@ fn serve_resyncs_a_dirty_mirror_beside_a_verifying_client() {
     stop(server);
     let after: serde_json::Value = serde_json::from_str(&ok(&detail, d)).unwrap();
     assert_eq!(after["state"], "clean", "{after}");
-    let mut check = vec!["check", "--json"];
-    check.extend(members.iter().map(String::as_str));
-    let out = nvraid(&check, d);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "copies differ after the resync: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    assert_checks_clean(d, &members, "copies differ after the resync");
 }
 
 /// `nvraid fail`: offline, and in a running server through its control

@@ -277,6 +277,19 @@ fn copy_then_kill(
 
 /// The kernel assembles every array (one VM), reads back nvraid's bytes,
 /// verifies the pattern, and checks redundancy (md's mismatch_cnt is 0).
+/// mdvm-check's `MDVM_CHECK` line for the array named `name`.
+fn mdvm_line<'a>(stdout: &'a str, name: &str) -> &'a str {
+    stdout
+        .lines()
+        .filter(|l| l.starts_with("MDVM_CHECK "))
+        .find(|l| {
+            let found = l.split(" name=").nth(1).and_then(|r| r.split(' ').next());
+            // mdadm shows `HOST:NAME` when the name carries a host part.
+            found.is_some_and(|n| n.rsplit(':').next() == Some(name))
+        })
+        .unwrap_or_else(|| panic!("the kernel did not assemble {name}:\n{stdout}"))
+}
+
 fn kernel_reads(arrays: &[Made]) {
     let check = repo().join("tools/mdvm/mdvm-check");
     let mut cmd = Command::new(&check);
@@ -301,15 +314,7 @@ fn kernel_reads(arrays: &[Made]) {
     // One MDVM_CHECK line per array; each names the array, its level, a
     // clean state, nvraid's sha256 and the pattern verified in the guest.
     for array in arrays {
-        let line = stdout
-            .lines()
-            .filter(|l| l.starts_with("MDVM_CHECK "))
-            .find(|l| {
-                let name = l.split(" name=").nth(1).and_then(|r| r.split(' ').next());
-                // mdadm shows `HOST:NAME` when the name carries a host part.
-                name.is_some_and(|n| n.rsplit(':').next() == Some(array.name.as_str()))
-            })
-            .unwrap_or_else(|| panic!("the kernel did not assemble {}:\n{stdout}", array.name));
+        let line = mdvm_line(&stdout, &array.name);
         // mdadm reports a RAID 4 made as md's raid5 with parity-last as
         // raid5 (md's own RAID 4 is level 4; both are the same bytes).
         let level = if array.level == "4" { "5" } else { array.level };
@@ -378,14 +383,7 @@ fn kernel_md_and_nvraid_take_a_member_one_event_behind_as_in_sync() {
         String::from_utf8_lossy(&out.stderr)
     );
     for (made, degraded) in [(&one, "degraded=0"), (&two, "degraded=1")] {
-        let line = stdout
-            .lines()
-            .filter(|l| l.starts_with("MDVM_CHECK "))
-            .find(|l| {
-                let name = l.split(" name=").nth(1).and_then(|r| r.split(' ').next());
-                name.is_some_and(|n| n.rsplit(':').next() == Some(made.name.as_str()))
-            })
-            .unwrap_or_else(|| panic!("the kernel did not assemble {}:\n{stdout}", made.name));
+        let line = mdvm_line(&stdout, &made.name);
         for field in [
             degraded.to_string(),
             format!("sha256={}", made.sha256),

@@ -238,6 +238,21 @@ pub const FIO_VERIFY_JOB: [&str; 7] = [
     "--group_reporting",
 ];
 
+/// `nvraid check` on `members` finds every copy and parity in agreement
+/// (exit 0); otherwise fails with `what` and check's report.
+pub fn assert_checks_clean(dir: &Path, members: &[String], what: &str) {
+    let mut check = vec!["check", "--json"];
+    check.extend(members.iter().map(String::as_str));
+    let out = nvraid(&check, dir);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{what}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Sets a member image's superblock `events` (the superblock at 4 KiB),
 /// its checksum rewritten; returns the value it had.
 pub fn set_events(path: &Path, events: impl FnOnce(u64) -> u64) -> u64 {
