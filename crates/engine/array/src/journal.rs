@@ -76,10 +76,9 @@ fn row_of(array: &Array, offset: u64) -> Row {
     (at.member_offset / 512, at.member)
 }
 
-/// `payloads` and `pages` trimmed for a write cache's pages in the log
-/// (`held`; see [`MdJournal::enqueue`]): without the data pages the log
-/// holds already, and without the parity of rows where the cache holds a
-/// page of a member this round does not write.
+/// A round's `payloads` and `pages` as logged (see [`MdJournal::enqueue`]):
+/// trimmed for a write cache's pages in the log (`held`), with the lost
+/// members' pages the round rebuilt (`rebuilt`) before its parity.
 fn trim_for_cache(
     array: &Array,
     held: &std::collections::HashMap<u64, Vec<(u32, u32)>>,
@@ -87,6 +86,10 @@ fn trim_for_cache(
     pages: Vec<u8>,
     rebuilt: (Vec<Payload>, Vec<u8>),
 ) -> (Vec<Payload>, Vec<u8>) {
+    let (rebuilt, rebuilt_pages) = rebuilt;
+    if held.is_empty() && rebuilt.is_empty() {
+        return (payloads, pages);
+    }
     let mut written: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
     let mut logged = Vec::with_capacity(payloads.len());
     for payload in &payloads {
@@ -109,11 +112,26 @@ fn trim_for_cache(
             pages.iter().any(|(m, _)| !ours.contains(m))
         })
     };
-    let mut kept = Vec::with_capacity(payloads.len());
-    let mut kept_pages = Vec::with_capacity(pages.len());
+    let mut kept = Vec::with_capacity(payloads.len() + rebuilt.len());
+    let mut kept_pages = Vec::with_capacity(pages.len() + rebuilt_pages.len());
+    // The rebuilt pages go after the data and before the first parity
+    // page: a data page after its row's parity would begin a new stripe.
+    let mut rebuilt = Some((rebuilt, rebuilt_pages));
     let mut at = 0usize;
     for (payload, already) in payloads.into_iter().zip(logged) {
         let n = payload.pages() * PAGE_BYTES;
+        if matches!(payload, Payload::Parity { .. }) {
+            if let Some((rebuilt, rebuilt_pages)) = rebuilt.take() {
+                keep_rebuilt(
+                    array,
+                    held,
+                    rebuilt,
+                    &rebuilt_pages,
+                    &mut kept,
+                    &mut kept_pages,
+                );
+            }
+        }
         let drop =
             already || matches!(&payload, Payload::Parity { location, .. } if uncovered(*location));
         if !drop {
@@ -122,23 +140,47 @@ fn trim_for_cache(
         }
         at += n;
     }
-    // The missing members' pages of rows that go without parity, where
-    // the cache holds none of its own.
-    let (rebuilt, rebuilt_pages) = rebuilt;
+    if let Some((rebuilt, rebuilt_pages)) = rebuilt {
+        keep_rebuilt(
+            array,
+            held,
+            rebuilt,
+            &rebuilt_pages,
+            &mut kept,
+            &mut kept_pages,
+        );
+    }
+    (kept, kept_pages)
+}
+
+/// Appends the lost members' pages a round rebuilt, but for those where
+/// a write cache holds a newer version (its checksum differs: the member
+/// lacks it, and the log has it after the row's last parity).
+fn keep_rebuilt(
+    array: &Array,
+    held: &std::collections::HashMap<u64, Vec<(u32, u32)>>,
+    rebuilt: Vec<Payload>,
+    rebuilt_pages: &[u8],
+    kept: &mut Vec<Payload>,
+    kept_pages: &mut Vec<u8>,
+) {
     for (i, payload) in rebuilt.into_iter().enumerate() {
-        let Payload::Data { location, .. } = &payload else {
+        let Payload::Data {
+            location, checksum, ..
+        } = &payload
+        else {
             continue;
         };
         let (row, member) = row_of(array, location * 512);
-        let theirs = held
+        let newer = held
             .get(&row)
-            .is_some_and(|pages| pages.iter().any(|(m, _)| *m == member));
-        if uncovered(row) && !theirs {
+            .and_then(|pages| pages.iter().rev().find(|p| p.0 == member))
+            .is_some_and(|p| p.1 != *checksum);
+        if !newer {
             kept.push(payload);
             kept_pages.extend_from_slice(&rebuilt_pages[i * PAGE_BYTES..(i + 1) * PAGE_BYTES]);
         }
     }
-    (kept, kept_pages)
 }
 
 /// How far the sequence jumps where a replayed log ends (md's 10000).
@@ -552,12 +594,14 @@ impl MdJournal {
     ///   parity computed from all of it, whatever a crash left on the
     ///   members.
     ///
-    /// A row without parity in the log is rebuilt at replay from the
-    /// members. On a degraded array that would rebuild the missing
-    /// member's page from parity a crash may have torn mid-round, so such
-    /// a round also logs the missing member's pages of the row as they
-    /// are (`rebuilt`, from its reads; unless the cache holds a newer one
-    /// there, which the log has).
+    /// On a degraded array a round that rebuilt a lost member's pages (to
+    /// compute parity) logs them as they are (`rebuilt`), before its
+    /// parity, unless the cache holds a newer version there (which the log
+    /// has, after the row's last parity). A replay then never rebuilds a
+    /// lost member's page from the members where the log's rows say
+    /// otherwise: parity a crash tore mid-round, or the parity of an
+    /// earlier complete stripe of the row, which the replay puts back
+    /// although a later round (logging no parity) changed the row.
     ///
     /// A round may so log nothing; it still takes its place in the log
     /// (an empty unit), so that its writes wait until the cache's pages
@@ -570,11 +614,7 @@ impl MdJournal {
         rebuilt: (Vec<Payload>, Vec<u8>),
     ) -> u64 {
         let mut w = self.writer();
-        let (payloads, pages) = if w.held_rows.is_empty() {
-            (payloads, pages)
-        } else {
-            trim_for_cache(array, &w.held_rows, payloads, pages, rebuilt)
-        };
+        let (payloads, pages) = trim_for_cache(array, &w.held_rows, payloads, pages, rebuilt);
         let units = pack(payloads);
         let id = w.next_group.max(1);
         w.next_group = id + 1;
@@ -872,7 +912,25 @@ impl Array {
                 .count(),
             ..Replay::default()
         };
-        let (complete, data_only) = self.gather(journal, &scan)?;
+        let (complete, mut data_only) = self.gather(journal, &scan)?;
+        // A lost member's page of a data-only stripe the log lacks is
+        // rebuilt now, from the members as the crash left them, before a
+        // complete stripe of the same row puts back parity that a later
+        // round (which logged none) made stale.
+        for (key, stripe) in &mut data_only {
+            for role in self.lost_data_members(*key) {
+                if stripe.data.contains_key(&role) {
+                    continue;
+                }
+                let shape = self.parity.expect("a journal array has parity");
+                let offset = shape
+                    .array_offset_of(*key * 512, role)
+                    .expect("a data member");
+                let mut page = AlignedBuf::zeroed(PAGE_BYTES);
+                self.read_at(&mut page, offset)?;
+                stripe.data.insert(role, (offset, page.to_vec()));
+            }
+        }
         for (key, stripe) in &complete {
             replay.pages += self.write_logged_stripe(*key, stripe)?;
         }
@@ -887,7 +945,15 @@ impl Array {
             .store(true, std::sync::atomic::Ordering::Release);
         let written = (|| {
             for (_, stripe) in &data_only {
-                for (offset, page) in stripe.data.values() {
+                // The lost members' pages first: each later page's write
+                // then rebuilds them from parity that agrees with them.
+                let mut pages: Vec<(bool, &(u64, Vec<u8>))> = stripe
+                    .data
+                    .iter()
+                    .map(|(&role, page)| (self.is_usable(role as usize), page))
+                    .collect();
+                pages.sort_by_key(|&(usable, _)| usable);
+                for (_, (offset, page)) in pages {
                     let mut buf = AlignedBuf::zeroed(PAGE_BYTES);
                     buf.copy_from_slice(page);
                     self.write_at(&buf, *offset, false)?;
@@ -917,6 +983,12 @@ impl Array {
         let mut stripes: BTreeMap<u64, Stripe> = BTreeMap::new();
         // Stripes to write exactly, in log order.
         let mut complete: Vec<(u64, Stripe)> = Vec::new();
+        // The newest page logged for each (stripe, member) of a lost
+        // member (see below).
+        let lost: Vec<u32> = (0..self.roles() as u32)
+            .filter(|&role| !self.is_usable(role as usize))
+            .collect();
+        let mut newest: BTreeMap<(u64, u32), (u64, Vec<u8>)> = BTreeMap::new();
         for unit in &scan.units {
             let mut pages = unit.pages.iter();
             for payload in &unit.block.payloads {
@@ -934,6 +1006,9 @@ impl Array {
                         }
                         let at = self.geometry().locate(offset, 0);
                         let key = at.member_offset / 512;
+                        if lost.contains(&at.member) {
+                            newest.insert((key, at.member), (offset, page.clone()));
+                        }
                         if stripes.get(&key).is_some_and(|s| s.parity.is_some()) {
                             complete.push((key, stripes.remove(&key).expect("present")));
                         }
@@ -977,18 +1052,41 @@ impl Array {
                     } => {
                         for s in flushed {
                             stripes.remove(s);
+                            newest.retain(|&(key, _), _| key != *s);
                         }
                     }
                 }
             }
         }
-        let (rest_complete, data_only): (Vec<_>, Vec<_>) =
+        let (rest_complete, mut data_only): (Vec<_>, Vec<_>) =
             stripes.into_iter().partition(|(_, s)| s.parity.is_some());
+        // A data-only stripe is written through the array, which rebuilds
+        // a lost member's page from the parity on the members. Where the
+        // log holds that page (in an earlier, complete stripe of the row,
+        // say), its newest copy is what the member holds: every write of
+        // that page after the tail is logged, data or rebuilt.
+        for (key, stripe) in &mut data_only {
+            for &role in &lost {
+                if let Some(page) = newest.get(&(*key, role)) {
+                    stripe.data.entry(role).or_insert_with(|| page.clone());
+                }
+            }
+        }
         complete.extend(rest_complete);
         // Parity with no data: its data went to the members before the
         // tail moved past it; md writes nothing for it either.
         complete.retain(|(_, s)| !s.data.is_empty());
         Ok((complete, data_only))
+    }
+
+    /// The lost members that hold data (not parity) at member sector
+    /// `key`.
+    fn lost_data_members(&self, key: u64) -> Vec<u32> {
+        let shape = self.parity.expect("a journal array has parity");
+        (0..self.roles() as u32)
+            .filter(|&role| !self.is_usable(role as usize))
+            .filter(|&role| shape.array_offset_of(key * 512, role).is_some())
+            .collect()
     }
 
     fn bad_log(&self, journal: &MdJournal, what: String) -> Error {

@@ -635,6 +635,14 @@ impl ParityShape {
         &scratch[at..at + col.width()]
     }
 
+    /// The array byte offset of what `member` holds at byte `at` of the
+    /// members' data areas; `None` where it holds parity there.
+    pub fn array_offset_of(&self, at: u64, member: u32) -> Option<u64> {
+        let (stripe, lo) = (at / self.chunk, (at % self.chunk) as u32);
+        let b = self.block_of(stripe, member);
+        (b < self.data).then(|| self.logical(stripe, b, lo))
+    }
+
     /// Which block of `stripe` member `member` holds.
     pub fn block_of(&self, stripe: u64, member: u32) -> u32 {
         (0..self.data + self.parity)
