@@ -11,7 +11,7 @@ mod common;
 
 use common::*;
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::Command;
 
 /// Debian's Python, where python3-libnbd installs `nbd`.
 const PYTHON: &str = "/usr/bin/python3";
@@ -62,16 +62,7 @@ fn unix_uri(dir: &Path) -> String {
 
 /// A server that is killed when dropped, also when a test fails before
 /// it stops it.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn stop(server: Server) {
+fn stop(server: Served) {
     drop(server);
 }
 
@@ -93,7 +84,7 @@ fn every_case_passes_on_raid0_over_unix_and_tcp() {
         .unwrap()
         .port();
     let tcp = format!("tcp:127.0.0.1:{port}");
-    let server = Server(serve_with(dir.path(), &members, &["--listen", &tcp]));
+    let server = serve_with(dir.path(), &members, &["--listen", &tcp]);
     let output = conformance(&unix_uri(dir.path()), &[]);
     assert_cases(
         &output,
@@ -131,11 +122,11 @@ fn every_case_passes_over_tls() {
     let (cert, key) = self_signed_certificate(dir.path(), 2048);
     std::fs::copy(&cert, pki.join("ca-cert.pem")).unwrap();
     let (cert, key) = (cert.display().to_string(), key.display().to_string());
-    let server = Server(serve_with(
+    let server = serve_with(
         dir.path(),
         &members,
         &["--tls", "require", "--tls-cert", &cert, "--tls-key", &key],
-    ));
+    );
     let uri = format!(
         "nbds+unix:///?socket={}&tls-certificates={}",
         dir.path().join("md.sock").display(),
@@ -161,7 +152,7 @@ fn every_case_passes_over_tls() {
 #[test]
 fn every_case_passes_on_raid5() {
     let (dir, members) = array("5", 4);
-    let server = Server(serve(dir.path(), &members));
+    let server = serve(dir.path(), &members);
     let output = conformance(&unix_uri(dir.path()), &[]);
     assert_cases(&output, &["integrity", "unaligned", "zero"]);
     stop(server);
@@ -183,7 +174,7 @@ fn every_case_passes_through_the_write_caches() {
         if cache == "journal" {
             extra.extend(["--journal", journal.as_str()]);
         }
-        let server = Server(serve_with(dir.path(), &members, &extra));
+        let server = serve_with(dir.path(), &members, &extra);
         let output = conformance(&unix_uri(dir.path()), &[]);
         assert_cases(&output, &["flush", "integrity", "zero", "unaligned"]);
         // The cache says so: 4 KiB blocks.
@@ -195,7 +186,7 @@ fn every_case_passes_through_the_write_caches() {
 #[test]
 fn a_read_only_export_refuses_writes_with_eperm() {
     let (dir, members) = array("1", 2);
-    let server = Server(serve_with(dir.path(), &members, &["--read-only"]));
+    let server = serve_with(dir.path(), &members, &["--read-only"]);
     let output = conformance(&unix_uri(dir.path()), &["--read-only"]);
     assert_cases(&output, &["handshake", "list", "read", "read_only_writes"]);
     stop(server);
@@ -204,11 +195,11 @@ fn a_read_only_export_refuses_writes_with_eperm() {
 #[test]
 fn a_flushed_write_survives_kill_9_of_the_server() {
     let (dir, members) = array("10", 3);
-    let server = Server(serve(dir.path(), &members));
+    let server = serve(dir.path(), &members);
     conformance(&unix_uri(dir.path()), &["--marker-write"]);
     // SIGKILL: no orderly stop, no final flush.
     stop(server);
-    let server = Server(serve(dir.path(), &members));
+    let server = serve(dir.path(), &members);
     let output = conformance(&unix_uri(dir.path()), &["--marker-check"]);
     assert!(output.contains("PASS marker"), "{output}");
     stop(server);

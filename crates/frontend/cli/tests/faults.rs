@@ -11,7 +11,7 @@ mod common;
 
 use common::*;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 /// A member that fails on command; brought down when dropped.
@@ -224,7 +224,7 @@ fn write_then_kill(dir: &Path, members: &[String], data: &[u8]) {
     server.wait().unwrap();
 }
 
-fn stop(mut server: Child) {
+fn stop(mut server: Served) {
     Command::new("kill")
         .arg("-INT")
         .arg(server.id().to_string())

@@ -36,7 +36,7 @@ fn wait_rebuilt(dir: &Path, limit: Duration) -> serde_json::Value {
     }
 }
 
-fn stop(mut server: Child) {
+fn stop(mut server: Served) {
     Command::new("kill")
         .arg("-INT")
         .arg(server.id().to_string())

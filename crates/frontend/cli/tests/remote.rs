@@ -72,7 +72,7 @@ impl Drop for Node {
     }
 }
 
-fn stop(mut server: Child) {
+fn stop(mut server: Served) {
     let _ = Command::new("kill")
         .args(["-TERM", &server.id().to_string()])
         .status();

@@ -14,7 +14,7 @@ mod common;
 
 use common::*;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The test's own bed (its own name prefix, so a bed a developer has up
@@ -77,7 +77,7 @@ fn head_ok(args: &[&str], dir: &Path) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-fn head_serve(dir: &Path, members: &[String], extra: &[&str]) -> Child {
+fn head_serve(dir: &Path, members: &[String], extra: &[&str]) -> Served {
     let mut command = Command::new("ip");
     command.args([
         "netns",

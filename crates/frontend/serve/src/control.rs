@@ -18,6 +18,9 @@ const REQUEST_MAX_BYTES: u64 = 4096;
 
 pub(crate) struct ControlServer {
     path: PathBuf,
+    /// The listening socket, shut down to wake the thread at stop (the
+    /// path may be gone by then: its directory removed under the server).
+    fd: std::os::fd::RawFd,
     thread: JoinHandle<()>,
     stop: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -27,6 +30,7 @@ impl ControlServer {
         let _ = std::fs::remove_file(path);
         let listener = UnixListener::bind(path)
             .map_err(|e| Error::Control(format!("{}: {e}", path.display())))?;
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&listener);
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let stop_flag = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
@@ -43,6 +47,7 @@ impl ControlServer {
             })?;
         Ok(ControlServer {
             path: path.to_path_buf(),
+            fd,
             thread,
             stop,
         })
@@ -50,7 +55,8 @@ impl ControlServer {
 
     pub(crate) fn stop(self) {
         self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        let _ = UnixStream::connect(&self.path);
+        // The thread owns the listener until it ends, so `fd` is still it.
+        nvraid_io::sys::shutdown_socket(self.fd);
         let _ = self.thread.join();
         let _ = std::fs::remove_file(&self.path);
     }

@@ -968,3 +968,23 @@ fn a_server_whose_socket_file_is_gone_still_stops() {
         "the server did not stop"
     );
 }
+
+/// A server whose socket files were removed under it (its directory
+/// deleted, say) still stops when asked: its listeners are woken by
+/// shutdown(2), not by connecting to their paths. (The control socket's
+/// thread used to wait for a connection that could no longer come.)
+#[test]
+fn a_server_whose_socket_files_are_gone_still_stops() {
+    let server = TestServer::start(MemTarget::new(MIB, 512));
+    std::fs::remove_file(&server.socket).unwrap();
+    std::fs::remove_file(&server.control).unwrap();
+    let (done, stopped) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(server.stop());
+        let _ = done.send(());
+    });
+    assert!(
+        stopped.recv_timeout(Duration::from_secs(30)).is_ok(),
+        "the server did not stop within 30 s of its shutdown"
+    );
+}

@@ -160,16 +160,16 @@ pub fn kernel_reads(images: &[PathBuf], expect: &[String]) -> String {
 
 /// Start `nvraid serve` on `members` in `dir` (listening on `md.sock`,
 /// control socket `md.ctl`, stderr in `serve.log`), once it answers.
-pub fn serve(dir: &Path, members: &[String]) -> Child {
+pub fn serve(dir: &Path, members: &[String]) -> Served {
     serve_with(dir, members, &[])
 }
 
-pub fn serve_with(dir: &Path, members: &[String], extra: &[&str]) -> Child {
+pub fn serve_with(dir: &Path, members: &[String], extra: &[&str]) -> Served {
     serve_env(dir, members, extra, &[])
 }
 
 /// [`serve_with`], with environment variables for the server.
-pub fn serve_env(dir: &Path, members: &[String], extra: &[&str], env: &[(&str, &str)]) -> Child {
+pub fn serve_env(dir: &Path, members: &[String], extra: &[&str], env: &[(&str, &str)]) -> Served {
     let mut command = Command::new(env!("CARGO_BIN_EXE_nvraid"));
     command.envs(env.iter().copied());
     serve_through(dir, command, members, extra)
@@ -183,7 +183,7 @@ pub fn serve_through(
     mut command: Command,
     members: &[String],
     extra: &[&str],
-) -> Child {
+) -> Served {
     let socket = dir.join("md.sock");
     let _ = std::fs::remove_file(dir.join("md.ctl"));
     let log = std::fs::File::create(dir.join("serve.log")).unwrap();
@@ -200,7 +200,7 @@ pub fn serve_through(
         .unwrap();
     for _ in 0..400 {
         if dir.join("md.ctl").exists() {
-            return child;
+            return Served(child);
         }
         std::thread::sleep(Duration::from_millis(25));
     }
@@ -210,6 +210,32 @@ pub fn serve_through(
         "serve did not start: {}",
         std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default()
     );
+}
+
+/// A running `nvraid serve`, killed (SIGKILL) when dropped: a test that
+/// fails midway leaves no server behind. Derefs to its [`Child`].
+pub struct Served(pub Child);
+
+impl std::ops::Deref for Served {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Served {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
 }
 
 /// fio with its NBD engine on the server `serve` started in `dir`
