@@ -137,15 +137,16 @@ impl WriteBack {
     /// lock is taken (never the other way round).
     fn next_job(&mut self) -> Job {
         loop {
-            let (journal_due, journal_failed) = match &self.shared.journal {
+            let (journal_due, journal_failed, journal_used) = match &self.shared.journal {
                 Some(journal) => {
                     let (used, ring) = journal.usage();
                     (
                         journal.wants_room() || used > ring / 2,
                         journal.failure().is_some(),
+                        used > 0,
                     )
                 }
-                None => (false, false),
+                None => (false, false, false),
             };
             let slices = self.shared.journal.as_ref().is_some_and(|j| j.slices());
             let slice_due = slices
@@ -180,11 +181,6 @@ impl WriteBack {
             let expire = self.shared.options.expire;
             let waited = self.period_start.elapsed();
             if waited >= expire && !quiet {
-                let journal_used = self
-                    .shared
-                    .journal
-                    .as_ref()
-                    .is_some_and(|j| j.usage().0 > 0);
                 if dirty > 0 || (journal_used && !journal_failed) {
                     return Job::Aged;
                 }
