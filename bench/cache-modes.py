@@ -12,6 +12,7 @@ Modes alternate within each repetition, each on a freshly started server (the ma
 the medians and the ratios to writeback are printed, and with --json saved.
 
     sudo bench/cache-modes.py [--reps 3] [--runtime 5] [--dir DIR] [--journal-dir DIR] [--member-size MIB]
+                              [--journal-size MIB]
                               [--level 0|5] [--md-journal] [--json out.json]
 """
 import argparse, json, os, shutil, signal, statistics, subprocess, sys, tempfile, time
@@ -81,6 +82,9 @@ def main():
     ap.add_argument("--dir", default="/dev/shm",
                     help="where the member and journal files go (default tmpfs; a disk directory "
                          "gives members with a device's latency, O_DIRECT)")
+    ap.add_argument("--journal-size", type=int, default=256,
+                    help="MiB of the journal file (default 256; md's journal keeps its ring there, "
+                         "and the cache may hold a fifth of it on RAID 5)")
     ap.add_argument("--member-size", type=int, default=256,
                     help="MiB per array member (default 256, so the array is smaller than "
                          "writeback's 1 GiB dirty bound; larger shows the sustained rates)")
@@ -94,7 +98,7 @@ def main():
         jdir = tempfile.mkdtemp(prefix="cache-modes-journal-", dir=a.journal_dir or d)
         JOURNAL[0] = os.path.join(jdir, "j")
         with open(JOURNAL[0], "wb") as f:
-            f.truncate(256 << 20)
+            f.truncate(a.journal_size << 20)
         MD_JOURNAL[0] = a.md_journal
         if a.md_journal and a.level != "5":
             sys.exit("--md-journal needs --level 5")

@@ -77,21 +77,26 @@ fn row_of(array: &Array, offset: u64) -> Row {
 }
 
 /// A round's `payloads` and `pages` as logged (see [`MdJournal::enqueue`]):
-/// trimmed for a write cache's pages in the log (`held`), with the lost
-/// members' pages the round rebuilt (`rebuilt`) before its parity.
+/// trimmed for a write cache's copies in the log (`held`), with the lost
+/// members' pages the round rebuilt (`rebuilt`) before its parity; and the
+/// newest cache group whose copies the round left out (it must wait until
+/// that group is durable).
 fn trim_for_cache(
     array: &Array,
-    held: &std::collections::HashMap<u64, Vec<(u32, u32)>>,
+    held: &HeldRows,
     payloads: Vec<Payload>,
     pages: Vec<u8>,
     rebuilt: (Vec<Payload>, Vec<u8>),
-) -> (Vec<Payload>, Vec<u8>) {
+) -> (Vec<Payload>, Vec<u8>, u64) {
     let (rebuilt, rebuilt_pages) = rebuilt;
     if held.is_empty() && rebuilt.is_empty() {
-        return (payloads, pages);
+        return (payloads, pages, 0);
     }
-    let mut written: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+    // Per row: the members this round writes, and whether it logs a page
+    // there that the log lacks.
+    let mut written: BTreeMap<u64, (Vec<u32>, bool)> = BTreeMap::new();
     let mut logged = Vec::with_capacity(payloads.len());
+    let mut waits = 0;
     for payload in &payloads {
         let mut already = false;
         if let Payload::Data {
@@ -99,17 +104,25 @@ fn trim_for_cache(
         } = payload
         {
             let (row, member) = row_of(array, location * 512);
-            written.entry(row).or_default().push(member);
-            already = held.get(&row).is_some_and(|pages| {
-                pages.iter().rev().find(|p| p.0 == member) == Some(&(member, *checksum))
-            });
+            let newest = held
+                .get(&row)
+                .and_then(|copies| copies.iter().rev().find(|c| c.0 == member));
+            if let Some(&(_, _, group)) = newest.filter(|c| c.1 == *checksum) {
+                already = true;
+                waits = waits.max(group);
+            }
+            let row = written.entry(row).or_default();
+            row.0.push(member);
+            row.1 |= !already;
         }
         logged.push(already);
     }
-    let uncovered = |row: u64| {
-        held.get(&row).is_some_and(|pages| {
-            let ours = written.get(&row).map_or(&[][..], Vec::as_slice);
-            pages.iter().any(|(m, _)| !ours.contains(m))
+    let parity_logged = |row: u64| {
+        written.get(&row).is_some_and(|(ours, fresh)| {
+            *fresh
+                && held
+                    .get(&row)
+                    .is_none_or(|copies| copies.iter().all(|c| ours.contains(&c.0)))
         })
     };
     let mut kept = Vec::with_capacity(payloads.len() + rebuilt.len());
@@ -132,8 +145,8 @@ fn trim_for_cache(
                 );
             }
         }
-        let drop =
-            already || matches!(&payload, Payload::Parity { location, .. } if uncovered(*location));
+        let drop = already
+            || matches!(&payload, Payload::Parity { location, .. } if !parity_logged(*location));
         if !drop {
             kept_pages.extend_from_slice(&pages[at..at + n]);
             kept.push(payload);
@@ -150,7 +163,7 @@ fn trim_for_cache(
             &mut kept_pages,
         );
     }
-    (kept, kept_pages)
+    (kept, kept_pages, waits)
 }
 
 /// Appends the lost members' pages a round rebuilt, but for those where
@@ -158,7 +171,7 @@ fn trim_for_cache(
 /// lacks it, and the log has it after the row's last parity).
 fn keep_rebuilt(
     array: &Array,
-    held: &std::collections::HashMap<u64, Vec<(u32, u32)>>,
+    held: &HeldRows,
     rebuilt: Vec<Payload>,
     rebuilt_pages: &[u8],
     kept: &mut Vec<Payload>,
@@ -182,6 +195,10 @@ fn keep_rebuilt(
         }
     }
 }
+
+/// Data pages of a write-back round from which it also writes the cache's
+/// waiting groups to the log (see [`MdJournal::enqueue`]).
+const HELP_PAGES: usize = 16;
 
 /// How far the sequence jumps where a replayed log ends (md's 10000).
 const SEQ_JUMP: u64 = 10_000;
@@ -230,9 +247,9 @@ struct Writer {
     /// ([`MdJournal::release_through`]), with their sectors of log and
     /// their pages' rows, and how far it released.
     held: BTreeMap<u64, (u64, Vec<HeldPage>)>,
-    /// Per row (a page's sector on the members), the pages a cache holds
-    /// there, oldest first (see [`MdJournal::enqueue`]).
-    held_rows: std::collections::HashMap<u64, Vec<(u32, u32)>>,
+    /// Per row, the copies a cache holds there, oldest first (see
+    /// [`MdJournal::enqueue`]).
+    held_rows: HeldRows,
     held_sectors: u64,
     released: u64,
     /// A round found no room in the ring (the tail must move).
@@ -244,6 +261,10 @@ type Row = (u64, u32);
 
 /// A page a cache holds in the log: its row, member and checksum.
 type HeldPage = (u64, u32, u32);
+
+/// Per row (a page's sector on the members), the copies a cache holds
+/// there: member, checksum and group.
+type HeldRows = std::collections::HashMap<u64, Vec<(u32, u32, u64)>>;
 
 /// One request round's pages, as units of the log.
 #[derive(Debug)]
@@ -461,7 +482,10 @@ impl MdJournal {
         let id = w.next_group.max(1);
         w.next_group = id + 1;
         for &(row, member, checksum) in &held_pages {
-            w.held_rows.entry(row).or_default().push((member, checksum));
+            w.held_rows
+                .entry(row)
+                .or_default()
+                .push((member, checksum, id));
         }
         w.held.insert(id, (sectors, held_pages));
         w.held_sectors += sectors;
@@ -507,8 +531,7 @@ impl MdJournal {
             for (row, member, checksum) in rows {
                 if let std::collections::hash_map::Entry::Occupied(mut e) = w.held_rows.entry(row) {
                     let pages = e.get_mut();
-                    // The oldest of its kind: the rest keep their order.
-                    if let Some(at) = pages.iter().position(|&p| p == (member, checksum)) {
+                    if let Some(at) = pages.iter().position(|&p| p == (member, checksum, id)) {
                         pages.remove(at);
                     }
                     if pages.is_empty() {
@@ -581,18 +604,19 @@ impl MdJournal {
     ///
     /// Under a write cache (md's write-back mode) the log holds the pages
     /// the cache acknowledged, and a round writing them back is trimmed:
-    /// - a data page the log holds already (the newest the cache logged
-    ///   for its place, same checksum) is not logged again: md, too, logs
-    ///   only the parity of a cached stripe it writes out;
-    /// - a replay puts a row together from every data page logged for it
-    ///   and the last parity after them, and writes that as it stands. So a
-    ///   parity page may be logged only if it covers every data page logged
-    ///   for its row, and a write-back of one page does not cover another
-    ///   page of the same row that the cache holds (the round read that
-    ///   page's old bytes from its member). For such a row the round logs
-    ///   no parity: a replay then writes the row's data through the array,
-    ///   parity computed from all of it, whatever a crash left on the
-    ///   members.
+    /// - a data page the log holds already (the newest copy the cache
+    ///   logged for its place, same checksum) is not logged again;
+    /// - a row's parity is logged only where the round logs a page of
+    ///   that row the log lacks, and covers every copy the cache holds in
+    ///   the row. A replay puts a row together from every data page logged
+    ///   for it and the last parity after them, and writes that as it
+    ///   stands; a row with no parity after its data it writes through the
+    ///   array, parity computed from all of it, whatever a crash left on
+    ///   the members. So the write-back of pages the log holds logs nothing
+    ///   at all (md logs their parity: a page and a meta block more per
+    ///   round, which its replay does not need), and a parity page that
+    ///   would not cover another member's page the cache holds in its row
+    ///   (the round read that page's old bytes) is never logged.
     ///
     /// On a degraded array a round that rebuilt a lost member's pages (to
     /// compute parity) logs them as they are (`rebuilt`), before its
@@ -603,9 +627,9 @@ impl MdJournal {
     /// earlier complete stripe of the row, which the replay puts back
     /// although a later round (logging no parity) changed the row.
     ///
-    /// A round may so log nothing; it still takes its place in the log
-    /// (an empty unit), so that its writes wait until the cache's pages
-    /// before it are durable.
+    /// A round that so logs nothing takes no place in the log: its ticket
+    /// is the newest cache group whose copies it left out, and its writes
+    /// wait until that group is durable.
     pub(crate) fn enqueue(
         &self,
         array: &Array,
@@ -613,8 +637,26 @@ impl MdJournal {
         pages: Vec<u8>,
         rebuilt: (Vec<Payload>, Vec<u8>),
     ) -> u64 {
+        let data_pages = payloads
+            .iter()
+            .filter(|p| matches!(p, Payload::Data { .. }))
+            .count();
         let mut w = self.writer();
-        let (payloads, pages) = trim_for_cache(array, &w.held_rows, payloads, pages, rebuilt);
+        let (payloads, pages, waits) =
+            trim_for_cache(array, &w.held_rows, payloads, pages, rebuilt);
+        if payloads.is_empty() && waits > 0 {
+            // A round of large runs (sequential writes: no reads, and the
+            // writers' log writes are the larger work) waits for the
+            // newest group the cache holds, so that the write-back thread
+            // writes the waiting groups too (whoever waits writes them
+            // all). Small rounds (read-modify-writes, the write-back's own
+            // bottleneck) wait for their pages only.
+            return if data_pages >= HELP_PAGES {
+                waits.max(w.held.keys().next_back().copied().unwrap_or(0))
+            } else {
+                waits
+            };
+        }
         let units = pack(payloads);
         let id = w.next_group.max(1);
         w.next_group = id + 1;
