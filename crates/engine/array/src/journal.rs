@@ -117,9 +117,17 @@ fn trim_for_cache(
         }
         logged.push(already);
     }
+    // The kernel's replay writes a data-only row out through md's stripe
+    // cache, which reads the members and may update parity from them
+    // (read-modify-write) where that takes fewer reads: with k data pages
+    // logged, when k + parity < data - k. A crash may have torn the
+    // write-back, so such a row keeps its parity in the log; md rebuilds
+    // the others' parity from all data (reconstruct-write) and needs none.
+    let shape = array.parity.expect("a journal array has parity");
+    let kernel_may_rmw = |k: usize| 2 * k as u32 + shape.parity < shape.data;
     let parity_logged = |row: u64| {
         written.get(&row).is_some_and(|(ours, fresh)| {
-            *fresh
+            (*fresh || kernel_may_rmw(ours.len()))
                 && held
                     .get(&row)
                     .is_none_or(|copies| copies.iter().all(|c| ours.contains(&c.0)))
@@ -606,17 +614,22 @@ impl MdJournal {
     /// the cache acknowledged, and a round writing them back is trimmed:
     /// - a data page the log holds already (the newest copy the cache
     ///   logged for its place, same checksum) is not logged again;
-    /// - a row's parity is logged only where the round logs a page of
-    ///   that row the log lacks, and covers every copy the cache holds in
-    ///   the row. A replay puts a row together from every data page logged
-    ///   for it and the last parity after them, and writes that as it
-    ///   stands; a row with no parity after its data it writes through the
-    ///   array, parity computed from all of it, whatever a crash left on
-    ///   the members. So the write-back of pages the log holds logs nothing
-    ///   at all (md logs their parity: a page and a meta block more per
-    ///   round, which its replay does not need), and a parity page that
-    ///   would not cover another member's page the cache holds in its row
-    ///   (the round read that page's old bytes) is never logged.
+    /// - a row's parity is logged only where it covers every copy the
+    ///   cache holds in the row, and either the round logs a page of that
+    ///   row the log lacks, or the kernel's replay could update the row's
+    ///   parity from the members (see `trim_for_cache`). A replay puts a
+    ///   row together from every data page logged for it and the last
+    ///   parity after them, and writes that as it stands; a row with no
+    ///   parity after its data nvraid writes through the array, parity
+    ///   computed from all of it, whatever a crash left on the members
+    ///   (and so does md where it reconstructs). So on arrays narrow enough
+    ///   (data members at most twice the pages written in the row plus the
+    ///   parity members: a RAID 5 of four, a RAID 6 of up to six, for one
+    ///   page) the write-back of pages the log holds logs nothing at all
+    ///   (md logs their parity: a page and a meta block more per round),
+    ///   and a parity page that would not cover another member's page the
+    ///   cache holds in its row (the round read that page's old bytes) is
+    ///   never logged.
     ///
     /// On a degraded array a round that rebuilt a lost member's pages (to
     /// compute parity) logs them as they are (`rebuilt`), before its

@@ -29,7 +29,12 @@ fn writable() -> AssembleOptions {
 
 /// A RAID 5 of four members and md's journal on a fifth, in `dir`.
 fn journaled(dir: &std::path::Path) -> Vec<String> {
-    let specs: Vec<String> = (0..5)
+    journaled_of(dir, 4)
+}
+
+/// A RAID 5 of `members` and md's journal after them, in `dir`.
+fn journaled_of(dir: &std::path::Path, members: usize) -> Vec<String> {
+    let specs: Vec<String> = (0..=members)
         .map(|i| dir.join(format!("m{i}")).display().to_string())
         .collect();
     let options = CreateOptions {
@@ -288,4 +293,31 @@ fn a_member_lost_after_a_healthy_write_back_is_rebuilt_before_stale_parity_retur
     array.close().unwrap();
     written_then_cached(&specs, writable(), &[(0, 0xa1)], &[(CHUNK, 0xb2)]);
     replayed_degraded_as(&specs, &[(0, 0xa1), (CHUNK, 0xb2), (Z, 0x77)]);
+}
+
+/// What a write-back of one cached page logs, by the array's width: on a
+/// RAID 5 of four (three data members) nothing, since the kernel's replay
+/// would rebuild that row's parity from all of its data; on a RAID 5 of
+/// five it may instead update the parity from the members (one page and P
+/// to read, against three pages), which a torn write-back would spoil, so
+/// the round logs the row's parity.
+#[test]
+fn a_write_back_logs_parity_only_where_the_kernels_replay_could_need_it() {
+    for (members, units) in [(4, 1), (5, 2)] {
+        let dir = tempfile::tempdir().unwrap();
+        let specs = journaled_of(dir.path(), members);
+        let array = assemble(&specs, writable()).unwrap();
+        let journal = array.md_journal().unwrap();
+        let before = journal.units_logged().unwrap();
+        let data = page(0x3c);
+        cache_logs(&array, &[(0, &data)]);
+        array.write_at(&data, 0, false).unwrap();
+        assert_eq!(
+            journal.units_logged().unwrap() - before,
+            units,
+            "a RAID 5 of {members}: units logged for the cached page and its write-back"
+        );
+        drop(array);
+        replayed_as(&specs, &[(0, &data)]);
+    }
 }
