@@ -142,16 +142,7 @@ fn trim_for_cache(
     for (payload, already) in payloads.into_iter().zip(logged) {
         let n = payload.pages() * PAGE_BYTES;
         if matches!(payload, Payload::Parity { .. }) {
-            if let Some((rebuilt, rebuilt_pages)) = rebuilt.take() {
-                keep_rebuilt(
-                    array,
-                    held,
-                    rebuilt,
-                    &rebuilt_pages,
-                    &mut kept,
-                    &mut kept_pages,
-                );
-            }
+            keep_rebuilt(array, held, &mut rebuilt, &mut kept, &mut kept_pages);
         }
         let drop = already
             || matches!(&payload, Payload::Parity { location, .. } if !parity_logged(*location));
@@ -161,30 +152,24 @@ fn trim_for_cache(
         }
         at += n;
     }
-    if let Some((rebuilt, rebuilt_pages)) = rebuilt {
-        keep_rebuilt(
-            array,
-            held,
-            rebuilt,
-            &rebuilt_pages,
-            &mut kept,
-            &mut kept_pages,
-        );
-    }
+    keep_rebuilt(array, held, &mut rebuilt, &mut kept, &mut kept_pages);
     (kept, kept_pages, waits)
 }
 
-/// Appends the lost members' pages a round rebuilt, but for those where
-/// a write cache holds a newer version (its checksum differs: the member
-/// lacks it, and the log has it after the row's last parity).
+/// Appends the lost members' pages a round rebuilt (taken from `rebuilt`,
+/// once), but for those where a write cache holds a newer version (its
+/// checksum differs: the member lacks it, and the log has it after the
+/// row's last parity).
 fn keep_rebuilt(
     array: &Array,
     held: &HeldRows,
-    rebuilt: Vec<Payload>,
-    rebuilt_pages: &[u8],
+    rebuilt: &mut Option<(Vec<Payload>, Vec<u8>)>,
     kept: &mut Vec<Payload>,
     kept_pages: &mut Vec<u8>,
 ) {
+    let Some((rebuilt, rebuilt_pages)) = rebuilt.take() else {
+        return;
+    };
     for (i, payload) in rebuilt.into_iter().enumerate() {
         let Payload::Data {
             location, checksum, ..

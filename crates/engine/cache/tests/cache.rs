@@ -154,6 +154,28 @@ fn small_cache(mode: CacheMode, journal: Option<Journal>, array: &MemTarget) -> 
     CachedTarget::new(Arc::new(array.clone()), mode, journal, options, quiet()).unwrap()
 }
 
+/// A journal-mode cache over `array` (1 MiB dirty at most, background
+/// write-back above 256 KiB) writing back what waited `expire`.
+fn journal_cache(
+    array: &MemTarget,
+    journal: Box<dyn nvraid_cache::journal::JournalLog>,
+    expire: Duration,
+) -> CachedTarget {
+    let options = CacheOptions {
+        dirty_max_bytes: 1 << 20,
+        background_bytes: 256 * KIB as u64,
+        expire,
+    };
+    CachedTarget::new(
+        Arc::new(array.clone()),
+        CacheMode::Journal,
+        Some(journal),
+        options,
+        quiet(),
+    )
+    .unwrap()
+}
+
 /// Random writes of 4–64 KiB and reads over a model, in one mode; returns
 /// the model.
 fn random_load(queue: &mut dyn Queue, seed: u64, ops: usize) -> Vec<u8> {
@@ -259,20 +281,7 @@ fn journal_mode_keeps_every_acknowledged_write_through_a_crash() {
         // No write-back by age (on a loaded machine it could put every page
         // on the array before the crash, leaving the journal nothing to
         // prove); the background write-back above a quarter stays.
-        let options = CacheOptions {
-            dirty_max_bytes: 1 << 20,
-            background_bytes: 256 * KIB as u64,
-            expire: Duration::from_secs(600),
-        };
-        let journal = Some(Box::new(journal) as Box<dyn nvraid_cache::journal::JournalLog>);
-        let cache = CachedTarget::new(
-            Arc::new(array.clone()),
-            CacheMode::Journal,
-            journal,
-            options,
-            quiet(),
-        )
-        .unwrap();
+        let cache = journal_cache(&array, Box::new(journal), Duration::from_secs(600));
         let mut queue = cache.open_queue(4, 1 << 20).unwrap();
         let model = random_load(&mut *queue, seed, 1500);
         // Power fails: only durable images remain; the cache is gone.
@@ -460,22 +469,11 @@ fn journal_mode_writers_and_the_aged_write_back_never_deadlock() {
     let array = MemTarget::mem(ARRAY_BYTES);
     let device = MemJournal::new(16 << 20);
     let (journal, _) = open_journal(&device, &array);
-    let options = CacheOptions {
-        dirty_max_bytes: 1 << 20,
-        background_bytes: 256 * KIB as u64,
-        expire: Duration::from_millis(1),
-    };
-    let journal = Some(Box::new(Slow(journal)) as Box<dyn nvraid_cache::journal::JournalLog>);
-    let cache = Arc::new(
-        CachedTarget::new(
-            Arc::new(array.clone()),
-            CacheMode::Journal,
-            journal,
-            options,
-            quiet(),
-        )
-        .unwrap(),
-    );
+    let cache = Arc::new(journal_cache(
+        &array,
+        Box::new(Slow(journal)),
+        Duration::from_millis(1),
+    ));
     let (done, finished) = std::sync::mpsc::channel();
     for seed in [7u64, 8] {
         let (cache, done) = (cache.clone(), done.clone());
