@@ -92,9 +92,8 @@ fn trim_for_cache(
     if held.is_empty() && rebuilt.is_empty() {
         return (payloads, pages, 0);
     }
-    // Per row: the members this round writes, and whether it logs a page
-    // there that the log lacks.
-    let mut written: BTreeMap<u64, (Vec<u32>, bool)> = BTreeMap::new();
+    // Per row: the members this round writes.
+    let mut written: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
     let mut logged = Vec::with_capacity(payloads.len());
     let mut waits = 0;
     for payload in &payloads {
@@ -111,26 +110,21 @@ fn trim_for_cache(
                 already = true;
                 waits = waits.max(group);
             }
-            let row = written.entry(row).or_default();
-            row.0.push(member);
-            row.1 |= !already;
+            written.entry(row).or_default().push(member);
         }
         logged.push(already);
     }
-    // The kernel's replay writes a data-only row out through md's stripe
-    // cache, which reads the members and may update parity from them
-    // (read-modify-write) where that takes fewer reads: with k data pages
-    // logged, when k + parity < data - k. A crash may have torn the
-    // write-back, so such a row keeps its parity in the log; md rebuilds
-    // the others' parity from all data (reconstruct-write) and needs none.
-    let shape = array.parity.expect("a journal array has parity");
-    let kernel_may_rmw = |k: usize| 2 * k as u32 + shape.parity < shape.data;
+    // A row's parity is logged wherever it covers every copy the cache
+    // holds in the row (as md does). Left out, every row written back
+    // would be data-only at a replay, and the kernel's replay loads every
+    // data-only row into md's stripe cache at once: in a CI run that
+    // left them out, mdadm hung in the kernel assembling a cache-killed
+    // array (md itself never logs more data-only stripes than its stripe
+    // cache holds).
     let parity_logged = |row: u64| {
-        written.get(&row).is_some_and(|(ours, fresh)| {
-            (*fresh || kernel_may_rmw(ours.len()))
-                && held
-                    .get(&row)
-                    .is_none_or(|copies| copies.iter().all(|c| ours.contains(&c.0)))
+        written.get(&row).is_some_and(|ours| {
+            held.get(&row)
+                .is_none_or(|copies| copies.iter().all(|c| ours.contains(&c.0)))
         })
     };
     let mut kept = Vec::with_capacity(payloads.len() + rebuilt.len());
@@ -188,10 +182,6 @@ fn keep_rebuilt(
         }
     }
 }
-
-/// Data pages of a write-back round from which it also writes the cache's
-/// waiting groups to the log (see [`MdJournal::enqueue`]).
-const HELP_PAGES: usize = 16;
 
 /// How far the sequence jumps where a replayed log ends (md's 10000).
 const SEQ_JUMP: u64 = 10_000;
@@ -600,21 +590,14 @@ impl MdJournal {
     /// - a data page the log holds already (the newest copy the cache
     ///   logged for its place, same checksum) is not logged again;
     /// - a row's parity is logged only where it covers every copy the
-    ///   cache holds in the row, and either the round logs a page of that
-    ///   row the log lacks, or the kernel's replay could update the row's
-    ///   parity from the members (see `trim_for_cache`). A replay puts a
-    ///   row together from every data page logged for it and the last
-    ///   parity after them, and writes that as it stands; a row with no
-    ///   parity after its data nvraid writes through the array, parity
-    ///   computed from all of it, whatever a crash left on the members
-    ///   (and so does md where it reconstructs). So on arrays narrow enough
-    ///   (data members at most twice the pages written in the row plus the
-    ///   parity members: a RAID 5 of four, a RAID 6 of up to six, for one
-    ///   page) the write-back of pages the log holds logs nothing at all
-    ///   (md logs their parity: a page and a meta block more per round),
-    ///   and a parity page that would not cover another member's page the
-    ///   cache holds in its row (the round read that page's old bytes) is
-    ///   never logged.
+    ///   cache holds in the row, as md logs the parity of a cached stripe
+    ///   it writes out. A replay puts a row together from every data page
+    ///   logged for it and the last parity after them, and writes that as
+    ///   it stands; a row with no parity after its data it writes through
+    ///   the array, parity computed from all of it, whatever a crash left
+    ///   on the members. So a parity page that would not cover another
+    ///   member's page the cache holds in its row (the round read that
+    ///   page's old bytes) is never logged.
     ///
     /// On a degraded array a round that rebuilt a lost member's pages (to
     /// compute parity) logs them as they are (`rebuilt`), before its
@@ -635,25 +618,11 @@ impl MdJournal {
         pages: Vec<u8>,
         rebuilt: (Vec<Payload>, Vec<u8>),
     ) -> u64 {
-        let data_pages = payloads
-            .iter()
-            .filter(|p| matches!(p, Payload::Data { .. }))
-            .count();
         let mut w = self.writer();
         let (payloads, pages, waits) =
             trim_for_cache(array, &w.held_rows, payloads, pages, rebuilt);
         if payloads.is_empty() && waits > 0 {
-            // A round of large runs (sequential writes: no reads, and the
-            // writers' log writes are the larger work) waits for the
-            // newest group the cache holds, so that the write-back thread
-            // writes the waiting groups too (whoever waits writes them
-            // all). Small rounds (read-modify-writes, the write-back's own
-            // bottleneck) wait for their pages only.
-            return if data_pages >= HELP_PAGES {
-                waits.max(w.held.keys().next_back().copied().unwrap_or(0))
-            } else {
-                waits
-            };
+            return waits;
         }
         let units = pack(payloads);
         let id = w.next_group.max(1);
