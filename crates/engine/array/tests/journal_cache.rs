@@ -211,22 +211,14 @@ fn without_m2(specs: &[String]) -> Vec<String> {
     present
 }
 
-/// On `specs`: each page of `direct` written through the array with no
-/// cache (logged with its row's parity: a complete stripe), then each page
-/// of `cached` logged as the cache does and written back (which logs
-/// nothing: the log holds it), in turn; then the process dies (the array is
-/// dropped without `close`).
-fn written_then_cached(
-    specs: &[String],
-    options: AssembleOptions,
-    direct: &[(u64, u8)],
-    cached: &[(u64, u8)],
-) {
+/// The cache's life on `specs`: each page of `pages` logged, then written
+/// back through the array, in turn; then the process dies (the array is
+/// dropped without `close`). Every page stays held in the log meanwhile,
+/// so a write-back of a row where the cache holds another member's page
+/// logs no parity there.
+fn cache_writes_back(specs: &[String], options: AssembleOptions, pages: &[(u64, u8)]) {
     let array = assemble(specs, options).unwrap();
-    for &(offset, byte) in direct {
-        array.write_at(&page(byte), offset, false).unwrap();
-    }
-    for &(offset, byte) in cached {
+    for &(offset, byte) in pages {
         let data = page(byte);
         cache_logs(&array, &[(offset, &data)]);
         array.write_at(&data, offset, false).unwrap();
@@ -254,36 +246,35 @@ fn replayed_degraded_as(specs: &[String], pages: &[(u64, u8)]) {
 /// Row 0 holds chunk 0 on m0, chunk 1 on m1 and chunk 2 on m2.
 const Z: u64 = 2 * CHUNK;
 
-/// On a degraded array: m2's page of a row is written (a complete stripe
-/// in the log), then the cache writes back a page of m0 in the same row,
-/// logging no parity. The replay puts the complete stripe's parity back,
-/// stale now; m2's page must not be rebuilt from it. (Cached pages in a
-/// row where the cache had written back m2's page failed so in about one
-/// run of eight of the cli's member-failure crash test, when write-backs
-/// still logged parity.)
+/// On a degraded array: the cache writes back m2's page of a row (the
+/// round logs the row's parity: a complete stripe), then a page of m0 in
+/// the same row while m2's is still held (that round logs no parity). The
+/// replay puts the complete stripe's parity back, stale now; m2's page
+/// must not be rebuilt from it. (It failed so in about one run of eight
+/// of the cli's member-failure crash test.)
 #[test]
 fn a_degraded_write_back_after_a_complete_stripe_keeps_the_missing_members_data() {
     let dir = tempfile::tempdir().unwrap();
     let specs = journaled(dir.path());
-    written_then_cached(&without_m2(&specs), degraded(), &[(Z, 0xc3)], &[(0, 0xa1)]);
+    cache_writes_back(&without_m2(&specs), degraded(), &[(Z, 0xc3), (0, 0xa1)]);
     replayed_degraded_as(&specs, &[(Z, 0xc3), (0, 0xa1), (CHUNK, 0)]);
 }
 
-/// The same on a healthy array, then m2 fails with the process: the
-/// rounds logged no rebuilt pages, so the replay itself must take m2's
+/// The same rounds on a healthy array, then m2 fails with the process:
+/// the rounds logged no rebuilt pages, so the replay itself must take m2's
 /// page from the log's complete stripe, not from its stale parity.
 #[test]
 fn a_member_lost_after_a_healthy_write_back_is_replayed_from_the_logs_copy() {
     let dir = tempfile::tempdir().unwrap();
     let specs = journaled(dir.path());
-    written_then_cached(&specs, writable(), &[(Z, 0xc3)], &[(0, 0xa1)]);
+    cache_writes_back(&specs, writable(), &[(Z, 0xc3), (0, 0xa1)]);
     replayed_degraded_as(&specs, &[(Z, 0xc3), (0, 0xa1), (CHUNK, 0)]);
 }
 
-/// A complete stripe without m2's page, then a write-back that logs
-/// nothing, then m2 is lost: the replay rebuilds m2's page from the
-/// members as the crash left them, before it puts back the complete
-/// stripe's stale parity.
+/// A complete stripe without m2's page, then a write-back that logs no
+/// parity, then m2 is lost: the replay rebuilds m2's page from the members
+/// as the crash left them, before it puts back the complete stripe's stale
+/// parity.
 #[test]
 fn a_member_lost_after_a_healthy_write_back_is_rebuilt_before_stale_parity_returns() {
     let dir = tempfile::tempdir().unwrap();
@@ -291,7 +282,7 @@ fn a_member_lost_after_a_healthy_write_back_is_rebuilt_before_stale_parity_retur
     let array = assemble(&specs, writable()).unwrap();
     array.write_at(&page(0x77), Z, false).unwrap();
     array.close().unwrap();
-    written_then_cached(&specs, writable(), &[(0, 0xa1)], &[(CHUNK, 0xb2)]);
+    cache_writes_back(&specs, writable(), &[(0, 0xa1), (CHUNK, 0xb2)]);
     replayed_degraded_as(&specs, &[(0, 0xa1), (CHUNK, 0xb2), (Z, 0x77)]);
 }
 
