@@ -103,10 +103,9 @@ fn trim_for_cache(
         } = payload
         {
             let (row, member) = row_of(array, location * 512);
-            let newest = held
-                .get(&row)
-                .and_then(|copies| copies.iter().rev().find(|c| c.0 == member));
-            if let Some(&(_, _, group)) = newest.filter(|c| c.1 == *checksum) {
+            if let Some(&(_, _, group)) =
+                newest_copy(held, row, member).filter(|c| c.1 == *checksum)
+            {
                 already = true;
                 waits = waits.max(group);
             }
@@ -150,6 +149,11 @@ fn trim_for_cache(
     (kept, kept_pages, waits)
 }
 
+/// The newest copy a write cache holds of `member`'s page in `row`.
+fn newest_copy(held: &HeldRows, row: u64, member: u32) -> Option<&(u32, u32, u64)> {
+    held.get(&row)?.iter().rev().find(|c| c.0 == member)
+}
+
 /// Appends the lost members' pages a round rebuilt (taken from `rebuilt`,
 /// once), but for those where a write cache holds a newer version (its
 /// checksum differs: the member lacks it, and the log has it after the
@@ -172,10 +176,7 @@ fn keep_rebuilt(
             continue;
         };
         let (row, member) = row_of(array, location * 512);
-        let newer = held
-            .get(&row)
-            .and_then(|pages| pages.iter().rev().find(|p| p.0 == member))
-            .is_some_and(|p| p.1 != *checksum);
+        let newer = newest_copy(held, row, member).is_some_and(|c| c.1 != *checksum);
         if !newer {
             kept.push(payload);
             kept_pages.extend_from_slice(&rebuilt_pages[i * PAGE_BYTES..(i + 1) * PAGE_BYTES]);
@@ -927,14 +928,10 @@ impl Array {
         // complete stripe of the same row puts back parity that a later
         // round (which logged none) made stale.
         for (key, stripe) in &mut data_only {
-            for role in self.lost_data_members(*key) {
+            for (role, offset) in self.lost_data_pages(*key) {
                 if stripe.data.contains_key(&role) {
                     continue;
                 }
-                let shape = self.parity.expect("a journal array has parity");
-                let offset = shape
-                    .array_offset_of(*key * 512, role)
-                    .expect("a data member");
                 let mut page = AlignedBuf::zeroed(PAGE_BYTES);
                 self.read_at(&mut page, offset)?;
                 stripe.data.insert(role, (offset, page.to_vec()));
@@ -1089,12 +1086,12 @@ impl Array {
     }
 
     /// The lost members that hold data (not parity) at member sector
-    /// `key`.
-    fn lost_data_members(&self, key: u64) -> Vec<u32> {
+    /// `key`, each with the array offset of its page there.
+    fn lost_data_pages(&self, key: u64) -> Vec<(u32, u64)> {
         let shape = self.parity.expect("a journal array has parity");
         (0..self.roles() as u32)
             .filter(|&role| !self.is_usable(role as usize))
-            .filter(|&role| shape.array_offset_of(key * 512, role).is_some())
+            .filter_map(|role| Some((role, shape.array_offset_of(key * 512, role)?)))
             .collect()
     }
 
