@@ -139,11 +139,17 @@ fn raid10_over_a_shaped_network_survives_a_link_down_and_re_adds_the_node() {
     // and gets only what it missed.
     san(&["link", "2", "up"]);
     ok(&["remove", "--socket", "md.ctl", "--member", &uris[1]], d);
-    let added = ok(
+    let added = nvraid(
         &["add", "--socket", "md.ctl", "--new", &uris[1], "--json"],
         d,
     );
-    let added: serde_json::Value = serde_json::from_str(&added).unwrap();
+    assert!(
+        added.status.success(),
+        "add failed: {}\nserve log:\n{}",
+        String::from_utf8_lossy(&added.stderr),
+        std::fs::read_to_string(d.join("serve.log")).unwrap_or_default()
+    );
+    let added: serde_json::Value = serde_json::from_slice(&added.stdout).unwrap();
     assert_eq!(added["re_added"], true, "{added}");
     let start = Instant::now();
     while member_states(d).iter().any(|s| s != "active") {
