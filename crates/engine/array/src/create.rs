@@ -243,7 +243,20 @@ pub fn create_with_spares(
         .map(|spec| plan_member(spec, options))
         .collect::<Result<Vec<_>>>()?;
     if let Some(journal) = &journal {
-        plans.push(plan_member(journal, options)?);
+        // md's write journal takes all of its member: --size is the space
+        // used of each data member (as mdadm's), and only sizes a journal
+        // file this create makes.
+        let whole = CreateOptions {
+            size_bytes: None,
+            ..options.clone()
+        };
+        let plan = match plan_member(journal, &whole) {
+            Err(Error::MissingMember { .. }) if options.size_bytes.is_some() => {
+                plan_member(journal, options)?
+            }
+            other => other?,
+        };
+        plans.push(plan);
     }
     check_duplicates(&plans)?;
     if !options.force {
@@ -525,8 +538,20 @@ fn write_members(
         };
         // What the journal held does not matter to the parity.
         all_zero &= before.is_none() || journal_at == Some(index);
-        let opened = Member::open(spec, open);
-        if is_path && options.size_bytes.is_some() {
+        // An existing journal member is used whole (see `create`).
+        let whole_journal = journal_at == Some(index) && before.is_some();
+        let opened = if whole_journal {
+            Member::open(
+                spec,
+                OpenOptions {
+                    create_bytes: None,
+                    ..open
+                },
+            )
+        } else {
+            Member::open(spec, open)
+        };
+        if is_path && options.size_bytes.is_some() && !whole_journal {
             match &before {
                 None => undo.push(Undo::Created(PathBuf::from(spec))),
                 Some(meta) if meta.is_file() && Some(meta.len()) < options.size_bytes => {
