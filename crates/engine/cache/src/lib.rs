@@ -97,6 +97,9 @@ pub(crate) struct State {
     pub tickets: std::collections::BTreeMap<u64, u64>,
     /// The cache is closing: write everything back and stop.
     pub stop: bool,
+    /// A writer woke the write-back thread for background work, which has
+    /// not looked since (writers wake it once).
+    pub background_asked: bool,
     /// The last write-back error (errno), until a write-back succeeds.
     pub writeback_errno: Option<i32>,
 }
@@ -162,6 +165,7 @@ impl CachedTarget {
                 flushes: Vec::new(),
                 tickets: std::collections::BTreeMap::new(),
                 stop: false,
+                background_asked: false,
                 writeback_errno: None,
             }),
             work: Condvar::new(),

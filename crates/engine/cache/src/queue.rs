@@ -185,7 +185,19 @@ impl CachedQueue {
                     }
                     !busy
                 }),
-                None => Ok(Some(shared.lock().pages.insert(first, data))),
+                None => {
+                    let mut state = shared.lock();
+                    let seq = state.pages.insert(first, data);
+                    // Past the background threshold: wake the write-back
+                    // thread (once, until it looks again).
+                    if !state.background_asked
+                        && state.pages.dirty_bytes() > shared.options.background_bytes
+                    {
+                        state.background_asked = true;
+                        shared.work.notify_all();
+                    }
+                    Ok(Some(seq))
+                }
             };
             match taken {
                 // A page of the write is being written back (that write-back

@@ -160,6 +160,7 @@ impl WriteBack {
                 return Job::Rescue;
             }
             let mut state = self.shared.lock();
+            state.background_asked = false;
             if state.stop {
                 return Job::Close;
             }

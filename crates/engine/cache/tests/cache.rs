@@ -494,3 +494,48 @@ fn journal_mode_writers_and_the_aged_write_back_never_deadlock() {
             .expect("a writer stopped making progress (deadlock)");
     }
 }
+
+/// Write-back mode starts writing back once dirty data passes the
+/// background threshold, not at the next expire period: with an hour-long
+/// period, 512 KiB written over a 256 KiB threshold reach the array
+/// without a FLUSH, and the cache holds no more than the threshold after.
+/// (It used to wait for the period, or for a full cache.)
+#[test]
+fn write_back_starts_at_the_background_threshold() {
+    let array = MemTarget::mem(ARRAY_BYTES);
+    let cache = CachedTarget::new(
+        Arc::new(array.clone()),
+        CacheMode::WriteBack,
+        None,
+        CacheOptions {
+            dirty_max_bytes: 1 << 20,
+            background_bytes: 256 * KIB as u64,
+            expire: Duration::from_secs(3600),
+        },
+        quiet(),
+    )
+    .unwrap();
+    let mut queue = cache.open_queue(1, 1 << 20).unwrap();
+    let data = pattern(21, 512 * KIB);
+    for (i, page) in data.chunks(4096).enumerate() {
+        write(&mut *queue, (i * 4096) as u64, page, false).unwrap();
+    }
+    let start = std::time::Instant::now();
+    while cache.stats().dirty_bytes > 256 * KIB as u64 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{} bytes still dirty over a 256 KiB threshold",
+            cache.stats().dirty_bytes
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // What was written back is on the array as written (the array's
+    // current contents: no FLUSH was asked for).
+    let on_array = array.contents();
+    let back = data
+        .chunks(4096)
+        .enumerate()
+        .filter(|(i, page)| on_array[i * 4096..(i + 1) * 4096] == page[..])
+        .count();
+    assert!(back * 4096 >= 256 * KIB, "{back} pages reached the array");
+}
