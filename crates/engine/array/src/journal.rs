@@ -65,9 +65,63 @@ fn pack(payloads: Vec<Payload>) -> Vec<MetaBlock> {
     units
 }
 
-/// Sectors of a batch of groups.
-fn need_of(groups: &[Group]) -> u64 {
-    groups.iter().map(Group::sectors).sum()
+/// The largest batch buffer [`MdJournal`] keeps between batches.
+const IMAGE_KEPT_BYTES: usize = 8 << 20;
+
+/// The units one write of the log carries: every payload of a batch of
+/// groups, in order, packed afresh, so that groups share meta blocks (4 KiB
+/// writes from many clients cost one meta block per batch, not one each).
+/// Replays read payloads in log order whatever units hold them, so this
+/// changes nothing they see.
+struct Batch {
+    units: Vec<MetaBlock>,
+    /// Per unit, where each of its pages comes from: (group, byte offset in
+    /// the group's pages).
+    pages: Vec<Vec<(usize, usize)>>,
+    /// Per group, the unit holding its first payload (for an empty group,
+    /// the unit the next payload went to): the tail may not pass it while
+    /// the group is open.
+    first_unit: Vec<usize>,
+}
+
+impl Batch {
+    fn of(groups: &[Group]) -> Batch {
+        let mut batch = Batch {
+            units: vec![MetaBlock::empty(0, 0)],
+            pages: vec![Vec::new()],
+            first_unit: Vec::with_capacity(groups.len()),
+        };
+        for (index, group) in groups.iter().enumerate() {
+            let mut first = None;
+            let mut from = 0usize;
+            for payload in group.units.iter().flat_map(|u| u.payloads.iter()) {
+                if !batch.units.last().expect("one unit at least").fits(payload) {
+                    batch.units.push(MetaBlock::empty(0, 0));
+                    batch.pages.push(Vec::new());
+                }
+                first.get_or_insert(batch.units.len() - 1);
+                let pages = batch.pages.last_mut().expect("one unit at least");
+                for _ in 0..payload.pages() {
+                    pages.push((index, from));
+                    from += PAGE_BYTES;
+                }
+                batch
+                    .units
+                    .last_mut()
+                    .expect("one unit at least")
+                    .payloads
+                    .push(payload.clone());
+            }
+            batch
+                .first_unit
+                .push(first.unwrap_or(batch.units.len() - 1));
+        }
+        batch
+    }
+
+    fn sectors(&self) -> u64 {
+        self.units.iter().map(MetaBlock::unit_sectors).sum()
+    }
 }
 
 /// A page's row on the members and its member (array byte `offset`).
@@ -197,6 +251,12 @@ pub struct MdJournal {
     tail: Mutex<u64>,
     /// The log at run time (see "Logging" in the module documentation).
     writer: Mutex<Writer>,
+    /// Signalled when the log moves on: a batch written, the tail moved, a
+    /// cache's groups released, the journal failed.
+    progress: std::sync::Condvar,
+    /// The buffer a batch is built in, kept between batches (one is written
+    /// at a time): a fresh one each time cost a page fault per 4 KiB.
+    image: Mutex<AlignedBuf>,
     /// A replay is writing: parity is recomputed from the data, never
     /// updated from what a crash may have torn.
     replaying: std::sync::atomic::AtomicBool,
@@ -312,6 +372,8 @@ impl MdJournal {
             seed: r5log::uuid_checksum(&sb.set_uuid),
             tail: Mutex::new(sb.recovery_offset),
             writer: Mutex::new(Writer::default()),
+            progress: std::sync::Condvar::new(),
+            image: Mutex::new(AlignedBuf::zeroed(0)),
             replaying: std::sync::atomic::AtomicBool::new(false),
             ring,
             slot,
@@ -346,6 +408,22 @@ impl MdJournal {
 
     fn writer(&self) -> std::sync::MutexGuard<'_, Writer> {
         self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits, at most `timeout`, until `ticket` is durable, the journal
+    /// failed, or a call of [`MdJournal::ready`] could write (no batch or
+    /// tail move in flight, and groups waiting). A committer calls it where
+    /// `ready` said "not yet": it sleeps until the batch in flight ends
+    /// instead of polling.
+    pub fn wait_ready(&self, ticket: u64, timeout: std::time::Duration) {
+        let w = self.writer();
+        drop(
+            self.progress
+                .wait_timeout_while(w, timeout, |w| {
+                    w.durable < ticket && w.failed.is_none() && (w.writing || w.waiting.is_empty())
+                })
+                .unwrap_or_else(|p| p.into_inner()),
+        );
     }
 
     /// The seed of every checksum in the log.
@@ -567,6 +645,7 @@ impl MdJournal {
         let mut w = self.writer();
         w.writing = false;
         w.wants_room = false;
+        self.progress.notify_all();
         let result = match moved {
             Ok(()) => Ok(()),
             Err(e) => Err(self.fail(&mut w, format!("moving its tail: {e}"))),
@@ -693,36 +772,53 @@ impl MdJournal {
             return Ok(false);
         }
         let groups: Vec<Group> = w.waiting.drain(..take).collect();
+        let batch = Batch::of(&groups);
         let start = w.head;
-        let mut image = AlignedBuf::zeroed((need_of(&groups) * 512) as usize);
+        let len = (batch.sectors() * 512) as usize;
+        let mut kept = self.image.lock().unwrap_or_else(|p| p.into_inner());
+        let mut own = None;
+        let image: &mut [u8] = if len <= IMAGE_KEPT_BYTES {
+            if kept.len() < len {
+                *kept = AlignedBuf::zeroed(len.next_power_of_two().min(IMAGE_KEPT_BYTES));
+            }
+            &mut kept[..len]
+        } else {
+            &mut own.insert(AlignedBuf::zeroed(len))[..]
+        };
+        let mut positions = Vec::with_capacity(batch.units.len());
         let mut pos = start;
         let mut seq = w.seq;
         let mut at = 0usize;
-        let mut firsts = Vec::with_capacity(groups.len());
-        for g in &groups {
-            firsts.push((g.id, g.cached, pos));
-            let mut page = 0usize;
-            for unit in &g.units {
-                let mut block = unit.clone();
-                block.seq = seq;
-                block.position = pos;
-                block
-                    .encode(&mut image[at..at + PAGE_BYTES], self.seed)
-                    .expect("units are filled to fit");
+        for (unit, pages) in batch.units.iter().zip(&batch.pages) {
+            positions.push(pos);
+            let mut block = unit.clone();
+            block.seq = seq;
+            block.position = pos;
+            block
+                .encode(&mut image[at..at + PAGE_BYTES], self.seed)
+                .expect("units are filled to fit");
+            at += PAGE_BYTES;
+            for &(group, from) in pages {
+                image[at..at + PAGE_BYTES]
+                    .copy_from_slice(&groups[group].pages[from..from + PAGE_BYTES]);
                 at += PAGE_BYTES;
-                let n = unit.pages() * PAGE_BYTES;
-                image[at..at + n].copy_from_slice(&g.pages[page..page + n]);
-                page += n;
-                at += n;
-                pos = self.ring.add(pos, unit.unit_sectors());
-                seq += 1;
             }
+            pos = self.ring.add(pos, unit.unit_sectors());
+            seq += 1;
         }
+        let firsts: Vec<(u64, bool, u64)> = groups
+            .iter()
+            .zip(&batch.first_unit)
+            .map(|(g, &unit)| (g.id, g.cached, positions[unit]))
+            .collect();
         w.writing = true;
         drop(w);
-        let written = self.write_ring(start, &image);
+        let written = self.write_ring(start, image);
+        drop(own);
+        drop(kept);
         let mut w = self.writer();
         w.writing = false;
+        self.progress.notify_all();
         if let Err(e) = written {
             return Err(self.fail(&mut w, e.to_string()));
         }
@@ -768,6 +864,7 @@ impl MdJournal {
                 self.spec()
             );
             w.failed = Some(why.clone());
+            self.progress.notify_all();
         }
         self.refused(&why)
     }

@@ -310,3 +310,84 @@ fn a_write_back_logs_its_rows_parity() {
         replayed_as(&specs, &[(0, &data)]);
     }
 }
+
+/// Groups written in one batch share meta blocks: three cached writes
+/// (the last one over the first's page) logged together are one unit, not
+/// three. While one group of that unit is still held the tail stays before
+/// the unit, and a replay puts back the newest copy of the twice-written
+/// page and the other page.
+#[test]
+fn cached_writes_logged_together_share_one_unit() {
+    let dir = tempfile::tempdir().unwrap();
+    let specs = journaled(dir.path());
+    let array = assemble(&specs, writable()).unwrap();
+    let journal = array.md_journal().unwrap();
+    let before = journal.units_logged().unwrap();
+    let (x, y) = (0u64, 3 * CHUNK + 8192);
+    let (old_x, new_x, new_y) = (page(0x11), page(0x22), page(0x33));
+    let mut tickets = Vec::new();
+    for (offset, data) in [(x, &old_x), (y, &new_y), (x, &new_x)] {
+        tickets.push(
+            journal
+                .enqueue_cached(&array, offset, data, &mut || true)
+                .unwrap()
+                .expect("taken"),
+        );
+    }
+    while !journal.ready(&array, tickets[2]).unwrap() {}
+    assert_eq!(
+        journal.units_logged().unwrap() - before,
+        1,
+        "three cached writes written in one batch"
+    );
+    // The first two are written back and released; the third is still
+    // held: the tail may not pass the unit it shares with them.
+    journal.release_through(tickets[1]);
+    journal.checkpoint(&array).unwrap();
+    assert_eq!(journal.units_logged().unwrap() - before, 1);
+    drop(array);
+    replayed_as(&specs, &[(x, &new_x), (y, &new_y)]);
+}
+
+/// `--size` is the space used of each data member; md's write journal
+/// takes all of an existing member (as mdadm's), and a journal file the
+/// create makes is made at `--size`.
+#[test]
+fn the_journal_takes_all_of_an_existing_member() {
+    for (existing, ring_mib) in [(Some(64u64 << 20), 63u64), (None, 15)] {
+        let dir = tempfile::tempdir().unwrap();
+        let specs: Vec<String> = (0..=4)
+            .map(|i| dir.path().join(format!("m{i}")).display().to_string())
+            .collect();
+        if let Some(bytes) = existing {
+            std::fs::File::create(&specs[4])
+                .unwrap()
+                .set_len(bytes)
+                .unwrap();
+        }
+        let options = CreateOptions {
+            level: Level::Raid5 {
+                layout: ParityLayout::LeftSymmetric,
+            },
+            chunk_bytes: CHUNK,
+            name: "whole".into(),
+            size_bytes: Some(16 << 20),
+            force: false,
+            direct: false,
+            bitmap: BitmapChoice::Journal,
+        };
+        let array = create(&specs, &options).unwrap();
+        let journal = array.md_journal().unwrap();
+        assert_eq!(
+            journal.ring_sectors() * 512,
+            ring_mib << 20,
+            "journal member {existing:?}: its ring is all of it past the 1 MiB metadata area"
+        );
+        array.close().unwrap();
+        for data in &specs[..4] {
+            assert_eq!(std::fs::metadata(data).unwrap().len(), 16 << 20);
+        }
+        let journal_len = std::fs::metadata(&specs[4]).unwrap().len();
+        assert_eq!(journal_len, existing.unwrap_or(16 << 20));
+    }
+}

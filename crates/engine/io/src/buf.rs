@@ -18,6 +18,12 @@ unsafe impl Send for AlignedBuf {}
 // SAFETY: shared access only hands out &[u8], like Vec<u8>.
 unsafe impl Sync for AlignedBuf {}
 
+impl std::fmt::Debug for AlignedBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AlignedBuf").field("len", &self.len).finish()
+    }
+}
+
 impl AlignedBuf {
     /// A zeroed buffer of `len` bytes (rounded up to at least one byte of
     /// allocation) aligned to [`BUF_ALIGN_BYTES`].

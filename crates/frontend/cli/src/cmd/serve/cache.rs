@@ -107,10 +107,19 @@ impl JournalLog for MdCacheLog {
                 Err(_) => return Commit::Failed,
                 Ok(false) => {}
             }
-            if timeout.is_some_and(|t| start.elapsed() >= t) {
+            let left = timeout.map(|t| t.saturating_sub(start.elapsed()));
+            if left.is_some_and(|l| l.is_zero()) {
                 return Commit::Pending;
             }
-            std::thread::sleep(Duration::from_micros(20));
+            if self.journal().wants_room() {
+                // The ring is full: the write-back must move its tail.
+                std::thread::sleep(Duration::from_micros(20));
+            } else {
+                // A batch is being written (ours, maybe): wait for it.
+                let most = Duration::from_millis(1);
+                self.journal()
+                    .wait_ready(ticket, left.map_or(most, |l| l.min(most)));
+            }
         }
     }
     fn slices(&self) -> bool {
