@@ -9,7 +9,7 @@ alternating in each repetition:
   fio, ioengine=nbd (libnbd), one job per export (the exports as JBOD),
       each job at QD/4, skipping each export's first MiB (the array's
       superblock area; the array's data starts there too)
-  nvraid bench on the array, 2 workers at QD/2 each
+  nvraid bench on the array, 2 workers (--workers) sharing the queue depth
 
 for 4K random read (target >= 1.0), 4K random write (>= 0.95) and 1 MiB
 sequential read (>= 0.98), at a total queue depth of 32 (8 for 1 MiB).
@@ -20,7 +20,7 @@ from a RAID 0's, and the median over the even repetitions is shown beside
 the verdict (for reading; the verdict uses every repetition).
 
 Usage: bench/remote-vs-fio.py [--reps 3] [--runtime 5] [--rows randread,randwrite,read]
-                              [--json out.json]
+                              [--workers 2] [--json out.json]
 """
 import argparse, importlib.util, json, os, shutil, signal, subprocess, sys, tempfile, time
 
@@ -85,6 +85,8 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--runtime", type=int, default=5)
     ap.add_argument("--json")
+    ap.add_argument("--workers", type=int, default=2,
+                    help="nvraid bench's workers (the total queue depth is split among them)")
     ap.add_argument("--rows", default="randread,randwrite,read",
                     help="which workloads (fio --rw names), comma-separated")
     a = ap.parse_args()
@@ -107,7 +109,7 @@ def main():
             pairs = []
             for _ in range(a.reps):
                 f = fio_nbd(tmp, uris, rw, bs, depth, a.runtime)
-                n = nvraid(uris, rw, bs, depth // 2, 2, a.runtime)
+                n = nvraid(uris, rw, bs, max(1, depth // a.workers), a.workers, a.runtime)
                 pairs.append((n, f))
                 print(f"  {label}: nvraid {n['iops']:.0f} IOPS {n['bw_bytes']/1e6:.0f} MB/s"
                       f" | fio {f['iops']:.0f} IOPS {f['bw_bytes']/1e6:.0f} MB/s"
