@@ -251,8 +251,8 @@ pub struct MdJournal {
     tail: Mutex<u64>,
     /// The log at run time (see "Logging" in the module documentation).
     writer: Mutex<Writer>,
-    /// Signalled when the log moves on: a batch written, the tail moved, a
-    /// cache's groups released, the journal failed.
+    /// Signalled when the log moves on: a batch written, the tail moved,
+    /// the journal failed ([`MdJournal::wait_ready`] sleeps on it).
     progress: std::sync::Condvar,
     /// The buffer a batch is built in, kept between batches (one is written
     /// at a time): a fresh one each time cost a page fault per 4 KiB.
