@@ -79,44 +79,54 @@ struct Batch {
     /// the group's pages).
     pages: Vec<Vec<(usize, usize)>>,
     /// Per group, the unit holding its first payload (for an empty group,
-    /// the unit the next payload went to): the tail may not pass it while
-    /// the group is open.
+    /// that of the group before it): the tail may not pass it while the
+    /// group is open.
     first_unit: Vec<usize>,
 }
 
 impl Batch {
     fn of(groups: &[Group]) -> Batch {
-        let mut batch = Batch {
-            units: vec![MetaBlock::empty(0, 0)],
-            pages: vec![Vec::new()],
-            first_unit: Vec::with_capacity(groups.len()),
-        };
+        // Each payload's group, and where its first page is in the group's.
+        let mut sources = Vec::new();
+        let mut payloads = Vec::new();
         for (index, group) in groups.iter().enumerate() {
-            let mut first = None;
             let mut from = 0usize;
             for payload in group.units.iter().flat_map(|u| u.payloads.iter()) {
-                if !batch.units.last().expect("one unit at least").fits(payload) {
-                    batch.units.push(MetaBlock::empty(0, 0));
-                    batch.pages.push(Vec::new());
-                }
-                first.get_or_insert(batch.units.len() - 1);
-                let pages = batch.pages.last_mut().expect("one unit at least");
-                for _ in 0..payload.pages() {
-                    pages.push((index, from));
-                    from += PAGE_BYTES;
-                }
-                batch
-                    .units
-                    .last_mut()
-                    .expect("one unit at least")
-                    .payloads
-                    .push(payload.clone());
+                sources.push((index, from));
+                from += payload.pages() * PAGE_BYTES;
+                payloads.push(payload.clone());
             }
-            batch
-                .first_unit
-                .push(first.unwrap_or(batch.units.len() - 1));
         }
-        batch
+        let units = pack(payloads);
+        let mut first: Vec<Option<usize>> = vec![None; groups.len()];
+        let mut sources = sources.into_iter();
+        let pages = units
+            .iter()
+            .enumerate()
+            .map(|(at, unit)| {
+                let mut pages = Vec::with_capacity(unit.pages());
+                for payload in &unit.payloads {
+                    let (group, from) = sources.next().expect("a source per payload");
+                    first[group].get_or_insert(at);
+                    pages.extend((0..payload.pages()).map(|i| (group, from + i * PAGE_BYTES)));
+                }
+                pages
+            })
+            .collect();
+        // A group with no payloads takes the unit of the group before it.
+        let mut last = 0;
+        let first_unit = first
+            .into_iter()
+            .map(|unit| {
+                last = unit.unwrap_or(last);
+                last
+            })
+            .collect();
+        Batch {
+            units,
+            pages,
+            first_unit,
+        }
     }
 
     fn sectors(&self) -> u64 {
