@@ -55,17 +55,21 @@ fn journaled_of(dir: &std::path::Path, members: usize) -> Vec<String> {
 
 /// What a write cache does before it acknowledges: `pages` logged as
 /// data-only units of md's journal (held until written back), and waited
-/// for until durable.
-fn cache_logs(array: &nvraid_array::Array, pages: &[(u64, &AlignedBuf)]) {
+/// for until durable. Each write's ticket, in order.
+fn cache_logs(array: &nvraid_array::Array, pages: &[(u64, &AlignedBuf)]) -> Vec<u64> {
     let journal = array.md_journal().expect("a journal");
-    let mut last = 0;
-    for (offset, data) in pages {
-        last = journal
-            .enqueue_cached(array, *offset, data, &mut || true)
-            .unwrap()
-            .expect("taken");
-    }
+    let tickets: Vec<u64> = pages
+        .iter()
+        .map(|(offset, data)| {
+            journal
+                .enqueue_cached(array, *offset, data, &mut || true)
+                .unwrap()
+                .expect("taken")
+        })
+        .collect();
+    let last = *tickets.last().expect("one page at least");
     while !journal.ready(array, last).unwrap() {}
+    tickets
 }
 
 /// After the replay: `pages` read back as given, and no row's parity
@@ -325,16 +329,7 @@ fn cached_writes_logged_together_share_one_unit() {
     let before = journal.units_logged().unwrap();
     let (x, y) = (0u64, 3 * CHUNK + 8192);
     let (old_x, new_x, new_y) = (page(0x11), page(0x22), page(0x33));
-    let mut tickets = Vec::new();
-    for (offset, data) in [(x, &old_x), (y, &new_y), (x, &new_x)] {
-        tickets.push(
-            journal
-                .enqueue_cached(&array, offset, data, &mut || true)
-                .unwrap()
-                .expect("taken"),
-        );
-    }
-    while !journal.ready(&array, tickets[2]).unwrap() {}
+    let tickets = cache_logs(&array, &[(x, &old_x), (y, &new_y), (x, &new_x)]);
     assert_eq!(
         journal.units_logged().unwrap() - before,
         1,
@@ -356,27 +351,15 @@ fn cached_writes_logged_together_share_one_unit() {
 fn the_journal_takes_all_of_an_existing_member() {
     for (existing, ring_mib) in [(Some(64u64 << 20), 63u64), (None, 15)] {
         let dir = tempfile::tempdir().unwrap();
-        let specs: Vec<String> = (0..=4)
-            .map(|i| dir.path().join(format!("m{i}")).display().to_string())
-            .collect();
         if let Some(bytes) = existing {
-            std::fs::File::create(&specs[4])
+            std::fs::File::create(dir.path().join("m4"))
                 .unwrap()
                 .set_len(bytes)
                 .unwrap();
         }
-        let options = CreateOptions {
-            level: Level::Raid5 {
-                layout: ParityLayout::LeftSymmetric,
-            },
-            chunk_bytes: CHUNK,
-            name: "whole".into(),
-            size_bytes: Some(16 << 20),
-            force: false,
-            direct: false,
-            bitmap: BitmapChoice::Journal,
-        };
-        let array = create(&specs, &options).unwrap();
+        // Four data members and the journal m4, created at 16 MiB each.
+        let specs = journaled(dir.path());
+        let array = assemble(&specs, writable()).unwrap();
         let journal = array.md_journal().unwrap();
         assert_eq!(
             journal.ring_sectors() * 512,
