@@ -3,7 +3,7 @@
 one run (issue 13's first target).
 
 Four nbdkit servers (memory plugin, unix sockets, 1 GiB each) are the
-members. An nvraid RAID 0 (64 KiB chunks) is created over them, then,
+members. An nvraid RAID 0 (64 KiB chunks unless --chunk) is created over them, then,
 alternating in each repetition:
 
   fio, ioengine=nbd (libnbd), one job per export (the exports as JBOD),
@@ -20,7 +20,7 @@ from a RAID 0's, and the median over the even repetitions is shown beside
 the verdict (for reading; the verdict uses every repetition).
 
 Usage: bench/remote-vs-fio.py [--reps 3] [--runtime 5] [--rows randread,randwrite,read]
-                              [--workers 2] [--json out.json]
+                              [--workers 2] [--chunk 64K] [--json out.json]
 """
 import argparse, importlib.util, json, os, shutil, signal, subprocess, sys, tempfile, time
 
@@ -87,6 +87,8 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--workers", type=int, default=2,
                     help="nvraid bench's workers (the total queue depth is split among them)")
+    ap.add_argument("--chunk", default="64K",
+                    help="the array's chunk size (nvraid create --chunk)")
     ap.add_argument("--rows", default="randread,randwrite,read",
                     help="which workloads (fio --rw names), comma-separated")
     a = ap.parse_args()
@@ -96,9 +98,10 @@ def main():
     tmp = tempfile.mkdtemp(prefix="remote-vs-fio-")
     nodes = start_nodes(tmp)
     uris = [f"nbd+unix:///?socket={sock}" for _, sock in nodes]
-    results = {"exports": f"{EXPORTS} x nbdkit memory {EXPORT_SIZE} (unix sockets)", "rows": []}
+    results = {"exports": f"{EXPORTS} x nbdkit memory {EXPORT_SIZE} (unix sockets)",
+               "chunk": a.chunk, "rows": []}
     try:
-        sh([NVRAID, "create", "--level", "0", "--chunk", "64K", *uris])
+        sh([NVRAID, "create", "--level", "0", "--chunk", a.chunk, *uris])
         # Write the data area once, so reads are of written memory on both sides.
         sh(["fio", "--ioengine=nbd", "--rw=write", "--bs=1M", "--iodepth=8", "--offset=1M",
             *[x for i, u in enumerate(uris) for x in (f"--name=fill{i}", f"--uri={u}")],

@@ -9,6 +9,12 @@
 //! operation's buffers. Everything runs on the thread that owns the
 //! channel: no hand-off per request.
 //!
+//! A read pushed while a read that ends where it starts still waits to be
+//! sent joins that request (up to the server's maximum payload and
+//! `MERGE_PIECES` operations): a sequential stream cut into chunks by the
+//! array reaches the server as fewer, larger requests. The reply's data is
+//! spread over the pieces' buffers in order.
+//!
 //! The bad day:
 //! - A request older than the request timeout, a closed connection or a
 //!   reply that breaks the protocol ends the connection.
@@ -66,6 +72,10 @@ const STAGING_SMALL_BYTES: usize = 1024;
 const RCVLOWAT_MAX_BYTES: usize = 128 * 1024;
 /// Iovecs in one send.
 const SEND_IOVECS: usize = 64;
+/// Operations one merged read request may serve.
+const MERGE_PIECES: u32 = 32;
+/// No next piece.
+const NO_WIRE: u32 = u32::MAX;
 /// Backoff between reconnection attempts.
 const BACKOFF_MIN: Duration = Duration::from_millis(250);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
@@ -108,10 +118,20 @@ struct Wire {
     seq: u32,
     command: Command,
     flags: u16,
-    /// Offset on the export, and of this request inside its operation.
+    /// Offset on the export, and of this piece inside its operation.
     offset: u64,
     at: u32,
     len: u32,
+    /// The request on the wire: its length (this piece and the pieces
+    /// merged into it, `len` for a request of one piece), its piece count,
+    /// the next piece and the last (`NO_WIRE`: none). Meaningful on the
+    /// first piece, which owns the cookie.
+    span: u32,
+    pieces: u32,
+    next: u32,
+    tail: u32,
+    /// Counted in `large_reads`.
+    large: bool,
     /// Read bytes delivered (data or holes).
     covered: u32,
     errno: i32,
@@ -266,9 +286,8 @@ impl NbdChannel {
     /// queue.
     fn issue(&mut self, op: u32, command: Command, at: u32, len: u32, flags: u16) {
         self.seq = self.seq.wrapping_add(1).max(1);
-        if command == Command::Read && len >= LARGE_READ_BYTES {
-            self.large_reads += 1;
-        }
+        let large = command == Command::Read && len >= LARGE_READ_BYTES;
+        self.large_reads += u32::from(large);
         let rec = &self.ops[op as usize];
         let offset = rec.offset + u64::from(at);
         let wire = self.alloc_wire(Wire {
@@ -279,6 +298,11 @@ impl NbdChannel {
             offset,
             at,
             len,
+            span: len,
+            pieces: 1,
+            next: NO_WIRE,
+            tail: NO_WIRE,
+            large,
             covered: 0,
             errno: 0,
             resent: false,
@@ -287,11 +311,116 @@ impl NbdChannel {
         self.enqueue(wire);
     }
 
+    /// Add the whole of read operation `op` (`len` bytes) to the last
+    /// request waiting to be sent when that is a read ending where `op`
+    /// starts and the sum stays within `max`. False: nothing changed.
+    fn merge_read(&mut self, op: u32, len: u32, max: u32) -> bool {
+        let Some(&first) = self.send_queue.back() else {
+            return false;
+        };
+        // A request whose header is partly sent keeps its length.
+        if self.send_queue.len() == 1 && self.head_sent > 0 {
+            return false;
+        }
+        let lead = self.wires[first as usize];
+        let offset = self.ops[op as usize].offset;
+        if lead.command != Command::Read
+            || lead.flags != 0
+            || lead.resent
+            || lead.pieces >= MERGE_PIECES
+            || lead.offset + u64::from(lead.span) != offset
+            || u64::from(lead.span) + u64::from(len) > u64::from(max)
+        {
+            return false;
+        }
+        let large = len >= LARGE_READ_BYTES;
+        let piece = self.alloc_wire(Wire {
+            op,
+            seq: 0,
+            command: Command::Read,
+            flags: 0,
+            offset,
+            at: 0,
+            len,
+            span: len,
+            pieces: 1,
+            next: NO_WIRE,
+            tail: NO_WIRE,
+            large,
+            covered: 0,
+            errno: 0,
+            resent: false,
+            live: true,
+        });
+        self.large_reads += u32::from(large);
+        let last = if lead.tail == NO_WIRE {
+            first
+        } else {
+            lead.tail
+        };
+        self.wires[last as usize].next = piece;
+        let span = lead.span + len;
+        let lead_large = !lead.large && span >= LARGE_READ_BYTES;
+        self.large_reads += u32::from(lead_large);
+        let w = &mut self.wires[first as usize];
+        w.tail = piece;
+        w.span = span;
+        w.pieces += 1;
+        w.large |= lead_large;
+        self.headers[first as usize] = RequestHeader {
+            flags: 0,
+            command: Command::Read,
+            cookie: self.cookie(first),
+            offset: lead.offset,
+            length: span,
+        }
+        .encode();
+        true
+    }
+
+    /// Call `part` with each buffer piece of `[at, at + len)` of request
+    /// `wire`'s data (its pieces' operation buffers, in order) until it
+    /// returns false.
+    fn for_each_target(
+        &self,
+        wire: u32,
+        mut at: usize,
+        mut len: usize,
+        mut part: impl FnMut(libc::iovec) -> bool,
+    ) {
+        let mut piece = wire;
+        while len > 0 && piece != NO_WIRE {
+            let w = &self.wires[piece as usize];
+            let plen = w.len as usize;
+            if at < plen {
+                let take = (plen - at).min(len);
+                let mut more = true;
+                for_each_part(
+                    self.ops[w.op as usize].iovecs(),
+                    w.at as usize + at,
+                    take,
+                    |v| {
+                        more = part(v);
+                        more
+                    },
+                );
+                if !more {
+                    return;
+                }
+                len -= take;
+                at = 0;
+            } else {
+                at -= plen;
+            }
+            piece = w.next;
+        }
+    }
+
     fn enqueue(&mut self, wire: u32) {
         let w = self.wires[wire as usize];
         let (offset, length) = match w.command {
             Command::Flush => (0, 0),
-            _ => (w.offset, w.len),
+            _ => (w.offset, w.span),
         };
         self.headers[wire as usize] = RequestHeader {
             flags: w.flags,
@@ -432,10 +561,13 @@ impl NbdChannel {
                 }
                 Want::Data { cookie, at, len } => {
                     let take = (len as usize).min(avail);
-                    let w = self.wires[cookie as u32 as usize];
-                    let rec = &self.ops[w.op as usize];
                     let src = &self.staging[self.rx_start..self.rx_start + take];
-                    copy_into_iovecs(rec.iovecs(), w.at as usize + at as usize, src);
+                    let mut from = 0;
+                    self.for_each_target(cookie as u32, at as usize, take, |part| {
+                        copy_into(part, &src[from..from + part.iov_len]);
+                        from += part.iov_len;
+                        true
+                    });
                     self.rx_start += take;
                     self.reader.data_moved(take as u32)
                 }
@@ -452,10 +584,8 @@ impl NbdChannel {
         at: u32,
         len: u32,
     ) -> Result<Option<u32>, String> {
-        let w = self.wires[cookie as u32 as usize];
-        let rec = &self.ops[w.op as usize];
         let mut iov = IovList::new();
-        for_each_part(rec.iovecs(), (w.at + at) as usize, len as usize, |part| {
+        self.for_each_target(cookie as u32, at as usize, len as usize, |part| {
             iov.push(part)
         });
         loop {
@@ -488,9 +618,13 @@ impl NbdChannel {
                 len,
                 done,
             } => {
-                let w = self.wires[cookie as u32 as usize];
-                let rec = &self.ops[w.op as usize];
-                zero_iovecs(rec.iovecs(), (w.at + at) as usize, len as usize);
+                self.for_each_target(cookie as u32, at as usize, len as usize, |part| {
+                    // SAFETY: `part` lies inside an operation's buffer (the
+                    // reply reader checked the range against the request),
+                    // writable until the operation completes.
+                    unsafe { std::ptr::write_bytes(part.iov_base.cast::<u8>(), 0, part.iov_len) };
+                    true
+                });
                 self.wire_mut(cookie).covered += len;
                 (cookie, done)
             }
@@ -510,13 +644,19 @@ impl NbdChannel {
         };
         if done {
             let w = self.wires[cookie as u32 as usize];
-            if w.command == Command::Read && w.errno == 0 && w.covered != w.len {
+            if w.command == Command::Read && w.errno == 0 && w.covered != w.span {
                 return Err(format!(
                     "protocol error: a read's reply covered {} of its {} bytes",
-                    w.covered, w.len
+                    w.covered, w.span
                 ));
             }
-            self.finish_wire(cookie as u32, w.errno);
+            // Every piece of the request ends with its reply.
+            let mut piece = cookie as u32;
+            while piece != NO_WIRE {
+                let next = self.wires[piece as usize].next;
+                self.finish_wire(piece, w.errno);
+                piece = next;
+            }
         }
         Ok(())
     }
@@ -530,7 +670,7 @@ impl NbdChannel {
         let w = &mut self.wires[wire as usize];
         w.live = false;
         let op = w.op;
-        if w.command == Command::Read && w.len >= LARGE_READ_BYTES {
+        if w.large {
             self.large_reads -= 1;
         }
         self.free_wires.push(wire);
@@ -573,6 +713,13 @@ impl NbdChannel {
         self.deadlines.clear();
         self.rx_start = 0;
         self.rx_end = 0;
+        // Merged reads come apart: each piece is its own request again.
+        for w in self.wires.iter_mut() {
+            w.span = w.len;
+            w.pieces = 1;
+            w.next = NO_WIRE;
+            w.tail = NO_WIRE;
+        }
         let mut again = Vec::new();
         for index in 0..self.wires.len() as u32 {
             let w = self.wires[index as usize];
@@ -737,6 +884,9 @@ impl Channel for NbdChannel {
                 return Ok(());
             }
             self.ops[index as usize].parts_left = len.div_ceil(max);
+            if command == Command::Read && self.merge_read(index, len, max) {
+                return Ok(());
+            }
             let mut at = 0;
             while at < len {
                 let part = (len - at).min(max);
@@ -853,13 +1003,15 @@ impl Drop for NbdChannel {
 
 fn sent_for(wires: &[Wire], cookie: u64) -> Option<Sent> {
     let w = wires.get(cookie as u32 as usize)?;
-    (w.live && u64::from(w.seq) == cookie >> 32).then_some(Sent {
+    // Sequence 0 is a piece merged into another request: never sent
+    // under its own cookie.
+    (w.live && w.seq != 0 && u64::from(w.seq) == cookie >> 32).then_some(Sent {
         command: w.command,
         offset: w.offset,
         length: if w.command == Command::Flush {
             0
         } else {
-            w.len
+            w.span
         },
     })
 }
@@ -955,28 +1107,11 @@ impl IovList {
     }
 }
 
-fn copy_into_iovecs(iov: &[libc::iovec], start: usize, src: &[u8]) {
-    let mut from = 0;
-    for_each_part(iov, start, src.len(), |part| {
-        // SAFETY: `part` lies inside an operation's buffer (checked by the
-        // reply reader against the request's range), valid for writes
-        // until the operation completes; `src` is a distinct buffer.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                src[from..].as_ptr(),
-                part.iov_base.cast::<u8>(),
-                part.iov_len,
-            )
-        };
-        from += part.iov_len;
-        true
-    });
-}
-
-fn zero_iovecs(iov: &[libc::iovec], start: usize, len: usize) {
-    for_each_part(iov, start, len, |part| {
-        // SAFETY: as in `copy_into_iovecs`.
-        unsafe { std::ptr::write_bytes(part.iov_base.cast::<u8>(), 0, part.iov_len) };
-        true
-    });
+/// Copy `src` into `part` (of the same length).
+fn copy_into(part: libc::iovec, src: &[u8]) {
+    debug_assert_eq!(part.iov_len, src.len());
+    // SAFETY: `part` lies inside an operation's buffer (the reply reader
+    // checked the range against the request), valid for writes until the
+    // operation completes; `src` is the staging buffer, a distinct one.
+    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), part.iov_base.cast::<u8>(), src.len()) };
 }

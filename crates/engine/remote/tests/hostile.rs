@@ -30,6 +30,9 @@ enum Misbehave {
     UnaskedReply,
     ChunkPastRange,
     Silent,
+    /// A reply under the cookie a piece merged into the request would
+    /// have: the request's slot + 1, sequence 0.
+    PieceCookie,
 }
 
 struct Script {
@@ -124,6 +127,24 @@ fn connection(mut stream: UnixStream, how: Misbehave, structured: bool) {
             let _ = stream.write_all(&out);
             return;
         }
+        Misbehave::PieceCookie => {
+            // The request's last 4 KiB (a merged request's second piece)
+            // under the cookie that piece would have. A connection whose
+            // first request is no read, the export's closing one, is
+            // just closed.
+            if data.len() < 4096 {
+                return;
+            }
+            let header = ChunkHeader {
+                flags: 1,
+                reply_type: reply_type::OFFSET_DATA,
+                cookie: u64::from(request.cookie as u32 + 1),
+                length_bytes: 8 + 4096,
+            };
+            out.extend(header.encode());
+            out.extend((request.offset + u64::from(request.length) - 4096).to_be_bytes());
+            out.extend(&data[..4096]);
+        }
         Misbehave::UnaskedReply => {
             out.extend(encode_simple_reply(request.cookie + (1 << 40), None));
         }
@@ -192,6 +213,90 @@ fn read_one(channel: &mut dyn Channel) -> (i32, Vec<u8>, Duration) {
         nvraid_io::sys::poll(&mut fds, 5);
     }
     (result.unwrap(), buf, start.elapsed())
+}
+
+/// Push `n` reads of 4 KiB that continue one another from 64 KiB (they go
+/// as one request), each into the middle of its own guarded buffer; wait
+/// for all. Returns each read's result (by push order) and the buffers.
+fn read_run(channel: &mut dyn Channel, n: usize) -> (Vec<i32>, Vec<Vec<u8>>) {
+    let mut bufs: Vec<Vec<u8>> = (0..n).map(|_| vec![0x11u8; 3 * 4096]).collect();
+    for (i, buf) in bufs.iter_mut().enumerate() {
+        let op = MemberOp {
+            kind: MemberOpKind::Read,
+            file: 0,
+            offset: 65536 + 4096 * i as u64,
+            buf: buf[4096..].as_mut_ptr(),
+            len: 4096,
+            iov: std::ptr::null(),
+            iov_count: 0,
+            buf_index: 0,
+            dsync: false,
+            user_data: i as u64,
+        };
+        unsafe { channel.push(&op) }.unwrap();
+    }
+    let start = Instant::now();
+    let mut results: Vec<Option<i32>> = vec![None; n];
+    while results.iter().any(Option::is_none) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "reads never completed: {results:?}"
+        );
+        channel.progress(&mut |user_data, r| {
+            let slot = &mut results[user_data as usize];
+            assert!(slot.is_none(), "read {user_data} completed twice");
+            *slot = Some(r);
+        });
+        let mut fds: Vec<libc::pollfd> = Vec::new();
+        channel.poll_fds(&mut fds);
+        nvraid_io::sys::poll(&mut fds, 5);
+    }
+    assert_eq!(channel.inflight(), 0);
+    (results.into_iter().map(Option::unwrap).collect(), bufs)
+}
+
+/// Reads merged into one request whose connection breaks are sent again
+/// one by one on a new connection, and when that fails too, each fails on
+/// its own: every read completes once, with an error, and no byte outside
+/// its buffer changes.
+#[test]
+fn merged_reads_come_apart_when_their_connection_is_lost() {
+    for how in [
+        Misbehave::ShortReply,
+        Misbehave::ChunkPastRange,
+        Misbehave::Silent,
+    ] {
+        let script = serve(how, true);
+        let export = RemoteExport::open(&uri(&script), false, false, options()).unwrap();
+        let mut channel =
+            NbdChannel::unconnected(export.uri(), export.options(), export.info().clone());
+        let (results, bufs) = read_run(&mut channel, 4);
+        assert!(results.iter().all(|&r| r < 0), "{how:?}: {results:?}");
+        for (i, buf) in bufs.iter().enumerate() {
+            assert!(
+                buf[..4096].iter().all(|&b| b == 0x11) && buf[8192..].iter().all(|&b| b == 0x11),
+                "{how:?}: bytes outside read {i}'s buffer changed"
+            );
+        }
+    }
+}
+
+/// A piece merged into another request has no cookie of its own: a reply
+/// under the one it would have is refused, not taken as its data.
+#[test]
+fn a_reply_to_a_merged_piece_ends_the_connection() {
+    let script = serve(Misbehave::PieceCookie, true);
+    let export = RemoteExport::open(&uri(&script), false, false, options()).unwrap();
+    let mut channel =
+        NbdChannel::unconnected(export.uri(), export.options(), export.info().clone());
+    let (results, bufs) = read_run(&mut channel, 2);
+    assert!(results.iter().all(|&r| r < 0), "{results:?}");
+    let why = channel.last_failure().unwrap_or_default().to_string();
+    assert!(why.contains("not sent"), "reason {why:?}");
+    assert!(
+        bufs.iter().all(|b| b.iter().all(|&x| x == 0x11)),
+        "a refused reply's data reached a buffer"
+    );
 }
 
 fn check_refused_read(how: Misbehave, structured: bool, reason: &str) {

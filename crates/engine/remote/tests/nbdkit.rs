@@ -248,6 +248,112 @@ fn channel_pipelines_vectored_operations_and_matches_replies() {
     }
 }
 
+/// Reads pushed together that continue one another (a sequential stream
+/// the array cut into chunks) reach the server as one request each run,
+/// and each operation still gets exactly its own bytes: the pieces of one
+/// operation split over two iovecs, a read that does not continue the run
+/// and a write between two runs keep their own requests.
+#[test]
+fn contiguous_reads_pushed_together_go_as_one_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("requests.log");
+    let logfile = format!("logfile={}", log.display());
+    let server = Server::nbdkit(&["--filter=log", "memory", "size=64M", &logfile]);
+    let export = RemoteExport::open(&server.uri(""), true, false, options()).unwrap();
+    let data = pattern(8 << 20, 21);
+    export.write_at(&data, 0).unwrap();
+    let mut channel = export.open_channel().unwrap();
+    let before = std::fs::read_to_string(&log).unwrap().len();
+    let piece = 64 * 1024;
+    // Run one: 6 reads from 1 MiB; the third has two iovecs.
+    // Then a read elsewhere (4 MiB), a write (6 MiB), and run two: 3 reads
+    // from 2 MiB.
+    let mut bufs: Vec<Vec<u8>> = (0..10).map(|_| vec![0u8; piece]).collect();
+    let fresh = pattern(piece, 22);
+    let offsets: Vec<u64> = [1 << 20, (1 << 20) + piece as u64]
+        .into_iter()
+        .chain((2..6).map(|i| (1u64 << 20) + i * piece as u64))
+        .chain([4 << 20])
+        .chain((0..3).map(|i| (2u64 << 20) + i * piece as u64))
+        .collect();
+    let (left, right) = bufs[2].split_at_mut(4096);
+    let split = [
+        libc::iovec {
+            iov_base: left.as_mut_ptr().cast(),
+            iov_len: left.len(),
+        },
+        libc::iovec {
+            iov_base: right.as_mut_ptr().cast(),
+            iov_len: right.len(),
+        },
+    ];
+    for (i, &offset) in offsets.iter().enumerate() {
+        let mut op = plain_op(
+            MemberOpKind::Read,
+            offset,
+            bufs[i].as_mut_ptr(),
+            piece as u32,
+            i as u64,
+        );
+        if i == 2 {
+            op.buf = std::ptr::null_mut();
+            op.len = 0;
+            op.iov = split.as_ptr();
+            op.iov_count = 2;
+        }
+        unsafe { channel.push(&op) }.unwrap();
+        if i == 6 {
+            let write = plain_op(
+                MemberOpKind::Write,
+                6 << 20,
+                fresh.as_ptr().cast_mut(),
+                piece as u32,
+                100,
+            );
+            unsafe { channel.push(&write) }.unwrap();
+        }
+    }
+    let mut results = std::collections::HashMap::new();
+    drain(channel.as_mut(), &mut |user_data, result| {
+        assert!(
+            results.insert(user_data, result).is_none(),
+            "{user_data} completed twice"
+        );
+    });
+    assert_eq!(results.len(), offsets.len() + 1);
+    assert!(results.values().all(|&r| r == piece as i32), "{results:?}");
+    for (i, &offset) in offsets.iter().enumerate() {
+        let at = offset as usize;
+        assert!(
+            bufs[i] == data[at..at + piece],
+            "read {i} (offset {offset}) got other bytes"
+        );
+    }
+    // The log is read before the check below adds a read of its own.
+    let text = std::fs::read_to_string(&log).unwrap();
+    let mut back = vec![0u8; piece];
+    export.read_at(&mut back, 6 << 20).unwrap();
+    assert!(back == fresh, "the write between the runs was lost");
+    let reads: Vec<&str> = text[before..]
+        .lines()
+        .filter(|l| l.contains(" Read ") && l.contains("count="))
+        .collect();
+    let counts: Vec<String> = reads
+        .iter()
+        .filter_map(|l| l.split(" count=").nth(1))
+        .filter_map(|c| c.split_whitespace().next())
+        .map(str::to_string)
+        .collect();
+    // Run one is 6 x 64 KiB = 0x60000, the stray read 0x10000 and run two
+    // 3 x 64 KiB = 0x30000.
+    assert_eq!(
+        counts,
+        ["0x60000", "0x10000", "0x30000"],
+        "reads the server saw:\n{}",
+        reads.join("\n")
+    );
+}
+
 /// A plain (one-buffer) operation without FUA.
 fn plain_op(kind: MemberOpKind, offset: u64, buf: *mut u8, len: u32, user_data: u64) -> MemberOp {
     MemberOp {
