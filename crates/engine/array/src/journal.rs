@@ -308,6 +308,9 @@ struct Writer {
     released: u64,
     /// A round found no room in the ring (the tail must move).
     wants_room: bool,
+    /// Threads asleep in [`MdJournal::wait_ready`] (`progress` is signalled
+    /// only when there are some: a signal is a system call each time).
+    sleepers: u32,
 }
 
 /// A page's row (its sector on the members) and member.
@@ -426,14 +429,23 @@ impl MdJournal {
     /// `ready` said "not yet": it sleeps until the batch in flight ends
     /// instead of polling.
     pub fn wait_ready(&self, ticket: u64, timeout: std::time::Duration) {
-        let w = self.writer();
-        drop(
-            self.progress
-                .wait_timeout_while(w, timeout, |w| {
-                    w.durable < ticket && w.failed.is_none() && (w.writing || w.waiting.is_empty())
-                })
-                .unwrap_or_else(|p| p.into_inner()),
-        );
+        let mut w = self.writer();
+        w.sleepers += 1;
+        let (mut w, _) = self
+            .progress
+            .wait_timeout_while(w, timeout, |w| {
+                w.durable < ticket && w.failed.is_none() && (w.writing || w.waiting.is_empty())
+            })
+            .unwrap_or_else(|p| p.into_inner());
+        w.sleepers -= 1;
+    }
+
+    /// Wake the threads in [`MdJournal::wait_ready`], if any (called with
+    /// the writer's lock held, as every change they wait for is made).
+    fn wake(&self, w: &Writer) {
+        if w.sleepers > 0 {
+            self.progress.notify_all();
+        }
     }
 
     /// The seed of every checksum in the log.
@@ -655,7 +667,7 @@ impl MdJournal {
         let mut w = self.writer();
         w.writing = false;
         w.wants_room = false;
-        self.progress.notify_all();
+        self.wake(&w);
         let result = match moved {
             Ok(()) => Ok(()),
             Err(e) => Err(self.fail(&mut w, format!("moving its tail: {e}"))),
@@ -782,8 +794,13 @@ impl MdJournal {
             return Ok(false);
         }
         let groups: Vec<Group> = w.waiting.drain(..take).collect();
-        let batch = Batch::of(&groups);
+        // The batch is built and written without the lock: `writing` keeps
+        // every other writer off the head until it is moved below.
         let start = w.head;
+        let mut seq = w.seq;
+        w.writing = true;
+        drop(w);
+        let batch = Batch::of(&groups);
         let len = (batch.sectors() * 512) as usize;
         let mut kept = self.image.lock().unwrap_or_else(|p| p.into_inner());
         let mut own = None;
@@ -797,7 +814,6 @@ impl MdJournal {
         };
         let mut positions = Vec::with_capacity(batch.units.len());
         let mut pos = start;
-        let mut seq = w.seq;
         let mut at = 0usize;
         for (unit, pages) in batch.units.iter().zip(&batch.pages) {
             positions.push(pos);
@@ -821,14 +837,12 @@ impl MdJournal {
             .zip(&batch.first_unit)
             .map(|(g, &unit)| (g.id, g.cached, positions[unit]))
             .collect();
-        w.writing = true;
-        drop(w);
         let written = self.write_ring(start, image);
         drop(own);
         drop(kept);
         let mut w = self.writer();
         w.writing = false;
-        self.progress.notify_all();
+        self.wake(&w);
         if let Err(e) = written {
             return Err(self.fail(&mut w, e.to_string()));
         }
@@ -874,7 +888,7 @@ impl MdJournal {
                 self.spec()
             );
             w.failed = Some(why.clone());
-            self.progress.notify_all();
+            self.wake(w);
         }
         self.refused(&why)
     }

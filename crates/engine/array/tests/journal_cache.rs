@@ -374,3 +374,48 @@ fn the_journal_takes_all_of_an_existing_member() {
         assert_eq!(journal_len, existing.unwrap_or(16 << 20));
     }
 }
+
+/// Writes queued together on a worker's queue whose rounds reach the log
+/// in one harvest of completions go to the log as one batch (one write,
+/// one flush, their pages under shared meta blocks), not one batch per
+/// round: eight 4 KiB writes to eight rows log one unit, not eight. They
+/// read back, and a replay keeps them.
+#[test]
+fn rounds_reaching_the_log_together_share_one_batch() {
+    use nvraid_io::queue::{OpKind, Target};
+    let dir = tempfile::tempdir().unwrap();
+    let specs = journaled(dir.path());
+    let array = std::sync::Arc::new(assemble(&specs, writable()).unwrap());
+    let journal = array.md_journal().unwrap();
+    let before = journal.units_logged().unwrap();
+    let target =
+        nvraid_array::FanoutTarget::array(array.clone(), nvraid_io::engine::EngineKind::Psync);
+    let mut queue = target.open_queue(8, 64 << 10).unwrap();
+    // Eight rows: the first page of each of the first eight chunks of the
+    // second stripe row onwards (each its own row of some member).
+    let writes: Vec<(u64, AlignedBuf)> = (0..8u64)
+        .map(|i| (i * 3 * CHUNK + 4096 * i, page(0x40 + i as u8)))
+        .collect();
+    for (slot, (offset, data)) in writes.iter().enumerate() {
+        queue.buffer_mut(slot as u32)[..PAGE].copy_from_slice(data);
+        queue
+            .submit(slot as u32, OpKind::Write, *offset, PAGE as u32, false)
+            .unwrap();
+    }
+    let mut done = Vec::new();
+    while done.len() < writes.len() {
+        queue.reap(1, &mut |c| done.push(c)).unwrap();
+    }
+    assert!(done.iter().all(|c| c.result == Ok(PAGE as u32)), "{done:?}");
+    assert_eq!(
+        array.md_journal().unwrap().units_logged().unwrap() - before,
+        1,
+        "eight rounds that reached the log together"
+    );
+    drop(queue);
+    drop(target);
+    let array = std::sync::Arc::try_unwrap(array).unwrap();
+    drop(array);
+    let pages: Vec<(u64, &AlignedBuf)> = writes.iter().map(|(o, d)| (*o, d)).collect();
+    replayed_as(&specs, &pages);
+}

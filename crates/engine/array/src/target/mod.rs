@@ -248,6 +248,10 @@ pub struct FanoutQueue {
     idle_looks: u32,
     /// Slots whose round waits for its partial parity log to be durable.
     logging: Vec<u32>,
+    /// Completions are being handled: a round that reaches its log waits
+    /// in `logging` until all of them are, so that the rounds finishing
+    /// together go to the log in one write and one flush.
+    harvesting: bool,
     scratch_cap: usize,
 }
 
@@ -366,6 +370,7 @@ impl FanoutQueue {
             parked: Vec::with_capacity(depth as usize),
             idle_looks: 0,
             logging: Vec::with_capacity(depth as usize),
+            harvesting: false,
             scratch_cap: parity.map_or(0, |p| Self::scratch_cap(&p, max_io_bytes)),
         })
     }
@@ -1151,12 +1156,18 @@ impl FanoutQueue {
         self.engine.complete(wait, &mut |user_data, result| {
             engine_done.push((user_data, result))
         })?;
+        self.harvesting = true;
         let handled = engine_done
             .iter()
             .try_for_each(|&(user_data, result)| self.on_engine_completion(user_data, result));
+        self.harvesting = false;
         engine_done.clear();
         self.engine_done = engine_done;
-        handled
+        handled?;
+        if !self.logging.is_empty() {
+            self.retry_logging()?;
+        }
+        Ok(())
     }
 }
 
