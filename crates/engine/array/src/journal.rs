@@ -47,23 +47,49 @@
 use crate::array::{Array, Slot};
 use crate::error::{Error, Result};
 use nvraid_io::AlignedBuf;
-use nvraid_metadata::r5log::{self, MetaBlock, Payload, Ring, PAGE_BYTES, PAGE_SECTORS};
-use std::collections::BTreeMap;
+use nvraid_metadata::r5log::{
+    self, MetaBlock, Payload, Ring, HEADER_BYTES, PAGE_BYTES, PAGE_SECTORS,
+};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 
 /// Payloads in units: as many per meta block as fit.
 fn pack(payloads: Vec<Payload>) -> Vec<MetaBlock> {
     let mut units = Vec::new();
     let mut unit = MetaBlock::empty(0, 0);
+    let mut size = HEADER_BYTES;
     for payload in payloads {
-        if !unit.fits(&payload) {
+        let bytes = payload.encoded_bytes();
+        if size + bytes > PAGE_BYTES {
             units.push(std::mem::replace(&mut unit, MetaBlock::empty(0, 0)));
+            size = HEADER_BYTES;
         }
+        size += bytes;
         unit.payloads.push(payload);
     }
     units.push(unit);
     units
 }
+
+/// Sectors of ring that [`pack`] would make of `payloads` (meta blocks
+/// and pages), without making them.
+fn packed_sectors(payloads: &[Payload]) -> u64 {
+    let (mut blocks, mut pages, mut size) = (1u64, 0u64, HEADER_BYTES);
+    for payload in payloads {
+        let bytes = payload.encoded_bytes();
+        if size + bytes > PAGE_BYTES {
+            blocks += 1;
+            size = HEADER_BYTES;
+        }
+        size += bytes;
+        pages += payload.pages() as u64;
+    }
+    (blocks + pages) * PAGE_SECTORS
+}
+
+/// Page buffers of written cached groups kept for reuse, and the largest.
+const SPARE_PAGES: usize = 256;
+const SPARE_PAGE_BYTES: usize = 64 * 1024;
 
 /// The largest batch buffer [`MdJournal`] keeps between batches.
 const IMAGE_KEPT_BYTES: usize = 8 << 20;
@@ -91,7 +117,7 @@ impl Batch {
         let mut payloads = Vec::new();
         for (index, group) in groups.iter().enumerate() {
             let mut from = 0usize;
-            for payload in group.units.iter().flat_map(|u| u.payloads.iter()) {
+            for payload in &group.payloads {
                 sources.push((index, from));
                 from += payload.pages() * PAGE_BYTES;
                 payloads.push(payload.clone());
@@ -156,8 +182,9 @@ fn trim_for_cache(
     if held.is_empty() && rebuilt.is_empty() {
         return (payloads, pages, 0);
     }
-    // Per row: the members this round writes.
-    let mut written: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+    // The (row, member) pages this round writes (a round is a few pages:
+    // a list is cheaper than a map).
+    let mut written: Vec<Row> = Vec::with_capacity(payloads.len());
     let mut logged = Vec::with_capacity(payloads.len());
     let mut waits = 0;
     for payload in &payloads {
@@ -173,7 +200,7 @@ fn trim_for_cache(
                 already = true;
                 waits = waits.max(group);
             }
-            written.entry(row).or_default().push(member);
+            written.push((row, member));
         }
         logged.push(already);
     }
@@ -185,10 +212,10 @@ fn trim_for_cache(
     // array (md itself never logs more data-only stripes than its stripe
     // cache holds).
     let parity_logged = |row: u64| {
-        written.get(&row).is_some_and(|ours| {
-            held.get(&row)
-                .is_none_or(|copies| copies.iter().all(|c| ours.contains(&c.0)))
-        })
+        written.iter().any(|w| w.0 == row)
+            && held
+                .get(&row)
+                .is_none_or(|copies| copies.iter().all(|c| written.contains(&(row, c.0))))
     };
     let mut kept = Vec::with_capacity(payloads.len() + rebuilt.len());
     let mut kept_pages = Vec::with_capacity(pages.len() + rebuilt_pages.len());
@@ -216,6 +243,66 @@ fn trim_for_cache(
 /// The newest copy a write cache holds of `member`'s page in `row`.
 fn newest_copy(held: &HeldRows, row: u64, member: u32) -> Option<&(u32, u32, u64)> {
     held.get(&row)?.iter().rev().find(|c| c.0 == member)
+}
+
+/// The copies a write cache holds in one row, oldest first: member,
+/// checksum and group. Most rows hold one, kept without an allocation.
+#[derive(Debug)]
+struct Copies {
+    first: (u32, u32, u64),
+    more: Vec<(u32, u32, u64)>,
+}
+
+impl Copies {
+    fn iter(&self) -> impl DoubleEndedIterator<Item = &(u32, u32, u64)> {
+        std::iter::once(&self.first).chain(self.more.iter())
+    }
+
+    /// Remove `copy`; true when no copy is left.
+    fn remove(&mut self, copy: (u32, u32, u64)) -> bool {
+        if self.first == copy {
+            if self.more.is_empty() {
+                return true;
+            }
+            self.first = self.more.remove(0);
+        } else if let Some(at) = self.more.iter().position(|&c| c == copy) {
+            self.more.remove(at);
+        }
+        false
+    }
+}
+
+/// Hashes a row (a member sector) for [`HeldRows`]: a mix of every bit
+/// (splitmix64's finalizer) under a per-journal random key, much cheaper
+/// than the default hasher on the write path, and not predictable by a
+/// client choosing where to write.
+#[derive(Clone, Debug, Default)]
+struct RowHash(u64);
+
+impl std::hash::BuildHasher for RowHash {
+    type Hasher = RowHasher;
+    fn build_hasher(&self) -> RowHasher {
+        RowHasher(self.0)
+    }
+}
+
+struct RowHasher(u64);
+
+impl std::hash::Hasher for RowHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 ^= x;
+    }
+    fn finish(&self) -> u64 {
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
 }
 
 /// Appends the lost members' pages a round rebuilt (taken from `rebuilt`,
@@ -298,9 +385,11 @@ struct Writer {
     /// cache saving what it acknowledged), the array recorded dirty.
     unlogged: bool,
     /// Groups a write cache holds open until its pages are on the members
-    /// ([`MdJournal::release_through`]), with their sectors of log and
-    /// their pages' rows, and how far it released.
-    held: BTreeMap<u64, (u64, Vec<HeldPage>)>,
+    /// ([`MdJournal::release_through`]), oldest first, with their sectors
+    /// of log and how many of `held_pages` are theirs; those pages' rows,
+    /// in the same order; and how far it released.
+    held: VecDeque<(u64, u64, usize)>,
+    held_pages: VecDeque<HeldPage>,
     /// Per row, the copies a cache holds there, oldest first (see
     /// [`MdJournal::enqueue`]).
     held_rows: HeldRows,
@@ -311,6 +400,10 @@ struct Writer {
     /// Threads asleep in [`MdJournal::wait_ready`] (`progress` is signalled
     /// only when there are some: a signal is a system call each time).
     sleepers: u32,
+    /// Page buffers of cached groups already written, for the next ones
+    /// (a fresh allocation per write, freed on another thread, cost more
+    /// than the copy).
+    spare_pages: Vec<Vec<u8>>,
 }
 
 /// A page's row (its sector on the members) and member.
@@ -321,7 +414,7 @@ type HeldPage = (u64, u32, u32);
 
 /// Per row (a page's sector on the members), the copies a cache holds
 /// there: member, checksum and group.
-type HeldRows = std::collections::HashMap<u64, Vec<(u32, u32, u64)>>;
+type HeldRows = std::collections::HashMap<u64, Copies, RowHash>;
 
 /// One request round's pages, as units of the log.
 #[derive(Debug)]
@@ -329,14 +422,17 @@ struct Group {
     id: u64,
     /// A write cache's pages (held until released).
     cached: bool,
-    units: Vec<MetaBlock>,
-    /// Every unit's pages, in order.
+    payloads: Vec<Payload>,
+    /// The ring its payloads take packed on their own ([`packed_sectors`];
+    /// a batch packs them with others' into no more).
+    sectors: u64,
+    /// Every payload's pages, in order.
     pages: Vec<u8>,
 }
 
 impl Group {
     fn sectors(&self) -> u64 {
-        self.units.iter().map(MetaBlock::unit_sectors).sum()
+        self.sectors
     }
 }
 
@@ -384,7 +480,10 @@ impl MdJournal {
         Ok(MdJournal {
             seed: r5log::uuid_checksum(&sb.set_uuid),
             tail: Mutex::new(sb.recovery_offset),
-            writer: Mutex::new(Writer::default()),
+            writer: Mutex::new(Writer {
+                held_rows: HeldRows::with_hasher(RowHash(random_seq()?)),
+                ..Writer::default()
+            }),
             progress: std::sync::Condvar::new(),
             image: Mutex::new(AlignedBuf::zeroed(0)),
             replaying: std::sync::atomic::AtomicBool::new(false),
@@ -539,19 +638,7 @@ impl MdJournal {
                 checksum: r5log::md_crc(self.seed, page),
             })
             .collect();
-        let held_pages: Vec<HeldPage> = payloads
-            .iter()
-            .enumerate()
-            .map(|(i, payload)| {
-                let (row, member) = row_of(array, offset + (i * PAGE_BYTES) as u64);
-                let Payload::Data { checksum, .. } = payload else {
-                    unreachable!("data payloads only")
-                };
-                (row, member, *checksum)
-            })
-            .collect();
-        let units = pack(payloads);
-        let sectors: u64 = units.iter().map(MetaBlock::unit_sectors).sum();
+        let sectors = packed_sectors(&payloads);
         let mut w = self.writer();
         if let Some(why) = &w.failed {
             return Err(why.clone());
@@ -565,19 +652,43 @@ impl MdJournal {
         }
         let id = w.next_group.max(1);
         w.next_group = id + 1;
-        for &(row, member, checksum) in &held_pages {
-            w.held_rows
-                .entry(row)
-                .or_default()
-                .push((member, checksum, id));
+        let w = &mut *w;
+        for (i, payload) in payloads.iter().enumerate() {
+            let (row, member) = row_of(array, offset + (i * PAGE_BYTES) as u64);
+            let Payload::Data { checksum, .. } = *payload else {
+                unreachable!("data payloads only")
+            };
+            let copy = (member, checksum, id);
+            match w.held_rows.entry(row) {
+                std::collections::hash_map::Entry::Occupied(mut e) => e.get_mut().more.push(copy),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(Copies {
+                        first: copy,
+                        more: Vec::new(),
+                    });
+                }
+            }
+            w.held_pages.push_back((row, member, checksum));
         }
-        w.held.insert(id, (sectors, held_pages));
+        w.held.push_back((id, sectors, payloads.len()));
         w.held_sectors += sectors;
+        // A buffer of a batch already written, when one of the size is kept.
+        let mut pages = match w
+            .spare_pages
+            .iter()
+            .position(|b| b.capacity() >= data.len())
+        {
+            Some(at) => w.spare_pages.swap_remove(at),
+            None => Vec::with_capacity(data.len()),
+        };
+        pages.clear();
+        pages.extend_from_slice(data);
         w.waiting.push_back(Group {
             id,
             cached: true,
-            units,
-            pages: data.to_vec(),
+            payloads,
+            sectors,
+            pages,
         });
         Ok(Some(id))
     }
@@ -606,19 +717,15 @@ impl MdJournal {
     /// flushed: the tail may pass them.
     pub fn release_through(&self, ticket: u64) {
         let mut w = self.writer();
+        let w = &mut *w;
         w.released = w.released.max(ticket);
-        let released: Vec<u64> = w.held.range(..=ticket).map(|(&id, _)| id).collect();
-        for id in released {
-            let (sectors, rows) = w.held.remove(&id).unwrap_or_default();
+        while let Some(&(id, sectors, count)) = w.held.front().filter(|g| g.0 <= ticket) {
+            w.held.pop_front();
             w.held_sectors -= sectors;
             w.open.remove(&id);
-            for (row, member, checksum) in rows {
+            for (row, member, checksum) in w.held_pages.drain(..count) {
                 if let std::collections::hash_map::Entry::Occupied(mut e) = w.held_rows.entry(row) {
-                    let pages = e.get_mut();
-                    if let Some(at) = pages.iter().position(|&p| p == (member, checksum, id)) {
-                        pages.remove(at);
-                    }
-                    if pages.is_empty() {
+                    if e.get_mut().remove((member, checksum, id)) {
                         e.remove();
                     }
                 }
@@ -726,13 +833,14 @@ impl MdJournal {
         if payloads.is_empty() && waits > 0 {
             return waits;
         }
-        let units = pack(payloads);
+        let sectors = packed_sectors(&payloads);
         let id = w.next_group.max(1);
         w.next_group = id + 1;
         w.waiting.push_back(Group {
             id,
             cached: false,
-            units,
+            payloads,
+            sectors,
             pages,
         });
         id
@@ -843,6 +951,14 @@ impl MdJournal {
         let mut w = self.writer();
         w.writing = false;
         self.wake(&w);
+        for group in groups {
+            if group.cached
+                && w.spare_pages.len() < SPARE_PAGES
+                && group.pages.capacity() <= SPARE_PAGE_BYTES
+            {
+                w.spare_pages.push(group.pages);
+            }
+        }
         if let Err(e) = written {
             return Err(self.fail(&mut w, e.to_string()));
         }
@@ -863,7 +979,7 @@ impl MdJournal {
     /// group waits for [`MdJournal::release_through`] instead).
     pub(crate) fn done(&self, ticket: u64) {
         let mut w = self.writer();
-        if !w.held.contains_key(&ticket) {
+        if w.held.binary_search_by_key(&ticket, |g| g.0).is_err() {
             w.open.remove(&ticket);
         }
     }
@@ -1255,5 +1371,86 @@ impl Array {
             written += 1;
         }
         Ok(written)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(i: u64) -> Payload {
+        Payload::Data {
+            flags: 0,
+            location: i * 8,
+            checksum: i as u32,
+        }
+    }
+
+    fn parity(i: u64, pages: usize) -> Payload {
+        Payload::Parity {
+            flags: 0,
+            location: i * 8,
+            checksums: vec![7; pages],
+        }
+    }
+
+    /// `pack` fills each meta block as far as `MetaBlock::fits` allows, and
+    /// `packed_sectors` says what `pack` makes, for lists that fill one
+    /// block, cross into more, and mix data with P and P+Q pages.
+    #[test]
+    fn packing_fills_blocks_and_its_size_is_known_beforehand() {
+        let lists: Vec<Vec<Payload>> = vec![
+            vec![],
+            vec![data(1)],
+            (0..203).map(data).collect(),
+            (0..204).map(data).collect(),
+            (0..700).map(data).collect(),
+            (0..300)
+                .map(|i| match i % 3 {
+                    0 => data(i),
+                    1 => parity(i, 1),
+                    _ => parity(i, 2),
+                })
+                .collect(),
+        ];
+        for payloads in lists {
+            let n = payloads.len();
+            let expected = packed_sectors(&payloads);
+            let units = pack(payloads.clone());
+            assert_eq!(
+                units.iter().map(MetaBlock::unit_sectors).sum::<u64>(),
+                expected,
+                "{n} payloads"
+            );
+            let flat: Vec<Payload> = units.iter().flat_map(|u| u.payloads.clone()).collect();
+            assert_eq!(flat, payloads, "order kept");
+            for pair in units.windows(2) {
+                assert!(pair[0].meta_size() <= PAGE_BYTES);
+                assert!(
+                    !pair[0].fits(&pair[1].payloads[0]),
+                    "{n} payloads: a block closed before it was full"
+                );
+            }
+        }
+    }
+
+    /// A row's copies come back oldest first, and removing them one by one
+    /// (the first, a later one) leaves the rest in order until none is
+    /// left.
+    #[test]
+    fn a_rows_copies_keep_their_order() {
+        let mut copies = Copies {
+            first: (0, 1, 1),
+            more: vec![(1, 2, 2), (0, 3, 3)],
+        };
+        let all = |c: &Copies| c.iter().copied().collect::<Vec<_>>();
+        assert_eq!(all(&copies), [(0, 1, 1), (1, 2, 2), (0, 3, 3)]);
+        assert_eq!(copies.iter().next_back(), Some(&(0, 3, 3)));
+        assert!(!copies.remove((0, 1, 1)));
+        assert_eq!(all(&copies), [(1, 2, 2), (0, 3, 3)]);
+        assert!(!copies.remove((0, 3, 3)));
+        assert!(!copies.remove((9, 9, 9)), "not held: nothing changes");
+        assert_eq!(all(&copies), [(1, 2, 2)]);
+        assert!(copies.remove((1, 2, 2)), "the last copy");
     }
 }

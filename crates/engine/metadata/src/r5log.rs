@@ -129,7 +129,8 @@ impl Payload {
         }
     }
 
-    fn encoded_bytes(&self) -> usize {
+    /// Bytes the payload's entry takes in a meta block.
+    pub fn encoded_bytes(&self) -> usize {
         match self {
             Payload::Data { .. } => DATA_PARITY_BYTES + 4,
             Payload::Parity { checksums, .. } => DATA_PARITY_BYTES + 4 * checksums.len(),
