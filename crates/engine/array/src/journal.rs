@@ -375,8 +375,9 @@ struct Writer {
     /// Groups enqueued, not written yet, oldest first.
     waiting: std::collections::VecDeque<Group>,
     /// Groups written whose stripes are not all on the members yet: their
-    /// first unit's position.
-    open: BTreeMap<u64, u64>,
+    /// first unit's position, and whether a write cache holds the group
+    /// (then only [`MdJournal::release_through`] closes it).
+    open: BTreeMap<u64, (u64, bool)>,
     /// The first unit of the newest group written.
     last_written: Option<u64>,
     /// Why the log stopped taking writes (a journal member that failed).
@@ -761,7 +762,7 @@ impl MdJournal {
         // The oldest group still writing its stripes (or held by a cache),
         // or else the newest written (all on the members; replaying it is
         // harmless).
-        let new_tail = w.open.values().next().copied().or(w.last_written);
+        let new_tail = w.open.values().next().map(|o| o.0).or(w.last_written);
         let Some(new_tail) = new_tail.filter(|&t| t != self.tail()) else {
             return (w, Ok(()));
         };
@@ -967,7 +968,7 @@ impl MdJournal {
         for (id, cached, first) in firsts {
             // A cache's group released before it was written stays closed.
             if !(cached && id <= w.released) {
-                w.open.insert(id, first);
+                w.open.insert(id, (first, cached));
             }
             w.last_written = Some(first);
             w.durable = id;
@@ -979,8 +980,10 @@ impl MdJournal {
     /// group waits for [`MdJournal::release_through`] instead).
     pub(crate) fn done(&self, ticket: u64) {
         let mut w = self.writer();
-        if w.held.binary_search_by_key(&ticket, |g| g.0).is_err() {
-            w.open.remove(&ticket);
+        if let std::collections::btree_map::Entry::Occupied(e) = w.open.entry(ticket) {
+            if !e.get().1 {
+                e.remove();
+            }
         }
     }
 
