@@ -354,6 +354,11 @@ pub struct MdJournal {
     /// The buffer a batch is built in, kept between batches (one is written
     /// at a time): a fresh one each time cost a page fault per 4 KiB.
     image: Mutex<AlignedBuf>,
+    /// Page buffers of cached groups already written, for the next ones (a
+    /// fresh allocation per write, freed on another thread, cost more than
+    /// the copy), under a lock of their own: the copy is made before the
+    /// log's lock is taken.
+    spare_pages: Mutex<Vec<Vec<u8>>>,
     /// A replay is writing: parity is recomputed from the data, never
     /// updated from what a crash may have torn.
     replaying: std::sync::atomic::AtomicBool,
@@ -401,10 +406,6 @@ struct Writer {
     /// Threads asleep in [`MdJournal::wait_ready`] (`progress` is signalled
     /// only when there are some: a signal is a system call each time).
     sleepers: u32,
-    /// Page buffers of cached groups already written, for the next ones
-    /// (a fresh allocation per write, freed on another thread, cost more
-    /// than the copy).
-    spare_pages: Vec<Vec<u8>>,
 }
 
 /// A page's row (its sector on the members) and member.
@@ -487,6 +488,7 @@ impl MdJournal {
             }),
             progress: std::sync::Condvar::new(),
             image: Mutex::new(AlignedBuf::zeroed(0)),
+            spare_pages: Mutex::new(Vec::new()),
             replaying: std::sync::atomic::AtomicBool::new(false),
             ring,
             slot,
@@ -538,6 +540,19 @@ impl MdJournal {
             })
             .unwrap_or_else(|p| p.into_inner());
         w.sleepers -= 1;
+    }
+
+    fn spare(&self) -> std::sync::MutexGuard<'_, Vec<Vec<u8>>> {
+        self.spare_pages.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keep `pages` for a later cached write, unless enough are kept or it
+    /// is large.
+    fn keep_spare(&self, pages: Vec<u8>) {
+        let mut spare = self.spare();
+        if spare.len() < SPARE_PAGES && pages.capacity() <= SPARE_PAGE_BYTES {
+            spare.push(pages);
+        }
     }
 
     /// Wake the threads in [`MdJournal::wait_ready`], if any (called with
@@ -640,15 +655,29 @@ impl MdJournal {
             })
             .collect();
         let sectors = packed_sectors(&payloads);
+        // A buffer of a batch already written, when one of the size is kept.
+        let mut pages = {
+            let mut spare = self.spare();
+            match spare.iter().position(|b| b.capacity() >= data.len()) {
+                Some(at) => spare.swap_remove(at),
+                None => Vec::with_capacity(data.len()),
+            }
+        };
+        pages.clear();
+        pages.extend_from_slice(data);
         let mut w = self.writer();
         if let Some(why) = &w.failed {
             return Err(why.clone());
         }
         if w.held_sectors > 0 && w.held_sectors + sectors > self.cache_share(array) {
             w.wants_room = true;
+            drop(w);
+            self.keep_spare(pages);
             return Ok(None);
         }
         if !apply() {
+            drop(w);
+            self.keep_spare(pages);
             return Ok(None);
         }
         let id = w.next_group.max(1);
@@ -673,17 +702,6 @@ impl MdJournal {
         }
         w.held.push_back((id, sectors, payloads.len()));
         w.held_sectors += sectors;
-        // A buffer of a batch already written, when one of the size is kept.
-        let mut pages = match w
-            .spare_pages
-            .iter()
-            .position(|b| b.capacity() >= data.len())
-        {
-            Some(at) => w.spare_pages.swap_remove(at),
-            None => Vec::with_capacity(data.len()),
-        };
-        pages.clear();
-        pages.extend_from_slice(data);
         w.waiting.push_back(Group {
             id,
             cached: true,
@@ -949,17 +967,14 @@ impl MdJournal {
         let written = self.write_ring(start, image);
         drop(own);
         drop(kept);
+        for group in groups {
+            if group.cached {
+                self.keep_spare(group.pages);
+            }
+        }
         let mut w = self.writer();
         w.writing = false;
         self.wake(&w);
-        for group in groups {
-            if group.cached
-                && w.spare_pages.len() < SPARE_PAGES
-                && group.pages.capacity() <= SPARE_PAGE_BYTES
-            {
-                w.spare_pages.push(group.pages);
-            }
-        }
         if let Err(e) = written {
             return Err(self.fail(&mut w, e.to_string()));
         }
