@@ -1189,8 +1189,18 @@ pub(crate) struct StripeLocks {
 
 #[derive(Debug, Default)]
 struct Shard {
-    held: Mutex<Vec<u64>>,
+    held: Mutex<Held>,
     freed: Condvar,
+}
+
+/// A shard's held stripes, and how many threads wait in
+/// [`StripeLocks::lock_range`] for one of them (`freed` is signalled only
+/// when some do: a signal is a system call, and the data path, which never
+/// waits there, unlocks a stripe per write).
+#[derive(Debug, Default)]
+struct Held {
+    stripes: Vec<u64>,
+    waiters: u32,
 }
 
 const SHARDS: u64 = 256;
@@ -1212,21 +1222,24 @@ impl StripeLocks {
             .held
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        if held.contains(&stripe) {
+        if held.stripes.contains(&stripe) {
             return false;
         }
-        held.push(stripe);
+        held.stripes.push(stripe);
         true
     }
 
     fn unlock(&self, stripe: u64) {
         let shard = self.shard(stripe);
         let mut held = shard.held.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(at) = held.iter().position(|&s| s == stripe) {
-            held.swap_remove(at);
+        if let Some(at) = held.stripes.iter().position(|&s| s == stripe) {
+            held.stripes.swap_remove(at);
         }
+        let waiters = held.waiters;
         drop(held);
-        shard.freed.notify_all();
+        if waiters > 0 {
+            shard.freed.notify_all();
+        }
     }
 
     /// Hold stripes `first..=last`, or none of them (false) when another
@@ -1247,10 +1260,12 @@ impl StripeLocks {
         for stripe in first..=last {
             let shard = self.shard(stripe);
             let mut held = shard.held.lock().unwrap_or_else(|p| p.into_inner());
-            while held.contains(&stripe) {
+            while held.stripes.contains(&stripe) {
+                held.waiters += 1;
                 held = shard.freed.wait(held).unwrap_or_else(|p| p.into_inner());
+                held.waiters -= 1;
             }
-            held.push(stripe);
+            held.stripes.push(stripe);
         }
     }
 
@@ -1279,6 +1294,37 @@ mod tests {
             members,
             4096,
         )
+    }
+
+    /// A thread waiting in `lock_range` for a stripe the data path holds
+    /// gets it when the data path lets go (the unlock signals only while
+    /// somebody waits), and not before; stripes in other shards and the
+    /// data path's `try_lock_range` are not held up meanwhile.
+    #[test]
+    fn a_waiter_gets_the_stripe_when_it_is_unlocked() {
+        let locks = std::sync::Arc::new(StripeLocks::new());
+        assert!(locks.try_lock_range(5, 6));
+        let got = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let waiter = {
+            let (locks, got) = (locks.clone(), got.clone());
+            std::thread::spawn(move || {
+                locks.lock_range(4, 6);
+                got.store(true, std::sync::atomic::Ordering::SeqCst);
+                locks.unlock_range(4, 6);
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(
+            !got.load(std::sync::atomic::Ordering::SeqCst),
+            "got a held stripe"
+        );
+        // Unrelated stripes are free meanwhile.
+        assert!(locks.try_lock_range(7, 7));
+        locks.unlock_range(7, 7);
+        locks.unlock_range(5, 6);
+        waiter.join().unwrap();
+        assert!(got.load(std::sync::atomic::Ordering::SeqCst));
+        assert!(locks.try_lock_range(4, 6), "released by the waiter");
     }
 
     fn raid5(members: u32) -> ParityShape {
