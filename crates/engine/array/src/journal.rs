@@ -87,6 +87,11 @@ fn packed_sectors(payloads: &[Payload]) -> u64 {
     (blocks + pages) * PAGE_SECTORS
 }
 
+/// Bits of [`MdJournal`]'s `flags`.
+const ACTIVE: u8 = 1;
+const UNLOGGED: u8 = 2;
+const FAILED: u8 = 4;
+
 /// Page buffers of written cached groups kept for reuse, and the largest.
 const SPARE_PAGES: usize = 256;
 const SPARE_PAGE_BYTES: usize = 64 * 1024;
@@ -359,6 +364,10 @@ pub struct MdJournal {
     /// the copy), under a lock of their own: the copy is made before the
     /// log's lock is taken.
     spare_pages: Mutex<Vec<Vec<u8>>>,
+    /// `Writer`'s `active`, `unlogged` and failed state as bits (`ACTIVE`,
+    /// `UNLOGGED`, `FAILED`), set with them under its lock: the data path
+    /// asks for them on every write without taking that lock.
+    flags: std::sync::atomic::AtomicU8,
     /// A replay is writing: parity is recomputed from the data, never
     /// updated from what a crash may have torn.
     replaying: std::sync::atomic::AtomicBool,
@@ -489,6 +498,7 @@ impl MdJournal {
             progress: std::sync::Condvar::new(),
             image: Mutex::new(AlignedBuf::zeroed(0)),
             spare_pages: Mutex::new(Vec::new()),
+            flags: std::sync::atomic::AtomicU8::new(0),
             replaying: std::sync::atomic::AtomicBool::new(false),
             ring,
             slot,
@@ -570,14 +580,24 @@ impl MdJournal {
 
     /// Whether writes are logged now.
     pub(crate) fn logging(&self) -> bool {
-        let w = self.writer();
-        w.active && !w.unlogged
+        self.flags() & (ACTIVE | UNLOGGED) == ACTIVE
+    }
+
+    fn flags(&self) -> u8 {
+        self.flags.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Set `bit` in `flags` (with the writer's lock held, as the state it
+    /// mirrors changes).
+    fn set_flag(&self, bit: u8) {
+        self.flags
+            .fetch_or(bit, std::sync::atomic::Ordering::Release);
     }
 
     /// Whether writes go to the members unlogged (the journal failed and a
     /// write cache is saving what it acknowledged).
     pub fn unlogged(&self) -> bool {
-        self.writer().unlogged
+        self.flags() & UNLOGGED != 0
     }
 
     /// The journal failed: let the writes that follow reach the members
@@ -587,6 +607,7 @@ impl MdJournal {
         let mut w = self.writer();
         if w.failed.is_some() && !w.unlogged {
             w.unlogged = true;
+            self.set_flag(UNLOGGED);
             eprintln!(
                 "nvraid: write journal {}: writing to the members without it; the array is \
                  recorded dirty (a resync follows the next assembly)",
@@ -807,6 +828,9 @@ impl MdJournal {
 
     /// Why writes are refused, when the journal failed.
     pub fn failure(&self) -> Option<String> {
+        if self.flags() & FAILED == 0 {
+            return None;
+        }
         self.writer().failed.clone()
     }
 
@@ -1022,6 +1046,7 @@ impl MdJournal {
                 self.spec()
             );
             w.failed = Some(why.clone());
+            self.set_flag(FAILED);
             self.wake(w);
         }
         self.refused(&why)
@@ -1104,6 +1129,7 @@ impl MdJournal {
         w.last_written = Some(position);
         w.next_group = w.next_group.max(w.durable + 1);
         w.active = true;
+        self.set_flag(ACTIVE);
     }
 }
 
