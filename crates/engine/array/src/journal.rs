@@ -53,18 +53,29 @@ use nvraid_metadata::r5log::{
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 
+/// Counts `payload` into a meta block with `size` bytes in use (what
+/// `MetaBlock::fits` decides, without summing the block again): true when
+/// it does not fit there and begins the next block, whose `size` it then
+/// counts. The one packing rule of [`pack`] and [`packed_sectors`].
+fn begins_block(size: &mut usize, payload: &Payload) -> bool {
+    let bytes = payload.encoded_bytes();
+    let next = *size + bytes > PAGE_BYTES;
+    if next {
+        *size = HEADER_BYTES;
+    }
+    *size += bytes;
+    next
+}
+
 /// Payloads in units: as many per meta block as fit.
 fn pack(payloads: Vec<Payload>) -> Vec<MetaBlock> {
     let mut units = Vec::new();
     let mut unit = MetaBlock::empty(0, 0);
     let mut size = HEADER_BYTES;
     for payload in payloads {
-        let bytes = payload.encoded_bytes();
-        if size + bytes > PAGE_BYTES {
+        if begins_block(&mut size, &payload) {
             units.push(std::mem::replace(&mut unit, MetaBlock::empty(0, 0)));
-            size = HEADER_BYTES;
         }
-        size += bytes;
         unit.payloads.push(payload);
     }
     units.push(unit);
@@ -76,12 +87,7 @@ fn pack(payloads: Vec<Payload>) -> Vec<MetaBlock> {
 fn packed_sectors(payloads: &[Payload]) -> u64 {
     let (mut blocks, mut pages, mut size) = (1u64, 0u64, HEADER_BYTES);
     for payload in payloads {
-        let bytes = payload.encoded_bytes();
-        if size + bytes > PAGE_BYTES {
-            blocks += 1;
-            size = HEADER_BYTES;
-        }
-        size += bytes;
+        blocks += u64::from(begins_block(&mut size, payload));
         pages += payload.pages() as u64;
     }
     (blocks + pages) * PAGE_SECTORS

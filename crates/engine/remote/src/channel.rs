@@ -139,6 +139,39 @@ struct Wire {
     live: bool,
 }
 
+impl Wire {
+    /// A live request of one piece: `[at, at + len)` of operation `op`, at
+    /// `offset` on the export.
+    fn new(
+        op: u32,
+        seq: u32,
+        command: Command,
+        flags: u16,
+        offset: u64,
+        at: u32,
+        len: u32,
+    ) -> Wire {
+        Wire {
+            op,
+            seq,
+            command,
+            flags,
+            offset,
+            at,
+            len,
+            span: len,
+            pieces: 1,
+            next: NO_WIRE,
+            tail: NO_WIRE,
+            large: command == Command::Read && len >= LARGE_READ_BYTES,
+            covered: 0,
+            errno: 0,
+            resent: false,
+            live: true,
+        }
+    }
+}
+
 /// A pipelined NBD connection owned by one worker.
 pub struct NbdChannel {
     uri: NbdUri,
@@ -286,29 +319,16 @@ impl NbdChannel {
     /// queue.
     fn issue(&mut self, op: u32, command: Command, at: u32, len: u32, flags: u16) {
         self.seq = self.seq.wrapping_add(1).max(1);
-        let large = command == Command::Read && len >= LARGE_READ_BYTES;
-        self.large_reads += u32::from(large);
-        let rec = &self.ops[op as usize];
-        let offset = rec.offset + u64::from(at);
-        let wire = self.alloc_wire(Wire {
-            op,
-            seq: self.seq,
-            command,
-            flags,
-            offset,
-            at,
-            len,
-            span: len,
-            pieces: 1,
-            next: NO_WIRE,
-            tail: NO_WIRE,
-            large,
-            covered: 0,
-            errno: 0,
-            resent: false,
-            live: true,
-        });
+        let offset = self.ops[op as usize].offset + u64::from(at);
+        let wire = self.add_wire(Wire::new(op, self.seq, command, flags, offset, at, len));
         self.enqueue(wire);
+    }
+
+    /// Take `wire` into the table (counted in `large_reads` where it is
+    /// large).
+    fn add_wire(&mut self, wire: Wire) -> u32 {
+        self.large_reads += u32::from(wire.large);
+        self.alloc_wire(wire)
     }
 
     /// Add the whole of read operation `op` (`len` bytes) to the last
@@ -333,26 +353,8 @@ impl NbdChannel {
         {
             return false;
         }
-        let large = len >= LARGE_READ_BYTES;
-        let piece = self.alloc_wire(Wire {
-            op,
-            seq: 0,
-            command: Command::Read,
-            flags: 0,
-            offset,
-            at: 0,
-            len,
-            span: len,
-            pieces: 1,
-            next: NO_WIRE,
-            tail: NO_WIRE,
-            large,
-            covered: 0,
-            errno: 0,
-            resent: false,
-            live: true,
-        });
-        self.large_reads += u32::from(large);
+        // Sequence 0: a piece is never sent under a cookie of its own.
+        let piece = self.add_wire(Wire::new(op, 0, Command::Read, 0, offset, 0, len));
         let last = if lead.tail == NO_WIRE {
             first
         } else {
