@@ -6,7 +6,10 @@
 //! reason (reads after one retry on a new connection), no byte outside the
 //! request's buffer changes, and nothing hangs.
 
-use nvraid_io::engine::{MemberOp, MemberOpKind};
+mod common;
+
+use common::plain_op;
+use nvraid_io::engine::MemberOpKind;
 use nvraid_io::remote::{Channel, RemoteFile};
 use nvraid_nbd::consts::{reply_type, transmission_flags as tf};
 use nvraid_nbd::server::{ExportInfo, ServerConfig, ServerEvent, ServerHandshake};
@@ -184,18 +187,13 @@ fn uri(script: &Script) -> String {
 /// result, the buffer, and how long it took.
 fn read_one(channel: &mut dyn Channel) -> (i32, Vec<u8>, Duration) {
     let mut buf = vec![0x11u8; 3 * 8192];
-    let op = MemberOp {
-        kind: MemberOpKind::Read,
-        file: 0,
-        offset: 65536,
-        buf: buf[8192..].as_mut_ptr(),
-        len: 8192,
-        iov: std::ptr::null(),
-        iov_count: 0,
-        buf_index: 0,
-        dsync: false,
-        user_data: 42,
-    };
+    let op = plain_op(
+        MemberOpKind::Read,
+        65536,
+        buf[8192..].as_mut_ptr(),
+        8192,
+        42,
+    );
     let start = Instant::now();
     unsafe { channel.push(&op) }.unwrap();
     let mut result = None;
@@ -221,18 +219,14 @@ fn read_one(channel: &mut dyn Channel) -> (i32, Vec<u8>, Duration) {
 fn read_run(channel: &mut dyn Channel, n: usize) -> (Vec<i32>, Vec<Vec<u8>>) {
     let mut bufs: Vec<Vec<u8>> = (0..n).map(|_| vec![0x11u8; 3 * 4096]).collect();
     for (i, buf) in bufs.iter_mut().enumerate() {
-        let op = MemberOp {
-            kind: MemberOpKind::Read,
-            file: 0,
-            offset: 65536 + 4096 * i as u64,
-            buf: buf[4096..].as_mut_ptr(),
-            len: 4096,
-            iov: std::ptr::null(),
-            iov_count: 0,
-            buf_index: 0,
-            dsync: false,
-            user_data: i as u64,
-        };
+        let offset = 65536 + 4096 * i as u64;
+        let op = plain_op(
+            MemberOpKind::Read,
+            offset,
+            buf[4096..].as_mut_ptr(),
+            4096,
+            i as u64,
+        );
         unsafe { channel.push(&op) }.unwrap();
     }
     let start = Instant::now();

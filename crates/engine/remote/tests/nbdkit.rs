@@ -1,6 +1,9 @@
 //! The NBD client against real servers: nbdkit (memory, file, with its
 //! error and delay filters) and qemu-nbd.
 
+mod common;
+
+use common::plain_op;
 use nvraid_io::engine::{MemberOp, MemberOpKind};
 use nvraid_io::remote::{Channel, RemoteFile};
 use nvraid_remote::{ConnectError, RemoteError, RemoteExport, RemoteOptions};
@@ -366,22 +369,6 @@ fn contiguous_reads_pushed_together_go_as_one_request() {
         "reads the server saw:\n{}",
         reads.join("\n")
     );
-}
-
-/// A plain (one-buffer) operation without FUA.
-fn plain_op(kind: MemberOpKind, offset: u64, buf: *mut u8, len: u32, user_data: u64) -> MemberOp {
-    MemberOp {
-        kind,
-        file: 0,
-        offset,
-        buf,
-        len,
-        iov: std::ptr::null(),
-        iov_count: 0,
-        buf_index: 0,
-        dsync: false,
-        user_data,
-    }
 }
 
 fn drain(channel: &mut dyn Channel, on_complete: &mut dyn FnMut(u64, i32)) {

@@ -4,7 +4,10 @@
 //! its clients (`--tls-verify-peer`). One test: the TLS configuration is
 //! process-wide.
 
-use nvraid_io::engine::{MemberOp, MemberOpKind};
+mod common;
+
+use common::plain_op;
+use nvraid_io::engine::MemberOpKind;
 use nvraid_io::remote::RemoteFile;
 use nvraid_remote::{RemoteExport, RemoteOptions};
 use std::path::Path;
@@ -176,18 +179,8 @@ fn tls_members_verify_the_server_and_present_a_client_certificate() {
     let mut channel = export.open_channel().unwrap();
     let mut bufs: Vec<Vec<u8>> = (0..32).map(|_| vec![0u8; 65536]).collect();
     for (i, b) in bufs.iter_mut().enumerate() {
-        let op = MemberOp {
-            kind: MemberOpKind::Read,
-            file: 0,
-            offset: 65536 + (i as u64) * 65536,
-            buf: b.as_mut_ptr(),
-            len: 65536,
-            iov: std::ptr::null(),
-            iov_count: 0,
-            buf_index: 0,
-            dsync: false,
-            user_data: i as u64,
-        };
+        let offset = 65536 + (i as u64) * 65536;
+        let op = plain_op(MemberOpKind::Read, offset, b.as_mut_ptr(), 65536, i as u64);
         unsafe { channel.push(&op) }.unwrap();
     }
     let start = Instant::now();
