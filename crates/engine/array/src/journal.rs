@@ -185,6 +185,7 @@ fn row_of(array: &Array, offset: u64) -> Row {
 fn trim_for_cache(
     array: &Array,
     held: &HeldRows,
+    released: u64,
     payloads: Vec<Payload>,
     pages: Vec<u8>,
     rebuilt: (Vec<Payload>, Vec<u8>),
@@ -206,7 +207,7 @@ fn trim_for_cache(
         {
             let (row, member) = row_of(array, location * 512);
             if let Some(&(_, _, group)) =
-                newest_copy(held, row, member).filter(|c| c.1 == *checksum)
+                newest_copy(held, released, row, member).filter(|c| c.1 == *checksum)
             {
                 already = true;
                 waits = waits.max(group);
@@ -226,7 +227,7 @@ fn trim_for_cache(
         written.iter().any(|w| w.0 == row)
             && held
                 .get(&row)
-                .is_none_or(|copies| copies.iter().all(|c| written.contains(&(row, c.0))))
+                .is_none_or(|copies| copies.live(released).all(|c| written.contains(&(row, c.0))))
     };
     let mut kept = Vec::with_capacity(payloads.len() + rebuilt.len());
     let mut kept_pages = Vec::with_capacity(pages.len() + rebuilt_pages.len());
@@ -237,7 +238,14 @@ fn trim_for_cache(
     for (payload, already) in payloads.into_iter().zip(logged) {
         let n = payload.pages() * PAGE_BYTES;
         if matches!(payload, Payload::Parity { .. }) {
-            keep_rebuilt(array, held, &mut rebuilt, &mut kept, &mut kept_pages);
+            keep_rebuilt(
+                array,
+                held,
+                released,
+                &mut rebuilt,
+                &mut kept,
+                &mut kept_pages,
+            );
         }
         let drop = already
             || matches!(&payload, Payload::Parity { location, .. } if !parity_logged(*location));
@@ -247,17 +255,30 @@ fn trim_for_cache(
         }
         at += n;
     }
-    keep_rebuilt(array, held, &mut rebuilt, &mut kept, &mut kept_pages);
+    keep_rebuilt(
+        array,
+        held,
+        released,
+        &mut rebuilt,
+        &mut kept,
+        &mut kept_pages,
+    );
     (kept, kept_pages, waits)
 }
 
 /// The newest copy a write cache holds of `member`'s page in `row`.
-fn newest_copy(held: &HeldRows, row: u64, member: u32) -> Option<&(u32, u32, u64)> {
-    held.get(&row)?.iter().rev().find(|c| c.0 == member)
+fn newest_copy(held: &HeldRows, released: u64, row: u64, member: u32) -> Option<&(u32, u32, u64)> {
+    held.get(&row)?.live(released).rev().find(|c| c.0 == member)
 }
 
-/// The copies a write cache holds in one row, oldest first: member,
+/// The copies a write cache logged in one row, oldest first: member,
 /// checksum and group. Most rows hold one, kept without an allocation.
+///
+/// A copy whose group is released (the group is at most the log's
+/// `released`) is no longer held. It is not removed at the release, which
+/// would cost a lookup per page released: it is left out when the row is
+/// looked at, dropped when the row gets a new copy, and swept out with the
+/// others once they outnumber the held ones ([`MdJournal::release_through`]).
 #[derive(Debug)]
 struct Copies {
     first: (u32, u32, u64),
@@ -269,17 +290,34 @@ impl Copies {
         std::iter::once(&self.first).chain(self.more.iter())
     }
 
-    /// Remove `copy`; true when no copy is left.
-    fn remove(&mut self, copy: (u32, u32, u64)) -> bool {
-        if self.first == copy {
-            if self.more.is_empty() {
-                return true;
-            }
-            self.first = self.more.remove(0);
-        } else if let Some(at) = self.more.iter().position(|&c| c == copy) {
-            self.more.remove(at);
+    /// The copies still held when groups up to `released` are released.
+    fn live(&self, released: u64) -> impl DoubleEndedIterator<Item = &(u32, u32, u64)> {
+        self.iter().filter(move |c| c.2 > released)
+    }
+
+    /// Drops the copies released; true when none is left.
+    fn purge(&mut self, released: u64) -> bool {
+        // Groups are released oldest first: released copies lead the list.
+        let dead = self.iter().take_while(|c| c.2 <= released).count();
+        if dead == 0 {
+            return false;
         }
+        if dead > self.more.len() {
+            return true;
+        }
+        self.first = self.more[dead - 1];
+        self.more.drain(..dead);
         false
+    }
+
+    /// Adds a newer copy, dropping those released.
+    fn add(&mut self, copy: (u32, u32, u64), released: u64) {
+        if self.purge(released) {
+            self.first = copy;
+            self.more.clear();
+        } else {
+            self.more.push(copy);
+        }
     }
 }
 
@@ -323,6 +361,7 @@ impl std::hash::Hasher for RowHasher {
 fn keep_rebuilt(
     array: &Array,
     held: &HeldRows,
+    released: u64,
     rebuilt: &mut Option<(Vec<Payload>, Vec<u8>)>,
     kept: &mut Vec<Payload>,
     kept_pages: &mut Vec<u8>,
@@ -338,7 +377,7 @@ fn keep_rebuilt(
             continue;
         };
         let (row, member) = row_of(array, location * 512);
-        let newer = newest_copy(held, row, member).is_some_and(|c| c.1 != *checksum);
+        let newer = newest_copy(held, released, row, member).is_some_and(|c| c.1 != *checksum);
         if !newer {
             kept.push(payload);
             kept_pages.extend_from_slice(&rebuilt_pages[i * PAGE_BYTES..(i + 1) * PAGE_BYTES]);
@@ -374,6 +413,9 @@ pub struct MdJournal {
     /// `UNLOGGED`, `FAILED`), set with them under its lock: the data path
     /// asks for them on every write without taking that lock.
     flags: std::sync::atomic::AtomicU8,
+    /// `Writer`'s `durable`, stored with it under its lock: a queue asking
+    /// whether its writes are durable takes no lock.
+    durable: std::sync::atomic::AtomicU64,
     /// A replay is writing: parity is recomputed from the data, never
     /// updated from what a crash may have torn.
     replaying: std::sync::atomic::AtomicBool,
@@ -394,10 +436,14 @@ struct Writer {
     writing: bool,
     /// Groups enqueued, not written yet, oldest first.
     waiting: std::collections::VecDeque<Group>,
-    /// Groups written whose stripes are not all on the members yet: their
-    /// first unit's position, and whether a write cache holds the group
-    /// (then only [`MdJournal::release_through`] closes it).
-    open: BTreeMap<u64, (u64, bool)>,
+    /// Request rounds' groups written whose stripes are not all on the
+    /// members yet, and their first unit's position.
+    open: BTreeMap<u64, u64>,
+    /// A write cache's groups written and not released yet
+    /// ([`MdJournal::release_through`] closes them), and their first
+    /// unit's position, oldest first (groups are written, and released,
+    /// in order).
+    open_cached: VecDeque<(u64, u64)>,
     /// The first unit of the newest group written.
     last_written: Option<u64>,
     /// Why the log stopped taking writes (a journal member that failed).
@@ -407,15 +453,15 @@ struct Writer {
     unlogged: bool,
     /// Groups a write cache holds open until its pages are on the members
     /// ([`MdJournal::release_through`]), oldest first, with their sectors
-    /// of log and how many of `held_pages` are theirs; those pages' rows,
-    /// in the same order; and how far it released.
+    /// of log and their pages; and how far it released.
     held: VecDeque<(u64, u64, usize)>,
-    held_pages: VecDeque<HeldPage>,
-    /// Per row, the copies a cache holds there, oldest first (see
-    /// [`MdJournal::enqueue`]).
-    held_rows: HeldRows,
     held_sectors: u64,
+    held_count: usize,
     released: u64,
+    /// Per row, the copies a cache logged there, oldest first (see
+    /// [`MdJournal::enqueue`]); those of groups released included until
+    /// they are swept out ([`Copies`]).
+    held_rows: HeldRows,
     /// A round found no room in the ring (the tail must move).
     wants_room: bool,
     /// Threads asleep in [`MdJournal::wait_ready`] (`progress` is signalled
@@ -425,9 +471,6 @@ struct Writer {
 
 /// A page's row (its sector on the members) and member.
 type Row = (u64, u32);
-
-/// A page a cache holds in the log: its row, member and checksum.
-type HeldPage = (u64, u32, u32);
 
 /// Per row (a page's sector on the members), the copies a cache holds
 /// there: member, checksum and group.
@@ -505,6 +548,7 @@ impl MdJournal {
             image: Mutex::new(AlignedBuf::zeroed(0)),
             spare_pages: Mutex::new(Vec::new()),
             flags: std::sync::atomic::AtomicU8::new(0),
+            durable: std::sync::atomic::AtomicU64::new(0),
             replaying: std::sync::atomic::AtomicBool::new(false),
             ring,
             slot,
@@ -630,8 +674,8 @@ impl MdJournal {
 
     /// The newest group durable, and whether the journal failed.
     pub fn committed(&self) -> (u64, bool) {
-        let w = self.writer();
-        (w.durable, w.failed.is_some())
+        let durable = self.durable.load(std::sync::atomic::Ordering::Acquire);
+        (durable, self.flags() & FAILED != 0)
     }
 
     /// The newest group queued so far.
@@ -656,15 +700,16 @@ impl MdJournal {
     /// A write cache's pages, `data` at array byte `offset` (whole 4 KiB
     /// pages), as data-only units (md's write-back mode): held open until
     /// [`MdJournal::release_through`], so the tail never passes them while
-    /// the members lack them. `apply` runs under the log's lock (the cache
-    /// takes the write there: both see writes in one order). Its ticket, or
-    /// `None` when `apply` declined (nothing queued).
+    /// the members lack them. `apply` runs under the log's lock with the
+    /// ticket the write gets (the cache takes the write there: both see
+    /// writes in one order). Its ticket, or `None` when `apply` declined
+    /// (nothing queued).
     pub fn enqueue_cached(
         &self,
         array: &Array,
         offset: u64,
         data: &[u8],
-        apply: &mut dyn FnMut() -> bool,
+        apply: &mut dyn FnMut(u64) -> bool,
     ) -> std::result::Result<Option<u64>, String> {
         if !offset.is_multiple_of(PAGE_BYTES as u64) || !data.len().is_multiple_of(PAGE_BYTES) {
             return Err(format!(
@@ -702,12 +747,12 @@ impl MdJournal {
             self.keep_spare(pages);
             return Ok(None);
         }
-        if !apply() {
+        let id = w.next_group.max(1);
+        if !apply(id) {
             drop(w);
             self.keep_spare(pages);
             return Ok(None);
         }
-        let id = w.next_group.max(1);
         w.next_group = id + 1;
         let w = &mut *w;
         for (i, payload) in payloads.iter().enumerate() {
@@ -717,7 +762,9 @@ impl MdJournal {
             };
             let copy = (member, checksum, id);
             match w.held_rows.entry(row) {
-                std::collections::hash_map::Entry::Occupied(mut e) => e.get_mut().more.push(copy),
+                std::collections::hash_map::Entry::Occupied(mut e) => {
+                    e.get_mut().add(copy, w.released)
+                }
                 std::collections::hash_map::Entry::Vacant(e) => {
                     e.insert(Copies {
                         first: copy,
@@ -725,10 +772,10 @@ impl MdJournal {
                     });
                 }
             }
-            w.held_pages.push_back((row, member, checksum));
         }
         w.held.push_back((id, sectors, payloads.len()));
         w.held_sectors += sectors;
+        w.held_count += payloads.len();
         w.waiting.push_back(Group {
             id,
             cached: true,
@@ -765,17 +812,20 @@ impl MdJournal {
         let mut w = self.writer();
         let w = &mut *w;
         w.released = w.released.max(ticket);
-        while let Some(&(id, sectors, count)) = w.held.front().filter(|g| g.0 <= ticket) {
+        while let Some(&(_, sectors, count)) = w.held.front().filter(|g| g.0 <= ticket) {
             w.held.pop_front();
             w.held_sectors -= sectors;
-            w.open.remove(&id);
-            for (row, member, checksum) in w.held_pages.drain(..count) {
-                if let std::collections::hash_map::Entry::Occupied(mut e) = w.held_rows.entry(row) {
-                    if e.get_mut().remove((member, checksum, id)) {
-                        e.remove();
-                    }
-                }
-            }
+            w.held_count -= count;
+        }
+        while w.open_cached.front().is_some_and(|g| g.0 <= ticket) {
+            w.open_cached.pop_front();
+        }
+        // Rows whose copies are all released are swept out once they may
+        // outnumber the rows held: one pass over the table, not a lookup
+        // per page released.
+        if w.held_rows.len() > 2 * w.held_count + 1024 {
+            let released = w.released;
+            w.held_rows.retain(|_, copies| !copies.purge(released));
         }
     }
 
@@ -807,7 +857,12 @@ impl MdJournal {
         // The oldest group still writing its stripes (or held by a cache),
         // or else the newest written (all on the members; replaying it is
         // harmless).
-        let new_tail = w.open.values().next().map(|o| o.0).or(w.last_written);
+        let oldest_round = w.open.first_key_value().map(|(&id, &at)| (id, at));
+        let oldest = match (oldest_round, w.open_cached.front().copied()) {
+            (Some(round), Some(cached)) => Some(round.min(cached)),
+            (round, cached) => round.or(cached),
+        };
+        let new_tail = oldest.map(|(_, at)| at).or(w.last_written);
         let Some(new_tail) = new_tail.filter(|&t| t != self.tail()) else {
             return (w, Ok(()));
         };
@@ -878,7 +933,7 @@ impl MdJournal {
     ) -> u64 {
         let mut w = self.writer();
         let (payloads, pages, waits) =
-            trim_for_cache(array, &w.held_rows, payloads, pages, rebuilt);
+            trim_for_cache(array, &w.held_rows, w.released, payloads, pages, rebuilt);
         if payloads.is_empty() && waits > 0 {
             return waits;
         }
@@ -902,6 +957,11 @@ impl MdJournal {
     /// stripes are on the members (the members flushed, then every
     /// superblock). An error: the journal failed, and no write may go on.
     pub fn ready(&self, array: &Array, ticket: u64) -> Result<bool> {
+        if self.flags() & FAILED == 0
+            && self.durable.load(std::sync::atomic::Ordering::Acquire) >= ticket
+        {
+            return Ok(true);
+        }
         let mut w = self.writer();
         if let Some(why) = &w.failed {
             return Err(self.refused(why));
@@ -1011,25 +1071,27 @@ impl MdJournal {
         w.head = pos;
         w.seq = seq;
         for (id, cached, first) in firsts {
-            // A cache's group released before it was written stays closed.
-            if !(cached && id <= w.released) {
-                w.open.insert(id, (first, cached));
+            if !cached {
+                w.open.insert(id, first);
+            } else if id > w.released {
+                // (A cache's group released before it was written stays
+                // closed.)
+                w.open_cached.push_back((id, first));
             }
             w.last_written = Some(first);
             w.durable = id;
         }
+        self.durable
+            .store(w.durable, std::sync::atomic::Ordering::Release);
         Ok(w.durable >= ticket)
     }
 
     /// The request holding `ticket` has written its stripes (a cache's
     /// group waits for [`MdJournal::release_through`] instead).
     pub(crate) fn done(&self, ticket: u64) {
-        let mut w = self.writer();
-        if let std::collections::btree_map::Entry::Occupied(e) = w.open.entry(ticket) {
-            if !e.get().1 {
-                e.remove();
-            }
-        }
+        // (A cache's group is not in `open`: a round that logged nothing
+        // has one's ticket.)
+        self.writer().open.remove(&ticket);
     }
 
     /// Write `image` into the ring from `start` (two writes when it passes
@@ -1484,23 +1546,102 @@ mod tests {
         }
     }
 
-    /// A row's copies come back oldest first, and removing them one by one
-    /// (the first, a later one) leaves the rest in order until none is
-    /// left.
+    /// A write-back's round is trimmed against the copies a cache holds,
+    /// and a copy whose group is released counts as not held: the page is
+    /// logged again (the tail may have passed its copy), and the row's
+    /// parity is logged although the released page is not in the round.
     #[test]
-    fn a_rows_copies_keep_their_order() {
+    fn a_released_copy_neither_stands_for_the_page_nor_holds_parity_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let specs: Vec<String> = (0..5)
+            .map(|i| dir.path().join(format!("m{i}")).display().to_string())
+            .collect();
+        let options = crate::CreateOptions {
+            level: nvraid_layout::Level::Raid5 {
+                layout: nvraid_layout::parity::ParityLayout::LeftSymmetric,
+            },
+            chunk_bytes: 64 << 10,
+            name: "trim".into(),
+            size_bytes: Some(16 << 20),
+            force: false,
+            direct: false,
+            bitmap: crate::BitmapChoice::Journal,
+        };
+        let array = crate::create(&specs, &options).unwrap();
+        // Page 0 of data chunks 0 (x) and 1 (y): one row, two members.
+        let ((row, x), (_, y)) = (row_of(&array, 0), row_of(&array, 64 << 10));
+        let round = |checksum_x| {
+            let payloads = vec![
+                Payload::Data {
+                    flags: 0,
+                    location: 0,
+                    checksum: checksum_x,
+                },
+                Payload::Parity {
+                    flags: 0,
+                    location: row,
+                    checksums: vec![9],
+                },
+            ];
+            (payloads, vec![0u8; 2 * PAGE_BYTES])
+        };
+        let mut held = HeldRows::with_hasher(RowHash(1));
+        // The cache holds x (checksum 5, group 3) and y (group 4).
+        held.insert(
+            row,
+            Copies {
+                first: (x, 5, 3),
+                more: vec![(y, 6, 4)],
+            },
+        );
+        let kinds = |kept: &[Payload]| {
+            kept.iter()
+                .map(|p| matches!(p, Payload::Parity { .. }))
+                .collect::<Vec<_>>()
+        };
+        // Nothing released: x's page is in the log already (the round
+        // waits for group 3), and y, held and not in the round, keeps the
+        // parity out.
+        let (payloads, pages) = round(5);
+        let (kept, _, waits) = trim_for_cache(&array, &held, 0, payloads, pages, (vec![], vec![]));
+        assert_eq!((kinds(&kept), waits), (vec![], 3));
+        // Group 3 released (groups are released oldest first): x's copy
+        // no longer stands for the page, which is logged again; y still
+        // holds the parity back.
+        let (payloads, pages) = round(5);
+        let (kept, _, waits) = trim_for_cache(&array, &held, 3, payloads, pages, (vec![], vec![]));
+        assert_eq!((kinds(&kept), waits), (vec![false], 0));
+        // Group 4 released too: nothing is held, page and parity are logged.
+        let (payloads, pages) = round(5);
+        let (kept, _, waits) = trim_for_cache(&array, &held, 4, payloads, pages, (vec![], vec![]));
+        assert_eq!((kinds(&kept), waits), (vec![false, true], 0));
+        array.close().unwrap();
+    }
+
+    /// A row's copies come back oldest first; those of released groups are
+    /// left out of `live`, dropped by `purge` (which says when none is
+    /// left) and by `add`, which then keeps the rest in order.
+    #[test]
+    fn a_rows_released_copies_drop_out_in_order() {
         let mut copies = Copies {
             first: (0, 1, 1),
             more: vec![(1, 2, 2), (0, 3, 3)],
         };
         let all = |c: &Copies| c.iter().copied().collect::<Vec<_>>();
+        let live = |c: &Copies, r| c.live(r).copied().collect::<Vec<_>>();
         assert_eq!(all(&copies), [(0, 1, 1), (1, 2, 2), (0, 3, 3)]);
-        assert_eq!(copies.iter().next_back(), Some(&(0, 3, 3)));
-        assert!(!copies.remove((0, 1, 1)));
+        assert_eq!(live(&copies, 0), all(&copies));
+        assert_eq!(live(&copies, 2), [(0, 3, 3)]);
+        assert_eq!(copies.live(1).next_back(), Some(&(0, 3, 3)));
+        assert!(!copies.purge(0), "nothing released: nothing changes");
+        assert_eq!(all(&copies), [(0, 1, 1), (1, 2, 2), (0, 3, 3)]);
+        assert!(!copies.purge(1));
         assert_eq!(all(&copies), [(1, 2, 2), (0, 3, 3)]);
-        assert!(!copies.remove((0, 3, 3)));
-        assert!(!copies.remove((9, 9, 9)), "not held: nothing changes");
-        assert_eq!(all(&copies), [(1, 2, 2)]);
-        assert!(copies.remove((1, 2, 2)), "the last copy");
+        copies.add((2, 4, 5), 2);
+        assert_eq!(all(&copies), [(0, 3, 3), (2, 4, 5)]);
+        assert!(copies.purge(5), "every copy released");
+        copies.add((1, 6, 7), 5);
+        assert_eq!(all(&copies), [(1, 6, 7)], "a new copy over released ones");
+        assert_eq!(live(&copies, 7), []);
     }
 }

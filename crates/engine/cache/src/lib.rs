@@ -93,8 +93,9 @@ pub(crate) struct State {
     pub pages: Pages,
     pub flushes: Vec<FlushWaiter>,
     /// Journals with slices ([`JournalLog::held_share`]): each append's
-    /// ticket, and the sequence number its pages got in `pages`.
-    pub tickets: std::collections::BTreeMap<u64, u64>,
+    /// ticket, and the sequence number its pages got in `pages`, oldest
+    /// first (appends take both in order, under the journal's lock).
+    pub tickets: std::collections::VecDeque<(u64, u64)>,
     /// The cache is closing: write everything back and stop.
     pub stop: bool,
     /// A writer woke the write-back thread for background work, which has
@@ -163,7 +164,7 @@ impl CachedTarget {
             state: Mutex::new(State {
                 pages: Pages::default(),
                 flushes: Vec::new(),
-                tickets: std::collections::BTreeMap::new(),
+                tickets: std::collections::VecDeque::new(),
                 stop: false,
                 background_asked: false,
                 writeback_errno: None,

@@ -173,15 +173,17 @@ impl CachedQueue {
             .is_some_and(|j| j.write_back_first());
         let slices = shared.journal.as_ref().is_some_and(|j| j.slices());
         let taken = loop {
-            let mut seq = 0;
             let taken = match &shared.journal {
-                Some(journal) => journal.append(offset, data, &mut || {
+                Some(journal) => journal.append(offset, data, &mut |ticket| {
                     let mut state = shared.lock();
                     let busy = wait_for_write_back
                         && (first..first + blocks)
                             .any(|i| state.pages.map.get(&i).is_some_and(|p| p.busy));
                     if !busy {
-                        seq = state.pages.insert(first, data);
+                        let seq = state.pages.insert(first, data);
+                        if slices {
+                            state.tickets.push_back((ticket, seq));
+                        }
                     }
                     !busy
                 }),
@@ -205,9 +207,6 @@ impl CachedQueue {
                 // cached pages written back before it takes more.
                 Ok(None) => std::thread::sleep(std::time::Duration::from_micros(20)),
                 Ok(Some(ticket)) if shared.journal.is_some() => {
-                    if slices {
-                        shared.lock().tickets.insert(ticket, seq);
-                    }
                     break Ok(Taken::Journaled(ticket));
                 }
                 Ok(Some(seq)) => break Ok(Taken::Cached(seq)),

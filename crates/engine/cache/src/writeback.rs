@@ -231,7 +231,8 @@ impl WriteBack {
             .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
         // (Empty unless the journal releases in slices.)
         let mut state = self.shared.lock();
-        state.tickets = state.tickets.split_off(&(head + 1));
+        let released = state.tickets.partition_point(|&(t, _)| t <= head);
+        state.tickets.drain(..released);
         Ok(())
     }
 
@@ -245,11 +246,7 @@ impl WriteBack {
         let picked = {
             let state = self.shared.lock();
             let n = state.tickets.len();
-            state
-                .tickets
-                .iter()
-                .nth(n.saturating_sub(1) / 2)
-                .map(|(&ticket, &seq)| (ticket, seq))
+            state.tickets.get(n.saturating_sub(1) / 2).copied()
         };
         let Some((ticket, upto)) = picked else {
             return self.checkpoint();
@@ -260,7 +257,8 @@ impl WriteBack {
             .set_tail(ticket, 0)
             .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
         let mut state = self.shared.lock();
-        state.tickets = state.tickets.split_off(&(ticket + 1));
+        let released = state.tickets.partition_point(|&(t, _)| t <= ticket);
+        state.tickets.drain(..released);
         Ok(())
     }
 

@@ -425,7 +425,7 @@ impl nvraid_cache::journal::JournalLog for Slow {
         &self,
         offset: u64,
         data: &[u8],
-        apply: &mut dyn FnMut() -> bool,
+        apply: &mut dyn FnMut(u64) -> bool,
     ) -> Result<Option<u64>, String> {
         std::thread::sleep(Duration::from_millis(1));
         self.0.append(offset, data, apply)

@@ -36,13 +36,14 @@ pub trait JournalLog: Send + Sync {
     /// The journal's member, for messages.
     fn name(&self) -> String;
     /// Appends a write of `data` at array byte `offset`; `apply` runs under
-    /// the journal's lock (the cache takes the write there). Its ticket;
-    /// `None` when `apply` declined (nothing appended).
+    /// the journal's lock with the ticket the write gets (the cache takes
+    /// the write there). Its ticket; `None` when `apply` declined (nothing
+    /// appended, and the ticket is not used).
     fn append(
         &self,
         offset: u64,
         data: &[u8],
-        apply: &mut dyn FnMut() -> bool,
+        apply: &mut dyn FnMut(u64) -> bool,
     ) -> Result<Option<u64>, String>;
     /// Whether a write to a page being written back must wait for that
     /// write-back: md's journal logs the write-back's pages too, and a newer
@@ -94,7 +95,7 @@ impl JournalLog for Journal {
         &self,
         offset: u64,
         data: &[u8],
-        apply: &mut dyn FnMut() -> bool,
+        apply: &mut dyn FnMut(u64) -> bool,
     ) -> Result<Option<u64>, String> {
         Journal::append(self, offset, data, apply)
     }
@@ -260,24 +261,25 @@ impl Journal {
     }
 
     /// Appends a write of `data` at array byte `offset`; `apply` runs under
-    /// the journal's lock (the cache takes the write in there, so both see
-    /// writes in one order). Returns the ticket to wait for, or `None` when
-    /// `apply` declined the write (nothing appended).
+    /// the journal's lock with the write's ticket (the cache takes the write
+    /// in there, so both see writes in one order). Returns the ticket to
+    /// wait for, or `None` when `apply` declined the write (nothing
+    /// appended).
     pub fn append(
         &self,
         offset: u64,
         data: &[u8],
-        apply: &mut dyn FnMut() -> bool,
+        apply: &mut dyn FnMut(u64) -> bool,
     ) -> Result<Option<u64>, String> {
         let mut state = self.lock();
         if let Some(why) = &state.failed {
             return Err(why.clone());
         }
-        if !apply() {
+        let ticket = state.next_ticket + 1;
+        if !apply(ticket) {
             return Ok(None);
         }
-        state.next_ticket += 1;
-        let ticket = state.next_ticket;
+        state.next_ticket = ticket;
         let state = &mut *state;
         // Pieces of at most a record's payload (the queues' writes are far
         // smaller; a larger one spans records, all in this commit).

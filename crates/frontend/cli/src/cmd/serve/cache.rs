@@ -91,7 +91,7 @@ impl JournalLog for MdCacheLog {
         &self,
         offset: u64,
         data: &[u8],
-        apply: &mut dyn FnMut() -> bool,
+        apply: &mut dyn FnMut(u64) -> bool,
     ) -> Result<Option<u64>, String> {
         self.journal()
             .enqueue_cached(&self.array, offset, data, apply)
