@@ -476,6 +476,16 @@ type Row = (u64, u32);
 /// there: member, checksum and group.
 type HeldRows = std::collections::HashMap<u64, Copies, RowHash>;
 
+/// A write cache's write made ready for the log
+/// ([`MdJournal::prepare_cached`]).
+#[derive(Debug)]
+pub struct CachedWrite {
+    offset: u64,
+    payloads: Vec<Payload>,
+    sectors: u64,
+    pages: Vec<u8>,
+}
+
 /// One request round's pages, as units of the log.
 #[derive(Debug)]
 struct Group {
@@ -700,17 +710,26 @@ impl MdJournal {
     /// A write cache's pages, `data` at array byte `offset` (whole 4 KiB
     /// pages), as data-only units (md's write-back mode): held open until
     /// [`MdJournal::release_through`], so the tail never passes them while
-    /// the members lack them. `apply` runs under the log's lock with the
-    /// ticket the write gets (the cache takes the write there: both see
-    /// writes in one order). Its ticket, or `None` when `apply` declined
-    /// (nothing queued).
+    /// the members lack them. Its ticket, or `None` when the cache holds
+    /// its share of the log already (nothing queued). The caller orders
+    /// these calls as it takes the writes in (a cache: under its lock).
     pub fn enqueue_cached(
         &self,
         array: &Array,
         offset: u64,
         data: &[u8],
-        apply: &mut dyn FnMut(u64) -> bool,
     ) -> std::result::Result<Option<u64>, String> {
+        let write = self.prepare_cached(offset, data)?;
+        self.enqueue_prepared(array, write)
+    }
+
+    /// The part of [`MdJournal::enqueue_cached`] that needs no lock: the
+    /// pages' checksums and their copy for the log.
+    pub fn prepare_cached(
+        &self,
+        offset: u64,
+        data: &[u8],
+    ) -> std::result::Result<CachedWrite, String> {
         if !offset.is_multiple_of(PAGE_BYTES as u64) || !data.len().is_multiple_of(PAGE_BYTES) {
             return Err(format!(
                 "{offset}+{}: the journal logs whole 4 KiB pages",
@@ -737,6 +756,27 @@ impl MdJournal {
         };
         pages.clear();
         pages.extend_from_slice(data);
+        Ok(CachedWrite {
+            offset,
+            payloads,
+            sectors,
+            pages,
+        })
+    }
+
+    /// Queues a write [`MdJournal::prepare_cached`] made ready (see
+    /// [`MdJournal::enqueue_cached`]).
+    pub fn enqueue_prepared(
+        &self,
+        array: &Array,
+        write: CachedWrite,
+    ) -> std::result::Result<Option<u64>, String> {
+        let CachedWrite {
+            offset,
+            payloads,
+            sectors,
+            pages,
+        } = write;
         let mut w = self.writer();
         if let Some(why) = &w.failed {
             return Err(why.clone());
@@ -748,11 +788,6 @@ impl MdJournal {
             return Ok(None);
         }
         let id = w.next_group.max(1);
-        if !apply(id) {
-            drop(w);
-            self.keep_spare(pages);
-            return Ok(None);
-        }
         w.next_group = id + 1;
         let w = &mut *w;
         for (i, payload) in payloads.iter().enumerate() {

@@ -62,7 +62,7 @@ fn cache_logs(array: &nvraid_array::Array, pages: &[(u64, &AlignedBuf)]) -> Vec<
         .iter()
         .map(|(offset, data)| {
             journal
-                .enqueue_cached(array, *offset, data, &mut |_| true)
+                .enqueue_cached(array, *offset, data)
                 .unwrap()
                 .expect("taken")
         })

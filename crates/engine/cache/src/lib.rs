@@ -94,7 +94,7 @@ pub(crate) struct State {
     pub flushes: Vec<FlushWaiter>,
     /// Journals with slices ([`JournalLog::held_share`]): each append's
     /// ticket, and the sequence number its pages got in `pages`, oldest
-    /// first (appends take both in order, under the journal's lock).
+    /// first (appends take both in order, under this lock).
     pub tickets: std::collections::VecDeque<(u64, u64)>,
     /// The cache is closing: write everything back and stop.
     pub stop: bool,

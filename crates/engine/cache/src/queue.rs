@@ -130,8 +130,8 @@ impl CachedQueue {
     }
 
     /// Waits while the cache is full; `Err` when writes are refused. (The
-    /// journal's lock is never taken under the cache's: the journal is
-    /// asked first.)
+    /// journal is asked before the cache's lock is taken: only an append
+    /// holds both.)
     fn wait_for_room(&self, len: u32) -> Result<(), i32> {
         let max = self.shared.options.dirty_max_bytes;
         loop {
@@ -174,18 +174,24 @@ impl CachedQueue {
         let slices = shared.journal.as_ref().is_some_and(|j| j.slices());
         let taken = loop {
             let taken = match &shared.journal {
-                Some(journal) => journal.append(offset, data, &mut |ticket| {
+                Some(journal) => journal.prepare(offset, data).and_then(|prepared| {
+                    // The journal appends under the cache's lock, so that
+                    // both take writes in one order.
                     let mut state = shared.lock();
                     let busy = wait_for_write_back
                         && (first..first + blocks)
                             .any(|i| state.pages.map.get(&i).is_some_and(|p| p.busy));
-                    if !busy {
+                    if busy {
+                        return Ok(None);
+                    }
+                    let appended = journal.append(offset, data, prepared);
+                    if let Ok(Some(ticket)) = appended {
                         let seq = state.pages.insert(first, data);
                         if slices {
                             state.tickets.push_back((ticket, seq));
                         }
                     }
-                    !busy
+                    appended
                 }),
                 None => {
                     let mut state = shared.lock();

@@ -134,7 +134,8 @@ impl WriteBack {
     }
 
     /// Waits for something to do. The journal is asked before the cache's
-    /// lock is taken (never the other way round).
+    /// lock is taken (only an append holds both, the journal's inside the
+    /// cache's).
     fn next_job(&mut self) -> Job {
         loop {
             let (journal_due, journal_failed, journal_used) = match &self.shared.journal {

@@ -425,10 +425,10 @@ impl nvraid_cache::journal::JournalLog for Slow {
         &self,
         offset: u64,
         data: &[u8],
-        apply: &mut dyn FnMut(u64) -> bool,
+        _: journal::Prepared,
     ) -> Result<Option<u64>, String> {
         std::thread::sleep(Duration::from_millis(1));
-        self.0.append(offset, data, apply)
+        self.0.append(offset, data).map(Some)
     }
     fn commit_or_wait(&self, ticket: u64, timeout: Option<Duration>) -> journal::Commit {
         self.0.commit_or_wait(ticket, timeout)

@@ -2,7 +2,8 @@
 //! checkpoint that frees it, and replay after a crash.
 //!
 //! A write is *appended*: taken into the cache and into the batch waiting
-//! for the next commit, under the journal's lock, so that the journal holds
+//! for the next commit, both under the cache's lock (the journal's own lock
+//! is taken inside it, never the other way round), so that the journal holds
 //! writes in the order the cache applied them. Its slot completes once a
 //! commit has made it durable. Whoever finds writes waiting and nobody
 //! committing becomes the committer: it takes the whole batch, writes it as
@@ -35,16 +36,19 @@ pub const JOURNAL_BYTES_MIN: u64 = 16 << 20;
 pub trait JournalLog: Send + Sync {
     /// The journal's member, for messages.
     fn name(&self) -> String;
-    /// Appends a write of `data` at array byte `offset`; `apply` runs under
-    /// the journal's lock with the ticket the write gets (the cache takes
-    /// the write there). Its ticket; `None` when `apply` declined (nothing
-    /// appended, and the ticket is not used).
-    fn append(
-        &self,
-        offset: u64,
-        data: &[u8],
-        apply: &mut dyn FnMut(u64) -> bool,
-    ) -> Result<Option<u64>, String>;
+    /// What an append of `data` at array byte `offset` can do before any
+    /// lock is taken (md's journal: the pages' checksums and their copy for
+    /// the log), for [`JournalLog::append`].
+    fn prepare(&self, _offset: u64, _data: &[u8]) -> Result<Prepared, String> {
+        Ok(Prepared(None))
+    }
+    /// Appends a write of `data` at array byte `offset` (`prepared` is what
+    /// [`JournalLog::prepare`] made of it). The cache calls this with its
+    /// lock held and takes the write in under the same lock, so both see
+    /// writes in one order: the journal's lock is taken inside the cache's,
+    /// never the other way round. Its ticket; `None` when the journal has
+    /// no room for it now (nothing appended).
+    fn append(&self, offset: u64, data: &[u8], prepared: Prepared) -> Result<Option<u64>, String>;
     /// Whether a write to a page being written back must wait for that
     /// write-back: md's journal logs the write-back's pages too, and a newer
     /// write logged before them would be undone by a replay.
@@ -91,13 +95,8 @@ impl JournalLog for Journal {
     fn name(&self) -> String {
         Journal::name(self)
     }
-    fn append(
-        &self,
-        offset: u64,
-        data: &[u8],
-        apply: &mut dyn FnMut(u64) -> bool,
-    ) -> Result<Option<u64>, String> {
-        Journal::append(self, offset, data, apply)
+    fn append(&self, offset: u64, data: &[u8], _: Prepared) -> Result<Option<u64>, String> {
+        Journal::append(self, offset, data).map(Some)
     }
     fn commit_or_wait(&self, ticket: u64, timeout: Option<Duration>) -> Commit {
         Journal::commit_or_wait(self, ticket, timeout)
@@ -124,6 +123,9 @@ impl JournalLog for Journal {
         Journal::mark_failed(self, why)
     }
 }
+
+/// What [`JournalLog::prepare`] made of a write: the journal's own type.
+pub struct Prepared(pub Option<Box<dyn std::any::Any + Send>>);
 
 /// What the journal lives on (a member, or a test double).
 pub trait JournalDevice: Send + Sync {
@@ -260,26 +262,15 @@ impl Journal {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Appends a write of `data` at array byte `offset`; `apply` runs under
-    /// the journal's lock with the write's ticket (the cache takes the write
-    /// in there, so both see writes in one order). Returns the ticket to
-    /// wait for, or `None` when `apply` declined the write (nothing
-    /// appended).
-    pub fn append(
-        &self,
-        offset: u64,
-        data: &[u8],
-        apply: &mut dyn FnMut(u64) -> bool,
-    ) -> Result<Option<u64>, String> {
+    /// Appends a write of `data` at array byte `offset` to the batch of the
+    /// next commit. Returns the ticket to wait for.
+    pub fn append(&self, offset: u64, data: &[u8]) -> Result<u64, String> {
         let mut state = self.lock();
         if let Some(why) = &state.failed {
             return Err(why.clone());
         }
-        let ticket = state.next_ticket + 1;
-        if !apply(ticket) {
-            return Ok(None);
-        }
-        state.next_ticket = ticket;
+        state.next_ticket += 1;
+        let ticket = state.next_ticket;
         let state = &mut *state;
         // Pieces of at most a record's payload (the queues' writes are far
         // smaller; a larger one spans records, all in this commit).
@@ -306,7 +297,7 @@ impl Journal {
             });
         }
         state.batch.last = ticket;
-        Ok(Some(ticket))
+        Ok(ticket)
     }
 
     /// Waits until `ticket` is durable, committing the batch when nobody

@@ -5,8 +5,9 @@
 //! refused journal leaves every byte of every member as it was.
 
 use anyhow::{bail, Context, Result};
+use nvraid_array::journal::CachedWrite;
 use nvraid_array::{detect_signature, read_superblock, Array};
-use nvraid_cache::journal::{self, format::Superblock, Commit, Journal, JournalLog};
+use nvraid_cache::journal::{self, format::Superblock, Commit, Journal, JournalLog, Prepared};
 use nvraid_member::{Member, OpenOptions};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -87,14 +88,15 @@ impl JournalLog for MdCacheLog {
     fn name(&self) -> String {
         format!("md's write journal {}", self.journal().spec())
     }
-    fn append(
-        &self,
-        offset: u64,
-        data: &[u8],
-        apply: &mut dyn FnMut(u64) -> bool,
-    ) -> Result<Option<u64>, String> {
-        self.journal()
-            .enqueue_cached(&self.array, offset, data, apply)
+    fn prepare(&self, offset: u64, data: &[u8]) -> Result<Prepared, String> {
+        let write = self.journal().prepare_cached(offset, data)?;
+        Ok(Prepared(Some(Box::new(write))))
+    }
+    fn append(&self, offset: u64, data: &[u8], prepared: Prepared) -> Result<Option<u64>, String> {
+        match prepared.0.and_then(|p| p.downcast::<CachedWrite>().ok()) {
+            Some(write) => self.journal().enqueue_prepared(&self.array, *write),
+            None => self.journal().enqueue_cached(&self.array, offset, data),
+        }
     }
     fn write_back_first(&self) -> bool {
         true
