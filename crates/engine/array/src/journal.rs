@@ -266,6 +266,28 @@ fn trim_for_cache(
     (kept, kept_pages, waits)
 }
 
+/// Files the copies listed in `w.unfiled` into `w.held_rows` (those of
+/// groups released already are dropped).
+fn file_copies(array: &Array, w: &mut Writer) {
+    let released = w.released;
+    for (offset, checksum, id) in w.unfiled.drain(..) {
+        if id <= released {
+            continue;
+        }
+        let (row, member) = row_of(array, offset);
+        let copy = (member, checksum, id);
+        match w.held_rows.entry(row) {
+            std::collections::hash_map::Entry::Occupied(mut e) => e.get_mut().add(copy, released),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(Copies {
+                    first: copy,
+                    more: Vec::new(),
+                });
+            }
+        }
+    }
+}
+
 /// The newest copy a write cache holds of `member`'s page in `row`.
 fn newest_copy(held: &HeldRows, released: u64, row: u64, member: u32) -> Option<&(u32, u32, u64)> {
     held.get(&row)?.live(released).rev().find(|c| c.0 == member)
@@ -462,6 +484,12 @@ struct Writer {
     /// [`MdJournal::enqueue`]); those of groups released included until
     /// they are swept out ([`Copies`]).
     held_rows: HeldRows,
+    /// Copies logged and not in `held_rows` yet (array byte offset,
+    /// checksum, group), oldest first. The cache's writers only list them:
+    /// the table (a lookup that misses the processor's caches, per page)
+    /// is brought up to date by whoever reads it next ([`file_copies`]),
+    /// the write-back's rounds.
+    unfiled: Vec<(u64, u32, u64)>,
     /// A round found no room in the ring (the tail must move).
     wants_room: bool,
     /// Threads asleep in [`MdJournal::wait_ready`] (`progress` is signalled
@@ -791,22 +819,11 @@ impl MdJournal {
         w.next_group = id + 1;
         let w = &mut *w;
         for (i, payload) in payloads.iter().enumerate() {
-            let (row, member) = row_of(array, offset + (i * PAGE_BYTES) as u64);
             let Payload::Data { checksum, .. } = *payload else {
                 unreachable!("data payloads only")
             };
-            let copy = (member, checksum, id);
-            match w.held_rows.entry(row) {
-                std::collections::hash_map::Entry::Occupied(mut e) => {
-                    e.get_mut().add(copy, w.released)
-                }
-                std::collections::hash_map::Entry::Vacant(e) => {
-                    e.insert(Copies {
-                        first: copy,
-                        more: Vec::new(),
-                    });
-                }
-            }
+            w.unfiled
+                .push((offset + (i * PAGE_BYTES) as u64, checksum, id));
         }
         w.held.push_back((id, sectors, payloads.len()));
         w.held_sectors += sectors;
@@ -852,6 +869,9 @@ impl MdJournal {
             w.held_sectors -= sectors;
             w.held_count -= count;
         }
+        // (Listed in group order: the released lead.)
+        let released = w.unfiled.partition_point(|c| c.2 <= w.released);
+        w.unfiled.drain(..released);
         while w.open_cached.front().is_some_and(|g| g.0 <= ticket) {
             w.open_cached.pop_front();
         }
@@ -967,6 +987,7 @@ impl MdJournal {
         rebuilt: (Vec<Payload>, Vec<u8>),
     ) -> u64 {
         let mut w = self.writer();
+        file_copies(array, &mut w);
         let (payloads, pages, waits) =
             trim_for_cache(array, &w.held_rows, w.released, payloads, pages, rebuilt);
         if payloads.is_empty() && waits > 0 {
