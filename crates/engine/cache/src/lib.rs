@@ -116,6 +116,8 @@ pub(crate) struct Shared {
     pub room: Condvar,
     pub journal: Option<Box<dyn JournalLog>>,
     pub log: Arc<dyn Fn(&str) + Send + Sync>,
+    /// `state.pages`'s count of dirty pages, read without the lock.
+    pub dirty_pages: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Shared {
@@ -157,12 +159,15 @@ impl CachedTarget {
                 "journal mode needs a journal, and only it",
             ));
         }
+        let pages = Pages::default();
+        let dirty_pages = pages.dirty_pages.clone();
         let shared = Arc::new(Shared {
             inner,
             mode,
             options,
+            dirty_pages,
             state: Mutex::new(State {
-                pages: Pages::default(),
+                pages,
                 flushes: Vec::new(),
                 tickets: std::collections::VecDeque::new(),
                 stop: false,

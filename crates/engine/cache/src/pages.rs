@@ -78,6 +78,9 @@ pub(crate) struct Pages {
     clean: VecDeque<(u64, u64)>,
     /// Spare page buffers.
     spare: Vec<Box<[u8]>>,
+    /// How many pages are dirty, readable without the cache's lock (a
+    /// writer asks on every write whether there is room).
+    pub dirty_pages: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Spare buffers kept for reuse.
@@ -87,6 +90,13 @@ impl Pages {
     /// Bytes of dirty data.
     pub fn dirty_bytes(&self) -> u64 {
         self.dirty.len() as u64 * BLOCK_BYTES as u64
+    }
+
+    fn mirror_dirty(&self) {
+        self.dirty_pages.store(
+            self.dirty.len() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     /// A page buffer, from the spares when there is one.
@@ -128,6 +138,7 @@ impl Pages {
             }
             self.dirty.insert(index);
         }
+        self.mirror_dirty();
         seq
     }
 
@@ -195,6 +206,7 @@ impl Pages {
     /// Ends a round of [`Pages::written_back`]: a new epoch, and the clean
     /// pages no read needs are dropped.
     pub fn end_round(&mut self) {
+        self.mirror_dirty();
         self.epoch += 1;
         self.evict();
     }

@@ -138,6 +138,16 @@ impl CachedQueue {
             if self.shared.failure().is_some() {
                 return Err(libc::EIO);
             }
+            // Room, as far as a look without the lock can tell (what is
+            // dirty only shrinks meanwhile, but for other writers').
+            let dirty = self
+                .shared
+                .dirty_pages
+                .load(std::sync::atomic::Ordering::Relaxed)
+                * BLOCK_BYTES as u64;
+            if dirty == 0 || dirty + u64::from(len) <= max {
+                return Ok(());
+            }
             let state = self.shared.lock();
             let dirty = state.pages.dirty_bytes();
             if dirty == 0 || dirty + u64::from(len) <= max {
