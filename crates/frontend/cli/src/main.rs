@@ -96,6 +96,13 @@ enum Command {
     Completions(cmd::manual::CompletionsArgs),
 }
 
+/// mimalloc: the data path frees on one thread what another allocated (a
+/// write's log pages, a round's lists); glibc's arenas then contend on a
+/// lock, which the write-back thread and the workers met hundreds of times a
+/// second under `serve --cache journal`.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let direct = !cli.buffered;
