@@ -184,14 +184,13 @@ fn row_of(array: &Array, offset: u64) -> Row {
 /// that group is durable).
 fn trim_for_cache(
     array: &Array,
-    held: &HeldRows,
-    released: u64,
+    held: Held<'_>,
     payloads: Vec<Payload>,
     pages: Vec<u8>,
     rebuilt: (Vec<Payload>, Vec<u8>),
 ) -> (Vec<Payload>, Vec<u8>, u64) {
     let (rebuilt, rebuilt_pages) = rebuilt;
-    if held.is_empty() && rebuilt.is_empty() {
+    if held.rows.is_empty() && rebuilt.is_empty() {
         return (payloads, pages, 0);
     }
     // The (row, member) pages this round writes (a round is a few pages:
@@ -206,9 +205,7 @@ fn trim_for_cache(
         } = payload
         {
             let (row, member) = row_of(array, location * 512);
-            if let Some(&(_, _, group)) =
-                newest_copy(held, released, row, member).filter(|c| c.1 == *checksum)
-            {
+            if let Some(&(_, _, group)) = held.newest(row, member).filter(|c| c.1 == *checksum) {
                 already = true;
                 waits = waits.max(group);
             }
@@ -225,9 +222,11 @@ fn trim_for_cache(
     // cache holds).
     let parity_logged = |row: u64| {
         written.iter().any(|w| w.0 == row)
-            && held
-                .get(&row)
-                .is_none_or(|copies| copies.live(released).all(|c| written.contains(&(row, c.0))))
+            && held.rows.get(&row).is_none_or(|copies| {
+                copies
+                    .live(held.released)
+                    .all(|c| written.contains(&(row, c.0)))
+            })
     };
     let mut kept = Vec::with_capacity(payloads.len() + rebuilt.len());
     let mut kept_pages = Vec::with_capacity(pages.len() + rebuilt_pages.len());
@@ -238,14 +237,7 @@ fn trim_for_cache(
     for (payload, already) in payloads.into_iter().zip(logged) {
         let n = payload.pages() * PAGE_BYTES;
         if matches!(payload, Payload::Parity { .. }) {
-            keep_rebuilt(
-                array,
-                held,
-                released,
-                &mut rebuilt,
-                &mut kept,
-                &mut kept_pages,
-            );
+            keep_rebuilt(array, held, &mut rebuilt, &mut kept, &mut kept_pages);
         }
         let drop = already
             || matches!(&payload, Payload::Parity { location, .. } if !parity_logged(*location));
@@ -255,14 +247,7 @@ fn trim_for_cache(
         }
         at += n;
     }
-    keep_rebuilt(
-        array,
-        held,
-        released,
-        &mut rebuilt,
-        &mut kept,
-        &mut kept_pages,
-    );
+    keep_rebuilt(array, held, &mut rebuilt, &mut kept, &mut kept_pages);
     (kept, kept_pages, waits)
 }
 
@@ -288,9 +273,24 @@ fn file_copies(array: &Array, w: &mut Writer) {
     }
 }
 
-/// The newest copy a write cache holds of `member`'s page in `row`.
-fn newest_copy(held: &HeldRows, released: u64, row: u64, member: u32) -> Option<&(u32, u32, u64)> {
-    held.get(&row)?.live(released).rev().find(|c| c.0 == member)
+/// What a write cache holds in the log: the row table, read with the log's
+/// `released` (copies of groups up to it are no longer held, see
+/// [`Copies`]).
+#[derive(Clone, Copy)]
+struct Held<'a> {
+    rows: &'a HeldRows,
+    released: u64,
+}
+
+impl<'a> Held<'a> {
+    /// The newest copy the cache holds of `member`'s page in `row`.
+    fn newest(self, row: u64, member: u32) -> Option<&'a (u32, u32, u64)> {
+        self.rows
+            .get(&row)?
+            .live(self.released)
+            .rev()
+            .find(|c| c.0 == member)
+    }
 }
 
 /// The copies a write cache logged in one row, oldest first: member,
@@ -382,8 +382,7 @@ impl std::hash::Hasher for RowHasher {
 /// row's last parity).
 fn keep_rebuilt(
     array: &Array,
-    held: &HeldRows,
-    released: u64,
+    held: Held<'_>,
     rebuilt: &mut Option<(Vec<Payload>, Vec<u8>)>,
     kept: &mut Vec<Payload>,
     kept_pages: &mut Vec<u8>,
@@ -399,7 +398,7 @@ fn keep_rebuilt(
             continue;
         };
         let (row, member) = row_of(array, location * 512);
-        let newer = newest_copy(held, released, row, member).is_some_and(|c| c.1 != *checksum);
+        let newer = held.newest(row, member).is_some_and(|c| c.1 != *checksum);
         if !newer {
             kept.push(payload);
             kept_pages.extend_from_slice(&rebuilt_pages[i * PAGE_BYTES..(i + 1) * PAGE_BYTES]);
@@ -988,8 +987,11 @@ impl MdJournal {
     ) -> u64 {
         let mut w = self.writer();
         file_copies(array, &mut w);
-        let (payloads, pages, waits) =
-            trim_for_cache(array, &w.held_rows, w.released, payloads, pages, rebuilt);
+        let held = Held {
+            rows: &w.held_rows,
+            released: w.released,
+        };
+        let (payloads, pages, waits) = trim_for_cache(array, held, payloads, pages, rebuilt);
         if payloads.is_empty() && waits > 0 {
             return waits;
         }
@@ -1650,6 +1652,10 @@ mod tests {
                 more: vec![(y, 6, 4)],
             },
         );
+        let view = |released| Held {
+            rows: &held,
+            released,
+        };
         let kinds = |kept: &[Payload]| {
             kept.iter()
                 .map(|p| matches!(p, Payload::Parity { .. }))
@@ -1659,17 +1665,17 @@ mod tests {
         // waits for group 3), and y, held and not in the round, keeps the
         // parity out.
         let (payloads, pages) = round(5);
-        let (kept, _, waits) = trim_for_cache(&array, &held, 0, payloads, pages, (vec![], vec![]));
+        let (kept, _, waits) = trim_for_cache(&array, view(0), payloads, pages, (vec![], vec![]));
         assert_eq!((kinds(&kept), waits), (vec![], 3));
         // Group 3 released (groups are released oldest first): x's copy
         // no longer stands for the page, which is logged again; y still
         // holds the parity back.
         let (payloads, pages) = round(5);
-        let (kept, _, waits) = trim_for_cache(&array, &held, 3, payloads, pages, (vec![], vec![]));
+        let (kept, _, waits) = trim_for_cache(&array, view(3), payloads, pages, (vec![], vec![]));
         assert_eq!((kinds(&kept), waits), (vec![false], 0));
         // Group 4 released too: nothing is held, page and parity are logged.
         let (payloads, pages) = round(5);
-        let (kept, _, waits) = trim_for_cache(&array, &held, 4, payloads, pages, (vec![], vec![]));
+        let (kept, _, waits) = trim_for_cache(&array, view(4), payloads, pages, (vec![], vec![]));
         assert_eq!((kinds(&kept), waits), (vec![false, true], 0));
         array.close().unwrap();
     }

@@ -222,9 +222,7 @@ impl CachedQueue {
                 // is logged first, then this write), or the journal wants its
                 // cached pages written back before it takes more.
                 Ok(None) => std::thread::sleep(std::time::Duration::from_micros(20)),
-                Ok(Some(ticket)) if shared.journal.is_some() => {
-                    break Ok(Taken::Journaled(ticket));
-                }
+                Ok(Some(ticket)) if shared.journal.is_some() => break Ok(Taken::Journaled(ticket)),
                 Ok(Some(seq)) => break Ok(Taken::Cached(seq)),
                 Err(e) => break Err(e),
             }
