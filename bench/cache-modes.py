@@ -4,10 +4,11 @@ NBD engine, 4 KiB random writes at QD 32 and 1 MiB sequential writes.
 
 The array is a RAID 0 of four files in --dir (tmpfs by default) and the
 journal a fifth file there, so the journal member is exactly as fast as each
-array member. With --level 5 --md-journal the array is a RAID 5 created with
-md's write journal on that fifth file (`create --write-journal`): every mode
-then logs each write-back through it, and `journal` is md's write-back mode
-on it (no --journal).
+array member. With --level 5 the array is a RAID 5 created with md's write
+journal on that fifth file (`create --write-journal`; `serve --journal` on
+RAID 4/5/6 would add md's journal to the array all the same): every mode then
+logs each write-back through it, and `journal` is md's write-back mode on it
+(no --journal). --md-journal is accepted and changes nothing.
 Modes alternate within each repetition, each on a freshly started server (the machine is shared and noisy);
 the medians and the ratios to writeback are printed, and with --json saved.
 
@@ -78,7 +79,8 @@ def main():
                     help="where the journal file goes (default: --dir); e.g. tmpfs in front of disk members")
     ap.add_argument("--level", default="0", choices=["0", "5"])
     ap.add_argument("--md-journal", action="store_true",
-                    help="RAID 5 created with md's write journal on the journal file")
+                    help="(implied by --level 5) RAID 5 created with md's write journal on the "
+                         "journal file")
     ap.add_argument("--dir", default="/dev/shm",
                     help="where the member and journal files go (default tmpfs; a disk directory "
                          "gives members with a device's latency, O_DIRECT)")
@@ -99,10 +101,12 @@ def main():
         JOURNAL[0] = os.path.join(jdir, "j")
         with open(JOURNAL[0], "wb") as f:
             f.truncate(a.journal_size << 20)
-        MD_JOURNAL[0] = a.md_journal
         if a.md_journal and a.level != "5":
             sys.exit("--md-journal needs --level 5")
-        policy = ["--write-journal", JOURNAL[0]] if a.md_journal else []
+        # On RAID 4/5/6 nvraid's journal is md's, kept in the superblocks:
+        # every mode is served with it.
+        MD_JOURNAL[0] = a.level == "5"
+        policy = ["--write-journal", JOURNAL[0]] if MD_JOURNAL[0] else []
         subprocess.run([NVRAID, "create", "--level", a.level, "--size", f"{a.member_size}M", *policy,
                         *members], check=True, capture_output=True)
         # Every page of every file written once before the first

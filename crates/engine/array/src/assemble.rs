@@ -196,7 +196,15 @@ pub fn assemble(specs: &[String], options: AssembleOptions) -> Result<Array> {
     for placed in &decision.roles {
         slots.push(match placed {
             Some(index) => {
-                let (member, sb) = taken[*index].take().expect("placed once");
+                let (member, mut sb) = taken[*index].take().expect("placed once");
+                if has_journal {
+                    // Array-wide features are the freshest superblock's (as
+                    // md takes them): a member that `add_journal`, cut short,
+                    // left without the journal feature and with its old
+                    // bitmap takes the journal's from here on, no bitmap.
+                    sb.feature_map |= features::JOURNAL;
+                    sb.feature_map &= !features::BITMAP_OFFSET;
+                }
                 Some(Slot::new(member, sb)?)
             }
             None => None,

@@ -77,6 +77,8 @@ pub enum Error {
     RebuildTarget { spec: String, source: io::Error },
     #[error("{spec}: cannot be re-added: {why}")]
     NotReAddable { spec: String, why: String },
+    #[error("{spec}: cannot become the array's write journal: {why}")]
+    NoJournal { spec: String, why: String },
     #[error("split brain: {0}")]
     SplitBrain(String),
     #[error("bytes {offset}+{len} of the array have no readable copy (the members holding them are missing, being recovered there, or list the range as bad blocks)")]

@@ -6,6 +6,7 @@
 //! | name | where |
 //! |---|---|
 //! | `stripe-write` | a RAID 4/5/6 member write has been issued (psync: done) and the next is not |
+//! | `add-journal-superblock` | `add_journal` has written and flushed one more superblock (the journal's first, then each member's) |
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;

@@ -7,6 +7,7 @@
 //!   clean/dirty state;
 //! - [`info`]: what `detail` and `examine` print.
 
+mod add_journal;
 mod array;
 mod assemble;
 mod create;
@@ -23,6 +24,7 @@ mod signature;
 mod stripe;
 mod target;
 
+pub use add_journal::{add_journal, AddJournalOptions, JournalAdded};
 pub use array::{read_superblock, Array, MemberCounters, ReadLimit, SetAsideMember, Slot};
 pub use assemble::{assemble, geometry_of, has_every_byte, level_of, AssembleOptions};
 pub use create::{

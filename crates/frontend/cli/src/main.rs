@@ -64,6 +64,8 @@ enum Command {
     Write(cmd::io::WriteArgs),
     /// Put a new member into a degraded RAID 1/10 and rebuild it (or add a spare).
     Add(cmd::manage::AddArgs),
+    /// Give a RAID 4/5/6 md's write journal on a member of its own (mdadm's --add-journal).
+    AddJournal(cmd::manage::AddJournalArgs),
     /// Finish the rebuild of members whose recovery was cut short.
     Rebuild(cmd::manage::RebuildArgs),
     /// Take a RAID 1/10 member out and rebuild a new one in its place.
@@ -130,6 +132,7 @@ fn main() -> ExitCode {
         Command::Assemble(args) => cmd::assemble::run(args, direct),
         Command::Write(args) => cmd::io::write(args, direct),
         Command::Add(args) => cmd::manage::add(args, direct),
+        Command::AddJournal(args) => cmd::manage::add_journal(args, direct),
         Command::Rebuild(args) => cmd::manage::rebuild(args, direct),
         Command::Fail(args) => cmd::manage::fail(args, direct),
         Command::Remove(args) => cmd::manage::remove(args),

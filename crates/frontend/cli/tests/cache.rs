@@ -186,6 +186,10 @@ fn crash_rounds_on(
     } else {
         std::fs::write(d.join("j"), vec![0u8; 24 << 20]).unwrap();
     }
+    // md's journal: created with the array, or added by the first serve
+    // (`--journal` on RAID 4/5/6).
+    let md_log = create_extra.contains(&"--write-journal")
+        || (["4", "5", "6"].contains(&level) && extra.contains(&"--journal"));
     let ledger = Arc::new(Mutex::new(Ledger::default()));
     let mut delays = 0x2545_f491_4f6c_dd1du64;
     for round in 0..rounds {
@@ -207,6 +211,9 @@ fn crash_rounds_on(
         }
         let mut server = serve_with(d, &members, extra);
         let log = std::fs::read_to_string(d.join("serve.log")).unwrap();
+        if md_log && extra.contains(&"--cache") {
+            assert!(log.contains("on md's write journal"), "{log}");
+        }
         {
             let mut ledger = ledger.lock().unwrap();
             assert!(
@@ -237,21 +244,34 @@ fn crash_rounds_on(
         }
         server.kill().unwrap();
         server.wait().unwrap();
-        if create_extra.contains(&"--write-journal") {
+        if md_log {
             // md's journal closes the write hole: after its replay every
             // stripe's parity matches its data, whatever the kill cut.
+            let mut with_journal = members.clone();
+            if !with_journal.iter().any(|m| m == "j") {
+                with_journal.push("j".to_string());
+            }
             assert_checks_clean(
                 d,
-                &members,
+                &with_journal,
                 &format!("round {round}: parity differs from data after the replay"),
             );
         }
     }
 }
 
+/// RAID 5 with `--journal j`: the first serve adds `j` to the array as
+/// md's write journal, and every round logs there in md's format.
 #[test]
 fn journal_keeps_every_acknowledged_write_through_kill_9() {
     crash_rounds("5", &["--cache", "journal", "--journal", "j"], None, 4);
+}
+
+/// RAID 10 with `--journal j`: nvraid's own journal format (md journals
+/// RAID 4/5/6 only).
+#[test]
+fn nvraid_journal_keeps_every_acknowledged_write_on_raid10_through_kill_9() {
+    crash_rounds("10", &["--cache", "journal", "--journal", "j"], None, 3);
 }
 
 /// The same with md's write journal (RAID 5 created with

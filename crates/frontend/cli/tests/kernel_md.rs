@@ -489,10 +489,36 @@ fn kernel_md_assembles_arrays_nvraid_built_over_nbd_members() {
 #[test]
 fn kernel_md_assembles_nvraid_journal_arrays() {
     let dir = tempfile::tempdir().unwrap();
-    let clean = journaled(dir.path(), "k-raid5-jrnl", "5", 4, Fill::Write);
-    let crashed = journaled(dir.path(), "k-raid6-jrnl-crash", "6", 4, Fill::Killed);
-    let cached = journaled(dir.path(), "k-raid5-jrnl-cache", "5", 3, Fill::CacheKilled);
-    kernel_reads(&[clean, crashed, cached]);
+    let clean = journaled(dir.path(), "k-raid5-jrnl", "5", 4, Fill::Write, false);
+    let crashed = journaled(
+        dir.path(),
+        "k-raid6-jrnl-crash",
+        "6",
+        4,
+        Fill::Killed,
+        false,
+    );
+    let cached = journaled(
+        dir.path(),
+        "k-raid5-jrnl-cache",
+        "5",
+        3,
+        Fill::CacheKilled,
+        false,
+    );
+    // Arrays created without a journal, which nvraid then adds: `serve
+    // --cache journal --journal J` on a RAID 5 (killed after the copy), and
+    // `add-journal` on a RAID 6 before a server killed after the copy.
+    let added = journaled(
+        dir.path(),
+        "k-raid5-jrnl-add",
+        "5",
+        4,
+        Fill::CacheKilled,
+        true,
+    );
+    let added6 = journaled(dir.path(), "k-raid6-jrnl-add", "6", 5, Fill::Killed, true);
+    kernel_reads(&[clean, crashed, cached, added, added6]);
 }
 
 /// How a journaled array is filled with the pattern.
@@ -510,30 +536,64 @@ enum Fill {
 
 /// An array of `count` members and a journal (`NAME-j.img`), filled with
 /// the pattern by `nvraid write`, or by `nvraid serve` killed afterwards.
-fn journaled(dir: &Path, name: &str, level: &'static str, count: usize, fill: Fill) -> Made {
+/// `added`: the array is created without a journal (with its default
+/// bitmap) and nvraid adds one (`serve --cache journal --journal J` for
+/// [`Fill::CacheKilled`], `add-journal` otherwise).
+fn journaled(
+    dir: &Path,
+    name: &str,
+    level: &'static str,
+    count: usize,
+    fill: Fill,
+    added: bool,
+) -> Made {
     let journal = format!("{name}-j.img");
-    let options = ["--write-journal", journal.as_str(), "--chunk", "16K"];
-    let (mut members, size) = created(dir, name, level, count, &options);
-    members.push(journal);
-    let d = {
+    let options: &[&str] = if added {
+        &["--chunk", "16K"]
+    } else {
+        &["--write-journal", journal.as_str(), "--chunk", "16K"]
+    };
+    let (mut members, size) = created(dir, name, level, count, options);
+    let mut serve_extra: Vec<&str> = Vec::new();
+    if added {
+        std::fs::write(dir.join(&journal), vec![0u8; 8 << 20]).unwrap();
+        if fill == Fill::CacheKilled {
+            serve_extra.extend(["--journal", journal.as_str()]);
+        } else {
+            let mut args = vec!["add-journal", "--journal", journal.as_str()];
+            args.extend(members.iter().map(String::as_str));
+            ok(&args, dir);
+        }
+    }
+    let data_members = members.clone();
+    members.push(journal.clone());
+    if serve_extra.is_empty() {
         let mut args = vec!["detail", "--json"];
         args.extend(members.iter().map(String::as_str));
-        serde_json::from_str::<serde_json::Value>(&ok(&args, dir)).unwrap()
-    };
-    assert_eq!(d["consistency_policy"], "journal", "{d}");
+        let d = serde_json::from_str::<serde_json::Value>(&ok(&args, dir)).unwrap();
+        assert_eq!(d["consistency_policy"], "journal", "{d}");
+    }
     let data = if fill != Fill::Write {
-        let extra: &[&str] = if fill == Fill::CacheKilled {
-            &["--cache", "journal"]
+        let mut extra: Vec<&str> = if fill == Fill::CacheKilled {
+            vec!["--cache", "journal"]
         } else {
-            &[]
+            vec![]
         };
-        let data = copy_then_kill(dir, name, size, &members, extra);
+        extra.extend(&serve_extra);
+        // A journal `serve` adds is named with --journal, not as a member.
+        let served = if serve_extra.is_empty() {
+            &members
+        } else {
+            &data_members
+        };
+        let data = copy_then_kill(dir, name, size, served, &extra);
         let mut args = vec!["detail", "--json"];
         args.extend(members.iter().map(String::as_str));
         let d: serde_json::Value = serde_json::from_str(&ok(&args, dir)).unwrap();
         // md's rule: a journaled array stays clean; the log holds what a
         // crash may have torn, and the kernel replays nvraid's units.
         assert_eq!(d["state"], "clean", "{d}");
+        assert_eq!(d["consistency_policy"], "journal", "{d}");
         let journal = d["members"]
             .as_array()
             .unwrap()

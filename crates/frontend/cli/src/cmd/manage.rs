@@ -26,6 +26,58 @@ pub struct AddArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct AddJournalArgs {
+    /// The new journal: a fast device or file of its own (its whole space
+    /// past the array's metadata area becomes the log, at least 4 MiB).
+    #[arg(long, value_name = "MEMBER")]
+    journal: String,
+    /// Use a journal member that carries a filesystem or another array.
+    #[arg(long, short = 'f')]
+    force: bool,
+    /// Print the outcome as JSON.
+    #[arg(long)]
+    json: bool,
+    /// The array's members (every working member, and any spares).
+    #[arg(required = true)]
+    members: Vec<String>,
+}
+
+/// `add-journal`: md's write journal for an existing RAID 4/5/6, written
+/// offline (no server may hold the members).
+pub fn add_journal(args: &AddJournalArgs, direct: bool) -> Result<u8> {
+    let added = nvraid_array::add_journal(
+        &args.members,
+        &args.journal,
+        nvraid_array::AddJournalOptions {
+            direct,
+            force: args.force,
+        },
+    )?;
+    print_journal_added(&added);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&added)?);
+    }
+    Ok(0)
+}
+
+/// What adding md's journal did, on stderr.
+pub fn print_journal_added(added: &nvraid_array::JournalAdded) {
+    eprintln!(
+        "nvraid: {} is now the array's write journal (md's format, device slot {}, {} of log); \
+         name it with the members from now on",
+        added.journal,
+        added.dev_number,
+        format_size(added.log_bytes)
+    );
+    if added.bitmap_removed {
+        eprintln!(
+            "nvraid: the array's write-intent bitmap was removed: md keeps a journal or a \
+             bitmap, not both (the journal closes the write hole the bitmap's resync covered)"
+        );
+    }
+}
+
+#[derive(Args, Debug)]
 pub struct RemoveArgs {
     /// The member to take out: a faulty member, or an unused hot spare.
     #[arg(long, value_name = "MEMBER")]

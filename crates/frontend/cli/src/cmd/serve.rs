@@ -45,7 +45,9 @@ pub struct ServeCmd {
     #[arg(long, value_enum, default_value = "none")]
     cache: CacheChoice,
     /// --cache journal: the member holding the journal (a fast device or
-    /// file of at least 16 MiB, not a member of the array).
+    /// file, not a member of the array). RAID 4/5/6: md's write journal,
+    /// added to the array the first time (see add-journal); RAID 0/1/10:
+    /// nvraid's own journal, at least 16 MiB.
     #[arg(long, value_name = "MEMBER")]
     journal: Option<String>,
     /// --cache writeback|journal: the most written data held in RAM and
@@ -85,18 +87,8 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
     let mut options = args.serve.to_options().map_err(anyhow::Error::msg)?;
     let writable = !options.read_only;
     // Every check of the cache's flags and the journal member comes before
-    // the array is assembled for writing.
-    let md_journal =
-        args.cache == CacheChoice::Journal && cache::has_md_journal(&args.members, direct);
+    // the array is assembled for writing (or md's journal added to it).
     match (args.cache, &args.journal) {
-        (CacheChoice::Journal, None) if !md_journal => anyhow::bail!(
-            "--cache journal needs --journal MEMBER (or an array created with --write-journal, \
-             whose journal it then uses)"
-        ),
-        (CacheChoice::Journal, Some(journal)) if md_journal => anyhow::bail!(
-            "the array keeps md's write journal (create --write-journal): --cache journal logs \
-             there, so --journal {journal} is not used; leave it out"
-        ),
         (CacheChoice::None | CacheChoice::Writeback, Some(_)) => {
             anyhow::bail!("--journal is only for --cache journal")
         }
@@ -114,16 +106,46 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
             args.cache_dirty_max.unwrap_or(0)
         );
     }
-    let journal_member = match &args.journal {
-        Some(spec) => Some(cache::check_journal(
-            spec,
-            &args.members,
-            args.force,
-            direct,
-        )?),
+    // On RAID 4/5/6 the journal is md's: added to the array (its
+    // superblocks) the first time, named with the members after that.
+    let mut members = args.members.clone();
+    let mut journal = args.journal.clone();
+    if let Some(spec) = journal.as_deref() {
+        if let Some(add) = cache::md_journal_plan(spec, &members, direct) {
+            if add {
+                let added = nvraid_array::add_journal(
+                    &members,
+                    spec,
+                    nvraid_array::AddJournalOptions {
+                        direct,
+                        force: args.force,
+                    },
+                )?;
+                crate::cmd::manage::print_journal_added(&added);
+            }
+            if !members.iter().any(|m| m == spec) {
+                members.push(spec.to_string());
+            }
+            journal = None;
+        }
+    }
+    let md_journal = args.cache == CacheChoice::Journal && cache::has_md_journal(&members, direct);
+    match (args.cache, &journal) {
+        (CacheChoice::Journal, None) if !md_journal => anyhow::bail!(
+            "--cache journal needs --journal MEMBER (or an array created with --write-journal, \
+             whose journal it then uses)"
+        ),
+        (CacheChoice::Journal, Some(journal)) if md_journal => anyhow::bail!(
+            "the array keeps md's write journal (create --write-journal): --cache journal logs \
+             there, so --journal {journal} is not used; leave it out"
+        ),
+        _ => {}
+    }
+    let journal_member = match &journal {
+        Some(spec) => Some(cache::check_journal(spec, &members, args.force, direct)?),
         None => None,
     };
-    if md_journal && cache::would_be_degraded(&args.members, direct)? {
+    if md_journal && cache::would_be_degraded(&members, direct)? {
         // md turns its write-back mode off on a degraded array; so does
         // nvraid, before it starts. Decided from the superblocks, before
         // anything is written.
@@ -134,7 +156,7 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
         );
     }
     let array = Arc::new(assemble(
-        &args.members,
+        &members,
         AssembleOptions {
             writable,
             direct,

@@ -36,6 +36,60 @@ pub fn has_md_journal(members: &[String], direct: bool) -> bool {
         .any(|(_, sb)| sb.feature_map & nvraid_metadata::features::JOURNAL != 0)
 }
 
+/// `--cache journal --journal SPEC` on the array on `members`: whether the
+/// journal is md's (RAID 4/5/6), and then whether it must first be added to
+/// the array (`Some(true)`) or already is its journal (`Some(false)`).
+/// `None`: nvraid's own journal (RAID 0/1/10; or a RAID 4/5/6 whose
+/// journal an earlier nvraid kept in its own format, replayed and kept so;
+/// or an array whose md journal is another member, which the caller
+/// refuses). A look that writes nothing; what it cannot read is left to the
+/// checks that follow to name.
+pub fn md_journal_plan(spec: &str, members: &[String], direct: bool) -> Option<bool> {
+    let found = superblocks(members, direct);
+    let (member_spec, first) = found.first()?;
+    let level = nvraid_array::level_of(first, member_spec).ok()?;
+    if level.parity_chunks() == 0 {
+        return None;
+    }
+    let open = OpenOptions {
+        direct: false,
+        ..Default::default()
+    };
+    let journal = Member::open(spec, open).ok();
+    if let Some(journal) = &journal {
+        match journal::read_superblock(journal, &first.set_uuid) {
+            Ok(Some(_)) => {
+                eprintln!(
+                    "nvraid: journal {spec} is in nvraid's own format (written before nvraid \
+                     used md's for RAID 4/5/6); it is replayed and kept in that format"
+                );
+                return None;
+            }
+            // Another array's nvraid journal, or a damaged one: the checks
+            // that follow refuse it by name.
+            Err(
+                journal::JournalError::OtherArray { .. } | journal::JournalError::Superblock { .. },
+            ) => return None,
+            // No nvraid journal (or too small for one: md's is checked next).
+            Ok(None) | Err(_) => {}
+        }
+    }
+    let is_md_journal = journal
+        .as_ref()
+        .and_then(|j| read_superblock(j).ok())
+        .is_some_and(|sb| {
+            sb.set_uuid == first.set_uuid && sb.role() == nvraid_metadata::Role::Journal
+        });
+    let every_member_has_one = found
+        .iter()
+        .all(|(_, sb)| sb.feature_map & nvraid_metadata::features::JOURNAL != 0);
+    match (is_md_journal, every_member_has_one) {
+        (true, true) => Some(false),
+        (false, true) => None,
+        (_, false) => Some(true),
+    }
+}
+
 /// Whether the array on `members` would assemble with a role missing:
 /// md's assembly decision on their superblocks alone (nothing replayed,
 /// nothing written). Members that cannot be read count as missing.
