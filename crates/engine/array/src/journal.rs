@@ -264,10 +264,7 @@ fn file_copies(array: &Array, w: &mut Writer) {
         match w.held_rows.entry(row) {
             std::collections::hash_map::Entry::Occupied(mut e) => e.get_mut().add(copy, released),
             std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(Copies {
-                    first: copy,
-                    more: Vec::new(),
-                });
+                e.insert(Copies::new(copy));
             }
         }
     }
@@ -301,15 +298,28 @@ impl<'a> Held<'a> {
 /// would cost a lookup per page released: it is left out when the row is
 /// looked at, dropped when the row gets a new copy, and swept out with the
 /// others once they outnumber the held ones ([`MdJournal::release_through`]).
+///
+/// Kept small (32 bytes with its key in the table: a row's other copies
+/// behind one pointer): the table is probed at random once per page cached
+/// and once per page written back, and its size decides how many of those
+/// probes miss the processor's caches.
 #[derive(Debug)]
 struct Copies {
     first: (u32, u32, u64),
-    more: Vec<(u32, u32, u64)>,
+    more: Option<Box<[(u32, u32, u64)]>>,
 }
 
 impl Copies {
+    fn new(first: (u32, u32, u64)) -> Copies {
+        Copies { first, more: None }
+    }
+
+    fn more(&self) -> &[(u32, u32, u64)] {
+        self.more.as_deref().unwrap_or(&[])
+    }
+
     fn iter(&self) -> impl DoubleEndedIterator<Item = &(u32, u32, u64)> {
-        std::iter::once(&self.first).chain(self.more.iter())
+        std::iter::once(&self.first).chain(self.more().iter())
     }
 
     /// The copies still held when groups up to `released` are released.
@@ -324,11 +334,14 @@ impl Copies {
         if dead == 0 {
             return false;
         }
-        if dead > self.more.len() {
+        if dead > self.more().len() {
             return true;
         }
-        self.first = self.more[dead - 1];
-        self.more.drain(..dead);
+        let more = self.more.take().expect("dead copies past the first");
+        self.first = more[dead - 1];
+        if dead < more.len() {
+            self.more = Some(more[dead..].into());
+        }
         false
     }
 
@@ -336,9 +349,12 @@ impl Copies {
     fn add(&mut self, copy: (u32, u32, u64), released: u64) {
         if self.purge(released) {
             self.first = copy;
-            self.more.clear();
+            self.more = None;
         } else {
-            self.more.push(copy);
+            // (Rare: a row with copies of more than one page.)
+            let mut more = self.more.take().map(Vec::from).unwrap_or_default();
+            more.push(copy);
+            self.more = Some(more.into_boxed_slice());
         }
     }
 }
@@ -1649,7 +1665,7 @@ mod tests {
             row,
             Copies {
                 first: (x, 5, 3),
-                more: vec![(y, 6, 4)],
+                more: Some(vec![(y, 6, 4)].into()),
             },
         );
         let view = |released| Held {
@@ -1687,7 +1703,7 @@ mod tests {
     fn a_rows_released_copies_drop_out_in_order() {
         let mut copies = Copies {
             first: (0, 1, 1),
-            more: vec![(1, 2, 2), (0, 3, 3)],
+            more: Some(vec![(1, 2, 2), (0, 3, 3)].into()),
         };
         let all = |c: &Copies| c.iter().copied().collect::<Vec<_>>();
         let live = |c: &Copies, r| c.live(r).copied().collect::<Vec<_>>();
