@@ -105,6 +105,17 @@ pub fn add_journal(
             "the array is degraded (role {missing} is missing); rebuild it first"
         )));
     }
+    if let Some((member, _)) = found
+        .iter()
+        .find(|(_, sb)| sb.feature_map & features::RECOVERY_OFFSET != 0)
+    {
+        // (A rebuild by bitmap would lose its list of what to copy with the
+        // bitmap.)
+        return Err(refuse(format!(
+            "{} is being rebuilt; finish the rebuild first (`nvraid rebuild`)",
+            member.spec()
+        )));
+    }
     if let Some((index, why)) = decision
         .set_aside
         .iter()
@@ -155,7 +166,9 @@ pub fn add_journal(
                 .into(),
         ));
     }
-    if earlier.is_none() && reference.resync_offset != RESYNC_CLEAN {
+    // (Also when finishing: an array served without its half-added journal
+    // and then cut short needs its resync all the same.)
+    if reference.resync_offset != RESYNC_CLEAN {
         return Err(refuse(
             "the array needs its resync, which a journal would make md skip (run `nvraid \
              repair`, or serve the array until its resync ends)"

@@ -135,6 +135,24 @@ fn add_journal_refusals_change_nothing() {
     serving.extend(["--cache", "journal", "--journal", "small"]);
     serving.extend(members.iter().map(String::as_str));
     refused(&serving, d, &["small", "too small"]);
+    // A member mid-rebuild (md's recovery offset recorded on it; a rebuild
+    // by bitmap would lose the bitmap).
+    {
+        let path = d.join("m1");
+        let mut bytes = std::fs::read(&path).unwrap();
+        let mut sb = nvraid_metadata::Superblock::decode(&bytes[4096..8192]).unwrap();
+        sb.feature_map |= nvraid_metadata::features::RECOVERY_OFFSET;
+        sb.recovery_offset = 1 << 10;
+        sb.encode(&mut bytes[4096..8192]).unwrap();
+        let before = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes).unwrap();
+        refused(
+            &add_journal_args(&members, "j"),
+            d,
+            &["j", "m1 is being rebuilt"],
+        );
+        std::fs::write(&path, before).unwrap();
+    }
     // Levels md journals not.
     ok(&["create", "--level", "1", "--size", "32M", "r0", "r1"], d);
     refused(
