@@ -266,3 +266,50 @@ fn add_journal_cut_short_by_a_crash_is_finished_by_running_it_again() {
         assert_eq!(data_sha(d, &all), pattern);
     }
 }
+
+/// Cut short after the journal's superblock, then served without the
+/// journal and killed while writing: the array needs its resync, so the
+/// re-run that would finish the job is refused (a journal would make md skip
+/// the resync) until `repair` has run; then it finishes, and the array keeps
+/// what was written.
+#[test]
+fn a_cut_short_add_on_an_array_then_crashed_waits_for_its_resync() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (members, _) = raid5_with_data(d);
+    std::fs::write(d.join("j"), vec![0u8; 24 << 20]).unwrap();
+    let crashed = Command::new(env!("CARGO_BIN_EXE_nvraid"))
+        .args(add_journal_args(&members, "j"))
+        .env("NVRAID_FAILPOINT", "add-journal-superblock:1")
+        .current_dir(d)
+        .output()
+        .unwrap();
+    assert!(!crashed.status.success(), "{crashed:?}");
+    let mut server = serve(d, &members);
+    std::fs::write(d.join("one"), vec![0x5au8; 1 << 20]).unwrap();
+    let copied = Command::new("nbdcopy")
+        .arg(d.join("one"))
+        .arg(format!(
+            "nbd+unix:///?socket={}",
+            d.join("md.sock").display()
+        ))
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    server.kill().unwrap();
+    server.wait().unwrap();
+    refused(&add_journal_args(&members, "j"), d, &["j", "resync"]);
+    let mut repair = vec!["repair"];
+    repair.extend(members.iter().map(String::as_str));
+    ok(&repair, d);
+    ok(&add_journal_args(&members, "j"), d);
+    let mut all = members.clone();
+    all.push("j".into());
+    let after = detail(d, &all);
+    assert_eq!(after["consistency_policy"], "journal", "{after}");
+    assert_eq!(after["state"], "clean", "{after}");
+    let mut read = vec!["read", "--length", "1M"];
+    read.extend(all.iter().map(String::as_str));
+    assert_eq!(ok_bytes(&read, d), vec![0x5au8; 1 << 20]);
+    assert_checks_clean(d, &all, "parity after the resync and the journal");
+}

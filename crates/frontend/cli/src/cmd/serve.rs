@@ -136,8 +136,9 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
              whose journal it then uses)"
         ),
         (CacheChoice::Journal, Some(journal)) if md_journal => anyhow::bail!(
-            "the array keeps md's write journal (create --write-journal): --cache journal logs \
-             there, so --journal {journal} is not used; leave it out"
+            "the array keeps md's write journal on another member (create --write-journal or \
+             add-journal): --cache journal logs there, so --journal {journal} is not used; name \
+             the array's journal with the members instead"
         ),
         _ => {}
     }
