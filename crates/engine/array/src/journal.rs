@@ -890,12 +890,19 @@ impl MdJournal {
         while w.open_cached.front().is_some_and(|g| g.0 <= ticket) {
             w.open_cached.pop_front();
         }
-        // Rows whose copies are all released are swept out once they may
-        // outnumber the rows held: one pass over the table, not a lookup
-        // per page released.
-        if w.held_rows.len() > 2 * w.held_count + 1024 {
+        // Rows whose copies are all released are swept out once they are
+        // a fifth of the table: one pass over the table, not a lookup per
+        // page released. The table is probed at random (once per page
+        // cached, once per page written back), so it is kept near the size
+        // of what is held, and given back its room once it is three times
+        // larger than that: the smaller it is, the fewer probes miss the
+        // processor's caches.
+        if w.held_rows.len() > w.held_count + w.held_count / 4 + 1024 {
             let released = w.released;
             w.held_rows.retain(|_, copies| !copies.purge(released));
+            if w.held_rows.capacity() > 3 * w.held_rows.len().max(1024) {
+                w.held_rows.shrink_to(2 * w.held_rows.len());
+            }
         }
     }
 
