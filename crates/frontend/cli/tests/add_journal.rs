@@ -45,6 +45,44 @@ fn add_journal_args<'a>(members: &'a [String], journal: &'a str) -> Vec<&'a str>
     args
 }
 
+/// `add-journal --journal j` on `members`, the process aborted after
+/// `written` superblock writes (failpoint `add-journal-superblock`).
+fn add_journal_cut_short(d: &Path, members: &[String], written: u32) {
+    let crashed = Command::new(env!("CARGO_BIN_EXE_nvraid"))
+        .args(add_journal_args(members, "j"))
+        .env(
+            "NVRAID_FAILPOINT",
+            format!("add-journal-superblock:{written}"),
+        )
+        .current_dir(d)
+        .output()
+        .unwrap();
+    assert!(!crashed.status.success(), "{written}: {crashed:?}");
+    assert!(
+        String::from_utf8_lossy(&crashed.stderr).contains("failpoint"),
+        "{crashed:?}"
+    );
+}
+
+/// A server on `members` is sent 1 MiB of 0x5a at offset 0 (nbdcopy), then
+/// killed with SIGKILL: the array is left needing its resync.
+fn write_then_kill(d: &Path, members: &[String]) {
+    let mut server = serve(d, members);
+    std::fs::write(d.join("one"), vec![0x5au8; 1 << 20]).unwrap();
+    let copied = Command::new("nbdcopy")
+        .arg(d.join("one"))
+        .arg(format!(
+            "nbd+unix:///?socket={}",
+            d.join("md.sock").display()
+        ))
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    std::fs::remove_file(d.join("one")).unwrap();
+    server.kill().unwrap();
+    server.wait().unwrap();
+}
+
 #[test]
 fn add_journal_gives_a_raid5_mds_journal_and_keeps_its_data() {
     let dir = tempfile::tempdir().unwrap();
@@ -182,20 +220,7 @@ fn add_journal_refusals_change_nothing() {
         &["j", "partial parity log"],
     );
     // An array that needs its resync (a server killed while writing).
-    let mut server = serve(d, &members);
-    std::fs::write(d.join("one"), vec![0x5au8; 1 << 20]).unwrap();
-    let copied = Command::new("nbdcopy")
-        .arg(d.join("one"))
-        .arg(format!(
-            "nbd+unix:///?socket={}",
-            d.join("md.sock").display()
-        ))
-        .status()
-        .unwrap();
-    assert!(copied.success());
-    std::fs::remove_file(d.join("one")).unwrap();
-    server.kill().unwrap();
-    server.wait().unwrap();
+    write_then_kill(d, &members);
     assert_eq!(
         detail(d, &members)["state"],
         "active",
@@ -226,20 +251,7 @@ fn add_journal_cut_short_by_a_crash_is_finished_by_running_it_again() {
         let d = dir.path();
         let (members, pattern) = raid5_with_data(d);
         std::fs::write(d.join("j"), vec![0u8; 24 << 20]).unwrap();
-        let crashed = Command::new(env!("CARGO_BIN_EXE_nvraid"))
-            .args(add_journal_args(&members, "j"))
-            .env(
-                "NVRAID_FAILPOINT",
-                format!("add-journal-superblock:{written}"),
-            )
-            .current_dir(d)
-            .output()
-            .unwrap();
-        assert!(!crashed.status.success(), "{written}: {crashed:?}");
-        assert!(
-            String::from_utf8_lossy(&crashed.stderr).contains("failpoint"),
-            "{crashed:?}"
-        );
+        add_journal_cut_short(d, &members, written);
         let mut all = members.clone();
         all.push("j".into());
         // Readable as it is, members one event behind or not.
@@ -278,26 +290,8 @@ fn a_cut_short_add_on_an_array_then_crashed_waits_for_its_resync() {
     let d = dir.path();
     let (members, _) = raid5_with_data(d);
     std::fs::write(d.join("j"), vec![0u8; 24 << 20]).unwrap();
-    let crashed = Command::new(env!("CARGO_BIN_EXE_nvraid"))
-        .args(add_journal_args(&members, "j"))
-        .env("NVRAID_FAILPOINT", "add-journal-superblock:1")
-        .current_dir(d)
-        .output()
-        .unwrap();
-    assert!(!crashed.status.success(), "{crashed:?}");
-    let mut server = serve(d, &members);
-    std::fs::write(d.join("one"), vec![0x5au8; 1 << 20]).unwrap();
-    let copied = Command::new("nbdcopy")
-        .arg(d.join("one"))
-        .arg(format!(
-            "nbd+unix:///?socket={}",
-            d.join("md.sock").display()
-        ))
-        .status()
-        .unwrap();
-    assert!(copied.success());
-    server.kill().unwrap();
-    server.wait().unwrap();
+    add_journal_cut_short(d, &members, 1);
+    write_then_kill(d, &members);
     refused(&add_journal_args(&members, "j"), d, &["j", "resync"]);
     let mut repair = vec!["repair"];
     repair.extend(members.iter().map(String::as_str));
