@@ -32,10 +32,31 @@ fn san(args: &[&str]) -> String {
         .expect("bench/san runs (python3)");
     assert!(
         out.status.success(),
-        "bench/san {args:?} failed (needs root, iproute2, nbdkit): {}",
-        String::from_utf8_lossy(&out.stderr)
+        "bench/san {args:?} failed (needs root, iproute2, nbdkit): {}{}",
+        String::from_utf8_lossy(&out.stderr),
+        node_logs()
     );
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// The nodes' server logs (the bed's state directory goes with the bed, so
+/// a failure shows them before it is brought down).
+fn node_logs() -> String {
+    let state = Path::new("/run").join(format!("nvraid-san-{PREFIX}"));
+    let mut logs: Vec<_> = std::fs::read_dir(&state)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    logs.sort();
+    logs.iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(p).unwrap_or_default();
+            format!("\n--- {}:\n{text}", p.display())
+        })
+        .collect()
 }
 
 impl Bed {
