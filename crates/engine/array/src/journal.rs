@@ -297,9 +297,9 @@ impl<'a> Held<'a> {
 /// `released`) is no longer held. It is not removed at the release, which
 /// would cost a lookup per page released: it is left out when the row is
 /// looked at, dropped when the row gets a new copy, and swept out with the
-/// others once they outnumber the held ones ([`MdJournal::release_through`]).
+/// others once they are a fifth of the table ([`MdJournal::release_through`]).
 ///
-/// Kept small (32 bytes with its key in the table: a row's other copies
+/// Kept small (32 bytes, 40 with its key in the table: a row's other copies
 /// behind one pointer): the table is probed at random once per page cached
 /// and once per page written back, and its size decides how many of those
 /// probes miss the processor's caches.
