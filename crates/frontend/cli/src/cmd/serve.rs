@@ -51,7 +51,8 @@ pub struct ServeCmd {
     #[arg(long, value_name = "MEMBER")]
     journal: Option<String>,
     /// --cache writeback|journal: the most written data held in RAM and
-    /// not yet on the members; writers wait above it (default 1G).
+    /// not yet on the members; writers wait above it (default 1G with
+    /// writeback, 64M with journal).
     #[arg(long, value_name = "SIZE", value_parser = crate::cmd::size_arg)]
     cache_dirty_max: Option<u64>,
     /// --journal: use a member that carries a filesystem or another array
@@ -241,11 +242,6 @@ fn start_cache(
     target: Arc<dyn Target>,
 ) -> Result<Option<Arc<nvraid_cache::CachedTarget>>> {
     use nvraid_cache::{CacheMode, CacheOptions, CachedTarget};
-    let mut options = CacheOptions::default();
-    if let Some(max) = args.cache_dirty_max {
-        options.dirty_max_bytes = max;
-        options.background_bytes = max / 4;
-    }
     let log: Arc<dyn Fn(&str) + Send + Sync> = Arc::new(|line: &str| eprintln!("{line}"));
     let (mode, journal) = match (args.cache, journal_member) {
         (CacheChoice::None, _) => return Ok(None),
@@ -264,6 +260,10 @@ fn start_cache(
         ),
         (CacheChoice::Journal, None) => anyhow::bail!("--cache journal needs --journal MEMBER"),
     };
+    let mut options = CacheOptions::for_mode(mode);
+    if let Some(max) = args.cache_dirty_max {
+        options = options.with_dirty_max(max);
+    }
     let cache = CachedTarget::new(target, mode, journal, options, log)?;
     Ok(Some(Arc::new(cache)))
 }
