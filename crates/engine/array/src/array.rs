@@ -45,13 +45,18 @@ impl Slot {
 
 /// What md would not read from a member: the part above a recovery that has
 /// not finished (`RECOVERY_OFFSET`), and the ranges of its bad-block log
-/// (`BAD_BLOCKS`). Offsets are bytes from the start of the member's data.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// (`BAD_BLOCKS`), those it had at assembly and those recorded while the
+/// array ran ([`Array::write_failed`]). Offsets are bytes from the start of
+/// the member's data.
+#[derive(Debug, Default)]
 pub struct ReadLimit {
     /// The member is in sync below this many bytes only (`None`: all of it).
     pub in_sync_bytes: Option<u64>,
-    /// Bad ranges, `(start, end)`, sorted.
-    pub bad: Vec<(u64, u64)>,
+    /// Bad ranges, `(start, end)`, sorted and disjoint. Only ever grows
+    /// while the array runs (a range once bad stays bad until the member
+    /// is replaced), so a reader that saw a range readable before a write
+    /// failed there is ordered by the stripe lock that write held.
+    bad: std::sync::RwLock<Vec<(u64, u64)>>,
 }
 
 impl ReadLimit {
@@ -59,19 +64,23 @@ impl ReadLimit {
         let recovering = sb.feature_map & (features::RECOVERY_OFFSET | features::RECOVERY_BITMAP);
         let in_sync_bytes = (recovering != 0).then(|| sb.recovery_offset.saturating_mul(512));
         let data_start = sb.data_offset_sectors * 512;
-        let mut bad: Vec<(u64, u64)> = bad_blocks(member, sb)?
+        let ranges: Vec<(u64, u64)> = bad_blocks(member, sb)?
             .into_iter()
             .map(|r| (r.sector * 512, (r.sector + r.sectors) * 512))
             .filter(|&(_, end)| end > data_start)
             .map(|(start, end)| (start.saturating_sub(data_start), end - data_start))
             .collect();
-        bad.sort_unstable();
-        Ok(ReadLimit { in_sync_bytes, bad })
+        let limit = ReadLimit {
+            in_sync_bytes,
+            bad: Default::default(),
+        };
+        limit.add_bad(&ranges);
+        Ok(limit)
     }
 
     /// Whether nothing limits reads.
     pub fn is_none(&self) -> bool {
-        self.in_sync_bytes.is_none() && self.bad.is_empty()
+        self.in_sync_bytes.is_none() && self.bad_ranges().is_empty()
     }
 
     /// Whether md would read `[offset, offset + len)` of the data area.
@@ -86,7 +95,40 @@ impl ReadLimit {
     /// Whether no bad-block range touches `[offset, offset + len)`.
     pub fn no_bad_block_in(&self, offset: u64, len: u64) -> bool {
         let end = offset + len;
-        !self.bad.iter().any(|&(s, e)| offset < e && s < end)
+        let bad = self.bad.read().unwrap_or_else(|p| p.into_inner());
+        !bad.iter().any(|&(s, e)| offset < e && s < end)
+    }
+
+    /// The bad ranges now, `(start, end)` in data-area bytes, sorted.
+    pub fn bad_ranges(&self) -> Vec<(u64, u64)> {
+        self.bad.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Add `ranges` to the bad ones (merged with those that touch them).
+    /// Returns the list as it stands after.
+    pub(crate) fn add_bad(&self, ranges: &[(u64, u64)]) -> Vec<(u64, u64)> {
+        let mut bad = self.bad.write().unwrap_or_else(|p| p.into_inner());
+        bad.extend(ranges.iter().copied().filter(|&(s, e)| s < e));
+        bad.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(bad.len());
+        for &(s, e) in bad.iter() {
+            match merged.last_mut() {
+                Some(last) if s <= last.1 => last.1 = last.1.max(e),
+                _ => merged.push((s, e)),
+            }
+        }
+        // Paired with the readers' scan: sorted, disjoint, non-empty ranges.
+        assert!(merged.windows(2).all(|w| w[0].1 < w[1].0));
+        *bad = merged;
+        bad.clone()
+    }
+}
+
+/// A member whose log lists ranges says so in its superblock (md's
+/// BAD_BLOCKS feature; assembly reads the log only then).
+fn apply_bad_blocks(slot: &Slot, sb: &mut Superblock) {
+    if sb.bblog_size > 0 && !slot.read_limit.bad_ranges().is_empty() {
+        sb.feature_map |= features::BAD_BLOCKS;
     }
 }
 
@@ -595,11 +637,21 @@ impl Array {
             "recovery offset moved back ({before} -> {after})"
         );
         self.in_sync[role].store(after, Ordering::Release);
-        let slot = self.slot(role).expect("a recovering member is present");
+        self.write_own_superblock(role, *_events)
+    }
+
+    /// Write `role`'s superblock alone as it stands now (its recovery point
+    /// and bad blocks), at `events` (unchanged: md's checkpoints do not
+    /// move the counter), durably. The caller holds the events lock.
+    fn write_own_superblock(&self, role: usize, events: u64) -> Result<()> {
+        let slot = self
+            .slot(role)
+            .expect("a member whose superblock is written is present");
         let mut sb = slot.superblock.clone();
-        sb.events = *_events;
+        sb.events = events;
         sb.roles_raw = self.role_table();
         self.apply_recovery(role, &mut sb);
+        apply_bad_blocks(slot, &mut sb);
         sb.resync_offset = self.resync_offset_now();
         write_superblock(&slot.member, &sb)?;
         slot.member
@@ -759,6 +811,104 @@ impl Array {
             *events
         );
         Ok(())
+    }
+
+    /// A write of `[offset, offset + len)` of `role`'s data area failed
+    /// with `error`. The member is marked faulty when the array can lose
+    /// it. When it cannot (it holds the last copy of some data) and the
+    /// array keeps parity, the stripe rows that write touched may no longer
+    /// agree with their parity: the range is recorded bad (see
+    /// [`Array::record_bad`]) so that no read rebuilds a block from them;
+    /// the request still fails. `companions`: the other members the same
+    /// request wrote in the same rows (their blocks there are that failed
+    /// request's). When nothing can be recorded, the member fails after
+    /// all, as in md. The returned error is the one the request must see
+    /// (`Ok`: another copy holds the data).
+    pub fn write_failed(
+        &self,
+        role: usize,
+        offset: u64,
+        len: u64,
+        error: &std::io::Error,
+        companions: &[usize],
+    ) -> Result<()> {
+        let failed = self.fail_member(role, error);
+        if !matches!(failed, Err(Error::LastCopy { .. })) || self.parity.is_none() {
+            return failed;
+        }
+        let spec = self
+            .slot(role)
+            .map_or("(missing)", |s| s.member.spec())
+            .to_string();
+        if let Err(why) = self.record_bad(role, offset, len, companions) {
+            eprintln!("nvraid: {spec}: cannot record the failed write as bad blocks ({why}); marked faulty, as md does: the stripes that need it can no longer be read");
+            let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+            self.faulty[role].store(true, Ordering::Release);
+            let resync_offset = self.resync_offset_now();
+            self.update_superblocks(&mut events, resync_offset)?;
+        }
+        failed
+    }
+
+    /// Record `[offset, offset + len)` of `role`'s data area as bad: in
+    /// memory first (reads stop using it there at once), then durably in
+    /// the member's bad-block log and its superblock (md's BAD_BLOCKS).
+    /// A member that cannot take that write (its writes are what fails)
+    /// keeps the range in memory, and each of `companions` records the
+    /// same range instead: a row with a bad block beside the missing one(s)
+    /// is not rebuilt from, whichever member lists it, and the companions'
+    /// blocks there hold only the failed request's bytes. With no
+    /// companions nothing else changed in those rows, and memory suffices.
+    pub(crate) fn record_bad(
+        &self,
+        role: usize,
+        offset: u64,
+        len: u64,
+        companions: &[usize],
+    ) -> Result<()> {
+        let sector = u64::from(self.sector_bytes);
+        let range = (
+            offset / sector * sector,
+            (offset + len).div_ceil(sector) * sector,
+        );
+        let events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        self.read_limited.store(true, Ordering::Release);
+        let add = |role: usize| {
+            let slot = self
+                .slot(role)
+                .expect("a member a write reached is present");
+            slot.read_limit.add_bad(&[range]);
+            // Paired with the readers: from here on the range is not read.
+            assert!(!slot.read_limit.no_bad_block_in(range.0, range.1 - range.0));
+            let persisted = crate::badlog::write(
+                &slot.member,
+                &slot.superblock,
+                &slot.read_limit.bad_ranges(),
+            )
+            .and_then(|()| self.write_own_superblock(role, *events));
+            if persisted.is_ok() {
+                eprintln!(
+                    "nvraid: {}: bytes {}+{} of its data recorded as bad blocks; no read uses them, directly or to rebuild another block",
+                    slot.member.spec(),
+                    range.0,
+                    range.1 - range.0
+                );
+            }
+            persisted
+        };
+        let Err(own) = add(role) else { return Ok(()) };
+        if companions.is_empty() {
+            // Nothing else was written in those rows: the rows still agree
+            // with what they held, but for the failed request's own blocks,
+            // which may read as before or as written. The range stays out
+            // of reads while this process runs.
+            eprintln!(
+                "nvraid: {}: the failed range could not be recorded on it ({own}); no other member was written there, so its rows hold only old bytes or the failed request's",
+                self.slot(role).map_or("(missing)", |s| s.member.spec())
+            );
+            return Ok(());
+        }
+        companions.iter().try_for_each(|&c| add(c))
     }
 
     pub fn geometry(&self) -> &Geometry {
@@ -1266,6 +1416,7 @@ impl Array {
             sb.utime = now;
             sb.roles_raw = table.clone();
             self.apply_recovery(role, &mut sb);
+            apply_bad_blocks(slot, &mut sb);
             // Paired with assembly's placement: the table still gives this
             // member the role it holds.
             assert_eq!(

@@ -69,10 +69,14 @@ pub enum BitmapChoice {
 pub const JOURNAL_LOG_MIN_BYTES: u64 = 4 << 20;
 
 /// Where nvraid puts a partial parity log: right behind the superblock
-/// (mdadm's offset), and as long as fits before the data at 1 MiB.
+/// (mdadm's offset), and as long as fits before the bad-block log, which
+/// takes the last 4 KiB below the data at 1 MiB.
 const PPL_AREA: nvraid_metadata::ppl::PplArea = nvraid_metadata::ppl::PplArea {
     offset_sectors: 8,
-    size_sectors: (DATA_OFFSET_SECTORS - SUPER_OFFSET_SECTORS - 8) as u16,
+    size_sectors: (DATA_OFFSET_SECTORS
+        - SUPER_OFFSET_SECTORS
+        - 8
+        - crate::badlog::LOG_SECTORS as u64) as u16,
 };
 
 /// Where nvraid puts an internal bitmap: 4 KiB after the superblock (8
@@ -121,9 +125,13 @@ fn bitmap_chunk(
         BitmapChoice::Internal { chunk_bytes } => chunk_bytes,
     };
     let array_bytes = geometry.array_bytes();
-    // Between the bitmap's start and the data: the data offset less the
-    // superblock's 4 KiB and the 4 KiB before it.
-    let space = DATA_OFFSET_SECTORS * 512 - SUPER_OFFSET_BYTES - 4096;
+    // Between the bitmap's start and the bad-block log below the data: the
+    // data offset less the superblock's 4 KiB, the 4 KiB before it and the
+    // log's 4 KiB.
+    let space = DATA_OFFSET_SECTORS * 512
+        - SUPER_OFFSET_BYTES
+        - 4096
+        - u64::from(crate::badlog::LOG_SECTORS) * 512;
     let chunk = match chunk {
         None => bitmap::default_chunk_bytes(
             array_bytes,
@@ -578,6 +586,15 @@ fn write_members(
         template.feature_map |= features::PPL;
         template.bitmap_offset = PPL_AREA.to_raw();
     }
+    // RAID 4/5/6 records the stripes a failed write left inconsistent in
+    // md's bad-block log (see `badlog`): every member gets an empty one.
+    if geometry.level().parity_chunks() > 0 {
+        if let Some(offset) = crate::badlog::nvraid_place(&template) {
+            template.bblog_offset = offset;
+            template.bblog_size = crate::badlog::LOG_SECTORS;
+            template.bblog_shift = 0;
+        }
+    }
     // The journal is the last member, with the next device number, md's
     // journal role in every member's table, and the rest of its space as
     // the log.
@@ -594,6 +611,8 @@ fn write_members(
     // above; what they overwrite is kept, to put back if any later step
     // fails while the members are still open.
     let mut written: Vec<(usize, nvraid_io::AlignedBuf)> = Vec::new();
+    // The bad-block log's bytes below the data, kept the same way.
+    let mut written_log: Vec<(usize, u64, nvraid_io::AlignedBuf)> = Vec::new();
     let mut superblocks = Vec::with_capacity(members.len());
     let bitmap_image = bitmap_chunk(options, geometry, true)?.map(|chunk| {
         let header = BitmapHeader::new(
@@ -633,7 +652,15 @@ fn write_members(
                     .map_err(|e| Error::io(member.spec(), e))?;
                 written.push((role, old));
             }
+            if let (true, Some((at, len))) = (member.is_persistent(), crate::badlog::place(&sb)) {
+                let mut old = nvraid_io::AlignedBuf::zeroed(len.next_multiple_of(4096));
+                member
+                    .read_at(&mut old[..len], at)
+                    .map_err(|e| Error::io(member.spec(), e))?;
+                written_log.push((role, at, old));
+            }
             write_superblock(member, &sb)?;
+            crate::badlog::write_empty(member, &sb)?;
             if is_journal {
                 journal_seq = crate::journal::write_empty_log(member, &sb)?;
             }
@@ -655,6 +682,9 @@ fn write_members(
     })();
     if let Err(e) = result {
         // Best effort: the error that led here is what the user sees.
+        for (role, at, old) in written_log.iter().rev() {
+            let _ = members[*role].write_at(old, *at);
+        }
         for (role, old) in written.iter().rev() {
             let _ = members[*role].write_at(old, SUPER_OFFSET_BYTES);
             let _ = members[*role].flush();

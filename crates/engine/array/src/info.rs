@@ -106,7 +106,7 @@ pub fn detail(array: &Array) -> ArrayDetail {
                     .is_faulty(role)
                     .then(|| "failed with an I/O error while the array ran; no longer used".into()),
                 in_sync_bytes: array.in_sync_bytes(role),
-                bad_ranges: slot.read_limit.bad.clone(),
+                bad_ranges: slot.read_limit.bad_ranges(),
                 events: Some(slot.superblock.events),
                 device_uuid: Some(format_uuid(&slot.superblock.device_uuid)),
                 size_bytes: Some(slot.member.size_bytes()),

@@ -10,6 +10,7 @@
 mod add_journal;
 mod array;
 mod assemble;
+mod badlog;
 mod create;
 pub mod decision;
 mod error;

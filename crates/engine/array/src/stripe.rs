@@ -755,6 +755,27 @@ impl Array {
             .is_none_or(|from| (stripe + 1) * shape.stripe_data_bytes() <= from)
     }
 
+    /// Whether the blocks `lost` (beyond `role`, the one being rebuilt)
+    /// include one whose member is present and working but lists the range
+    /// as bad blocks.
+    fn lost_to_bad_blocks(&self, shape: &ParityShape, lost: &TooManyLost, role: usize) -> bool {
+        shape
+            .lost_members(lost.stripe, lost.lost)
+            .iter()
+            .any(|&m| m as usize != role && self.is_usable(m as usize))
+    }
+
+    /// Whether a member other than `role` lists bad blocks in
+    /// `[at, at + len)` of its data area.
+    pub(crate) fn bad_blocks_beside(&self, role: usize, at: u64, len: u64) -> bool {
+        (0..self.roles()).any(|m| {
+            m != role
+                && self
+                    .slot(m)
+                    .is_some_and(|s| !s.read_limit.no_bad_block_in(at, len))
+        })
+    }
+
     /// The error for a stripe that lost more blocks than its parity covers.
     pub(crate) fn too_many_lost(&self, shape: &ParityShape, lost: TooManyLost) -> Error {
         let members: Vec<String> = shape
@@ -886,33 +907,57 @@ impl Array {
             };
             ios.clear();
             shape.writes(col, offset, 0, |m| self.is_usable(m as usize), &mut ios);
-            for (k, io) in ios.iter().enumerate() {
-                if k > 0 {
-                    crate::failpoint::hit("stripe-write");
-                }
-                let len = io.len as usize;
-                let from = match io.at {
-                    Place::Request(at) => &buf[at..at + len],
-                    Place::Scratch(at) => &scratch[at..at + len],
-                };
-                match self.member_io(io, |slot, at| slot.member.write_at(from, at)) {
-                    Ok(true) => touched[io.member as usize] = true,
-                    Ok(false) => {}
-                    Err(e) => {
-                        if let (Some(ppl), Some(ticket)) = (&self.ppl, ticket) {
-                            ppl.done(ticket);
-                        }
-                        journal_done();
-                        return Err(e);
-                    }
-                }
-            }
+            let written = self.write_blocks(&ios, buf, &scratch, touched);
             if let (Some(ppl), Some(ticket)) = (&self.ppl, ticket) {
                 ppl.done(ticket);
             }
             journal_done();
-            return Ok(());
+            return written;
         }
+    }
+
+    /// Issue one column's writes, every one of them even when some fail
+    /// (so that what a failed write leaves behind is known: the blocks the
+    /// others wrote). A member that fails is marked faulty; when the array
+    /// cannot lose it, the column's range is recorded bad (see
+    /// [`Array::write_failed`]) and the request fails.
+    fn write_blocks(
+        &self,
+        ios: &[BlockIo],
+        buf: &[u8],
+        scratch: &[u8],
+        touched: &mut [bool],
+    ) -> Result<()> {
+        let mut failed = Vec::new();
+        let mut written = Vec::new();
+        for (k, io) in ios.iter().enumerate() {
+            if k > 0 {
+                crate::failpoint::hit("stripe-write");
+            }
+            let len = io.len as usize;
+            let from = match io.at {
+                Place::Request(at) => &buf[at..at + len],
+                Place::Scratch(at) => &scratch[at..at + len],
+            };
+            let role = io.member as usize;
+            let slot = self.slot(role).expect("planned on a present member");
+            match slot
+                .member
+                .write_at(from, slot.data_offset_bytes() + io.member_offset)
+            {
+                Ok(()) => {
+                    touched[role] = true;
+                    written.push(role);
+                }
+                Err(e) if is_member_failure(&e) => failed.push((*io, e)),
+                Err(e) => return Err(Error::io(slot.member.spec(), e)),
+            }
+        }
+        for (io, e) in &failed {
+            let (role, len) = (io.member as usize, u64::from(io.len));
+            self.write_failed(role, io.member_offset, len, e, &written)?;
+        }
+        Ok(())
     }
 
     /// What belongs in `role`'s member bytes `[at, end)` (its data area),
@@ -1035,9 +1080,19 @@ impl Array {
             let readable = |m: u32| {
                 m as usize != role && self.readable(m as usize, member_offset, buf.len() as u64)
             };
-            let col = shape
-                .rebuild_column(stripe, lo, hi, target, readable)
-                .map_err(|lost| self.too_many_lost(&shape, lost))?;
+            let col = match shape.rebuild_column(stripe, lo, hi, target, readable) {
+                Ok(col) => col,
+                Err(lost) if self.lost_to_bad_blocks(&shape, &lost, role) => {
+                    // The stripe's other blocks no longer agree there (a
+                    // write failed on a member the array could not lose):
+                    // nothing true can be rebuilt, so the new member's
+                    // range is recorded bad as well, as md does.
+                    buf.fill(0);
+                    self.record_bad(role, member_offset, buf.len() as u64, &[])?;
+                    return Ok(());
+                }
+                Err(lost) => return Err(self.too_many_lost(&shape, lost)),
+            };
             let mut scratch = nvraid_io::AlignedBuf::zeroed(shape.scratch_len(&col));
             let mut reads = Vec::new();
             shape.reads(&col, 0, 0, &mut reads);

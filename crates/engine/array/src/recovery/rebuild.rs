@@ -183,9 +183,8 @@ fn join(array: &Array, new: Member, back: Option<(usize, Superblock)>) -> Result
         None => random_uuid()?,
     };
     sb.data_size_sectors = (new.size_bytes() - data_offset) / 512;
-    sb.bblog_size = 0;
-    sb.bblog_offset = 0;
-    sb.bblog_shift = 0;
+    // The bad-block log keeps its place (the member's layout is the
+    // others'), empty: nothing on the new member is bad yet.
     sb.feature_map &= !(features::BAD_BLOCKS
         | features::RECOVERY_OFFSET
         | features::RECOVERY_BITMAP
@@ -215,6 +214,7 @@ fn join(array: &Array, new: Member, back: Option<(usize, Superblock)>) -> Result
     };
     sb.events = array.events();
     write_superblock(&new, &sb)?;
+    crate::badlog::write_empty(&new, &sb)?;
     array.bitmap_copy_to(&new)?;
     new.flush().map_err(|e| Error::io(new.spec(), e))?;
     let entry = sb.roles_raw[dev_number as usize];
@@ -595,8 +595,20 @@ fn read_region(
     buf: &mut [u8],
     sources: &mut Vec<AlignedBuf>,
 ) -> Result<()> {
-    if array.parity.is_some() {
-        return array.rebuild_range(role, at, end, &mut buf[..(end - at) as usize], sources);
+    if let Some(shape) = array.parity {
+        if !array.bad_blocks_beside(role, at, end - at) {
+            return array.rebuild_range(role, at, end, &mut buf[..(end - at) as usize], sources);
+        }
+        // Bad blocks beside: chunk by chunk, so that only the stripes that
+        // hold them are left unrebuilt (see `Array::rebuild_block`).
+        let mut piece_at = at;
+        while piece_at < end {
+            let len = (shape.chunk - piece_at % shape.chunk).min(end - piece_at);
+            let from = (piece_at - at) as usize;
+            array.rebuild_block(role, piece_at, &mut buf[from..from + len as usize])?;
+            piece_at += len;
+        }
+        return Ok(());
     }
     let geometry = array.geometry();
     let step = geometry

@@ -640,15 +640,15 @@ impl FanoutQueue {
                 0
             }
         };
-        let (slot, member) = (sub.slot, sub.member);
-        let (stripe, kind) = (sub.stripe, sub.kind);
+        let record = *sub;
+        let (slot, member, stripe) = (record.slot, record.member, record.stripe);
         let moved = if errno == 0 { u64::from(sub.len) } else { 0 };
         self.count(member, moved, errno != 0);
         self.inflight[member as usize] -= 1;
         // The record is free again (fail_over works on a copy of it).
         self.free_subs.push(index);
         if stripe {
-            return self.stripe_sub_done(slot, member, kind, errno);
+            return self.stripe_sub_done(&record, errno);
         }
         let errno = if errno == 0 {
             0

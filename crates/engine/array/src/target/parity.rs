@@ -314,20 +314,36 @@ impl FanoutQueue {
     }
 
     /// A member operation of `slot`'s stripe work finished with `errno`.
-    pub(super) fn stripe_sub_done(
-        &mut self,
-        slot: u32,
-        member: u32,
-        kind: u8,
-        errno: i32,
-    ) -> io::Result<()> {
+    pub(super) fn stripe_sub_done(&mut self, sub: &SubOp, errno: i32) -> io::Result<()> {
+        let (slot, member, kind) = (sub.slot, sub.member, sub.kind);
         if errno != 0 {
             let error = io::Error::from_raw_os_error(errno);
             let array = self.parity_array();
             let work = &mut self.work[slot as usize];
-            if crate::array::is_member_failure(&error)
-                && array.fail_member(member as usize, &error).is_ok()
-            {
+            let role = member as usize;
+            let taken_over = if kind == KIND_WRITE {
+                // A member the array cannot lose keeps the range as bad
+                // blocks (see `Array::write_failed`); the round's other
+                // writes to the same rows are its companions.
+                let (at, len) = (sub.member_offset, u64::from(sub.len));
+                let mut companions: Vec<usize> = work
+                    .ios
+                    .iter()
+                    .filter(|io| io.member != member)
+                    .filter(|io| {
+                        io.member_offset < at + len && at < io.member_offset + u64::from(io.len)
+                    })
+                    .map(|io| io.member as usize)
+                    .collect();
+                companions.sort_unstable();
+                companions.dedup();
+                array
+                    .write_failed(role, at, len, &error, &companions)
+                    .is_ok()
+            } else {
+                array.fail_member(role, &error).is_ok()
+            };
+            if crate::array::is_member_failure(&error) && taken_over {
                 // A write's block lives on in the parity written beside it;
                 // a read must be planned again without the member.
                 if kind == KIND_READ {
