@@ -350,6 +350,21 @@ fn case(level: Level, members: usize, policy: Policy, path: DataPath, seed: u64)
 
     // Stopped and assembled again: the bad ranges come back from disk.
     let array = assemble(&specs, options.clone()).unwrap_or_else(|e| panic!("{what}: {e}"));
+    // The log is md's: mdadm lists the same sectors nvraid assembled.
+    for (role, file) in files.iter().enumerate().take(members) {
+        let ours: u64 = array.slot(role).map_or(0, |s| {
+            s.read_limit
+                .bad_ranges()
+                .iter()
+                .map(|(a, b)| (b - a) / 512)
+                .sum()
+        });
+        assert_eq!(
+            mdadm_bad_sectors(file),
+            ours,
+            "{what}: role {role}: mdadm --examine-badblocks disagrees"
+        );
+    }
     let mut client = Client::new(Arc::new(array), path);
     verify(&mut client, &ledger, &format!("{what}, assembled again"));
     let array = client.into_array();
@@ -389,6 +404,30 @@ fn case(level: Level, members: usize, policy: Policy, path: DataPath, seed: u64)
         &ledger,
         &format!("{what}, rebuilt and assembled again"),
     );
+}
+
+/// The sectors mdadm's `--examine-badblocks` lists for a member.
+fn mdadm_bad_sectors(file: &Path) -> u64 {
+    let out = Command::new("mdadm")
+        .arg("--examine-badblocks")
+        .arg(file)
+        .output()
+        .expect("mdadm is installed (./test.sh installs it)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "mdadm --examine-badblocks {}: {text}",
+        file.display()
+    );
+    text.lines()
+        .filter_map(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            match words[..] {
+                [_, "for", n, "sectors"] => n.parse::<u64>().ok(),
+                _ => None,
+            }
+        })
+        .sum()
 }
 
 fn cases() -> Vec<(Level, usize, Policy)> {
