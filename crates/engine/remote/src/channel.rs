@@ -28,7 +28,9 @@
 //!   reconnections included: a retry goes only while its deadline leaves
 //!   time (a request that timed out is not retried), and a new connection
 //!   is given at most the time left to the first operation waiting for it
-//!   (the connect timeout bounds only a channel's first connection).
+//!   (the connect timeout bounds only the member's first connection, made
+//!   when it is opened: a worker's channel connecting later, at its first
+//!   operation, has that operation's deadline).
 //! - Every new connection proves it reaches the member before a request
 //!   is sent on it, once the array gave the member an identity check
 //!   (`identity`); a different device there fails the operations with
@@ -227,8 +229,6 @@ pub struct NbdChannel {
     prober: bool,
     /// The next `progress` looks for a closed connection before sending.
     check_alive: bool,
-    /// A connection was made once (later ones are reconnections).
-    ever_connected: bool,
 }
 
 impl std::fmt::Debug for NbdChannel {
@@ -303,7 +303,6 @@ impl NbdChannel {
     ) -> NbdChannel {
         let mut channel = NbdChannel::with_info(uri, options, session.info.clone());
         channel.session = Some(session);
-        channel.ever_connected = true;
         channel
     }
 
@@ -336,7 +335,6 @@ impl NbdChannel {
             identity: None,
             prober: false,
             check_alive: false,
-            ever_connected: false,
         }
     }
 
@@ -859,7 +857,6 @@ impl NbdChannel {
         match fresh {
             Ok(fresh) => {
                 self.session = Some(fresh);
-                self.ever_connected = true;
                 self.rcvlowat.set(1);
                 self.reader = ReplyReader::new(self.info.structured_replies);
                 self.down = None;
@@ -908,7 +905,7 @@ impl NbdChannel {
 
 impl Channel for NbdChannel {
     unsafe fn push(&mut self, op: &MemberOp) -> io::Result<()> {
-        let mut deadline = Instant::now() + self.options.request_timeout;
+        let deadline = Instant::now() + self.options.request_timeout;
         if self.session.is_none() {
             match self.down {
                 Some((at, errno)) if Instant::now() < at => {
@@ -916,23 +913,16 @@ impl Channel for NbdChannel {
                     return Ok(());
                 }
                 _ => {
-                    // A reconnection counts against the operation's
-                    // deadline; the channel's first connection has the
-                    // connect timeout, and the request its own after it.
-                    let first = !self.ever_connected;
-                    let timeout = if first {
-                        self.options.connect_timeout
-                    } else {
-                        self.options
-                            .connect_timeout
-                            .min(self.options.request_timeout)
-                    };
+                    // The connection counts against the operation's
+                    // deadline (the member's first connection, made when
+                    // it was opened, had the connect timeout).
+                    let timeout = self
+                        .options
+                        .connect_timeout
+                        .min(self.options.request_timeout);
                     if let Err(errno) = self.reconnect(timeout) {
                         self.fail_now(op.user_data, errno);
                         return Ok(());
-                    }
-                    if first {
-                        deadline = Instant::now() + self.options.request_timeout;
                     }
                 }
             }

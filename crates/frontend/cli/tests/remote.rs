@@ -495,3 +495,72 @@ fn a_member_whose_server_comes_back_is_accepted() {
     assert_checks_clean(d, &members, "after the member's server came back");
     drop((a, b));
 }
+
+/// A member's link goes dead under `--nbd-timeout 3s` (its server stopped
+/// with SIGSTOP: requests get no reply, a new connection no handshake)
+/// while a client reads and another writes: each finishes, without an
+/// error, within the timeout and a margin (a read that timed out is not
+/// retried on a connection that would take another timeout to fail, and
+/// no reconnection outlives the deadline of what waits for it); the
+/// member turns faulty, and stopping the server takes no longer either.
+#[test]
+fn deadlines_hold_when_a_members_link_goes_dead() {
+    const SIZE: u64 = 16 << 20;
+    let timeout = Duration::from_secs(3);
+    let bound = timeout + Duration::from_millis(1500);
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let a = Node::file(d, "a", SIZE, &[]);
+    let b = Node::file(d, "b", SIZE, &[]);
+    let members = vec![a.uri(), b.uri()];
+    let mut create = vec!["create", "--level", "1"];
+    create.extend(members.iter().map(String::as_str));
+    ok(&create, d);
+    let server = serve_with(d, &members, &["--nbd-timeout", "3s"]);
+    let data = pattern(8 << 20, 5);
+    write_array(d, &data);
+    check_array(d, &data, "before the link died");
+
+    let pid = b.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    std::fs::write(d.join("w.bin"), pattern(1 << 20, 6)).unwrap();
+    let start = Instant::now();
+    let reader = Command::new("nbdcopy")
+        .arg(array_uri(d))
+        .arg(d.join("r.bin"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let writer = Command::new("nbdcopy")
+        .arg(d.join("w.bin"))
+        .arg(array_uri(d))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    for (what, child) in [("read", reader), ("write", writer)] {
+        let out = child.wait_with_output().unwrap();
+        let took = start.elapsed();
+        assert!(
+            out.status.success(),
+            "the {what} failed: {}\nserve log:\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            std::fs::read_to_string(d.join("serve.log")).unwrap_or_default()
+        );
+        assert!(
+            took < bound,
+            "the {what} took {took:?} with a {timeout:?} request timeout\nserve log:\n{}",
+            std::fs::read_to_string(d.join("serve.log")).unwrap_or_default()
+        );
+    }
+    assert_eq!(member_states(d), ["active", "faulty"]);
+    let start = Instant::now();
+    stop(server);
+    let took = start.elapsed();
+    assert!(took < bound, "stopping the server took {took:?}");
+    let _ = Command::new("kill").args(["-CONT", &pid]).status();
+    drop((a, b));
+}
