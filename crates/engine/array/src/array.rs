@@ -24,6 +24,9 @@ pub struct Slot {
     pub member: Member,
     pub superblock: Superblock,
     pub read_limit: ReadLimit,
+    /// What the member must prove on each new connection (remote members;
+    /// see `identity`).
+    identity: std::sync::Arc<crate::identity::MemberIdentity>,
 }
 
 impl Slot {
@@ -31,10 +34,16 @@ impl Slot {
     /// has one and noting how far a member being recovered is in sync.
     pub fn new(member: Member, superblock: Superblock) -> Result<Slot> {
         let read_limit = ReadLimit::of(&member, &superblock)?;
+        // The superblock was just read from (or written to) the member
+        // over its open connection: every later connection must find the
+        // same member there.
+        let identity = std::sync::Arc::new(crate::identity::MemberIdentity::of(&superblock));
+        member.set_identity_check(identity.clone());
         Ok(Slot {
             member,
             superblock,
             read_limit,
+            identity,
         })
     }
 
@@ -346,6 +355,8 @@ pub struct Array {
     /// longer read, written or flushed, and recorded faulty in the others'
     /// superblocks.
     faulty: Vec<AtomicBool>,
+    /// Per role: why its member was marked faulty while the array ran.
+    faulty_reason: Vec<Mutex<Option<String>>>,
     /// Per-role I/O counts of the fast path.
     counters: Vec<MemberCounters>,
     /// Client writes against a resync or rebuild running beside them.
@@ -462,6 +473,7 @@ impl Array {
             events: Mutex::new(events),
             read_rotor: AtomicU32::new(0),
             set_aside: Vec::new(),
+            faulty_reason: (0..roles).map(|_| Mutex::new(None)).collect(),
             faulty,
             in_sync,
             by_bitmap,
@@ -767,6 +779,26 @@ impl Array {
         }
     }
 
+    /// Mark `role` faulty, keeping `why` for `detail`.
+    fn set_faulty(&self, role: usize, why: String) {
+        *self.faulty_reason[role]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(why);
+        self.faulty[role].store(true, Ordering::Release);
+    }
+
+    /// Why `role`'s member was marked faulty while the array ran (`None`:
+    /// it was not).
+    pub fn faulty_reason(&self, role: usize) -> Option<String> {
+        if !self.is_faulty(role) {
+            return None;
+        }
+        self.faulty_reason[role]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     /// Whether `role`'s member failed while the array ran.
     pub fn is_faulty(&self, role: usize) -> bool {
         self.faulty[role].load(Ordering::Acquire)
@@ -788,6 +820,12 @@ impl Array {
             .slot(role)
             .map_or("(missing)", |s| s.member.spec())
             .to_string();
+        // A remote member whose new connection reached another device
+        // fails for that reason, whatever error its operations then saw.
+        let error = &match self.slot(role).and_then(|s| s.member.identity_refused()) {
+            Some(why) => std::io::Error::new(error.kind(), why),
+            None => std::io::Error::new(error.kind(), error.to_string()),
+        };
         let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
         if self.is_faulty(role) {
             return Ok(());
@@ -803,7 +841,7 @@ impl Array {
                 source: std::io::Error::new(error.kind(), error.to_string()),
             });
         }
-        self.faulty[role].store(true, Ordering::Release);
+        self.set_faulty(role, error.to_string());
         let resync_offset = self.resync_offset_now();
         self.update_superblocks(&mut events, resync_offset)?;
         eprintln!(
@@ -1382,7 +1420,11 @@ impl Array {
             if !self.has_redundancy() || !crate::assemble::has_every_byte(&self.geometry, &usable) {
                 return Err(Error::io(&spec, error));
             }
-            self.faulty[role].store(true, Ordering::Release);
+            let error = match self.slot(role).and_then(|s| s.member.identity_refused()) {
+                Some(why) => std::io::Error::new(error.kind(), why),
+                None => error,
+            };
+            self.set_faulty(role, format!("{error} (while its superblock was updated)"));
             eprintln!(
                 "nvraid: {spec}: {error} while its superblock was updated; marked faulty, the array runs degraded"
             );
@@ -1447,6 +1489,7 @@ impl Array {
                 other => io(std::io::Error::other(other.to_string())),
             })?;
             journal.slot.member.flush().map_err(io)?;
+            journal.slot.identity.written(next);
         }
         for (role, slot) in self.slots().into_iter().enumerate() {
             let Some(slot) = slot else { continue };
@@ -1454,6 +1497,8 @@ impl Array {
                 continue;
             }
             slot.member.flush().map_err(|e| (role, e))?;
+            // Its next connection must find this superblock or a newer one.
+            slot.identity.written(next);
         }
         *events = next;
         Ok(())

@@ -103,8 +103,8 @@ pub fn detail(array: &Array) -> ArrayDetail {
                     "active"
                 },
                 reason: array
-                    .is_faulty(role)
-                    .then(|| "failed with an I/O error while the array ran; no longer used".into()),
+                    .faulty_reason(role)
+                    .map(|why| format!("failed while the array ran ({why}); no longer used")),
                 in_sync_bytes: array.in_sync_bytes(role),
                 bad_ranges: slot.read_limit.bad_ranges(),
                 events: Some(slot.superblock.events),

@@ -15,6 +15,7 @@ mod create;
 pub mod decision;
 mod error;
 mod failpoint;
+mod identity;
 pub mod info;
 mod intent;
 pub mod journal;

@@ -25,6 +25,24 @@ pub trait RemoteFile: Send + Sync + fmt::Debug {
     fn open_channel(&self) -> io::Result<Box<dyn Channel>>;
 }
 
+/// How a member reached over a network proves, on every new connection,
+/// that the device answering is still the one the array was assembled
+/// from (not another export put behind the same address, a member of
+/// another array, or an older copy of this one). The transport reads
+/// [`IdentityCheck::probe`] on the new connection before it sends any
+/// other request there, and hands the bytes to [`IdentityCheck::verify`];
+/// a connection that fails the check is closed and its operations fail
+/// (`ENXIO`), with the reason kept for the array (see
+/// [`IdentityCheck::verify`]).
+pub trait IdentityCheck: Send + Sync + fmt::Debug {
+    /// The byte range to read on each new connection: (offset, length).
+    fn probe(&self) -> (u64, usize);
+    /// Whether `bytes` (the probe's range, just read) show the expected
+    /// device. Err: what differs, in words (the transport adds where it
+    /// was connected to).
+    fn verify(&self, bytes: &[u8]) -> Result<(), String>;
+}
+
 /// One worker's connection to a remote member. Every method returns
 /// without blocking, except where it says otherwise.
 pub trait Channel: Send {

@@ -427,6 +427,22 @@ impl Member {
             .map(|r| Arc::clone(r) as Arc<dyn RemoteFile>)
     }
 
+    /// A remote member: from now on every new connection to it must pass
+    /// `check` before a request is sent on it (see
+    /// [`nvraid_io::remote::IdentityCheck`]). Nothing for local members:
+    /// their descriptor stays open to the same object.
+    pub fn set_identity_check(&self, check: Arc<dyn nvraid_io::remote::IdentityCheck>) {
+        if let Some(remote) = &self.remote {
+            remote.set_identity_check(check);
+        }
+    }
+
+    /// A remote member: why the last new connection was refused as not
+    /// this member, if it was.
+    pub fn identity_refused(&self) -> Option<String> {
+        self.remote.as_ref().and_then(|r| r.identity_refused())
+    }
+
     /// What the NBD server agreed to, for a remote member.
     pub fn remote_info(&self) -> Option<&nvraid_remote::ExportInfo> {
         self.remote.as_ref().map(|r| r.info())

@@ -18,14 +18,28 @@
 //! The bad day:
 //! - A request older than the request timeout, a closed connection or a
 //!   reply that breaks the protocol ends the connection.
-//! - Reads in flight on it are sent again on a new connection (once);
-//!   writes and flushes fail (ETIMEDOUT after a timeout, else EIO), and the array above decides (a
-//!   redundant array marks the member faulty and goes on; RAID 0 reports
-//!   the error).
+//! - Reads in flight on it are sent again on a new connection (once), and
+//!   so is any request not a byte of which was sent (a connection found
+//!   closed when a request was about to go on it); writes and flushes
+//!   that were sent fail (ETIMEDOUT after a timeout, else EIO), and the
+//!   array above decides (a redundant array marks the member faulty and
+//!   goes on; RAID 0 reports the error).
+//! - Every operation completes within the request timeout of its push,
+//!   reconnections included: a retry goes only while its deadline leaves
+//!   time (a request that timed out is not retried), and a new connection
+//!   is given at most the time left to the first operation waiting for it
+//!   (the connect timeout bounds only the member's first connection, made
+//!   when it is opened: a worker's channel connecting later, at its first
+//!   operation, has that operation's deadline).
+//! - Every new connection proves it reaches the member before a request
+//!   is sent on it, once the array gave the member an identity check
+//!   (`identity`); a different device there fails the operations with
+//!   ENXIO.
 //! - While the server cannot be reached, new operations fail at once
 //!   with the reason's errno, and a new connection is tried with backoff
 //!   (250 ms doubling to 5 s).
 
+use crate::identity::Identity;
 use crate::session::{self, ExportInfo, Session};
 use crate::uri::NbdUri;
 use nvraid_io::engine::{MemberOp, MemberOpKind};
@@ -37,6 +51,7 @@ use nvraid_nbd::ErrorCode;
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::RawFd;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Timeouts of a remote member.
@@ -93,6 +108,9 @@ struct OpRec {
     errno: i32,
     /// Durable on completion without FUA: a FLUSH follows the write.
     flush_after: bool,
+    /// The operation completes by then, one way or the other: pushed plus
+    /// the request timeout, whatever reconnections happen meanwhile.
+    deadline: Instant,
     live: bool,
 }
 
@@ -204,6 +222,13 @@ pub struct NbdChannel {
     backoff: Duration,
     /// Why the connection last ended (for the log and tests).
     last_failure: Option<String>,
+    /// What every new connection must prove before a request is sent on
+    /// it (None: nothing, as for the first connection of a member).
+    identity: Option<Arc<Identity>>,
+    /// The identity probe's own channel: it never reconnects.
+    prober: bool,
+    /// The next `progress` looks for a closed connection before sending.
+    check_alive: bool,
 }
 
 impl std::fmt::Debug for NbdChannel {
@@ -223,11 +248,46 @@ impl NbdChannel {
         options: RemoteOptions,
         expected: Option<&ExportInfo>,
     ) -> Result<NbdChannel, session::ConnectError> {
-        let session = session::connect(uri, options.connect_timeout)?;
-        if let Some(expected) = expected {
-            check_same_export(uri, expected, &session.info)?;
-        }
+        let session = open_session(uri, options.connect_timeout, expected, None)?;
         Ok(NbdChannel::from_session(uri.clone(), options, session))
+    }
+
+    /// [`NbdChannel::connect`], the new connection proving `identity`
+    /// before it is used; the channel checks its later connections too.
+    pub fn connect_as(
+        uri: &NbdUri,
+        options: RemoteOptions,
+        expected: &ExportInfo,
+        identity: &Arc<Identity>,
+    ) -> Result<NbdChannel, session::ConnectError> {
+        // A later connection: operations wait for it, so it must not take
+        // longer than one may.
+        let timeout = options.connect_timeout.min(options.request_timeout);
+        let session = open_session(uri, timeout, Some(expected), Some(identity))?;
+        Ok(NbdChannel::from_session(uri.clone(), options, session).with_identity(identity))
+    }
+
+    /// Check every later connection of this channel against `identity`.
+    pub fn with_identity(mut self, identity: &Arc<Identity>) -> NbdChannel {
+        self.identity = Some(Arc::clone(identity));
+        self
+    }
+
+    /// A channel for one request on a new session (the identity probe):
+    /// it never reconnects.
+    pub(crate) fn prober(uri: NbdUri, options: RemoteOptions, session: Session) -> NbdChannel {
+        let mut channel = NbdChannel::from_session(uri, options, session);
+        channel.prober = true;
+        channel
+    }
+
+    /// The session back, when nothing is in flight on it and nothing more
+    /// arrived than was asked for.
+    pub(crate) fn take_idle_session(&mut self) -> Option<Session> {
+        if self.live_ops > 0 || !self.send_queue.is_empty() || self.rx_start != self.rx_end {
+            return None;
+        }
+        self.session.take()
     }
 
     /// A channel that connects at its first operation (a worker's channel
@@ -272,6 +332,9 @@ impl NbdChannel {
             down: None,
             backoff: BACKOFF_MIN,
             last_failure: None,
+            identity: None,
+            prober: false,
+            check_alive: false,
         }
     }
 
@@ -433,8 +496,8 @@ impl NbdChannel {
         }
         .encode();
         self.send_queue.push_back(wire);
-        self.deadlines
-            .push_back((Instant::now() + self.options.request_timeout, wire, w.seq));
+        let deadline = self.ops[w.op as usize].deadline;
+        self.deadlines.push_back((deadline, wire, w.seq));
     }
 
     fn fail_now(&mut self, user_data: u64, errno: i32) {
@@ -704,12 +767,27 @@ impl NbdChannel {
         self.ready.push((user_data, result));
     }
 
-    /// The connection is over. Reads in flight go again on a new one;
-    /// everything else fails.
+    /// The connection is over. Requests not a byte of which was sent, and
+    /// reads in flight, go again on a new one while their deadline leaves
+    /// time; everything else fails.
     fn connection_lost(&mut self, reason: String, errno: i32) {
         self.last_failure = Some(reason);
         self.session = None;
         self.reader = ReplyReader::new(self.info.structured_replies);
+        // Nothing of a request the server never saw can have happened: it
+        // goes on the new connection, whatever it is (a write found its
+        // idle connection closed, say).
+        let mut unsent = vec![false; self.wires.len()];
+        for (i, &wire) in self.send_queue.iter().enumerate() {
+            if i == 0 && self.head_sent > 0 {
+                continue;
+            }
+            let mut piece = wire;
+            while piece != NO_WIRE {
+                unsent[piece as usize] = true;
+                piece = self.wires[piece as usize].next;
+            }
+        }
         self.send_queue.clear();
         self.head_sent = 0;
         self.deadlines.clear();
@@ -722,34 +800,44 @@ impl NbdChannel {
             w.next = NO_WIRE;
             w.tail = NO_WIRE;
         }
+        let now = Instant::now();
         let mut again = Vec::new();
+        let mut first_deadline: Option<Instant> = None;
         for index in 0..self.wires.len() as u32 {
             let w = self.wires[index as usize];
             if !w.live {
                 continue;
             }
-            if w.command == Command::Read && !w.resent {
+            let deadline = self.ops[w.op as usize].deadline;
+            let retry = unsent[index as usize] || (w.command == Command::Read && !w.resent);
+            if retry && deadline > now && !self.prober {
                 again.push(index);
+                first_deadline = Some(first_deadline.map_or(deadline, |d| d.min(deadline)));
             } else {
+                // A timed-out request has had its time: it fails (a read
+                // is then read from another copy by the array above).
                 self.finish_wire(index, errno);
             }
         }
-        if again.is_empty() {
+        let Some(first_deadline) = first_deadline else {
             return;
-        }
-        // Retrying the reads must not hold this worker's other requests
-        // longer than a request may take.
+        };
+        // Sent again in deadline order, so that the oldest deadline stays
+        // at the front of `deadlines`.
+        again.sort_by_key(|&wire| self.ops[self.wires[wire as usize].op as usize].deadline);
+        // The new connection must not hold the retried requests (nor this
+        // worker's others) past the first of their deadlines.
         let timeout = self
             .options
             .connect_timeout
-            .min(self.options.request_timeout);
+            .min(first_deadline.saturating_duration_since(now));
         match self.reconnect(timeout) {
             Ok(()) => {
                 for wire in again {
                     self.seq = self.seq.wrapping_add(1).max(1);
                     let w = &mut self.wires[wire as usize];
                     w.seq = self.seq;
-                    w.resent = true;
+                    w.resent |= !unsent[wire as usize];
                     w.covered = 0;
                     w.errno = 0;
                     self.enqueue(wire);
@@ -765,10 +853,7 @@ impl NbdChannel {
 
     /// Try a new connection now, within `timeout`; on failure, back off.
     fn reconnect(&mut self, timeout: Duration) -> Result<(), i32> {
-        let fresh = session::connect(&self.uri, timeout).and_then(|s| {
-            check_same_export(&self.uri, &self.info, &s.info)?;
-            Ok(s)
-        });
+        let fresh = open_session(&self.uri, timeout, Some(&self.info), self.identity.as_ref());
         match fresh {
             Ok(fresh) => {
                 self.session = Some(fresh);
@@ -820,6 +905,7 @@ impl NbdChannel {
 
 impl Channel for NbdChannel {
     unsafe fn push(&mut self, op: &MemberOp) -> io::Result<()> {
+        let deadline = Instant::now() + self.options.request_timeout;
         if self.session.is_none() {
             match self.down {
                 Some((at, errno)) if Instant::now() < at => {
@@ -827,12 +913,24 @@ impl Channel for NbdChannel {
                     return Ok(());
                 }
                 _ => {
-                    if let Err(errno) = self.reconnect(self.options.connect_timeout) {
+                    // The connection counts against the operation's
+                    // deadline (the member's first connection, made when
+                    // it was opened, had the connect timeout).
+                    let timeout = self
+                        .options
+                        .connect_timeout
+                        .min(self.options.request_timeout);
+                    if let Err(errno) = self.reconnect(timeout) {
                         self.fail_now(op.user_data, errno);
                         return Ok(());
                     }
                 }
             }
+        } else if self.live_ops == 0 {
+            // The connection was idle: see whether the server closed it
+            // meanwhile before sending on it (then this request goes on a
+            // new connection, not a byte of it sent on the dead one).
+            self.check_alive = true;
         }
         let dsync = op.dsync;
         let fua = dsync && self.info.can_fua();
@@ -860,6 +958,7 @@ impl Channel for NbdChannel {
             flush_after: dsync
                 && !fua
                 && matches!(op.kind, MemberOpKind::Write | MemberOpKind::Zero),
+            deadline,
             live: true,
         };
         let index = self.alloc_op(rec);
@@ -903,6 +1002,11 @@ impl Channel for NbdChannel {
     }
 
     fn progress(&mut self, on_complete: &mut dyn FnMut(u64, i32)) -> u32 {
+        if std::mem::take(&mut self.check_alive) && self.session.is_some() {
+            if let Err(reason) = self.receive() {
+                self.connection_lost(reason, libc::EIO);
+            }
+        }
         if self.session.is_some() {
             if let Err(e) = self.flush_send() {
                 self.connection_lost(format!("send failed: {e}"), libc::EIO);
@@ -1016,6 +1120,26 @@ fn sent_for(wires: &[Wire], cookie: u64) -> Option<Sent> {
             w.span
         },
     })
+}
+
+/// A new connection to `uri` within `timeout`: connected, the handshake
+/// done, the export still as `expected` and, with `identity`, proven to be
+/// the member (before any request is sent on it).
+pub(crate) fn open_session(
+    uri: &NbdUri,
+    timeout: Duration,
+    expected: Option<&ExportInfo>,
+    identity: Option<&Arc<Identity>>,
+) -> Result<Session, session::ConnectError> {
+    let deadline = Instant::now() + timeout;
+    let session = session::connect(uri, timeout)?;
+    if let Some(expected) = expected {
+        check_same_export(uri, expected, &session.info)?;
+    }
+    match identity {
+        Some(identity) => identity.prove(uri, session, deadline),
+        None => Ok(session),
+    }
 }
 
 /// A server answering a new connection must still be the export the array

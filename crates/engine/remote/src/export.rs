@@ -3,11 +3,12 @@
 //! the fast path's workers.
 
 use crate::channel::{NbdChannel, RemoteOptions};
+use crate::identity::Identity;
 use crate::session::{ConnectError, ExportInfo};
 use crate::shared::{SharedConnection, SharedHandle};
 use crate::uri::{NbdUri, UriError};
 use nvraid_io::engine::{MemberOp, MemberOpKind};
-use nvraid_io::remote::{Channel, RemoteFile};
+use nvraid_io::remote::{Channel, IdentityCheck, RemoteFile};
 use std::io;
 use std::sync::{Arc, Mutex};
 
@@ -38,6 +39,8 @@ pub struct RemoteExport {
     /// Without CAN_MULTI_CONN: the one connection every user shares, and
     /// the simple path's handle on it.
     shared: Option<(Arc<SharedConnection>, Mutex<SharedHandle>)>,
+    /// What every later connection must prove (shared with its channels).
+    identity: Arc<Identity>,
 }
 
 impl std::fmt::Debug for RemoteExport {
@@ -59,7 +62,8 @@ impl RemoteExport {
         options: RemoteOptions,
     ) -> Result<RemoteExport, RemoteError> {
         let uri = NbdUri::parse(spec)?;
-        let channel = NbdChannel::connect(&uri, options, None)?;
+        let identity = Arc::new(Identity::default());
+        let channel = NbdChannel::connect(&uri, options, None)?.with_identity(&identity);
         let info = channel.info().clone();
         if write && info.read_only() {
             return Err(RemoteError::ReadOnly {
@@ -89,7 +93,22 @@ impl RemoteExport {
             options,
             sync: Mutex::new(sync),
             shared,
+            identity,
         })
+    }
+
+    /// From now on, every new connection to the export (the simple path's,
+    /// each worker's, a reconnection) must pass `check` before any request
+    /// is sent on it. The connection open now was the one the caller
+    /// checked itself.
+    pub fn set_identity_check(&self, check: Arc<dyn IdentityCheck>) {
+        self.identity.set(check);
+    }
+
+    /// Why the last new connection was refused as not this member (a
+    /// different device answered at the address), if it was.
+    pub fn identity_refused(&self) -> Option<String> {
+        self.identity.refused()
     }
 
     /// Close the simple path's connection (the member left the array; a
@@ -148,7 +167,7 @@ impl RemoteExport {
             let mut guard = self.sync.lock().unwrap_or_else(|e| e.into_inner());
             if guard.is_none() {
                 *guard = Some(
-                    NbdChannel::connect(&self.uri, self.options, Some(&self.info))
+                    NbdChannel::connect_as(&self.uri, self.options, &self.info, &self.identity)
                         .map_err(|e| io::Error::from_raw_os_error(e.errno()))?,
                 );
             }
@@ -263,10 +282,9 @@ impl RemoteFile for RemoteExport {
         }
         // It connects at its first operation: a worker opened beside a
         // member that failed must not wait on that member's server.
-        Ok(Box::new(NbdChannel::unconnected(
-            &self.uri,
-            self.options,
-            self.info.clone(),
-        )))
+        Ok(Box::new(
+            NbdChannel::unconnected(&self.uri, self.options, self.info.clone())
+                .with_identity(&self.identity),
+        ))
     }
 }

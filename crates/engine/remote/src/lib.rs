@@ -12,12 +12,15 @@
 //!   without CAN_MULTI_CONN.
 //! - [`export::RemoteExport`]: a member's export, its simple-path
 //!   connection, and new channels for workers.
+//! - [`identity::Identity`]: the member's proof of identity, checked on
+//!   every new connection before any request is sent on it.
 //!
 //! Wire parsing is nvraid-nbd's (`reply::ReplyReader`); this crate moves
 //! bytes.
 
 pub mod channel;
 pub mod export;
+pub mod identity;
 pub mod session;
 pub mod shared;
 pub mod tls;
@@ -25,5 +28,6 @@ pub mod uri;
 
 pub use channel::{NbdChannel, RemoteOptions};
 pub use export::{RemoteError, RemoteExport};
+pub use identity::Identity;
 pub use session::{ConnectError, ExportInfo};
 pub use uri::{is_nbd_uri, NbdUri};

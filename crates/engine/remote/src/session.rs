@@ -38,6 +38,10 @@ pub enum ConnectError {
     Tls { uri: String, reason: String },
     #[error("{uri}: the server does not offer TLS, and the URI (nbds://) requires it")]
     TlsRefused { uri: String },
+    /// A new connection reached a device that failed the member's
+    /// identity check (see `identity`).
+    #[error("{uri}: {reason}")]
+    NotTheMember { uri: String, reason: String },
 }
 
 impl ConnectError {
@@ -58,6 +62,7 @@ impl ConnectError {
                 source.raw_os_error().unwrap_or(libc::EIO)
             }
             ConnectError::HandshakeTimeout { .. } => libc::ETIMEDOUT,
+            ConnectError::NotTheMember { .. } => libc::ENXIO,
             _ => libc::EIO,
         }
     }

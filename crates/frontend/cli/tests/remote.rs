@@ -23,11 +23,18 @@ impl Node {
     /// `--filter=delay` or `-r`) and plugin or filter parameters (such as
     /// `wdelay=100ms`).
     fn file(dir: &Path, name: &str, size: u64, extra: &[&str]) -> Node {
-        let file = dir.join(format!("{name}.img"));
+        Node::serving(dir, name, name, size, extra)
+    }
+
+    /// nbdkit's file plugin over `IMAGE.img` (created at `size` if
+    /// missing) at socket `SOCKET.sock`: another export may take a
+    /// member's address.
+    fn serving(dir: &Path, image: &str, socket: &str, size: u64, extra: &[&str]) -> Node {
+        let file = dir.join(format!("{image}.img"));
         if !file.exists() {
             std::fs::File::create(&file).unwrap().set_len(size).unwrap();
         }
-        let socket = dir.join(format!("{name}.sock"));
+        let socket = dir.join(format!("{socket}.sock"));
         let _ = std::fs::remove_file(&socket);
         let mut args: Vec<String> = Vec::new();
         let (filters, params): (Vec<&str>, Vec<&str>) =
@@ -303,4 +310,257 @@ fn bad_remote_members_are_refused_by_name() {
         err.contains(&ro.uri()) && err.contains("read-only"),
         "{err}"
     );
+}
+
+/// The served array's NBD URI (`md.sock` in `dir`).
+fn array_uri(dir: &Path) -> String {
+    format!("nbd+unix:///?socket={}", dir.join("md.sock").display())
+}
+
+/// Bytes that differ from block to block and from `seed` to `seed`.
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Write `data` at the start of the served array (nbdcopy, several
+/// connections).
+fn write_array(dir: &Path, data: &[u8]) {
+    let file = dir.join("in.bin");
+    std::fs::write(&file, data).unwrap();
+    let out = Command::new("nbdcopy")
+        .arg(&file)
+        .arg(array_uri(dir))
+        .output()
+        .expect("nbdcopy (./test.sh installs libnbd-bin)");
+    assert!(
+        out.status.success(),
+        "writing the array failed: {}\nserve log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default()
+    );
+}
+
+/// Read the first `len` bytes of the served array; every 4 KiB block must
+/// be `expect`'s (the first wrong block is named).
+fn check_array(dir: &Path, expect: &[u8], what: &str) {
+    let file = dir.join("out.bin");
+    let _ = std::fs::remove_file(&file);
+    let out = Command::new("nbdcopy")
+        .arg(array_uri(dir))
+        .arg(&file)
+        .output()
+        .expect("nbdcopy (./test.sh installs libnbd-bin)");
+    assert!(
+        out.status.success(),
+        "{what}: reading the array failed: {}\nserve log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default()
+    );
+    let got = std::fs::read(&file).unwrap();
+    assert!(got.len() >= expect.len(), "{what}: short read");
+    for (block, (want, have)) in expect.chunks(4096).zip(got.chunks(4096)).enumerate() {
+        assert!(
+            want == have,
+            "{what}: block {block} read wrong data ({} zero bytes of 4096)",
+            have.iter().filter(|&&b| b == 0).count()
+        );
+    }
+}
+
+/// `status --json`'s member in `role`.
+fn member_status(dir: &Path, role: usize) -> serde_json::Value {
+    let out = ok(&["status", "--socket", "md.ctl", "--json"], dir);
+    let status: serde_json::Value = serde_json::from_str(&out).unwrap();
+    status["array"]["members"][role].clone()
+}
+
+/// A stranger takes a member's address while the array is served: a blank
+/// export, a member of another array, an older copy of the member itself.
+/// Each time the member's new connection is refused before any request
+/// goes on it: every block the client reads is the array's, no byte of
+/// the stranger changes, and the member is marked faulty with the reason.
+#[test]
+fn a_stranger_behind_a_members_address_is_refused() {
+    const SIZE: u64 = 16 << 20;
+    for (case, reason) in [
+        ("blank", "no md superblock"),
+        ("other-array", "array UUID differs"),
+        ("older-copy", "older copy of this member"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let a = Node::file(d, "a", SIZE, &[]);
+        let mut b = Node::file(d, "b", SIZE, &[]);
+        let members = vec![a.uri(), b.uri()];
+        let mut create = vec!["create", "--level", "1"];
+        create.extend(members.iter().map(String::as_str));
+        ok(&create, d);
+        match case {
+            "blank" => {
+                std::fs::File::create(d.join("stranger.img"))
+                    .unwrap()
+                    .set_len(SIZE)
+                    .unwrap();
+            }
+            "other-array" => {
+                let other = d.join("other");
+                std::fs::create_dir(&other).unwrap();
+                let x = Node::file(&other, "x", SIZE, &[]);
+                let y = Node::file(&other, "y", SIZE, &[]);
+                ok(&["create", "--level", "1", &x.uri(), &y.uri()], &other);
+                drop((x, y));
+                std::fs::copy(other.join("y.img"), d.join("stranger.img")).unwrap();
+            }
+            _ => {
+                // b as it is now; the array's first write moves its events on.
+                std::fs::copy(d.join("b.img"), d.join("stranger.img")).unwrap();
+            }
+        }
+        let stranger_before = std::fs::read(d.join("stranger.img")).unwrap();
+
+        let server = serve_with(d, &members, &["--nbd-timeout", "3s"]);
+        let data = pattern(8 << 20, 1);
+        write_array(d, &data);
+        check_array(d, &data, case);
+
+        b.kill();
+        let stranger = Node::serving(d, "stranger", "b", SIZE, &[]);
+        assert_eq!(stranger.uri(), members[1]);
+        for pass in 0..3 {
+            check_array(d, &data, &format!("{case}: read {pass} after the swap"));
+        }
+        let data2 = pattern(8 << 20, 2);
+        write_array(d, &data2);
+        check_array(d, &data2, &format!("{case}: after a write"));
+
+        let member = member_status(d, 1);
+        assert_eq!(member["state"], "faulty", "{case}: {member}");
+        let why = member["reason"].as_str().unwrap_or_default();
+        assert!(why.contains(reason), "{case}: reason {why:?}");
+        let log = std::fs::read_to_string(d.join("serve.log")).unwrap();
+        assert!(
+            log.contains(reason) && log.contains("marked faulty"),
+            "{case}: {log}"
+        );
+        stop(server);
+        drop(stranger);
+        assert!(
+            std::fs::read(d.join("stranger.img")).unwrap() == stranger_before,
+            "{case}: a byte of the stranger changed"
+        );
+        drop(a);
+    }
+}
+
+/// The member's own server restarted at the same address is the member:
+/// its new connections pass the check, reads and writes go on, nothing
+/// turns faulty, and afterwards both copies match.
+#[test]
+fn a_member_whose_server_comes_back_is_accepted() {
+    const SIZE: u64 = 16 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let a = Node::file(d, "a", SIZE, &[]);
+    let mut b = Node::file(d, "b", SIZE, &[]);
+    let members = vec![a.uri(), b.uri()];
+    let mut create = vec!["create", "--level", "1"];
+    create.extend(members.iter().map(String::as_str));
+    ok(&create, d);
+    let server = serve_with(d, &members, &["--nbd-timeout", "3s"]);
+    let data = pattern(8 << 20, 3);
+    write_array(d, &data);
+    b.kill();
+    let b = Node::file(d, "b", SIZE, &[]);
+    for pass in 0..2 {
+        check_array(d, &data, &format!("read {pass} after the restart"));
+    }
+    let data2 = pattern(8 << 20, 4);
+    write_array(d, &data2);
+    check_array(d, &data2, "after a write");
+    assert_eq!(
+        member_states(d),
+        ["active", "active"],
+        "serve log:\n{}",
+        std::fs::read_to_string(d.join("serve.log")).unwrap_or_default()
+    );
+    stop(server);
+    assert_checks_clean(d, &members, "after the member's server came back");
+    drop((a, b));
+}
+
+/// A member's link goes dead under `--nbd-timeout 3s` (its server stopped
+/// with SIGSTOP: requests get no reply, a new connection no handshake)
+/// while a client reads and another writes: each finishes, without an
+/// error, within the timeout and a margin (a read that timed out is not
+/// retried on a connection that would take another timeout to fail, and
+/// no reconnection outlives the deadline of what waits for it); the
+/// member turns faulty, and stopping the server takes no longer either.
+#[test]
+fn deadlines_hold_when_a_members_link_goes_dead() {
+    const SIZE: u64 = 16 << 20;
+    let timeout = Duration::from_secs(3);
+    let bound = timeout + Duration::from_millis(1500);
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let a = Node::file(d, "a", SIZE, &[]);
+    let b = Node::file(d, "b", SIZE, &[]);
+    let members = vec![a.uri(), b.uri()];
+    let mut create = vec!["create", "--level", "1"];
+    create.extend(members.iter().map(String::as_str));
+    ok(&create, d);
+    let server = serve_with(d, &members, &["--nbd-timeout", "3s"]);
+    let data = pattern(8 << 20, 5);
+    write_array(d, &data);
+    check_array(d, &data, "before the link died");
+
+    let pid = b.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    std::fs::write(d.join("w.bin"), pattern(1 << 20, 6)).unwrap();
+    let start = Instant::now();
+    let reader = Command::new("nbdcopy")
+        .arg(array_uri(d))
+        .arg(d.join("r.bin"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let writer = Command::new("nbdcopy")
+        .arg(d.join("w.bin"))
+        .arg(array_uri(d))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    for (what, child) in [("read", reader), ("write", writer)] {
+        let out = child.wait_with_output().unwrap();
+        let took = start.elapsed();
+        assert!(
+            out.status.success(),
+            "the {what} failed: {}\nserve log:\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            std::fs::read_to_string(d.join("serve.log")).unwrap_or_default()
+        );
+        assert!(
+            took < bound,
+            "the {what} took {took:?} with a {timeout:?} request timeout\nserve log:\n{}",
+            std::fs::read_to_string(d.join("serve.log")).unwrap_or_default()
+        );
+    }
+    assert_eq!(member_states(d), ["active", "faulty"]);
+    let start = Instant::now();
+    stop(server);
+    let took = start.elapsed();
+    assert!(took < bound, "stopping the server took {took:?}");
+    let _ = Command::new("kill").args(["-CONT", &pid]).status();
+    drop((a, b));
 }
