@@ -64,9 +64,13 @@ pub fn add_journal(
     if members.is_empty() {
         return Err(Error::NoMembers);
     }
-    if let Some(same) = members.iter().find(|m| m.as_str() == journal) {
+    if let Some(same) = members
+        .iter()
+        .find(|m| nvraid_member::same_object(m, journal))
+    {
         return Err(not_separate(journal, same));
     }
+    crate::assemble::check_distinct_specs(members)?;
     let open = OpenOptions {
         write: true,
         create_bytes: None,

@@ -115,6 +115,10 @@ pub fn assemble(specs: &[String], options: AssembleOptions) -> Result<Array> {
         direct: options.direct,
         ..Default::default()
     };
+    // A member named twice is refused by name before any is opened (a
+    // writable open claims it, and the second open would find this very
+    // process holding the claim).
+    check_distinct_specs(specs)?;
     let mut found = Vec::with_capacity(specs.len());
     let mut unreadable = Vec::new();
     for spec in specs {
@@ -282,6 +286,24 @@ pub fn assemble(specs: &[String], options: AssembleOptions) -> Result<Array> {
         }
     }
     Ok(array)
+}
+
+/// No spec names a member another spec named (same text, or the same
+/// file or device under two names), checked before anything is opened.
+pub(crate) fn check_distinct_specs(specs: &[String]) -> Result<()> {
+    for (i, spec) in specs.iter().enumerate() {
+        if let Some(other) = specs[..i]
+            .iter()
+            .find(|other| nvraid_member::same_object(spec, other))
+        {
+            return Err(Error::Duplicate {
+                spec: spec.clone(),
+                other: other.clone(),
+                what: "file or device",
+            });
+        }
+    }
+    Ok(())
 }
 
 /// No member given twice (same file or device under two names).

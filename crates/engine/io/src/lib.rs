@@ -8,10 +8,12 @@
 //! - [`remote`]: members reached over a network (one channel per worker)
 //!   and the engine that puts them beside local files.
 //! - [`buf`]: heap buffers aligned for O_DIRECT.
+//! - [`bounded`]: whole files named on the command line, read with a bound.
 //! - [`sys`]: thin, checked wrappers over the system calls nvraid needs that
 //!   `std` lacks (positioned full reads/writes, block-device ioctls, memfd,
 //!   hole punching, O_DIRECT opens).
 
+pub mod bounded;
 pub mod buf;
 pub mod engine;
 pub mod queue;

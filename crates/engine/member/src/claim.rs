@@ -23,7 +23,15 @@ use std::os::unix::fs::MetadataExt;
 /// from a kernel work item. When no live process holds the claim (its pid
 /// is gone, or no process is listed for it), the claim is retried for up to
 /// five seconds; when this process holds it, for up to one second.
-pub(crate) fn claim(file: &File) -> io::Result<Result<(), String>> {
+/// Who holds a claim that could not be taken.
+pub(crate) enum Holder {
+    /// This process (the member opened for writing twice).
+    Me,
+    /// Another process: `pid 1234 (nvraid serve ...)`.
+    Other(String),
+}
+
+pub(crate) fn claim(file: &File) -> io::Result<Result<(), Holder>> {
     let me = std::process::id().to_string();
     for attempt in 0..250 {
         if nvraid_io::sys::try_lock_exclusive(file)? {
@@ -36,11 +44,16 @@ pub(crate) fn claim(file: &File) -> io::Result<Result<(), String>> {
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    Ok(Err(holder(file).unwrap_or_else(|| "another process".into())))
+    if holder_pid(file).is_some_and(|pid| pid == me) {
+        return Ok(Err(Holder::Me));
+    }
+    Ok(Err(Holder::Other(
+        holder(file).unwrap_or_else(|| "another process".into()),
+    )))
 }
 
 /// Whether `file` could be claimed now (claims it and lets go at once).
-pub(crate) fn claimable(file: &File) -> io::Result<Result<(), String>> {
+pub(crate) fn claimable(file: &File) -> io::Result<Result<(), Holder>> {
     let claimed = claim(file)?;
     if claimed.is_ok() {
         nvraid_io::sys::unlock(file)?;

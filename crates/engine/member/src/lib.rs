@@ -16,6 +16,8 @@ mod claim;
 mod member;
 mod size;
 
-pub use member::{set_remote_defaults, Backend, Member, MemberError, MemberKind, OpenOptions};
+pub use member::{
+    same_object, set_remote_defaults, Backend, Member, MemberError, MemberKind, OpenOptions,
+};
 pub use nvraid_remote::RemoteOptions;
 pub use size::{format_size, parse_size, SizeError};

@@ -49,6 +49,13 @@ pub enum MemberError {
     Missing { spec: String },
     #[error("{spec}: in use by {holder}, which claimed it for writing; stop that first")]
     Busy { spec: String, holder: String },
+    /// This very process holds the member's claim already: the command
+    /// named it twice (perhaps under two names), or it is in use here.
+    #[error(
+        "{spec}: already opened for writing by this command (is it named twice, perhaps under \
+         two names, or already part of the array?)"
+    )]
+    ClaimedHere { spec: String },
     #[error(transparent)]
     Remote(#[from] nvraid_remote::RemoteError),
 }
@@ -107,6 +114,28 @@ pub struct Member {
     remote: Option<Arc<RemoteExport>>,
     /// Requests in flight on this member (the read policy's load measure).
     inflight: AtomicU32,
+}
+
+/// Whether two specs name the same member, decided before either is
+/// opened (and so before either is claimed): the same text, or paths to
+/// the same file or device (device and inode, symbolic links followed).
+/// Each `mem:` and `null:` spec is a member of its own; two URIs for one
+/// NBD export are found once opened ([`Member::identity`]).
+pub fn same_object(a: &str, b: &str) -> bool {
+    let own = |s: &str| s.starts_with("mem:") || s.starts_with("null:");
+    if own(a) || own(b) {
+        return false;
+    }
+    if a == b {
+        return true;
+    }
+    if is_nbd_uri(a) || is_nbd_uri(b) {
+        return false;
+    }
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => (x.dev(), x.ino()) == (y.dev(), y.ino()),
+        _ => false,
+    }
 }
 
 impl Member {
@@ -232,11 +261,17 @@ impl Member {
         let (file, direct_fallback) = Self::open_file(path, options)?;
         // A writer claims the member before it changes a byte of it.
         if options.write {
-            if let Err(holder) = claim::claim(&file).map_err(err)? {
-                return Err(MemberError::Busy {
-                    spec: spec.into(),
-                    holder,
-                });
+            match claim::claim(&file).map_err(err)? {
+                Ok(()) => {}
+                Err(claim::Holder::Me) => {
+                    return Err(MemberError::ClaimedHere { spec: spec.into() })
+                }
+                Err(claim::Holder::Other(holder)) => {
+                    return Err(MemberError::Busy {
+                        spec: spec.into(),
+                        holder,
+                    })
+                }
             }
         }
         if let Some(bytes) = grow_to {
@@ -325,7 +360,10 @@ impl Member {
         }
         match claim::claimable(file) {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(holder)) => Err(MemberError::Busy {
+            Ok(Err(claim::Holder::Me)) => Err(MemberError::ClaimedHere {
+                spec: self.spec.clone(),
+            }),
+            Ok(Err(claim::Holder::Other(holder))) => Err(MemberError::Busy {
                 spec: self.spec.clone(),
                 holder,
             }),

@@ -22,11 +22,23 @@ pub(crate) fn client_config() -> Option<Arc<rustls::ClientConfig>> {
     CLIENT.read().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
+/// The most read from a PEM file named on the command line.
+const PEM_MAX_BYTES: u64 = 4 << 20;
+
+fn read_pem(path: &Path) -> Result<Vec<u8>, String> {
+    nvraid_io::bounded::read_file(path, PEM_MAX_BYTES, "a PEM file")
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    CertificateDer::pem_slice_iter(&read_pem(path)?)
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("{}: cannot read certificates: {e}", path.display()))
+}
+
 fn build(ca: &Path, identity: Option<(&Path, &Path)>) -> Result<rustls::ClientConfig, String> {
     let mut roots = rustls::RootCertStore::empty();
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(ca)
-        .and_then(|i| i.collect())
-        .map_err(|e| format!("{}: cannot read certificates: {e}", ca.display()))?;
+    let certs = certificates(ca)?;
     if certs.is_empty() {
         return Err(format!("{}: no certificate in the file", ca.display()));
     }
@@ -43,10 +55,8 @@ fn build(ca: &Path, identity: Option<(&Path, &Path)>) -> Result<rustls::ClientCo
     match identity {
         None => Ok(builder.with_no_client_auth()),
         Some((cert, key)) => {
-            let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-                .and_then(|i| i.collect())
-                .map_err(|e| format!("{}: cannot read certificates: {e}", cert.display()))?;
-            let key = PrivateKeyDer::from_pem_file(key)
+            let chain = certificates(cert)?;
+            let key = PrivateKeyDer::from_pem_slice(&read_pem(key)?)
                 .map_err(|e| format!("{}: cannot read the private key: {e}", key.display()))?;
             builder
                 .with_client_auth_cert(chain, key)

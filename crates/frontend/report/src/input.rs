@@ -53,11 +53,35 @@ impl Input {
     }
 }
 
+/// The most read from one result file (a tune of many chunk sizes with
+/// its histograms is a few MiB); a longer file, or a path such as
+/// `/dev/zero`, is refused instead of read until memory runs out.
+pub const INPUT_MAX_BYTES: u64 = 64 << 20;
+
+/// The text of `path`, at most [`INPUT_MAX_BYTES`] of it.
+fn read_bounded(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(INPUT_MAX_BYTES + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > INPUT_MAX_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "longer than {} MiB (the most read from a result file); is it the right file?",
+                INPUT_MAX_BYTES >> 20
+            ),
+        ));
+    }
+    Ok(text)
+}
+
 /// Reads and checks the nvraid JSON result at `path`. Every error names
 /// the file.
 pub fn load(path: &Path) -> Result<Input, ReportError> {
     let name = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| ReportError::Read {
+    let text = read_bounded(path).map_err(|source| ReportError::Read {
         file: name.clone(),
         source,
     })?;

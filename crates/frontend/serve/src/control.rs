@@ -1,12 +1,26 @@
 //! The control socket: a Unix socket beside the export. A client sends one
 //! JSON line (`{"command":"status"}`) and reads one JSON line back.
+//!
+//! Each client is answered on a thread of its own, and must send its whole
+//! request within [`REQUEST_DEADLINE`] (a deadline for the request, not a
+//! timeout per read: a client trickling a byte at a time is cut off when it
+//! passes), so that one slow client never holds up `status`, `fail` or
+//! `add` from another. Commands that change the array take turns; `status`
+//! does not wait for them.
+//!
+//! The socket's path is taken only when nothing is there, or when a socket
+//! is there that nobody answers on (left by a server that died); a file of
+//! any other kind, or a socket a running server answers on, is refused by
+//! name and left as it is.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
@@ -14,69 +28,244 @@ use crate::server::Shared;
 use crate::Error;
 
 /// Longest request line accepted.
-const REQUEST_MAX_BYTES: u64 = 4096;
+const REQUEST_MAX_BYTES: usize = 4096;
+
+/// A client must have sent its whole request line within this time.
+pub(crate) const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Longest a reply may take to be written to a client that does not read.
+const REPLY_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Longest reply a client reads.
+const REPLY_MAX_BYTES: u64 = 64 << 20;
+
+/// Clients answered at once; more are told the server is busy.
+const CLIENTS_MAX: usize = 32;
+
+/// One client being answered: its socket (shut down at stop) and thread.
+type Client = (UnixStream, JoinHandle<()>);
 
 pub(crate) struct ControlServer {
     path: PathBuf,
+    /// The socket's (device, inode) once bound: at stop the path is
+    /// removed only while it is still this socket.
+    identity: Option<(u64, u64)>,
     /// The listening socket, shut down to wake the thread at stop (the
     /// path may be gone by then: its directory removed under the server).
     fd: std::os::fd::RawFd,
     thread: JoinHandle<()>,
-    stop: Arc<std::sync::atomic::AtomicBool>,
+    stop: Arc<AtomicBool>,
+    clients: Arc<Mutex<Vec<Client>>>,
+}
+
+/// Whether `path` may become a socket (control or listen): free (nothing there), or a
+/// socket left by a server that died, which `remove` then deletes.
+/// Anything else is refused with its name and what it is.
+/// `flag` names the option that gave the path, for the message.
+pub(crate) fn check_path(path: &Path, flag: &str, remove: bool) -> Result<(), String> {
+    let shown = path.display();
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("{shown}: {e}")),
+    };
+    let kind = meta.file_type();
+    if !kind.is_socket() {
+        let what = if kind.is_file() {
+            "a regular file"
+        } else if kind.is_dir() {
+            "a directory"
+        } else if kind.is_symlink() {
+            "a symbolic link"
+        } else {
+            "a device or pipe"
+        };
+        return Err(format!(
+            "{shown}: already exists and is {what}, not a socket; nvraid replaces only a socket \
+             left by a server that died: give {flag} another path (nothing was changed)"
+        ));
+    }
+    match UnixStream::connect(path) {
+        Ok(_) => Err(format!(
+            "{shown}: a running server answers on this socket (another nvraid serve?); give \
+             {flag} another path, or stop that server first"
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            if remove {
+                std::fs::remove_file(path).map_err(|e| format!("{shown}: a dead socket: {e}"))?;
+            }
+            Ok(())
+        }
+        Err(e) => Err(format!(
+            "{shown}: a socket that cannot be checked ({e}); it was left alone"
+        )),
+    }
 }
 
 impl ControlServer {
     pub(crate) fn start(path: &Path, shared: Arc<Shared>) -> Result<ControlServer, Error> {
-        let _ = std::fs::remove_file(path);
+        check_path(path, "--control", true).map_err(Error::Control)?;
         let listener = UnixListener::bind(path)
             .map_err(|e| Error::Control(format!("{}: {e}", path.display())))?;
+        let identity = std::fs::symlink_metadata(path)
+            .ok()
+            .map(|m| (m.dev(), m.ino()));
         let fd = std::os::fd::AsRawFd::as_raw_fd(&listener);
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let stop_flag = Arc::clone(&stop);
+        let stop = Arc::new(AtomicBool::new(false));
+        let clients: Arc<Mutex<Vec<Client>>> = Arc::default();
+        let (stop_flag, list) = (Arc::clone(&stop), Arc::clone(&clients));
+        // Commands other than `status` take turns, as they did when one
+        // thread answered every client.
+        let turns = Arc::new(Mutex::new(()));
         let thread = std::thread::Builder::new()
             .name("nbd-control".into())
             .spawn(move || {
                 for stream in listener.incoming() {
-                    if stop_flag.load(std::sync::atomic::Ordering::SeqCst) {
+                    if stop_flag.load(Ordering::SeqCst) {
                         break;
                     }
-                    if let Ok(stream) = stream {
-                        let _ = answer(&shared, stream);
+                    let Ok(stream) = stream else { continue };
+                    let mut clients = list.lock().unwrap_or_else(|p| p.into_inner());
+                    reap(&mut clients);
+                    if clients.len() >= CLIENTS_MAX {
+                        drop(clients);
+                        busy(&stream);
+                        continue;
+                    }
+                    let Ok(kept) = stream.try_clone() else {
+                        continue;
+                    };
+                    let (shared, turns) = (Arc::clone(&shared), Arc::clone(&turns));
+                    let spawned = std::thread::Builder::new()
+                        .name("nbd-control-client".into())
+                        .spawn(move || {
+                            let _ = answer(&shared, &turns, &stream);
+                        });
+                    if let Ok(thread) = spawned {
+                        clients.push((kept, thread));
                     }
                 }
             })?;
         Ok(ControlServer {
             path: path.to_path_buf(),
+            identity,
             fd,
             thread,
             stop,
+            clients,
         })
     }
 
     pub(crate) fn stop(self) {
-        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.stop.store(true, Ordering::SeqCst);
         // The thread owns the listener until it ends, so `fd` is still it.
         nvraid_io::sys::shutdown_socket(self.fd);
         let _ = self.thread.join();
-        let _ = std::fs::remove_file(&self.path);
+        // Clients still sending are cut off; a command already running
+        // finishes (its reply may be lost) before the server goes on.
+        let clients = std::mem::take(&mut *self.clients.lock().unwrap_or_else(|p| p.into_inner()));
+        for (stream, thread) in clients {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            let _ = thread.join();
+        }
+        let still_ours = std::fs::symlink_metadata(&self.path)
+            .ok()
+            .map(|m| (m.dev(), m.ino()));
+        if still_ours.is_some() && still_ours == self.identity {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
-fn answer(shared: &Shared, stream: UnixStream) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let mut line = String::new();
-    BufReader::new((&stream).take(REQUEST_MAX_BYTES)).read_line(&mut line)?;
-    let reply = match serde_json::from_str::<Value>(&line) {
-        Ok(request) if request["command"] == "status" => status(shared),
-        Ok(request) => match &shared.options.command_hook {
-            Some(hook) => hook(&request),
-            None => json!({"error": format!("unknown command {}", request["command"])}),
-        },
+/// Forget the clients whose threads have ended.
+fn reap(clients: &mut Vec<Client>) {
+    let mut i = 0;
+    while i < clients.len() {
+        if clients[i].1.is_finished() {
+            let (_, thread) = clients.swap_remove(i);
+            let _ = thread.join();
+        } else {
+            i += 1;
+        }
+    }
+}
+
+/// Tell a client over the limit to come back later, without waiting on it.
+fn busy(stream: &UnixStream) {
+    let _ = stream.set_nonblocking(true);
+    let line = format!(
+        "{}\n",
+        json!({"error": format!("the control socket is answering {CLIENTS_MAX} clients; try again")})
+    );
+    let _ = (&*stream).write_all(line.as_bytes());
+}
+
+/// Read one request line before the deadline.
+fn read_request(stream: &UnixStream) -> std::io::Result<Vec<u8>> {
+    let deadline = Instant::now() + REQUEST_DEADLINE;
+    let mut line = Vec::with_capacity(256);
+    let mut buf = [0u8; 1024];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "the request was not complete within {} s",
+                    REQUEST_DEADLINE.as_secs()
+                ),
+            ));
+        }
+        stream.set_read_timeout(Some(left))?;
+        let n = match (&*stream).read(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue
+            }
+            Err(e) => return Err(e),
+        };
+        if n == 0 {
+            return Ok(line);
+        }
+        line.extend_from_slice(&buf[..n]);
+        if let Some(end) = line.iter().position(|&b| b == b'\n') {
+            line.truncate(end);
+            return Ok(line);
+        }
+        if line.len() >= REQUEST_MAX_BYTES {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("a request line longer than {REQUEST_MAX_BYTES} bytes"),
+            ));
+        }
+    }
+}
+
+fn answer(shared: &Shared, turns: &Mutex<()>, stream: &UnixStream) -> std::io::Result<()> {
+    let reply = match read_request(stream) {
         Err(e) => json!({"error": format!("bad request: {e}")}),
+        Ok(line) => match serde_json::from_slice::<Value>(&line) {
+            Ok(request) if request["command"] == "status" => status(shared),
+            Ok(request) => match &shared.options.command_hook {
+                Some(hook) => {
+                    let _turn = turns.lock().unwrap_or_else(|p| p.into_inner());
+                    hook(&request)
+                }
+                None => json!({"error": format!("unknown command {}", request["command"])}),
+            },
+            Err(e) => json!({"error": format!("bad request: {e}")}),
+        },
     };
     let mut out = serde_json::to_vec(&reply).map_err(std::io::Error::other)?;
     out.push(b'\n');
-    (&stream).write_all(&out)
+    stream.set_write_timeout(Some(REPLY_DEADLINE))?;
+    (&*stream).write_all(&out)
 }
 
 /// The status document.
@@ -140,8 +329,14 @@ pub fn request(path: &Path, command: &Value) -> Result<Value, Error> {
     let mut line = serde_json::to_vec(command).map_err(|e| Error::Control(e.to_string()))?;
     line.push(b'\n');
     (&stream).write_all(&line).map_err(fail)?;
+    // The reply is bounded too: whatever answers on `path` may not be a
+    // server of ours.
     let mut line = String::new();
-    BufReader::new(&stream).read_line(&mut line).map_err(fail)?;
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new((&stream).take(REPLY_MAX_BYTES)),
+        &mut line,
+    )
+    .map_err(fail)?;
     let value: Value =
         serde_json::from_str(&line).map_err(|e| Error::Control(format!("bad reply: {e}")))?;
     match value.get("error") {

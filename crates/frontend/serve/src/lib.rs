@@ -38,5 +38,5 @@ pub use error::Error;
 pub use options::{
     stderr_log, CommandHook, ListenAddress, LogSink, ServeOptions, StatusHook, TlsFiles, TlsMode,
 };
-pub use server::{serve, start, Server, ServerInfo};
+pub use server::{preflight, serve, start, Server, ServerInfo};
 pub use shutdown::ShutdownHandle;

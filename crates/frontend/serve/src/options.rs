@@ -198,9 +198,21 @@ impl ServeOptions {
                 "TLS needs --tls-cert and --tls-key",
             ),
         ];
-        match checks.iter().find(|(bad, _)| *bad) {
-            Some((_, reason)) => Err(reason.to_string()),
-            None => Ok(()),
+        if let Some((_, reason)) = checks.iter().find(|(bad, _)| *bad) {
+            return Err(reason.to_string());
         }
+        if let Some(control) = &self.control_socket {
+            if self
+                .listen
+                .iter()
+                .any(|a| matches!(a, ListenAddress::Unix(path) if path == control))
+            {
+                return Err(format!(
+                    "the control socket {} is also a listen address; give --control another path",
+                    control.display()
+                ));
+            }
+        }
+        Ok(())
     }
 }

@@ -126,6 +126,27 @@ pub fn serve(
     start(target, options, shutdown)?.wait()
 }
 
+/// Check what `start` would refuse, without binding or changing anything:
+/// the options, the TLS files (read and parsed), and that each Unix listen
+/// path and the control path is free or a socket left by a server that
+/// died. `nvraid serve` calls it before it assembles the array, so that a
+/// bad flag changes no byte on any member. `start` checks again.
+pub fn preflight(options: &ServeOptions) -> Result<(), Error> {
+    options.validate().map_err(Error::Options)?;
+    if let (TlsMode::On | TlsMode::Require, Some(files)) = (&options.tls, &options.tls_files) {
+        crate::transport::tls_config(files)?;
+    }
+    for address in &options.listen {
+        if let ListenAddress::Unix(path) = address {
+            control::check_path(path, "--listen", false).map_err(Error::Options)?;
+        }
+    }
+    if let Some(path) = &options.control_socket {
+        control::check_path(path, "--control", false).map_err(Error::Control)?;
+    }
+    Ok(())
+}
+
 /// Start serving in background threads.
 pub fn start(
     target: Arc<dyn Target>,

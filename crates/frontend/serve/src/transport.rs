@@ -12,22 +12,39 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use crate::stream::Stream;
 use crate::Error;
 
+/// The most read from a PEM file named on the command line (a CA bundle
+/// of every public root is well under 1 MiB).
+pub(crate) const PEM_MAX_BYTES: u64 = 4 << 20;
+
+/// The PEM bytes of `path`, read with a bound; errors name the file.
+fn read_pem(path: &std::path::Path) -> Result<Vec<u8>, Error> {
+    nvraid_io::bounded::read_file(path, PEM_MAX_BYTES, "a PEM file")
+        .map_err(|e| Error::Tls(format!("{}: {e}", path.display())))
+}
+
+/// The certificates in the PEM file `path` (at least one).
+fn read_certificates(path: &std::path::Path) -> Result<Vec<CertificateDer<'static>>, Error> {
+    let pem = read_pem(path)?;
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<_, _>>()
+        .map_err(|e| Error::Tls(format!("{}: {e}", path.display())))?;
+    if certs.is_empty() {
+        return Err(Error::Tls(format!("{}: no certificate", path.display())));
+    }
+    Ok(certs)
+}
+
 /// Load a certificate chain and key (and, for mutual TLS, the CA client
-/// certificates are checked against) into a rustls server config.
+/// certificates are checked against) into a rustls server config. Each
+/// file is read with a bound ([`PEM_MAX_BYTES`]).
 pub(crate) fn tls_config(
     files: &crate::options::TlsFiles,
 ) -> Result<Arc<rustls::ServerConfig>, Error> {
     let (cert, key) = (files.cert.as_path(), files.key.as_path());
     let fail = |what: &str, e: &dyn std::fmt::Display| Error::Tls(format!("{what}: {e}"));
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .map_err(|e| fail(&cert.display().to_string(), &e))?
-        .collect::<Result<_, _>>()
-        .map_err(|e| fail(&cert.display().to_string(), &e))?;
-    if certs.is_empty() {
-        return Err(Error::Tls(format!("{}: no certificate", cert.display())));
-    }
+    let certs = read_certificates(cert)?;
     let key_name = key.display().to_string();
-    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| fail(&key_name, &e))?;
+    let key = PrivateKeyDer::from_pem_slice(&read_pem(key)?).map_err(|e| fail(&key_name, &e))?;
     let rsa_bits = rsa_modulus_bits(key.secret_der());
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
@@ -38,14 +55,7 @@ pub(crate) fn tls_config(
         Some(ca) => {
             let name = ca.display().to_string();
             let mut roots = rustls::RootCertStore::empty();
-            let cas: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(ca)
-                .map_err(|e| fail(&name, &e))?
-                .collect::<Result<_, _>>()
-                .map_err(|e| fail(&name, &e))?;
-            if cas.is_empty() {
-                return Err(Error::Tls(format!("{name}: no certificate")));
-            }
-            for c in cas {
+            for c in read_certificates(ca)? {
                 roots.add(c).map_err(|e| fail(&name, &e))?;
             }
             let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(

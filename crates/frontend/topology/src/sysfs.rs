@@ -6,12 +6,32 @@ use std::path::Path;
 
 /// The trimmed text of `dir/name`: `Ok(None)` when the file does not exist,
 /// `Err(reason)` when it exists but cannot be read.
+/// At most `ATTR_MAX_BYTES` are read (a sysfs text attribute is one page;
+/// a tree given with `--sysfs-root` may hold anything).
 pub fn read_attr(dir: &Path, name: &str) -> Result<Option<String>, String> {
-    match fs::read(dir.join(name)) {
+    match read_bounded(&dir.join(name)) {
         Ok(bytes) => Ok(Some(String::from_utf8_lossy(&bytes).trim().to_string())),
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
         Err(e) => Err(format!("cannot read {name}: {e}")),
     }
+}
+
+/// The most read from one attribute.
+const ATTR_MAX_BYTES: u64 = 1 << 20;
+
+fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    fs::File::open(path)?
+        .take(ATTR_MAX_BYTES + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > ATTR_MAX_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("longer than {} MiB", ATTR_MAX_BYTES >> 20),
+        ));
+    }
+    Ok(bytes)
 }
 
 /// `read_attr`, folding read failures into `problems`.

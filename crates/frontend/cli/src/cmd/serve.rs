@@ -86,6 +86,10 @@ pub struct StatusArgs {
 
 pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
     let mut options = args.serve.to_options().map_err(anyhow::Error::msg)?;
+    // The TLS files, the listen and control paths: checked before the
+    // array is assembled (or md's journal added), so that a bad flag
+    // changes no byte on any member.
+    nvraid_serve::preflight(&options)?;
     let writable = !options.read_only;
     // Every check of the cache's flags and the journal member comes before
     // the array is assembled for writing (or md's journal added to it).
@@ -344,6 +348,9 @@ fn configure(
     let command_array = array.clone();
     let command_online = online.clone();
     options.command_hook = Some(Arc::new(move |request| {
+        if let Some(refused) = refuse_when_read_only(&command_array, request) {
+            return refused;
+        }
         command_online
             .command(request)
             .unwrap_or_else(|| control_command(&command_array, request))
@@ -372,6 +379,27 @@ fn configure(
         }
         value
     }));
+}
+
+/// A control command that would write the array (its superblocks, or a
+/// repair's data), on an array served read-only: refused, naming the
+/// member and why (the members are open for reading only).
+fn refuse_when_read_only(array: &Array, request: &serde_json::Value) -> Option<serde_json::Value> {
+    if array.is_writable() {
+        return None;
+    }
+    let command = request["command"].as_str()?;
+    let member = match command {
+        "fail" | "remove" | "add" => request["member"].as_str(),
+        "replace" => request["old"].as_str(),
+        "repair" => None,
+        _ => return None,
+    };
+    let whose = member.map_or(String::new(), |m| format!("{m}: "));
+    Some(serde_json::json!({"error": format!(
+        "{whose}{command} refused: the server exports the array read-only (serve --read-only), \
+         and {command} would write to its members; restart the server without --read-only"
+    )}))
 }
 
 /// Control-socket commands beyond `status`: `fail` (mark a member faulty).
