@@ -64,6 +64,12 @@ pub struct ServeArgs {
     /// are free).
     #[arg(long, value_name = "SECONDS", default_value_t = 60)]
     pub idle_timeout: u64,
+    /// Seconds a request's payload has to arrive after its header, and a
+    /// reply has to be read by the client; a client that misses either is
+    /// disconnected (a deadline: trickling bytes does not extend it).
+    #[arg(long, value_name = "SECONDS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub transfer_timeout: u64,
     /// Largest READ/WRITE in bytes (advertised as the maximum block size).
     #[arg(long, value_name = "BYTES", default_value_t = 32 << 20)]
     pub max_request: u32,
@@ -122,6 +128,7 @@ impl ServeArgs {
             handshake_timeout: std::time::Duration::from_secs(self.handshake_timeout),
             idle_timeout: (self.idle_timeout > 0)
                 .then(|| std::time::Duration::from_secs(self.idle_timeout)),
+            transfer_timeout: std::time::Duration::from_secs(self.transfer_timeout),
             request_max_bytes: self.max_request,
             inflight_max: self.max_inflight,
             inflight_max_bytes: defaults
@@ -179,6 +186,7 @@ mod tests {
         );
         assert_eq!(options.request_max_bytes, 32 << 20);
         assert_eq!(options.tls, TlsMode::Off);
+        assert_eq!(options.transfer_timeout, std::time::Duration::from_secs(30));
     }
 
     #[test]
@@ -227,6 +235,9 @@ mod tests {
         assert!(options.read_only);
         assert_eq!(options.export_name, "a");
         assert!(parse(&["--max-connections", "0"]).is_err());
+        let options = parse(&["--transfer-timeout", "2"]).unwrap();
+        assert_eq!(options.transfer_timeout, std::time::Duration::from_secs(2));
+        assert!(parse(&["--transfer-timeout", "0"]).is_err());
         assert!(parse(&["--max-request", "100"]).is_err());
     }
 }

@@ -21,6 +21,7 @@ use crate::server::Shared;
 use crate::stats::Counters;
 use crate::stream::Stream;
 use crate::transport::Channel;
+use crate::unaligned::RangeLocks;
 use crate::wire::Wire;
 
 /// State shared by a connection's reader, writer, workers and the status
@@ -71,9 +72,20 @@ impl Connection {
         self.permits.lock().expect("permit lock").0
     }
 
-    /// The lock every unaligned write's read-modify-write holds.
-    pub(crate) fn unaligned_lock(&self) -> &Mutex<()> {
-        &self.shared.unaligned_lock
+    /// The ranges unaligned writes' read-modify-writes hold, server-wide.
+    pub(crate) fn unaligned_ranges(&self) -> &RangeLocks {
+        &self.shared.unaligned_ranges
+    }
+
+    /// How long a request's payload may take to arrive, and a reply to be
+    /// taken by the client.
+    pub(crate) fn transfer_timeout(&self) -> Duration {
+        self.shared.options.transfer_timeout
+    }
+
+    /// Close both directions (the client missed a deadline).
+    pub(crate) fn hang_up(&self) {
+        self.socket.shutdown(Shutdown::Both);
     }
 
     /// A request was answered: its permit is free again.
@@ -298,9 +310,7 @@ fn transmit(connection: &Arc<Connection>, channel: Channel, negotiated: Negotiat
         wire,
         rules,
         structured: negotiated.structured_replies,
-        target: Arc::clone(&shared.target),
         block_bytes: shared.block_sizes.minimum_bytes,
-        max_payload_bytes: shared.block_sizes.maximum_bytes,
         done,
     });
     let reason = ended

@@ -10,7 +10,8 @@
 //!
 //! Limits (all fixed at start): connections, requests and payload bytes in
 //! flight per connection, request size, option size and count in the
-//! handshake, handshake time.
+//! handshake, handshake time, and the time a request's payload may take to
+//! arrive and a reply to be read (the transfer deadline).
 //!
 //! Shutdown ([`ShutdownHandle::trigger`]): stop accepting, stop reading
 //! from clients, let in-flight requests finish and their replies go out,

@@ -112,6 +112,13 @@ pub struct ServeOptions {
     /// least this long) is closed to make room for it; `None`: never. A
     /// client idle while slots are free is never disturbed.
     pub idle_timeout: Option<Duration>,
+    /// After its header, a request's payload must have arrived within this
+    /// time, and each reply must be taken by the client within this time
+    /// of reaching the front of its queue; otherwise the connection is
+    /// ended (its slots, buffers and permits are given back). A deadline,
+    /// not a timeout between bytes: a client trickling its payload, or
+    /// reading a reply a byte at a time, holds them no longer.
+    pub transfer_timeout: Duration,
     /// Control socket path; `None` for none.
     pub control_socket: Option<PathBuf>,
     pub log: LogSink,
@@ -158,6 +165,7 @@ impl Default for ServeOptions {
             io_max_bytes: 1 << 20,
             handshake_timeout: Duration::from_secs(10),
             idle_timeout: Some(Duration::from_secs(60)),
+            transfer_timeout: Duration::from_secs(30),
             control_socket: None,
             log: stderr_log(),
             status_hook: None,
@@ -189,6 +197,7 @@ impl ServeOptions {
                 self.workers == 0 || self.queue_depth == 0,
                 "no workers or zero queue depth",
             ),
+            (self.transfer_timeout.is_zero(), "transfer timeout is 0"),
             (
                 self.io_max_bytes < 4096 || !self.io_max_bytes.is_power_of_two(),
                 "worker I/O size not a power of two >= 4 KiB",

@@ -15,12 +15,18 @@
 //!
 //! A request longer than one slot becomes a job of this worker (split into
 //! slot-sized pieces); a request that is not block-aligned (from a client
-//! that negotiated no block sizes) is read-modify-written here
-//! (`unaligned`).
+//! that negotiated no block sizes) becomes jobs too: a read of the blocks
+//! around it, or a read-modify-write (`unaligned`). Nothing a request does
+//! blocks the worker: every wait is a job or slot waiting in the queue,
+//! reaped with all the others.
 //!
 //! Bounds: a connection takes no more requests while its in-flight budget
 //! (requests, payload bytes) is spent, or while the worker has no free
-//! slot; what it sent stays unread in the socket meanwhile.
+//! slot; what it sent stays unread in the socket meanwhile. A client
+//! cannot hold what it was given for as long as it likes: a request's
+//! payload must arrive, and each reply must be taken by the client, within
+//! the transfer deadline (`ServeOptions::transfer_timeout`), or the
+//! connection is ended (`enforce_deadlines`).
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, IoSliceMut};
@@ -28,6 +34,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use nvraid_io::queue::{Completion, OpKind};
 use nvraid_nbd::consts::REQUEST_HEADER_BYTES;
@@ -35,7 +42,7 @@ use nvraid_nbd::{Command, ErrorCode, RequestHeader, RequestRules};
 
 use crate::connection::Connection;
 use crate::reply::{block_status_head, data_reply_head, Head};
-use crate::unaligned::Unaligned;
+use crate::unaligned::{Answer, Io, Unaligned};
 use crate::wire::Wire;
 use crate::worker::{Finish, Job, SlotRequest, SlotUse, Work, Worker};
 
@@ -53,12 +60,8 @@ pub(crate) struct Handoff {
     pub wire: Wire,
     pub rules: RequestRules,
     pub structured: bool,
-    /// The target and block sizes, for the connection's unaligned
-    /// requests (its queue is opened on the worker: queues stay on the
-    /// thread that opened them).
-    pub target: Arc<dyn nvraid_io::queue::Target>,
+    /// The minimum block size, for the connection's unaligned requests.
     pub block_bytes: u32,
-    pub max_payload_bytes: u32,
     /// Told why the connection ended, once it has.
     pub done: SyncSender<String>,
 }
@@ -164,6 +167,12 @@ pub(crate) struct Owned {
     /// Sending failed: replies are dropped from now on.
     broken: bool,
     local: Arc<LocalFinish>,
+    /// The jobs of unaligned requests finish here.
+    patches: Arc<LocalFinish>,
+    /// When the payload being received was announced (its header taken).
+    body_since: Option<Instant>,
+    /// Since when the client has had a reply to take and taken none whole.
+    out_since: Option<Instant>,
 }
 
 /// What looking at the buffered input gave.
@@ -177,16 +186,13 @@ enum Step {
 impl Worker {
     /// Start serving a handed-over connection.
     pub(crate) fn own(&mut self, handoff: Handoff) {
+        let size_bytes = handoff.rules.size_bytes;
         let owned = Owned {
             connection: handoff.connection,
             wire: handoff.wire,
             rules: handoff.rules,
             structured: handoff.structured,
-            unaligned: Unaligned::new(
-                handoff.target,
-                handoff.block_bytes,
-                handoff.max_payload_bytes,
-            ),
+            unaligned: Unaligned::new(handoff.block_bytes, size_bytes),
             done: handoff.done,
             rx: vec![0u8; RECEIVE_BYTES].into_boxed_slice(),
             rx_start: 0,
@@ -201,6 +207,9 @@ impl Worker {
             held: 0,
             broken: false,
             local: Arc::new(LocalFinish::default()),
+            patches: Arc::new(LocalFinish::default()),
+            body_since: None,
+            out_since: None,
         };
         match self.owned.iter().position(Option::is_none) {
             Some(index) => self.owned[index] = Some(owned),
@@ -359,16 +368,8 @@ impl Worker {
                     unreachable!("matched above");
                 };
                 if unaligned {
-                    let lock = conn.connection.unaligned_lock();
-                    let result = conn.unaligned.write(
-                        lock,
-                        request.offset,
-                        request.length,
-                        Some(&buffer),
-                        request.fua(),
-                    );
-                    let result = result.map_err(|code| (code, "unaligned request failed"));
-                    self.answer(conn, &request, result, Data::None, permit);
+                    conn.unaligned.write(request, permit, Some(buffer));
+                    self.start_unaligned(conn);
                 } else {
                     self.start(job(conn, &request, Work::Write, buffer, permit));
                 }
@@ -390,9 +391,12 @@ impl Worker {
                 return false;
             }
             if request.command == Command::Write {
-                conn.input = Input::Skip {
-                    left: u64::from(request.length),
-                };
+                expect_body(
+                    conn,
+                    Input::Skip {
+                        left: u64::from(request.length),
+                    },
+                );
             }
             conn.connection.log(&format!(
                 "event=request-refused command={:?} offset={} length={} error={:?} reason=\"{}\"",
@@ -466,13 +470,16 @@ impl Worker {
                 Vec::new()
             };
             if work == Work::Write {
-                conn.input = Input::Collect {
-                    request,
-                    permit: bytes,
-                    buffer,
-                    got: 0,
-                    unaligned: false,
-                };
+                expect_body(
+                    conn,
+                    Input::Collect {
+                        request,
+                        permit: bytes,
+                        buffer,
+                        got: 0,
+                        unaligned: false,
+                    },
+                );
             } else {
                 self.start(job(conn, &request, work, buffer, bytes));
             }
@@ -489,11 +496,14 @@ impl Worker {
         let slot = self.take_slot(SlotUse::Receiving).expect("a free slot");
         let op = match request.command {
             Command::Write => {
-                conn.input = Input::Payload {
-                    slot,
-                    request: slot_request,
-                    got: 0,
-                };
+                expect_body(
+                    conn,
+                    Input::Payload {
+                        slot,
+                        request: slot_request,
+                        got: 0,
+                    },
+                );
                 return true;
             }
             Command::Read => OpKind::Read,
@@ -510,8 +520,8 @@ impl Worker {
         true
     }
 
-    /// A data request not aligned to the block size: served on this thread
-    /// (see `unaligned`).
+    /// A data request not aligned to the block size: jobs of this worker
+    /// (see `unaligned`); false when it must wait for room.
     fn accept_unaligned(&mut self, index: usize, conn: &mut Owned, request: RequestHeader) -> bool {
         if request.command == Command::Trim {
             // The whole blocks inside go the usual way, as their own trim.
@@ -527,33 +537,111 @@ impl Worker {
                 None => self.succeed_at_once(conn, &request),
             };
         }
-        if !conn.connection.try_acquire(0) {
+        let bytes = match request.command {
+            Command::Read | Command::Write => u64::from(request.length),
+            _ => 0,
+        };
+        if !self.has_free_active() || !conn.connection.try_acquire(bytes) {
             return false;
         }
-        let failed = |code| (code, "unaligned request failed");
         match request.command {
-            Command::Read => match conn.unaligned.read(request.offset, request.length) {
-                Ok(data) => self.answer(conn, &request, Ok(()), Data::Owned(data), 0),
-                Err(code) => self.answer(conn, &request, Err(failed(code)), Data::None, 0),
-            },
+            Command::Read => {
+                let buffer = conn.connection.buffer(0);
+                let io = conn.unaligned.read(request, bytes, buffer);
+                self.start_patch_io(conn, io);
+            }
             Command::Write => {
-                conn.input = Input::Collect {
-                    request,
-                    permit: 0,
-                    buffer: vec![0u8; request.length as usize],
-                    got: 0,
-                    unaligned: true,
-                };
+                let buffer = conn.connection.buffer(request.length);
+                expect_body(
+                    conn,
+                    Input::Collect {
+                        request,
+                        permit: bytes,
+                        buffer,
+                        got: 0,
+                        unaligned: true,
+                    },
+                );
             }
             _ => {
-                let lock = conn.connection.unaligned_lock();
-                let result =
-                    conn.unaligned
-                        .write(lock, request.offset, request.length, None, request.fua());
-                self.answer(conn, &request, result.map_err(failed), Data::None, 0);
+                conn.unaligned.write(request, bytes, None);
+                self.start_unaligned(conn);
             }
         }
         true
+    }
+
+    /// Start the connection's unaligned writes whose range is free; true
+    /// if any started.
+    fn start_unaligned(&mut self, conn: &mut Owned) -> bool {
+        if !conn.unaligned.is_waiting() {
+            return false;
+        }
+        let mut ios = Vec::new();
+        conn.unaligned
+            .start(conn.connection.unaligned_ranges(), &mut ios);
+        let any = !ios.is_empty();
+        for io in ios {
+            self.start_patch_io(conn, io);
+        }
+        any
+    }
+
+    /// Run one I/O of an unaligned request as a job of this worker.
+    fn start_patch_io(&mut self, conn: &Owned, io: Io) {
+        self.start(Job {
+            owner: Arc::clone(&conn.patches) as Arc<dyn Finish>,
+            cookie: io.id,
+            work: io.work,
+            offset: io.offset,
+            length: io.length,
+            fua: io.fua,
+            buffer: io.buffer,
+            permit_bytes: 0,
+            command: match io.work {
+                Work::Read => Command::Read,
+                _ => Command::Write,
+            },
+        });
+    }
+
+    /// Move the connection's unaligned requests on: their finished I/Os
+    /// lead to the next, or to their answers; waiting writes whose range
+    /// is free start. True if anything moved.
+    fn advance_unaligned(&mut self, conn: &mut Owned) -> bool {
+        let finished = std::mem::take(&mut *conn.patches.done.lock().expect("finished jobs"));
+        let mut any = !finished.is_empty();
+        let mut next = Vec::new();
+        for (job, result) in finished {
+            let io = Io {
+                id: job.cookie,
+                work: job.work,
+                offset: job.offset,
+                length: job.length,
+                fua: job.fua,
+                buffer: job.buffer,
+            };
+            let ranges = conn.connection.unaligned_ranges();
+            if let Some(answer) = conn.unaligned.finished(ranges, io, result, &mut next) {
+                self.answer_unaligned(conn, answer);
+            }
+        }
+        for io in next {
+            self.start_patch_io(conn, io);
+        }
+        any |= self.start_unaligned(conn);
+        any
+    }
+
+    fn answer_unaligned(&mut self, conn: &mut Owned, answer: Answer) {
+        let result = answer
+            .result
+            .map_err(|code| (code, "unaligned request failed"));
+        let data = match answer.data {
+            Some(bytes) => Data::Owned(bytes),
+            None => Data::None,
+        };
+        self.answer(conn, &answer.request, result, data, answer.permit);
     }
 
     /// How many slots one connection's unsent replies may hold; further
@@ -614,6 +702,7 @@ impl Worker {
             let Some(mut conn) = self.owned[index].take() else {
                 continue;
             };
+            any |= self.advance_unaligned(&mut conn);
             let finished = std::mem::take(&mut *conn.local.done.lock().expect("finished jobs"));
             for (job, result) in finished {
                 any = true;
@@ -788,6 +877,10 @@ impl Worker {
             self.settle(conn, reply);
             completed = true;
         }
+        if completed {
+            // The next reply has the whole deadline to itself.
+            conn.out_since = None;
+        }
         completed
     }
 
@@ -844,6 +937,71 @@ impl Worker {
             any = true;
         }
         any
+    }
+
+    /// End the connections whose request payload has not arrived, or whose
+    /// client has not taken a reply, within the transfer deadline (a
+    /// deadline, not a timeout between bytes: a client trickling a byte
+    /// now and then holds its slots no longer). True if any was ended.
+    /// Leaves in `wake_by` when the next deadline falls, or a little
+    /// later than now when an unaligned write waits for a range another
+    /// worker holds (nobody wakes this one when it is given back).
+    pub(crate) fn enforce_deadlines(&mut self) -> bool {
+        let mut now = None;
+        let mut ended = false;
+        let mut wake_by: Option<Instant> = None;
+        for index in 0..self.owned.len() {
+            let Some(mut conn) = self.owned[index].take() else {
+                continue;
+            };
+            let limit = conn.connection.transfer_timeout();
+            let mut overdue = None;
+            let mut at = |since: &mut Option<Instant>, what: &'static str| {
+                let now = *now.get_or_insert_with(Instant::now);
+                let deadline = *since.get_or_insert(now) + limit;
+                if deadline <= now {
+                    overdue.get_or_insert(what);
+                } else {
+                    wake_by = Some(wake_by.map_or(deadline, |w| w.min(deadline)));
+                }
+            };
+            if conn.reading && !matches!(conn.input, Input::Header) {
+                at(&mut conn.body_since, "request payload not received");
+            }
+            if !conn.broken && (!conn.tx.is_empty() || conn.wire.wants_write()) {
+                at(&mut conn.out_since, "reply not taken by the client");
+            } else {
+                conn.out_since = None;
+            }
+            if conn.unaligned.is_waiting() {
+                let now = *now.get_or_insert_with(Instant::now);
+                let soon = now + Duration::from_millis(1);
+                wake_by = Some(wake_by.map_or(soon, |w| w.min(soon)));
+            }
+            if let Some(what) = overdue {
+                self.end_overdue(&mut conn, what, limit);
+                ended = true;
+            }
+            self.owned[index] = Some(conn);
+        }
+        self.wake_by = wake_by;
+        ended
+    }
+
+    /// A client missed the transfer deadline: say so, drop its replies,
+    /// take no more of its requests and hang up.
+    fn end_overdue(&mut self, conn: &mut Owned, what: &str, limit: Duration) {
+        let reason = format!("{what} within {}s", limit.as_secs_f64());
+        conn.connection
+            .log(&format!("event=transfer-timeout reason=\"{reason}\""));
+        conn.broken = true;
+        conn.tx_sent = 0;
+        conn.unsent = 0;
+        while let Some(reply) = conn.tx.pop_front() {
+            self.settle(conn, reply);
+        }
+        self.stop_reading(conn, reason);
+        conn.connection.hang_up();
     }
 
     /// The poll(2) set for a sleeping worker: its wake-up eventfd, then
@@ -916,6 +1074,13 @@ fn receive(queue: &mut Box<dyn nvraid_io::queue::Queue>, conn: &mut Owned) -> io
     }
     *rx_end += received - into_payload;
     Ok(received)
+}
+
+/// The bytes arriving next are a request's payload (`input`): its transfer
+/// deadline starts now.
+fn expect_body(conn: &mut Owned, input: Input) {
+    conn.input = input;
+    conn.body_since = Some(Instant::now());
 }
 
 fn reply(head: Head, data: Data, request: &RequestHeader, ok: bool, permit_bytes: u64) -> Reply {

@@ -16,6 +16,7 @@ use crate::connection::{self, Connection};
 use crate::options::{ListenAddress, ServeOptions, TlsMode};
 use crate::stats::{Counters, CountersSnapshot, RateMeter};
 use crate::stream::Listener;
+use crate::unaligned::RangeLocks;
 use crate::worker::WorkerPool;
 use crate::{control, Error, ShutdownHandle};
 
@@ -27,16 +28,14 @@ pub(crate) struct Shared {
     pub size_bytes: u64,
     pub block_sizes: BlockSizes,
     pub workers: WorkerPool,
-    /// The target, for each connection's unaligned requests (see
-    /// `unaligned`).
-    pub target: Arc<dyn Target>,
     pub target_description: String,
     pub read_only: bool,
     pub started: Instant,
     pub listening: Vec<ListenAddress>,
     pub rates: RateMeter,
-    /// Held by each unaligned write's read-modify-write (see `unaligned`).
-    pub unaligned_lock: Mutex<()>,
+    /// The ranges unaligned writes' read-modify-writes hold (see
+    /// `unaligned`).
+    pub unaligned_ranges: RangeLocks,
     shutdown: ShutdownHandle,
     connections: Mutex<BTreeMap<u64, Arc<Connection>>>,
     /// Connections accepted and not yet finished (registered or not).
@@ -180,13 +179,12 @@ pub fn start(
         size_bytes: target.size_bytes(),
         block_sizes,
         workers,
-        target: Arc::clone(&target),
         target_description: target.describe(),
         read_only,
         started: Instant::now(),
         listening,
         rates: RateMeter::new(),
-        unaligned_lock: Mutex::new(()),
+        unaligned_ranges: RangeLocks::default(),
         shutdown: shutdown.clone(),
         connections: Mutex::new(BTreeMap::new()),
         active: Mutex::new(0),

@@ -12,7 +12,8 @@
 //!
 //! A worker with nothing to do sleeps in poll(2) on its connections'
 //! sockets and an eventfd that whoever hands it a job or a connection
-//! signals (only when it sleeps). While its queue has I/O in flight it
+//! signals (only when it sleeps), until the next transfer deadline of its
+//! connections at the latest. While its queue has I/O in flight it
 //! waits in the queue's reap instead, and looks at its sockets after each
 //! completion.
 
@@ -265,6 +266,10 @@ pub(crate) struct Worker {
     /// Bytes of owned connections' requests submitted, ever (a running
     /// count that `pump` budgets against).
     pub(crate) started_bytes: u64,
+    /// When the worker must look again even if nothing happens (a
+    /// transfer deadline, or an unaligned write waiting for its range;
+    /// see `enforce_deadlines`).
+    pub(crate) wake_by: Option<std::time::Instant>,
 }
 
 impl Worker {
@@ -283,6 +288,7 @@ impl Worker {
             owned: Vec::new(),
             open: true,
             started_bytes: 0,
+            wake_by: None,
         }
     }
 
@@ -348,6 +354,7 @@ impl Worker {
             progress |= self.collect_local();
             progress |= self.send_all();
             progress |= self.retire(&handle.owned);
+            progress |= self.enforce_deadlines();
             if !self.open && self.active_count == 0 && self.owned.iter().all(Option::is_none) {
                 break;
             }
@@ -399,7 +406,12 @@ impl Worker {
         if !pending {
             let wake = handle.wake.as_raw_fd();
             let mut fds = self.poll_set(wake);
-            sys::poll(&mut fds, -1);
+            let timeout = self.wake_by.map_or(-1, |at| {
+                let left = at.saturating_duration_since(std::time::Instant::now());
+                // Rounded up: waking before the deadline would spin.
+                left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
+            });
+            sys::poll(&mut fds, timeout);
             sys::eventfd_drain(wake);
         }
         handle.sleeping.store(false, Ordering::SeqCst);

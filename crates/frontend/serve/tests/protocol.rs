@@ -33,10 +33,16 @@ struct Reply {
 }
 
 fn connect(server: &TestServer, structured: bool) -> Client {
-    let mut stream = UnixStream::connect(&server.socket).unwrap();
+    let stream = UnixStream::connect(&server.socket).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
+    handshake(stream, structured, None)
+}
+
+/// The handshake on `stream`, whose first byte from the server may have
+/// been read already.
+fn handshake(mut stream: UnixStream, structured: bool, first: Option<u8>) -> Client {
     let config = ClientConfig {
         export: String::new(),
         tls: false,
@@ -45,9 +51,13 @@ fn connect(server: &TestServer, structured: bool) -> Client {
     };
     let mut handshake = ClientHandshake::new(config);
     let mut byte = [0u8; 1];
+    let mut first = first;
     loop {
         stream.write_all(&handshake.take_output()).unwrap();
-        stream.read_exact(&mut byte).unwrap();
+        match first.take() {
+            Some(given) => byte[0] = given,
+            None => stream.read_exact(&mut byte).unwrap(),
+        }
         if let (_, Some(ClientEvent::Ready(negotiated))) = handshake.receive(&byte).unwrap() {
             return Client { stream, negotiated };
         }
@@ -986,5 +996,114 @@ fn a_server_whose_socket_files_are_gone_still_stops() {
     assert!(
         stopped.recv_timeout(Duration::from_secs(30)).is_ok(),
         "the server did not stop within 30 s of its shutdown"
+    );
+}
+
+/// Connect until a client is served (a READ answered), for at most
+/// `limit`: while every slot is held, a new client is closed at accept.
+/// How long it took, or None.
+fn served_within(server: &TestServer, limit: Duration) -> Option<Duration> {
+    let started = std::time::Instant::now();
+    while started.elapsed() < limit {
+        let mut probe = UnixStream::connect(&server.socket).unwrap();
+        probe
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut byte = [0u8; 1];
+        if matches!(probe.read(&mut byte), Ok(1)) {
+            // A slot was given: go on as a real client.
+            let mut client = handshake(probe, true, Some(byte[0]));
+            assert_eq!(client.call(Command::Read, 0, 0, 4096, &[]).error, 0);
+            return Some(started.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+/// Four clients fill every slot (`--max-connections 4`), each with a
+/// request the server cannot finish without them: `start` sends it, and
+/// `trickle` drags it out (a byte every 200 ms, slow-loris). Within the
+/// transfer deadline (2 s) plus a margin, the hostages are let go and a new
+/// client is served; the log says why they went, and each hostage finds
+/// its connection ended.
+fn slow_loris_lose_their_slots_at_the_transfer_deadline(
+    size: u64,
+    start: fn(&mut Client, u64),
+    trickle: fn(&mut Client),
+    reason: &str,
+) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let server = TestServer::start_with(MemTarget::new(size, 512), |o| {
+        o.connections_max = 4;
+        o.idle_timeout = Some(Duration::from_secs(2));
+        o.transfer_timeout = Duration::from_secs(2);
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = std::time::Instant::now();
+    let hostages: Vec<_> = (0..4)
+        .map(|i| {
+            let mut client = connect(&server, true);
+            start(&mut client, i);
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(200));
+                    trickle(&mut client);
+                }
+                client
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_closed_at_accept(&server, "every slot is held by a hostage");
+    let waited = served_within(&server, Duration::from_secs(12));
+    let elapsed = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    assert!(
+        waited.is_some() && elapsed < Duration::from_secs(5),
+        "a new client was served after {waited:?} ({elapsed:?} after the hostages came; \
+         deadline 2 s)"
+    );
+    server.wait_log(&["event=transfer-timeout", reason, "within 2s"]);
+    for hostage in hostages {
+        let mut client = hostage.join().unwrap();
+        client
+            .stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        // What the socket still holds, then its end (a timeout: still open).
+        let mut rest = Vec::new();
+        let ended = client.stream.read_to_end(&mut rest);
+        assert!(
+            ended.is_ok(),
+            "the hostage's connection was ended: {ended:?}"
+        );
+    }
+}
+
+/// Slow-loris on request payloads: a 1 MiB WRITE's header and 10 bytes of
+/// its payload, then a byte every 200 ms. Such a request holds a permit (so
+/// the idle timeout never picks the connection) and a slot.
+#[test]
+fn slow_loris_payloads_lose_their_slots_at_the_transfer_deadline() {
+    slow_loris_lose_their_slots_at_the_transfer_deadline(
+        4 * MIB,
+        |client, cookie| client.send(Command::Write, 0, cookie, 0, MIB as u32, &[7u8; 10]),
+        |client| drop(client.stream.write_all(&[7])),
+        "request payload not received",
+    );
+}
+
+/// Slow-loris on replies: a 32 MiB READ whose reply is taken a byte every
+/// 200 ms. Its data and permit stay with the server until it is read.
+#[test]
+fn slow_loris_readers_lose_their_slots_at_the_transfer_deadline() {
+    slow_loris_lose_their_slots_at_the_transfer_deadline(
+        32 * MIB,
+        |client, cookie| client.send(Command::Read, 0, cookie, 0, 32 * MIB as u32, &[]),
+        |client| drop(client.stream.read(&mut [0u8; 1])),
+        "reply not taken by the client",
     );
 }
