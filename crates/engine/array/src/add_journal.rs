@@ -11,6 +11,11 @@
 //!   keeps a journal or a bitmap, not both; the journal closes the write
 //!   hole the bitmap's resync covered).
 //!
+//! An array that lost its journal (it failed and its slot records it
+//! faulty, or it is given and stale, or with `force` it is not given) gets
+//! a new one the same way: the old slot is recorded faulty and the old
+//! journal's superblock is left alone.
+//!
 //! Every check comes before the first write, so a refused journal leaves
 //! every byte of every member as it was. The journal is written first, then
 //! the members one by one, each with events + 1: a crash in between leaves
@@ -120,10 +125,19 @@ pub fn add_journal(
             member.spec()
         )));
     }
+    // The array's old journal, when given: set aside (a working one is
+    // refused below), and left as it is.
+    let is_old_journal = |sb: &Superblock| sb.role() == Role::Journal;
+    if let Some(index) = decision.journal {
+        return Err(refuse(format!(
+            "the array already has a write journal, {}, and it works",
+            found[index].0.spec()
+        )));
+    }
     if let Some((index, why)) = decision
         .set_aside
         .iter()
-        .find(|(_, why)| *why != SetAside::Spare)
+        .find(|(index, why)| *why != SetAside::Spare && !is_old_journal(&found[*index].1))
     {
         return Err(refuse(format!(
             "{} is set aside ({}); give the array's working members and spares only",
@@ -163,7 +177,34 @@ pub fn add_journal(
     let every_member_has_it = found
         .iter()
         .all(|(_, sb)| sb.feature_map & features::JOURNAL != 0);
-    if every_member_has_it || (earlier.is_none() && reference.feature_map & features::JOURNAL != 0)
+    // An array that has lost its journal (mdadm's --add-journal "recreates
+    // a journal for an array that lost one"): its journal failed (its slot
+    // records it faulty), or is given and stale, or is not given at all
+    // (then only with --force: its log may hold writes the members lack).
+    // The old journal's slot is recorded faulty; the new one takes a slot
+    // of its own.
+    let replacing = earlier.is_none() && every_member_has_it;
+    let mut old_slots = Vec::new();
+    if replacing {
+        for (dev, &raw) in reference.roles_raw.iter().enumerate() {
+            if Role::from_raw(raw) != Role::Journal {
+                continue;
+            }
+            let given = found
+                .iter()
+                .any(|(_, sb)| is_old_journal(sb) && sb.dev_number as usize == dev);
+            if !given && !options.force {
+                return Err(refuse(format!(
+                    "the array's write journal (device slot {dev}) was not given and is not \
+                     recorded faulty: its log may hold writes the members lack. Name it with \
+                     the members (a working journal is kept; a stale one is replaced), or add \
+                     --force to replace it, losing what it holds"
+                )));
+            }
+            old_slots.push(dev);
+        }
+    } else if every_member_has_it
+        || (earlier.is_none() && reference.feature_map & features::JOURNAL != 0)
     {
         return Err(refuse(
             "the array already has a write journal (name its journal member with the others)"
@@ -171,8 +212,10 @@ pub fn add_journal(
         ));
     }
     // (Also when finishing: an array served without its half-added journal
-    // and then cut short needs its resync all the same.)
-    if reference.resync_offset != RESYNC_CLEAN {
+    // and then cut short needs its resync all the same. A journal replaced
+    // keeps the resync a failed journal's last writes left: the array could
+    // not be written without one, so nothing else could run it.)
+    if reference.resync_offset != RESYNC_CLEAN && !replacing {
         return Err(refuse(
             "the array needs its resync, which a journal would make md skip (run `nvraid \
              repair`, or serve the array until its resync ends)"
@@ -214,6 +257,9 @@ pub fn add_journal(
         )));
     }
     let mut table = table;
+    for &dev in &old_slots {
+        table[dev] = Role::Faulty.to_raw();
+    }
     if table.len() <= dev_number {
         table.resize(dev_number + 1, Role::Spare.to_raw());
     }
@@ -253,6 +299,8 @@ pub fn add_journal(
         journal_sb.data_size_sectors = (member.size_bytes() - data_offset) / 4096 * 4096 / 512;
     }
     let log_bytes = journal_sb.data_size_sectors * 512;
+    // (An old journal given is left as it is: its slot says what it is.)
+    found.retain(|(_, sb)| !is_old_journal(sb));
     let planned: Vec<Superblock> = found
         .iter()
         .map(|(_, sb)| {

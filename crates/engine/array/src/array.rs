@@ -595,6 +595,34 @@ impl Array {
         self.update_superblocks(&mut events, self.resync_offset_now())
     }
 
+    /// The write journal failed: record it faulty on every member (its
+    /// device slot becomes md's faulty role, events + 1), once, so that
+    /// every later assembly, nvraid's or the kernel's, sees a failed
+    /// journal rather than a stale one, and `add-journal` may replace it.
+    /// The journal member itself is not written (md writes nothing more to
+    /// a faulty member).
+    pub fn record_journal_failure(&self) -> Result<()> {
+        let Some(journal) = self.md_journal.as_ref() else {
+            return Ok(());
+        };
+        if journal.failure().is_none() || !journal.take_failure_to_record() {
+            return Ok(());
+        }
+        let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        let recorded = self.update_superblocks(&mut events, self.resync_offset_now());
+        match &recorded {
+            Ok(()) => eprintln!(
+                "nvraid: write journal {}: recorded faulty on the members",
+                journal.spec()
+            ),
+            Err(e) => eprintln!(
+                "nvraid: write journal {}: could not record it faulty: {e}",
+                journal.spec()
+            ),
+        }
+        recorded
+    }
+
     /// The `resync_offset` the superblocks should record now (md's rule):
     /// 0 while this process has written (a crash now could tear a write
     /// anywhere, so all of it would need a resync); the resync checkpoint
@@ -1350,6 +1378,7 @@ impl Array {
             if let Some(journal) = &self.md_journal {
                 journal.close(&self)?;
             }
+            self.record_journal_failure()?;
             // Every write is on every copy: the bitmap may go clean (md
             // clears it when the array stops).
             self.bitmap_pass(true, true)?;
@@ -1387,6 +1416,13 @@ impl Array {
                 if !usable {
                     *entry = Role::Faulty.to_raw();
                 }
+            }
+        }
+        // A journal that failed is recorded faulty, as md records it.
+        if let Some(journal) = self.md_journal.as_ref().filter(|j| j.failure().is_some()) {
+            let dev = journal.slot.superblock.dev_number as usize;
+            if table.get(dev).map(|&r| Role::from_raw(r)) == Some(Role::Journal) {
+                table[dev] = Role::Faulty.to_raw();
             }
         }
         table

@@ -180,6 +180,20 @@ pub fn assemble(specs: &[String], options: AssembleOptions) -> Result<Array> {
     let has_journal = ref_sb.feature_map & features::JOURNAL != 0;
     if has_journal && decision.journal.is_none() && options.writable {
         // Nothing has been written: the members were only opened.
+        if !ref_sb
+            .roles_raw
+            .iter()
+            .any(|&r| nvraid_metadata::Role::from_raw(r) == nvraid_metadata::Role::Journal)
+        {
+            // Its slot records it faulty: it failed at run time.
+            return Err(Error::NotStartable(
+                "the array's write journal failed (its members record it faulty), and writes \
+                 need a journal; give the array a new one \
+                 with `nvraid add-journal --journal NEW MEMBER...` (mdadm's --add-journal), \
+                 or assemble it read-only"
+                    .into(),
+            ));
+        }
         return Err(Error::NotStartable(format!(
             "the array has a write journal (md's JOURNAL feature) and its journal member \
              was not given (or is stale): writes it holds would be lost and new ones \

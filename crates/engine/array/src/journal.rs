@@ -456,6 +456,9 @@ pub struct MdJournal {
     /// A replay is writing: parity is recomputed from the data, never
     /// updated from what a crash may have torn.
     replaying: std::sync::atomic::AtomicBool,
+    /// The failure is recorded on the members, or being recorded
+    /// ([`Array::record_journal_failure`]).
+    failure_recorded: std::sync::atomic::AtomicBool,
 }
 
 /// The log's run-time state.
@@ -603,6 +606,7 @@ impl MdJournal {
             flags: std::sync::atomic::AtomicU8::new(0),
             durable: std::sync::atomic::AtomicU64::new(0),
             replaying: std::sync::atomic::AtomicBool::new(false),
+            failure_recorded: std::sync::atomic::AtomicBool::new(false),
             ring,
             slot,
         })
@@ -906,10 +910,26 @@ impl MdJournal {
         }
     }
 
+    /// True once, for the caller that is to record the failure on the
+    /// members.
+    pub(crate) fn take_failure_to_record(&self) -> bool {
+        !self
+            .failure_recorded
+            .swap(true, std::sync::atomic::Ordering::AcqRel)
+    }
+
     /// Move the tail as far as the members allow: past every unit of a
     /// group that is done (the members flushed first, then every
     /// superblock). Waits while another thread writes the log.
     pub fn checkpoint(&self, array: &Array) -> Result<()> {
+        let moved = self.checkpoint_inner(array);
+        if moved.is_err() {
+            let _ = array.record_journal_failure();
+        }
+        moved
+    }
+
+    fn checkpoint_inner(&self, array: &Array) -> Result<()> {
         loop {
             let w = self.writer();
             if w.failed.is_some() {
@@ -1038,6 +1058,15 @@ impl MdJournal {
     /// stripes are on the members (the members flushed, then every
     /// superblock). An error: the journal failed, and no write may go on.
     pub fn ready(&self, array: &Array, ticket: u64) -> Result<bool> {
+        let ready = self.ready_inner(array, ticket);
+        if ready.is_err() {
+            // (Not under the log's lock: the members' superblocks are written.)
+            let _ = array.record_journal_failure();
+        }
+        ready
+    }
+
+    fn ready_inner(&self, array: &Array, ticket: u64) -> Result<bool> {
         if self.flags() & FAILED == 0
             && self.durable.load(std::sync::atomic::Ordering::Acquire) >= ticket
         {

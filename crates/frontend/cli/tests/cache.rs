@@ -676,3 +676,123 @@ fn md_journal_fails(extra: &[&str]) {
         "an acknowledged write is not on the members"
     );
 }
+
+/// md's write journal fails under load and the server is killed (no orderly
+/// stop): the members record the journal faulty (md's role 0xfffe), so a
+/// writable `serve` is refused naming the failure and the way back, with
+/// or without the old journal; `add-journal --journal NEW` (mdadm's
+/// `--add-journal` for an array that lost its journal) gives the array a
+/// new one, after which writable `serve` works and every write
+/// acknowledged before the failure and after the new journal is there.
+#[test]
+fn a_failed_md_journal_is_recorded_faulty_and_add_journal_replaces_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (mut nbdkit, journal, trigger) = failing_export(d, "16M");
+    let data_members: Vec<String> = (0..3).map(|i| format!("m{i}")).collect();
+    let mut create = vec![
+        "create",
+        "--level",
+        "5",
+        "--size",
+        "16M",
+        "--write-journal",
+        &journal,
+    ];
+    create.extend(data_members.iter().map(String::as_str));
+    ok(&create, d);
+    let mut members = data_members.clone();
+    members.push(journal.clone());
+    let mut server = serve(d, &members);
+    let export = connect(d);
+    let mut acknowledged = Vec::new();
+    for i in 0..8u64 {
+        let data: Vec<u8> = (0..16)
+            .flat_map(|b| block_data(2000 + i, i * 16 + b))
+            .collect();
+        export.write_at(&data, i * 16 * BLOCK as u64).unwrap();
+        acknowledged.push(data);
+    }
+    std::fs::write(&trigger, b"").unwrap();
+    assert!(
+        export.write_at(&vec![7u8; BLOCK], 1 << 20).is_err(),
+        "a write was acknowledged after the journal failed"
+    );
+    drop(export);
+    server.kill().unwrap();
+    server.wait().unwrap();
+    // The old journal works again, but its members recorded it faulty.
+    std::fs::remove_file(&trigger).unwrap();
+    let mut serve_args = vec!["serve", "--listen", "unix:md.sock"];
+    serve_args.extend(members.iter().map(String::as_str));
+    let why = refusal(&serve_args, d);
+    assert!(
+        why.contains("write journal failed") && why.contains("add-journal"),
+        "{why}"
+    );
+    let _ = nbdkit.kill();
+    let _ = nbdkit.wait();
+    // Without the old journal: the same.
+    let mut serve_args = vec!["serve", "--listen", "unix:md.sock"];
+    serve_args.extend(data_members.iter().map(String::as_str));
+    let why = refusal(&serve_args, d);
+    assert!(why.contains("write journal failed"), "{why}");
+    // mdadm's way back: a new journal.
+    std::fs::write(d.join("j2"), vec![0u8; 16 << 20]).unwrap();
+    let mut add = vec!["add-journal", "--journal", "j2"];
+    add.extend(data_members.iter().map(String::as_str));
+    ok(&add, d);
+    let mut members = data_members.clone();
+    members.push("j2".into());
+    let mut server = serve(d, &members);
+    let export = connect(d);
+    let mut back = vec![0u8; 8 * 16 * BLOCK];
+    export.read_at(&mut back, 0).unwrap();
+    assert!(
+        back == acknowledged.concat(),
+        "an acknowledged write is lost"
+    );
+    let after: Vec<u8> = (0..16).flat_map(|b| block_data(3000, b)).collect();
+    export.write_at(&after, 4 << 20).unwrap();
+    drop(export);
+    nix_term(&mut server);
+    let log = std::fs::read_to_string(d.join("serve.log")).unwrap();
+    assert!(!log.contains("refuses writes"), "{log}");
+    let mut read = vec!["read", "--offset", "4194304", "--length", "65536"];
+    read.extend(data_members.iter().map(String::as_str));
+    assert!(
+        ok_bytes(&read, d) == after,
+        "the write after the new journal"
+    );
+    let mut detail = vec!["detail", "--json"];
+    detail.extend(members.iter().map(String::as_str));
+    let detail = ok(&detail, d);
+    assert!(detail.contains("\"journal\""), "{detail}");
+}
+
+/// `create --write-journal` over members that held other bytes asks for
+/// md's initial resync; the first `serve` runs it and says so, not that
+/// the array was shut down uncleanly (a journaled array never is recorded
+/// dirty).
+#[test]
+fn the_first_serve_of_a_new_journaled_array_does_not_call_it_uncleanly_shut_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut members: Vec<String> = (0..3).map(|i| format!("m{i}")).collect();
+    for m in &members {
+        std::fs::write(d.join(m), vec![0x5au8; 16 << 20]).unwrap();
+    }
+    std::fs::write(d.join("j"), vec![0u8; 16 << 20]).unwrap();
+    let mut create = vec!["create", "--level", "5", "--write-journal", "j"];
+    create.extend(members.iter().map(String::as_str));
+    ok(&create, d);
+    members.push("j".into());
+    let mut server = serve(d, &members);
+    nix_term(&mut server);
+    let log = std::fs::read_to_string(d.join("serve.log")).unwrap();
+    assert!(!log.contains("not shut down cleanly"), "{log}");
+    assert!(
+        log.contains("created over members that held other bytes"),
+        "{log}"
+    );
+}

@@ -300,10 +300,22 @@ fn background_resync(
     state: &std::sync::Mutex<ResyncState>,
 ) {
     use nvraid_array::recovery::{scrub_with, Mode, Pace};
-    eprintln!(
-        "nvraid: the array was not shut down cleanly; resyncing from byte {} while serving",
-        array.resync_from().unwrap_or(0)
-    );
+    let from = array.resync_from().unwrap_or(0);
+    if array.md_journal().is_some() {
+        // md's rule: a journaled array is never recorded dirty by a crash
+        // (its log repairs that); it awaits the resync `create` asked for
+        // over members that held other bytes, or one that writes past a
+        // failed journal asked for.
+        eprintln!(
+            "nvraid: the array's parity is not yet computed over all of it (it was created over \
+             members that held other bytes, or written while its journal had failed); \
+             resyncing from byte {from} while serving"
+        );
+    } else {
+        eprintln!(
+            "nvraid: the array was not shut down cleanly; resyncing from byte {from} while serving"
+        );
+    }
     let pace = Pace {
         max_rate,
         stop: Some(stop),

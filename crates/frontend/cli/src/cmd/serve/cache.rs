@@ -209,6 +209,7 @@ impl JournalLog for MdCacheLog {
     }
     fn mark_failed(&self, why: String) {
         self.journal().mark_failed(why);
+        let _ = self.array.record_journal_failure();
     }
     fn rescue(&self) {
         self.journal().allow_unlogged();
