@@ -36,7 +36,8 @@ pub struct ServeArgs {
     /// TLS mode; `on` and `require` need --tls-cert and --tls-key.
     #[arg(long, value_enum, default_value = "off")]
     pub tls: TlsArg,
-    /// PEM certificate chain for TLS.
+    /// PEM certificate chain for TLS (this file, the key and --tls-ca are
+    /// read before the array is assembled, at most 4 MiB each).
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
     /// PEM private key for TLS.
@@ -77,7 +78,9 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 64)]
     pub max_inflight: u32,
     /// Control socket for `nvraid status` (default: beside the first Unix
-    /// listen socket, with extension .ctl).
+    /// listen socket, with extension .ctl). Taken only when nothing is
+    /// there or a socket no server answers on; any other file, or a running
+    /// server's socket, is refused and left alone.
     #[arg(long, value_name = "PATH")]
     pub control: Option<PathBuf>,
     /// Worker threads (default: one per core, at most 8).

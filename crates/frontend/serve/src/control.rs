@@ -140,6 +140,9 @@ impl ControlServer {
                         .name("nbd-control-client".into())
                         .spawn(move || {
                             let _ = answer(&shared, &turns, &stream);
+                            // The list keeps a clone of the socket until
+                            // it is reaped: the client sees the end now.
+                            let _ = stream.shutdown(std::net::Shutdown::Both);
                         });
                     if let Ok(thread) = spawned {
                         clients.push((kept, thread));
