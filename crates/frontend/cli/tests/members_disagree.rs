@@ -196,6 +196,12 @@ fn a_member_whose_size_disagrees_is_named_whichever_comes_first() {
             ],
         );
     }
+    // `serve` exported 1,536 bytes: now it refuses too, before listening.
+    let stderr = refusal(&["serve", "--listen", "unix:md.sock", "m1", "m0"], d);
+    assert!(
+        stderr.contains("size is") && stderr.contains("disagree"),
+        "{stderr}"
+    );
     // Three members: the one the others outvote is named.
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
