@@ -6,7 +6,7 @@ use crate::decision::{decide, SetAside};
 use crate::error::{Error, Result};
 use nvraid_layout::{Geometry, Level, Raid0Layout};
 use nvraid_member::{Member, OpenOptions};
-use nvraid_metadata::{features, Superblock};
+use nvraid_metadata::{features, DecodeError, Superblock, SUPER_OFFSET_SECTORS};
 
 /// How to assemble.
 #[derive(Clone, Copy, Debug)]
@@ -81,7 +81,8 @@ pub fn level_of(sb: &Superblock, spec: &str) -> Result<Level> {
 }
 
 /// Bytes of each member the array uses, from md's fields: raid1/10 record
-/// it in `size`; raid0 uses the whole data area.
+/// it in `size`; raid0 uses the whole data area. (A decoded superblock's
+/// sector counts are byte counts too: `Superblock::validate` sees to it.)
 pub fn member_data_bytes(sb: &Superblock) -> u64 {
     match sb.level {
         0 => sb.data_size_sectors * 512,
@@ -93,12 +94,25 @@ pub fn member_data_bytes(sb: &Superblock) -> u64 {
 /// Build the geometry a superblock describes.
 pub fn geometry_of(sb: &Superblock, spec: &str) -> Result<Geometry> {
     let level = level_of(sb, spec)?;
-    Ok(Geometry::new(
+    Geometry::new(
         level,
         sb.raid_disks,
         u64::from(sb.chunk_sectors) * 512,
         member_data_bytes(sb),
-    )?)
+    )
+    .map_err(|source| bad_geometry(sb, spec, source))
+}
+
+/// A geometry error, with the superblock fields it came from.
+fn bad_geometry(sb: &Superblock, spec: &str, source: nvraid_layout::GeometryError) -> Error {
+    Error::BadGeometry {
+        spec: spec.into(),
+        fields: format!(
+            "level {}, raid_disks {}, chunk_size {} sectors, size {} sectors, data_size {} sectors",
+            sb.level, sb.raid_disks, sb.chunk_sectors, sb.size_sectors, sb.data_size_sectors
+        ),
+        source,
+    }
 }
 
 /// Assemble the array `specs` form. The order of `specs` does not matter:
@@ -125,6 +139,23 @@ pub fn assemble(specs: &[String], options: AssembleOptions) -> Result<Array> {
         let member = Member::open(spec, open)?;
         match read_superblock(&member) {
             Ok(sb) => found.push((member, sb)),
+            // A damaged superblock (its checksum does not match) is left
+            // out as the kernel leaves out a device whose superblock it
+            // cannot load: nothing it records can be trusted, not even
+            // which array it belongs to. Any other refusal of a superblock
+            // that does match its checksum stands.
+            Err(Error::Superblock {
+                source: source @ DecodeError::BadChecksum { .. },
+                ..
+            }) => {
+                unreadable.push(SetAsideMember {
+                    spec: spec.clone(),
+                    superblock: None,
+                    reason: SetAside::Invalid {
+                        error: source.to_string(),
+                    },
+                });
+            }
             // A device that fails to read is left out, as md leaves out a
             // device it cannot load; anything else about it is refused.
             Err(Error::Io { source, .. }) if crate::array::is_member_failure(&source) => {
@@ -142,12 +173,20 @@ pub fn assemble(specs: &[String], options: AssembleOptions) -> Result<Array> {
     if found.is_empty() {
         let what = unreadable
             .iter()
-            .map(|m| format!("{}: {}", m.spec, m.reason.reason()))
+            .map(|m| format!("{} ({})", m.spec, m.reason.reason()))
             .collect::<Vec<_>>()
             .join("; ");
         return Err(Error::NotStartable(format!(
-            "no member could be read ({what})"
+            "no member has a superblock that can be used ({what})"
         )));
+    }
+    for m in &unreadable {
+        if let SetAside::Invalid { error } = &m.reason {
+            eprintln!(
+                "nvraid: warning: {}: {error}; set aside (its superblock is damaged)",
+                m.spec
+            );
+        }
     }
     check_distinct(&found)?;
     let listed: Vec<(&str, &Superblock)> = found.iter().map(|(m, sb)| (m.spec(), sb)).collect();
@@ -370,7 +409,8 @@ fn raid0_geometry(sb: &Superblock, spec: &str, sizes: &[u64]) -> Result<Geometry
             }
         }
     };
-    let geometry = Geometry::raid0_zones(sizes, chunk, layout.unwrap_or(Raid0Layout::Original))?;
+    let geometry = Geometry::raid0_zones(sizes, chunk, layout.unwrap_or(Raid0Layout::Original))
+        .map_err(|source| bad_geometry(sb, spec, source))?;
     if geometry.zone_count() > 1 && layout.is_none() {
         return Err(Error::Unsupported {
             spec: spec.into(),
@@ -383,17 +423,44 @@ fn raid0_geometry(sb: &Superblock, spec: &str, sizes: &[u64]) -> Result<Geometry
     Ok(geometry)
 }
 
-/// A placed member holds the data area its superblock describes.
+/// A placed member holds the data area its superblock describes: its data
+/// starts after its superblock (md refuses metadata that overlaps data),
+/// its data area (`data_size`) holds the member's share of the array, and
+/// the member is long enough for both.
 fn check_size(geometry: &Geometry, role: u32, member: &Member, sb: &Superblock) -> Result<()> {
     let spec = member.spec().to_string();
     let used = geometry.member_used_bytes_of(role);
-    let needed_bytes = sb.data_offset_sectors * 512 + used;
+    let super_end = SUPER_OFFSET_SECTORS + (sb.encoded_len() as u64).div_ceil(512);
+    if sb.data_offset_sectors < super_end {
+        return Err(Error::BadField {
+            spec,
+            field: "data_offset",
+            value: format!("{} sectors", sb.data_offset_sectors),
+            why: format!(
+                "puts the data inside the superblock, which ends at sector {super_end} (md refuses metadata that overlaps data)"
+            ),
+        });
+    }
     if member_data_bytes(sb) < used {
         return Err(Error::Unsupported {
             spec,
             what: "members of unequal size".into(),
         });
     }
+    if sb.data_size_sectors * 512 < used {
+        return Err(Error::BadField {
+            spec,
+            field: "data_size",
+            value: format!("{} sectors", sb.data_size_sectors),
+            why: format!(
+                "is smaller than the member's share of the array ({} sectors)",
+                used / 512
+            ),
+        });
+    }
+    // No overflow: validate() bounds data_offset, and `used` is a share of
+    // an array no larger than 2^64 bytes; saturating all the same.
+    let needed_bytes = (sb.data_offset_sectors * 512).saturating_add(used);
     if member.size_bytes() < needed_bytes {
         return Err(Error::Truncated {
             spec,

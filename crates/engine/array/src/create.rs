@@ -95,20 +95,20 @@ fn bitmap_chunk(
     let chunk = match options.bitmap {
         BitmapChoice::None => return Ok(None),
         BitmapChoice::Ppl if geometry.level().parity_chunks() != 1 => {
-            return Err(Error::Unsupported {
-                spec: options.name.clone(),
-                what: format!(
-                    "a partial parity log on a {} (md keeps one for RAID 4/5 only)",
+            return Err(Error::BadOption {
+                option: "--consistency-policy ppl".into(),
+                why: format!(
+                    "a partial parity log on a {} is not supported (md keeps one for RAID 4/5 only)",
                     geometry.level()
                 ),
             })
         }
         BitmapChoice::Ppl => return Ok(None),
         BitmapChoice::Journal if geometry.level().parity_chunks() == 0 => {
-            return Err(Error::Unsupported {
-                spec: options.name.clone(),
-                what: format!(
-                    "a write journal on a {} (md journals RAID 4/5/6 only)",
+            return Err(Error::BadOption {
+                option: "--write-journal".into(),
+                why: format!(
+                    "a write journal on a {} is not supported (md journals RAID 4/5/6 only)",
                     geometry.level()
                 ),
             })
@@ -117,9 +117,10 @@ fn bitmap_chunk(
         BitmapChoice::Auto if !redundant => return Ok(None),
         BitmapChoice::Auto => None,
         BitmapChoice::Internal { .. } if !redundant => {
-            return Err(Error::Unsupported {
-                spec: options.name.clone(),
-                what: "a write-intent bitmap on a raid0 (it has no copies to resync)".into(),
+            return Err(Error::BadOption {
+                option: "--bitmap internal".into(),
+                why: "a write-intent bitmap on a raid0 is not supported (it has no copies to resync)"
+                    .into(),
             })
         }
         BitmapChoice::Internal { chunk_bytes } => chunk_bytes,
@@ -139,10 +140,11 @@ fn bitmap_chunk(
         ),
         Some(c) => {
             if c < 4096 || !c.is_power_of_two() || c > u64::from(u32::MAX / 2 + 1) {
-                return Err(Error::Unsupported {
-                    spec: options.name.clone(),
-                    what: format!(
-                        "a bitmap chunk of {c} bytes (it must be a power of two from 4 KiB to 2 GiB)"
+                return Err(Error::BadOption {
+                    option: format!("--bitmap-chunk {c}"),
+                    why: format!(
+                        "a bitmap chunk of {c} bytes ({}) is not a power of two from 4 KiB to 2 GiB",
+                        nvraid_member::format_size(c)
                     ),
                 });
             }
@@ -151,10 +153,10 @@ fn bitmap_chunk(
     };
     let need = bitmap::storage_bytes(bitmap::bits_for(array_bytes, chunk as u32));
     if check_space && need > space {
-        return Err(Error::Unsupported {
-            spec: options.name.clone(),
-            what: format!(
-                "a bitmap chunk of {} for {}: its bitmap needs {} and the metadata area holds {}; choose a larger chunk",
+        return Err(Error::BadOption {
+            option: "--bitmap-chunk".into(),
+            why: format!(
+                "a bitmap chunk of {} for {} is not supported: its bitmap needs {} and the metadata area holds {}; choose a larger chunk",
                 nvraid_member::format_size(chunk),
                 nvraid_member::format_size(array_bytes),
                 nvraid_member::format_size(need),
@@ -189,6 +191,7 @@ pub fn create_with_spares(
     if specs.is_empty() {
         return Err(Error::NoMembers);
     }
+    check_options(options)?;
     // The journal is the last member; the rest is planned without it.
     let (specs, journal) = if options.bitmap == BitmapChoice::Journal {
         if specs.len() < 2 {
@@ -298,6 +301,34 @@ pub fn create_with_spares(
     let mut all = specs.to_vec();
     all.extend(journal);
     write_array(&all, options, geometry, data_bytes, journal_bytes)
+}
+
+/// The options that need no member to judge: a name md's superblock
+/// holds, a size a member can have.
+fn check_options(options: &CreateOptions) -> Result<()> {
+    if options.name.len() > nvraid_metadata::NAME_BYTES_MAX {
+        let e = nvraid_metadata::NameTooLong {
+            name: options.name.clone(),
+        };
+        return Err(Error::BadOption {
+            option: "--name".into(),
+            why: e.to_string(),
+        });
+    }
+    if let Some(size) = options.size_bytes {
+        // Linux counts file and device offsets in a signed 64-bit off_t.
+        let max = i64::MAX as u64;
+        if size > max {
+            return Err(Error::BadOption {
+                option: format!("--size {size}"),
+                why: format!(
+                    "{size} bytes is more than any member can hold (Linux sizes files and \
+                     devices in signed 64-bit offsets: at most {max} bytes, 8 EiB)"
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 fn plan_member(spec: &str, options: &CreateOptions) -> Result<Plan> {
@@ -763,7 +794,10 @@ fn template_superblock(
         max_dev: roles_raw.len() as u32,
         roles_raw,
     };
-    sb.set_name(&options.name);
+    sb.set_name(&options.name).map_err(|e| Error::BadOption {
+        option: "--name".into(),
+        why: e.to_string(),
+    })?;
     Ok(sb)
 }
 

@@ -6,8 +6,11 @@
 //! The rules follow md (the kernel's `super_1_validate` and mdadm's
 //! assembly); docs/on-disk-format.md has them as a table:
 //!
-//! 1. All members carry the same array UUID, level, layout, chunk and member
-//!    count; otherwise the array is refused.
+//! 1. All members carry the same array UUID, level, layout, chunk, member
+//!    count (`raid_disks`) and member size (`size`), as mdadm requires of
+//!    the devices it assembles; otherwise the array is refused, naming the
+//!    member and the field (whatever order the members were given in). A
+//!    member count larger than the role table is refused too.
 //! 2. The freshest superblock (highest `events`) describes the array; when
 //!    several are freshest, their role tables must agree, or the halves of
 //!    the array ran apart (split brain) and the array is refused.
@@ -30,6 +33,10 @@
 //! 7. A member replacing another (`REPLACEMENT`) is set aside: nvraid does
 //!    not continue a replacement.
 //! 8. Two fresh members claiming one role refuse the array.
+//!
+//! A member whose superblock fails its checksum is set aside before this
+//! decision (by `assemble`, as the kernel leaves out a device whose
+//! superblock it cannot load): nothing it records can be trusted.
 
 use crate::error::{Error, Result};
 
@@ -55,10 +62,14 @@ pub enum SetAside {
     Replacement,
     /// Its superblock could not be read (an I/O error): a failed device.
     Unreadable { error: String },
+    /// Its superblock is damaged (md's checksum does not match it): nothing
+    /// it records can be trusted.
+    Invalid { error: String },
 }
 
 impl SetAside {
-    /// `stale`, `faulty`, `spare`, `journal` or `replacement`.
+    /// `stale`, `faulty`, `spare`, `journal`, `replacement`, `unreadable`
+    /// or `invalid`.
     pub fn state(&self) -> &'static str {
         match self {
             SetAside::Stale { .. } => "stale",
@@ -67,6 +78,7 @@ impl SetAside {
             SetAside::Journal => "journal",
             SetAside::Replacement => "replacement",
             SetAside::Unreadable { .. } => "unreadable",
+            SetAside::Invalid { .. } => "invalid",
         }
     }
 
@@ -84,6 +96,9 @@ impl SetAside {
             }
             SetAside::Unreadable { error } => {
                 format!("its superblock cannot be read ({error}); treated as a failed device")
+            }
+            SetAside::Invalid { error } => {
+                format!("its superblock is damaged ({error}); treated as a failed device")
             }
         }
     }
@@ -122,6 +137,43 @@ const REFUSED: [(u32, &str); 4] = [
     ),
 ];
 
+/// The fields that describe the array's geometry, each the same on every
+/// member (mdadm's comparison of superblocks at assembly): name and value.
+fn geometry_fields(sb: &Superblock) -> [(&'static str, String); 5] {
+    [
+        ("level", sb.level.to_string()),
+        ("layout", format!("{:#x}", sb.layout)),
+        ("chunk_size", format!("{} sectors", sb.chunk_sectors)),
+        ("raid_disks", sb.raid_disks.to_string()),
+        ("size", format!("{} sectors", sb.size_sectors)),
+    ]
+}
+
+/// Rule 1 for the geometry: the first field on which the members differ,
+/// naming a member whose value most of the others do not share, and one
+/// that holds the value most do (on a tie, the first given's value counts
+/// as the most held; the message names both members and both values).
+fn disagreement(found: &[(&str, &Superblock)]) -> Result<()> {
+    let fields: Vec<_> = found.iter().map(|(_, sb)| geometry_fields(sb)).collect();
+    for (f, &(field, _)) in fields[0].iter().enumerate() {
+        let value = |i: usize| &fields[i][f].1;
+        let count = |v: &String| (0..found.len()).filter(|&i| value(i) == v).count();
+        let majority = (0..found.len())
+            .max_by_key(|&i| (count(value(i)), std::cmp::Reverse(i)))
+            .expect("non-empty");
+        if let Some(odd) = (0..found.len()).find(|&i| value(i) != value(majority)) {
+            return Err(Error::Disagree {
+                spec: found[odd].0.into(),
+                other: found[majority].0.into(),
+                field,
+                value: value(odd).clone(),
+                other_value: value(majority).clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// The role `table` gives device slot `dev_number` (a spare when the slot
 /// is past the table).
 fn role_in(table: &Superblock, dev_number: u32) -> Role {
@@ -155,18 +207,19 @@ pub fn decide(found: &[(&str, &Superblock)]) -> Result<Decision> {
                 other_uuid: format_uuid(&first.set_uuid),
             });
         }
-        if (sb.level, sb.layout, sb.chunk_sectors)
-            != (first.level, first.layout, first.chunk_sectors)
-        {
-            return Err(Error::Unsupported {
+        if sb.raid_disks > sb.max_dev {
+            return Err(Error::BadField {
                 spec: spec.into(),
-                what: format!(
-                    "a member whose level, layout or chunk differ from {first_spec}'s (level {}/{}, layout {:#x}/{:#x}, chunk {}/{} sectors) in one array",
-                    sb.level, first.level, sb.layout, first.layout, sb.chunk_sectors, first.chunk_sectors
+                field: "raid_disks",
+                value: sb.raid_disks.to_string(),
+                why: format!(
+                    "is more than its role table's {} entries (the superblock is damaged)",
+                    sb.max_dev
                 ),
             });
         }
     }
+    disagreement(found)?;
     // Rule 4, on every member (array-wide bits are on all of them).
     for &(spec, sb) in found {
         for (bit, why) in REFUSED {
@@ -433,6 +486,45 @@ mod tests {
         let mut sb = member(0, 5, &[0, 1]);
         sb.feature_map = features::CLUSTERED;
         assert!(run(&[sb]).unwrap_err().to_string().contains("CLUSTERED"));
+    }
+
+    #[test]
+    fn members_that_disagree_on_the_geometry_are_refused_naming_the_odd_one() {
+        let names = ["a", "b", "c"];
+        let mut odd = member(2, 5, &[0, 1, 2]);
+        odd.size_sectors = 3;
+        let members = [member(0, 5, &[0, 1, 2]), member(1, 5, &[0, 1, 2]), odd];
+        // Every order: the member the others outvote is named, with the field.
+        for order in [
+            [0, 1, 2],
+            [0, 2, 1],
+            [1, 0, 2],
+            [1, 2, 0],
+            [2, 0, 1],
+            [2, 1, 0],
+        ] {
+            let found: Vec<(&str, &Superblock)> =
+                order.iter().map(|&i| (names[i], &members[i])).collect();
+            let e = decide(&found).unwrap_err();
+            assert!(
+                matches!(&e, Error::Disagree { spec, field: "size", value, .. }
+                    if spec == "c" && value == "3 sectors"),
+                "{order:?}: {e}"
+            );
+        }
+        // Even when the odd one is fresher: mdadm compares them all.
+        let mut fresher = member(1, 9, &[0, 1]);
+        fresher.raid_disks = 3;
+        let e = run(&[member(0, 5, &[0, 1]), fresher]).unwrap_err();
+        assert!(e.to_string().contains("raid_disks is 3"), "{e}");
+        // A member count past the role table is damage, named.
+        let mut wide = member(0, 5, &[0, 1]);
+        wide.raid_disks = u32::MAX;
+        let e = run(&[member(1, 5, &[0, 1]), wide]).unwrap_err();
+        assert!(
+            matches!(&e, Error::BadField { spec, field: "raid_disks", .. } if spec == "b"),
+            "{e}"
+        );
     }
 
     #[test]

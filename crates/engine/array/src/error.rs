@@ -69,6 +69,33 @@ pub enum Error {
     },
     #[error("{spec}: {what} is not supported")]
     Unsupported { spec: String, what: String },
+    #[error(
+        "{spec}: its superblock's {field} is {value} but {other}'s is {other_value}: the members \
+         disagree about the array's geometry (md refuses such a set too); give only the members \
+         whose superblocks are right"
+    )]
+    Disagree {
+        spec: String,
+        other: String,
+        field: &'static str,
+        value: String,
+        other_value: String,
+    },
+    #[error("{spec}: its superblock describes no array nvraid can lay out ({fields}): {source}")]
+    BadGeometry {
+        spec: String,
+        fields: String,
+        source: GeometryError,
+    },
+    #[error("{spec}: its superblock's {field} ({value}) {why}")]
+    BadField {
+        spec: String,
+        field: &'static str,
+        value: String,
+        why: String,
+    },
+    #[error("{option}: {why}")]
+    BadOption { option: String, why: String },
     #[error("array cannot start: {0}")]
     NotStartable(String),
     #[error("{spec}: {source} (it holds the only copy of some data)")]

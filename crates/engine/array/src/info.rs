@@ -15,8 +15,10 @@ pub struct MemberDetail {
     pub path: Option<String>,
     /// The role (slot in the layout); `null` for a member set aside.
     pub role: Option<u32>,
-    /// `active`, `missing`, or why the member is set aside: `stale`,
-    /// `faulty`, `spare`, `journal`, `replacement`.
+    /// `active`, `rebuilding` (in its role, in sync only below
+    /// `in_sync_bytes`; md's `spare rebuilding`), `missing`, or why the
+    /// member is set aside: `stale`, `faulty`, `spare`, `journal`,
+    /// `replacement`, `unreadable`, `invalid`.
     pub state: &'static str,
     /// Why a member is set aside, in words.
     pub reason: Option<String>,
@@ -97,8 +99,12 @@ pub fn detail(array: &Array) -> ArrayDetail {
             Some(slot) => MemberDetail {
                 path: Some(slot.member.spec().to_string()),
                 role: Some(role as u32),
+                // md's `spare rebuilding`: a member in its role but in
+                // sync only below its recovery offset is not `active` yet.
                 state: if array.is_faulty(role) {
                     "faulty"
+                } else if array.in_sync_bytes(role).is_some() {
+                    "rebuilding"
                 } else {
                     "active"
                 },

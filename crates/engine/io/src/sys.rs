@@ -260,3 +260,27 @@ pub fn eventfd_drain(fd: i32) {
     // SAFETY: reads 8 bytes into `value`.
     let _ = unsafe { libc::read(fd, (&mut value as *mut u64).cast(), 8) };
 }
+
+/// Whether standard output is a pipe (or socket) whose reader has gone:
+/// what `nvraid ... | head` meets once `head` has what it wanted.
+pub fn stdout_reader_gone() -> bool {
+    let mut fds = [libc::pollfd {
+        fd: libc::STDOUT_FILENO,
+        events: 0,
+        revents: 0,
+    }];
+    poll(&mut fds, 0) > 0 && fds[0].revents & (libc::POLLERR | libc::POLLHUP) != 0
+}
+
+/// End the process as a program that does not ignore SIGPIPE ends when it
+/// writes to a pipe nobody reads (`cat`, `ls`): quietly, by that signal.
+pub fn exit_by_sigpipe() -> ! {
+    // SAFETY: restoring the default action of one signal and raising it in
+    // this thread; nothing else is touched.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        libc::raise(libc::SIGPIPE);
+    }
+    // Not reached unless the signal is blocked: the shell's code for it.
+    std::process::exit(128 + libc::SIGPIPE)
+}

@@ -49,6 +49,6 @@ pub mod r5log;
 mod superblock;
 
 pub use superblock::{
-    checksum, format_uuid, DecodeError, Role, Superblock, Timestamp, MAGIC, RESYNC_CLEAN,
-    SUPERBLOCK_BYTES_MAX, SUPER_OFFSET_BYTES, SUPER_OFFSET_SECTORS,
+    checksum, format_uuid, DecodeError, NameTooLong, Role, Superblock, Timestamp, MAGIC,
+    NAME_BYTES_MAX, RESYNC_CLEAN, SUPERBLOCK_BYTES_MAX, SUPER_OFFSET_BYTES, SUPER_OFFSET_SECTORS,
 };

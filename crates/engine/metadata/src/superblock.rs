@@ -114,6 +114,20 @@ pub enum DecodeError {
     UnknownFeatures(u32),
     #[error("md superblock reserved byte at offset {0} is not zero (the kernel refuses such a superblock)")]
     ReservedNotZero(usize),
+    #[error("md superblock field {field} is {sectors} sectors: more bytes than 64 bits count (the superblock is damaged)")]
+    SectorsOverflow { field: &'static str, sectors: u64 },
+    #[error("md superblock fields data_offset ({data_offset}) and data_size ({data_size}) end past 2^64 bytes (the superblock is damaged)")]
+    DataAreaOverflow { data_offset: u64, data_size: u64 },
+}
+
+/// The longest array name md's superblock holds (`set_name`, 32 bytes).
+pub const NAME_BYTES_MAX: usize = 32;
+
+/// An array name longer than md's superblock holds.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the array name is {} bytes; md's superblock holds at most {NAME_BYTES_MAX}", name.len())]
+pub struct NameTooLong {
+    pub name: String,
 }
 
 /// A decoded md v1.2 superblock. Field names follow md's.
@@ -221,12 +235,16 @@ impl Superblock {
         name_to_string(&self.set_name)
     }
 
-    /// Set the array name (truncated to 32 bytes).
-    pub fn set_name(&mut self, name: &str) {
-        self.set_name = [0; 32];
+    /// Set the array name; a name longer than md's 32 bytes is refused
+    /// (never cut short: two long names could become one).
+    pub fn set_name(&mut self, name: &str) -> Result<(), NameTooLong> {
         let bytes = name.as_bytes();
-        let len = bytes.len().min(32);
-        self.set_name[..len].copy_from_slice(&bytes[..len]);
+        if bytes.len() > NAME_BYTES_MAX {
+            return Err(NameTooLong { name: name.into() });
+        }
+        self.set_name = [0; 32];
+        self.set_name[..bytes.len()].copy_from_slice(bytes);
+        Ok(())
     }
 
     /// This member's role.
@@ -267,6 +285,27 @@ impl Superblock {
             return Err(DecodeError::BadDevNumber {
                 dev_number: self.dev_number,
                 max_dev: self.max_dev,
+            });
+        }
+        // Every sector count must be a byte count too: whoever multiplies
+        // one by 512 may then do it without overflow.
+        for (field, sectors) in [
+            ("size", self.size_sectors),
+            ("data_offset", self.data_offset_sectors),
+            ("data_size", self.data_size_sectors),
+        ] {
+            if sectors > u64::MAX / 512 {
+                return Err(DecodeError::SectorsOverflow { field, sectors });
+            }
+        }
+        if self
+            .data_offset_sectors
+            .checked_add(self.data_size_sectors)
+            .is_none_or(|end| end > u64::MAX / 512)
+        {
+            return Err(DecodeError::DataAreaOverflow {
+                data_offset: self.data_offset_sectors,
+                data_size: self.data_size_sectors,
             });
         }
         Ok(())

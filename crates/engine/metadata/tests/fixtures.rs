@@ -134,3 +134,44 @@ fn unknown_feature_bits_and_reserved_bytes_are_refused() {
     // are what is refused).
     assert!(Superblock::decode(&resealed(&|_| {})).is_ok());
 }
+
+/// A kernel superblock with one sector field set past what 64 bits of bytes
+/// count, its checksum made valid: refused, naming the field (every user of
+/// a decoded superblock multiplies these by 512 without overflow).
+#[test]
+fn a_sector_count_past_64_bits_of_bytes_is_refused_naming_the_field() {
+    use nvraid_metadata::DecodeError;
+    let (sb, raw) = decode("raid0-4d-64k", 0);
+    let patched = |at: usize, value: u64| {
+        let mut out = raw.clone();
+        out[at..at + 8].copy_from_slice(&value.to_le_bytes());
+        let csum = nvraid_metadata::checksum(&out[..sb.encoded_len()]);
+        out[216..220].copy_from_slice(&csum.to_le_bytes());
+        Superblock::decode(&out)
+    };
+    for (field, at) in [("size", 80), ("data_offset", 128), ("data_size", 136)] {
+        for value in [u64::MAX / 512 + 1, 1 << 63, u64::MAX] {
+            let e = patched(at, value).unwrap_err();
+            assert_eq!(
+                e,
+                DecodeError::SectorsOverflow {
+                    field,
+                    sectors: value
+                }
+            );
+            assert!(e.to_string().contains(field), "{e}");
+        }
+        // Large but countable: decoded.
+        assert!(patched(at, u64::MAX / 1024).is_ok(), "{field}");
+    }
+    // Each fits, but the data area ends past 2^64 bytes.
+    let mut out = raw.clone();
+    out[128..136].copy_from_slice(&(u64::MAX / 512).to_le_bytes());
+    out[136..144].copy_from_slice(&(u64::MAX / 512).to_le_bytes());
+    let csum = nvraid_metadata::checksum(&out[..sb.encoded_len()]);
+    out[216..220].copy_from_slice(&csum.to_le_bytes());
+    assert!(matches!(
+        Superblock::decode(&out),
+        Err(DecodeError::DataAreaOverflow { .. })
+    ));
+}

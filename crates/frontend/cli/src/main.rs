@@ -109,6 +109,7 @@ enum Command {
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    quiet_when_stdout_closes();
     let cli = Cli::parse();
     let direct = !cli.buffered;
     nvraid_member::set_remote_defaults(
@@ -154,11 +155,49 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => ExitCode::from(code),
+        Err(e) if is_broken_stdout(&e) => nvraid_io::sys::exit_by_sigpipe(),
         Err(e) => {
             eprintln!("nvraid: {}", error_text(&e));
             ExitCode::from(1)
         }
     }
+}
+
+/// A reader of nvraid's output that stops early (`nvraid detail --json |
+/// head`) ends nvraid as it ends `cat`: quietly, by SIGPIPE. Rust programs
+/// ignore that signal (nvraid's sockets rely on it: a peer gone is EPIPE),
+/// so the write fails instead: `println!` panics, and other writes return
+/// an error (see `main`). Either way, when standard output has no reader
+/// any more, the process leaves without a word; any other panic is
+/// reported as before.
+fn quiet_when_stdout_closes() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        // `println!`'s panic, or a library's (clap's completions) that
+        // expected its write to stdout to work.
+        let stdout_write = message.starts_with("failed printing to stdout")
+            || message.contains("Broken pipe")
+            || message.contains("BrokenPipe");
+        if stdout_write && nvraid_io::sys::stdout_reader_gone() {
+            nvraid_io::sys::exit_by_sigpipe();
+        }
+        report(info);
+    }));
+}
+
+/// An error that is a write to standard output after its reader left.
+fn is_broken_stdout(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    }) && nvraid_io::sys::stdout_reader_gone()
 }
 
 /// `30s`, `500ms`, `2m`, or plain seconds.

@@ -85,6 +85,8 @@ fn a_member_being_recovered_is_read_only_below_its_recovery_offset() {
         .as_u64()
         .expect("in_sync_bytes");
     assert!(in_sync > 0 && in_sync < 8 << 20, "{in_sync}");
+    // md's `spare rebuilding`: not `active` until the recovery ends.
+    assert_eq!(member(&d, &m[1])["state"], "rebuilding", "{d}");
     // Above the offset the member holds zeros; every byte must still be right.
     for _ in 0..3 {
         assert_eq!(sha(&read_all(dir.path(), &m)), kernel_sha("recovering"));

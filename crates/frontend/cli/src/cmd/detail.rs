@@ -64,7 +64,7 @@ pub fn print_text(d: &info::ArrayDetail) {
     }
     println!();
     println!(
-        "  {:>4}  {:<8}  {:>8}  {:<6}  path",
+        "  {:>4}  {:<10}  {:>8}  {:<6}  path",
         "role", "state", "events", "direct"
     );
     for m in &d.members {
@@ -95,7 +95,7 @@ pub fn print_text(d: &info::ArrayDetail) {
             format!("  ({})", notes.join("; "))
         };
         println!(
-            "  {role:>4}  {:<8}  {events:>8}  {direct:<6}  {}{notes}",
+            "  {role:>4}  {:<10}  {events:>8}  {direct:<6}  {}{notes}",
             m.state,
             m.path.as_deref().unwrap_or("(missing)")
         );

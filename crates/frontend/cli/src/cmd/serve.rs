@@ -521,13 +521,13 @@ fn print_array(array: &serde_json::Value) {
         );
     }
     println!(
-        "  {:>4}  {:<8}  {:>12}  {:>16}  {:>6}  path",
+        "  {:>4}  {:<10}  {:>12}  {:>16}  {:>6}  path",
         "role", "state", "ops", "bytes", "errors"
     );
     for m in array["members"].as_array().into_iter().flatten() {
         let io = &m["io"];
         println!(
-            "  {:>4}  {:<8}  {:>12}  {:>16}  {:>6}  {}",
+            "  {:>4}  {:<10}  {:>12}  {:>16}  {:>6}  {}",
             m["role"].as_u64().map_or("-".into(), |r| r.to_string()),
             m["state"].as_str().unwrap_or("?"),
             io["ops"].as_u64().unwrap_or(0),
