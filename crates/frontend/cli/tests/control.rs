@@ -282,6 +282,54 @@ fn tls_cert_from_dev_zero_is_refused_by_name() {
     assert!(!d.join("s.sock").exists());
 }
 
+/// `write --input` from a stream (a character device, a pipe) reads at
+/// most what the array holds from the offset: `/dev/zero` used to measure
+/// as 0 bytes and write nothing, with success, and stdin was spooled
+/// without any bound.
+#[test]
+fn write_from_an_endless_stream_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    mirror(d, &["m0", "m1"]);
+    let args = ["write", "--input", "/dev/zero", "m0", "m1"];
+    refused_within(&args, d, &["/dev/zero", "more than the", "nothing written"]);
+    let args = [
+        "write",
+        "--offset",
+        "8M",
+        "--input",
+        "/dev/zero",
+        "m0",
+        "m1",
+    ];
+    refused_within(&args, d, &["/dev/zero", "nothing written"]);
+    // A stream within the room is written whole.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_nvraid"))
+        .args(["write", "--offset", "4K", "m0", "m1"])
+        .current_dir(d)
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(&[0xa5; 8192])
+            .unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let back = ok_bytes(&["read", "--offset", "4K", "--length", "8K", "m0", "m1"], d);
+    assert_eq!(back, vec![0xa5; 8192]);
+}
+
 #[test]
 fn nbd_tls_files_from_dev_zero_are_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();

@@ -54,18 +54,37 @@ pub struct ReadArgs {
     members: Vec<String>,
 }
 
-/// Open the input as a seekable file with a known length.
-fn open_input(path: Option<&str>) -> Result<(File, u64)> {
-    let mut file = match path {
-        Some(p) => File::open(p).with_context(|| format!("{p}: cannot open input"))?,
+/// Open the input as a seekable file with a known length. A regular file
+/// is used as it is; anything else (a pipe, stdin, a character device such
+/// as `/dev/zero`) is copied into a spool file, at most `room` bytes (what
+/// the array holds from the offset): more is refused, naming the input,
+/// before anything is written.
+fn open_input(path: Option<&str>, room: u64) -> Result<(File, u64)> {
+    let name = path.unwrap_or("stdin");
+    let opened: Option<File> = match path {
+        Some(p) => Some(File::open(p).with_context(|| format!("{p}: cannot open input"))?),
         None if std::fs::metadata("/proc/self/fd/0").is_ok_and(|m| m.is_file()) => {
-            File::open("/proc/self/fd/0").context("stdin: cannot reopen")?
+            Some(File::open("/proc/self/fd/0").context("stdin: cannot reopen")?)
         }
-        None => {
-            let mut spool = tempfile::tempfile().context("cannot create a spool file for stdin")?;
-            io::copy(&mut io::stdin().lock(), &mut spool).context("reading stdin")?;
-            spool
+        None => None,
+    };
+    let mut file = if let Some(file) = opened
+        .as_ref()
+        .filter(|f| f.metadata().is_ok_and(|m| m.is_file()))
+    {
+        file.try_clone().context("reopening the input")?
+    } else {
+        let mut spool = tempfile::tempfile().context("cannot create a spool file for the input")?;
+        let source: Box<dyn Read> = match opened {
+            Some(file) => Box::new(file),
+            None => Box::new(io::stdin().lock()),
+        };
+        let copied = io::copy(&mut source.take(room.saturating_add(1)), &mut spool)
+            .with_context(|| format!("{name}: reading the input"))?;
+        if copied > room {
+            bail!("{name}: more than the {room} bytes the array holds from the offset; nothing written");
         }
+        spool
     };
     let len = file.seek(SeekFrom::End(0))?;
     file.seek(SeekFrom::Start(0))?;
@@ -73,7 +92,12 @@ fn open_input(path: Option<&str>) -> Result<(File, u64)> {
 }
 
 pub fn write(args: &WriteArgs, direct: bool) -> Result<u8> {
-    let (mut input, len) = open_input(args.input.as_deref())?;
+    // The array's size bounds what is read from a stream (a read-only
+    // assembly: it writes nothing).
+    let room = assemble(&args.members, super::read_only(direct))?
+        .size_bytes()
+        .saturating_sub(args.offset);
+    let (mut input, len) = open_input(args.input.as_deref(), room)?;
     let array = assemble(
         &args.members,
         AssembleOptions {
