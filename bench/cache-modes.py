@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Side by side: `nvraid serve --cache none|writeback|journal` under fio's
 NBD engine, 4 KiB random writes at QD 32 and 1 MiB sequential writes.
+MODES=writeback,journal,journal:32768 adds a mode with md-journal mode's
+--cache-stripes-max set.
 
 The array is a RAID 0 of four files in --dir (tmpfs by default) and the
 journal a fifth file there, so the journal member is exactly as fast as each
@@ -30,11 +32,15 @@ JOBS = {
 
 
 def serve(d, mode):
+    # A mode may carry md-journal mode's stripe bound: "journal:32768".
+    cache, _, stripes = mode.partition(":")
     sock = os.path.join(d, "md.sock")
-    extra = [] if mode == "none" else ["--cache", mode]
-    if mode == "journal" and not MD_JOURNAL[0]:
+    extra = [] if cache == "none" else ["--cache", cache]
+    if stripes:
+        extra += ["--cache-stripes-max", stripes]
+    if cache == "journal" and not MD_JOURNAL[0]:
         extra += ["--journal", JOURNAL[0]]
-    log = open(os.path.join(d, f"serve-{mode}.log"), "w")
+    log = open(os.path.join(d, f"serve-{mode.replace(':', '-')}.log"), "w")
     members = [os.path.join(d, f"m{i}") for i in range(4)]
     if MD_JOURNAL[0]:
         members.append(JOURNAL[0])

@@ -437,6 +437,8 @@ pub struct MdJournal {
     writer: Mutex<Writer>,
     /// Signalled when the log moves on: a batch written, the tail moved,
     /// the journal failed ([`MdJournal::wait_ready`] sleeps on it).
+    /// [`MdJournal::cached_stripes_max`] as set (0: the default).
+    stripes_max: std::sync::atomic::AtomicUsize,
     progress: std::sync::Condvar,
     /// The buffer a batch is built in, kept between batches (one is written
     /// at a time): a fresh one each time cost a page fault per 4 KiB.
@@ -497,6 +499,12 @@ struct Writer {
     held: VecDeque<(u64, u64, usize)>,
     held_sectors: u64,
     held_count: usize,
+    /// The stripes (md's unit: a 4 KiB row of the members) the held pages
+    /// are in, each with its number of held pages; and every held page's
+    /// group and stripe, oldest first (released from the front). What the
+    /// kernel would load as data-only stripes after a crash.
+    held_stripes: std::collections::HashMap<u64, u32>,
+    held_order: VecDeque<(u64, u64)>,
     released: u64,
     /// Per row, the copies a cache logged there, oldest first (see
     /// [`MdJournal::enqueue`]); those of groups released included until
@@ -513,6 +521,34 @@ struct Writer {
     /// Threads asleep in [`MdJournal::wait_ready`] (`progress` is signalled
     /// only when there are some: a signal is a system call each time).
     sleepers: u32,
+}
+
+/// The most stripes (4 KiB rows of the members, md's unit) a write cache
+/// keeps in md's log as data-only units (md's write-back mode). After a crash the kernel's md loads every data-only
+/// stripe of the log into its stripe cache before it writes any of them
+/// out, doubling the cache (256 stripes by default, 32,768 at most) as it
+/// goes; where the doubled cache does not fit in memory, the assembly
+/// waits for a stripe that never comes (reported on the linux-raid list
+/// in April 2025 for 6.15-rc3, a RAID 6 hung after growing to 32,768; issue
+/// 29 saw `mdadm --assemble` hang on a log nvraid left with 1,893 data-only
+/// stripes, which runs here did not reproduce: up to 6,214 were recovered
+/// in a 512 MiB guest on 6.1 and 6.12). md's own write-back cache never
+/// holds more data-only stripes than its stripe cache. nvraid keeps the
+/// stripes of its logged, unreleased cache pages at 4,096: the kernel's
+/// cache then grows to 8,192 stripes at most (about 170 MB for a
+/// five-member array), and a replay loads no more than that.
+pub const CACHED_STRIPES_MAX: usize = 4096;
+
+/// The stripe (md's unit: the 4 KiB row of the members) of array byte
+/// `offset`, as its page number on a member.
+fn stripe_key(array: &Array, offset: u64) -> u64 {
+    match array.parity {
+        Some(shape) => {
+            let row = offset / shape.stripe_data_bytes();
+            (row * shape.chunk + offset % shape.chunk) / PAGE_BYTES as u64
+        }
+        None => offset / PAGE_BYTES as u64,
+    }
 }
 
 /// A page's row (its sector on the members) and member.
@@ -601,6 +637,7 @@ impl MdJournal {
                 ..Writer::default()
             }),
             progress: std::sync::Condvar::new(),
+            stripes_max: std::sync::atomic::AtomicUsize::new(0),
             image: Mutex::new(AlignedBuf::zeroed(0)),
             spare_pages: Mutex::new(Vec::new()),
             flags: std::sync::atomic::AtomicU8::new(0),
@@ -828,7 +865,14 @@ impl MdJournal {
         if let Some(why) = &w.failed {
             return Err(why.clone());
         }
-        if w.held_sectors > 0 && w.held_sectors + sectors > self.cache_share(array) {
+        let stripe_of = |i: usize| stripe_key(array, offset + (i * PAGE_BYTES) as u64);
+        let new_stripes = (0..payloads.len())
+            .filter(|&i| !w.held_stripes.contains_key(&stripe_of(i)))
+            .count();
+        let over_stripes = w.held_stripes.len() + new_stripes > self.cached_stripes_max();
+        if w.held_sectors > 0
+            && (w.held_sectors + sectors > self.cache_share(array) || over_stripes)
+        {
             w.wants_room = true;
             drop(w);
             self.keep_spare(pages);
@@ -844,6 +888,11 @@ impl MdJournal {
             w.unfiled
                 .push((offset + (i * PAGE_BYTES) as u64, checksum, id));
         }
+        for i in 0..payloads.len() {
+            let stripe = stripe_of(i);
+            *w.held_stripes.entry(stripe).or_insert(0) += 1;
+            w.held_order.push_back((id, stripe));
+        }
         w.held.push_back((id, sectors, payloads.len()));
         w.held_sectors += sectors;
         w.held_count += payloads.len();
@@ -857,7 +906,8 @@ impl MdJournal {
         Ok(Some(id))
     }
 
-    /// The most a write cache may hold in the log (sectors). Writing its
+    /// The most a write cache may hold in the log (sectors; and at most
+    /// [`CACHED_STRIPES_MAX`] stripes). Writing its
     /// pages back logs each row's parity again (P, and Q on RAID 6; not the
     /// data, which the log holds: see [`MdJournal::enqueue`]), and the
     /// cache writes back in slices, each logged page released within two
@@ -871,10 +921,37 @@ impl MdJournal {
         self.ring.sectors / (3 + 2 * parity)
     }
 
-    /// Sectors of log a write cache holds now, and its share
-    /// ([`MdJournal::cache_share`]).
+    /// The most stripes a write cache keeps data-only in the log
+    /// ([`CACHED_STRIPES_MAX`] unless set).
+    pub fn cached_stripes_max(&self) -> usize {
+        match self.stripes_max.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => CACHED_STRIPES_MAX,
+            n => n,
+        }
+    }
+
+    /// Set [`MdJournal::cached_stripes_max`] (at least 16).
+    pub fn set_cached_stripes_max(&self, stripes: usize) {
+        assert!(stripes >= 16, "a cache of {stripes} stripes");
+        self.stripes_max
+            .store(stripes, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How much of its share of the log a write cache holds now, as a
+    /// pair `(held, share)` to compare: the fuller of its sectors against
+    /// [`MdJournal::cache_share`] and its stripes against
+    /// [`CACHED_STRIPES_MAX`] (`held / share` is the larger fraction).
     pub fn held_share(&self, array: &Array) -> (u64, u64) {
-        (self.writer().held_sectors, self.cache_share(array))
+        let w = self.writer();
+        let (sectors, share) = (w.held_sectors, self.cache_share(array).max(1));
+        let (stripes, stripes_max) = (
+            w.held_stripes.len() as u64,
+            self.cached_stripes_max() as u64,
+        );
+        (
+            (sectors * stripes_max).max(stripes * share),
+            share * stripes_max,
+        )
     }
 
     /// A write cache's pages up to group `ticket` are on the members and
@@ -888,6 +965,23 @@ impl MdJournal {
             w.held_sectors -= sectors;
             w.held_count -= count;
         }
+        while let Some(&(_, stripe)) = w.held_order.front().filter(|p| p.0 <= ticket) {
+            w.held_order.pop_front();
+            if let std::collections::hash_map::Entry::Occupied(mut held) =
+                w.held_stripes.entry(stripe)
+            {
+                *held.get_mut() -= 1;
+                if *held.get() == 0 {
+                    held.remove();
+                }
+            }
+        }
+        // Paired with the enqueue: every held page is counted in its stripe.
+        assert_eq!(
+            w.held_order.len(),
+            w.held_count,
+            "held pages and their stripes"
+        );
         // (Listed in group order: the released lead.)
         let released = w.unfiled.partition_point(|c| c.2 <= w.released);
         w.unfiled.drain(..released);

@@ -483,3 +483,53 @@ fn rounds_reaching_the_log_together_share_one_batch() {
     let pages: Vec<(u64, &AlignedBuf)> = writes.iter().map(|(o, d)| (*o, d)).collect();
     replayed_as(&specs, &pages);
 }
+
+/// Issue 29, item 5: a write cache keeps no more stripes (4 KiB rows of
+/// the members) data-only in md's log than its bound, whatever the pages:
+/// a page in a stripe it holds already is taken, one in a new stripe past
+/// the bound is not (the cache must write back first), and once the held
+/// pages are released the bound has room again.
+#[test]
+fn a_write_cache_keeps_no_more_data_only_stripes_than_its_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let specs = journaled(dir.path());
+    let array = assemble(&specs, writable()).unwrap();
+    let journal = array.md_journal().expect("a journal");
+    journal.set_cached_stripes_max(16);
+    let row = 3 * CHUNK; // RAID 5 of four: three data chunks a row
+    let data = page(0x3c);
+    let mut last = 0;
+    // The first page of 16 rows: 16 stripes.
+    for r in 0..16 {
+        last = journal
+            .enqueue_cached(&array, r * row, &data)
+            .unwrap()
+            .expect("room for 16 stripes");
+    }
+    // The same stripes through the other data members: no new stripe.
+    for r in 0..16 {
+        for d in 1..3 {
+            last = journal
+                .enqueue_cached(&array, r * row + d * CHUNK, &data)
+                .unwrap()
+                .expect("a stripe already held");
+        }
+    }
+    // A 17th stripe (the second page of row 0) waits for room.
+    assert_eq!(
+        journal.enqueue_cached(&array, PAGE as u64, &data).unwrap(),
+        None
+    );
+    assert!(journal.wants_room());
+    let (held, share) = journal.held_share(&array);
+    assert!(
+        held >= share,
+        "a full bound reads as a full share ({held} of {share})"
+    );
+    while !journal.ready(&array, last).unwrap() {}
+    journal.release_through(last);
+    assert!(journal
+        .enqueue_cached(&array, PAGE as u64, &data)
+        .unwrap()
+        .is_some());
+}

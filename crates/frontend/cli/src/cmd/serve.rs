@@ -55,6 +55,15 @@ pub struct ServeCmd {
     /// writeback, 64M with journal).
     #[arg(long, value_name = "SIZE", value_parser = crate::cmd::size_arg)]
     cache_dirty_max: Option<u64>,
+    /// --cache journal on md's write journal (RAID 4/5/6): the most stripes
+    /// (4 KiB rows of the members) the cache keeps in the log as data-only
+    /// units, as md's own write-back cache keeps at most its stripe cache.
+    /// After a crash the kernel's md loads all of them into memory before
+    /// writing any out (about members x 4 KiB each, doubled as it grows):
+    /// raise it only where the machine that may assemble the array has the
+    /// memory (default 4096; md allows at most 32768).
+    #[arg(long, value_name = "STRIPES", value_parser = clap::value_parser!(u32).range(16..=32768))]
+    cache_stripes_max: Option<u32>,
     /// --journal: use a member that carries a filesystem or another array
     /// anyway (its contents are destroyed).
     #[arg(long)]
@@ -260,7 +269,10 @@ fn start_cache(
         // md's write journal: the assembly has replayed it already.
         (CacheChoice::Journal, None) if array.md_journal().is_some() => (
             CacheMode::Journal,
-            Some(Box::new(cache::MdCacheLog::new(array.clone())) as Box<dyn JournalLog>),
+            Some(Box::new(cache::MdCacheLog::new(
+                array.clone(),
+                args.cache_stripes_max,
+            )) as Box<dyn JournalLog>),
         ),
         (CacheChoice::Journal, None) => anyhow::bail!("--cache journal needs --journal MEMBER"),
     };

@@ -128,8 +128,13 @@ pub struct MdCacheLog {
 }
 
 impl MdCacheLog {
-    pub fn new(array: Arc<Array>) -> Self {
-        assert!(array.md_journal().is_some(), "an array with md's journal");
+    /// `stripes_max`: the most stripes held data-only in the log
+    /// (`MdJournal::set_cached_stripes_max`; its default when `None`).
+    pub fn new(array: Arc<Array>, stripes_max: Option<u32>) -> Self {
+        let journal = array.md_journal().expect("an array with md's journal");
+        if let Some(max) = stripes_max {
+            journal.set_cached_stripes_max(max as usize);
+        }
         MdCacheLog { array }
     }
 
