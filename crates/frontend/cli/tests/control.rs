@@ -10,35 +10,10 @@ use common::*;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// Run `nvraid ARGS` in `dir`, killed after `limit` (a command that should
-/// have been refused and serves instead fails the test, not hangs it).
-fn run_within(args: &[&str], dir: &Path, limit: Duration) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_nvraid"))
-        .args(args)
-        .current_dir(dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if started.elapsed() > limit {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "nvraid {args:?} still ran after {limit:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
-}
 
 /// `run_within` for a command that must be refused (exit code 1) with
 /// every `needles` in its message and no file in `dir` changed.

@@ -71,7 +71,9 @@ pub fn refused(args: &[&str], dir: &Path, needles: &[&str]) {
 
 /// Run a command that must fail with exit code 1; its stderr.
 pub fn refusal(args: &[&str], dir: &Path) -> String {
-    let out = nvraid(args, dir);
+    // A refusal comes at once; a command that runs on instead (a server
+    // that should have been refused) fails the test rather than hangs it.
+    let out = run_within(args, dir, Duration::from_secs(120));
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(
         out.status.code(),
@@ -330,4 +332,29 @@ pub fn member_states(dir: &Path) -> Vec<String> {
         .iter()
         .map(|m| m["state"].as_str().unwrap_or("?").to_string())
         .collect()
+}
+
+/// Run nvraid with `args` in `dir`; a run past `limit` is killed and fails
+/// the test with what it printed.
+pub fn run_within(args: &[&str], dir: &Path, limit: Duration) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nvraid"))
+        .args(args)
+        .current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "nvraid {args:?} still ran after {limit:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
 }
