@@ -768,6 +768,13 @@ fn a_failed_md_journal_is_recorded_faulty_and_add_journal_replaces_it() {
     detail.extend(members.iter().map(String::as_str));
     let detail = ok(&detail, d);
     assert!(detail.contains("\"journal\""), "{detail}");
+    // The kernel's md takes the array with its new journal (the old one's
+    // slot faulty) and reads what nvraid reads.
+    let mut read = vec!["read"];
+    read.extend(data_members.iter().map(String::as_str));
+    let ours = sha(&ok_bytes(&read, d));
+    let images: Vec<std::path::PathBuf> = members.iter().map(|m| d.join(m)).collect();
+    kernel_reads(&images, &[ours]);
 }
 
 /// `create --write-journal` over members that held other bytes asks for
