@@ -31,8 +31,7 @@ pub enum Level {
         offset: bool,
     },
     /// Striping with one parity chunk per stripe (md `raid5`; RAID 4 is its
-    /// parity-last layout). nvraid reads these arrays; it does not write
-    /// them yet.
+    /// parity-last layout).
     Raid5 { layout: ParityLayout },
     /// Striping with P and Q parity chunks per stripe (md `raid6`).
     Raid6 { layout: ParityLayout },

@@ -65,21 +65,21 @@ enum Command {
     Assemble(cmd::assemble::AssembleArgs),
     /// Copy bytes from a file or stdin into the array.
     Write(cmd::io::WriteArgs),
-    /// Put a new member into a degraded RAID 1/10 and rebuild it (or add a spare).
+    /// Put a new member into a degraded RAID 1/10/4/5/6 and rebuild it (or add a spare).
     Add(cmd::manage::AddArgs),
     /// Give a RAID 4/5/6 md's write journal on a member of its own (mdadm's --add-journal).
     AddJournal(cmd::manage::AddJournalArgs),
     /// Finish the rebuild of members whose recovery was cut short.
     Rebuild(cmd::manage::RebuildArgs),
-    /// Take a RAID 1/10 member out and rebuild a new one in its place.
+    /// Take a member of a redundant array out and rebuild a new one in its place.
     Replace(cmd::manage::ReplaceArgs),
     /// Mark a member faulty (offline, or in a running server with --socket).
     Fail(cmd::manage::FailArgs),
     /// Take a faulty member or an unused spare out of a running server's array.
     Remove(cmd::manage::RemoveArgs),
-    /// Compare every copy of a RAID 1/10 and report the sectors that differ.
+    /// Compare every copy (RAID 1/10) or parity (RAID 4/5/6) with the data; report the sectors that differ.
     Check(cmd::manage::ScrubArgs),
-    /// Rewrite copies that differ from the first; resync a dirty array.
+    /// Rewrite copies that differ from the first, or parity from the data; resync a dirty array.
     Repair(cmd::manage::ScrubArgs),
     /// Copy bytes out of the array to a file or stdout.
     Read(cmd::io::ReadArgs),

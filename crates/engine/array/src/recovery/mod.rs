@@ -3,14 +3,19 @@
 //! - [`add_member`] + [`rebuild`]: a new member takes a missing role and is
 //!   filled from the other copies, its `recovery_offset` checkpointed so a
 //!   rebuild cut short resumes;
-//! - [`scrub`]: `check` compares every copy and counts the sectors that
-//!   differ (md's mismatch count); `repair` rewrites them from the first
-//!   copy; on an array assembled dirty, `repair` is the resync, with md's
-//!   `resync_offset` checkpointed and the array recorded clean at the end.
+//! - [`scrub`]: `check` compares every copy (RAID 1/10), or each stripe's
+//!   parity with its data (RAID 4/5/6), and counts the sectors that differ
+//!   (md's mismatch count); `repair` rewrites them from the first copy, or
+//!   the parity from the data; on an array assembled dirty, `repair` is the
+//!   resync, with md's `resync_offset` checkpointed and the array recorded
+//!   clean at the end.
+//! - [`rebuild_online`] and the scrub beside clients: the same work while
+//!   the array is served (a region at a time, held against client writes).
 //!
-//! All of it runs offline today (the array is not served; the claim on its
-//! members keeps other writers out). The states of a role and of the array,
-//! and what moves them:
+//! A parity stripe that cannot be rebuilt (its other blocks list bad
+//! blocks: a write failed on a member the array could not lose) is
+//! recorded bad on the new member too, and scrub leaves such stripes alone.
+//! The states of a role and of the array, and what moves them:
 //!
 //! | from | event | to | on disk |
 //! |---|---|---|---|

@@ -32,7 +32,7 @@ pub struct CreateArgs {
     /// to it. Needed when members differ in size by more than 1%.
     #[arg(long, short = 'z', value_parser = size_arg)]
     size: Option<u64>,
-    /// The last N members are hot spares (RAID 1/10): they hold no data
+    /// The last N members are hot spares (any redundant level): they hold no data
     /// until `nvraid rebuild` puts one into a missing role.
     #[arg(long, default_value_t = 0, value_name = "N")]
     spares: usize,

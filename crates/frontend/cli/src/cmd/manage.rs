@@ -1,5 +1,6 @@
 //! `nvraid add`, `rebuild`, `check` and `repair`: put a new member into a
-//! degraded RAID 1/10 and rebuild it; compare the copies and put them right.
+//! degraded RAID 1/10/4/5/6 and rebuild it; compare the copies (or parity)
+//! and put them right.
 //! In the foreground, with progress on stderr.
 
 use super::bytes_text;
