@@ -38,7 +38,43 @@ pub enum Level {
 }
 
 impl Level {
-    /// The md level number (0, 1 or 10).
+    /// A level as the command line names it: `0`, `1`, `10`, `4`, `5`, `6`
+    /// (or `raid0`, ...), with its default layout (near-2; md's
+    /// left-symmetric for RAID 5/6; RAID 4 is RAID 5's parity-last).
+    pub fn parse(text: &str) -> Result<Level, String> {
+        let layout = ParityLayout::LeftSymmetric;
+        match text.trim_start_matches("raid") {
+            "0" => Ok(Level::Raid0),
+            "1" => Ok(Level::Raid1),
+            "10" => Ok(Level::Raid10 { near: 2 }),
+            "4" => Ok(Level::Raid5 {
+                layout: ParityLayout::ParityLast,
+            }),
+            "5" => Ok(Level::Raid5 { layout }),
+            "6" => Ok(Level::Raid6 { layout }),
+            other => Err(format!(
+                "unsupported level {other:?}: use 0, 1, 10, 4, 5 or 6"
+            )),
+        }
+    }
+
+    /// md's name for the level: `raid0`, `raid1`, `raid10`, `raid4` (RAID
+    /// 5's parity-last layout), `raid5`, `raid6`.
+    pub fn md_name(self) -> &'static str {
+        match self {
+            Level::Raid0 => "raid0",
+            Level::Raid1 => "raid1",
+            Level::Raid10 { .. } | Level::Raid10Far { .. } => "raid10",
+            Level::Raid5 {
+                layout: ParityLayout::ParityLast,
+            } => "raid4",
+            Level::Raid5 { .. } => "raid5",
+            Level::Raid6 { .. } => "raid6",
+        }
+    }
+
+    /// The md level number (0, 1, 10, 5 or 6; RAID 4 is md's raid5 with
+    /// the parity-last layout).
     pub fn number(self) -> u32 {
         match self {
             Level::Raid0 => 0,
@@ -49,13 +85,13 @@ impl Level {
         }
     }
 
-    /// Parity chunks per stripe (0 for the mirroring and striping levels).
     /// Whether the level keeps redundancy (copies or parity): every level
     /// but RAID 0.
     pub fn is_redundant(self) -> bool {
         !matches!(self, Level::Raid0)
     }
 
+    /// Parity chunks per stripe (0 for the mirroring and striping levels).
     pub fn parity_chunks(self) -> u32 {
         match self {
             Level::Raid5 { .. } => 1,

@@ -146,7 +146,7 @@ fn join_names(names: &[&str]) -> String {
 
 /// What limits reads, in words.
 fn limit_line(plan: &Plan) -> Option<String> {
-    let level = plan.level.label();
+    let level = crate::plan::level_label(plan.level);
     let read = &plan.read;
     let cap = read.bytes_per_sec.map(format_rate);
     match &read.limited_by {

@@ -14,7 +14,7 @@ use crate::advice::{plan_advice, topology_advice};
 use crate::error::Error;
 use crate::measure::{classify, DirectReadMeasurer, Measurer};
 use crate::model::{known_drive_rating, DriveRating, RatingSource};
-use crate::plan::{members_from_topology, plan, plan_members, RaidLevel};
+use crate::plan::{members_from_topology, parse_level, plan, plan_members, Level};
 use crate::report::{write_text, MeasurementRow, Report, SCHEMA};
 use crate::scan::{scan, Topology};
 
@@ -33,9 +33,9 @@ pub struct TopologyArgs {
     #[arg(long, requires = "devices")]
     pub plan: bool,
 
-    /// RAID level the plan assumes: 0, 1 or 10.
-    #[arg(long, value_enum, default_value = "0")]
-    pub level: RaidLevel,
+    /// RAID level the plan assumes: 0, 1, 10, 4, 5 or 6.
+    #[arg(long, value_parser = parse_level, default_value = "0")]
+    pub level: Level,
 
     /// Read each device (the DEVs, or all) sequentially for a few seconds, read-only, and put
     /// the result beside its predicted ceiling: link-, device- or CPU-limited.

@@ -29,6 +29,6 @@ mod sysfs;
 
 pub use error::Error;
 pub use measure::{Bottleneck, DirectReadMeasurer, Measured, Measurer};
-pub use plan::{plan, plan_members, Limit, MemberInput, Plan, RaidLevel};
+pub use plan::{level_label, plan, plan_members, Level, Limit, MemberInput, Plan};
 pub use report::Report;
 pub use scan::{scan, Attachment, BlockDevice, Topology, UplinkGroup};

@@ -19,52 +19,51 @@ use crate::error::Error;
 use crate::model::{DriveRating, RatingSource};
 use crate::scan::Topology;
 
-/// RAID levels the planner models.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
-pub enum RaidLevel {
-    #[value(name = "0")]
-    Raid0,
-    #[value(name = "1")]
-    Raid1,
-    #[value(name = "10")]
-    Raid10,
+pub use nvraid_layout::Level;
+
+/// How a level is named in plans and advice: "RAID 0", "RAID 5", ...
+pub fn level_label(level: Level) -> String {
+    format!("RAID {}", &level.md_name()["raid".len()..])
 }
 
-impl RaidLevel {
-    pub fn label(self) -> &'static str {
-        match self {
-            RaidLevel::Raid0 => "RAID 0",
-            RaidLevel::Raid1 => "RAID 1",
-            RaidLevel::Raid10 => "RAID 10",
-        }
-    }
+/// Plans record the level as md names it (`raid0`, `raid5`, ...).
+fn serialize_level<S: serde::Serializer>(level: &Level, out: S) -> Result<S::Ok, S::Error> {
+    out.serialize_str(level.md_name())
+}
 
-    fn check_member_count(self, count: usize) -> Result<(), Error> {
-        let ok = match self {
-            RaidLevel::Raid0 => count >= 1,
-            RaidLevel::Raid1 => count >= 2,
-            // md's near-2 RAID 10 (what nvraid creates) takes 2 or more
-            // members, odd counts included.
-            RaidLevel::Raid10 => count >= 2,
-        };
-        if ok {
-            return Ok(());
-        }
-        Err(Error::Usage(format!(
-            "{} cannot be built from {count} device(s)",
-            self.label()
-        )))
-    }
+/// The command line's `--level`: 0, 1, 10, 4, 5 or 6.
+pub fn parse_level(text: &str) -> Result<Level, String> {
+    Level::parse(text)
+}
 
-    /// How many members' worth of pace the array delivers in each direction.
-    fn scale(self, members: usize, direction: Direction) -> f64 {
-        let n = members as f64;
-        match (self, direction) {
-            (_, Direction::Read) | (RaidLevel::Raid0, Direction::Write) => n,
-            (RaidLevel::Raid1, Direction::Write) => 1.0,
-            (RaidLevel::Raid10, Direction::Write) => n / 2.0,
+fn check_member_count(level: Level, count: usize) -> Result<(), Error> {
+    // md's near-2 RAID 10 (what nvraid creates) takes 2 or more members,
+    // odd counts included.
+    if count >= level.members_min() as usize {
+        return Ok(());
+    }
+    Err(Error::Usage(format!(
+        "{} cannot be built from {count} device(s)",
+        level_label(level)
+    )))
+}
+
+/// How many members' worth of pace the array delivers in each direction:
+/// reads come from every member holding data (a dedicated RAID 4 parity
+/// member holds none; RAID 5/6 parity rotates, so each member's share of
+/// a sequential read is its data chunks); writes reach every copy, and a
+/// full-stripe parity write carries data on all but the parity chunks.
+fn scale(level: Level, members: usize, direction: Direction) -> f64 {
+    let n = members as f64;
+    let parity = f64::from(level.parity_chunks());
+    match (level, direction) {
+        (Level::Raid0, _) => n,
+        (Level::Raid1 | Level::Raid10 { .. } | Level::Raid10Far { .. }, Direction::Read) => n,
+        (Level::Raid1, Direction::Write) => 1.0,
+        (Level::Raid10 { near: copies } | Level::Raid10Far { copies, .. }, Direction::Write) => {
+            n / f64::from(copies)
         }
+        (Level::Raid5 { .. } | Level::Raid6 { .. }, _) => n - parity,
     }
 }
 
@@ -125,7 +124,8 @@ pub struct Ceiling {
 /// The planner's answer for one array.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Plan {
-    pub level: RaidLevel,
+    #[serde(serialize_with = "serialize_level")]
+    pub level: Level,
     pub members: Vec<MemberInput>,
     pub read: Ceiling,
     pub write: Ceiling,
@@ -138,7 +138,7 @@ pub struct Plan {
 pub fn plan(
     topology: &Topology,
     names: &[String],
-    level: RaidLevel,
+    level: Level,
     ratings: &BTreeMap<String, DriveRating>,
 ) -> Result<Plan, Error> {
     let members = members_from_topology(topology, names, ratings)?;
@@ -189,8 +189,8 @@ pub fn members_from_topology(
 }
 
 /// Plan an array from member descriptions (pure).
-pub fn plan_members(level: RaidLevel, members: Vec<MemberInput>) -> Result<Plan, Error> {
-    level.check_member_count(members.len())?;
+pub fn plan_members(level: Level, members: Vec<MemberInput>) -> Result<Plan, Error> {
+    check_member_count(level, members.len())?;
     let read = array_ceiling(level, &members, Direction::Read);
     let write = array_ceiling(level, &members, Direction::Write);
     let write_rating_known = members
@@ -205,7 +205,7 @@ pub fn plan_members(level: RaidLevel, members: Vec<MemberInput>) -> Result<Plan,
     })
 }
 
-fn array_ceiling(level: RaidLevel, members: &[MemberInput], direction: Direction) -> Ceiling {
+fn array_ceiling(level: Level, members: &[MemberInput], direction: Direction) -> Ceiling {
     let mut slowest: Option<(f64, Limit)> = None;
     for member in members {
         let Some((pace, limit)) = member_pace(member, members, direction) else {
@@ -223,7 +223,7 @@ fn array_ceiling(level: RaidLevel, members: &[MemberInput], direction: Direction
     }
     let (pace, limit) = slowest.expect("check_member_count guarantees one member");
     Ceiling {
-        bytes_per_sec: Some(pace * level.scale(members.len(), direction)),
+        bytes_per_sec: Some(pace * scale(level, members.len(), direction)),
         per_member_bytes_per_sec: Some(pace),
         limited_by: limit,
     }
@@ -293,7 +293,7 @@ mod tests {
     #[test]
     fn raid0_of_equal_links_doubles_one_link() {
         let members = vec![member("a", PcieGen::Gen3, 4), member("b", PcieGen::Gen3, 4)];
-        let plan = plan_members(RaidLevel::Raid0, members).unwrap();
+        let plan = plan_members(Level::Raid0, members).unwrap();
         let one = link_ceiling_bytes_per_sec(PcieGen::Gen3, 4);
         assert_eq!(plan.read.bytes_per_sec, Some(2.0 * one));
         assert!(matches!(plan.read.limited_by, Limit::Link { .. }));
@@ -303,7 +303,7 @@ mod tests {
     #[test]
     fn the_slowest_member_sets_the_pace() {
         let members = vec![member("a", PcieGen::Gen3, 4), member("b", PcieGen::Gen3, 2)];
-        let plan = plan_members(RaidLevel::Raid0, members).unwrap();
+        let plan = plan_members(Level::Raid0, members).unwrap();
         let slow = link_ceiling_bytes_per_sec(PcieGen::Gen3, 2);
         assert_eq!(plan.read.bytes_per_sec, Some(2.0 * slow));
         assert_eq!(
@@ -321,7 +321,7 @@ mod tests {
         let mut b = member("b", PcieGen::Gen3, 4);
         a.uplink = Some(dmi3());
         b.uplink = Some(dmi3());
-        let plan = plan_members(RaidLevel::Raid0, vec![a, b]).unwrap();
+        let plan = plan_members(Level::Raid0, vec![a, b]).unwrap();
         assert_eq!(plan.read.bytes_per_sec, Some(dmi3().ceiling_bytes_per_sec));
         assert!(matches!(
             plan.read.limited_by,
@@ -332,7 +332,7 @@ mod tests {
     #[test]
     fn mirrors_read_from_all_copies_and_write_to_each() {
         let members = vec![member("a", PcieGen::Gen2, 4), member("b", PcieGen::Gen2, 4)];
-        let plan = plan_members(RaidLevel::Raid1, members).unwrap();
+        let plan = plan_members(Level::Raid1, members).unwrap();
         let one = link_ceiling_bytes_per_sec(PcieGen::Gen2, 4);
         assert_eq!(plan.read.bytes_per_sec, Some(2.0 * one));
         assert_eq!(plan.write.bytes_per_sec, Some(one));
@@ -340,7 +340,7 @@ mod tests {
             .iter()
             .map(|n| member(n, PcieGen::Gen2, 4))
             .collect();
-        let plan = plan_members(RaidLevel::Raid10, four).unwrap();
+        let plan = plan_members(Level::Raid10 { near: 2 }, four).unwrap();
         assert_eq!(plan.write.bytes_per_sec, Some(2.0 * one));
     }
 
@@ -352,7 +352,7 @@ mod tests {
             write_bytes_per_sec: Some(900e6),
             source: RatingSource::Seeds,
         });
-        let plan = plan_members(RaidLevel::Raid0, vec![a]).unwrap();
+        let plan = plan_members(Level::Raid0, vec![a]).unwrap();
         assert_eq!(plan.read.bytes_per_sec, Some(2200e6));
         assert_eq!(plan.write.bytes_per_sec, Some(900e6));
         assert!(plan.write_rating_known);
@@ -362,8 +362,7 @@ mod tests {
     fn an_unbounded_member_makes_the_ceiling_unknown() {
         let mut loop0 = member("loop0", PcieGen::Gen3, 4);
         loop0.link_ceiling_bytes_per_sec = None;
-        let plan =
-            plan_members(RaidLevel::Raid0, vec![member("a", PcieGen::Gen3, 4), loop0]).unwrap();
+        let plan = plan_members(Level::Raid0, vec![member("a", PcieGen::Gen3, 4), loop0]).unwrap();
         assert_eq!(plan.read.bytes_per_sec, None);
         assert_eq!(
             plan.read.limited_by,
@@ -376,22 +375,22 @@ mod tests {
     #[test]
     fn levels_check_their_member_counts() {
         let one = vec![member("a", PcieGen::Gen3, 4)];
-        assert!(plan_members(RaidLevel::Raid1, one.clone()).is_err());
-        assert!(plan_members(RaidLevel::Raid0, one).is_ok());
+        assert!(plan_members(Level::Raid1, one.clone()).is_err());
+        assert!(plan_members(Level::Raid0, one).is_ok());
         let three: Vec<_> = ["a", "b", "c"]
             .iter()
             .map(|n| member(n, PcieGen::Gen3, 4))
             .collect();
         // Three members: md's near-2 RAID 10 over an odd count; each write
         // lands on two of the three.
-        let plan = plan_members(RaidLevel::Raid10, three).unwrap();
+        let plan = plan_members(Level::Raid10 { near: 2 }, three).unwrap();
         let (read, write) = (
             plan.read.bytes_per_sec.unwrap(),
             plan.write.bytes_per_sec.unwrap(),
         );
         assert!((write / read - 0.5).abs() < 1e-9, "{read} {write}");
         let lone = vec![member("a", PcieGen::Gen3, 4)];
-        assert!(plan_members(RaidLevel::Raid10, lone).is_err());
-        assert!(plan_members(RaidLevel::Raid0, Vec::new()).is_err());
+        assert!(plan_members(Level::Raid10 { near: 2 }, lone).is_err());
+        assert!(plan_members(Level::Raid0, Vec::new()).is_err());
     }
 }

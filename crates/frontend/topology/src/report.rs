@@ -209,7 +209,7 @@ fn write_plan(plan: &Plan, out: &mut dyn Write) -> io::Result<()> {
     writeln!(
         out,
         "\nplan: {} of {}",
-        plan.level.label(),
+        crate::plan::level_label(plan.level),
         names.join(", ")
     )?;
     writeln!(out, "  read   {}", ceiling_text(&plan.read))?;

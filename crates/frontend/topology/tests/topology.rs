@@ -12,9 +12,7 @@ use common::{args, fixture, plan_args, run_to_string, PLATFORMS};
 use nvraid_topology::cli::run;
 use nvraid_topology::model::{link_ceiling_bytes_per_sec, PcieGen};
 use nvraid_topology::plan::Limit;
-use nvraid_topology::{
-    plan, scan, Attachment, Bottleneck, Measured, Measurer, RaidLevel, Topology,
-};
+use nvraid_topology::{plan, scan, Attachment, Bottleneck, Level, Measured, Measurer, Topology};
 
 fn device<'a>(topology: &'a Topology, name: &str) -> &'a nvraid_topology::BlockDevice {
     topology
@@ -24,7 +22,7 @@ fn device<'a>(topology: &'a Topology, name: &str) -> &'a nvraid_topology::BlockD
         .unwrap_or_else(|| panic!("{name} missing"))
 }
 
-fn plan_advice(platform: &str, level: RaidLevel, devices: &[&str]) -> (i32, String) {
+fn plan_advice(platform: &str, level: Level, devices: &[&str]) -> (i32, String) {
     let dir = fixture(platform);
     run_to_string(&plan_args(dir.path(), level, devices), None)
 }
@@ -85,7 +83,7 @@ mod fixtures {
 
     #[test]
     fn z170_chipset_pair_is_capped_by_dmi() {
-        let (_, text) = plan_advice("z170", RaidLevel::Raid0, &["nvme2n1", "nvme3n1"]);
+        let (_, text) = plan_advice("z170", Level::Raid0, &["nvme2n1", "nvme3n1"]);
         assert_line(
             &text,
             "both drives sit behind DMI 3.0: RAID 0 reads cap at ≈3.5 GB/s; move one to a CPU slot",
@@ -94,7 +92,7 @@ mod fixtures {
 
     #[test]
     fn z170_cpu_pair_is_drive_limited_and_wants_workers() {
-        let (_, text) = plan_advice("z170", RaidLevel::Raid0, &["nvme0n1", "/dev/nvme1n1"]);
+        let (_, text) = plan_advice("z170", Level::Raid0, &["nvme0n1", "/dev/nvme1n1"]);
         assert_line(
             &text,
             "the drives, not the links, limit RAID 0 reads (≈2.2 GB/s per drive, rated on nvme0n1)",
@@ -137,7 +135,7 @@ mod fixtures {
 
     #[test]
     fn the_x2_member_sets_the_pace_of_a_plan() {
-        let (_, text) = plan_advice("z170-x2", RaidLevel::Raid0, &["nvme0n1", "nvme2n1"]);
+        let (_, text) = plan_advice("z170-x2", Level::Raid0, &["nvme0n1", "nvme2n1"]);
         assert_line(
             &text,
             "nvme2 runs at x2 of x4: check the slot's lane sharing",
@@ -167,7 +165,7 @@ mod fixtures {
         assert_eq!(dmi.ceiling_bytes_per_sec, Some(1800e6));
         assert_eq!(device(&t, "nvme2n1").attachment, Attachment::Chipset);
         assert_eq!(device(&t, "nvme1n1").attachment, Attachment::CpuLanes);
-        let (_, text) = plan_advice("x99", RaidLevel::Raid0, &["sda", "sdb", "sdc"]);
+        let (_, text) = plan_advice("x99", Level::Raid0, &["sda", "sdb", "sdc"]);
         assert_line(
             &text,
             "sda's link (SATA 6.0 Gb/s) sets the pace at ≈558 MB/s per drive: RAID 0 reads cap at ≈1.7 GB/s",
@@ -177,7 +175,7 @@ mod fixtures {
 
     #[test]
     fn x99_mixed_pair_waits_for_the_gen2_drive() {
-        let (_, text) = plan_advice("x99", RaidLevel::Raid0, &["nvme0n1", "nvme2n1"]);
+        let (_, text) = plan_advice("x99", Level::Raid0, &["nvme0n1", "nvme2n1"]);
         assert!(
             text.contains(
                 "nvme2n1 sets the pace at ≈1.8 GB/s while another member could do ≈3.5 GB/s"
@@ -204,7 +202,7 @@ mod fixtures {
             device(&t, "nvme1n1").chipset.as_deref(),
             Some("AMD X570 chipset")
         );
-        let (_, text) = plan_advice("amd-x570", RaidLevel::Raid0, &["nvme1n1", "nvme2n1"]);
+        let (_, text) = plan_advice("amd-x570", Level::Raid0, &["nvme1n1", "nvme2n1"]);
         assert_line(
             &text,
             "both drives sit behind the AMD X570 chipset uplink: RAID 0 reads cap at ≈7.1 GB/s; move one to a CPU slot",
@@ -223,7 +221,7 @@ mod fixtures {
         assert_eq!(nvme2.attachment, Attachment::CpuLanes);
         let (_, text) = plan_advice(
             "server-2numa",
-            RaidLevel::Raid10,
+            Level::Raid10 { near: 2 },
             &["nvme0n1", "nvme1n1", "nvme2n1", "nvme3n1"],
         );
         assert!(
@@ -280,7 +278,7 @@ mod validation {
         let dir = fixture(platform);
         let t = scan(dir.path()).unwrap();
         let names: Vec<String> = devices.iter().map(|d| d.to_string()).collect();
-        let p = plan(&t, &names, RaidLevel::Raid0, &BTreeMap::new()).unwrap();
+        let p = plan(&t, &names, Level::Raid0, &BTreeMap::new()).unwrap();
         (
             p.read.bytes_per_sec.unwrap(),
             p.write.bytes_per_sec.unwrap(),
@@ -375,7 +373,7 @@ mod validation {
         let dir = fixture("z170");
         let t = scan(dir.path()).unwrap();
         let names = vec!["nvme2n1".to_string(), "nvme3n1".to_string()];
-        let p = plan(&t, &names, RaidLevel::Raid0, &BTreeMap::new()).unwrap();
+        let p = plan(&t, &names, Level::Raid0, &BTreeMap::new()).unwrap();
         assert!(matches!(
             p.read.limited_by,
             Limit::SharedUplink { members: 2, .. }
@@ -513,10 +511,10 @@ mod bad_input {
     fn planning_an_unknown_device_is_an_error() {
         let dir = fixture("z170");
         let mut out = Vec::new();
-        let a = plan_args(dir.path(), RaidLevel::Raid0, &["nvme0n1", "nvme7n1"]);
+        let a = plan_args(dir.path(), Level::Raid0, &["nvme0n1", "nvme7n1"]);
         let err = run(&a, None, &mut out).unwrap_err();
         assert!(err.to_string().contains("nvme7n1"), "{err}");
-        let a = plan_args(dir.path(), RaidLevel::Raid1, &["nvme0n1"]);
+        let a = plan_args(dir.path(), Level::Raid1, &["nvme0n1"]);
         assert!(run(&a, None, &mut out).is_err());
     }
 }
@@ -544,7 +542,7 @@ mod json {
     #[test]
     fn json_report_has_the_documented_fields() {
         let dir = fixture("z170");
-        let mut a = plan_args(dir.path(), RaidLevel::Raid0, &["nvme2n1", "nvme3n1"]);
+        let mut a = plan_args(dir.path(), Level::Raid0, &["nvme2n1", "nvme3n1"]);
         a.json = true;
         let (code, text) = run_to_string(&a, None);
         assert_eq!(code, 0);
@@ -616,7 +614,7 @@ mod measure {
     #[test]
     fn measured_speeds_feed_the_plan() {
         let dir = fixture("z170");
-        let mut a = plan_args(dir.path(), RaidLevel::Raid0, &["nvme1n1", "nvme2n1"]);
+        let mut a = plan_args(dir.path(), Level::Raid0, &["nvme1n1", "nvme2n1"]);
         a.measure = true;
         a.json = true;
         let mut out = Vec::new();

@@ -72,18 +72,7 @@ pub struct CreateArgs {
 /// Parse `0`, `1`, `10`, `4`, `5`, `6` (also `raid0`…) into a level, with
 /// its default layout.
 pub fn parse_level(text: &str) -> Result<Level> {
-    let layout = ParityLayout::LeftSymmetric;
-    match text.trim_start_matches("raid") {
-        "0" => Ok(Level::Raid0),
-        "1" => Ok(Level::Raid1),
-        "10" => Ok(Level::Raid10 { near: 2 }),
-        "4" => Ok(Level::Raid5 {
-            layout: ParityLayout::ParityLast,
-        }),
-        "5" => Ok(Level::Raid5 { layout }),
-        "6" => Ok(Level::Raid6 { layout }),
-        other => bail!("unsupported level {other:?}: use 0, 1, 10, 4, 5 or 6"),
-    }
+    Level::parse(text).map_err(anyhow::Error::msg)
 }
 
 /// md's RAID 5/6 layout names.

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use nvraid_topology::cli::{run, TopologyArgs};
 use nvraid_topology::fixture::expand_manifest;
-use nvraid_topology::{Measurer, RaidLevel};
+use nvraid_topology::{Level, Measurer};
 
 /// Expands `tests/fixtures/<platform>/sysfs.manifest` into a fresh temporary sysfs tree.
 pub fn fixture(platform: &str) -> tempfile::TempDir {
@@ -25,7 +25,7 @@ pub fn args(root: &Path) -> TopologyArgs {
         sysfs_root: root.to_path_buf(),
         json: false,
         plan: false,
-        level: RaidLevel::Raid0,
+        level: Level::Raid0,
         measure: false,
         measure_secs: 1,
         dev_dir: "/dev".into(),
@@ -33,7 +33,7 @@ pub fn args(root: &Path) -> TopologyArgs {
     }
 }
 
-pub fn plan_args(root: &Path, level: RaidLevel, devices: &[&str]) -> TopologyArgs {
+pub fn plan_args(root: &Path, level: Level, devices: &[&str]) -> TopologyArgs {
     TopologyArgs {
         plan: true,
         level,
