@@ -828,3 +828,103 @@ fn a_request_the_queue_refuses_never_completes_as_done() {
         stop(server);
     }
 }
+
+/// Found by seed 22 (RAID 5, strangers at two members): a write failed on
+/// a member the degraded array could not lose, its bad blocks could not be
+/// recorded anywhere (the companions were strangers too), and the member
+/// was marked faulty with no reason: `faulty_reason` (and so `detail`)
+/// said nothing. Every way a member turns faulty keeps why.
+#[test]
+fn a_member_failed_for_an_unrecordable_write_keeps_its_reason() {
+    nvraid_member::set_remote_defaults(
+        false,
+        nvraid_member::RemoteOptions {
+            request_timeout: Duration::from_secs(2),
+            connect_timeout: Duration::from_secs(2),
+        },
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let files: Vec<PathBuf> = (0..4)
+        .map(|i| dir.path().join(format!("m{i}.img")))
+        .collect();
+    let specs: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    create(
+        &specs,
+        &CreateOptions {
+            level: Level::Raid5 {
+                layout: ParityLayout::LeftSymmetric,
+            },
+            chunk_bytes: 64 << 10,
+            name: "reason".into(),
+            size_bytes: Some(MEMBER_BYTES),
+            force: false,
+            direct: true,
+            bitmap: BitmapChoice::Auto,
+        },
+    )
+    .unwrap()
+    .close()
+    .unwrap();
+    let sockets: Vec<PathBuf> = (0..4)
+        .map(|i| dir.path().join(format!("m{i}.sock")))
+        .collect();
+    let mut servers: Vec<Child> = files
+        .iter()
+        .zip(&sockets)
+        .map(|(f, s)| serve(f, s))
+        .collect();
+    let uris: Vec<String> = sockets
+        .iter()
+        .map(|s| format!("nbd+unix:///?socket={}", s.display()))
+        .collect();
+    let array = assemble(
+        &uris,
+        AssembleOptions {
+            writable: true,
+            direct: true,
+            allow_degraded: true,
+        },
+    )
+    .unwrap();
+    let row = vec![0x5au8; 192 << 10];
+    array.write_at(&row, 0, false).unwrap();
+    let eio = std::io::Error::from_raw_os_error(libc::EIO);
+    array.fail_member(3, &eio).unwrap();
+    for role in 1..3 {
+        stop(&mut servers[role]);
+        let blank = dir.path().join(format!("blank{role}.img"));
+        std::fs::File::create(&blank)
+            .unwrap()
+            .set_len(MEMBER_BYTES)
+            .unwrap();
+        servers[role] = serve(&blank, &sockets[role]);
+    }
+    let array = Arc::new(array);
+    let target = FanoutTarget::array(array.clone(), EngineKind::Psync);
+    let mut queue = target.open_queue(1, 256 << 10).unwrap();
+    queue.buffer_mut(0)[..row.len()].copy_from_slice(&row);
+    queue
+        .submit(0, OpKind::Write, 0, row.len() as u32, false)
+        .unwrap();
+    let mut result = None;
+    while result.is_none() {
+        queue.reap(1, &mut |c| result = Some(c.result)).unwrap();
+    }
+    assert!(result.unwrap().is_err());
+    drop(queue);
+    drop(target);
+    let faulty: Vec<usize> = (1..3).filter(|&r| array.is_faulty(r)).collect();
+    assert!(!faulty.is_empty(), "no stranger's member turned faulty");
+    for role in faulty {
+        let why = array.faulty_reason(role);
+        assert!(
+            why.as_deref()
+                .is_some_and(|w| w.contains("no md superblock")),
+            "role {role} is faulty for {why:?}"
+        );
+    }
+    drop(array);
+    for server in &mut servers {
+        stop(server);
+    }
+}
