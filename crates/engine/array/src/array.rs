@@ -909,7 +909,16 @@ impl Array {
         if let Err(why) = self.record_bad(role, offset, len, companions) {
             eprintln!("nvraid: {spec}: cannot record the failed write as bad blocks ({why}); marked faulty, as md does: the stripes that need it can no longer be read");
             let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
-            self.faulty[role].store(true, Ordering::Release);
+            // Its reason as `fail_member` would give it (a stranger at a
+            // remote member's address is named).
+            let cause = match self.slot(role).and_then(|s| s.member.identity_refused()) {
+                Some(refused) => refused,
+                None => error.to_string(),
+            };
+            self.set_faulty(
+                role,
+                format!("{cause} (a write failed and could not be recorded as bad blocks: {why})"),
+            );
             let resync_offset = self.resync_offset_now();
             self.update_superblocks(&mut events, resync_offset)?;
         }

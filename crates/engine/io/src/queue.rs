@@ -56,7 +56,9 @@ pub trait Queue {
     /// Queue a request on `slot`. It may be handed to the kernel now or at
     /// the next [`Queue::reap`]. `offset` and `len` must be multiples of the
     /// target's sector size and lie inside the target; `fua` asks for the
-    /// write to be durable when it completes.
+    /// write to be durable when it completes. An error means the request
+    /// was refused and will never complete; once accepted, a request
+    /// completes exactly once (a failure as an errno in its completion).
     fn submit(&mut self, slot: u32, op: OpKind, offset: u64, len: u32, fua: bool)
         -> io::Result<()>;
 

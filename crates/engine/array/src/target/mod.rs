@@ -1093,10 +1093,22 @@ impl Queue for FanoutQueue {
                 Ok(())
             }
         };
+        // A request that failed once accepted (the array could not be
+        // marked dirty, an engine refused a member operation) completes
+        // with the error through `reap`, like any other failure: it has
+        // exactly one outcome. Returning the error here as well would
+        // leave that completion to be taken for whatever request the
+        // caller puts in the slot next.
+        if let Err(error) = outcome {
+            let state = &mut self.slots[slot as usize];
+            if state.errno == 0 {
+                state.errno = error.raw_os_error().unwrap_or(libc::EIO);
+            }
+        }
         // The guard count of 1 keeps the slot from completing while its
         // operations are being queued; drop it now.
         self.finish_sub(slot, 0);
-        outcome
+        Ok(())
     }
 
     fn reap(
