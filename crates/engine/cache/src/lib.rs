@@ -76,7 +76,8 @@ impl CacheOptions {
     /// what it holds grow with it, and every write probes them at random.
     /// On a RAID 5 with md's journal, sustained 4 KiB random writes ran at
     /// 0.90 of `writeback` with 1 GiB and 0.94 with 64 MiB in the bench
-    /// (0.96 in alternating runs; 32 MiB no better: docs/PERFORMANCE.md).
+    /// (0.96 in alternating runs; 32 MiB no better:
+    /// docs/performance-history.md#2026-11-26-fourth-session-journal-holds-64-mib-in-ram-by-default).
     /// `writeback` keeps 1 GiB: there RAM is what absorbs a burst, and
     /// 64 MiB was no faster.
     pub fn for_mode(mode: CacheMode) -> CacheOptions {

@@ -257,7 +257,8 @@ impl UringEngine {
     /// offers that (6.1+); a plain ring otherwise. Measured on tmpfs, where
     /// reads go through io_uring's worker threads: 4K random read at QD 32
     /// went from about 0.6x fio's io_uring engine to parity
-    /// (docs/PERFORMANCE.md). A queue is not `Send`, so the ring never
+    /// (docs/performance-history.md#what-the-profiles-showed-and-what-changed).
+    /// A queue is not `Send`, so the ring never
     /// leaves the thread that made it, as the single-issuer mode requires.
     fn build_ring(entries: u32) -> io::Result<IoUring> {
         let single_thread = IoUring::builder()

@@ -174,8 +174,8 @@ pub fn subject_line(level: &str, members: &[String], chunk_bytes: Option<u64>) -
 /// the submitting thread (RAM-backed: mem:, tmpfs files, zram), where
 /// io_uring only adds work; io_uring otherwise. Arrays of null: members only
 /// never reach an engine (the queue completes their operations itself), so
-/// they get the batching queue. docs/PERFORMANCE.md has the measurements
-/// behind the rule.
+/// they get the batching queue. The measurements behind the rule:
+/// docs/performance-history.md#engine-choice---engine-auto.
 pub fn engine_for(choice: Engine, members: &[&Member]) -> EngineKind {
     let all_null = members.iter().all(|m| m.kind() == MemberKind::Null);
     match choice {
