@@ -1442,6 +1442,13 @@ impl Array {
     /// `events` is the locked counter; it advances once the superblocks are
     /// written.
     fn update_superblocks(&self, events: &mut u64, resync_offset: u64) -> Result<()> {
+        if !(0..self.roles()).any(|r| self.is_usable(r)) {
+            // Every member failed in turn: nothing is left to record the
+            // array's state on (the members keep what they last recorded).
+            return Err(Error::NotStartable(
+                "every member has failed; no superblock can be updated".into(),
+            ));
+        }
         // md's rule: a member that cannot take the update has failed. It is
         // marked faulty and the update written again without it, as long as
         // the others still hold every byte; otherwise the update fails.
