@@ -24,7 +24,7 @@ pub mod recovery;
 mod scan;
 mod signature;
 mod stripe;
-mod target;
+mod fanout;
 
 pub use add_journal::{add_journal, AddJournalOptions, JournalAdded};
 pub use array::{read_superblock, Array, MemberCounters, ReadLimit, SetAsideMember, Slot};
@@ -38,4 +38,4 @@ pub use error::{Error, Result};
 pub use intent::{BitmapDaemon, BitmapInfo};
 pub use scan::{scan, Ignored, ScanReport, ScannedArray, ScannedMember};
 pub use signature::detect as detect_signature;
-pub use target::{FanoutQueue, FanoutTarget};
+pub use fanout::{FanoutQueue, FanoutTarget};
