@@ -119,8 +119,10 @@ pub(crate) struct FlushWaiter {
     /// the array first.
     pub upto: u64,
     pub slot: u32,
-    /// The waiting queue's completions.
-    pub done: std::sync::mpsc::Sender<Completion>,
+    /// The waiting queue's completions: a channel bounded by the queue's
+    /// depth (each slot waits here at most once at a time, so a send never
+    /// blocks).
+    pub done: std::sync::mpsc::SyncSender<Completion>,
     /// Bytes to report on success (a FUA write's length).
     pub len: u32,
 }

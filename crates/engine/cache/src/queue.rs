@@ -10,7 +10,7 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -59,14 +59,15 @@ pub(crate) struct CachedQueue {
     commits: usize,
     inner_in_flight: u32,
     flushes_in_flight: u32,
-    done_tx: Sender<Completion>,
+    done_tx: SyncSender<Completion>,
     done_rx: Receiver<Completion>,
 }
 
 impl CachedQueue {
     pub fn new(shared: Arc<Shared>, inner: Box<dyn Queue>) -> CachedQueue {
         let depth = inner.depth() as usize;
-        let (done_tx, done_rx) = mpsc::channel();
+        // Bounded by the depth: a slot has at most one flush waiting.
+        let (done_tx, done_rx) = mpsc::sync_channel(depth.max(1));
         CachedQueue {
             shared,
             inner,

@@ -317,7 +317,8 @@ fn rebuild_role(
     // Reading the next region overlaps writing this one: a reader thread
     // fills buffers from a small pool, this thread writes them in order.
     let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<Result<(u64, u64, AlignedBuf)>>(2);
-    let (empty_tx, empty_rx) = std::sync::mpsc::channel::<AlignedBuf>();
+    // A pool of three buffers, each in one place at a time: bounded at 3.
+    let (empty_tx, empty_rx) = std::sync::mpsc::sync_channel::<AlignedBuf>(3);
     for _ in 0..3 {
         empty_tx
             .send(AlignedBuf::zeroed(REGION_BYTES as usize))
