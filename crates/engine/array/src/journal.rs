@@ -1017,10 +1017,15 @@ impl MdJournal {
     /// superblock). Waits while another thread writes the log.
     pub fn checkpoint(&self, array: &Array) -> Result<()> {
         let moved = self.checkpoint_inner(array);
-        if moved.is_err() {
+        if moved.is_err() && self.failure().is_some() {
             let _ = array.record_journal_failure();
         }
         moved
+    }
+
+    /// Whether `error` is the journal member's own (it names it).
+    fn is_own_failure(&self, error: &Error) -> bool {
+        matches!(error, Error::Io { spec, .. } if spec == self.spec())
     }
 
     fn checkpoint_inner(&self, array: &Array) -> Result<()> {
@@ -1059,6 +1064,7 @@ impl MdJournal {
         };
         w.writing = true;
         drop(w);
+        let old_tail = self.tail();
         let moved = array.flush().and_then(|()| {
             *self.tail.lock().unwrap_or_else(|p| p.into_inner()) = new_tail;
             array.write_journal_tail()
@@ -1069,7 +1075,19 @@ impl MdJournal {
         self.wake(&w);
         let result = match moved {
             Ok(()) => Ok(()),
-            Err(e) => Err(self.fail(&mut w, format!("moving its tail: {e}"))),
+            Err(e) if self.is_own_failure(&e) => {
+                Err(self.fail(&mut w, format!("moving its tail: {e}")))
+            }
+            Err(e) => {
+                // A member of the array, not the journal, failed its flush
+                // or superblock (one the array could not lose, or it would
+                // have been marked faulty and the update gone on): the log
+                // is whole, the tail stays where it was (the ring does not
+                // reuse what a replay may still need), and a later
+                // checkpoint moves it.
+                *self.tail.lock().unwrap_or_else(|p| p.into_inner()) = old_tail;
+                Err(e)
+            }
         };
         (w, result)
     }

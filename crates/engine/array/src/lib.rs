@@ -15,6 +15,7 @@ mod create;
 pub mod decision;
 mod error;
 mod failpoint;
+mod fanout;
 mod identity;
 pub mod info;
 mod intent;
@@ -24,7 +25,6 @@ pub mod recovery;
 mod scan;
 mod signature;
 mod stripe;
-mod fanout;
 
 pub use add_journal::{add_journal, AddJournalOptions, JournalAdded};
 pub use array::{read_superblock, Array, MemberCounters, ReadLimit, SetAsideMember, Slot};
@@ -35,7 +35,7 @@ pub use create::{
 };
 pub use decision::SetAside;
 pub use error::{Error, Result};
+pub use fanout::{FanoutQueue, FanoutTarget};
 pub use intent::{BitmapDaemon, BitmapInfo};
 pub use scan::{scan, Ignored, ScanReport, ScannedArray, ScannedMember};
 pub use signature::detect as detect_signature;
-pub use fanout::{FanoutQueue, FanoutTarget};

@@ -70,7 +70,16 @@ struct Log {
     open: u32,
     /// Where the next log write goes, in sectors from the area's start.
     next_sector: u64,
+    /// Batches written, kept for their room (the data path does not
+    /// allocate once the log has come around): at most [`SPARE_BATCHES`].
+    spare: Vec<Batch>,
+    /// The last log write's header and image, kept for their room.
+    header: Option<PplHeader>,
+    image: Option<nvraid_io::AlignedBuf>,
 }
+
+/// Written batches a log keeps for reuse.
+const SPARE_BATCHES: usize = 4;
 
 #[derive(Debug)]
 struct Batch {
@@ -110,7 +119,7 @@ impl Ppl {
 
     /// Put `entries` (with their partial parity, in order) into the next
     /// batch of `role`'s log that has room. They must fit one log write.
-    pub fn enqueue(&self, role: u32, entries: Vec<PplEntry>, pp: &[u8]) -> Ticket {
+    pub fn enqueue(&self, role: u32, entries: &[PplEntry], pp: &[u8]) -> Ticket {
         let mut log = self.log(role);
         let fits = |b: &Batch| {
             b.entries.len() + entries.len() <= BATCH_ENTRIES
@@ -122,19 +131,26 @@ impl Ppl {
         let joinable = log.waiting.len() > taken && log.waiting.back().is_some_and(&fits);
         let generation = if joinable {
             let b = log.waiting.back_mut().expect("joinable");
-            b.entries.extend(entries);
+            b.entries.extend_from_slice(entries);
             b.pp.extend_from_slice(pp);
             b.requests += 1;
             b.generation
         } else {
             let generation = log.next_generation;
             log.next_generation += 1;
-            log.waiting.push_back(Batch {
+            let mut batch = log.spare.pop().unwrap_or_else(|| Batch {
                 generation,
-                entries,
-                pp: pp.to_vec(),
-                requests: 1,
+                entries: Vec::with_capacity(BATCH_ENTRIES),
+                pp: Vec::new(),
+                requests: 0,
             });
+            batch.generation = generation;
+            batch.entries.clear();
+            batch.entries.extend_from_slice(entries);
+            batch.pp.clear();
+            batch.pp.extend_from_slice(pp);
+            batch.requests = 1;
+            log.waiting.push_back(batch);
             generation
         };
         Ticket { role, generation }
@@ -153,21 +169,35 @@ impl Ppl {
         if log.writing || log.open > 0 {
             return false;
         }
+        // The header and image of the last write, reused for their room.
+        let (header, image) = (log.header.take(), log.image.take());
+        let mut header = header.unwrap_or_else(|| PplHeader {
+            signature: 0,
+            generation: 0,
+            entries: Vec::with_capacity(BATCH_ENTRIES),
+        });
         let Some(batch) = log.waiting.front() else {
+            log.header = Some(header);
+            log.image = image;
             return false;
         };
         let generation = batch.generation;
         let sectors = ppl::HEADER_SECTORS + batch.pp.len() as u64 / 512;
-        let header = PplHeader {
-            signature: ppl::signature_for(&self.set_uuid),
-            generation,
-            entries: batch.entries.clone(),
+        let len = ppl::HEADER_BYTES + batch.pp.len();
+        header.signature = ppl::signature_for(&self.set_uuid);
+        header.generation = generation;
+        header.entries.clear();
+        header.entries.extend_from_slice(&batch.entries);
+        let mut image = match image {
+            Some(image) if image.len() >= len => image,
+            _ => {
+                nvraid_io::AlignedBuf::zeroed(len.max(ppl::HEADER_BYTES + BATCH_PP_BYTES as usize))
+            }
         };
-        let mut image = nvraid_io::AlignedBuf::zeroed(ppl::HEADER_BYTES + batch.pp.len());
         header
             .encode(&mut image[..ppl::HEADER_BYTES])
             .expect("a batch holds at most MAX_ENTRIES");
-        image[ppl::HEADER_BYTES..].copy_from_slice(&batch.pp);
+        image[ppl::HEADER_BYTES..len].copy_from_slice(&batch.pp);
         let usable = self.area.usable_sectors();
         if !self.area.is_ring() || log.next_sector + sectors > usable {
             log.next_sector = 0;
@@ -175,13 +205,18 @@ impl Ppl {
         let at = log.next_sector;
         log.writing = true;
         drop(log);
-        let written = self.write_log(array, ticket.role, at, &image);
+        let written = self.write_log(array, ticket.role, at, &image[..len]);
         let mut log = self.log(ticket.role);
+        log.header = Some(header);
+        log.image = Some(image);
         let batch = log.waiting.pop_front().expect("the front batch");
         log.writing = false;
         log.durable = generation;
-        log.open = batch.requests;
         log.next_sector = at + sectors;
+        log.open = batch.requests;
+        if log.spare.len() < SPARE_BATCHES {
+            log.spare.push(batch);
+        }
         drop(log);
         if let Err(e) = written {
             eprintln!("nvraid: partial parity log of role {}: {e}", ticket.role);

@@ -495,7 +495,7 @@ impl ParityShape {
             Mode::ReadDirect | Mode::ReadRebuild => unreachable!("a read column"),
             Mode::Full | Mode::Rcw => {
                 let (data_scratch, parity) = scratch.split_at_mut(self.scratch_at(col, self.data));
-                let mut data: Vec<&[u8]> = vec![&[]; self.data as usize];
+                let mut data: [&[u8]; DATA_BLOCKS_MAX as usize] = [&[]; DATA_BLOCKS_MAX as usize];
                 for d in 0..self.data {
                     let block: &[u8] = if col.written & (1 << d) != 0 {
                         &request[new(d)..new(d) + width]
@@ -505,7 +505,7 @@ impl ParityShape {
                     };
                     data[self.q_order(col.stripe, d)] = block;
                 }
-                self.generate(kernel, &data, parity, width);
+                self.generate(kernel, &data[..self.data as usize], parity, width);
             }
             Mode::Rmw => {
                 let (data_scratch, parity) = scratch.split_at_mut(self.scratch_at(col, self.data));
@@ -531,12 +531,12 @@ impl ParityShape {
                     scratch[at..at + width].copy_from_slice(&request[new(d)..new(d) + width]);
                 }
                 let (data_scratch, parity) = scratch.split_at_mut(self.scratch_at(col, self.data));
-                let mut data: Vec<&[u8]> = vec![&[]; self.data as usize];
+                let mut data: [&[u8]; DATA_BLOCKS_MAX as usize] = [&[]; DATA_BLOCKS_MAX as usize];
                 for d in 0..self.data {
                     let at = self.scratch_at(col, d);
                     data[self.q_order(col.stripe, d)] = &data_scratch[at..at + width];
                 }
-                self.generate(kernel, &data, parity, width);
+                self.generate(kernel, &data[..self.data as usize], parity, width);
             }
         }
     }
@@ -1149,7 +1149,7 @@ impl Array {
         ];
         let wanted = (col.mode != Mode::Full).then_some(&mut pp[..]);
         shape.compute(Kernel::best(), col, buf, offset, scratch, wanted);
-        let ticket = ppl.enqueue(p, vec![shape.ppl_entry(col, &pp)], &pp);
+        let ticket = ppl.enqueue(p, &[shape.ppl_entry(col, &pp)], &pp);
         while !ppl.ready(self, ticket) {
             std::thread::sleep(std::time::Duration::from_micros(20));
         }

@@ -368,8 +368,8 @@ impl PplHeader {
 
     /// Write the header into `out[..4096]` as md writes it (reserved bytes
     /// `0xff`, everything unused zero, checksum computed); the rest of `out`
-    /// is untouched. Decoding the bytes gives `self` back (asserted, in
-    /// release builds too).
+    /// is untouched. The bytes read back as `self`, field by field
+    /// (asserted, in release builds too).
     pub fn encode(&self, out: &mut [u8]) -> Result<(), PplError> {
         if out.len() < HEADER_BYTES {
             return Err(PplError::Short(out.len()));
@@ -391,11 +391,31 @@ impl PplHeader {
         }
         let csum = header_checksum(h);
         h[CHECKSUM_AT..CHECKSUM_AT + 4].copy_from_slice(&csum.to_le_bytes());
+        // Paired with the decoder, field by field (a log write is on the
+        // data path: no allocation here, as a whole decode would make).
         assert_eq!(
-            PplHeader::decode_with_signature(h, self.signature).as_ref(),
-            Ok(self),
-            "PPL header does not round-trip"
+            header_checksum(h),
+            le32(h, CHECKSUM_AT),
+            "PPL header checksum"
         );
+        assert_eq!(
+            le32(h, SIGNATURE_AT),
+            self.signature,
+            "PPL header signature"
+        );
+        assert_eq!(
+            le64(h, GENERATION_AT),
+            self.generation,
+            "PPL header generation"
+        );
+        assert_eq!(le32(h, COUNT_AT), count, "PPL header entry count");
+        for (e, slot) in self
+            .entries
+            .iter()
+            .zip(h[ENTRIES_AT..].chunks_exact(ENTRY_BYTES))
+        {
+            assert_eq!(&PplEntry::decode(slot), e, "PPL header entry");
+        }
         Ok(())
     }
 

@@ -33,10 +33,17 @@ pub fn best() -> Kernel {
     *BEST.get_or_init(|| available().last().copied().unwrap_or(Kernel::Scalar))
 }
 
+/// Whether the CPU has `kernel`'s instructions (detected once; the data
+/// path asks per block and must not allocate).
+fn has(kernel: Kernel) -> bool {
+    static AVAILABLE: std::sync::OnceLock<Vec<Kernel>> = std::sync::OnceLock::new();
+    kernel == Kernel::Scalar || AVAILABLE.get_or_init(available).contains(&kernel)
+}
+
 /// A kernel the CPU was checked to have.
 fn checked(kernel: Kernel) -> Kernel {
     assert!(
-        available().contains(&kernel),
+        has(kernel),
         "{} is not available on this CPU",
         kernel.name()
     );
@@ -65,8 +72,12 @@ pub fn gen_p(kernel: Kernel, data: &[&[u8]], p: &mut [u8]) {
         Kernel::Avx512 => unsafe { gen_p_avx512(data, p) },
         _ => 0,
     };
-    let tails: Vec<&[u8]> = data.iter().map(|d| &d[done..]).collect();
-    scalar::gen_p(&tails, &mut p[done..]);
+    if done < p.len() {
+        // A tail the vector loop left (widths not a multiple of its step;
+        // nvraid's are multiples of 512, so never on the data path).
+        let tails: Vec<&[u8]> = data.iter().map(|d| &d[done..]).collect();
+        scalar::gen_p(&tails, &mut p[done..]);
+    }
 }
 
 pub fn gen_pq(kernel: Kernel, data: &[&[u8]], p: &mut [u8], q: &mut [u8]) {
@@ -78,8 +89,11 @@ pub fn gen_pq(kernel: Kernel, data: &[&[u8]], p: &mut [u8], q: &mut [u8]) {
         Kernel::Avx512 => unsafe { gen_pq_avx512(data, p, q) },
         _ => 0,
     };
-    let tails: Vec<&[u8]> = data.iter().map(|d| &d[done..]).collect();
-    scalar::gen_pq(&tails, &mut p[done..], &mut q[done..]);
+    if done < p.len() {
+        // As in `gen_p`: only a tail the vector loop left.
+        let tails: Vec<&[u8]> = data.iter().map(|d| &d[done..]).collect();
+        scalar::gen_pq(&tails, &mut p[done..], &mut q[done..]);
+    }
 }
 
 pub fn mul_const(kernel: Kernel, dst: &mut [u8], src: &[u8], c: u8, xor: bool) {

@@ -59,6 +59,8 @@ pub(super) struct StripeWork {
     /// The round's place in md's write journal (a journaled array).
     jticket: Option<u64>,
     pp: Vec<u8>,
+    /// The round's log entries (kept for their room).
+    entries: Vec<nvraid_metadata::ppl::PplEntry>,
 }
 
 impl StripeWork {
@@ -89,6 +91,7 @@ impl StripeWork {
             ticket: None,
             jticket: None,
             pp: Vec::new(),
+            entries: Vec::new(),
         }
     }
 }
@@ -403,7 +406,7 @@ impl FanoutQueue {
             work.pp.resize(total, 0);
         }
         let mut pp_at = 0;
-        let mut entries = Vec::new();
+        work.entries.clear();
         for (i, col) in round.iter().enumerate() {
             let base = work.bases[i];
             let scratch = &mut work.scratch[base..base + shape.scratch_len(col)];
@@ -420,7 +423,7 @@ impl FanoutQueue {
             let wanted = (pp_len > 0).then_some(&mut *pp);
             shape.compute(kernel, col, request, work.offset, scratch, wanted);
             if log_on.is_some() {
-                entries.push(shape.ppl_entry(col, pp));
+                work.entries.push(shape.ppl_entry(col, pp));
             }
             pp_at += pp_len;
         }
@@ -453,7 +456,7 @@ impl FanoutQueue {
             work.jticket = Some(journal.enqueue(&array, payloads, pages, rebuilt));
         }
         if let (Some(p), Some(ppl)) = (log_on, &array.ppl) {
-            work.ticket = Some(ppl.enqueue(p, entries, &work.pp));
+            work.ticket = Some(ppl.enqueue(p, &work.entries, &work.pp));
         }
         if work.ticket.is_some() || work.jticket.is_some() {
             self.logging.push(slot);
