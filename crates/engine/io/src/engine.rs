@@ -19,44 +19,14 @@ use std::io;
 use std::os::fd::RawFd;
 use std::time::Duration;
 
+use crate::channel::RemoteFile;
+pub use crate::op::{MemberOp, MemberOpKind};
+
 /// fallocate(2) mode of [`MemberOpKind::Zero`]: a hole, which reads back as
 /// zeros, the file's size unchanged. (ZERO_RANGE would keep the blocks
 /// allocated, but tmpfs refuses it; every file system nvraid's members
 /// live on, and block devices, punch holes.)
 const ZERO_RANGE: i32 = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
-
-/// What a member operation does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MemberOpKind {
-    Read,
-    Write,
-    /// fdatasync of the whole file.
-    Flush,
-    /// Make `len` bytes at `offset` read as zeros; no data moves (`buf` is
-    /// not used); 0 on success, like `Flush`. Local files: a hole punched
-    /// with fallocate; NBD exports: WRITE_ZEROES.
-    Zero,
-}
-
-/// One operation on one member file.
-#[derive(Clone, Copy, Debug)]
-pub struct MemberOp {
-    pub kind: MemberOpKind,
-    /// Index in the worker's file table.
-    pub file: u32,
-    pub offset: u64,
-    pub buf: *mut u8,
-    pub len: u32,
-    /// A vectored operation: `iov_count` iovecs at `iov` (then `buf` and
-    /// `len` are ignored). 0 for a plain one.
-    pub iov: *const libc::iovec,
-    pub iov_count: u32,
-    /// Index of the registered buffer `buf` lies in.
-    pub buf_index: u16,
-    /// Write with RWF_DSYNC (durable on completion: FUA).
-    pub dsync: bool,
-    pub user_data: u64,
-}
 
 /// A per-worker I/O engine.
 pub trait Engine {
@@ -86,12 +56,12 @@ pub trait Engine {
     /// the old file finish on it.
     fn update_file(&mut self, index: u32, fd: RawFd) -> io::Result<()>;
 
-    /// Put a remote member at `index` (None: none there). Only
-    /// [`crate::remote::MixedEngine`] can hold remote members.
+    /// Put a remote member at `index` (None: none there). Only the mixed
+    /// engine (`remote::MixedEngine`) can hold remote members.
     fn update_remote(
         &mut self,
         index: u32,
-        remote: Option<&std::sync::Arc<dyn crate::remote::RemoteFile>>,
+        remote: Option<&std::sync::Arc<dyn RemoteFile>>,
     ) -> io::Result<()> {
         let _ = index;
         match remote {

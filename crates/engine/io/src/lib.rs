@@ -4,9 +4,11 @@
 //! - [`queue`]: the per-worker queue interface every I/O target implements
 //!   (an array, a single raw member, a test double). The benchmark and the
 //!   NBD server drive targets only through it.
+//! - [`op`]: member operations, what engines and channels execute.
+//! - [`channel`]: the interface of members reached over a network (one
+//!   channel per worker).
 //! - [`engine`]: the io_uring and psync engines that execute member operations.
-//! - [`remote`]: members reached over a network (one channel per worker)
-//!   and the engine that puts them beside local files.
+//! - [`remote`]: the engine that puts remote members beside local files.
 //! - [`buf`]: heap buffers aligned for O_DIRECT.
 //! - [`bounded`]: whole files named on the command line, read with a bound.
 //! - [`sys`]: thin, checked wrappers over the system calls nvraid needs that
@@ -15,7 +17,9 @@
 
 pub mod bounded;
 pub mod buf;
+pub mod channel;
 pub mod engine;
+pub mod op;
 pub mod queue;
 pub mod remote;
 pub mod sys;

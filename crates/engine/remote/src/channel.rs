@@ -39,7 +39,6 @@
 //!   with the reason's errno, and a new connection is tried with backoff
 //!   (250 ms doubling to 5 s).
 
-use crate::identity::Identity;
 use crate::session::{self, ExportInfo, Session};
 use crate::uri::NbdUri;
 use nvraid_io::engine::{MemberOp, MemberOpKind};
@@ -224,7 +223,7 @@ pub struct NbdChannel {
     last_failure: Option<String>,
     /// What every new connection must prove before a request is sent on
     /// it (None: nothing, as for the first connection of a member).
-    identity: Option<Arc<Identity>>,
+    identity: Option<Arc<dyn ConnectionProof>>,
     /// The identity probe's own channel: it never reconnects.
     prober: bool,
     /// The next `progress` looks for a closed connection before sending.
@@ -254,22 +253,22 @@ impl NbdChannel {
 
     /// [`NbdChannel::connect`], the new connection proving `identity`
     /// before it is used; the channel checks its later connections too.
-    pub fn connect_as(
+    pub fn connect_as<P: ConnectionProof + 'static>(
         uri: &NbdUri,
         options: RemoteOptions,
         expected: &ExportInfo,
-        identity: &Arc<Identity>,
+        identity: &Arc<P>,
     ) -> Result<NbdChannel, session::ConnectError> {
         // A later connection: operations wait for it, so it must not take
         // longer than one may.
         let timeout = options.connect_timeout.min(options.request_timeout);
-        let session = open_session(uri, timeout, Some(expected), Some(identity))?;
+        let session = open_session(uri, timeout, Some(expected), Some(identity.as_ref()))?;
         Ok(NbdChannel::from_session(uri.clone(), options, session).with_identity(identity))
     }
 
     /// Check every later connection of this channel against `identity`.
-    pub fn with_identity(mut self, identity: &Arc<Identity>) -> NbdChannel {
-        self.identity = Some(Arc::clone(identity));
+    pub fn with_identity<P: ConnectionProof + 'static>(mut self, identity: &Arc<P>) -> NbdChannel {
+        self.identity = Some(Arc::clone(identity) as Arc<dyn ConnectionProof>);
         self
     }
 
@@ -853,7 +852,12 @@ impl NbdChannel {
 
     /// Try a new connection now, within `timeout`; on failure, back off.
     fn reconnect(&mut self, timeout: Duration) -> Result<(), i32> {
-        let fresh = open_session(&self.uri, timeout, Some(&self.info), self.identity.as_ref());
+        let fresh = open_session(
+            &self.uri,
+            timeout,
+            Some(&self.info),
+            self.identity.as_deref(),
+        );
         match fresh {
             Ok(fresh) => {
                 self.session = Some(fresh);
@@ -1122,6 +1126,22 @@ fn sent_for(wires: &[Wire], cookie: u64) -> Option<Sent> {
     })
 }
 
+/// What a new connection must pass before any request is sent on it: the
+/// member's proof of identity (the `identity` module's `Identity`, which
+/// reads its probe through a channel of its own, so the channel knows it
+/// only by this interface).
+pub trait ConnectionProof: Send + Sync {
+    /// Prove that `session`, just connected to `uri`, reaches the member,
+    /// all before `deadline`: the session back when it does, the reason
+    /// (`ConnectError::NotTheMember` for another device) when not.
+    fn prove(
+        &self,
+        uri: &NbdUri,
+        session: Session,
+        deadline: Instant,
+    ) -> Result<Session, session::ConnectError>;
+}
+
 /// A new connection to `uri` within `timeout`: connected, the handshake
 /// done, the export still as `expected` and, with `identity`, proven to be
 /// the member (before any request is sent on it).
@@ -1129,7 +1149,7 @@ pub(crate) fn open_session(
     uri: &NbdUri,
     timeout: Duration,
     expected: Option<&ExportInfo>,
-    identity: Option<&Arc<Identity>>,
+    identity: Option<&dyn ConnectionProof>,
 ) -> Result<Session, session::ConnectError> {
     let deadline = Instant::now() + timeout;
     let session = session::connect(uri, timeout)?;

@@ -9,7 +9,7 @@
 //! with `ENXIO`, and the reason is kept here for the array, which marks
 //! the member faulty with it.
 
-use crate::channel::{NbdChannel, RemoteOptions};
+use crate::channel::{ConnectionProof, NbdChannel, RemoteOptions};
 use crate::session::{ConnectError, Session};
 use crate::uri::NbdUri;
 use nvraid_io::engine::{MemberOp, MemberOpKind};
@@ -43,12 +43,14 @@ impl Identity {
     fn current(&self) -> Option<Arc<dyn IdentityCheck>> {
         self.check.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
+}
 
+impl ConnectionProof for Identity {
     /// Prove that `session`, just connected to `uri`, reaches the member:
     /// read the probe on it (no other request has been sent there) and
     /// verify it, all before `deadline`. Without a check, the session
     /// passes as it is.
-    pub(crate) fn prove(
+    fn prove(
         &self,
         uri: &NbdUri,
         session: Session,

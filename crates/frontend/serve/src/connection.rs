@@ -1,28 +1,21 @@
-//! One client connection: the handshake (on a thread of its own, within a
-//! deadline), then its hand-over to a worker, which reads its requests and
-//! sends its replies (see `reactor`); this thread waits for the end and
-//! logs it. The `Connection` record is what the worker, the registry and
-//! the status report share.
+//! One client connection's record: what its thread (`client`: the
+//! handshake, the hand-over, the wait for the end), the worker that owns
+//! it (`reactor`), the registry and the status report share.
 //!
 //! Bounds: at most `inflight_max` requests and `inflight_max_bytes` payload
 //! bytes in flight per connection (the worker takes no more of its
 //! requests until a permit is free).
 
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::Shutdown;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use nvraid_nbd::{Negotiated, RequestRules, ServerEvent, ServerHandshake};
-
-use crate::reactor::Handoff;
-use crate::server::Shared;
+use crate::options::{LogSink, ServeOptions};
 use crate::stats::Counters;
 use crate::stream::Stream;
-use crate::transport::Channel;
 use crate::unaligned::RangeLocks;
-use crate::wire::Wire;
 
 /// State shared by a connection's reader, writer, workers and the status
 /// report.
@@ -40,27 +33,68 @@ pub(crate) struct Connection {
     last_request_ms: AtomicU64,
     permits: Mutex<(u32, u64)>,
     buffers: Mutex<Vec<Vec<u8>>>,
-    shared: Arc<Shared>,
+    /// The server's log.
+    log: LogSink,
+    /// Requests, and their payload bytes, in flight at most.
+    inflight_max: u32,
+    inflight_max_bytes: u64,
+    transfer_timeout: Duration,
+    /// When the server started (request times count from it).
+    server_started: Instant,
+    unaligned_ranges: Arc<RangeLocks>,
 }
 
 impl Connection {
+    /// A new client's record, under the server's `options`.
+    pub(crate) fn new(
+        id: u64,
+        client: String,
+        socket: Stream,
+        options: &ServeOptions,
+        server_started: Instant,
+        unaligned_ranges: Arc<RangeLocks>,
+    ) -> Connection {
+        Connection {
+            id,
+            client,
+            started: Instant::now(),
+            counters: Counters::default(),
+            tls: Mutex::new(false),
+            socket,
+            serving: AtomicBool::new(false),
+            last_request_ms: AtomicU64::new(0),
+            permits: Mutex::new((0, 0)),
+            buffers: Mutex::new(Vec::new()),
+            log: Arc::clone(&options.log),
+            inflight_max: options.inflight_max,
+            inflight_max_bytes: options.inflight_max_bytes,
+            transfer_timeout: options.transfer_timeout,
+            server_started,
+            unaligned_ranges,
+        }
+    }
+
+    /// Past the handshake: from now on the connection may be idle.
+    pub(crate) fn start_serving(&self) {
+        self.serving.store(true, Ordering::Release);
+    }
+
     pub(crate) fn write_failed(&self, e: &io::Error) {
         self.log(&format!("event=write-failed error=\"{e}\""));
         self.socket.shutdown(Shutdown::Both);
     }
 
     pub(crate) fn log(&self, event: &str) {
-        (self.shared.options.log)(&format!("nvraid-serve: client={} {event}", self.client));
+        (self.log)(&format!("nvraid-serve: client={} {event}", self.client));
     }
 
     /// Take a permit for one more request of `bytes` if the budget has
     /// room, without waiting (a worker that owns the connection).
     pub(crate) fn try_acquire(&self, bytes: u64) -> bool {
-        let options = &self.shared.options;
         let mut permits = self.permits.lock().expect("permit lock");
         let (count, used) = *permits;
-        let fits_bytes = count == 0 || used + bytes <= options.inflight_max_bytes;
-        if count < options.inflight_max && fits_bytes {
+        let fits_bytes = count == 0 || used + bytes <= self.inflight_max_bytes;
+        if count < self.inflight_max && fits_bytes {
             *permits = (count + 1, used + bytes);
             return true;
         }
@@ -74,13 +108,13 @@ impl Connection {
 
     /// The ranges unaligned writes' read-modify-writes hold, server-wide.
     pub(crate) fn unaligned_ranges(&self) -> &RangeLocks {
-        &self.shared.unaligned_ranges
+        &self.unaligned_ranges
     }
 
     /// How long a request's payload may take to arrive, and a reply to be
     /// taken by the client.
     pub(crate) fn transfer_timeout(&self) -> Duration {
-        self.shared.options.transfer_timeout
+        self.transfer_timeout
     }
 
     /// Close both directions (the client missed a deadline).
@@ -110,7 +144,7 @@ impl Connection {
 
     pub(crate) fn recycle(&self, buffer: Vec<u8>) {
         let mut buffers = self.buffers.lock().expect("buffer lock");
-        if buffers.len() < self.shared.options.inflight_max as usize && buffer.capacity() > 0 {
+        if buffers.len() < self.inflight_max as usize && buffer.capacity() > 0 {
             buffers.push(buffer);
         }
     }
@@ -122,7 +156,7 @@ impl Connection {
     }
 
     pub(crate) fn note_request(&self) {
-        let now = self.shared.started.elapsed().as_millis() as u64;
+        let now = self.server_started.elapsed().as_millis() as u64;
         self.last_request_ms.store(now, Ordering::Relaxed);
     }
 
@@ -134,191 +168,8 @@ impl Connection {
         {
             return None;
         }
-        let now = self.shared.started.elapsed().as_millis() as u64;
+        let now = self.server_started.elapsed().as_millis() as u64;
         let last = self.last_request_ms.load(Ordering::Relaxed);
         Some(Duration::from_millis(now.saturating_sub(last)))
     }
-}
-
-/// Serve one accepted client to the end; its admission slot is given back
-/// when it ends.
-pub(crate) fn run(shared: Arc<Shared>, stream: Stream, id: u64, client: String) {
-    let Ok(socket) = stream.try_clone() else {
-        shared.finished();
-        return;
-    };
-    let connection = Arc::new(Connection {
-        id,
-        client,
-        started: Instant::now(),
-        counters: Counters::default(),
-        tls: Mutex::new(false),
-        socket,
-        serving: AtomicBool::new(false),
-        last_request_ms: AtomicU64::new(0),
-        permits: Mutex::new((0, 0)),
-        buffers: Mutex::new(Vec::new()),
-        shared: Arc::clone(&shared),
-    });
-    shared.register(&connection);
-    connection.log("event=connected");
-    let outcome = negotiate(&connection, Channel::Plain(stream));
-    if let Some((channel, negotiated)) = outcome {
-        transmit(&connection, channel, negotiated);
-    }
-    shared.unregister(&connection);
-}
-
-/// The handshake; `None` when the client left or was refused.
-fn negotiate(connection: &Arc<Connection>, mut channel: Channel) -> Option<(Channel, Negotiated)> {
-    let shared = &connection.shared;
-    let limit = shared.options.handshake_timeout;
-    let deadline = Instant::now() + limit;
-    let mut handshake = ServerHandshake::new(Arc::clone(&shared.handshake));
-    let mut buffer = [0u8; 4096];
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            connection.log(&format!(
-                "event=disconnected phase=handshake reason=\"handshake not finished within {}s\"",
-                limit.as_secs_f64()
-            ));
-            return None;
-        }
-        // Every read waits at most until the deadline.
-        let _ = channel.stream().set_read_timeout(Some(left));
-        let output = handshake.take_output();
-        if let Err(e) = channel.write_all(&output).and_then(|_| channel.flush()) {
-            connection.log(&format!("event=disconnected phase=handshake error=\"{e}\""));
-            return None;
-        }
-        let wanted = handshake.bytes_wanted().min(buffer.len());
-        let received = match channel.read(&mut buffer[..wanted]) {
-            Ok(0) => {
-                connection.log(
-                    "event=disconnected phase=handshake reason=\"client closed the connection\"",
-                );
-                return None;
-            }
-            Ok(n) => n,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                connection.log(&format!(
-                    "event=disconnected phase=handshake reason=\"handshake not finished within {}s\"",
-                    limit.as_secs_f64()
-                ));
-                return None;
-            }
-            Err(e) => {
-                connection.log(&format!("event=disconnected phase=handshake error=\"{e}\""));
-                return None;
-            }
-        };
-        let event = match handshake.receive(&buffer[..received]) {
-            Ok((_, event)) => event,
-            Err(e) => {
-                connection.log(&format!("event=refused phase=handshake reason=\"{e}\""));
-                return None;
-            }
-        };
-        match event {
-            None => {}
-            Some(ServerEvent::Refused {
-                option,
-                reply,
-                reason,
-            }) => connection.log(&format!(
-                "event=option-refused option={option} reply={reply:#x} reason=\"{reason}\""
-            )),
-            Some(ServerEvent::StartTls) => {
-                channel = start_tls(connection, channel, &mut handshake)?;
-            }
-            Some(ServerEvent::Aborted) => {
-                let _ = channel.write_all(&handshake.take_output());
-                connection.log("event=disconnected phase=handshake reason=\"client aborted\"");
-                return None;
-            }
-            Some(ServerEvent::Ready(negotiated)) => {
-                let output = handshake.take_output();
-                channel
-                    .write_all(&output)
-                    .and_then(|_| channel.flush())
-                    .ok()?;
-                let _ = channel.stream().set_read_timeout(None);
-                return Some((channel, negotiated));
-            }
-        }
-    }
-}
-
-fn start_tls(
-    connection: &Arc<Connection>,
-    mut channel: Channel,
-    handshake: &mut ServerHandshake,
-) -> Option<Channel> {
-    let output = handshake.take_output();
-    channel.write_all(&output).ok()?;
-    let config = connection.shared.tls.as_ref()?;
-    match channel.start_tls(config) {
-        Ok(channel) => {
-            handshake.tls_started();
-            *connection.tls.lock().expect("tls flag") = true;
-            connection.log("event=tls-started");
-            Some(channel)
-        }
-        Err(e) => {
-            connection.log(&format!("event=disconnected phase=tls error=\"{e}\""));
-            None
-        }
-    }
-}
-
-fn transmit(connection: &Arc<Connection>, channel: Channel, negotiated: Negotiated) {
-    let shared = &connection.shared;
-    connection.log(&format!(
-        "event=transmission export={:?} structured={} tls={}",
-        shared.options.export_name, negotiated.structured_replies, negotiated.tls_active
-    ));
-    let rules = RequestRules {
-        size_bytes: shared.size_bytes,
-        minimum_block_bytes: shared.block_sizes.minimum_bytes,
-        maximum_payload_bytes: shared.block_sizes.maximum_bytes,
-        transmission_flags: negotiated.transmission_flags,
-        block_status: !negotiated.meta_context_ids.is_empty(),
-        any_alignment: !negotiated.block_sizes_requested,
-    };
-    connection.note_request();
-    connection.serving.store(true, Ordering::Release);
-    // The connection is served by one worker from here on, which reads
-    // its requests and sends its replies itself (see `reactor`); this
-    // thread only waits to hear why it ended.
-    let wire = match channel {
-        Channel::Plain(stream) => Wire::new(stream, None),
-        Channel::Tls(tls, stream) => Wire::new(stream, Some(tls)),
-    };
-    let wire = match wire {
-        Ok(wire) => wire,
-        Err(e) => return connection.log(&format!("event=disconnected error=\"{e}\"")),
-    };
-    let (done, ended) = std::sync::mpsc::sync_channel(1);
-    shared.workers.adopt(Handoff {
-        connection: Arc::clone(connection),
-        wire,
-        rules,
-        structured: negotiated.structured_replies,
-        block_bytes: shared.block_sizes.minimum_bytes,
-        done,
-    });
-    let reason = ended
-        .recv()
-        .unwrap_or_else(|_| "the server stopped".to_string());
-    let totals = connection.counters.snapshot();
-    connection.log(&format!(
-        "event=disconnected reason=\"{reason}\" reads={} writes={} errors={}",
-        totals.reads, totals.writes, totals.errors
-    ));
 }

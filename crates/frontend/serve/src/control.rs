@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::server::Shared;
-use crate::Error;
+use crate::error::Error;
+use crate::shared::Shared;
 
 /// Longest request line accepted.
 const REQUEST_MAX_BYTES: usize = 4096;

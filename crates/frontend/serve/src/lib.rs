@@ -19,14 +19,18 @@
 //! array clean.
 
 pub mod cli;
+mod client;
 mod connection;
 mod control;
 mod error;
+mod job;
 mod options;
 mod reactor;
 mod reply;
 mod server;
+mod shared;
 mod shutdown;
+mod slots;
 pub mod stats;
 mod stream;
 mod transport;

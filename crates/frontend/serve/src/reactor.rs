@@ -30,8 +30,6 @@
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, IoSliceMut};
-use std::sync::atomic::AtomicUsize;
-use std::sync::atomic::Ordering;
 use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -41,10 +39,11 @@ use nvraid_nbd::consts::REQUEST_HEADER_BYTES;
 use nvraid_nbd::{Command, ErrorCode, RequestHeader, RequestRules};
 
 use crate::connection::Connection;
+use crate::job::{Finish, Job, Work};
 use crate::reply::{block_status_head, data_reply_head, Head};
+use crate::slots::{SlotRequest, SlotUse, Slots};
 use crate::unaligned::{Answer, Io, Unaligned};
 use crate::wire::Wire;
-use crate::worker::{Finish, Job, SlotRequest, SlotUse, Work, Worker};
 
 /// Bytes of request headers (and small payloads) read per `recv`.
 const RECEIVE_BYTES: usize = 64 * 1024;
@@ -108,10 +107,10 @@ struct Reply {
 }
 
 impl Reply {
-    fn data<'a>(&'a self, worker: &'a Worker) -> &'a [u8] {
+    fn data<'a>(&'a self, slots: &'a Slots) -> &'a [u8] {
         match &self.data {
             Data::None => &[],
-            Data::Slot(slot, len) => &worker.queue.buffer(*slot)[..*len as usize],
+            Data::Slot(slot, len) => &slots.queue.buffer(*slot)[..*len as usize],
             Data::Owned(bytes) => bytes,
         }
     }
@@ -183,11 +182,11 @@ enum Step {
     NeedBytes,
 }
 
-impl Worker {
+impl Owned {
     /// Start serving a handed-over connection.
-    pub(crate) fn own(&mut self, handoff: Handoff) {
+    pub(crate) fn new(handoff: Handoff) -> Owned {
         let size_bytes = handoff.rules.size_bytes;
-        let owned = Owned {
+        Owned {
             connection: handoff.connection,
             wire: handoff.wire,
             rules: handoff.rules,
@@ -210,70 +209,162 @@ impl Worker {
             patches: Arc::new(LocalFinish::default()),
             body_since: None,
             out_since: None,
-        };
-        match self.owned.iter().position(Option::is_none) {
-            Some(index) => self.owned[index] = Some(owned),
-            None => self.owned.push(Some(owned)),
         }
     }
 
-    /// Read and start what every owned connection sent; true if anything
-    /// moved.
-    pub(crate) fn pump_all(&mut self) -> bool {
-        let mut progress = false;
-        for index in 0..self.owned.len() {
-            if let Some(mut conn) = self.owned[index].take() {
-                progress |= self.pump(index, &mut conn);
-                self.owned[index] = Some(conn);
+    /// Replies for this connection's jobs that finished (its unaligned
+    /// requests moved on first); true if anything moved.
+    pub(crate) fn collect(&mut self, slots: &mut Slots) -> bool {
+        let mut any = self.advance_unaligned(slots);
+        let finished = std::mem::take(&mut *self.local.done.lock().expect("finished jobs"));
+        for (job, result) in finished {
+            any = true;
+            let request = RequestHeader {
+                flags: 0,
+                command: job.command,
+                cookie: job.cookie,
+                offset: job.offset,
+                length: job.length,
+            };
+            let permit = job.permit_bytes;
+            let result = result.map_err(|code| (code, "storage error"));
+            let data = match job.work {
+                Work::Read if result.is_ok() => Data::Owned(job.buffer),
+                _ => {
+                    self.connection.recycle(job.buffer);
+                    Data::None
+                }
+            };
+            self.answer(slots, &request, result, data, permit);
+        }
+        any
+    }
+
+    /// Whether the connection ended and has nothing in flight (its worker
+    /// may let it go).
+    pub(crate) fn has_ended(&self) -> bool {
+        !self.reading
+            && self.tx.is_empty()
+            && (self.broken || !self.wire.wants_write())
+            && self.connection.in_flight() == 0
+    }
+
+    /// Close an ended connection and tell its thread why it ended.
+    pub(crate) fn close(mut self) {
+        let reason = self.reason.take().unwrap_or_else(|| "ended".into());
+        self.wire.close();
+        let _ = self.done.send(reason);
+    }
+
+    /// End the connection if its request payload has not arrived, or its
+    /// client has not taken a reply, within the transfer deadline (a
+    /// deadline, not a timeout between bytes: a client trickling a byte
+    /// now and then holds its slots no longer); true if it was ended.
+    /// Lowers `wake_by` to when its next deadline falls, or to a little
+    /// later than now when an unaligned write waits for a range another
+    /// worker holds (nobody wakes this one when it is given back). `now`
+    /// is read once, by the first connection that needs it.
+    pub(crate) fn enforce_deadlines(
+        &mut self,
+        slots: &mut Slots,
+        now: &mut Option<Instant>,
+        wake_by: &mut Option<Instant>,
+    ) -> bool {
+        let limit = self.connection.transfer_timeout();
+        let mut overdue = None;
+        let mut at = |since: &mut Option<Instant>, what: &'static str| {
+            let now = *now.get_or_insert_with(Instant::now);
+            let deadline = *since.get_or_insert(now) + limit;
+            if deadline <= now {
+                overdue.get_or_insert(what);
+            } else {
+                *wake_by = Some(wake_by.map_or(deadline, |w| w.min(deadline)));
             }
+        };
+        if self.reading && !matches!(self.input, Input::Header) {
+            at(&mut self.body_since, "request payload not received");
         }
-        progress
+        if !self.broken && (!self.tx.is_empty() || self.wire.wants_write()) {
+            at(&mut self.out_since, "reply not taken by the client");
+        } else {
+            self.out_since = None;
+        }
+        if self.unaligned.is_waiting() {
+            let now = *now.get_or_insert_with(Instant::now);
+            let soon = now + Duration::from_millis(1);
+            *wake_by = Some(wake_by.map_or(soon, |w| w.min(soon)));
+        }
+        match overdue {
+            Some(what) => {
+                self.end_overdue(slots, what, limit);
+                true
+            }
+            None => false,
+        }
     }
 
-    fn pump(&mut self, index: usize, conn: &mut Owned) -> bool {
+    /// What a sleeping worker waits for on this connection: readable when
+    /// it can take requests, writable when replies wait (None: neither).
+    pub(crate) fn poll_fd(&self) -> Option<libc::pollfd> {
+        let mut events = 0;
+        if self.reading && !self.stalled {
+            events |= libc::POLLIN;
+        }
+        if (!self.tx.is_empty() || self.wire.wants_write()) && !self.broken {
+            events |= libc::POLLOUT;
+        }
+        (events != 0).then(|| libc::pollfd {
+            fd: self.wire.raw_fd(),
+            events,
+            revents: 0,
+        })
+    }
+
+    /// Read and start what the client sent; true if anything moved.
+    pub(crate) fn pump(&mut self, slots: &mut Slots, index: usize) -> bool {
         let mut progress = false;
-        conn.stalled = false;
+        self.stalled = false;
         // A queue that moves data inside `submit` (psync over RAM) has
         // done a request's copy by the time it is taken: take about
         // INLINE_BATCH_BYTES before sending, so that a large read's data
         // is sent while it is still in the CPU's cache.
-        let budget = if self.queue.completes_inline() {
-            self.started_bytes + INLINE_BATCH_BYTES
+        let budget = if slots.queue.completes_inline() {
+            slots.started_bytes + INLINE_BATCH_BYTES
         } else {
             u64::MAX
         };
         loop {
-            if self.started_bytes >= budget {
+            if slots.started_bytes >= budget {
                 break;
             }
-            if budget != u64::MAX && conn.unsent >= INLINE_BATCH_BYTES as usize {
+            if budget != u64::MAX && self.unsent >= INLINE_BATCH_BYTES as usize {
                 // Send what was read before reading more.
-                conn.stalled = true;
+                self.stalled = true;
                 break;
             }
-            match self.consume(index, conn) {
+            match self.consume(slots, index) {
                 Step::Progress => {
                     progress = true;
                     continue;
                 }
                 Step::Stalled => {
-                    conn.stalled = true;
+                    self.stalled = true;
                     break;
                 }
                 Step::NeedBytes => {}
             }
-            if !conn.reading {
+            if !self.reading {
                 break;
             }
-            match receive(&mut self.queue, conn) {
+            match receive(&mut slots.queue, self) {
                 Ok(0) => {
-                    let reason = match conn.input {
-                        Input::Header if conn.rx_start == conn.rx_end => {
+                    let reason = match self.input {
+                        Input::Header if self.rx_start == self.rx_end => {
                             "client closed the connection".to_string()
                         }
                         _ => "disconnected mid-request: unexpected end of stream".to_string(),
                     };
-                    self.stop_reading(conn, reason);
+                    self.stop_reading(slots, reason);
                     progress = true;
                     break;
                 }
@@ -281,7 +372,7 @@ impl Worker {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    self.stop_reading(conn, format!("disconnected mid-request: {e}"));
+                    self.stop_reading(slots, format!("disconnected mid-request: {e}"));
                     progress = true;
                     break;
                 }
@@ -291,30 +382,30 @@ impl Worker {
     }
 
     /// Act on what the receive buffer holds.
-    fn consume(&mut self, index: usize, conn: &mut Owned) -> Step {
-        let available = conn.rx_end - conn.rx_start;
-        match &mut conn.input {
+    fn consume(&mut self, slots: &mut Slots, index: usize) -> Step {
+        let available = self.rx_end - self.rx_start;
+        match &mut self.input {
             Input::Header => {
-                if !conn.reading || available < REQUEST_HEADER_BYTES {
+                if !self.reading || available < REQUEST_HEADER_BYTES {
                     return Step::NeedBytes;
                 }
-                let bytes: &[u8; REQUEST_HEADER_BYTES] = conn.rx
-                    [conn.rx_start..conn.rx_start + REQUEST_HEADER_BYTES]
+                let bytes: &[u8; REQUEST_HEADER_BYTES] = self.rx
+                    [self.rx_start..self.rx_start + REQUEST_HEADER_BYTES]
                     .try_into()
                     .expect("header length");
                 let request = match RequestHeader::parse(bytes) {
                     Ok(request) => request,
                     Err(e) => {
-                        conn.connection
+                        self.connection
                             .log(&format!("event=bad-request reason=\"{e}\""));
-                        self.stop_reading(conn, "protocol violation".into());
+                        self.stop_reading(slots, "protocol violation".into());
                         return Step::NeedBytes;
                     }
                 };
-                if !self.accept(index, conn, request) {
+                if !self.accept(slots, index, request) {
                     return Step::Stalled;
                 }
-                conn.rx_start += REQUEST_HEADER_BYTES;
+                self.rx_start += REQUEST_HEADER_BYTES;
                 Step::Progress
             }
             Input::Payload { slot, request, got } => {
@@ -323,36 +414,36 @@ impl Worker {
                 let take = available.min((length - *got) as usize);
                 if take > 0 {
                     let at = *got as usize;
-                    self.queue.buffer_mut(slot)[at..at + take]
-                        .copy_from_slice(&conn.rx[conn.rx_start..conn.rx_start + take]);
-                    conn.rx_start += take;
+                    slots.queue.buffer_mut(slot)[at..at + take]
+                        .copy_from_slice(&self.rx[self.rx_start..self.rx_start + take]);
+                    self.rx_start += take;
                     *got += take as u32;
                 }
                 if *got < length {
                     return Step::NeedBytes;
                 }
-                conn.input = Input::Header;
-                let submitted = self.submit_request(slot, OpKind::Write, request);
+                self.input = Input::Header;
+                let submitted = slots.submit_request(slot, OpKind::Write, request);
                 if let Err(code) = submitted {
-                    self.answer_request(conn, &request, Err(code), Data::None);
+                    self.answer_request(slots, &request, Err(code), Data::None);
                 }
                 Step::Progress
             }
             Input::Skip { left } => {
                 let take = (available as u64).min(*left);
-                conn.rx_start += take as usize;
+                self.rx_start += take as usize;
                 *left -= take;
                 if *left > 0 {
                     return Step::NeedBytes;
                 }
-                conn.input = Input::Header;
+                self.input = Input::Header;
                 Step::Progress
             }
             Input::Collect { buffer, got, .. } => {
                 let take = available.min(buffer.len() - *got);
                 buffer[*got..*got + take]
-                    .copy_from_slice(&conn.rx[conn.rx_start..conn.rx_start + take]);
-                conn.rx_start += take;
+                    .copy_from_slice(&self.rx[self.rx_start..self.rx_start + take]);
+                self.rx_start += take;
                 *got += take;
                 if *got < buffer.len() {
                     return Step::NeedBytes;
@@ -363,15 +454,15 @@ impl Worker {
                     buffer,
                     unaligned,
                     ..
-                } = std::mem::replace(&mut conn.input, Input::Header)
+                } = std::mem::replace(&mut self.input, Input::Header)
                 else {
                     unreachable!("matched above");
                 };
                 if unaligned {
-                    conn.unaligned.write(request, permit, Some(buffer));
-                    self.start_unaligned(conn);
+                    self.unaligned.write(request, permit, Some(buffer));
+                    self.start_unaligned(slots);
                 } else {
-                    self.start(job(conn, &request, Work::Write, buffer, permit));
+                    slots.start(job(self, &request, Work::Write, buffer, permit));
                 }
                 Step::Progress
             }
@@ -380,69 +471,69 @@ impl Worker {
 
     /// Take one request whose header is at the front of the buffer; false
     /// when it must wait for room (it stays in the buffer).
-    fn accept(&mut self, index: usize, conn: &mut Owned, request: RequestHeader) -> bool {
-        conn.connection.note_request();
+    fn accept(&mut self, slots: &mut Slots, index: usize, request: RequestHeader) -> bool {
+        self.connection.note_request();
         if request.command == Command::Disconnect {
-            self.stop_reading(conn, "client sent NBD_CMD_DISC".into());
+            self.stop_reading(slots, "client sent NBD_CMD_DISC".into());
             return true;
         }
-        if let Err(rejection) = conn.rules.check(&request) {
-            if !conn.connection.try_acquire(0) {
+        if let Err(rejection) = self.rules.check(&request) {
+            if !self.connection.try_acquire(0) {
                 return false;
             }
             if request.command == Command::Write {
                 expect_body(
-                    conn,
+                    self,
                     Input::Skip {
                         left: u64::from(request.length),
                     },
                 );
             }
-            conn.connection.log(&format!(
+            self.connection.log(&format!(
                 "event=request-refused command={:?} offset={} length={} error={:?} reason=\"{}\"",
                 request.command, request.offset, request.length, rejection.code, rejection.reason
             ));
             let result = Err((rejection.code, rejection.reason));
-            self.answer(conn, &request, result, Data::None, 0);
+            self.answer(slots, &request, result, Data::None, 0);
             return true;
         }
         let data_command = matches!(
             request.command,
             Command::Read | Command::Write | Command::WriteZeroes | Command::Trim
         );
-        if data_command && !conn.unaligned.is_aligned(request.offset, request.length) {
-            return self.accept_unaligned(index, conn, request);
+        if data_command && !self.unaligned.is_aligned(request.offset, request.length) {
+            return self.accept_unaligned(slots, index, request);
         }
         match request.command {
             Command::Read
             | Command::Write
             | Command::Flush
             | Command::Trim
-            | Command::WriteZeroes => self.accept_io(index, conn, request),
+            | Command::WriteZeroes => self.accept_io(slots, index, request),
             Command::BlockStatus => {
-                if !conn.connection.try_acquire(0) {
+                if !self.connection.try_acquire(0) {
                     return false;
                 }
                 let head = block_status_head(request.cookie, request.length);
-                self.queue_reply(conn, reply(head, Data::None, &request, true, 0));
+                self.queue_reply(slots, reply(head, Data::None, &request, true, 0));
                 true
             }
-            _ => self.succeed_at_once(conn, &request),
+            _ => self.succeed_at_once(slots, &request),
         }
     }
 
     /// Answer success to a request that moves nothing (false: it waits for
     /// a permit, like every other).
-    fn succeed_at_once(&mut self, conn: &mut Owned, request: &RequestHeader) -> bool {
-        if !conn.connection.try_acquire(0) {
+    fn succeed_at_once(&mut self, slots: &mut Slots, request: &RequestHeader) -> bool {
+        if !self.connection.try_acquire(0) {
             return false;
         }
-        self.answer(conn, request, Ok(()), Data::None, 0);
+        self.answer(slots, request, Ok(()), Data::None, 0);
         true
     }
 
     /// A request for the target.
-    fn accept_io(&mut self, index: usize, conn: &mut Owned, request: RequestHeader) -> bool {
+    fn accept_io(&mut self, slots: &mut Slots, index: usize, request: RequestHeader) -> bool {
         let with_data = matches!(request.command, Command::Read | Command::Write);
         let bytes = if with_data {
             u64::from(request.length)
@@ -451,11 +542,11 @@ impl Worker {
         };
         if request.command != Command::Flush && request.length == 0 {
             // Nothing to move (and no payload follows).
-            return self.succeed_at_once(conn, &request);
+            return self.succeed_at_once(slots, &request);
         }
-        if request.command != Command::Flush && request.length > self.slot_bytes {
+        if request.command != Command::Flush && request.length > slots.slot_bytes {
             // Longer than a slot: a job, split into slot-sized pieces.
-            if !self.has_free_active() || !conn.connection.try_acquire(bytes) {
+            if !slots.has_free_active() || !self.connection.try_acquire(bytes) {
                 return false;
             }
             let work = match request.command {
@@ -465,13 +556,13 @@ impl Worker {
                 _ => Work::Zero,
             };
             let buffer = if with_data {
-                conn.connection.buffer(request.length)
+                self.connection.buffer(request.length)
             } else {
                 Vec::new()
             };
             if work == Work::Write {
                 expect_body(
-                    conn,
+                    self,
                     Input::Collect {
                         request,
                         permit: bytes,
@@ -481,11 +572,11 @@ impl Worker {
                     },
                 );
             } else {
-                self.start(job(conn, &request, work, buffer, bytes));
+                slots.start(job(self, &request, work, buffer, bytes));
             }
             return true;
         }
-        if !self.has_free_slot() || !conn.connection.try_acquire(bytes) {
+        if !slots.has_free_slot() || !self.connection.try_acquire(bytes) {
             return false;
         }
         let slot_request = SlotRequest {
@@ -493,11 +584,11 @@ impl Worker {
             request,
             permit_bytes: bytes,
         };
-        let slot = self.take_slot(SlotUse::Receiving).expect("a free slot");
+        let slot = slots.take_slot(SlotUse::Receiving).expect("a free slot");
         let op = match request.command {
             Command::Write => {
                 expect_body(
-                    conn,
+                    self,
                     Input::Payload {
                         slot,
                         request: slot_request,
@@ -508,52 +599,57 @@ impl Worker {
             }
             Command::Read => OpKind::Read,
             Command::WriteZeroes => {
-                self.queue.buffer_mut(slot)[..request.length as usize].fill(0);
+                slots.queue.buffer_mut(slot)[..request.length as usize].fill(0);
                 OpKind::Write
             }
             Command::Trim => OpKind::Discard,
             _ => OpKind::Flush,
         };
-        if let Err(code) = self.submit_request(slot, op, slot_request) {
-            self.answer_request(conn, &slot_request, Err(code), Data::None);
+        if let Err(code) = slots.submit_request(slot, op, slot_request) {
+            self.answer_request(slots, &slot_request, Err(code), Data::None);
         }
         true
     }
 
     /// A data request not aligned to the block size: jobs of this worker
     /// (see `unaligned`); false when it must wait for room.
-    fn accept_unaligned(&mut self, index: usize, conn: &mut Owned, request: RequestHeader) -> bool {
+    fn accept_unaligned(
+        &mut self,
+        slots: &mut Slots,
+        index: usize,
+        request: RequestHeader,
+    ) -> bool {
         if request.command == Command::Trim {
             // The whole blocks inside go the usual way, as their own trim.
-            return match conn.unaligned.trim_inside(request.offset, request.length) {
+            return match self.unaligned.trim_inside(request.offset, request.length) {
                 Some((offset, length)) => {
                     let inner = RequestHeader {
                         offset,
                         length,
                         ..request
                     };
-                    self.accept_io(index, conn, inner)
+                    self.accept_io(slots, index, inner)
                 }
-                None => self.succeed_at_once(conn, &request),
+                None => self.succeed_at_once(slots, &request),
             };
         }
         let bytes = match request.command {
             Command::Read | Command::Write => u64::from(request.length),
             _ => 0,
         };
-        if !self.has_free_active() || !conn.connection.try_acquire(bytes) {
+        if !slots.has_free_active() || !self.connection.try_acquire(bytes) {
             return false;
         }
         match request.command {
             Command::Read => {
-                let buffer = conn.connection.buffer(0);
-                let io = conn.unaligned.read(request, bytes, buffer);
-                self.start_patch_io(conn, io);
+                let buffer = self.connection.buffer(0);
+                let io = self.unaligned.read(request, bytes, buffer);
+                self.start_patch_io(slots, io);
             }
             Command::Write => {
-                let buffer = conn.connection.buffer(request.length);
+                let buffer = self.connection.buffer(request.length);
                 expect_body(
-                    conn,
+                    self,
                     Input::Collect {
                         request,
                         permit: bytes,
@@ -564,8 +660,8 @@ impl Worker {
                 );
             }
             _ => {
-                conn.unaligned.write(request, bytes, None);
-                self.start_unaligned(conn);
+                self.unaligned.write(request, bytes, None);
+                self.start_unaligned(slots);
             }
         }
         true
@@ -573,24 +669,24 @@ impl Worker {
 
     /// Start the connection's unaligned writes whose range is free; true
     /// if any started.
-    fn start_unaligned(&mut self, conn: &mut Owned) -> bool {
-        if !conn.unaligned.is_waiting() {
+    fn start_unaligned(&mut self, slots: &mut Slots) -> bool {
+        if !self.unaligned.is_waiting() {
             return false;
         }
         let mut ios = Vec::new();
-        conn.unaligned
-            .start(conn.connection.unaligned_ranges(), &mut ios);
+        self.unaligned
+            .start(self.connection.unaligned_ranges(), &mut ios);
         let any = !ios.is_empty();
         for io in ios {
-            self.start_patch_io(conn, io);
+            self.start_patch_io(slots, io);
         }
         any
     }
 
     /// Run one I/O of an unaligned request as a job of this worker.
-    fn start_patch_io(&mut self, conn: &Owned, io: Io) {
-        self.start(Job {
-            owner: Arc::clone(&conn.patches) as Arc<dyn Finish>,
+    fn start_patch_io(&self, slots: &mut Slots, io: Io) {
+        slots.start(Job {
+            owner: Arc::clone(&self.patches) as Arc<dyn Finish>,
             cookie: io.id,
             work: io.work,
             offset: io.offset,
@@ -608,8 +704,8 @@ impl Worker {
     /// Move the connection's unaligned requests on: their finished I/Os
     /// lead to the next, or to their answers; waiting writes whose range
     /// is free start. True if anything moved.
-    fn advance_unaligned(&mut self, conn: &mut Owned) -> bool {
-        let finished = std::mem::take(&mut *conn.patches.done.lock().expect("finished jobs"));
+    fn advance_unaligned(&mut self, slots: &mut Slots) -> bool {
+        let finished = std::mem::take(&mut *self.patches.done.lock().expect("finished jobs"));
         let mut any = !finished.is_empty();
         let mut next = Vec::new();
         for (job, result) in finished {
@@ -621,19 +717,19 @@ impl Worker {
                 fua: job.fua,
                 buffer: job.buffer,
             };
-            let ranges = conn.connection.unaligned_ranges();
-            if let Some(answer) = conn.unaligned.finished(ranges, io, result, &mut next) {
-                self.answer_unaligned(conn, answer);
+            let ranges = self.connection.unaligned_ranges();
+            if let Some(answer) = self.unaligned.finished(ranges, io, result, &mut next) {
+                self.answer_unaligned(slots, answer);
             }
         }
         for io in next {
-            self.start_patch_io(conn, io);
+            self.start_patch_io(slots, io);
         }
-        any |= self.start_unaligned(conn);
+        any |= self.start_unaligned(slots);
         any
     }
 
-    fn answer_unaligned(&mut self, conn: &mut Owned, answer: Answer) {
+    fn answer_unaligned(&mut self, slots: &mut Slots, answer: Answer) {
         let result = answer
             .result
             .map_err(|code| (code, "unaligned request failed"));
@@ -641,108 +737,23 @@ impl Worker {
             Some(bytes) => Data::Owned(bytes),
             None => Data::None,
         };
-        self.answer(conn, &answer.request, result, data, answer.permit);
-    }
-
-    /// How many slots one connection's unsent replies may hold; further
-    /// read data is copied out of the slot (`complete_request`).
-    fn hold_limit(&self) -> u32 {
-        (self.queue.depth() / 4).max(2)
-    }
-
-    /// A slot request of an owned connection completed.
-    pub(crate) fn complete_request(&mut self, completion: Completion, request: SlotRequest) {
-        let Some(mut conn) = self.owned[request.conn].take() else {
-            self.free_slot(completion.slot);
-            return;
-        };
-        let length = request.request.length;
-        let is_read = request.request.command == Command::Read;
-        let expected = if request.request.command == Command::Flush {
-            0
-        } else {
-            length
-        };
-        match completion.result {
-            Ok(moved) if moved == expected => {
-                if is_read && !conn.broken && conn.held < self.hold_limit() {
-                    self.slots[completion.slot as usize] = SlotUse::Sending;
-                    conn.held += 1;
-                    let data = Data::Slot(completion.slot, length);
-                    self.answer_request(&mut conn, &request, Ok(()), data);
-                } else if is_read && !conn.broken {
-                    // A client slow to read keeps its data, not the
-                    // worker's slots (other clients need them).
-                    let mut copy = conn.connection.buffer(length);
-                    copy.copy_from_slice(&self.queue.buffer(completion.slot)[..length as usize]);
-                    self.free_slot(completion.slot);
-                    self.answer_request(&mut conn, &request, Ok(()), Data::Owned(copy));
-                } else {
-                    self.free_slot(completion.slot);
-                    self.answer_request(&mut conn, &request, Ok(()), Data::None);
-                }
-            }
-            Ok(_) => {
-                self.free_slot(completion.slot);
-                self.answer_request(&mut conn, &request, Err(ErrorCode::Io), Data::None);
-            }
-            Err(errno) => {
-                self.free_slot(completion.slot);
-                let code = ErrorCode::from_errno(errno);
-                self.answer_request(&mut conn, &request, Err(code), Data::None);
-            }
-        }
-        self.owned[request.conn] = Some(conn);
-    }
-
-    /// Replies for the jobs of owned connections that finished.
-    pub(crate) fn collect_local(&mut self) -> bool {
-        let mut any = false;
-        for index in 0..self.owned.len() {
-            let Some(mut conn) = self.owned[index].take() else {
-                continue;
-            };
-            any |= self.advance_unaligned(&mut conn);
-            let finished = std::mem::take(&mut *conn.local.done.lock().expect("finished jobs"));
-            for (job, result) in finished {
-                any = true;
-                let request = RequestHeader {
-                    flags: 0,
-                    command: job.command,
-                    cookie: job.cookie,
-                    offset: job.offset,
-                    length: job.length,
-                };
-                let permit = job.permit_bytes;
-                let result = result.map_err(|code| (code, "storage error"));
-                let data = match job.work {
-                    Work::Read if result.is_ok() => Data::Owned(job.buffer),
-                    _ => {
-                        conn.connection.recycle(job.buffer);
-                        Data::None
-                    }
-                };
-                self.answer(&mut conn, &request, result, data, permit);
-            }
-            self.owned[index] = Some(conn);
-        }
-        any
+        self.answer(slots, &answer.request, result, data, answer.permit);
     }
 
     fn answer_request(
         &mut self,
-        conn: &mut Owned,
+        slots: &mut Slots,
         request: &SlotRequest,
         result: Result<(), ErrorCode>,
         data: Data,
     ) {
         let result = result.map_err(|code| (code, "storage error"));
-        self.answer(conn, &request.request, result, data, request.permit_bytes);
+        self.answer(slots, &request.request, result, data, request.permit_bytes);
     }
 
     fn answer(
         &mut self,
-        conn: &mut Owned,
+        slots: &mut Slots,
         request: &RequestHeader,
         result: Result<(), (ErrorCode, &str)>,
         data: Data,
@@ -754,7 +765,7 @@ impl Worker {
             Data::None => 0,
         };
         let head = data_reply_head(
-            conn.structured,
+            self.structured,
             request.cookie,
             request.command,
             request.offset,
@@ -762,72 +773,60 @@ impl Worker {
             result,
         );
         let reply = reply(head, data, request, result.is_ok(), permit_bytes);
-        self.queue_reply(conn, reply);
+        self.queue_reply(slots, reply);
     }
 
-    fn queue_reply(&mut self, conn: &mut Owned, reply: Reply) {
-        if conn.broken {
-            self.settle(conn, reply);
+    fn queue_reply(&mut self, slots: &mut Slots, reply: Reply) {
+        if self.broken {
+            self.settle(slots, reply);
         } else {
-            conn.unsent += reply.total();
-            conn.tx.push_back(reply);
+            self.unsent += reply.total();
+            self.tx.push_back(reply);
         }
     }
 
     /// Count a reply that was sent (or dropped), give back its permit,
     /// slot and buffer.
-    fn settle(&mut self, conn: &mut Owned, reply: Reply) {
-        conn.connection
+    fn settle(&mut self, slots: &mut Slots, reply: Reply) {
+        self.connection
             .counters
             .record(reply.command, reply.length, reply.ok);
         match reply.data {
             Data::Slot(slot, _) => {
-                conn.held -= 1;
-                self.free_slot(slot);
+                self.held -= 1;
+                slots.free_slot(slot);
             }
-            Data::Owned(bytes) => conn.connection.recycle(bytes),
+            Data::Owned(bytes) => self.connection.recycle(bytes),
             Data::None => {}
         }
-        conn.connection.release(reply.permit_bytes);
+        self.connection.release(reply.permit_bytes);
     }
 
-    /// Send what every owned connection has waiting; true if anything
-    /// moved.
-    pub(crate) fn send_all(&mut self) -> bool {
+    /// Send what waits for the client; true if anything moved.
+    pub(crate) fn send(&mut self, slots: &mut Slots) -> bool {
         let mut progress = false;
-        for index in 0..self.owned.len() {
-            if let Some(mut conn) = self.owned[index].take() {
-                progress |= self.send(&mut conn);
-                self.owned[index] = Some(conn);
-            }
-        }
-        progress
-    }
-
-    fn send(&mut self, conn: &mut Owned) -> bool {
-        let mut progress = false;
-        if conn.wire.wants_write() && !conn.broken {
+        if self.wire.wants_write() && !self.broken {
             // TLS records from earlier replies go first.
-            match conn.wire.flush() {
+            match self.wire.flush() {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
                 Err(e) => {
-                    self.break_output(conn, &e);
+                    self.break_output(slots, &e);
                     return true;
                 }
             }
         }
-        while !conn.tx.is_empty() && !conn.broken {
+        while !self.tx.is_empty() && !self.broken {
             let sent = {
                 let Owned {
                     tx, tx_sent, wire, ..
-                } = &mut *conn;
+                } = &mut *self;
                 let mut slices: [IoSlice<'_>; 2 * SEND_BATCH] =
                     std::array::from_fn(|_| IoSlice::new(&[]));
                 let mut count = 0;
                 let mut skip = *tx_sent;
                 for reply in tx.iter().take(SEND_BATCH) {
-                    for part in [reply.head.as_slice(), reply.data(self)] {
+                    for part in [reply.head.as_slice(), reply.data(slots)] {
                         if skip >= part.len() {
                             skip -= part.len();
                             continue;
@@ -841,19 +840,19 @@ impl Worker {
             };
             match sent {
                 Ok(0) => {
-                    self.break_output(conn, &io::ErrorKind::WriteZero.into());
+                    self.break_output(slots, &io::ErrorKind::WriteZero.into());
                 }
                 Ok(bytes) => {
                     // Progress only when a reply went out whole (its slot
                     // and permit are free again): a socket taking a few
                     // bytes at a time is waited for in poll, not spun on.
-                    progress |= self.advance(conn, bytes);
+                    progress |= self.advance(slots, bytes);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     progress = true;
-                    self.break_output(conn, &e);
+                    self.break_output(slots, &e);
                 }
             }
         }
@@ -862,174 +861,118 @@ impl Worker {
 
     /// `bytes` more of the queued replies went out; true if a reply was
     /// completed.
-    fn advance(&mut self, conn: &mut Owned, mut bytes: usize) -> bool {
-        conn.unsent -= bytes;
+    fn advance(&mut self, slots: &mut Slots, mut bytes: usize) -> bool {
+        self.unsent -= bytes;
         let mut completed = false;
-        while let Some(front) = conn.tx.front() {
-            let left = front.total() - conn.tx_sent;
+        while let Some(front) = self.tx.front() {
+            let left = front.total() - self.tx_sent;
             if bytes < left {
-                conn.tx_sent += bytes;
+                self.tx_sent += bytes;
                 break;
             }
             bytes -= left;
-            conn.tx_sent = 0;
-            let reply = conn.tx.pop_front().expect("front reply");
-            self.settle(conn, reply);
+            self.tx_sent = 0;
+            let reply = self.tx.pop_front().expect("front reply");
+            self.settle(slots, reply);
             completed = true;
         }
         if completed {
             // The next reply has the whole deadline to itself.
-            conn.out_since = None;
+            self.out_since = None;
         }
         completed
     }
 
     /// The client cannot be written to: drop every reply, read no more.
-    fn break_output(&mut self, conn: &mut Owned, error: &io::Error) {
-        conn.broken = true;
-        conn.connection.write_failed(error);
-        conn.tx_sent = 0;
-        conn.unsent = 0;
-        while let Some(reply) = conn.tx.pop_front() {
-            self.settle(conn, reply);
+    fn break_output(&mut self, slots: &mut Slots, error: &io::Error) {
+        self.broken = true;
+        self.connection.write_failed(error);
+        self.tx_sent = 0;
+        self.unsent = 0;
+        while let Some(reply) = self.tx.pop_front() {
+            self.settle(slots, reply);
         }
-        self.stop_reading(conn, format!("write failed: {error}"));
+        self.stop_reading(slots, format!("write failed: {error}"));
     }
 
-    /// Take no more requests from `conn`; a write half-received is dropped.
-    fn stop_reading(&mut self, conn: &mut Owned, reason: String) {
-        if conn.reading {
-            conn.reading = false;
-            conn.reason = Some(reason);
+    /// Take no more requests from this connection; a write half-received is dropped.
+    fn stop_reading(&mut self, slots: &mut Slots, reason: String) {
+        if self.reading {
+            self.reading = false;
+            self.reason = Some(reason);
         }
-        match std::mem::replace(&mut conn.input, Input::Header) {
+        match std::mem::replace(&mut self.input, Input::Header) {
             Input::Payload { slot, request, .. } => {
-                self.free_slot(slot);
-                conn.connection.release(request.permit_bytes);
+                slots.free_slot(slot);
+                self.connection.release(request.permit_bytes);
             }
             Input::Collect { permit, buffer, .. } => {
-                conn.connection.recycle(buffer);
-                conn.connection.release(permit);
+                self.connection.recycle(buffer);
+                self.connection.release(permit);
             }
             Input::Header | Input::Skip { .. } => {}
         }
     }
 
-    /// Let go of connections that ended and have nothing in flight; true if
-    /// any did.
-    pub(crate) fn retire(&mut self, owned_count: &AtomicUsize) -> bool {
-        let mut any = false;
-        for index in 0..self.owned.len() {
-            let ended = self.owned[index].as_ref().is_some_and(|conn| {
-                !conn.reading
-                    && conn.tx.is_empty()
-                    && (conn.broken || !conn.wire.wants_write())
-                    && conn.connection.in_flight() == 0
-            });
-            if !ended {
-                continue;
-            }
-            let mut conn = self.owned[index].take().expect("ended connection");
-            owned_count.fetch_sub(1, Ordering::Relaxed);
-            let reason = conn.reason.take().unwrap_or_else(|| "ended".into());
-            conn.wire.close();
-            let _ = conn.done.send(reason);
-            any = true;
-        }
-        any
-    }
-
-    /// End the connections whose request payload has not arrived, or whose
-    /// client has not taken a reply, within the transfer deadline (a
-    /// deadline, not a timeout between bytes: a client trickling a byte
-    /// now and then holds its slots no longer). True if any was ended.
-    /// Leaves in `wake_by` when the next deadline falls, or a little
-    /// later than now when an unaligned write waits for a range another
-    /// worker holds (nobody wakes this one when it is given back).
-    pub(crate) fn enforce_deadlines(&mut self) -> bool {
-        let mut now = None;
-        let mut ended = false;
-        let mut wake_by: Option<Instant> = None;
-        for index in 0..self.owned.len() {
-            let Some(mut conn) = self.owned[index].take() else {
-                continue;
-            };
-            let limit = conn.connection.transfer_timeout();
-            let mut overdue = None;
-            let mut at = |since: &mut Option<Instant>, what: &'static str| {
-                let now = *now.get_or_insert_with(Instant::now);
-                let deadline = *since.get_or_insert(now) + limit;
-                if deadline <= now {
-                    overdue.get_or_insert(what);
-                } else {
-                    wake_by = Some(wake_by.map_or(deadline, |w| w.min(deadline)));
-                }
-            };
-            if conn.reading && !matches!(conn.input, Input::Header) {
-                at(&mut conn.body_since, "request payload not received");
-            }
-            if !conn.broken && (!conn.tx.is_empty() || conn.wire.wants_write()) {
-                at(&mut conn.out_since, "reply not taken by the client");
-            } else {
-                conn.out_since = None;
-            }
-            if conn.unaligned.is_waiting() {
-                let now = *now.get_or_insert_with(Instant::now);
-                let soon = now + Duration::from_millis(1);
-                wake_by = Some(wake_by.map_or(soon, |w| w.min(soon)));
-            }
-            if let Some(what) = overdue {
-                self.end_overdue(&mut conn, what, limit);
-                ended = true;
-            }
-            self.owned[index] = Some(conn);
-        }
-        self.wake_by = wake_by;
-        ended
-    }
-
     /// A client missed the transfer deadline: say so, drop its replies,
     /// take no more of its requests and hang up.
-    fn end_overdue(&mut self, conn: &mut Owned, what: &str, limit: Duration) {
+    fn end_overdue(&mut self, slots: &mut Slots, what: &str, limit: Duration) {
         let reason = format!("{what} within {}s", limit.as_secs_f64());
-        conn.connection
+        self.connection
             .log(&format!("event=transfer-timeout reason=\"{reason}\""));
-        conn.broken = true;
-        conn.tx_sent = 0;
-        conn.unsent = 0;
-        while let Some(reply) = conn.tx.pop_front() {
-            self.settle(conn, reply);
+        self.broken = true;
+        self.tx_sent = 0;
+        self.unsent = 0;
+        while let Some(reply) = self.tx.pop_front() {
+            self.settle(slots, reply);
         }
-        self.stop_reading(conn, reason);
-        conn.connection.hang_up();
+        self.stop_reading(slots, reason);
+        self.connection.hang_up();
     }
 
-    /// The poll(2) set for a sleeping worker: its wake-up eventfd, then
-    /// every owned connection that can take requests (readable) or has
-    /// replies waiting (writable).
-    pub(crate) fn poll_set(&self, wake: i32) -> Vec<libc::pollfd> {
-        let mut fds = vec![libc::pollfd {
-            fd: wake,
-            events: libc::POLLIN,
-            revents: 0,
-        }];
-        for conn in self.owned.iter().flatten() {
-            let mut events = 0;
-            if conn.reading && !conn.stalled {
-                events |= libc::POLLIN;
+    /// A request of this connection that sat in a slot completed.
+    pub(crate) fn complete_request(
+        &mut self,
+        slots: &mut Slots,
+        completion: Completion,
+        request: SlotRequest,
+    ) {
+        let length = request.request.length;
+        let is_read = request.request.command == Command::Read;
+        let expected = if request.request.command == Command::Flush {
+            0
+        } else {
+            length
+        };
+        match completion.result {
+            Ok(moved) if moved == expected => {
+                if is_read && !self.broken && self.held < slots.hold_limit() {
+                    slots.uses[completion.slot as usize] = SlotUse::Sending;
+                    self.held += 1;
+                    let data = Data::Slot(completion.slot, length);
+                    self.answer_request(slots, &request, Ok(()), data);
+                } else if is_read && !self.broken {
+                    // A client slow to read keeps its data, not the
+                    // worker's slots (other clients need them).
+                    let mut copy = self.connection.buffer(length);
+                    copy.copy_from_slice(&slots.queue.buffer(completion.slot)[..length as usize]);
+                    slots.free_slot(completion.slot);
+                    self.answer_request(slots, &request, Ok(()), Data::Owned(copy));
+                } else {
+                    slots.free_slot(completion.slot);
+                    self.answer_request(slots, &request, Ok(()), Data::None);
+                }
             }
-            if (!conn.tx.is_empty() || conn.wire.wants_write()) && !conn.broken {
-                events |= libc::POLLOUT;
+            Ok(_) => {
+                slots.free_slot(completion.slot);
+                self.answer_request(slots, &request, Err(ErrorCode::Io), Data::None);
             }
-            if events != 0 {
-                fds.push(libc::pollfd {
-                    fd: conn.wire.raw_fd(),
-                    events,
-                    revents: 0,
-                });
+            Err(errno) => {
+                slots.free_slot(completion.slot);
+                let code = ErrorCode::from_errno(errno);
+                self.answer_request(slots, &request, Err(code), Data::None);
             }
         }
-        fds
     }
 }
 

@@ -1,5 +1,5 @@
-//! The server: listeners, the connection registry, the worker pool, and
-//! the orderly stop (stop accepting, stop reading, let in-flight requests
+//! The server: listeners, the accept loop, the worker pool, and the
+//! orderly stop (stop accepting, stop reading, let in-flight requests
 //! finish, flush every worker's queue, return).
 
 use std::collections::BTreeMap;
@@ -12,89 +12,16 @@ use nvraid_io::queue::Target;
 use nvraid_nbd::consts::transmission_flags as tf;
 use nvraid_nbd::{BlockSizes, ExportInfo, ServerConfig, TlsPolicy};
 
-use crate::connection::{self, Connection};
+use crate::client;
+use crate::control;
+use crate::error::Error;
 use crate::options::{ListenAddress, ServeOptions, TlsMode};
-use crate::stats::{Counters, CountersSnapshot, RateMeter};
+use crate::shared::Shared;
+use crate::shutdown::ShutdownHandle;
+use crate::stats::{Counters, RateMeter};
 use crate::stream::Listener;
 use crate::unaligned::RangeLocks;
 use crate::worker::WorkerPool;
-use crate::{control, Error, ShutdownHandle};
-
-/// State every thread of the server shares.
-pub(crate) struct Shared {
-    pub options: ServeOptions,
-    pub handshake: Arc<ServerConfig>,
-    pub tls: Option<Arc<rustls::ServerConfig>>,
-    pub size_bytes: u64,
-    pub block_sizes: BlockSizes,
-    pub workers: WorkerPool,
-    pub target_description: String,
-    pub read_only: bool,
-    pub started: Instant,
-    pub listening: Vec<ListenAddress>,
-    pub rates: RateMeter,
-    /// The ranges unaligned writes' read-modify-writes hold (see
-    /// `unaligned`).
-    pub unaligned_ranges: RangeLocks,
-    shutdown: ShutdownHandle,
-    connections: Mutex<BTreeMap<u64, Arc<Connection>>>,
-    /// Connections accepted and not yet finished (registered or not).
-    active: Mutex<u32>,
-    active_changed: Condvar,
-    closed_totals: Counters,
-    next_id: AtomicU64,
-}
-
-impl Shared {
-    /// Record a connection; a connection that arrives during shutdown is
-    /// told to stop reading at once.
-    pub(crate) fn register(&self, connection: &Arc<Connection>) {
-        let mut connections = self.connections.lock().expect("registry");
-        connections.insert(connection.id, Arc::clone(connection));
-        if self.shutdown.is_triggered() {
-            connection.stop_reading();
-        }
-    }
-
-    /// The connection is done: it leaves the registry and gives back its
-    /// admission slot together, under the registry lock, so that whoever
-    /// sees it gone from the status can also connect in its place.
-    pub(crate) fn unregister(&self, connection: &Arc<Connection>) {
-        let mut connections = self.connections.lock().expect("registry");
-        connections.remove(&connection.id);
-        self.closed_totals
-            .add_snapshot(&connection.counters.snapshot());
-        self.finished();
-    }
-
-    /// Give back an admission slot (a connection that ended, or one that
-    /// never started).
-    pub(crate) fn finished(&self) {
-        let mut active = self.active.lock().expect("active count");
-        *active -= 1;
-        self.active_changed.notify_all();
-    }
-
-    /// Totals over all connections, past and present.
-    pub(crate) fn totals(&self) -> CountersSnapshot {
-        let connections = self.connections.lock().expect("registry");
-        let live = connections.values().map(|c| c.counters.snapshot());
-        live.fold(self.closed_totals.snapshot(), |sum, c| sum.plus(&c))
-    }
-
-    pub(crate) fn connection_list(&self) -> Vec<Arc<Connection>> {
-        self.connections
-            .lock()
-            .expect("registry")
-            .values()
-            .cloned()
-            .collect()
-    }
-
-    fn log(&self, line: &str) {
-        (self.options.log)(&format!("nvraid-serve: {line}"));
-    }
-}
 
 /// A running server.
 pub struct Server {
@@ -184,7 +111,7 @@ pub fn start(
         started: Instant::now(),
         listening,
         rates: RateMeter::new(),
-        unaligned_ranges: RangeLocks::default(),
+        unaligned_ranges: Arc::new(RangeLocks::default()),
         shutdown: shutdown.clone(),
         connections: Mutex::new(BTreeMap::new()),
         active: Mutex::new(0),
@@ -363,7 +290,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: &Arc<Listener>) {
                 continue;
             }
         };
-        if !admit(shared) && !make_room(shared, &client) {
+        if !shared.admit() && !shared.make_room(&client) {
             shared.log(&format!(
                 "client={client} event=refused reason=\"connection limit ({}) reached\"",
                 shared.options.connections_max
@@ -373,61 +300,9 @@ fn accept_loop(shared: &Arc<Shared>, listener: &Arc<Listener>) {
         let worker_shared = Arc::clone(shared);
         let spawned = std::thread::Builder::new()
             .name(format!("nbd-conn-{id}"))
-            .spawn(move || connection::run(worker_shared, stream, id, client));
+            .spawn(move || client::run(worker_shared, stream, id, client));
         if spawned.is_err() {
             shared.finished();
         }
     }
-}
-
-/// Every slot is taken and `client` wants one: close the connection idle
-/// longest, if it has been idle for the idle timeout, and admit the client
-/// once its slot is free. False (nothing closed) when no connection
-/// qualifies.
-fn make_room(shared: &Shared, client: &str) -> bool {
-    let Some(limit) = shared.options.idle_timeout else {
-        return false;
-    };
-    let victim = {
-        let connections = shared.connections.lock().expect("registry");
-        connections
-            .values()
-            .filter_map(|c| c.idle_for().map(|idle| (idle, Arc::clone(c))))
-            .filter(|(idle, _)| *idle >= limit)
-            .max_by_key(|(idle, _)| *idle)
-    };
-    let Some((idle, victim)) = victim else {
-        return false;
-    };
-    victim.log(&format!(
-        "event=evicted reason=\"idle for {:.1}s while the connection limit ({}) was reached; client={client} takes its slot\"",
-        idle.as_secs_f64(),
-        shared.options.connections_max
-    ));
-    victim.stop_reading();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut active = shared.active.lock().expect("active count");
-    while *active >= shared.options.connections_max {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return false;
-        }
-        active = shared
-            .active_changed
-            .wait_timeout(active, left)
-            .expect("active count")
-            .0;
-    }
-    *active += 1;
-    true
-}
-
-/// Count a new connection if the limit allows.
-fn admit(shared: &Shared) -> bool {
-    let mut active = shared.active.lock().expect("active count");
-    if *active >= shared.options.connections_max {
-        return false;
-    }
-    *active += 1;
-    true
 }

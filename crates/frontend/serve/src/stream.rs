@@ -6,8 +6,8 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::error::Error;
 use crate::options::ListenAddress;
-use crate::Error;
 
 /// A bound listener.
 #[derive(Debug)]

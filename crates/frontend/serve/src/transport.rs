@@ -9,8 +9,8 @@ use rustls::ServerConnection;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
+use crate::error::Error;
 use crate::stream::Stream;
-use crate::Error;
 
 /// The most read from a PEM file named on the command line (a CA bundle
 /// of every public root is well under 1 MiB).

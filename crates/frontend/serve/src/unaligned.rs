@@ -36,7 +36,7 @@ use std::sync::Mutex;
 
 use nvraid_nbd::{ErrorCode, RequestHeader};
 
-use crate::worker::Work;
+use crate::job::Work;
 
 /// Byte ranges of the export being read-modify-written, server-wide.
 #[derive(Default)]

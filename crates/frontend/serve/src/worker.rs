@@ -23,44 +23,14 @@ use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use nvraid_io::queue::{Completion, OpKind, Queue, Target};
+use nvraid_io::queue::{Queue, Target};
 use nvraid_io::sys;
 use nvraid_nbd::ErrorCode;
 
+use crate::error::Error;
+use crate::job::{Finish, Job, Work};
 use crate::reactor::{Handoff, Owned};
-use crate::Error;
-
-/// What a job does to the target.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Work {
-    Read,
-    Write,
-    /// Write zeroes (the target has no zeroing op, so zero-filled writes).
-    Zero,
-    Discard,
-    Flush,
-}
-
-/// Where a finished job goes.
-pub(crate) trait Finish: Send + Sync {
-    /// The job is done.
-    fn finish(&self, job: Job, result: Result<(), ErrorCode>);
-}
-
-/// One request for a worker.
-pub(crate) struct Job {
-    pub owner: Arc<dyn Finish>,
-    pub cookie: u64,
-    pub work: Work,
-    pub offset: u64,
-    pub length: u32,
-    pub fua: bool,
-    /// Payload of a write, or the destination of a read (`length` long).
-    pub buffer: Vec<u8>,
-    /// Bytes reserved against the connection's in-flight budget.
-    pub permit_bytes: u64,
-    pub command: nvraid_nbd::Command,
-}
+use crate::slots::Slots;
 
 /// What the pool knows of one worker.
 struct Handle {
@@ -207,139 +177,28 @@ impl Finish for Collector {
     }
 }
 
-/// A job being executed.
-struct Active {
-    job: Job,
-    /// Offset within the job of the next piece to submit.
-    next_piece: u32,
-    pieces_left: u32,
-    outstanding: u32,
-    error: Option<ErrorCode>,
-}
-
-/// One piece of a job in flight: which job, where in it, how long.
-#[derive(Clone, Copy)]
-pub(crate) struct Piece {
-    active: usize,
-    at: u32,
-    len: u32,
-}
-
-/// A request of an owned connection in one slot.
-#[derive(Clone, Copy)]
-pub(crate) struct SlotRequest {
-    /// Index of the connection in `Worker::owned`.
-    pub conn: usize,
-    pub request: nvraid_nbd::RequestHeader,
-    pub permit_bytes: u64,
-}
-
-/// What a slot is doing.
-#[derive(Clone, Copy)]
-pub(crate) enum SlotUse {
-    Free,
-    /// A piece of a job, submitted.
-    Piece(Piece),
-    /// Filling with a write's payload from the socket (not submitted).
-    Receiving,
-    /// An owned connection's request, submitted.
-    Request(SlotRequest),
-    /// Holding a read's data until its reply has been sent.
-    Sending,
-}
-
 pub(crate) struct Worker {
-    pub(crate) queue: Box<dyn Queue>,
+    /// Its queue, its slots and the jobs running through them.
+    slots: Slots,
     inbox: Receiver<Option<Job>>,
-    pub(crate) slot_bytes: u32,
-    free_slots: Vec<u32>,
-    pub(crate) slots: Vec<SlotUse>,
-    /// Slots submitted to the queue and not yet reaped.
-    io_in_flight: u32,
-    actives: Vec<Option<Active>>,
-    active_count: usize,
-    completions: Vec<Completion>,
     /// Connections this worker reads and answers itself.
-    pub(crate) owned: Vec<Option<Owned>>,
+    owned: Vec<Option<Owned>>,
     /// Whether the inbox is still open.
     open: bool,
-    /// Bytes of owned connections' requests submitted, ever (a running
-    /// count that `pump` budgets against).
-    pub(crate) started_bytes: u64,
     /// When the worker must look again even if nothing happens (a
     /// transfer deadline, or an unaligned write waiting for its range;
     /// see `enforce_deadlines`).
-    pub(crate) wake_by: Option<std::time::Instant>,
+    wake_by: Option<std::time::Instant>,
 }
 
 impl Worker {
     fn new(queue: Box<dyn Queue>, inbox: Receiver<Option<Job>>, slot_bytes: u32) -> Worker {
-        let depth = queue.depth();
         Worker {
-            queue,
+            slots: Slots::new(queue, slot_bytes),
             inbox,
-            slot_bytes,
-            free_slots: (0..depth).rev().collect(),
-            slots: vec![SlotUse::Free; depth as usize],
-            io_in_flight: 0,
-            actives: (0..depth).map(|_| None).collect(),
-            active_count: 0,
-            completions: Vec::with_capacity(depth as usize),
             owned: Vec::new(),
             open: true,
-            started_bytes: 0,
             wake_by: None,
-        }
-    }
-
-    /// A free slot, taken for `use_`.
-    pub(crate) fn take_slot(&mut self, use_: SlotUse) -> Option<u32> {
-        let slot = self.free_slots.pop()?;
-        self.slots[slot as usize] = use_;
-        Some(slot)
-    }
-
-    pub(crate) fn free_slot(&mut self, slot: u32) {
-        self.slots[slot as usize] = SlotUse::Free;
-        self.free_slots.push(slot);
-    }
-
-    pub(crate) fn has_free_slot(&self) -> bool {
-        !self.free_slots.is_empty()
-    }
-
-    /// Whether one more job fits.
-    pub(crate) fn has_free_active(&self) -> bool {
-        self.active_count < self.queue.depth() as usize
-    }
-
-    /// Submit an owned connection's request that sits in `slot`.
-    pub(crate) fn submit_request(
-        &mut self,
-        slot: u32,
-        op: OpKind,
-        request: SlotRequest,
-    ) -> Result<(), ErrorCode> {
-        let header = request.request;
-        let len = if op == OpKind::Flush {
-            0
-        } else {
-            header.length
-        };
-        match self
-            .queue
-            .submit(slot, op, header.offset, len, header.fua())
-        {
-            Ok(()) => {
-                self.slots[slot as usize] = SlotUse::Request(request);
-                self.io_in_flight += 1;
-                self.started_bytes += u64::from(len.max(1));
-                Ok(())
-            }
-            Err(error) => {
-                self.free_slot(slot);
-                Err(ErrorCode::from_io_error(&error))
-            }
         }
     }
 
@@ -349,13 +208,14 @@ impl Worker {
             let mut progress = self.take_jobs();
             progress |= self.adopt(handle);
             progress |= self.pump_all();
-            self.submit_ready();
+            self.slots.submit_ready();
             progress |= self.reap(false);
             progress |= self.collect_local();
             progress |= self.send_all();
             progress |= self.retire(&handle.owned);
             progress |= self.enforce_deadlines();
-            if !self.open && self.active_count == 0 && self.owned.iter().all(Option::is_none) {
+            if !self.open && self.slots.active_count == 0 && self.owned.iter().all(Option::is_none)
+            {
                 break;
             }
             if !progress {
@@ -374,13 +234,22 @@ impl Worker {
         any
     }
 
+    /// Start serving a handed-over connection.
+    fn own(&mut self, handoff: Handoff) {
+        let owned = Owned::new(handoff);
+        match self.owned.iter().position(Option::is_none) {
+            Some(index) => self.owned[index] = Some(owned),
+            None => self.owned.push(Some(owned)),
+        }
+    }
+
     /// Take jobs from the inbox while there is room; true if any came.
     fn take_jobs(&mut self) -> bool {
         let mut took = false;
-        while self.open && self.has_free_active() {
+        while self.open && self.slots.has_free_active() {
             match self.inbox.try_recv() {
                 Ok(Some(job)) => {
-                    self.start(job);
+                    self.slots.start(job);
                     took = true;
                 }
                 Ok(None) | Err(TryRecvError::Disconnected) => {
@@ -395,7 +264,7 @@ impl Worker {
 
     /// Nothing moved: wait for I/O, a socket, or a message.
     fn sleep(&mut self, handle: &Handle) {
-        if self.io_in_flight > 0 {
+        if self.slots.io_in_flight > 0 {
             self.reap(true);
             return;
         }
@@ -417,162 +286,91 @@ impl Worker {
         handle.sleeping.store(false, Ordering::SeqCst);
     }
 
-    pub(crate) fn start(&mut self, job: Job) {
-        let pieces_left = match job.work {
-            Work::Flush => 1,
-            _ => job.length.div_ceil(self.slot_bytes),
-        };
-        let active = Some(Active {
-            job,
-            next_piece: 0,
-            pieces_left,
-            outstanding: 0,
-            error: None,
-        });
-        // An owned connection's long write, received after the inbox
-        // filled the entries, gets one more.
-        match self.actives.iter().position(Option::is_none) {
-            Some(index) => self.actives[index] = active,
-            None => self.actives.push(active),
-        }
-        self.active_count += 1;
-    }
-
-    fn submit_ready(&mut self) {
-        for index in 0..self.actives.len() {
-            while !self.free_slots.is_empty() && self.has_pieces(index) {
-                self.submit_piece(index);
-            }
-        }
-    }
-
-    fn has_pieces(&self, index: usize) -> bool {
-        self.actives[index]
-            .as_ref()
-            .is_some_and(|a| a.pieces_left > 0)
-    }
-
-    fn submit_piece(&mut self, index: usize) {
-        let slot = self.free_slots.pop().expect("free slot");
-        let active = self.actives[index].as_mut().expect("active job");
-        let at = active.next_piece;
-        let len = (active.job.length - at).min(self.slot_bytes);
-        active.next_piece += len;
-        active.pieces_left -= 1;
-        let job = &active.job;
-        let buffer = self.queue.buffer_mut(slot);
-        let op = match job.work {
-            Work::Read => OpKind::Read,
-            Work::Write => {
-                buffer[..len as usize]
-                    .copy_from_slice(&job.buffer[at as usize..(at + len) as usize]);
-                OpKind::Write
-            }
-            Work::Zero => {
-                buffer[..len as usize].fill(0);
-                OpKind::Write
-            }
-            Work::Discard => OpKind::Discard,
-            Work::Flush => OpKind::Flush,
-        };
-        let submitted = self
-            .queue
-            .submit(slot, op, job.offset + u64::from(at), len, job.fua);
-        match submitted {
-            Ok(()) => {
-                active.outstanding += 1;
-                self.io_in_flight += 1;
-                self.slots[slot as usize] = SlotUse::Piece(Piece {
-                    active: index,
-                    at,
-                    len,
-                });
-            }
-            Err(error) => {
-                active.error.get_or_insert(ErrorCode::from_io_error(&error));
-                self.free_slots.push(slot);
-                self.finish_if_done(index);
-            }
-        }
-    }
-
     /// Reap completions (waiting for one when `wait` and I/O is in
-    /// flight); true if any came.
+    /// flight): jobs' pieces finish in the slots, a connection's request
+    /// goes to the connection. True if any came.
     fn reap(&mut self, wait: bool) -> bool {
-        let min_complete = u32::from(wait && self.io_in_flight > 0);
-        let mut completions = std::mem::take(&mut self.completions);
-        let reaped = self.queue.reap(min_complete, &mut |c| completions.push(c));
-        if let Err(error) = reaped {
-            // A failed reap leaves the queue unusable: fail what is in flight.
-            let code = ErrorCode::from_io_error(&error);
-            let busy: Vec<u32> = (0..self.slots.len() as u32)
-                .filter(|s| {
-                    matches!(
-                        self.slots[*s as usize],
-                        SlotUse::Piece(_) | SlotUse::Request(_)
-                    )
-                })
-                .collect();
-            completions.extend(busy.into_iter().map(|slot| Completion {
-                slot,
-                result: Err(code.to_errno()),
-            }));
+        let owned = &mut self.owned;
+        self.slots.reap(
+            wait,
+            &mut |slots, completion, request| match owned[request.conn].as_mut() {
+                Some(conn) => conn.complete_request(slots, completion, request),
+                None => slots.free_slot(completion.slot),
+            },
+        )
+    }
+
+    /// Read and start what every owned connection sent; true if anything
+    /// moved.
+    fn pump_all(&mut self) -> bool {
+        let mut progress = false;
+        for (index, conn) in self.owned.iter_mut().enumerate() {
+            if let Some(conn) = conn {
+                progress |= conn.pump(&mut self.slots, index);
+            }
         }
-        let any = !completions.is_empty();
-        for completion in completions.drain(..) {
-            self.complete(completion);
+        progress
+    }
+
+    /// Replies for the jobs of owned connections that finished.
+    fn collect_local(&mut self) -> bool {
+        let mut any = false;
+        for conn in self.owned.iter_mut().flatten() {
+            any |= conn.collect(&mut self.slots);
         }
-        self.completions = completions;
         any
     }
 
-    fn complete(&mut self, completion: Completion) {
-        match self.slots[completion.slot as usize] {
-            SlotUse::Piece(piece) => {
-                self.io_in_flight -= 1;
-                self.complete_piece(completion, piece);
-            }
-            SlotUse::Request(request) => {
-                self.io_in_flight -= 1;
-                self.complete_request(completion, request);
-            }
-            _ => {}
+    /// Send what every owned connection has waiting; true if anything
+    /// moved.
+    fn send_all(&mut self) -> bool {
+        let mut progress = false;
+        for conn in self.owned.iter_mut().flatten() {
+            progress |= conn.send(&mut self.slots);
         }
+        progress
     }
 
-    fn complete_piece(&mut self, completion: Completion, piece: Piece) {
-        self.free_slot(completion.slot);
-        let active = self.actives[piece.active].as_mut().expect("active job");
-        active.outstanding -= 1;
-        match completion.result {
-            Ok(moved) if moved == piece.len => {
-                if active.job.work == Work::Read {
-                    let source = &self.queue.buffer(completion.slot)[..piece.len as usize];
-                    let at = piece.at as usize;
-                    active.job.buffer[at..at + piece.len as usize].copy_from_slice(source);
-                }
+    /// Let go of connections that ended and have nothing in flight; true if
+    /// any did.
+    fn retire(&mut self, owned_count: &AtomicUsize) -> bool {
+        let mut any = false;
+        for entry in self.owned.iter_mut() {
+            if !entry.as_ref().is_some_and(Owned::has_ended) {
+                continue;
             }
-            Ok(_) => {
-                active.error.get_or_insert(ErrorCode::Io);
-            }
-            Err(errno) => {
-                active.error.get_or_insert(ErrorCode::from_errno(errno));
-            }
+            let conn = entry.take().expect("ended connection");
+            owned_count.fetch_sub(1, Ordering::Relaxed);
+            conn.close();
+            any = true;
         }
-        self.finish_if_done(piece.active);
+        any
     }
 
-    fn finish_if_done(&mut self, index: usize) {
-        let done = self.actives[index]
-            .as_ref()
-            .is_some_and(|a| a.pieces_left == 0 && a.outstanding == 0);
-        if !done {
-            return;
+    /// End the connections that missed the transfer deadline (see
+    /// `Owned::enforce_deadlines`); true if any was. Leaves in `wake_by`
+    /// when the worker must look again.
+    fn enforce_deadlines(&mut self) -> bool {
+        let mut now = None;
+        let mut ended = false;
+        let mut wake_by = None;
+        for conn in self.owned.iter_mut().flatten() {
+            ended |= conn.enforce_deadlines(&mut self.slots, &mut now, &mut wake_by);
         }
-        let active = self.actives[index].take().expect("active job");
-        self.active_count -= 1;
-        let result = active.error.map_or(Ok(()), Err);
-        let owner = Arc::clone(&active.job.owner);
-        owner.finish(active.job, result);
+        self.wake_by = wake_by;
+        ended
+    }
+
+    /// The poll(2) set for a sleeping worker: its wake-up eventfd, then
+    /// every owned connection that can take requests (readable) or has
+    /// replies waiting (writable).
+    fn poll_set(&self, wake: i32) -> Vec<libc::pollfd> {
+        let mut fds = vec![libc::pollfd {
+            fd: wake,
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        fds.extend(self.owned.iter().flatten().filter_map(Owned::poll_fd));
+        fds
     }
 }

@@ -1,0 +1,40 @@
+//! Jobs: requests a worker runs through its queue split into slot-sized
+//! pieces (a request of its own connections too long for one slot, the
+//! reads and writes of an unaligned request, the final flush), and where
+//! each goes when it is done.
+
+use std::sync::Arc;
+
+use nvraid_nbd::ErrorCode;
+
+/// What a job does to the target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Work {
+    Read,
+    Write,
+    /// Write zeroes (the target has no zeroing op, so zero-filled writes).
+    Zero,
+    Discard,
+    Flush,
+}
+
+/// Where a finished job goes.
+pub(crate) trait Finish: Send + Sync {
+    /// The job is done.
+    fn finish(&self, job: Job, result: Result<(), ErrorCode>);
+}
+
+/// One request for a worker.
+pub(crate) struct Job {
+    pub owner: Arc<dyn Finish>,
+    pub cookie: u64,
+    pub work: Work,
+    pub offset: u64,
+    pub length: u32,
+    pub fua: bool,
+    /// Payload of a write, or the destination of a read (`length` long).
+    pub buffer: Vec<u8>,
+    /// Bytes reserved against the connection's in-flight budget.
+    pub permit_bytes: u64,
+    pub command: nvraid_nbd::Command,
+}

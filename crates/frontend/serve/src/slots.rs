@@ -1,0 +1,303 @@
+//! A worker's queue and its slots: what each slot is doing (a piece of a
+//! job, an owned connection's request, a payload arriving, read data
+//! waiting to be sent), the jobs being executed, and the reaping of
+//! completions. A job's pieces finish here; a connection's request is
+//! handed back to whoever reaps (the worker, which knows its connections).
+
+use std::sync::Arc;
+
+use nvraid_io::queue::{Completion, OpKind, Queue};
+use nvraid_nbd::ErrorCode;
+
+use crate::job::{Job, Work};
+
+/// A job being executed.
+struct Active {
+    job: Job,
+    /// Offset within the job of the next piece to submit.
+    next_piece: u32,
+    pieces_left: u32,
+    outstanding: u32,
+    error: Option<ErrorCode>,
+}
+
+/// One piece of a job in flight: which job, where in it, how long.
+#[derive(Clone, Copy)]
+pub(crate) struct Piece {
+    active: usize,
+    at: u32,
+    len: u32,
+}
+
+/// A request of an owned connection in one slot.
+#[derive(Clone, Copy)]
+pub(crate) struct SlotRequest {
+    /// Index of the connection in the worker's owned connections.
+    pub conn: usize,
+    pub request: nvraid_nbd::RequestHeader,
+    pub permit_bytes: u64,
+}
+
+/// What a slot is doing.
+#[derive(Clone, Copy)]
+pub(crate) enum SlotUse {
+    Free,
+    /// A piece of a job, submitted.
+    Piece(Piece),
+    /// Filling with a write's payload from the socket (not submitted).
+    Receiving,
+    /// An owned connection's request, submitted.
+    Request(SlotRequest),
+    /// Holding a read's data until its reply has been sent.
+    Sending,
+}
+
+/// One worker's queue, its slots and its jobs.
+pub(crate) struct Slots {
+    pub(crate) queue: Box<dyn Queue>,
+    pub(crate) slot_bytes: u32,
+    free_slots: Vec<u32>,
+    pub(crate) uses: Vec<SlotUse>,
+    /// Slots submitted to the queue and not yet reaped.
+    pub(crate) io_in_flight: u32,
+    actives: Vec<Option<Active>>,
+    pub(crate) active_count: usize,
+    completions: Vec<Completion>,
+    /// Bytes of owned connections' requests submitted, ever (a running
+    /// count that a connection's `pump` budgets against).
+    pub(crate) started_bytes: u64,
+}
+
+impl Slots {
+    pub(crate) fn new(queue: Box<dyn Queue>, slot_bytes: u32) -> Slots {
+        let depth = queue.depth();
+        Slots {
+            queue,
+            slot_bytes,
+            free_slots: (0..depth).rev().collect(),
+            uses: vec![SlotUse::Free; depth as usize],
+            io_in_flight: 0,
+            actives: (0..depth).map(|_| None).collect(),
+            active_count: 0,
+            completions: Vec::with_capacity(depth as usize),
+            started_bytes: 0,
+        }
+    }
+
+    /// A free slot, taken for `use_`.
+    pub(crate) fn take_slot(&mut self, use_: SlotUse) -> Option<u32> {
+        let slot = self.free_slots.pop()?;
+        self.uses[slot as usize] = use_;
+        Some(slot)
+    }
+
+    pub(crate) fn free_slot(&mut self, slot: u32) {
+        self.uses[slot as usize] = SlotUse::Free;
+        self.free_slots.push(slot);
+    }
+
+    pub(crate) fn has_free_slot(&self) -> bool {
+        !self.free_slots.is_empty()
+    }
+
+    /// Whether one more job fits.
+    pub(crate) fn has_free_active(&self) -> bool {
+        self.active_count < self.queue.depth() as usize
+    }
+
+    /// How many slots one connection's unsent replies may hold; further
+    /// read data is copied out of the slot (`complete_request`).
+    pub(crate) fn hold_limit(&self) -> u32 {
+        (self.queue.depth() / 4).max(2)
+    }
+
+    /// Submit an owned connection's request that sits in `slot`.
+    pub(crate) fn submit_request(
+        &mut self,
+        slot: u32,
+        op: OpKind,
+        request: SlotRequest,
+    ) -> Result<(), ErrorCode> {
+        let header = request.request;
+        let len = if op == OpKind::Flush {
+            0
+        } else {
+            header.length
+        };
+        match self
+            .queue
+            .submit(slot, op, header.offset, len, header.fua())
+        {
+            Ok(()) => {
+                self.uses[slot as usize] = SlotUse::Request(request);
+                self.io_in_flight += 1;
+                self.started_bytes += u64::from(len.max(1));
+                Ok(())
+            }
+            Err(error) => {
+                self.free_slot(slot);
+                Err(ErrorCode::from_io_error(&error))
+            }
+        }
+    }
+
+    pub(crate) fn start(&mut self, job: Job) {
+        let pieces_left = match job.work {
+            Work::Flush => 1,
+            _ => job.length.div_ceil(self.slot_bytes),
+        };
+        let active = Some(Active {
+            job,
+            next_piece: 0,
+            pieces_left,
+            outstanding: 0,
+            error: None,
+        });
+        // An owned connection's long write, received after the inbox
+        // filled the entries, gets one more.
+        match self.actives.iter().position(Option::is_none) {
+            Some(index) => self.actives[index] = active,
+            None => self.actives.push(active),
+        }
+        self.active_count += 1;
+    }
+
+    pub(crate) fn submit_ready(&mut self) {
+        for index in 0..self.actives.len() {
+            while !self.free_slots.is_empty() && self.has_pieces(index) {
+                self.submit_piece(index);
+            }
+        }
+    }
+
+    fn has_pieces(&self, index: usize) -> bool {
+        self.actives[index]
+            .as_ref()
+            .is_some_and(|a| a.pieces_left > 0)
+    }
+
+    fn submit_piece(&mut self, index: usize) {
+        let slot = self.free_slots.pop().expect("free slot");
+        let active = self.actives[index].as_mut().expect("active job");
+        let at = active.next_piece;
+        let len = (active.job.length - at).min(self.slot_bytes);
+        active.next_piece += len;
+        active.pieces_left -= 1;
+        let job = &active.job;
+        let buffer = self.queue.buffer_mut(slot);
+        let op = match job.work {
+            Work::Read => OpKind::Read,
+            Work::Write => {
+                buffer[..len as usize]
+                    .copy_from_slice(&job.buffer[at as usize..(at + len) as usize]);
+                OpKind::Write
+            }
+            Work::Zero => {
+                buffer[..len as usize].fill(0);
+                OpKind::Write
+            }
+            Work::Discard => OpKind::Discard,
+            Work::Flush => OpKind::Flush,
+        };
+        let submitted = self
+            .queue
+            .submit(slot, op, job.offset + u64::from(at), len, job.fua);
+        match submitted {
+            Ok(()) => {
+                active.outstanding += 1;
+                self.io_in_flight += 1;
+                self.uses[slot as usize] = SlotUse::Piece(Piece {
+                    active: index,
+                    at,
+                    len,
+                });
+            }
+            Err(error) => {
+                active.error.get_or_insert(ErrorCode::from_io_error(&error));
+                self.free_slots.push(slot);
+                self.finish_if_done(index);
+            }
+        }
+    }
+
+    /// Reap completions (waiting for one when `wait` and I/O is in
+    /// flight); a job's piece is finished here, a connection's request is
+    /// passed to `on_request`. True if any came.
+    pub(crate) fn reap(
+        &mut self,
+        wait: bool,
+        on_request: &mut impl FnMut(&mut Slots, Completion, SlotRequest),
+    ) -> bool {
+        let min_complete = u32::from(wait && self.io_in_flight > 0);
+        let mut completions = std::mem::take(&mut self.completions);
+        let reaped = self.queue.reap(min_complete, &mut |c| completions.push(c));
+        if let Err(error) = reaped {
+            // A failed reap leaves the queue unusable: fail what is in flight.
+            let code = ErrorCode::from_io_error(&error);
+            let busy: Vec<u32> = (0..self.uses.len() as u32)
+                .filter(|s| {
+                    matches!(
+                        self.uses[*s as usize],
+                        SlotUse::Piece(_) | SlotUse::Request(_)
+                    )
+                })
+                .collect();
+            completions.extend(busy.into_iter().map(|slot| Completion {
+                slot,
+                result: Err(code.to_errno()),
+            }));
+        }
+        let any = !completions.is_empty();
+        for completion in completions.drain(..) {
+            match self.uses[completion.slot as usize] {
+                SlotUse::Piece(piece) => {
+                    self.io_in_flight -= 1;
+                    self.complete_piece(completion, piece);
+                }
+                SlotUse::Request(request) => {
+                    self.io_in_flight -= 1;
+                    on_request(self, completion, request);
+                }
+                _ => {}
+            }
+        }
+        self.completions = completions;
+        any
+    }
+
+    fn complete_piece(&mut self, completion: Completion, piece: Piece) {
+        self.free_slot(completion.slot);
+        let active = self.actives[piece.active].as_mut().expect("active job");
+        active.outstanding -= 1;
+        match completion.result {
+            Ok(moved) if moved == piece.len => {
+                if active.job.work == Work::Read {
+                    let source = &self.queue.buffer(completion.slot)[..piece.len as usize];
+                    let at = piece.at as usize;
+                    active.job.buffer[at..at + piece.len as usize].copy_from_slice(source);
+                }
+            }
+            Ok(_) => {
+                active.error.get_or_insert(ErrorCode::Io);
+            }
+            Err(errno) => {
+                active.error.get_or_insert(ErrorCode::from_errno(errno));
+            }
+        }
+        self.finish_if_done(piece.active);
+    }
+
+    fn finish_if_done(&mut self, index: usize) {
+        let done = self.actives[index]
+            .as_ref()
+            .is_some_and(|a| a.pieces_left == 0 && a.outstanding == 0);
+        if !done {
+            return;
+        }
+        let active = self.actives[index].take().expect("active job");
+        self.active_count -= 1;
+        let result = active.error.map_or(Ok(()), Err);
+        let owner = Arc::clone(&active.job.owner);
+        owner.finish(active.job, result);
+    }
+}
