@@ -269,7 +269,7 @@ fn start_cache(
         // md's write journal: the assembly has replayed it already.
         (CacheChoice::Journal, None) if array.md_journal().is_some() => (
             CacheMode::Journal,
-            Some(Box::new(cache::MdCacheLog::new(
+            Some(Box::new(nvraid_cache::journal::md::MdCacheLog::new(
                 array.clone(),
                 args.cache_stripes_max,
             )) as Box<dyn JournalLog>),
