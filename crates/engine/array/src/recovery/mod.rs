@@ -8,8 +8,10 @@
 //!   copy; on an array assembled dirty, `repair` is the resync, with md's
 //!   `resync_offset` checkpointed and the array recorded clean at the end.
 //!
-//! All of it runs offline today (the array is not served; the claim on its
-//! members keeps other writers out). The states of a role and of the array,
+//! [`online`] runs these while the array is served (the rebuild and spares
+//! thread, a check or repair on request, the background resync); the rest
+//! runs offline (the array is not served; the claim on its members keeps
+//! other writers out). The states of a role and of the array,
 //! and what moves them:
 //!
 //! | from | event | to | on disk |
@@ -26,6 +28,7 @@
 //! | array dirty | [`scrub`] in repair mode reaches the end | clean | `resync_offset` = MAX, events + 1 |
 //! | array dirty at R | the process dies | dirty at the last checkpoint | nothing more: the next repair (or the kernel) resumes at it |
 
+pub mod online;
 mod rebuild;
 mod scrub;
 
