@@ -11,6 +11,10 @@
 //!   clean at the end.
 //! - [`rebuild_online`] and the scrub beside clients: the same work while
 //!   the array is served (a region at a time, held against client writes).
+//! [`online`] runs these while the array is served (the rebuild and spares
+//! thread, a check or repair on request, the background resync); the rest
+//! runs offline (the array is not served; the claim on its members keeps
+//! other writers out).
 //!
 //! A parity stripe that cannot be rebuilt (its other blocks list bad
 //! blocks: a write failed on a member the array could not lose) is
@@ -31,6 +35,7 @@
 //! | array dirty | [`scrub`] in repair mode reaches the end | clean | `resync_offset` = MAX, events + 1 |
 //! | array dirty at R | the process dies | dirty at the last checkpoint | nothing more: the next repair (or the kernel) resumes at it |
 
+pub mod online;
 mod rebuild;
 mod scrub;
 

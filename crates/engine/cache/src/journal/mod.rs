@@ -16,6 +16,7 @@
 //! then on the array.
 
 pub mod format;
+pub mod md;
 
 use std::io;
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -32,7 +33,7 @@ pub const RECORD_PAYLOAD_MAX: u64 = 4 << 20;
 pub const JOURNAL_BYTES_MIN: u64 = 16 << 20;
 
 /// What the cache needs of a journal: nvraid's own ring ([`Journal`]), or
-/// md's write journal of a RAID 4/5/6 array (which `serve` adapts).
+/// md's write journal of a RAID 4/5/6 array ([`md::MdCacheLog`]).
 pub trait JournalLog: Send + Sync {
     /// The journal's member, for messages.
     fn name(&self) -> String;
@@ -40,7 +41,7 @@ pub trait JournalLog: Send + Sync {
     /// lock is taken (md's journal: the pages' checksums and their copy for
     /// the log), for [`JournalLog::append`].
     fn prepare(&self, _offset: u64, _data: &[u8]) -> Result<Prepared, String> {
-        Ok(Prepared(None))
+        Ok(Prepared::Nothing)
     }
     /// Appends a write of `data` at array byte `offset` (`prepared` is what
     /// [`JournalLog::prepare`] made of it). The cache calls this with its
@@ -124,8 +125,18 @@ impl JournalLog for Journal {
     }
 }
 
-/// What [`JournalLog::prepare`] made of a write: the journal's own type.
-pub struct Prepared(pub Option<Box<dyn std::any::Any + Send>>);
+/// What [`JournalLog::prepare`] made of a write, handed back to
+/// [`JournalLog::append`] by value: a closed set of the journals' own
+/// types, so nothing is boxed or downcast per write.
+#[derive(Debug, Default)]
+pub enum Prepared {
+    /// Nothing prepared (nvraid's own journal copies under its lock).
+    #[default]
+    Nothing,
+    /// md's write journal: the write's pages checksummed and copied for
+    /// the log ([`nvraid_array::journal::MdJournal::prepare_cached`]).
+    Md(nvraid_array::journal::CachedWrite),
+}
 
 /// What the journal lives on (a member, or a test double).
 pub trait JournalDevice: Send + Sync {

@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use nvraid_array::recovery::{self, Added, Mode, Progress, Rebuilt, Scrubbed};
 use nvraid_array::{assemble, detect_signature};
-use nvraid_member::{format_size, Member, OpenOptions};
+use nvraid_member::{format_size, Member};
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
@@ -292,15 +292,7 @@ pub fn replace(args: &ReplaceArgs, direct: bool) -> Result<u8> {
 /// `spec`, opened for writing, when it carries a superblock of this very
 /// array (a member that failed or was removed, come back).
 fn former_member(array: &nvraid_array::Array, spec: &str, direct: bool) -> Result<Option<Member>> {
-    let member = Member::open(
-        spec,
-        OpenOptions {
-            write: true,
-            create_bytes: None,
-            direct,
-            ..Default::default()
-        },
-    )?;
+    let member = nvraid_array::recovery::online::open_for_writing(spec, direct)?;
     Ok(nvraid_array::read_superblock(&member)
         .ok()
         .filter(|sb| sb.set_uuid == array.superblock().set_uuid)
@@ -310,15 +302,7 @@ fn former_member(array: &nvraid_array::Array, spec: &str, direct: bool) -> Resul
 /// Open a new member for writing, refusing one that carries a signature
 /// unless `force`.
 fn open_new(spec: &str, force: bool, direct: bool) -> Result<Member> {
-    let new = Member::open(
-        spec,
-        OpenOptions {
-            write: true,
-            create_bytes: None,
-            direct,
-            ..Default::default()
-        },
-    )?;
+    let new = nvraid_array::recovery::online::open_for_writing(spec, direct)?;
     if !force && new.is_persistent() {
         if let Some(what) = detect_signature(&new).with_context(|| spec.to_string())? {
             bail!("{spec}: already carries {what} (use --force to overwrite it)");
@@ -369,25 +353,13 @@ pub fn fail(args: &FailArgs, direct: bool) -> Result<u8> {
 
 /// The error a member is failed with on request.
 pub fn administrator() -> std::io::Error {
-    std::io::Error::other("failed on request")
+    nvraid_array::recovery::online::administrator()
 }
 
 /// The role of the present member named `spec` (same path, or the same
 /// file or device).
 pub fn role_of(array: &nvraid_array::Array, spec: &str) -> Result<usize> {
-    let wanted = std::fs::metadata(spec).ok().map(|m| {
-        use std::os::unix::fs::MetadataExt;
-        (m.dev(), m.ino())
-    });
-    array
-        .slots()
-        .iter()
-        .position(|slot| {
-            slot.as_ref().is_some_and(|s| {
-                s.member.spec() == spec || (wanted.is_some() && s.member.identity() == wanted)
-            })
-        })
-        .ok_or_else(|| anyhow::anyhow!("{spec}: not a working member of this array"))
+    nvraid_array::recovery::online::role_of(array, spec).map_err(anyhow::Error::msg)
 }
 
 pub fn add(args: &AddArgs, direct: bool) -> Result<u8> {

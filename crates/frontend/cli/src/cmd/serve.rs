@@ -3,6 +3,7 @@
 
 use anyhow::{Context, Result};
 use clap::Args;
+use nvraid_array::recovery::online::{background_resync, Online, ResyncState};
 use nvraid_array::{assemble, info, Array, AssembleOptions, FanoutTarget};
 use nvraid_bench::cli::Engine;
 use nvraid_cache::journal::JournalLog;
@@ -71,16 +72,6 @@ pub struct ServeCmd {
     /// Members of the array to serve, in any order.
     #[arg(required = true)]
     members: Vec<String>,
-}
-
-/// What the background resync has done, for `status`.
-#[derive(Default)]
-struct ResyncState {
-    done_bytes: u64,
-    total_bytes: u64,
-    seconds: f64,
-    finished: bool,
-    error: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -183,7 +174,8 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
         Some((min, max)) => (Some(min * 1_000_000), Some(max * 1_000_000)),
         None => (Some(DEFAULT_REBUILD_MIN), None),
     };
-    let online = crate::cmd::online::Online::new(array.clone(), pace, direct);
+    let log: nvraid_array::recovery::online::Log = Arc::new(|line: &str| eprintln!("{line}"));
+    let online = Online::new(array.clone(), pace, direct, log.clone());
     configure(&mut options, &array, &resync, &online);
     let members: Vec<&Member> = array.slots().iter().flatten().map(|s| &s.member).collect();
     let engine = crate::cmd::bench::engine_for(args.engine, &members);
@@ -212,7 +204,8 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
     let resync_thread = (writable && array.resync_from().is_some()).then(|| {
         let (array, stop, state) = (array.clone(), stop.clone(), resync.clone());
         let max_rate = args.resync_speed.map(|mb| mb * 1_000_000);
-        std::thread::spawn(move || background_resync(&array, max_rate, &stop, &state))
+        let log = log.clone();
+        std::thread::spawn(move || background_resync(&array, max_rate, &stop, &state, &*log))
     });
     // md's bitmap daemon: clears write-intent bits of regions left idle.
     let bitmap_daemon = nvraid_array::BitmapDaemon::start(&array);
@@ -269,7 +262,7 @@ fn start_cache(
         // md's write journal: the assembly has replayed it already.
         (CacheChoice::Journal, None) if array.md_journal().is_some() => (
             CacheMode::Journal,
-            Some(Box::new(cache::MdCacheLog::new(
+            Some(Box::new(nvraid_cache::journal::md::MdCacheLog::new(
                 array.clone(),
                 args.cache_stripes_max,
             )) as Box<dyn JournalLog>),
@@ -302,62 +295,6 @@ fn report_cache(options: &mut ServeOptions, cache: Arc<nvraid_cache::CachedTarge
     }));
 }
 
-/// The resync thread of `serve`: repair from the recorded resync point,
-/// checkpointing it, then record the array clean; progress goes to `state`
-/// and a line to stderr at the end.
-fn background_resync(
-    array: &Array,
-    max_rate: Option<u64>,
-    stop: &std::sync::atomic::AtomicBool,
-    state: &std::sync::Mutex<ResyncState>,
-) {
-    use nvraid_array::recovery::{scrub_with, Mode, Pace};
-    let from = array.resync_from().unwrap_or(0);
-    if array.md_journal().is_some() {
-        // md's rule: a journaled array is never recorded dirty by a crash
-        // (its log repairs that); it awaits the resync `create` asked for
-        // over members that held other bytes, or one that writes past a
-        // failed journal asked for.
-        eprintln!(
-            "nvraid: the array's parity is not yet computed over all of it (it was created over \
-             members that held other bytes, or written while its journal had failed); \
-             resyncing from byte {from} while serving"
-        );
-    } else {
-        eprintln!(
-            "nvraid: the array was not shut down cleanly; resyncing from byte {from} while serving"
-        );
-    }
-    let pace = Pace {
-        max_rate,
-        stop: Some(stop),
-    };
-    let outcome = scrub_with(array, Mode::Repair, &pace, &mut |p| {
-        let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
-        s.done_bytes = p.done_bytes;
-        s.total_bytes = p.total_bytes;
-        s.seconds = p.elapsed.as_secs_f64();
-    });
-    let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
-    match outcome {
-        Ok(found) if found.resynced => {
-            s.finished = true;
-            eprintln!(
-                "nvraid: resync done: {} bytes in {:.1} s, {} sectors rewritten; the array is in sync",
-                found.bytes, found.seconds, found.repaired_sectors
-            );
-        }
-        Ok(_) => eprintln!(
-            "nvraid: resync stopped at byte {}; it resumes there next time",
-            s.done_bytes
-        ),
-        Err(e) => {
-            eprintln!("nvraid: resync failed: {e}; the array stays dirty");
-            s.error = Some(e.to_string());
-        }
-    }
-}
-
 /// The default MIN of `--rebuild-speed`: 50 MB/s while clients are busy.
 const DEFAULT_REBUILD_MIN: u64 = 50_000_000;
 
@@ -365,7 +302,7 @@ fn configure(
     options: &mut ServeOptions,
     array: &Arc<Array>,
     resync: &Arc<std::sync::Mutex<ResyncState>>,
-    online: &Arc<crate::cmd::online::Online>,
+    online: &Arc<Online>,
 ) {
     let chunk = array.geometry().chunk_bytes().unwrap_or(4096);
     options.preferred_block_bytes = (chunk as u32).clamp(array.sector_bytes(), 1 << 20);
@@ -375,8 +312,7 @@ fn configure(
         if let Some(refused) = refuse_when_read_only(&command_array, request) {
             return refused;
         }
-        command_online
-            .command(request)
+        crate::cmd::online::command(&command_online, request)
             .unwrap_or_else(|| control_command(&command_array, request))
     }));
     let status_array = array.clone();
@@ -384,7 +320,7 @@ fn configure(
     let status_online = online.clone();
     options.status_hook = Some(Arc::new(move || {
         let mut value = array_status(&status_array);
-        value["recovery"] = status_online.status();
+        value["recovery"] = crate::cmd::online::status(&status_online);
         let s = resync.lock().unwrap_or_else(|e| e.into_inner());
         if s.total_bytes > 0 || s.error.is_some() {
             let rate = if s.seconds > 0.0 {
