@@ -777,6 +777,13 @@ impl Owned {
     }
 
     fn queue_reply(&mut self, slots: &mut Slots, reply: Reply) {
+        // Counted when answered, before a byte of it reaches the client:
+        // a client that asks for the status once it has its reply finds
+        // the request there (counting at `settle`, after the write, lost
+        // that race now and then).
+        self.connection
+            .counters
+            .record(reply.command, reply.length, reply.ok);
         if self.broken {
             self.settle(slots, reply);
         } else {
@@ -785,12 +792,9 @@ impl Owned {
         }
     }
 
-    /// Count a reply that was sent (or dropped), give back its permit,
-    /// slot and buffer.
+    /// A reply was sent (or dropped): give back its permit, slot and
+    /// buffer.
     fn settle(&mut self, slots: &mut Slots, reply: Reply) {
-        self.connection
-            .counters
-            .record(reply.command, reply.length, reply.ok);
         match reply.data {
             Data::Slot(slot, _) => {
                 self.held -= 1;
