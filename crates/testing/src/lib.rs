@@ -16,9 +16,14 @@
 //! `reap` after their due time (submission time plus the plan's latency).
 //! docs/fault-model.md compares these faults with the faulty engine's and
 //! the real-device ones.
+//!
+//! [`CountingAllocator`] counts a process's allocations, for the tests
+//! that prove a data path allocates nothing per operation.
 
+pub mod alloc;
 mod faults;
 mod target;
 
+pub use alloc::CountingAllocator;
 pub use faults::{BadRange, Faults, TornWrite};
 pub use target::{Counters, MemTarget};

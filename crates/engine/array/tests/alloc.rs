@@ -13,35 +13,11 @@ use nvraid_io::engine::EngineKind;
 use nvraid_io::queue::{OpKind, Queue, Target};
 use nvraid_layout::parity::ParityLayout;
 use nvraid_layout::Level;
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
-
-struct Counting;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: forwards to the system allocator unchanged; only counts calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use nvraid_testing::alloc::allocations;
+use nvraid_testing::CountingAllocator;
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: CountingAllocator = CountingAllocator;
 
 const DEPTH: u32 = 4;
 
@@ -77,9 +53,9 @@ fn drive(queue: &mut dyn Queue, size: u64, rng: &mut Rng, requests: u32) {
 /// Allocations made by `requests` requests on an open, warmed-up queue.
 fn allocations_for(queue: &mut dyn Queue, size: u64, seed: u64, requests: u32) -> u64 {
     let mut rng = Rng(seed);
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = allocations();
     drive(queue, size, &mut rng, requests);
-    ALLOCATIONS.load(Ordering::Relaxed) - before
+    allocations() - before
 }
 
 #[test]

@@ -2,41 +2,16 @@
 //! I/O makes (about) the same number of allocations. Its own test binary,
 //! because the counting allocator sees every thread of the process.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use nvraid_bench::{run_job, JobSpec, RwMode};
 use nvraid_io::queue::Target;
-use nvraid_testing::MemTarget;
-
-struct Counting;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: forwards to the system allocator unchanged; only counts calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use nvraid_testing::alloc::allocations;
+use nvraid_testing::{CountingAllocator, MemTarget};
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: CountingAllocator = CountingAllocator;
 
 /// Allocations made by one run of `rw` lasting `runtime`, and its I/O count.
 fn allocations_for(rw: RwMode, runtime: Duration) -> (u64, u64) {
@@ -46,9 +21,9 @@ fn allocations_for(rw: RwMode, runtime: Duration) -> (u64, u64) {
     job.numjobs = 2;
     job.runtime = runtime;
     job.ramp = Duration::from_millis(20);
-    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let before = allocations();
     let result = run_job(&job, &[target], None).unwrap();
-    let after = ALLOCATIONS.load(Ordering::Relaxed);
+    let after = allocations();
     (after - before, result.read.ios + result.write.ios)
 }
 
