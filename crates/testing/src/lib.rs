@@ -22,6 +22,7 @@
 
 pub mod alloc;
 mod faults;
+pub mod nbdkit;
 mod target;
 
 pub use alloc::CountingAllocator;

@@ -40,9 +40,9 @@ use nvraid_io::queue::{OpKind, Queue, Target};
 use nvraid_layout::parity::ParityLayout;
 use nvraid_layout::Level;
 use nvraid_metadata::{Superblock, SUPER_OFFSET_BYTES};
+use nvraid_testing::nbdkit::Nbdkit;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -80,32 +80,15 @@ const LEVELS: [(Level, usize); 8] = [
 ];
 
 /// nbdkit's file plugin serving `file` on the unix socket `socket`.
-fn serve(file: &Path, socket: &Path) -> Child {
-    let _ = std::fs::remove_file(socket);
-    let child = Command::new("nbdkit")
-        .arg("-f")
-        .arg("-U")
-        .arg(socket)
-        .arg("file")
-        .arg(format!("file={}", file.display()))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("nbdkit (./test.sh installs it)");
-    let start = Instant::now();
-    while !socket.exists() {
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "nbdkit did not start"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    child
+fn serve(file: &Path, socket: &Path) -> Nbdkit {
+    Nbdkit::start(
+        socket,
+        ["file".to_string(), format!("file={}", file.display())],
+    )
 }
 
-fn stop(child: &mut Child) {
-    let _ = child.kill();
-    let _ = child.wait();
+fn stop(server: &mut Nbdkit) {
+    server.stop();
 }
 
 /// The events count of the md superblock in `file` (None: there is none).
@@ -136,7 +119,7 @@ struct World {
     files: Vec<PathBuf>,
     sockets: Vec<PathBuf>,
     uris: Vec<String>,
-    servers: Vec<Child>,
+    servers: Vec<Nbdkit>,
     serving: Vec<Serving>,
     /// Whether a stranger ever answered for the role this round.
     ever_stranger: Vec<bool>,
@@ -752,7 +735,7 @@ fn a_request_the_queue_refuses_never_completes_as_done() {
     let sockets: Vec<PathBuf> = (0..2)
         .map(|i| dir.path().join(format!("m{i}.sock")))
         .collect();
-    let mut servers: Vec<Child> = files
+    let mut servers: Vec<Nbdkit> = files
         .iter()
         .zip(&sockets)
         .map(|(f, s)| serve(f, s))
@@ -873,7 +856,7 @@ fn a_member_failed_for_an_unrecordable_write_keeps_its_reason() {
     let sockets: Vec<PathBuf> = (0..4)
         .map(|i| dir.path().join(format!("m{i}.sock")))
         .collect();
-    let mut servers: Vec<Child> = files
+    let mut servers: Vec<Nbdkit> = files
         .iter()
         .zip(&sockets)
         .map(|(f, s)| serve(f, s))

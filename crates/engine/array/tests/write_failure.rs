@@ -32,11 +32,11 @@ use nvraid_io::queue::{OpKind, Queue, Target};
 use nvraid_layout::parity::ParityLayout;
 use nvraid_layout::Level;
 use nvraid_member::{Member, OpenOptions};
+use nvraid_testing::nbdkit::Nbdkit;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 const BLOCK: u64 = 4096;
 const CHUNK: u64 = 16 << 10;
@@ -44,43 +44,29 @@ const MEMBER_BYTES: u64 = 6 << 20;
 
 /// nbdkit serving one file, its writes failing while `trigger` exists.
 struct FailingPeer {
-    child: Child,
-    socket: PathBuf,
+    server: Nbdkit,
     trigger: PathBuf,
 }
 
 impl FailingPeer {
     fn start(dir: &Path, file: &Path) -> FailingPeer {
-        let socket = dir.join("victim.sock");
         let trigger = dir.join("writes-fail");
-        let child = Command::new("nbdkit")
-            .arg("-f")
-            .arg("-U")
-            .arg(&socket)
-            .args(["--filter=error", "file"])
-            .arg(format!("file={}", file.display()))
-            .args(["error-pwrite=EIO", "error-pwrite-rate=100%"])
-            .arg(format!("error-pwrite-file={}", trigger.display()))
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("nbdkit is installed (./test.sh installs it)");
-        let started = Instant::now();
-        while !socket.exists() {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "nbdkit did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        FailingPeer {
-            child,
-            socket,
-            trigger,
-        }
+        let server = Nbdkit::start(
+            &dir.join("victim.sock"),
+            [
+                "--filter=error".to_string(),
+                "file".to_string(),
+                format!("file={}", file.display()),
+                "error-pwrite=EIO".to_string(),
+                "error-pwrite-rate=100%".to_string(),
+                format!("error-pwrite-file={}", trigger.display()),
+            ],
+        );
+        FailingPeer { server, trigger }
     }
 
     fn uri(&self) -> String {
-        format!("nbd+unix:///?socket={}", self.socket.display())
+        self.server.uri()
     }
 
     fn writes_fail(&self, on: bool) {
@@ -89,13 +75,6 @@ impl FailingPeer {
         } else {
             let _ = std::fs::remove_file(&self.trigger);
         }
-    }
-}
-
-impl Drop for FailingPeer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
