@@ -63,7 +63,8 @@ impl ConnectionProof for Identity {
         let mut refused = self.refused.lock().unwrap_or_else(|e| e.into_inner());
         match &result {
             Ok(_) => *refused = None,
-            Err(e @ ConnectError::NotTheMember { .. }) => *refused = Some(e.to_string()),
+            // The reason alone: whoever reports it names the member.
+            Err(ConnectError::NotTheMember { reason, .. }) => *refused = Some(reason.clone()),
             Err(_) => {}
         }
         result
