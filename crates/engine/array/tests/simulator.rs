@@ -299,11 +299,7 @@ impl World {
                 continue;
             }
             let model = &self.model[at as usize..at as usize + 4096];
-            let allowed = got == model
-                || self
-                    .maybe
-                    .get(&block)
-                    .is_some_and(|m| m.iter().any(|b| *b == got));
+            let allowed = got == model || self.maybe.get(&block).is_some_and(|m| m.contains(&got));
             assert!(
                 allowed,
                 "seed {}: after {what}, block {block} reads bytes nobody wrote",

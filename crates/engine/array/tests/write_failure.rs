@@ -260,8 +260,7 @@ fn case(level: Level, members: usize, policy: Policy, path: DataPath, seed: u64)
         allow_degraded: true,
         ..Default::default()
     };
-    let array =
-        Arc::new(assemble(&specs, options.clone()).unwrap_or_else(|e| panic!("{what}: {e}")));
+    let array = Arc::new(assemble(&specs, options).unwrap_or_else(|e| panic!("{what}: {e}")));
     let size = array.size_bytes();
     let row_bytes = CHUNK * (members as u64 - level.parity_chunks() as u64);
     let mut ledger = Ledger {
@@ -328,7 +327,7 @@ fn case(level: Level, members: usize, policy: Policy, path: DataPath, seed: u64)
         .unwrap_or_else(|e| panic!("{what}: close: {e}"));
 
     // Stopped and assembled again: the bad ranges come back from disk.
-    let array = assemble(&specs, options.clone()).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let array = assemble(&specs, options).unwrap_or_else(|e| panic!("{what}: {e}"));
     // The log is md's: mdadm lists the same sectors nvraid assembled.
     for (role, file) in files.iter().enumerate().take(members) {
         let ours: u64 = array.slot(role).map_or(0, |s| {

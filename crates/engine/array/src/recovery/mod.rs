@@ -11,6 +11,7 @@
 //!   clean at the end.
 //! - [`rebuild_online`] and the scrub beside clients: the same work while
 //!   the array is served (a region at a time, held against client writes).
+//!
 //! [`online`] runs these while the array is served (the rebuild and spares
 //! thread, a check or repair on request, the background resync); the rest
 //! runs offline (the array is not served; the claim on its members keeps
