@@ -324,7 +324,11 @@ impl FanoutQueue {
             let array = self.parity_array();
             let work = &mut self.work[slot as usize];
             let role = member as usize;
-            let taken_over = if kind == KIND_WRITE {
+            // An error that says nvraid asked for something wrong fails
+            // the request and leaves the member alone.
+            let taken_over = if !crate::array::is_member_failure(&error) {
+                false
+            } else if kind == KIND_WRITE {
                 // A member the array cannot lose keeps the range as bad
                 // blocks (see `Array::write_failed`); the round's other
                 // writes to the same rows are its companions.
@@ -346,7 +350,7 @@ impl FanoutQueue {
             } else {
                 array.fail_member(role, &error).is_ok()
             };
-            if crate::array::is_member_failure(&error) && taken_over {
+            if taken_over {
                 // A write's block lives on in the parity written beside it;
                 // a read must be planned again without the member.
                 if kind == KIND_READ {
