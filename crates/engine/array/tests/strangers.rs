@@ -666,13 +666,7 @@ fn round(seed: u64) -> usize {
 
 #[test]
 fn seeded_strangers_at_a_members_address_never_give_wrong_data() {
-    nvraid_member::set_remote_defaults(
-        false,
-        nvraid_member::RemoteOptions {
-            request_timeout: Duration::from_secs(2),
-            connect_timeout: Duration::from_secs(2),
-        },
-    );
+    short_timeouts();
     if let Some(seed) = std::env::var("NVRAID_SIM_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -696,6 +690,84 @@ fn seeded_strangers_at_a_members_address_never_give_wrong_data() {
     eprintln!("{rounds} rounds; older copies with current events not put back: {skipped}");
 }
 
+/// Short request and connect timeouts for every remote member of this
+/// test binary, so that rounds are quick.
+fn short_timeouts() {
+    nvraid_member::set_remote_defaults(
+        false,
+        nvraid_member::RemoteOptions {
+            request_timeout: Duration::from_secs(2),
+            connect_timeout: Duration::from_secs(2),
+        },
+    );
+}
+
+/// An array of `members` files made by `create`, each served by its own
+/// nbdkit, assembled writable over their URIs (the regression tests' bed).
+struct Bed {
+    dir: tempfile::TempDir,
+    sockets: Vec<PathBuf>,
+    servers: Vec<Nbdkit>,
+}
+
+impl Bed {
+    fn new(level: Level, members: usize, name: &str) -> (Bed, Array) {
+        short_timeouts();
+        let dir = tempfile::tempdir().unwrap();
+        let files: Vec<PathBuf> = (0..members)
+            .map(|i| dir.path().join(format!("m{i}.img")))
+            .collect();
+        let specs: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+        create(
+            &specs,
+            &CreateOptions {
+                level,
+                chunk_bytes: 64 << 10,
+                name: name.into(),
+                size_bytes: Some(MEMBER_BYTES),
+                force: false,
+                direct: true,
+                bitmap: BitmapChoice::Auto,
+            },
+        )
+        .unwrap()
+        .close()
+        .unwrap();
+        let sockets: Vec<PathBuf> = (0..members)
+            .map(|i| dir.path().join(format!("m{i}.sock")))
+            .collect();
+        let servers: Vec<Nbdkit> = files
+            .iter()
+            .zip(&sockets)
+            .map(|(f, s)| serve(f, s))
+            .collect();
+        let uris: Vec<String> = servers.iter().map(Nbdkit::uri).collect();
+        let options = AssembleOptions {
+            writable: true,
+            direct: true,
+            allow_degraded: true,
+        };
+        let array = assemble(&uris, options).unwrap();
+        let bed = Bed {
+            dir,
+            sockets,
+            servers,
+        };
+        (bed, array)
+    }
+
+    /// A blank export of the member's size answers at `role`'s address.
+    fn blank_at(&mut self, role: usize) {
+        stop(&mut self.servers[role]);
+        let blank = self.dir.path().join(format!("blank{role}.img"));
+        std::fs::File::create(&blank)
+            .unwrap()
+            .set_len(MEMBER_BYTES)
+            .unwrap();
+        self.servers[role] = serve(&blank, &self.sockets[role]);
+    }
+}
+
 /// Found by seed 15 (RAID 5, two strangers): a fast-path write the queue
 /// refused at `submit` (the array could not be marked dirty: the member
 /// holding the last copy was a stranger) also completed later, as done,
@@ -705,67 +777,13 @@ fn seeded_strangers_at_a_members_address_never_give_wrong_data() {
 /// never `Ok` for a write that did not happen.
 #[test]
 fn a_request_the_queue_refuses_never_completes_as_done() {
-    nvraid_member::set_remote_defaults(
-        false,
-        nvraid_member::RemoteOptions {
-            request_timeout: Duration::from_secs(2),
-            connect_timeout: Duration::from_secs(2),
-        },
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let files: Vec<PathBuf> = (0..2)
-        .map(|i| dir.path().join(format!("m{i}.img")))
-        .collect();
-    let specs: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
-    create(
-        &specs,
-        &CreateOptions {
-            level: Level::Raid1,
-            chunk_bytes: 64 << 10,
-            name: "refused".into(),
-            size_bytes: Some(MEMBER_BYTES),
-            force: false,
-            direct: true,
-            bitmap: BitmapChoice::Auto,
-        },
-    )
-    .unwrap()
-    .close()
-    .unwrap();
-    let sockets: Vec<PathBuf> = (0..2)
-        .map(|i| dir.path().join(format!("m{i}.sock")))
-        .collect();
-    let mut servers: Vec<Nbdkit> = files
-        .iter()
-        .zip(&sockets)
-        .map(|(f, s)| serve(f, s))
-        .collect();
-    let uris: Vec<String> = sockets
-        .iter()
-        .map(|s| format!("nbd+unix:///?socket={}", s.display()))
-        .collect();
-    let array = Arc::new(
-        assemble(
-            &uris,
-            AssembleOptions {
-                writable: true,
-                direct: true,
-                allow_degraded: true,
-            },
-        )
-        .unwrap(),
-    );
+    let (mut bed, array) = Bed::new(Level::Raid1, 2, "refused");
+    let array = Arc::new(array);
     let target = FanoutTarget::array(array.clone(), EngineKind::Psync);
     let mut queue = target.open_queue(1, 64 << 10).unwrap();
     // Both members' addresses now answer with blank exports.
-    for (i, server) in servers.iter_mut().enumerate() {
-        stop(server);
-        let blank = dir.path().join(format!("blank{i}.img"));
-        std::fs::File::create(&blank)
-            .unwrap()
-            .set_len(MEMBER_BYTES)
-            .unwrap();
-        *server = serve(&blank, &sockets[i]);
+    for role in 0..2 {
+        bed.blank_at(role);
     }
     let written = vec![0xa5u8; 8192];
     queue.buffer_mut(0)[..8192].copy_from_slice(&written);
@@ -812,9 +830,6 @@ fn a_request_the_queue_refuses_never_completes_as_done() {
     }
     drop(queue);
     drop(target);
-    for server in &mut servers {
-        stop(server);
-    }
 }
 
 /// Found by seed 22 (RAID 5, strangers at two members): a write failed on
@@ -824,68 +839,16 @@ fn a_request_the_queue_refuses_never_completes_as_done() {
 /// said nothing. Every way a member turns faulty keeps why.
 #[test]
 fn a_member_failed_for_an_unrecordable_write_keeps_its_reason() {
-    nvraid_member::set_remote_defaults(
-        false,
-        nvraid_member::RemoteOptions {
-            request_timeout: Duration::from_secs(2),
-            connect_timeout: Duration::from_secs(2),
-        },
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let files: Vec<PathBuf> = (0..4)
-        .map(|i| dir.path().join(format!("m{i}.img")))
-        .collect();
-    let specs: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
-    create(
-        &specs,
-        &CreateOptions {
-            level: Level::Raid5 {
-                layout: ParityLayout::LeftSymmetric,
-            },
-            chunk_bytes: 64 << 10,
-            name: "reason".into(),
-            size_bytes: Some(MEMBER_BYTES),
-            force: false,
-            direct: true,
-            bitmap: BitmapChoice::Auto,
-        },
-    )
-    .unwrap()
-    .close()
-    .unwrap();
-    let sockets: Vec<PathBuf> = (0..4)
-        .map(|i| dir.path().join(format!("m{i}.sock")))
-        .collect();
-    let mut servers: Vec<Nbdkit> = files
-        .iter()
-        .zip(&sockets)
-        .map(|(f, s)| serve(f, s))
-        .collect();
-    let uris: Vec<String> = sockets
-        .iter()
-        .map(|s| format!("nbd+unix:///?socket={}", s.display()))
-        .collect();
-    let array = assemble(
-        &uris,
-        AssembleOptions {
-            writable: true,
-            direct: true,
-            allow_degraded: true,
-        },
-    )
-    .unwrap();
+    let raid5 = Level::Raid5 {
+        layout: ParityLayout::LeftSymmetric,
+    };
+    let (mut bed, array) = Bed::new(raid5, 4, "reason");
     let row = vec![0x5au8; 192 << 10];
     array.write_at(&row, 0, false).unwrap();
     let eio = std::io::Error::from_raw_os_error(libc::EIO);
     array.fail_member(3, &eio).unwrap();
     for role in 1..3 {
-        stop(&mut servers[role]);
-        let blank = dir.path().join(format!("blank{role}.img"));
-        std::fs::File::create(&blank)
-            .unwrap()
-            .set_len(MEMBER_BYTES)
-            .unwrap();
-        servers[role] = serve(&blank, &sockets[role]);
+        bed.blank_at(role);
     }
     let array = Arc::new(array);
     let target = FanoutTarget::array(array.clone(), EngineKind::Psync);
@@ -912,7 +875,4 @@ fn a_member_failed_for_an_unrecordable_write_keeps_its_reason() {
         );
     }
     drop(array);
-    for server in &mut servers {
-        stop(server);
-    }
 }
