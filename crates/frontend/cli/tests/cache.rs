@@ -611,10 +611,18 @@ fn an_md_write_journal_that_fails_under_the_cache_loses_nothing_acknowledged() {
     md_journal_fails(&["--cache", "journal"]);
 }
 
-fn md_journal_fails(extra: &[&str]) {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let (mut nbdkit, journal, trigger) = failing_export(d, "16M");
+/// A RAID 5 of three 16 MiB members with md's journal on an nbdkit export
+/// whose writes fail while `trigger` exists: the server, the trigger, the
+/// data members, and every member (the journal last).
+fn raid5_with_a_failing_journal(
+    d: &Path,
+) -> (
+    std::process::Child,
+    std::path::PathBuf,
+    Vec<String>,
+    Vec<String>,
+) {
+    let (nbdkit, journal, trigger) = failing_export(d, "16M");
     let data_members: Vec<String> = (0..3).map(|i| format!("m{i}")).collect();
     let mut create = vec![
         "create",
@@ -628,7 +636,14 @@ fn md_journal_fails(extra: &[&str]) {
     create.extend(data_members.iter().map(String::as_str));
     ok(&create, d);
     let mut members = data_members.clone();
-    members.push(journal.clone());
+    members.push(journal);
+    (nbdkit, trigger, data_members, members)
+}
+
+fn md_journal_fails(extra: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (mut nbdkit, trigger, data_members, members) = raid5_with_a_failing_journal(d);
     let mut server = serve_with(d, &members, extra);
     let export = connect(d);
     let mut acknowledged = Vec::new();
@@ -688,21 +703,7 @@ fn md_journal_fails(extra: &[&str]) {
 fn a_failed_md_journal_is_recorded_faulty_and_add_journal_replaces_it() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let (mut nbdkit, journal, trigger) = failing_export(d, "16M");
-    let data_members: Vec<String> = (0..3).map(|i| format!("m{i}")).collect();
-    let mut create = vec![
-        "create",
-        "--level",
-        "5",
-        "--size",
-        "16M",
-        "--write-journal",
-        &journal,
-    ];
-    create.extend(data_members.iter().map(String::as_str));
-    ok(&create, d);
-    let mut members = data_members.clone();
-    members.push(journal.clone());
+    let (mut nbdkit, trigger, data_members, members) = raid5_with_a_failing_journal(d);
     let mut server = serve(d, &members);
     let export = connect(d);
     let mut acknowledged = Vec::new();
