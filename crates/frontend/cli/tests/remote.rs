@@ -397,12 +397,7 @@ fn a_stranger_behind_a_members_address_is_refused() {
     ] {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
-        let a = Node::file(d, "a", SIZE, &[]);
-        let mut b = Node::file(d, "b", SIZE, &[]);
-        let members = vec![a.uri(), b.uri()];
-        let mut create = vec!["create", "--level", "1"];
-        create.extend(members.iter().map(String::as_str));
-        ok(&create, d);
+        let (a, mut b, members) = mirror_of_two_nodes(d, SIZE);
         match case {
             "blank" => {
                 std::fs::File::create(d.join("stranger.img"))
@@ -460,6 +455,18 @@ fn a_stranger_behind_a_members_address_is_refused() {
     }
 }
 
+/// A RAID 1 created over two nbdkit file nodes `a` and `b` of `size`
+/// bytes: the nodes and the members' URIs.
+fn mirror_of_two_nodes(d: &Path, size: u64) -> (Node, Node, Vec<String>) {
+    let a = Node::file(d, "a", size, &[]);
+    let b = Node::file(d, "b", size, &[]);
+    let members = vec![a.uri(), b.uri()];
+    let mut create = vec!["create", "--level", "1"];
+    create.extend(members.iter().map(String::as_str));
+    ok(&create, d);
+    (a, b, members)
+}
+
 /// The member's own server restarted at the same address is the member:
 /// its new connections pass the check, reads and writes go on, nothing
 /// turns faulty, and afterwards both copies match.
@@ -468,12 +475,7 @@ fn a_member_whose_server_comes_back_is_accepted() {
     const SIZE: u64 = 16 << 20;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let a = Node::file(d, "a", SIZE, &[]);
-    let mut b = Node::file(d, "b", SIZE, &[]);
-    let members = vec![a.uri(), b.uri()];
-    let mut create = vec!["create", "--level", "1"];
-    create.extend(members.iter().map(String::as_str));
-    ok(&create, d);
+    let (a, mut b, members) = mirror_of_two_nodes(d, SIZE);
     let server = serve_with(d, &members, &["--nbd-timeout", "3s"]);
     let data = pattern(8 << 20, 3);
     write_array(d, &data);
