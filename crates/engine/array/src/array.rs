@@ -536,12 +536,6 @@ impl Array {
         }
     }
 
-    /// A PPL array's logs were replayed after a crash: it is in sync (md
-    /// does no resync after its PPL recovery).
-    pub(crate) fn ppl_recovered(&self) {
-        self.unsynced.store(false, Ordering::Release);
-    }
-
     /// Whether some member may not be read everywhere (see [`ReadLimit`]).
     pub fn read_limited(&self) -> bool {
         self.read_limited.load(Ordering::Acquire)

@@ -501,8 +501,13 @@ impl Array {
         };
         ppl.reset(self)?;
         if logged {
-            // Every stripe that was being written has its parity back.
-            self.ppl_recovered();
+            // Every stripe that was being written has its parity back, and
+            // the logs are empty again: recorded clean now (md does no
+            // resync after its PPL recovery), so that a crash before the
+            // next write does not find a dirty array with empty logs,
+            // which reads as one never written through its logs (created
+            // over used members) and would need a full resync.
+            self.resync_checkpoint(None)?;
         }
         self.ppl = Some(ppl);
         Ok(replayed)
