@@ -27,7 +27,8 @@
 //! - Every operation completes within the request timeout of its push,
 //!   reconnections included: a retry goes only while its deadline leaves
 //!   time (a request that timed out is not retried), and a new connection
-//!   is given at most the time left to the first operation waiting for it
+//!   is given at most half the time left to the first operation waiting for it
+//!   (it blocks the worker, whose other members' operations keep the rest)
 //!   (the connect timeout bounds only the member's first connection, made
 //!   when it is opened: a worker's channel connecting later, at its first
 //!   operation, has that operation's deadline).
@@ -825,11 +826,12 @@ impl NbdChannel {
         // at the front of `deadlines`.
         again.sort_by_key(|&wire| self.ops[self.wires[wire as usize].op as usize].deadline);
         // The new connection must not hold the retried requests (nor this
-        // worker's others) past the first of their deadlines.
+        // worker's others, which wait on the same thread) past the first of
+        // their deadlines: it gets half of the time left.
         let timeout = self
             .options
             .connect_timeout
-            .min(first_deadline.saturating_duration_since(now));
+            .min(first_deadline.saturating_duration_since(now) / 2);
         match self.reconnect(timeout) {
             Ok(()) => {
                 for wire in again {
@@ -919,11 +921,16 @@ impl Channel for NbdChannel {
                 _ => {
                     // The connection counts against the operation's
                     // deadline (the member's first connection, made when
-                    // it was opened, had the connect timeout).
+                    // it was opened, had the connect timeout). It is made
+                    // on the worker's thread, which other members'
+                    // operations wait on meanwhile: it gets half of the
+                    // deadline, so that theirs, pushed at the same time,
+                    // keep the other half to complete (a member that does
+                    // not answer must not time out the ones that do).
                     let timeout = self
                         .options
                         .connect_timeout
-                        .min(self.options.request_timeout);
+                        .min(self.options.request_timeout / 2);
                     if let Err(errno) = self.reconnect(timeout) {
                         self.fail_now(op.user_data, errno);
                         return Ok(());
