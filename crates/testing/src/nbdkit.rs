@@ -1,6 +1,6 @@
 //! nbdkit, the NBD server tests put behind members: started on a unix
-//! socket with the plugin and filters a test gives, waited for until the
-//! socket exists, and killed when dropped (a failing test leaves no server
+//! socket with the plugin and filters a test gives, waited for until it
+//! takes a connection, and killed when dropped (a failing test leaves no server
 //! behind). Needs nbdkit (`./test.sh` installs it).
 
 use std::path::{Path, PathBuf};
@@ -15,7 +15,7 @@ pub struct Nbdkit {
 
 impl Nbdkit {
     /// `nbdkit -f -U SOCKET ARGS...` (a stale socket file is removed
-    /// first); returns once the socket exists.
+    /// first); returns once it takes connections.
     pub fn start<I, S>(socket: &Path, args: I) -> Nbdkit
     where
         I: IntoIterator<Item = S>,
@@ -31,8 +31,11 @@ impl Nbdkit {
             .stderr(Stdio::null())
             .spawn()
             .expect("nbdkit is installed (./test.sh installs it)");
+        // The socket file appears when nbdkit binds it, a moment before
+        // it listens: a connection in between is refused. Ready means a
+        // connection is taken (the probe is closed at once).
         let started = Instant::now();
-        while !socket.exists() {
+        while std::os::unix::net::UnixStream::connect(socket).is_err() {
             assert!(
                 started.elapsed() < Duration::from_secs(20),
                 "nbdkit did not start on {}",

@@ -23,10 +23,10 @@
 //! nvraid's assembly (md's events margin), and running the command again
 //! finishes the job.
 
-use crate::array::{read_superblock, write_superblock};
 use crate::assemble::level_of;
 use crate::decision::{decide, SetAside};
 use crate::error::{Error, Result};
+use crate::slot::{read_superblock, write_superblock};
 use nvraid_io::AlignedBuf;
 use nvraid_member::{Member, OpenOptions};
 use nvraid_metadata::{features, Role, Superblock, Timestamp, RESYNC_CLEAN, SUPER_OFFSET_BYTES};

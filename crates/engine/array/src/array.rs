@@ -7,258 +7,14 @@
 //! `data_offset + member_offset`. With FUA, every member written is flushed
 //! before the call returns.
 
+use crate::barrier::Barrier;
 use crate::decision::SetAside;
 use crate::error::{Error, Result};
-use nvraid_layout::{Geometry, Level, Piece};
-use nvraid_member::Member;
-use nvraid_metadata::{
-    badblocks, bitmap, features, Role, Superblock, Timestamp, RESYNC_CLEAN, SUPER_OFFSET_BYTES,
-};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use crate::slot::{apply_bad_blocks, is_member_failure, write_superblock, MemberCounters, Slot};
+use nvraid_layout::{Geometry, Level};
+use nvraid_metadata::{bitmap, features, Role, Superblock, Timestamp, RESYNC_CLEAN};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
-
-/// One role of the array: a member, its own superblock, and the parts of
-/// it that md would not read.
-#[derive(Debug)]
-pub struct Slot {
-    pub member: Member,
-    pub superblock: Superblock,
-    pub read_limit: ReadLimit,
-    /// What the member must prove on each new connection (remote members;
-    /// see `identity`).
-    identity: std::sync::Arc<crate::identity::MemberIdentity>,
-}
-
-impl Slot {
-    /// A slot for `member`, reading its bad-block log when the superblock
-    /// has one and noting how far a member being recovered is in sync.
-    pub fn new(member: Member, superblock: Superblock) -> Result<Slot> {
-        let read_limit = ReadLimit::of(&member, &superblock)?;
-        // The superblock was just read from (or written to) the member
-        // over its open connection: every later connection must find the
-        // same member there.
-        let identity = std::sync::Arc::new(crate::identity::MemberIdentity::of(&superblock));
-        member.set_identity_check(identity.clone());
-        Ok(Slot {
-            member,
-            superblock,
-            read_limit,
-            identity,
-        })
-    }
-
-    pub fn data_offset_bytes(&self) -> u64 {
-        self.superblock.data_offset_sectors * 512
-    }
-}
-
-/// What md would not read from a member: the part above a recovery that has
-/// not finished (`RECOVERY_OFFSET`), and the ranges of its bad-block log
-/// (`BAD_BLOCKS`), those it had at assembly and those recorded while the
-/// array ran ([`Array::write_failed`]). Offsets are bytes from the start of
-/// the member's data.
-#[derive(Debug, Default)]
-pub struct ReadLimit {
-    /// The member is in sync below this many bytes only (`None`: all of it).
-    pub in_sync_bytes: Option<u64>,
-    /// Bad ranges, `(start, end)`, sorted and disjoint. Only ever grows
-    /// while the array runs (a range once bad stays bad until the member
-    /// is replaced), so a reader that saw a range readable before a write
-    /// failed there is ordered by the stripe lock that write held.
-    bad: std::sync::RwLock<Vec<(u64, u64)>>,
-}
-
-impl ReadLimit {
-    fn of(member: &Member, sb: &Superblock) -> Result<ReadLimit> {
-        let recovering = sb.feature_map & (features::RECOVERY_OFFSET | features::RECOVERY_BITMAP);
-        let in_sync_bytes = (recovering != 0).then(|| sb.recovery_offset.saturating_mul(512));
-        let data_start = sb.data_offset_sectors * 512;
-        let ranges: Vec<(u64, u64)> = bad_blocks(member, sb)?
-            .into_iter()
-            .map(|r| (r.sector * 512, (r.sector + r.sectors) * 512))
-            .filter(|&(_, end)| end > data_start)
-            .map(|(start, end)| (start.saturating_sub(data_start), end - data_start))
-            .collect();
-        let limit = ReadLimit {
-            in_sync_bytes,
-            bad: Default::default(),
-        };
-        limit.add_bad(&ranges);
-        Ok(limit)
-    }
-
-    /// Whether nothing limits reads.
-    pub fn is_none(&self) -> bool {
-        self.in_sync_bytes.is_none() && self.bad_ranges().is_empty()
-    }
-
-    /// Whether md would read `[offset, offset + len)` of the data area.
-    pub fn allows(&self, offset: u64, len: u64) -> bool {
-        let end = offset + len;
-        if self.in_sync_bytes.is_some_and(|in_sync| end > in_sync) {
-            return false;
-        }
-        self.no_bad_block_in(offset, len)
-    }
-
-    /// Whether no bad-block range touches `[offset, offset + len)`.
-    pub fn no_bad_block_in(&self, offset: u64, len: u64) -> bool {
-        let end = offset + len;
-        let bad = self.bad.read().unwrap_or_else(|p| p.into_inner());
-        !bad.iter().any(|&(s, e)| offset < e && s < end)
-    }
-
-    /// The bad ranges now, `(start, end)` in data-area bytes, sorted.
-    pub fn bad_ranges(&self) -> Vec<(u64, u64)> {
-        self.bad.read().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    /// Add `ranges` to the bad ones (merged with those that touch them).
-    /// Returns the list as it stands after.
-    pub(crate) fn add_bad(&self, ranges: &[(u64, u64)]) -> Vec<(u64, u64)> {
-        let mut bad = self.bad.write().unwrap_or_else(|p| p.into_inner());
-        bad.extend(ranges.iter().copied().filter(|&(s, e)| s < e));
-        bad.sort_unstable();
-        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(bad.len());
-        for &(s, e) in bad.iter() {
-            match merged.last_mut() {
-                Some(last) if s <= last.1 => last.1 = last.1.max(e),
-                _ => merged.push((s, e)),
-            }
-        }
-        // Paired with the readers' scan: sorted, disjoint, non-empty ranges.
-        assert!(merged.windows(2).all(|w| w[0].1 < w[1].0));
-        *bad = merged;
-        bad.clone()
-    }
-}
-
-/// A member whose log lists ranges says so in its superblock (md's
-/// BAD_BLOCKS feature; assembly reads the log only then).
-fn apply_bad_blocks(slot: &Slot, sb: &mut Superblock) {
-    if sb.bblog_size > 0 && !slot.read_limit.bad_ranges().is_empty() {
-        sb.feature_map |= features::BAD_BLOCKS;
-    }
-}
-
-/// The member's bad-block log, when its superblock says it has entries.
-fn bad_blocks(member: &Member, sb: &Superblock) -> Result<Vec<badblocks::BadRange>> {
-    if sb.feature_map & features::BAD_BLOCKS == 0 || sb.bblog_size == 0 {
-        return Ok(Vec::new());
-    }
-    // The log's offset is signed, in sectors from the superblock.
-    let at = (sb.super_offset_sectors as i64 + i64::from(sb.bblog_offset as i32)) * 512;
-    let len = usize::from(sb.bblog_size) * 512;
-    let bad_log = |what: String| Error::Unsupported {
-        spec: member.spec().into(),
-        what,
-    };
-    if at <= 0 || len > 4096 || at as u64 + len as u64 > member.size_bytes() {
-        return Err(bad_log(format!(
-            "a bad-block log of {len} bytes at byte {at} (outside the member, or larger than md allows)"
-        )));
-    }
-    let mut log = nvraid_io::AlignedBuf::zeroed(len);
-    member
-        .read_at(&mut log, at as u64)
-        .map_err(|e| Error::io(member.spec(), e))?;
-    Ok(badblocks::decode(&log[..len], sb.bblog_shift))
-}
-
-/// The barrier between client writes and a resync (md's barrier, in
-/// regions): a resync copies one region of the array at a time, and while it
-/// does, no client write to that region is in flight or starts. Writers
-/// count themselves in per-bucket counters (a region's bucket is its number
-/// modulo [`BARRIER_BUCKETS`]); the resync raises its region, waits for that
-/// bucket's count to drain, copies, and lowers it. A writer that finds the
-/// raised region's bucket among its own waits (so a busy bucket cannot
-/// starve the resync). The protocol is Dekker's: each side publishes, then
-/// reads the other's (sequentially consistent atomics).
-#[derive(Debug)]
-pub(crate) struct Barrier {
-    counts: Vec<AtomicU32>,
-    /// The raised region's number + 1; 0 when none.
-    raised: AtomicU64,
-    lock: Mutex<()>,
-    lowered: std::sync::Condvar,
-}
-
-/// Bytes per barrier region: the resync's unit.
-pub const BARRIER_REGION_BYTES: u64 = 4 << 20;
-/// Counters the regions hash into.
-pub const BARRIER_BUCKETS: u64 = 64;
-
-impl Barrier {
-    fn new() -> Barrier {
-        Barrier {
-            counts: (0..BARRIER_BUCKETS).map(|_| AtomicU32::new(0)).collect(),
-            raised: AtomicU64::new(0),
-            lock: Mutex::new(()),
-            lowered: std::sync::Condvar::new(),
-        }
-    }
-
-    /// The buckets `[offset, offset + len)` touches (one or a few).
-    fn buckets(offset: u64, len: u64) -> impl Iterator<Item = usize> {
-        let first = offset / BARRIER_REGION_BYTES;
-        let last = (offset + len.max(1) - 1) / BARRIER_REGION_BYTES;
-        (first..=last.min(first + BARRIER_BUCKETS - 1)).map(|r| (r % BARRIER_BUCKETS) as usize)
-    }
-
-    /// A client write to `[offset, offset + len)` begins, unless a resync
-    /// holds one of its buckets: then it is not counted and the raised
-    /// region is returned.
-    fn try_enter(&self, offset: u64, len: u64) -> Result<(), u64> {
-        for b in Self::buckets(offset, len) {
-            self.counts[b].fetch_add(1, Ordering::SeqCst);
-        }
-        let raised = self.raised.load(Ordering::SeqCst);
-        let blocked = raised != 0
-            && Self::buckets(offset, len).any(|b| b as u64 == (raised - 1) % BARRIER_BUCKETS);
-        if blocked {
-            self.leave(offset, len);
-            return Err(raised);
-        }
-        Ok(())
-    }
-
-    /// A client write to `[offset, offset + len)` begins; waits while a
-    /// resync holds one of its buckets.
-    fn enter(&self, offset: u64, len: u64) {
-        while let Err(raised) = self.try_enter(offset, len) {
-            let mut guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-            while self.raised.load(Ordering::SeqCst) == raised {
-                guard = self.lowered.wait(guard).unwrap_or_else(|p| p.into_inner());
-            }
-        }
-    }
-
-    /// A client write that [`Barrier::enter`]ed has completed.
-    fn leave(&self, offset: u64, len: u64) {
-        for b in Self::buckets(offset, len) {
-            let before = self.counts[b].fetch_sub(1, Ordering::SeqCst);
-            assert!(before > 0, "barrier count underflow");
-        }
-    }
-
-    /// Hold region `region` (its number): returns once no client write to
-    /// its bucket is in flight; new ones wait until [`Barrier::lower`].
-    fn raise(&self, region: u64) {
-        self.raised.store(region + 1, Ordering::SeqCst);
-        let bucket = (region % BARRIER_BUCKETS) as usize;
-        while self.counts[bucket].load(Ordering::SeqCst) != 0 {
-            std::thread::sleep(std::time::Duration::from_micros(20));
-        }
-    }
-
-    fn lower(&self) {
-        {
-            let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-            self.raised.store(0, Ordering::SeqCst);
-        }
-        self.lowered.notify_all();
-    }
-}
 
 /// A barrier region held (see [`Array::hold_region`]); released on drop,
 /// also on an error part-way.
@@ -280,25 +36,6 @@ pub struct SetAsideMember {
     /// `None` when it could not be read.
     pub superblock: Option<Superblock>,
     pub reason: SetAside,
-}
-
-/// Operations, bytes and errors of one member, counted by the fast path's
-/// queues (each queue counts privately and adds its counts here in batches,
-/// so workers do not share a cache line per I/O).
-#[derive(Debug, Default)]
-pub struct MemberCounters {
-    pub ops: AtomicU64,
-    pub bytes: AtomicU64,
-    pub errors: AtomicU64,
-}
-
-impl MemberCounters {
-    /// Add a batch of counts.
-    pub fn add(&self, ops: u64, bytes: u64, errors: u64) {
-        self.ops.fetch_add(ops, Ordering::Relaxed);
-        self.bytes.fetch_add(bytes, Ordering::Relaxed);
-        self.errors.fetch_add(errors, Ordering::Relaxed);
-    }
 }
 
 /// An assembled array. All methods take `&self`; the array is `Sync`.
@@ -336,7 +73,6 @@ pub struct Array {
     /// The events counter on the members; its lock serialises superblock
     /// updates.
     events: Mutex<u64>,
-    read_rotor: AtomicU32,
     /// Members given at assembly but left out, with the reason.
     set_aside: Vec<SetAsideMember>,
     /// Per role, how many bytes of the member's data area are in sync:
@@ -365,11 +101,11 @@ pub struct Array {
     barrier_turn: Mutex<()>,
     /// md's write-intent bitmap, when the array has one (see `intent`).
     pub(crate) intent: Option<crate::intent::WriteIntent>,
-    /// RAID 4/5/6: the stripe geometry, and the stripes requests hold.
-    pub(crate) parity: Option<crate::stripe::ParityShape>,
-    pub(crate) stripe_locks: crate::stripe::StripeLocks,
+    /// What the level's family does (RAID 0/1/10: copies; RAID 4/5/6:
+    /// parity), chosen once here.
+    pub(crate) personality: crate::personality::Personality,
     /// RAID 5 with md's partial parity log (see `ppl`).
-    pub(crate) ppl: Option<crate::ppl::Ppl>,
+    pub(crate) ppl: Option<crate::parity::ppl::Ppl>,
     /// RAID 4/5/6 with md's write journal: its member (see `journal`).
     pub(crate) md_journal: Option<crate::journal::MdJournal>,
 }
@@ -454,8 +190,7 @@ impl Array {
             .chain((0..ONLINE_JOINS).map(|_| OnceLock::new()))
             .collect();
         Array {
-            parity: crate::stripe::ParityShape::of(&geometry),
-            stripe_locks: crate::stripe::StripeLocks::new(),
+            personality: crate::personality::Personality::of(&geometry),
             ppl: None,
             md_journal: None,
             geometry,
@@ -471,7 +206,6 @@ impl Array {
             read_limited: AtomicBool::new(read_limited),
             dirty: AtomicBool::new(false),
             events: Mutex::new(events),
-            read_rotor: AtomicU32::new(0),
             set_aside: Vec::new(),
             faulty_reason: (0..roles).map(|_| Mutex::new(None)).collect(),
             faulty,
@@ -893,7 +627,8 @@ impl Array {
         companions: &[usize],
     ) -> Result<()> {
         let failed = self.fail_member(role, error);
-        if !matches!(failed, Err(Error::LastCopy { .. })) || self.parity.is_none() {
+        if !matches!(failed, Err(Error::LastCopy { .. })) || !self.personality.records_lost_writes()
+        {
             return failed;
         }
         let spec = self
@@ -978,6 +713,11 @@ impl Array {
             return Ok(());
         }
         companions.iter().try_for_each(|&c| add(c))
+    }
+
+    /// RAID 4/5/6: the stripe geometry (`None` for RAID 0/1/10).
+    pub(crate) fn parity_shape(&self) -> Option<crate::parity::ParityShape> {
+        self.personality.shape()
     }
 
     pub fn geometry(&self) -> &Geometry {
@@ -1076,117 +816,7 @@ impl Array {
     /// Read `buf.len()` bytes at `offset`.
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         self.check(offset, buf.len() as u64)?;
-        if self.parity.is_some() {
-            return self.read_parity(buf, offset);
-        }
-        let mut at = 0usize;
-        for piece in self.geometry.pieces(offset, buf.len() as u64) {
-            let len = piece.len as usize;
-            self.read_piece(piece, &mut buf[at..at + len])?;
-            at += len;
-        }
-        Ok(())
-    }
-
-    fn read_piece(&self, piece: Piece, buf: &mut [u8]) -> Result<()> {
-        let mut result = Ok(());
-        let sector = u64::from(self.sector_bytes);
-        let covered = self.cover(
-            piece,
-            sector,
-            &mut |part, copy| {
-                if result.is_ok() {
-                    let at = (part.logical_offset - piece.logical_offset) as usize;
-                    result = self.read_copy(part, copy, &mut buf[at..at + part.len as usize]);
-                }
-            },
-            &mut |part| self.choose_copy(part.logical_offset, part.len).ok(),
-        );
-        if !covered {
-            return Err(Error::Unreadable {
-                offset: piece.logical_offset,
-                len: piece.len,
-            });
-        }
-        result
-    }
-
-    /// Cover `piece` with readable copies: one copy for the whole piece when
-    /// one can be read there (`choose`), otherwise the piece is halved (at
-    /// multiples of `sector`) until each part has one, as md reads around a
-    /// bad range or a recovery point. `emit` gets each part and its copy.
-    /// False when some sector has no readable copy at all.
-    pub(crate) fn cover(
-        &self,
-        piece: Piece,
-        sector: u64,
-        emit: &mut dyn FnMut(Piece, u32),
-        choose: &mut dyn FnMut(Piece) -> Option<u32>,
-    ) -> bool {
-        if let Some(copy) = choose(piece) {
-            emit(piece, copy);
-            return true;
-        }
-        if !self.read_limited() || piece.len <= sector {
-            return false;
-        }
-        let half = (piece.len / 2)
-            .next_multiple_of(sector)
-            .min(piece.len - sector);
-        let first = Piece {
-            logical_offset: piece.logical_offset,
-            len: half,
-        };
-        let second = Piece {
-            logical_offset: piece.logical_offset + half,
-            len: piece.len - half,
-        };
-        self.cover(first, sector, emit, choose) && self.cover(second, sector, emit, choose)
-    }
-
-    /// Read `piece` from `copy`; when that member fails, mark it faulty and
-    /// read the piece from another copy (until none is left).
-    fn read_copy(&self, piece: Piece, copy: u32, buf: &mut [u8]) -> Result<()> {
-        let mut copy = copy;
-        loop {
-            let location = self.geometry.locate(piece.logical_offset, copy);
-            let role = location.member as usize;
-            let slot = self.slot(role).expect("chosen copy is present");
-            let member_offset = slot.data_offset_bytes() + location.member_offset;
-            match slot.member.read_at(buf, member_offset) {
-                Ok(()) => return Ok(()),
-                Err(e) if is_member_failure(&e) && self.geometry.copies() > 1 => {
-                    self.fail_member(role, &e)?;
-                    copy = self.choose_copy(piece.logical_offset, piece.len)?;
-                }
-                Err(e) => return Err(Error::io(slot.member.spec(), e)),
-            }
-        }
-    }
-
-    /// The read policy: among readable copies, the member with the fewest
-    /// requests in flight; ties broken by a rotating start so that equal
-    /// mirrors share the load (or the first readable copy, see
-    /// [`Array::first_copy_reads`]).
-    pub fn choose_copy(&self, logical_offset: u64, len: u64) -> Result<u32> {
-        // RAID 0 has one copy: no shared rotor to bump.
-        let first = self.first_copy_reads();
-        let start = if self.geometry.copies() > 1 && !first {
-            self.read_rotor.fetch_add(1, Ordering::Relaxed)
-        } else {
-            0
-        };
-        let load = |member: usize, member_offset: u64| {
-            let slot = self.slot(member)?;
-            self.readable(member, member_offset, len)
-                .then(|| slot.member.inflight())
-        };
-        least_loaded_copy(&self.geometry, logical_offset, start, first, load).ok_or(
-            Error::Unreadable {
-                offset: logical_offset,
-                len,
-            },
-        )
+        self.personality.read(self, buf, offset)
     }
 
     /// Write `buf` at `offset` to every copy; with `fua`, the data is durable
@@ -1200,7 +830,7 @@ impl Array {
         self.begin_write(offset, buf.len() as u64);
         let written = self
             .intent_start(offset, buf.len() as u64)
-            .and_then(|()| self.write_pieces(buf, offset));
+            .and_then(|()| self.personality.write(self, buf, offset));
         self.end_write(offset, buf.len() as u64);
         if fua {
             self.flush_slots(|role| written.as_ref().is_ok_and(|touched| touched[role]))?;
@@ -1208,82 +838,14 @@ impl Array {
         written.map(|_| ())
     }
 
-    fn write_pieces(&self, buf: &[u8], offset: u64) -> Result<Vec<bool>> {
-        if self.parity.is_some() {
-            return self.write_parity(buf, offset);
-        }
-        let mut touched = vec![false; self.roles()];
-        let mut at = 0usize;
-        for piece in self.geometry.pieces(offset, buf.len() as u64) {
-            let len = piece.len as usize;
-            self.write_piece(piece, &buf[at..at + len], &mut touched)?;
-            at += len;
-        }
-        Ok(touched)
-    }
-
-    /// Write `piece` to every usable copy. A member that fails is marked
-    /// faulty and the write goes on to the others; it fails only when no
-    /// copy could be written ([`Array::fail_member`] refuses to fail the
-    /// last one).
-    fn write_piece(&self, piece: Piece, buf: &[u8], touched: &mut [bool]) -> Result<()> {
-        for (role, slot, member_offset) in self.present_copies(piece.logical_offset) {
-            match slot.member.write_at(buf, member_offset) {
-                Ok(()) => touched[role] = true,
-                Err(e) if is_member_failure(&e) => self.fail_member(role, &e)?,
-                Err(e) => return Err(Error::io(slot.member.spec(), e)),
-            }
-        }
-        Ok(())
-    }
-
-    /// Every present copy of the piece starting at `logical_offset`: its
-    /// role, its slot and its byte offset on the member.
-    fn present_copies(
-        &self,
-        logical_offset: u64,
-    ) -> impl Iterator<Item = (usize, &Slot, u64)> + '_ {
-        (0..self.geometry.copies()).filter_map(move |copy| {
-            let location = self.geometry.locate(logical_offset, copy);
-            if self.is_faulty(location.member as usize) {
-                return None;
-            }
-            let slot = self.slot(location.member as usize)?;
-            Some((
-                location.member as usize,
-                slot,
-                slot.data_offset_bytes() + location.member_offset,
-            ))
-        })
-    }
-
-    /// Discard `[offset, offset + len)` on every copy.
+    /// Discard `[offset, offset + len)` (a hint: see each family's
+    /// `discard`).
     pub fn discard(&self, offset: u64, len: u64) -> Result<()> {
         self.check(offset, len)?;
         if !self.writable {
             return Err(Error::ReadOnly);
         }
-        if self.parity.is_some() {
-            // A discarded chunk may read back as anything, and parity would
-            // no longer match it: RAID 4/5/6 keep their bytes (a discard is
-            // a hint; md also ignores it unless members promise zeros).
-            return Ok(());
-        }
-        self.mark_dirty()?;
-        self.begin_write(offset, len);
-        let discarded = (|| {
-            self.intent_start(offset, len)?;
-            for piece in self.geometry.pieces(offset, len) {
-                for (_, slot, member_offset) in self.present_copies(piece.logical_offset) {
-                    slot.member
-                        .discard(member_offset, piece.len)
-                        .map_err(|e| Error::io(slot.member.spec(), e))?;
-                }
-            }
-            Ok(())
-        })();
-        self.end_write(offset, len);
-        discarded
+        self.personality.discard(self, offset, len)
     }
 
     /// Make every completed write durable on every member.
@@ -1535,7 +1097,7 @@ impl Array {
                 other => io(std::io::Error::other(other.to_string())),
             })?;
             journal.slot.member.flush().map_err(io)?;
-            journal.slot.identity.written(next);
+            journal.slot.superblock_written(next);
         }
         for (role, slot) in self.slots().into_iter().enumerate() {
             let Some(slot) = slot else { continue };
@@ -1543,88 +1105,9 @@ impl Array {
                 continue;
             }
             slot.member.flush().map_err(|e| (role, e))?;
-            // Its next connection must find this superblock or a newer one.
-            slot.identity.written(next);
+            slot.superblock_written(next);
         }
         *events = next;
         Ok(())
     }
-}
-
-/// The read policy of both data paths: among the copies of the byte at
-/// `logical_offset` that may be read (`load` gives the requests in flight on
-/// the copy's member, given the member and the offset on it, or `None` when
-/// the member is missing or may not be read there), the least loaded one;
-/// the scan starts at copy `start % copies`, so ties rotate as `start`
-/// advances. With `first`, the first readable copy in copy order.
-pub(crate) fn least_loaded_copy(
-    geometry: &Geometry,
-    logical_offset: u64,
-    start: u32,
-    first: bool,
-    load: impl Fn(usize, u64) -> Option<u32>,
-) -> Option<u32> {
-    let copies = geometry.copies();
-    let mut best: Option<(u32, u32)> = None;
-    for step in 0..copies {
-        let copy = (start % copies + step) % copies;
-        let at = geometry.locate(logical_offset, copy);
-        let Some(member_load) = load(at.member as usize, at.member_offset) else {
-            continue;
-        };
-        if first {
-            return Some(copy);
-        }
-        if best.is_none_or(|(_, best_load)| member_load < best_load) {
-            best = Some((copy, member_load));
-        }
-    }
-    best.map(|(copy, _)| copy)
-}
-
-/// Whether an error from a member means the member failed (md fails a
-/// member on any I/O error), rather than a request nvraid got wrong.
-pub(crate) fn is_member_failure(error: &std::io::Error) -> bool {
-    !matches!(
-        error.raw_os_error(),
-        Some(libc::EINVAL | libc::EFAULT | libc::EBADF | libc::EOPNOTSUPP)
-    )
-}
-
-/// Encode `sb` and write it at 4 KiB on `member` (not flushed). Only the
-/// sectors the superblock occupies are written (whole logical blocks of the
-/// member), so a bitmap or bad-block log that md placed right after it stays
-/// as it is.
-pub(crate) fn write_superblock(member: &Member, sb: &Superblock) -> Result<()> {
-    let block_bytes = member.logical_block_bytes().max(512) as usize;
-    let len = sb.encoded_len().div_ceil(block_bytes) * block_bytes;
-    let mut block = nvraid_io::AlignedBuf::zeroed(len.max(4096));
-    sb.encode(&mut block[..len])
-        .map_err(|source| Error::Superblock {
-            spec: member.spec().into(),
-            source,
-        })?;
-    member
-        .write_at(&block[..len], SUPER_OFFSET_BYTES)
-        .map_err(|e| Error::io(member.spec(), e))
-}
-
-/// Read and decode the superblock at 4 KiB on `member`.
-pub fn read_superblock(member: &Member) -> Result<Superblock> {
-    let needed_bytes = SUPER_OFFSET_BYTES + 4096;
-    if member.size_bytes() < needed_bytes {
-        return Err(Error::Truncated {
-            spec: member.spec().into(),
-            needed_bytes,
-            size_bytes: member.size_bytes(),
-        });
-    }
-    let mut block = nvraid_io::AlignedBuf::zeroed(4096);
-    member
-        .read_at(&mut block, SUPER_OFFSET_BYTES)
-        .map_err(|e| Error::io(member.spec(), e))?;
-    Superblock::decode(&block).map_err(|source| Error::Superblock {
-        spec: member.spec().into(),
-        source,
-    })
 }

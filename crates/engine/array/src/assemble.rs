@@ -1,9 +1,10 @@
 //! `assemble`: read every member's superblock, check that they form one
 //! array, order them by their recorded roles and build the [`Array`].
 
-use crate::array::{read_superblock, Array, SetAsideMember, Slot};
+use crate::array::{Array, SetAsideMember};
 use crate::decision::{decide, SetAside};
 use crate::error::{Error, Result};
+use crate::slot::{read_superblock, Slot};
 use nvraid_layout::{Geometry, Level, Raid0Layout};
 use nvraid_member::{Member, OpenOptions};
 use nvraid_metadata::{features, DecodeError, Superblock, SUPER_OFFSET_SECTORS};
@@ -158,7 +159,7 @@ pub fn assemble(specs: &[String], options: AssembleOptions) -> Result<Array> {
             }
             // A device that fails to read is left out, as md leaves out a
             // device it cannot load; anything else about it is refused.
-            Err(Error::Io { source, .. }) if crate::array::is_member_failure(&source) => {
+            Err(Error::Io { source, .. }) if crate::slot::is_member_failure(&source) => {
                 unreadable.push(SetAsideMember {
                     spec: spec.clone(),
                     superblock: None,
@@ -198,14 +199,14 @@ pub fn assemble(specs: &[String], options: AssembleOptions) -> Result<Array> {
     };
     if options.writable && geometry.level().parity_chunks() > 0 {
         let data = geometry.members() - geometry.level().parity_chunks();
-        if data > crate::stripe::DATA_BLOCKS_MAX {
+        if data > crate::parity::DATA_BLOCKS_MAX {
             // Nothing has been written: the members were only opened.
             return Err(Error::Unsupported {
                 spec: ref_member.spec().into(),
                 what: format!(
                     "writing to a {} array with {data} data chunks per stripe (nvraid writes at most {})",
                     geometry.level(),
-                    crate::stripe::DATA_BLOCKS_MAX
+                    crate::parity::DATA_BLOCKS_MAX
                 ),
             });
         }
@@ -315,7 +316,7 @@ pub fn assemble(specs: &[String], options: AssembleOptions) -> Result<Array> {
             );
         }
     }
-    if array.parity.is_some() {
+    if array.parity_shape().is_some() {
         let replayed = array.load_ppl(options.writable)?;
         if replayed > 0 {
             eprintln!(

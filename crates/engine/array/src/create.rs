@@ -4,9 +4,10 @@
 //! every check, so a refused create leaves every byte of every member as it
 //! was.
 
-use crate::array::{write_superblock, Array, Slot};
+use crate::array::Array;
 use crate::error::{Error, Result};
 use crate::signature;
+use crate::slot::{write_superblock, Slot};
 use nvraid_layout::{Geometry, Level};
 use nvraid_member::{Member, MemberError, MemberKind, OpenOptions};
 use nvraid_metadata::bitmap::{self, BitmapHeader};
@@ -238,13 +239,13 @@ pub fn create_with_spares(
     // Count and chunk errors first, before looking at any member.
     let probe = Geometry::new(options.level, active as u32, options.chunk_bytes, 1 << 40)?;
     let parity = options.level.parity_chunks();
-    if parity > 0 && active as u32 - parity > crate::stripe::DATA_BLOCKS_MAX {
+    if parity > 0 && active as u32 - parity > crate::parity::DATA_BLOCKS_MAX {
         return Err(Error::Unsupported {
             spec: specs.join(", "),
             what: format!(
                 "a {} array of {active} members (nvraid writes at most {} data chunks per stripe)",
                 options.level,
-                crate::stripe::DATA_BLOCKS_MAX
+                crate::parity::DATA_BLOCKS_MAX
             ),
         });
     }
@@ -508,7 +509,7 @@ fn write_array(
             // Read back the bitmap (or the partial parity log) just
             // written, decoded and checked as any assembly checks it.
             array.load_bitmap()?;
-            if array.parity.is_some() {
+            if array.parity_shape().is_some() {
                 array.load_ppl(true)?;
             }
             Ok(array)
@@ -696,7 +697,7 @@ fn write_members(
                 journal_seq = crate::journal::write_empty_log(member, &sb)?;
             }
             if options.bitmap == BitmapChoice::Ppl {
-                crate::ppl::reset_area(member, &sb, &PPL_AREA)?;
+                crate::parity::ppl::reset_area(member, &sb, &PPL_AREA)?;
             }
             if let (Some(image), false) = (&bitmap_image, is_journal) {
                 let at = SUPER_OFFSET_BYTES as i64 + i64::from(sb.bitmap_offset as i32) * 512;

@@ -44,8 +44,9 @@
 //! tail. A journaled array is never recorded dirty: the log, not a resync,
 //! repairs a crash.
 
-use crate::array::{Array, Slot};
+use crate::array::Array;
 use crate::error::{Error, Result};
+use crate::slot::Slot;
 use nvraid_io::AlignedBuf;
 use nvraid_metadata::r5log::{
     self, MetaBlock, Payload, Ring, HEADER_BYTES, PAGE_BYTES, PAGE_SECTORS,
@@ -542,7 +543,7 @@ pub const CACHED_STRIPES_MAX: usize = 4096;
 /// The stripe (md's unit: the 4 KiB row of the members) of array byte
 /// `offset`, as its page number on a member.
 fn stripe_key(array: &Array, offset: u64) -> u64 {
-    match array.parity {
+    match array.parity_shape() {
         Some(shape) => {
             let row = offset / shape.stripe_data_bytes();
             (row * shape.chunk + offset % shape.chunk) / PAGE_BYTES as u64
@@ -917,7 +918,9 @@ impl MdJournal {
     /// of the ring on RAID 4/5 and a seventh on RAID 6 (or one write at a
     /// time), which leaves two fifths of the ring to spare.
     fn cache_share(&self, array: &Array) -> u64 {
-        let parity = array.parity.map_or(2, |shape| u64::from(shape.parity));
+        let parity = array
+            .parity_shape()
+            .map_or(2, |shape| u64::from(shape.parity));
         self.ring.sectors / (3 + 2 * parity)
     }
 
@@ -1556,7 +1559,7 @@ impl Array {
     /// The stripes a scanned log holds, md's way: those to write exactly as
     /// logged (in log order), and those with data only.
     fn gather(&self, journal: &MdJournal, scan: &r5log::Scan) -> Result<(Stripes, Stripes)> {
-        let shape = self.parity.expect("a journal array has parity");
+        let shape = self.parity_shape().expect("a journal array has parity");
         let mut stripes: BTreeMap<u64, Stripe> = BTreeMap::new();
         // Stripes to write exactly, in log order.
         let mut complete: Vec<(u64, Stripe)> = Vec::new();
@@ -1659,7 +1662,7 @@ impl Array {
     /// The lost members that hold data (not parity) at member sector
     /// `key`, each with the array offset of its page there.
     fn lost_data_pages(&self, key: u64) -> Vec<(u32, u64)> {
-        let shape = self.parity.expect("a journal array has parity");
+        let shape = self.parity_shape().expect("a journal array has parity");
         (0..self.roles() as u32)
             .filter(|&role| !self.is_usable(role as usize))
             .filter_map(|role| Some((role, shape.array_offset_of(key * 512, role)?)))
@@ -1676,7 +1679,7 @@ impl Array {
     /// Write a complete stripe's logged pages where they belong: each data
     /// page on its member, P and Q on theirs, at the stripe's sector.
     fn write_logged_stripe(&self, key: u64, stripe: &Stripe) -> Result<usize> {
-        let shape = self.parity.expect("a parity array");
+        let shape = self.parity_shape().expect("a parity array");
         let row = key * 512 / shape.chunk;
         let (p, q) = shape.map.parity_members(row);
         let mut writes: Vec<(u32, &[u8])> = stripe

@@ -6,11 +6,18 @@
 //! - [`Array`]: the data path (read, write with FUA, flush, discard) and the
 //!   clean/dirty state;
 //! - [`info`]: what `detail` and `examine` print.
+//!
+//! Inside, each level family has a home: `copies/` (RAID 0/1/10) and
+//! `parity/` (RAID 4/5/6), chosen once at assembly by `personality`; `slot`
+//! and `barrier` hold what a role and the resync barrier are, below the
+//! array that uses them.
 
 mod add_journal;
 mod array;
 mod assemble;
 mod badlog;
+mod barrier;
+mod copies;
 mod create;
 pub mod decision;
 mod error;
@@ -20,14 +27,16 @@ mod identity;
 pub mod info;
 mod intent;
 pub mod journal;
-mod ppl;
+
+mod parity;
+mod personality;
 pub mod recovery;
 mod scan;
 mod signature;
-mod stripe;
+mod slot;
 
 pub use add_journal::{add_journal, AddJournalOptions, JournalAdded};
-pub use array::{read_superblock, Array, MemberCounters, ReadLimit, SetAsideMember, Slot};
+pub use array::{Array, SetAsideMember};
 pub use assemble::{assemble, geometry_of, has_every_byte, level_of, AssembleOptions};
 pub use create::{
     create, create_with_spares, BitmapChoice, CreateOptions, CHUNK_BYTES_DEFAULT,
@@ -39,3 +48,4 @@ pub use fanout::{FanoutQueue, FanoutTarget};
 pub use intent::{BitmapDaemon, BitmapInfo};
 pub use scan::{scan, Ignored, ScanReport, ScannedArray, ScannedMember};
 pub use signature::detect as detect_signature;
+pub use slot::{read_superblock, MemberCounters, ReadLimit, Slot};

@@ -1,10 +1,10 @@
 //! `assemble --scan`: find md members among files, devices and directories,
 //! group them by array UUID and say whether each array can start.
 
-use crate::array::read_superblock;
 use crate::assemble::{geometry_of, has_every_byte, missing_roles};
 use crate::decision::decide;
 use crate::error::Error;
+use crate::slot::read_superblock;
 use nvraid_member::{Member, OpenOptions};
 use nvraid_metadata::{format_uuid, DecodeError, Role, Superblock};
 use serde::Serialize;

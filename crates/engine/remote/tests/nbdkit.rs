@@ -30,6 +30,17 @@ impl Server {
             .stdout(Stdio::null())
             .spawn()
             .expect("nbdkit is installed (./test.sh installs it)");
+        // nbdkit binds its socket a moment before it listens: ready is a
+        // connection taken (a probe qemu-nbd, which serves one client,
+        // could not survive).
+        let start = Instant::now();
+        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "nbdkit did not start"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
         Server::wait(child, socket, dir)
     }
 

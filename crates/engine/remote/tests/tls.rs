@@ -110,7 +110,9 @@ impl Nbdkit {
             .spawn()
             .expect("nbdkit");
         let start = Instant::now();
-        while !socket.exists() {
+        // Ready when it takes a connection: the socket file appears a
+        // moment before nbdkit listens on it.
+        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
             assert!(start.elapsed() < Duration::from_secs(20));
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -53,7 +53,9 @@ impl Node {
             .spawn()
             .expect("nbdkit (./test.sh installs it)");
         let start = Instant::now();
-        while !socket.exists() {
+        // Ready when it takes a connection: the socket file appears a
+        // moment before nbdkit listens on it.
+        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
             assert!(
                 start.elapsed() < Duration::from_secs(20),
                 "nbdkit did not start"

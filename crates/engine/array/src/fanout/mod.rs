@@ -9,9 +9,8 @@
 //! hot path takes no lock, makes no allocation and copies no data; workers
 //! share nothing but the array's read-only geometry.
 
-mod parity;
-
-use crate::array::{least_loaded_copy, Array};
+use crate::array::Array;
+use crate::copies::simple::least_loaded_copy;
 use nvraid_io::engine::{open_engine, Engine, EngineKind, MemberOp, MemberOpKind};
 use nvraid_io::queue::{Completion, OpKind, Queue, Target};
 use nvraid_io::remote::{MixedEngine, RemoteFile};
@@ -22,7 +21,7 @@ use std::sync::Arc;
 
 /// What the queue maps requests onto.
 #[derive(Clone, Debug)]
-enum Shape {
+pub(crate) enum Shape {
     /// An assembled array.
     Array(Arc<Array>),
     /// One member used whole, at offset 0, no metadata (the JBOD baseline).
@@ -57,7 +56,7 @@ impl FanoutTarget {
         self.engine
     }
 
-    fn members(&self) -> Vec<Option<&Member>> {
+    pub(crate) fn members(&self) -> Vec<Option<&Member>> {
         match &self.shape {
             Shape::Array(a) => a
                 .slots()
@@ -148,111 +147,111 @@ fn read_load(
 
 /// One member operation in flight (or waiting to be resubmitted).
 #[derive(Clone, Copy, Debug, Default)]
-struct SubOp {
-    slot: u32,
-    member: u32,
-    kind: u8,
-    dsync: bool,
+pub(crate) struct SubOp {
+    pub(crate) slot: u32,
+    pub(crate) member: u32,
+    pub(crate) kind: u8,
+    pub(crate) dsync: bool,
     /// Member byte offset where this operation starts.
-    member_offset: u64,
+    pub(crate) member_offset: u64,
     /// The buffer pieces, in member order: `segs[seg_first..][..seg_count]`
     /// (0 for a flush).
-    seg_first: u32,
-    seg_count: u32,
+    pub(crate) seg_first: u32,
+    pub(crate) seg_count: u32,
     /// Total bytes.
-    len: u32,
+    pub(crate) len: u32,
     /// Bytes already moved (short transfers are continued).
-    done: u32,
+    pub(crate) done: u32,
     /// Part of a RAID 4/5/6 request's stripe work (its completion goes
     /// there).
-    stripe: bool,
+    pub(crate) stripe: bool,
     /// Some segment is in the slot's stripe scratch (marked `SCRATCH_SEG`),
     /// not its buffer.
-    scratch: bool,
+    pub(crate) scratch: bool,
 }
 
 /// A piece of a request bound for one member, before merging.
 #[derive(Clone, Copy, Debug, Default)]
-struct Part {
-    member: u32,
-    member_offset: u64,
-    buf_offset: u32,
-    len: u32,
+pub(crate) struct Part {
+    pub(crate) member: u32,
+    pub(crate) member_offset: u64,
+    pub(crate) buf_offset: u32,
+    pub(crate) len: u32,
 }
 
 #[derive(Clone, Copy, Debug)]
-struct SlotState {
-    pending: u32,
+pub(crate) struct SlotState {
+    pub(crate) pending: u32,
     /// First error seen (positive errno), 0 if none.
-    errno: i32,
-    len: u32,
+    pub(crate) errno: i32,
+    pub(crate) len: u32,
 }
 
 /// Per-worker queue over a [`FanoutTarget`].
 pub struct FanoutQueue {
-    shape: Shape,
+    pub(crate) shape: Shape,
     /// The array's geometry (a copy: the hot path reads it without touching
     /// the shared `Arc`).
-    geometry: Option<nvraid_layout::Geometry>,
+    pub(crate) geometry: Option<nvraid_layout::Geometry>,
     /// Byte offset of each member's data area; `None` for missing members.
-    data_offsets: Vec<Option<u64>>,
-    null: Vec<bool>,
-    engine: Box<dyn Engine>,
-    buffers: Vec<AlignedBuf>,
-    slots: Vec<SlotState>,
+    pub(crate) data_offsets: Vec<Option<u64>>,
+    pub(crate) null: Vec<bool>,
+    pub(crate) engine: Box<dyn Engine>,
+    pub(crate) buffers: Vec<AlignedBuf>,
+    pub(crate) slots: Vec<SlotState>,
     /// Per slot, a write holding the array's barrier: `(offset, len)`,
     /// released when the slot completes.
-    spans: Vec<Option<(u64, u32)>>,
-    subs: Vec<SubOp>,
-    free_subs: Vec<u32>,
+    pub(crate) spans: Vec<Option<(u64, u32)>>,
+    pub(crate) subs: Vec<SubOp>,
+    pub(crate) free_subs: Vec<u32>,
     /// Buffer segments `(offset in the slot buffer, length)`; slot `s` owns
     /// `segs[s * segs_per_slot..][..segs_per_slot]`.
-    segs: Vec<(u32, u32)>,
+    pub(crate) segs: Vec<(u32, u32)>,
     /// iovecs built from `segs` for vectored operations (same indexing).
-    iovs: Vec<libc::iovec>,
-    segs_per_slot: u32,
+    pub(crate) iovs: Vec<libc::iovec>,
+    pub(crate) segs_per_slot: u32,
     /// Scratch list of one request's parts (capacity fixed at open).
-    parts: Vec<Part>,
+    pub(crate) parts: Vec<Part>,
     /// Completions that need no engine (null members, discards, errors).
-    ready: Vec<Completion>,
+    pub(crate) ready: Vec<Completion>,
     /// This queue's per-member counts (ops, bytes, errors) not yet added to
     /// the array's counters.
-    counts: Vec<(u64, u64, u64)>,
-    counted_since_publish: u32,
+    pub(crate) counts: Vec<(u64, u64, u64)>,
+    pub(crate) counted_since_publish: u32,
     /// Slot buffers known to hold only zeros (a null member's read then
     /// needs no fill). Cleared when the caller may have written the buffer
     /// or a real member read into it.
-    zeroed: Vec<bool>,
+    pub(crate) zeroed: Vec<bool>,
     /// Slots submitted and not yet completed.
-    busy_slots: u32,
+    pub(crate) busy_slots: u32,
     /// Engine completions being handled (capacity fixed at open).
-    engine_done: Vec<(u64, i32)>,
-    inflight: Vec<u32>,
-    rotor: u32,
-    max_io_bytes: u32,
-    size_bytes: u64,
+    pub(crate) engine_done: Vec<(u64, i32)>,
+    pub(crate) inflight: Vec<u32>,
+    pub(crate) rotor: u32,
+    pub(crate) max_io_bytes: u32,
+    pub(crate) size_bytes: u64,
     /// The array's member generation this queue's file table and data
     /// offsets reflect (see [`Array::generation`]).
-    generation: u64,
+    pub(crate) generation: u64,
     /// The file table as registered with the engine.
-    files: Vec<i32>,
+    pub(crate) files: Vec<i32>,
     /// Which remote member each entry's channel reaches (by address).
-    remotes: Vec<Option<usize>>,
+    pub(crate) remotes: Vec<Option<usize>>,
     /// RAID 4/5/6: the stripe geometry, each slot's stripe work, the slots
     /// waiting for stripes another request holds, and the most scratch a
     /// slot may use.
-    parity: Option<crate::stripe::ParityShape>,
-    work: Vec<parity::StripeWork>,
-    parked: Vec<u32>,
+    pub(crate) parity: Option<crate::parity::ParityShape>,
+    pub(crate) work: Vec<crate::parity::fast::StripeWork>,
+    pub(crate) parked: Vec<u32>,
     /// Looks in a row that found only requests waiting on other queues.
-    idle_looks: u32,
+    pub(crate) idle_looks: u32,
     /// Slots whose round waits for its partial parity log to be durable.
-    logging: Vec<u32>,
+    pub(crate) logging: Vec<u32>,
     /// Completions are being handled: a round that reaches its log waits
     /// in `logging` until all of them are, so that the rounds finishing
     /// together go to the log in one write and one flush.
-    harvesting: bool,
-    scratch_cap: usize,
+    pub(crate) harvesting: bool,
+    pub(crate) scratch_cap: usize,
 }
 
 /// Looks that yield before a waiting queue starts to sleep between them.
@@ -260,14 +259,18 @@ const IDLE_LOOKS_BEFORE_SLEEP: u32 = 4096;
 
 /// A segment start with this bit set is an offset in the slot's stripe
 /// scratch rather than in its buffer.
-const SCRATCH_SEG: u32 = 1 << 31;
+pub(crate) const SCRATCH_SEG: u32 = 1 << 31;
 
-const KIND_READ: u8 = 0;
-const KIND_WRITE: u8 = 1;
+pub(crate) const KIND_READ: u8 = 0;
+pub(crate) const KIND_WRITE: u8 = 1;
 const KIND_FLUSH: u8 = 2;
 
 impl FanoutQueue {
-    fn open(target: &FanoutTarget, depth: u32, max_io_bytes: u32) -> io::Result<FanoutQueue> {
+    pub(crate) fn open(
+        target: &FanoutTarget,
+        depth: u32,
+        max_io_bytes: u32,
+    ) -> io::Result<FanoutQueue> {
         if depth == 0 || max_io_bytes == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -318,7 +321,7 @@ impl FanoutQueue {
             Shape::Raw(_) => None,
         };
         let parity = match &target.shape {
-            Shape::Array(a) => a.parity,
+            Shape::Array(a) => a.parity_shape(),
             Shape::Raw(_) => None,
         };
         Ok(FanoutQueue {
@@ -364,7 +367,9 @@ impl FanoutQueue {
             remotes: remotes.iter().map(remote_id).collect(),
             parity,
             work: match parity {
-                Some(_) => (0..depth).map(|_| parity::StripeWork::new()).collect(),
+                Some(_) => (0..depth)
+                    .map(|_| crate::parity::fast::StripeWork::new())
+                    .collect(),
                 None => Vec::new(),
             },
             parked: Vec::with_capacity(depth as usize),
@@ -378,7 +383,7 @@ impl FanoutQueue {
     /// A member joined the array since this queue last looked: take the
     /// new members' files and data offsets. Operations in flight on a
     /// member that left finish on its file (the array keeps it open).
-    fn refresh(&mut self) -> io::Result<()> {
+    pub(crate) fn refresh(&mut self) -> io::Result<()> {
         let Shape::Array(array) = &self.shape else {
             return Ok(());
         };
@@ -408,7 +413,7 @@ impl FanoutQueue {
     }
 
     /// The most member operations one request can need.
-    fn subs_per_request(shape: &Shape, max_io_bytes: u32, members: usize) -> usize {
+    pub(crate) fn subs_per_request(shape: &Shape, max_io_bytes: u32, members: usize) -> usize {
         let pieces_copies = match shape {
             Shape::Raw(_) => 1,
             Shape::Array(a) => {
@@ -422,7 +427,11 @@ impl FanoutQueue {
                 let around_limits = if a.read_limited() { 64 } else { 0 };
                 // RAID 4/5/6: a round of stripe work reads and writes up to
                 // every member per column.
-                let stripe_work = if a.parity.is_some() { 4 * members } else { 0 };
+                let stripe_work = if a.parity_shape().is_some() {
+                    4 * members
+                } else {
+                    0
+                };
                 (pieces * g.copies() as usize + around_limits).max(stripe_work)
             }
         };
@@ -432,7 +441,7 @@ impl FanoutQueue {
     /// Choose the copy to read: among readable copies, fewest of this
     /// worker's operations in flight on its member, ties broken by rotation
     /// (or the first readable copy while the array reads first copies).
-    fn choose_copy(
+    pub(crate) fn choose_copy(
         &mut self,
         geometry: &nvraid_layout::Geometry,
         logical_offset: u64,
@@ -453,7 +462,7 @@ impl FanoutQueue {
         least_loaded_copy(geometry, logical_offset, self.rotor, first, load)
     }
 
-    fn push_sub(&mut self, sub: SubOp) -> io::Result<()> {
+    pub(crate) fn push_sub(&mut self, sub: SubOp) -> io::Result<()> {
         let slot = sub.slot as usize;
         self.slots[slot].pending += 1;
         if self.null[sub.member as usize] {
@@ -470,7 +479,7 @@ impl FanoutQueue {
     }
 
     /// Take a record for `sub` and hand it to the engine.
-    fn engine_sub(&mut self, sub: SubOp) -> io::Result<()> {
+    pub(crate) fn engine_sub(&mut self, sub: SubOp) -> io::Result<()> {
         if sub.kind == KIND_READ {
             // A member read may land in the slot buffer: no longer known
             // to be all zeros.
@@ -486,7 +495,7 @@ impl FanoutQueue {
     }
 
     /// Hand sub-operation `index` (its remaining part) to the engine.
-    fn issue(&mut self, index: u32) -> io::Result<()> {
+    pub(crate) fn issue(&mut self, index: u32) -> io::Result<()> {
         let sub = self.subs[index as usize];
         let data_offset = self.data_offsets[sub.member as usize].unwrap_or(0);
         let kind = match sub.kind {
@@ -529,7 +538,7 @@ impl FanoutQueue {
 
     /// Fill `iovs[seg_first..]` with the part of `sub`'s segments not yet
     /// moved; returns how many iovecs.
-    fn build_iovecs(&mut self, sub: &SubOp) -> u32 {
+    pub(crate) fn build_iovecs(&mut self, sub: &SubOp) -> u32 {
         let buffer = self.buffers[sub.slot as usize].as_mut_ptr();
         let scratch = if sub.scratch {
             self.work[sub.slot as usize].scratch_ptr()
@@ -564,7 +573,7 @@ impl FanoutQueue {
 
     /// Count one finished member operation; every 256, add this queue's
     /// counts to the array's.
-    fn count(&mut self, member: u32, bytes: u64, error: bool) {
+    pub(crate) fn count(&mut self, member: u32, bytes: u64, error: bool) {
         let entry = &mut self.counts[member as usize];
         entry.0 += 1;
         entry.1 += bytes;
@@ -575,7 +584,7 @@ impl FanoutQueue {
         }
     }
 
-    fn publish_counts(&mut self) {
+    pub(crate) fn publish_counts(&mut self) {
         self.counted_since_publish = 0;
         let Shape::Array(array) = &self.shape else {
             return;
@@ -589,7 +598,7 @@ impl FanoutQueue {
     }
 
     /// One member operation of `slot` finished with `errno` (0 = success).
-    fn finish_sub(&mut self, slot: u32, errno: i32) {
+    pub(crate) fn finish_sub(&mut self, slot: u32, errno: i32) {
         let state = &mut self.slots[slot as usize];
         if errno != 0 && state.errno == 0 {
             state.errno = errno;
@@ -624,7 +633,7 @@ impl FanoutQueue {
 
     /// Handle one engine completion: continue short transfers, retry
     /// EAGAIN/EINTR, record errors.
-    fn on_engine_completion(&mut self, user_data: u64, result: i32) -> io::Result<()> {
+    pub(crate) fn on_engine_completion(&mut self, user_data: u64, result: i32) -> io::Result<()> {
         let index = user_data as u32;
         let sub = &mut self.subs[index as usize];
         let retry = result == -libc::EAGAIN || result == -libc::EINTR;
@@ -666,13 +675,13 @@ impl FanoutQueue {
     /// other copies were written by their own operations). Returns the errno
     /// the request must still see: 0 when another copy took over, `errno`
     /// when none could (RAID 0, or the member holds the last copy).
-    fn fail_over(&mut self, index: u32, errno: i32) -> io::Result<i32> {
+    pub(crate) fn fail_over(&mut self, index: u32, errno: i32) -> io::Result<i32> {
         let sub = self.subs[index as usize];
         let error = io::Error::from_raw_os_error(errno);
         let Shape::Array(array) = &self.shape else {
             return Ok(errno);
         };
-        if !crate::array::is_member_failure(&error) {
+        if !crate::slot::is_member_failure(&error) {
             return Ok(errno);
         }
         let array = Arc::clone(array);
@@ -700,7 +709,7 @@ impl FanoutQueue {
     /// Read each segment of the failed read `sub` from another readable
     /// copy (each segment is one piece, or part of one, so each is
     /// contiguous on any copy). False when a segment has no copy left.
-    fn reissue_read(
+    pub(crate) fn reissue_read(
         &mut self,
         geometry: &nvraid_layout::Geometry,
         array: &Array,
@@ -750,7 +759,7 @@ impl FanoutQueue {
         Ok(true)
     }
 
-    fn submit_rw(
+    pub(crate) fn submit_rw(
         &mut self,
         slot: u32,
         write: bool,
@@ -856,7 +865,7 @@ impl FanoutQueue {
 
     /// Split a request into parts, one per piece and copy written (or the
     /// copy chosen for a read). False when a piece has no copy present.
-    fn split(
+    pub(crate) fn split(
         &mut self,
         geometry: &nvraid_layout::Geometry,
         write: bool,
@@ -903,7 +912,7 @@ impl FanoutQueue {
     /// [`Array::cover`] does. The rare path: it may allocate. False when some
     /// sector has no readable copy, or the request would need more member
     /// operations than a slot holds.
-    fn split_around_limits(
+    pub(crate) fn split_around_limits(
         &mut self,
         geometry: &nvraid_layout::Geometry,
         piece: nvraid_layout::Piece,
@@ -950,7 +959,7 @@ impl FanoutQueue {
     /// Turn the request's parts into member operations: parts that are
     /// adjacent on the same member become one vectored operation (a 1 MiB
     /// read of a 4-member RAID 0 with 64 KiB chunks is 4 operations, not 16).
-    fn merge_and_push(&mut self, slot: u32, kind: u8, dsync: bool) -> io::Result<()> {
+    pub(crate) fn merge_and_push(&mut self, slot: u32, kind: u8, dsync: bool) -> io::Result<()> {
         self.parts
             .sort_unstable_by_key(|p| (p.member, p.member_offset));
         let seg_base = slot * self.segs_per_slot;
@@ -990,7 +999,7 @@ impl FanoutQueue {
         Ok(())
     }
 
-    fn submit_flush(&mut self, slot: u32) -> io::Result<()> {
+    pub(crate) fn submit_flush(&mut self, slot: u32) -> io::Result<()> {
         for member in 0..self.data_offsets.len() as u32 {
             let failed = match &self.shape {
                 Shape::Array(array) => array.is_faulty(member as usize),
@@ -1016,7 +1025,7 @@ impl FanoutQueue {
         Ok(())
     }
 
-    fn discard(&self, offset: u64, len: u32) -> Result<(), i32> {
+    pub(crate) fn discard(&self, offset: u64, len: u32) -> Result<(), i32> {
         let errno = |e: crate::Error| match e {
             crate::Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             _ => libc::EIO,
@@ -1163,7 +1172,7 @@ impl FanoutQueue {
     /// Take the engine's completions (waiting for at least `wait`) and
     /// handle them; finished requests go to `ready`.
     #[inline]
-    fn harvest(&mut self, wait: u32) -> io::Result<()> {
+    pub(crate) fn harvest(&mut self, wait: u32) -> io::Result<()> {
         let mut engine_done = std::mem::take(&mut self.engine_done);
         self.engine.complete(wait, &mut |user_data, result| {
             engine_done.push((user_data, result))

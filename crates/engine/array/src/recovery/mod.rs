@@ -37,7 +37,7 @@
 //! | array dirty at R | the process dies | dirty at the last checkpoint | nothing more: the next repair (or the kernel) resumes at it |
 
 pub mod online;
-mod rebuild;
+pub(crate) mod rebuild;
 mod scrub;
 
 pub use rebuild::{

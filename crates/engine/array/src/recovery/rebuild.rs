@@ -1,16 +1,17 @@
 //! Rebuild: a new member in a missing role, filled from the other copies
 //! (see the state table in the module above).
 
-use crate::array::{write_superblock, Array, Slot};
+use crate::array::Array;
 use crate::create::random_uuid;
 use crate::error::{Error, Result};
+use crate::slot::{write_superblock, Slot};
 use nvraid_io::AlignedBuf;
 use nvraid_member::{Member, MemberKind};
 use nvraid_metadata::{features, Role, Superblock, Timestamp};
 use std::time::{Duration, Instant};
 
 /// Bytes copied per step of a rebuild.
-pub(super) const REGION_BYTES: u64 = 4 << 20;
+pub(crate) const REGION_BYTES: u64 = 4 << 20;
 /// How often a rebuild or a resync records its progress in the superblocks.
 pub(super) const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 
@@ -59,7 +60,7 @@ pub fn re_add_to(array: &Array, old: Member) -> Result<u32> {
         spec: spec.clone(),
         why,
     };
-    let sb = crate::array::read_superblock(&old)?;
+    let sb = crate::slot::read_superblock(&old)?;
     if sb.set_uuid != array.superblock().set_uuid {
         return Err(refuse("it is not a member of this array".into()));
     }
@@ -332,7 +333,10 @@ fn rebuild_role(
             while at < total {
                 let Ok(mut buf) = empty_rx.recv() else { return };
                 let end = (at + REGION_BYTES).min(total);
-                let read = read_region(array, role, at, end, &mut buf, &mut sources);
+                let read =
+                    array
+                        .personality
+                        .rebuild(array, role, (at, end), &mut buf, &mut sources);
                 let failed = read.is_err();
                 if full_tx.send(read.map(|()| (at, end, buf))).is_err() || failed {
                     return;
@@ -476,7 +480,7 @@ fn rebuild_stepwise(
     };
     let step = [
         Some(REGION_BYTES),
-        Some(crate::array::BARRIER_REGION_BYTES),
+        Some(crate::barrier::BARRIER_REGION_BYTES),
         geometry.chunk_bytes(),
         array.bitmap_chunk_bytes().filter(|_| only_marked),
     ]
@@ -513,27 +517,14 @@ fn rebuild_stepwise(
         let len = (step - at % step).min(total - at);
         // The array bytes this step's member bytes belong to (RAID 4/5/6:
         // the data of their stripe, for any block of it).
-        let (logical, logical_len) = match array.parity {
-            Some(shape) => {
-                let width = shape.stripe_data_bytes();
-                (at / shape.chunk * width, width)
-            }
-            None => {
-                let (logical, _) = geometry
-                    .logical_of(role as u32, at)
-                    .expect("a used member byte holds array data");
-                (logical, len)
-            }
-        };
+        let (logical, logical_len) = array.personality.array_bytes_of(geometry, role, at, len);
         if !only_marked || array.resync_wanted(logical, logical_len) {
             let piece = &mut buf[..len as usize];
             let hold =
-                online.then(|| array.hold_region(logical / crate::array::BARRIER_REGION_BYTES));
-            if array.parity.is_some() {
-                array.rebuild_block(role, at, piece)?;
-            } else {
-                read_other_copy(array, role, logical, piece)?;
-            }
+                online.then(|| array.hold_region(logical / crate::barrier::BARRIER_REGION_BYTES));
+            array
+                .personality
+                .rebuild_piece(array, role, at, logical, piece)?;
             target
                 .member
                 .write_at(piece, target.data_offset_bytes() + at)
@@ -584,80 +575,4 @@ fn rebuild_stepwise(
         bytes: copied,
         seconds: started.elapsed().as_secs_f64(),
     })
-}
-
-/// Read what belongs in `role`'s member bytes `[at, end)` from the other
-/// copies into `buf`, a piece (at most one chunk) at a time.
-fn read_region(
-    array: &Array,
-    role: usize,
-    at: u64,
-    end: u64,
-    buf: &mut [u8],
-    sources: &mut Vec<AlignedBuf>,
-) -> Result<()> {
-    if let Some(shape) = array.parity {
-        if !array.bad_blocks_beside(role, at, end - at) {
-            return array.rebuild_range(role, at, end, &mut buf[..(end - at) as usize], sources);
-        }
-        // Bad blocks beside: chunk by chunk, so that only the stripes that
-        // hold them are left unrebuilt (see `Array::rebuild_block`).
-        let mut piece_at = at;
-        while piece_at < end {
-            let len = (shape.chunk - piece_at % shape.chunk).min(end - piece_at);
-            let from = (piece_at - at) as usize;
-            array.rebuild_block(role, piece_at, &mut buf[from..from + len as usize])?;
-            piece_at += len;
-        }
-        return Ok(());
-    }
-    let geometry = array.geometry();
-    let step = geometry
-        .chunk_bytes()
-        .unwrap_or(REGION_BYTES)
-        .min(REGION_BYTES);
-    let mut piece_at = at;
-    while piece_at < end {
-        let len = (step - piece_at % step).min(end - piece_at);
-        let from = (piece_at - at) as usize;
-        let piece = &mut buf[from..from + len as usize];
-        let (logical, _) = geometry
-            .logical_of(role as u32, piece_at)
-            .expect("a used member byte holds array data");
-        read_other_copy(array, role, logical, piece)?;
-        piece_at += len;
-    }
-    Ok(())
-}
-
-/// Read the array byte range starting at `logical` from a copy other than
-/// `role`'s (a readable one; a copy that fails is marked faulty and the
-/// next is tried, as a client read would).
-fn read_other_copy(array: &Array, role: usize, logical: u64, buf: &mut [u8]) -> Result<()> {
-    let geometry = array.geometry();
-    loop {
-        let source = (0..geometry.copies())
-            .map(|copy| geometry.locate(logical, copy))
-            .find(|at| {
-                at.member as usize != role
-                    && array.readable(at.member as usize, at.member_offset, buf.len() as u64)
-            })
-            .ok_or(Error::Unreadable {
-                offset: logical,
-                len: buf.len() as u64,
-            })?;
-        let slot = array
-            .slot(source.member as usize)
-            .expect("readable means present");
-        match slot
-            .member
-            .read_at(buf, slot.data_offset_bytes() + source.member_offset)
-        {
-            Ok(()) => return Ok(()),
-            Err(e) if crate::array::is_member_failure(&e) => {
-                array.fail_member(source.member as usize, &e)?
-            }
-            Err(e) => return Err(Error::io(slot.member.spec(), e)),
-        }
-    }
 }

@@ -5,9 +5,8 @@
 use super::rebuild::{CHECKPOINT_EVERY, REGION_BYTES};
 use super::Progress;
 use crate::array::Array;
-use crate::array::BARRIER_REGION_BYTES;
+use crate::barrier::BARRIER_REGION_BYTES;
 use crate::error::{Error, Result};
-use nvraid_io::AlignedBuf;
 use std::time::Instant;
 
 /// What a scrub does with copies that differ.
@@ -96,15 +95,10 @@ pub fn scrub_with(
         bytes: 0,
         seconds: 0.0,
         resynced: false,
-        parity: array.parity.is_some(),
+        parity: array.personality.parity().is_some(),
     };
-    let copies = geometry.copies() as usize;
-    let mut bufs: Vec<AlignedBuf> = (0..copies.max(2))
-        .map(|_| AlignedBuf::zeroed(REGION_BYTES as usize))
-        .collect();
-    // RAID 4/5/6: the last stripe compared (a stripe can straddle two
-    // regions; it is compared once).
-    let mut stripes_done: Option<u64> = None;
+    let personality = &array.personality;
+    let mut state = personality.scrub_state(geometry, REGION_BYTES as usize);
     let mut at = from;
     while at < total {
         if pace
@@ -131,11 +125,7 @@ pub fn scrub_with(
         }
         found.bytes += end - at;
         let held = array.hold_region(region);
-        if array.parity.is_some() {
-            compare_parity(array, at, end, mode, &mut found, &mut stripes_done)?;
-        } else {
-            compare_copies(array, at, end, mode, &mut bufs, &mut found)?;
-        }
+        personality.scrub(array, (at, end), mode, &mut state, &mut found)?;
         drop(held);
         at = end;
         if let Some(rate) = pace.max_rate {
@@ -172,201 +162,4 @@ pub fn scrub_with(
     }
     found.seconds = started.elapsed().as_secs_f64();
     Ok(found)
-}
-
-/// Compare (and in repair mode rewrite) every copy of `[at, end)` of a
-/// mirrored array against its first readable copy.
-fn compare_copies(
-    array: &Array,
-    at: u64,
-    end: u64,
-    mode: Mode,
-    bufs: &mut [AlignedBuf],
-    found: &mut Scrubbed,
-) -> Result<()> {
-    let geometry = array.geometry();
-    let copies = geometry.copies() as usize;
-    let sector = 512usize;
-    for piece in geometry.pieces(at, end - at) {
-        let len = piece.len as usize;
-        // Every readable copy of the piece, in copy order.
-        let mut read: Vec<(usize, u64)> = Vec::with_capacity(copies);
-        for copy in 0..geometry.copies() {
-            let loc = geometry.locate(piece.logical_offset, copy);
-            let role = loc.member as usize;
-            if !array.readable(role, loc.member_offset, piece.len) {
-                continue;
-            }
-            let slot = array.slot(role).expect("readable means present");
-            let buf = &mut bufs[read.len()][..len];
-            match slot
-                .member
-                .read_at(buf, slot.data_offset_bytes() + loc.member_offset)
-            {
-                Ok(()) => read.push((role, slot.data_offset_bytes() + loc.member_offset)),
-                Err(e) if crate::array::is_member_failure(&e) => array.fail_member(role, &e)?,
-                Err(e) => return Err(Error::io(slot.member.spec(), e)),
-            }
-        }
-        if read.is_empty() {
-            return Err(Error::Unreadable {
-                offset: piece.logical_offset,
-                len: piece.len,
-            });
-        }
-        let (first, rest) = bufs.split_at_mut(1);
-        let reference = &first[0][..len];
-        for (i, &(role, member_at)) in read.iter().enumerate().skip(1) {
-            let other = &rest[i - 1][..len];
-            let mut differing = 0u64;
-            let (mut first_bad, mut last_bad) = (usize::MAX, 0usize);
-            for (k, (a, b)) in reference
-                .chunks(sector)
-                .zip(other.chunks(sector))
-                .enumerate()
-            {
-                if a != b {
-                    differing += 1;
-                    first_bad = first_bad.min(k);
-                    last_bad = k;
-                }
-            }
-            if differing == 0 {
-                continue;
-            }
-            found.mismatch_sectors += differing;
-            let range = (
-                piece.logical_offset + (first_bad * sector) as u64,
-                piece.logical_offset + ((last_bad + 1) * sector) as u64,
-            );
-            match found.regions.last_mut() {
-                Some(last) if last.1 >= range.0 && last.0 <= range.1 => {
-                    *last = (last.0.min(range.0), last.1.max(range.1))
-                }
-                _ => found.regions.push(range),
-            }
-            if mode == Mode::Repair {
-                let slot = array.slot(role).expect("present");
-                match slot.member.write_at(reference, member_at) {
-                    Ok(()) => found.repaired_sectors += differing,
-                    Err(e) if crate::array::is_member_failure(&e) => array.fail_member(role, &e)?,
-                    Err(e) => return Err(Error::io(slot.member.spec(), e)),
-                }
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Compare (and in repair mode rewrite) the parity of every stripe holding
-/// some of `[at, end)` of a RAID 4/5/6 (each held against client writes
-/// while it is compared: a stripe can reach outside the held region).
-/// Stripes with a block that cannot be read have nothing to compare with
-/// and are left as they are. A mismatch counts the 512-byte sectors of the
-/// chunk where P or Q differs from the data's.
-fn compare_parity(
-    array: &Array,
-    at: u64,
-    end: u64,
-    mode: Mode,
-    found: &mut Scrubbed,
-    done: &mut Option<u64>,
-) -> Result<()> {
-    let shape = array.parity.expect("a parity array");
-    let (first, last) = shape.stripes(at, end - at);
-    let chunk = shape.chunk as usize;
-    let members = (shape.data + shape.parity) as usize;
-    let mut blocks = AlignedBuf::zeroed(chunk * members);
-    let mut parity = AlignedBuf::zeroed(2 * chunk);
-    for stripe in first..=last {
-        if done.is_some_and(|d| stripe <= d) {
-            continue;
-        }
-        *done = Some(stripe);
-        array.stripe_locks.lock_range(stripe, stripe);
-        let compared = compare_stripe(array, &shape, stripe, mode, &mut blocks, &mut parity, found);
-        array.stripe_locks.unlock_range(stripe, stripe);
-        compared?;
-    }
-    Ok(())
-}
-
-fn compare_stripe(
-    array: &Array,
-    shape: &crate::stripe::ParityShape,
-    stripe: u64,
-    mode: Mode,
-    blocks: &mut [u8],
-    parity: &mut [u8],
-    found: &mut Scrubbed,
-) -> Result<()> {
-    let chunk = shape.chunk as usize;
-    let member_offset = stripe * shape.chunk;
-    let count = (shape.data + shape.parity) as usize;
-    for (b, block) in blocks.chunks_exact_mut(chunk).take(count).enumerate() {
-        let role = shape.member_of(stripe, b as u32) as usize;
-        if !array.readable(role, member_offset, shape.chunk) {
-            return Ok(());
-        }
-        let slot = array.slot(role).expect("readable means present");
-        match slot
-            .member
-            .read_at(block, slot.data_offset_bytes() + member_offset)
-        {
-            Ok(()) => {}
-            Err(e) if crate::array::is_member_failure(&e) => {
-                array.fail_member(role, &e)?;
-                return Ok(());
-            }
-            Err(e) => return Err(Error::io(slot.member.spec(), e)),
-        }
-    }
-    let (data_blocks, stored) = blocks[..count * chunk].split_at(shape.data as usize * chunk);
-    let mut data: Vec<&[u8]> = vec![&[]; shape.data as usize];
-    for (d, block) in data_blocks.chunks_exact(chunk).enumerate() {
-        data[shape.q_order(stripe, d as u32)] = block;
-    }
-    let parity = &mut parity[..shape.parity as usize * chunk];
-    shape.generate(nvraid_parity::Kernel::best(), &data, parity, chunk);
-    let sector = 512;
-    let differing = parity
-        .chunks(chunk)
-        .zip(stored.chunks(chunk))
-        .map(|(want, have)| {
-            want.chunks(sector)
-                .zip(have.chunks(sector))
-                .map(|(a, b)| a != b)
-                .collect::<Vec<bool>>()
-        })
-        .reduce(|p, q| p.iter().zip(q).map(|(a, b)| *a || b).collect())
-        .map_or(0, |bad| bad.iter().filter(|&&b| b).count() as u64);
-    if differing == 0 {
-        return Ok(());
-    }
-    found.mismatch_sectors += differing;
-    let width = shape.stripe_data_bytes();
-    let range = (stripe * width, (stripe + 1) * width);
-    match found.regions.last_mut() {
-        Some(last) if last.1 >= range.0 => last.1 = last.1.max(range.1),
-        _ => found.regions.push(range),
-    }
-    if mode == Mode::Repair {
-        for (k, (want, have)) in parity.chunks(chunk).zip(stored.chunks(chunk)).enumerate() {
-            if want == have {
-                continue;
-            }
-            let role = shape.member_of(stripe, shape.data + k as u32) as usize;
-            let slot = array.slot(role).expect("read above");
-            match slot
-                .member
-                .write_at(want, slot.data_offset_bytes() + member_offset)
-            {
-                Ok(()) => {}
-                Err(e) if crate::array::is_member_failure(&e) => array.fail_member(role, &e)?,
-                Err(e) => return Err(Error::io(slot.member.spec(), e)),
-            }
-        }
-        found.repaired_sectors += differing;
-    }
-    Ok(())
 }

@@ -16,20 +16,20 @@
 //! on in the parity). When the array cannot lose the member, the request
 //! fails with the error.
 
-use super::{FanoutQueue, Shape, SubOp, KIND_READ, KIND_WRITE, SCRATCH_SEG};
-use crate::stripe::{BlockIo, Column, Mode, Place};
+use crate::fanout::{FanoutQueue, Shape, SubOp, KIND_READ, KIND_WRITE, SCRATCH_SEG};
+use crate::parity::plan::{BlockIo, Column, Mode, Place};
 use nvraid_io::AlignedBuf;
 use nvraid_parity::Kernel;
 use std::io;
 
 /// One slot's stripe work.
-pub(super) struct StripeWork {
+pub(crate) struct StripeWork {
     /// The slot is doing stripe work (between start and finish).
     active: bool,
     write: bool,
     /// The request (kept for reads too: a read that fails on the fast
     /// path is done again here).
-    pub(super) offset: u64,
+    pub(crate) offset: u64,
     len: u32,
     fua: bool,
     columns: Vec<Column>,
@@ -51,11 +51,11 @@ pub(super) struct StripeWork {
     stripes: Option<(u64, u64)>,
     /// A read on the plain path failed: do it again here once its other
     /// parts have finished.
-    pub(super) redo: bool,
+    pub(crate) redo: bool,
     ios: Vec<BlockIo>,
     /// A PPL array: the round's place in its parity member's log, and its
     /// partial parity (one column after another).
-    ticket: Option<crate::ppl::Ticket>,
+    ticket: Option<crate::parity::ppl::Ticket>,
     /// The round's place in md's write journal (a journaled array).
     jticket: Option<u64>,
     pp: Vec<u8>,
@@ -65,11 +65,11 @@ pub(super) struct StripeWork {
 
 impl StripeWork {
     /// The scratch's address, for the engine.
-    pub(super) fn scratch_ptr(&mut self) -> *mut u8 {
+    pub(crate) fn scratch_ptr(&mut self) -> *mut u8 {
         self.scratch.as_mut_ptr()
     }
 
-    pub(super) fn new() -> StripeWork {
+    pub(crate) fn new() -> StripeWork {
         StripeWork {
             active: false,
             write: false,
@@ -97,7 +97,7 @@ impl StripeWork {
 }
 
 impl FanoutQueue {
-    fn parity_array(&self) -> std::sync::Arc<crate::Array> {
+    pub(crate) fn parity_array(&self) -> std::sync::Arc<crate::Array> {
         match &self.shape {
             Shape::Array(a) => std::sync::Arc::clone(a),
             Shape::Raw(_) => unreachable!("stripe work on a raw member"),
@@ -106,7 +106,7 @@ impl FanoutQueue {
 
     /// Start `slot`'s request on the stripe path (the slot's submit guard is
     /// held by the caller; the work holds one of its own until it ends).
-    pub(super) fn stripe_start(
+    pub(crate) fn stripe_start(
         &mut self,
         slot: u32,
         write: bool,
@@ -138,12 +138,12 @@ impl FanoutQueue {
         self.stripe_round(slot)
     }
 
-    fn stripe_try_lock(&mut self, slot: u32) -> bool {
+    pub(crate) fn stripe_try_lock(&mut self, slot: u32) -> bool {
         let shape = self.parity.expect("a parity array");
         let array = self.parity_array();
         let work = &mut self.work[slot as usize];
         let (first, last) = shape.stripes(work.offset, u64::from(work.len));
-        if array.stripe_locks.try_lock_range(first, last) {
+        if array.parity_family().locks.try_lock_range(first, last) {
             work.stripes = Some((first, last));
             true
         } else {
@@ -152,7 +152,7 @@ impl FanoutQueue {
     }
 
     /// Start the parked requests whose stripes are free now.
-    pub(super) fn retry_parked(&mut self) -> io::Result<()> {
+    pub(crate) fn retry_parked(&mut self) -> io::Result<()> {
         let mut i = 0;
         while i < self.parked.len() {
             let slot = self.parked[i];
@@ -167,7 +167,7 @@ impl FanoutQueue {
     }
 
     /// Plan and start the next round of `slot`'s columns (or finish).
-    fn stripe_round(&mut self, slot: u32) -> io::Result<()> {
+    pub(crate) fn stripe_round(&mut self, slot: u32) -> io::Result<()> {
         let shape = self.parity.expect("a parity array");
         let array = self.parity_array();
         let members = shape.data + shape.parity;
@@ -244,7 +244,7 @@ impl FanoutQueue {
     /// adjacent on one member (the same member's chunks of consecutive
     /// stripes) go as one vectored operation. When none is left waiting on
     /// the engine, go on at once.
-    fn stripe_issue(&mut self, slot: u32, kind: u8, dsync: bool) -> io::Result<()> {
+    pub(crate) fn stripe_issue(&mut self, slot: u32, kind: u8, dsync: bool) -> io::Result<()> {
         let mut ios = std::mem::take(&mut self.work[slot as usize].ios);
         ios.sort_unstable_by_key(|io| (io.member, io.member_offset));
         let seg_base = slot * self.segs_per_slot;
@@ -317,7 +317,7 @@ impl FanoutQueue {
     }
 
     /// A member operation of `slot`'s stripe work finished with `errno`.
-    pub(super) fn stripe_sub_done(&mut self, sub: &SubOp, errno: i32) -> io::Result<()> {
+    pub(crate) fn stripe_sub_done(&mut self, sub: &SubOp, errno: i32) -> io::Result<()> {
         let (slot, member, kind) = (sub.slot, sub.member, sub.kind);
         if errno != 0 {
             let error = io::Error::from_raw_os_error(errno);
@@ -326,7 +326,7 @@ impl FanoutQueue {
             let role = member as usize;
             // An error that says nvraid asked for something wrong fails
             // the request and leaves the member alone.
-            let taken_over = if !crate::array::is_member_failure(&error) {
+            let taken_over = if !crate::slot::is_member_failure(&error) {
                 false
             } else if kind == KIND_WRITE {
                 // A member the array cannot lose keeps the range as bad
@@ -370,7 +370,7 @@ impl FanoutQueue {
 
     /// The phase's operations have all completed: compute and write, or
     /// go on to the next round.
-    fn stripe_advance(&mut self, slot: u32) -> io::Result<()> {
+    pub(crate) fn stripe_advance(&mut self, slot: u32) -> io::Result<()> {
         let shape = self.parity.expect("a parity array");
         let array = self.parity_array();
         let work = &mut self.work[slot as usize];
@@ -474,7 +474,7 @@ impl FanoutQueue {
     }
 
     /// Issue the round's writes (its log, if any, is durable).
-    fn stripe_write(&mut self, slot: u32) -> io::Result<()> {
+    pub(crate) fn stripe_write(&mut self, slot: u32) -> io::Result<()> {
         let shape = self.parity.expect("a parity array");
         let array = self.parity_array();
         let work = &mut self.work[slot as usize];
@@ -491,7 +491,7 @@ impl FanoutQueue {
 
     /// Issue the writes of the rounds whose logs are durable now; a round
     /// whose journal failed completes with EIO.
-    pub(super) fn retry_logging(&mut self) -> io::Result<()> {
+    pub(crate) fn retry_logging(&mut self) -> io::Result<()> {
         let array = self.parity_array();
         let mut i = 0;
         while i < self.logging.len() {
@@ -522,7 +522,7 @@ impl FanoutQueue {
     }
 
     /// Let go of the stripes and complete the request.
-    fn stripe_finish(&mut self, slot: u32) -> io::Result<()> {
+    pub(crate) fn stripe_finish(&mut self, slot: u32) -> io::Result<()> {
         let array = self.parity_array();
         let work = &mut self.work[slot as usize];
         if let (Some(ppl), Some(ticket)) = (&array.ppl, work.ticket.take()) {
@@ -532,7 +532,7 @@ impl FanoutQueue {
             journal.done(ticket);
         }
         if let Some((first, last)) = work.stripes.take() {
-            array.stripe_locks.unlock_range(first, last);
+            array.parity_family().locks.unlock_range(first, last);
         }
         work.active = false;
         let errno = work.errno;
@@ -543,7 +543,7 @@ impl FanoutQueue {
     /// The scratch a slot may use at most: enough for any request's
     /// read-modify-write or reconstruct-write at once, and for one column
     /// rebuilt whole.
-    pub(super) fn scratch_cap(shape: &crate::stripe::ParityShape, max_io_bytes: u32) -> usize {
+    pub(crate) fn scratch_cap(shape: &crate::parity::ParityShape, max_io_bytes: u32) -> usize {
         let members = (shape.data + shape.parity) as usize;
         let max_io = max_io_bytes as usize;
         ((1 + shape.parity as usize) * max_io).max(members * max_io.min(shape.chunk as usize))

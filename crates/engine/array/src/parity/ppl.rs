@@ -25,9 +25,10 @@
 //! A batch is written by whichever waiter finds the log free: one write of
 //! the header and the partial parity, then a flush, on that thread.
 
-use crate::array::{is_member_failure, Array};
+use crate::array::Array;
 use crate::error::{Error, Result};
-use crate::stripe::{bits, Column, Mode, ParityShape};
+use crate::parity::plan::{bits, Column, Mode, ParityShape};
+use crate::slot::is_member_failure;
 use nvraid_metadata::ppl::{self, PplArea, PplEntry, PplHeader};
 use nvraid_metadata::Superblock;
 use std::collections::VecDeque;
@@ -273,7 +274,7 @@ impl Ppl {
     /// array whose logs are all empty was never written through them: one
     /// created over used members still needs its first full resync).
     pub fn replay(&self, array: &Array) -> Result<(usize, bool)> {
-        let shape = array.parity.expect("a parity array");
+        let shape = array.parity_family().shape;
         let mut replayed = 0;
         let mut written = false;
         for role in 0..array.roles() {
@@ -486,8 +487,8 @@ impl Array {
                 ),
             });
         }
-        if let Some(shape) = self.parity.as_mut() {
-            shape.max_width = COLUMN_BYTES_MAX;
+        if let crate::personality::Personality::Parity(parity) = &mut self.personality {
+            parity.shape.max_width = COLUMN_BYTES_MAX;
         }
         if !writable {
             // Read as it is: replaying writes.

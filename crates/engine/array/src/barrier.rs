@@ -1,0 +1,101 @@
+//! The barrier between client writes and a resync or rebuild running
+//! beside them (see [`Barrier`]).
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// The barrier between client writes and a resync (md's barrier, in
+/// regions): a resync copies one region of the array at a time, and while it
+/// does, no client write to that region is in flight or starts. Writers
+/// count themselves in per-bucket counters (a region's bucket is its number
+/// modulo [`BARRIER_BUCKETS`]); the resync raises its region, waits for that
+/// bucket's count to drain, copies, and lowers it. A writer that finds the
+/// raised region's bucket among its own waits (so a busy bucket cannot
+/// starve the resync). The protocol is Dekker's: each side publishes, then
+/// reads the other's (sequentially consistent atomics).
+#[derive(Debug)]
+pub(crate) struct Barrier {
+    counts: Vec<AtomicU32>,
+    /// The raised region's number + 1; 0 when none.
+    raised: AtomicU64,
+    lock: Mutex<()>,
+    lowered: std::sync::Condvar,
+}
+
+/// Bytes per barrier region: the resync's unit.
+pub const BARRIER_REGION_BYTES: u64 = 4 << 20;
+
+/// Counters the regions hash into.
+pub const BARRIER_BUCKETS: u64 = 64;
+
+impl Barrier {
+    pub(crate) fn new() -> Barrier {
+        Barrier {
+            counts: (0..BARRIER_BUCKETS).map(|_| AtomicU32::new(0)).collect(),
+            raised: AtomicU64::new(0),
+            lock: Mutex::new(()),
+            lowered: std::sync::Condvar::new(),
+        }
+    }
+
+    /// The buckets `[offset, offset + len)` touches (one or a few).
+    fn buckets(offset: u64, len: u64) -> impl Iterator<Item = usize> {
+        let first = offset / BARRIER_REGION_BYTES;
+        let last = (offset + len.max(1) - 1) / BARRIER_REGION_BYTES;
+        (first..=last.min(first + BARRIER_BUCKETS - 1)).map(|r| (r % BARRIER_BUCKETS) as usize)
+    }
+
+    /// A client write to `[offset, offset + len)` begins, unless a resync
+    /// holds one of its buckets: then it is not counted and the raised
+    /// region is returned.
+    pub(crate) fn try_enter(&self, offset: u64, len: u64) -> Result<(), u64> {
+        for b in Self::buckets(offset, len) {
+            self.counts[b].fetch_add(1, Ordering::SeqCst);
+        }
+        let raised = self.raised.load(Ordering::SeqCst);
+        let blocked = raised != 0
+            && Self::buckets(offset, len).any(|b| b as u64 == (raised - 1) % BARRIER_BUCKETS);
+        if blocked {
+            self.leave(offset, len);
+            return Err(raised);
+        }
+        Ok(())
+    }
+
+    /// A client write to `[offset, offset + len)` begins; waits while a
+    /// resync holds one of its buckets.
+    pub(crate) fn enter(&self, offset: u64, len: u64) {
+        while let Err(raised) = self.try_enter(offset, len) {
+            let mut guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+            while self.raised.load(Ordering::SeqCst) == raised {
+                guard = self.lowered.wait(guard).unwrap_or_else(|p| p.into_inner());
+            }
+        }
+    }
+
+    /// A client write that [`Barrier::enter`]ed has completed.
+    pub(crate) fn leave(&self, offset: u64, len: u64) {
+        for b in Self::buckets(offset, len) {
+            let before = self.counts[b].fetch_sub(1, Ordering::SeqCst);
+            assert!(before > 0, "barrier count underflow");
+        }
+    }
+
+    /// Hold region `region` (its number): returns once no client write to
+    /// its bucket is in flight; new ones wait until [`Barrier::lower`].
+    pub(crate) fn raise(&self, region: u64) {
+        self.raised.store(region + 1, Ordering::SeqCst);
+        let bucket = (region % BARRIER_BUCKETS) as usize;
+        while self.counts[bucket].load(Ordering::SeqCst) != 0 {
+            std::thread::sleep(std::time::Duration::from_micros(20));
+        }
+    }
+
+    pub(crate) fn lower(&self) {
+        {
+            let _guard = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+            self.raised.store(0, Ordering::SeqCst);
+        }
+        self.lowered.notify_all();
+    }
+}
