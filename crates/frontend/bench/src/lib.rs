@@ -7,6 +7,16 @@
 //! - [`report`]: text, fio-style JSON and CSV;
 //! - [`machine`]: the machine and command line a report records;
 //! - [`cli`]: the `nvraid bench` flags and the entry point the binary calls;
+//! - [`targets`]: the engine `--engine auto` picks for members, the target
+//!   over an array, random data written over an array before it is
+//!   measured, and the line a report carries on the array it measured.
+//!
+//! [`targets`] needs nvraid-array (its `Array` and `FanoutTarget`). That
+//! adds no cycle: nvraid-array depends on engine and protocol crates only
+//! (`cargo tree -p nvraid-array -e normal` lists io, layout, parity,
+//! member, metadata, and through member remote and nbd; no frontend), so
+//! the bench, which drives arrays, sits above it, and `nvraid bench`,
+//! `tune` (nvraid-tune), `serve` and `topology` share one copy of these.
 //!
 //! docs/bench.md is the user's guide.
 
@@ -19,6 +29,7 @@ pub mod report;
 pub mod rng;
 pub mod runner;
 pub mod spec;
+pub mod targets;
 pub mod units;
 
 pub use cli::{plan, run, BenchArgs};
@@ -26,6 +37,7 @@ pub use machine::{Machine, RunContext};
 pub use report::BenchReport;
 pub use runner::{run_job, JobResult, Progress};
 pub use spec::{JobSpec, RwMode, SpecError};
+pub use targets::{array_subject, array_target, engine_for, prefill, subject_line};
 
 use std::io;
 
@@ -65,4 +77,10 @@ pub enum Error {
     /// Writing the report failed.
     #[error("writing the report: {0}")]
     Output(#[from] io::Error),
+    /// Random data for [`prefill`] could not be read.
+    #[error("/dev/urandom: {0}")]
+    Random(#[source] io::Error),
+    /// The array refused a write or a flush of [`prefill`].
+    #[error(transparent)]
+    Array(#[from] nvraid_array::Error),
 }

@@ -12,11 +12,9 @@ use nvraid_array::{
     assemble, create, detect_signature, Array, AssembleOptions, CreateOptions, FanoutTarget,
     CHUNK_BYTES_DEFAULT,
 };
-use nvraid_bench::cli::Engine;
-use nvraid_bench::BenchArgs;
-use nvraid_io::engine::EngineKind;
+use nvraid_bench::{array_subject, array_target, engine_for, prefill, BenchArgs};
 use nvraid_io::queue::Target;
-use nvraid_member::{Member, MemberKind, OpenOptions};
+use nvraid_member::{Member, OpenOptions};
 use std::io::IsTerminal;
 use std::sync::Arc;
 
@@ -27,25 +25,6 @@ const DEFAULT_MEMBER_BYTES: u64 = 1 << 30;
 /// preset's region), so reads measure data rather than holes in sparse
 /// files, as CrystalDiskMark writes its test file before reading it.
 const PREFILL_BYTES: u64 = 1 << 30;
-
-/// Writes random bytes over the first `len` bytes of `array` and flushes,
-/// so that reads measure data rather than holes (bench's temporary array,
-/// tune's throwaway arrays).
-pub fn prefill(array: &Array, len: u64) -> Result<()> {
-    const BLOCK_BYTES: usize = 4 << 20;
-    let mut block = nvraid_io::AlignedBuf::zeroed(BLOCK_BYTES);
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut block))
-        .context("/dev/urandom")?;
-    let mut at = 0u64;
-    while at < len {
-        let n = (len - at).min(BLOCK_BYTES as u64) as usize;
-        array.write_at(&block[..n], at, false)?;
-        at += n as u64;
-    }
-    array.flush()?;
-    Ok(())
-}
 
 pub fn run(args: &BenchArgs, direct_flag: bool) -> Result<u8> {
     let plan = nvraid_bench::plan(args)?;
@@ -141,79 +120,8 @@ pub fn run(args: &BenchArgs, direct_flag: bool) -> Result<u8> {
     Ok(0)
 }
 
-/// One line on what an array is: "raid0, 4 members, chunk 512 KiB: a, b, c, d".
-pub fn array_subject(array: &Array) -> String {
-    let geometry = array.geometry();
-    let members: Vec<String> = array
-        .slots()
-        .iter()
-        .flatten()
-        .map(|slot| slot.member.spec().to_string())
-        .collect();
-    subject_line(
-        &geometry.level().to_string(),
-        &members,
-        geometry.chunk_bytes(),
-    )
-}
-
-/// The one-line description of an array every report carries:
-/// "raid0, 4 members, chunk 512 KiB: a, b, c, d" (no chunk: none given).
-pub fn subject_line(level: &str, members: &[String], chunk_bytes: Option<u64>) -> String {
-    let chunk = chunk_bytes
-        .map(|bytes| format!(", chunk {} KiB", bytes >> 10))
-        .unwrap_or_default();
-    format!(
-        "{level}, {} members{chunk}: {}",
-        members.len(),
-        members.join(", ")
-    )
-}
-
-/// The engine for `auto`: psync when every member completes I/O inline in
-/// the submitting thread (RAM-backed: mem:, tmpfs files, zram), where
-/// io_uring only adds work; io_uring otherwise. Arrays of null: members only
-/// never reach an engine (the queue completes their operations itself), so
-/// they get the batching queue. The measurements behind the rule:
-/// docs/performance-history.md#engine-choice---engine-auto.
-pub fn engine_for(choice: Engine, members: &[&Member]) -> EngineKind {
-    let all_null = members.iter().all(|m| m.kind() == MemberKind::Null);
-    match choice {
-        Engine::Uring => EngineKind::Uring,
-        Engine::Psync => EngineKind::Psync,
-        Engine::Auto if all_null => EngineKind::Uring,
-        Engine::Auto if members.iter().all(|m| completes_inline(m)) => EngineKind::Psync,
-        Engine::Auto => EngineKind::Uring,
-    }
-}
-
-fn completes_inline(member: &Member) -> bool {
-    match member.kind() {
-        // Remote members never reach the inner engine (their worker
-        // channels do their I/O), so they do not ask for io_uring.
-        MemberKind::Mem | MemberKind::Null | MemberKind::Nbd => true,
-        MemberKind::File => member
-            .path()
-            .is_some_and(|p| nvraid_io::sys::is_on_tmpfs(&p)),
-        MemberKind::BlockDevice => member.path().is_some_and(|p| is_zram(&p)),
-    }
-}
-
-fn is_zram(path: &std::path::Path) -> bool {
-    std::fs::canonicalize(path)
-        .ok()
-        .and_then(|p| {
-            p.file_name()
-                .map(|n| n.to_string_lossy().starts_with("zram"))
-        })
-        .unwrap_or(false)
-}
-
 fn array_targets(array: Arc<Array>, args: &BenchArgs) -> (Vec<Arc<dyn Target>>, Vec<Arc<Array>>) {
-    let members: Vec<&Member> = array.slots().iter().flatten().map(|s| &s.member).collect();
-    let engine = engine_for(args.engine, &members);
-    let target: Arc<dyn Target> = Arc::new(FanoutTarget::array(array.clone(), engine));
-    (vec![target], vec![array])
+    (vec![array_target(array.clone(), args.engine)], vec![array])
 }
 
 fn raw_targets(args: &BenchArgs, writes: bool, direct: bool) -> Result<Vec<Arc<dyn Target>>> {

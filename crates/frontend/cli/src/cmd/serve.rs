@@ -4,11 +4,10 @@
 use anyhow::{Context, Result};
 use clap::Args;
 use nvraid_array::recovery::online::{background_resync, Online, ResyncState};
-use nvraid_array::{assemble, info, Array, AssembleOptions, FanoutTarget};
+use nvraid_array::{assemble, info, Array, AssembleOptions};
 use nvraid_bench::cli::Engine;
 use nvraid_cache::journal::JournalLog;
 use nvraid_io::queue::Target;
-use nvraid_member::Member;
 use nvraid_serve::cli::ServeArgs;
 use nvraid_serve::{ServeOptions, ShutdownHandle};
 use std::path::PathBuf;
@@ -177,9 +176,7 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
     let log: nvraid_array::recovery::online::Log = Arc::new(|line: &str| eprintln!("{line}"));
     let online = Online::new(array.clone(), pace, direct, log.clone());
     configure(&mut options, &array, &resync, &online);
-    let members: Vec<&Member> = array.slots().iter().flatten().map(|s| &s.member).collect();
-    let engine = crate::cmd::bench::engine_for(args.engine, &members);
-    let target: Arc<dyn Target> = Arc::new(FanoutTarget::array(array.clone(), engine));
+    let target: Arc<dyn Target> = nvraid_bench::array_target(array.clone(), args.engine);
     let cache = start_cache(args, journal_member, &array, target.clone())?;
     // (The array's own target is dropped here when a cache wraps it: the
     // array must be free again once the cache is closed.)

@@ -32,7 +32,7 @@ impl Measurer for BenchMeasurer {
         )
         .map_err(io::Error::other)?;
         let direct_io = member.is_direct();
-        let engine = crate::cmd::bench::engine_for(nvraid_bench::cli::Engine::Auto, &[&member]);
+        let engine = nvraid_bench::engine_for(nvraid_bench::cli::Engine::Auto, &[&member]);
         let target: Arc<dyn Target> = Arc::new(FanoutTarget::raw(Arc::new(member), engine));
         let mut job = JobSpec::new(RwMode::Read);
         job.bs_bytes = 1 << 20;
