@@ -315,4 +315,55 @@ mod tests {
             }
         }
     }
+
+    /// A meta block is checked before it is written: one that does not fit
+    /// its 4 KiB (which packing never makes) stops the journal rather than
+    /// reaching the member.
+    #[test]
+    #[should_panic(expected = "invariant: a meta block the journal packed encodes")]
+    fn an_overfull_meta_block_is_never_written() {
+        let mut block = MetaBlock::empty(1, 0);
+        block.payloads = (0..300).map(data).collect();
+        encode_block(&block, &mut [0u8; PAGE_BYTES], 7);
+    }
+
+    /// An encoded block decodes as it was (the check `encode_block` makes
+    /// of every block the journal writes), for data, P and P+Q payloads.
+    #[test]
+    fn a_packed_meta_block_decodes_as_encoded() {
+        let payloads = (0..120)
+            .map(|i| match i % 3 {
+                0 => data(i),
+                1 => parity(i, 1),
+                _ => parity(i, 2),
+            })
+            .collect();
+        for mut block in pack(payloads) {
+            block.seq = 41;
+            block.position = 8;
+            let mut page = [0u8; PAGE_BYTES];
+            encode_block(&block, &mut page, 7);
+            assert_eq!(MetaBlock::decode(&page, 7), Ok(block));
+        }
+    }
+
+    /// What a scan returns is checked as the journal takes it: a unit that
+    /// does not carry the next sequence number (which `r5log::scan` never
+    /// returns) stops the journal.
+    #[test]
+    #[should_panic(expected = "invariant: a scanned unit follows the one before it")]
+    fn a_scan_that_skips_a_sequence_number_is_refused() {
+        let ring = r5log::Ring::new(64);
+        let unit = |seq, position| r5log::Unit {
+            block: MetaBlock::empty(seq, position),
+            pages: Vec::new(),
+        };
+        let scan = r5log::Scan {
+            units: vec![unit(5, 0), unit(7, 8)],
+            next_position: 16,
+            next_seq: 8,
+            end: r5log::ScanEnd::Wrapped,
+        };
+        check_scan(ring, 0, &scan);
+    }
 }
