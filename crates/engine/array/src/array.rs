@@ -107,7 +107,7 @@ pub struct Array {
     /// RAID 5 with md's partial parity log (see `ppl`).
     pub(crate) ppl: Option<crate::parity::ppl::Ppl>,
     /// RAID 4/5/6 with md's write journal: its member (see `journal`).
-    pub(crate) md_journal: Option<crate::journal::MdJournal>,
+    pub(crate) md_journal: Option<crate::parity::journal::MdJournal>,
 }
 
 /// `current` entry of a role with no member.
@@ -309,7 +309,7 @@ impl Array {
 
     /// Give the array its md write journal. Its log is kept in whole 4 KiB
     /// pages, so the array takes writes in 4 KiB sectors from then on.
-    pub(crate) fn attach_md_journal(&mut self, journal: crate::journal::MdJournal) {
+    pub(crate) fn attach_md_journal(&mut self, journal: crate::parity::journal::MdJournal) {
         self.sector_bytes = self
             .sector_bytes
             .max(nvraid_metadata::r5log::PAGE_BYTES as u32);

@@ -246,7 +246,9 @@ pub fn assemble(specs: &[String], options: AssembleOptions) -> Result<Array> {
     let journal_slot = match decision.journal {
         Some(index) => {
             let (member, sb) = taken[index].take().expect("the journal once");
-            Some(crate::journal::MdJournal::new(Slot::new(member, sb)?)?)
+            Some(crate::parity::journal::MdJournal::new(Slot::new(
+                member, sb,
+            )?)?)
         }
         None => None,
     };

@@ -490,7 +490,7 @@ fn write_array(
         Ok((mut slots, journal_seq)) => {
             let journal = match journal_bytes {
                 Some(_) => {
-                    let journal = crate::journal::MdJournal::new(
+                    let journal = crate::parity::journal::MdJournal::new(
                         slots.pop().flatten().expect("the journal's slot"),
                     )?;
                     // The new log: its empty block at position 0.
@@ -694,7 +694,7 @@ fn write_members(
             write_superblock(member, &sb)?;
             crate::badlog::write_empty(member, &sb)?;
             if is_journal {
-                journal_seq = crate::journal::write_empty_log(member, &sb)?;
+                journal_seq = crate::parity::journal::write_empty_log(member, &sb)?;
             }
             if options.bitmap == BitmapChoice::Ppl {
                 crate::parity::ppl::reset_area(member, &sb, &PPL_AREA)?;
