@@ -501,6 +501,7 @@ impl Geometry {
     /// Split `[offset, offset + len)` into pieces that do not cross chunk
     /// boundaries. The range must lie inside the array (checked by callers;
     /// a debug assertion here).
+    #[inline]
     pub fn pieces(&self, offset: u64, len: u64) -> Pieces {
         debug_assert!(offset
             .checked_add(len)
@@ -515,6 +516,7 @@ impl Geometry {
     /// Where copy `copy` (0-based, `< copies()`) of the byte at
     /// `logical_offset` lives. Within a [`Piece`], the copy is contiguous, so
     /// the piece's start locates the whole piece.
+    #[inline]
     pub fn locate(&self, logical_offset: u64, copy: u32) -> Location {
         debug_assert!(logical_offset < self.array_bytes);
         debug_assert!(copy < self.copies());
@@ -671,6 +673,7 @@ pub struct Pieces {
 impl Iterator for Pieces {
     type Item = Piece;
 
+    #[inline]
     fn next(&mut self) -> Option<Piece> {
         if self.next >= self.end {
             return None;
