@@ -40,6 +40,8 @@
 //! (row 1), chunk 2 on members 1 and 2 (row 1).
 
 mod geometry;
+mod md;
 pub mod parity;
 
 pub use geometry::{Geometry, GeometryError, Level, Location, Piece, Pieces, Raid0Layout};
+pub use md::MdLevelError;
