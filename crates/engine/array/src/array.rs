@@ -11,7 +11,7 @@ use crate::barrier::Barrier;
 use crate::decision::SetAside;
 use crate::error::{Error, Result};
 use crate::slot::{apply_bad_blocks, is_member_failure, write_superblock, MemberCounters, Slot};
-use nvraid_layout::{Geometry, Level};
+use nvraid_layout::Geometry;
 use nvraid_metadata::{bitmap, features, Role, Superblock, Timestamp, RESYNC_CLEAN};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -776,7 +776,7 @@ impl Array {
     }
 
     fn has_redundancy(&self) -> bool {
-        !matches!(self.geometry.level(), Level::Raid0)
+        self.geometry.level().is_redundant()
     }
 
     fn check(&self, offset: u64, len: u64) -> Result<()> {
