@@ -110,6 +110,21 @@ pub struct Array {
     pub(crate) md_journal: Option<crate::parity::journal::MdJournal>,
 }
 
+/// What [`Array::admit_write`] did with a client write.
+#[derive(Debug)]
+pub(crate) enum Admission {
+    /// Nothing to hold (see [`Array::guards_writes`]): write.
+    Unguarded,
+    /// Counted against the barrier and the bitmap: write, then
+    /// [`Array::end_write`].
+    Held,
+    /// Counted, but the write-intent bits could not be made durable: the
+    /// write fails, and [`Array::end_write`] still releases it.
+    HeldIntentFailed(Error),
+    /// A resync holds the region: nothing counted; try again.
+    Busy,
+}
+
 /// `current` entry of a role with no member.
 const NO_SLOT: usize = usize::MAX;
 /// Members that may join an array while it runs (online add, replace, a
@@ -224,23 +239,8 @@ impl Array {
         &self.set_aside
     }
 
-    /// A client write to `[offset, offset + len)` begins (both data paths):
-    /// it waits while a resync copies a region it touches. Pair with
-    /// [`Array::end_write`].
-    pub fn begin_write(&self, offset: u64, len: u64) {
-        self.barrier.enter(offset, len);
-    }
-
-    /// [`Array::begin_write`] without waiting: false (and nothing counted)
-    /// while a resync holds a region the write touches. A caller that must
-    /// not block (a queue with writes in flight that only it can reap)
-    /// reaps and tries again.
-    pub fn try_begin_write(&self, offset: u64, len: u64) -> bool {
-        self.barrier.try_enter(offset, len).is_ok()
-    }
-
-    /// The write begun with [`Array::begin_write`] has completed.
-    pub fn end_write(&self, offset: u64, len: u64) {
+    /// A write let in by [`Array::admit_write`] (and held) has completed.
+    pub(crate) fn end_write(&self, offset: u64, len: u64) {
         self.intent_end(offset, len);
         self.barrier.leave(offset, len);
     }
@@ -775,6 +775,61 @@ impl Array {
         self.unsynced.load(Ordering::Acquire) || self.dirty.load(Ordering::Acquire)
     }
 
+    /// Whether client writes are let in through [`Array::admit_write`]: a
+    /// redundant level (dirty mark, resync barrier), or any with a
+    /// write-intent bitmap. A RAID 0 without one has no resync, rebuild or
+    /// scrub to hold a region against its writes, and nothing to mark.
+    pub(crate) fn guards_writes(&self) -> bool {
+        self.has_redundancy() || self.intent.is_some()
+    }
+
+    /// Let a client write of `[offset, offset + len)` in, md's order, for
+    /// both data paths: the array marked dirty on its members before its
+    /// first write; the write counted against the resync barrier; the
+    /// write-intent bits of its chunks durable before any data moves.
+    /// While a resync holds its region, `block` waits for it; otherwise
+    /// [`Admission::Busy`] says to try again (a queue that must reap its
+    /// own writes meanwhile, which the resync waits for).
+    pub(crate) fn admit_write(&self, offset: u64, len: u64, block: bool) -> Result<Admission> {
+        if !self.guards_writes() {
+            return Ok(Admission::Unguarded);
+        }
+        self.mark_dirty()?;
+        if block {
+            self.barrier.enter(offset, len);
+        } else if self.barrier.try_enter(offset, len).is_err() {
+            return Ok(Admission::Busy);
+        }
+        Ok(match self.intent_start(offset, len) {
+            Ok(()) => Admission::Held,
+            Err(e) => Admission::HeldIntentFailed(e),
+        })
+    }
+
+    /// Run `write` (the simple path's member I/O for a client write of
+    /// `[offset, offset + len)`) admitted ([`Array::admit_write`]), and
+    /// release what the admission held after it.
+    pub(crate) fn while_admitted<T>(
+        &self,
+        offset: u64,
+        len: u64,
+        write: impl FnOnce() -> Result<T>,
+    ) -> Result<T> {
+        match self.admit_write(offset, len, true)? {
+            Admission::Unguarded => write(),
+            Admission::Held => {
+                let written = write();
+                self.end_write(offset, len);
+                written
+            }
+            Admission::HeldIntentFailed(e) => {
+                self.end_write(offset, len);
+                Err(e)
+            }
+            Admission::Busy => unreachable!("invariant: a blocking admission waits, never busy"),
+        }
+    }
+
     fn has_redundancy(&self) -> bool {
         self.geometry.level().is_redundant()
     }
@@ -814,12 +869,9 @@ impl Array {
         if !self.writable {
             return Err(Error::ReadOnly);
         }
-        self.mark_dirty()?;
-        self.begin_write(offset, buf.len() as u64);
-        let written = self
-            .intent_start(offset, buf.len() as u64)
-            .and_then(|()| self.personality.write(self, buf, offset));
-        self.end_write(offset, buf.len() as u64);
+        let written = self.while_admitted(offset, buf.len() as u64, || {
+            self.personality.write(self, buf, offset)
+        });
         if fua {
             self.flush_slots(|role| written.as_ref().is_ok_and(|touched| touched[role]))?;
         }

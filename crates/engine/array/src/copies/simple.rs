@@ -33,10 +33,7 @@ impl Array {
 
     /// Discard `[offset, offset + len)` on every present copy.
     pub(crate) fn discard_copies(&self, offset: u64, len: u64) -> Result<()> {
-        self.mark_dirty()?;
-        self.begin_write(offset, len);
-        let discarded = (|| {
-            self.intent_start(offset, len)?;
+        self.while_admitted(offset, len, || {
             for piece in self.geometry().pieces(offset, len) {
                 for (_, slot, member_offset) in self.present_copies(piece.logical_offset) {
                     slot.member
@@ -45,9 +42,7 @@ impl Array {
                 }
             }
             Ok(())
-        })();
-        self.end_write(offset, len);
-        discarded
+        })
     }
 
     fn read_piece(&self, piece: Piece, buf: &mut [u8]) -> Result<()> {

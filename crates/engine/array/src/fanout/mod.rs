@@ -9,7 +9,7 @@
 //! hot path takes no lock, makes no allocation and copies no data; workers
 //! share nothing but the array's read-only geometry.
 
-use crate::array::Array;
+use crate::array::{Admission, Array};
 use crate::copies::simple::least_loaded_copy;
 use nvraid_io::engine::{open_engine, Engine, EngineKind, MemberOp, MemberOpKind};
 use nvraid_io::queue::{Completion, OpKind, Queue, Target};
@@ -388,7 +388,7 @@ impl FanoutQueue {
             mixed,
             inline,
             guarded_writes: match &target.shape {
-                Shape::Array(a) => a.geometry().level().is_redundant() || a.intent().is_some(),
+                Shape::Array(a) => a.guards_writes(),
                 Shape::Raw(_) => false,
             },
             parity,
@@ -870,50 +870,7 @@ impl FanoutQueue {
             }),
             Some(geometry) => {
                 let marked = match (write, &self.shape) {
-                    (true, Shape::Array(array)) if self.guarded_writes => {
-                        let marked = array.mark_dirty().map_err(io::Error::other);
-                        let entered =
-                            marked.is_ok() && array.try_begin_write(offset, u64::from(len));
-                        if marked.is_ok() && !entered {
-                            // A resync holds the region: wait for it, reaping
-                            // this queue's own writes meanwhile (the resync
-                            // waits for them; blocking here would deadlock).
-                            let array = Arc::clone(array);
-                            loop {
-                                self.harvest(0)?;
-                                // Requests of this queue waiting for
-                                // stripes or a log may be inside the
-                                // region: they must go on.
-                                self.retry_parked()?;
-                                if !self.logging.is_empty() {
-                                    self.retry_logging()?;
-                                }
-                                if array.try_begin_write(offset, u64::from(len)) {
-                                    break;
-                                }
-                                std::thread::sleep(std::time::Duration::from_micros(20));
-                            }
-                        }
-                        if marked.is_ok() {
-                            // Released when the slot completes (finish_sub).
-                            self.spans[slot as usize] = Some((offset, len));
-                            self.slots[slot as usize].span = true;
-                            // The write-intent bits first (md's order):
-                            // durable before any data moves.
-                            // A bitmap that cannot be written on any copy
-                            // fails this request with EIO (its member
-                            // failures are already recorded and logged).
-                            let intent = match &self.shape {
-                                Shape::Array(array) => {
-                                    array.intent_start(offset, u64::from(len)).is_ok()
-                                }
-                                Shape::Raw(_) => true,
-                            };
-                            Ok(intent)
-                        } else {
-                            marked.map(|()| false)
-                        }
-                    }
+                    (true, Shape::Array(_)) if self.guarded_writes => self.admit(slot, offset, len),
                     _ => Ok(true),
                 };
                 let split = matches!(marked, Ok(true))
@@ -931,6 +888,43 @@ impl FanoutQueue {
         }
         let kind = if write { KIND_WRITE } else { KIND_READ };
         self.merge_and_push(slot, kind, write && fua)
+    }
+
+    /// Let `slot`'s write of `[offset, offset + len)` in
+    /// ([`Array::admit_write`]); while a resync holds its region, this
+    /// queue's own requests go on meanwhile (the resync waits for them;
+    /// blocking here would deadlock). False when the request must fail
+    /// with EIO (its write-intent bits could not be written on any copy;
+    /// those member failures are already recorded and logged). What the
+    /// admission holds is released when the slot completes (`finish_sub`).
+    fn admit(&mut self, slot: u32, offset: u64, len: u32) -> io::Result<bool> {
+        loop {
+            let Shape::Array(array) = &self.shape else {
+                unreachable!("invariant: only an array's queue admits writes")
+            };
+            let admission = array
+                .admit_write(offset, u64::from(len), false)
+                .map_err(io::Error::other)?;
+            let held = match admission {
+                Admission::Unguarded => return Ok(true),
+                Admission::Held => true,
+                Admission::HeldIntentFailed(_) => false,
+                Admission::Busy => {
+                    self.harvest(0)?;
+                    // Requests of this queue waiting for stripes or a log
+                    // may be inside the region: they must go on.
+                    self.retry_parked()?;
+                    if !self.logging.is_empty() {
+                        self.retry_logging()?;
+                    }
+                    std::thread::sleep(std::time::Duration::from_micros(20));
+                    continue;
+                }
+            };
+            self.spans[slot as usize] = Some((offset, len));
+            self.slots[slot as usize].span = true;
+            return Ok(held);
+        }
     }
 
     /// Split a request into parts, one per piece and copy written (or the
