@@ -576,7 +576,7 @@ impl Array {
         }
         let mut usable: Vec<bool> = (0..self.roles()).map(|r| self.is_usable(r)).collect();
         usable[role] = false;
-        if !self.has_redundancy() || !crate::assemble::has_every_byte(&self.geometry, &usable) {
+        if !self.has_redundancy() || !self.geometry.has_every_byte(&usable) {
             eprintln!(
                 "nvraid: {spec}: {error}; it holds the only copy of some data, so it stays in use and the request fails"
             );
@@ -1089,7 +1089,7 @@ impl Array {
                 .to_string();
             let mut usable: Vec<bool> = (0..self.roles()).map(|r| self.is_usable(r)).collect();
             usable[role] = false;
-            if !self.has_redundancy() || !crate::assemble::has_every_byte(&self.geometry, &usable) {
+            if !self.has_redundancy() || !self.geometry.has_every_byte(&usable) {
                 return Err(Error::io(&spec, error));
             }
             let error = match self.slot(role).and_then(|s| s.member.identity_refused()) {

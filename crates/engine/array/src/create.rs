@@ -14,7 +14,6 @@ use nvraid_metadata::bitmap::{self, BitmapHeader};
 use nvraid_metadata::{
     features, Superblock, Timestamp, RESYNC_CLEAN, SUPER_OFFSET_BYTES, SUPER_OFFSET_SECTORS,
 };
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// Where the data area starts on every member nvraid creates: 1 MiB, as
@@ -790,9 +789,5 @@ fn template_superblock(
 
 /// 16 random bytes from the kernel.
 pub(crate) fn random_uuid() -> Result<[u8; 16]> {
-    let mut uuid = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut uuid))
-        .map_err(|e| Error::io("/dev/urandom", e))?;
-    Ok(uuid)
+    nvraid_io::random::uuid().map_err(|e| Error::io("/dev/urandom", e))
 }

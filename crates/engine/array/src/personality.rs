@@ -16,7 +16,7 @@
 use crate::array::Array;
 use crate::error::Result;
 use crate::parity::{ParityShape, StripeLocks};
-use crate::recovery::{Mode as ScrubMode, Scrubbed};
+use crate::recovery::common::{Mode as ScrubMode, Scrubbed};
 use nvraid_io::AlignedBuf;
 use nvraid_layout::Geometry;
 use std::sync::atomic::AtomicU32;

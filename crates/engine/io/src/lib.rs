@@ -21,6 +21,7 @@ pub mod channel;
 pub mod engine;
 pub mod op;
 pub mod queue;
+pub mod random;
 pub mod remote;
 pub mod sys;
 

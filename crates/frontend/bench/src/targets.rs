@@ -22,9 +22,7 @@ use std::sync::Arc;
 pub fn prefill(array: &Array, len: u64) -> Result<(), Error> {
     const BLOCK_BYTES: usize = 4 << 20;
     let mut block = nvraid_io::AlignedBuf::zeroed(BLOCK_BYTES);
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut block))
-        .map_err(Error::Random)?;
+    nvraid_io::random::fill(&mut block).map_err(Error::Random)?;
     let mut at = 0u64;
     while at < len {
         let n = (len - at).min(BLOCK_BYTES as u64) as usize;

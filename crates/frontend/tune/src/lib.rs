@@ -36,7 +36,8 @@ pub mod score;
 pub mod workload;
 
 pub use error::Error;
-pub use measure::{ChunkRun, Observer, Outcome, Position, Stage};
+pub use measure::{Observer, Outcome, Position, Stage};
+pub use score::ChunkRun;
 pub use plan::{Plan, Request};
 pub use score::{recommend, scores, Metric, Recommendation, Unit};
 pub use workload::Workload;

@@ -7,7 +7,7 @@
 //! binary's live line on stderr).
 
 use crate::candidates::round_order;
-use crate::score::{chunk_text, metrics, recommend, Metric, Recommendation};
+use crate::score::{chunk_text, metrics, recommend, ChunkRun, Metric, Recommendation};
 use crate::{Error, Plan};
 use nvraid_array::{create, Array, BitmapChoice, BitmapDaemon, CreateOptions};
 use nvraid_bench::report::{BenchReport, StepReport};
@@ -83,15 +83,6 @@ pub trait Observer {
 }
 
 impl Observer for () {}
-
-/// One chunk's measurements: the best run of each step over the rounds.
-#[derive(Clone, Debug)]
-pub struct ChunkRun {
-    /// The chunk.
-    pub chunk_bytes: u64,
-    /// Its steps, as nvraid-bench reports them.
-    pub report: BenchReport,
-}
 
 /// What a run found: every chunk's measurements, the metrics and each
 /// chunk's value of each (`values[chunk][metric]`), and the

@@ -2,9 +2,18 @@
 //! value on each metric, its score against the best of every metric, and
 //! the chunk recommended, with its reason.
 
-use crate::measure::ChunkRun;
 use nvraid_bench::units::{format_size, MB_BYTES};
+use nvraid_bench::report::BenchReport;
 use nvraid_bench::JobResult;
+
+/// One chunk's measurements: the best run of each step over the rounds.
+#[derive(Clone, Debug)]
+pub struct ChunkRun {
+    /// The chunk.
+    pub chunk_bytes: u64,
+    /// Its steps, as nvraid-bench reports them.
+    pub report: BenchReport,
+}
 
 /// The chunk a tie goes towards: nvraid's default.
 pub const TIE_CHUNK_BYTES: u64 = nvraid_array::CHUNK_BYTES_DEFAULT;

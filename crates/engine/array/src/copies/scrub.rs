@@ -4,8 +4,7 @@
 
 use crate::array::Array;
 use crate::error::{Error, Result};
-use crate::recovery::rebuild::REGION_BYTES;
-use crate::recovery::{Mode, Scrubbed};
+use crate::recovery::common::{Mode, Scrubbed, REGION_BYTES};
 use crate::slot::is_member_failure;
 use nvraid_io::AlignedBuf;
 use nvraid_layout::Piece;

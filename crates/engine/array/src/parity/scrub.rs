@@ -6,7 +6,7 @@ use super::plan::ParityShape;
 use crate::array::Array;
 use crate::error::Result;
 use crate::personality::Parity;
-use crate::recovery::{Mode, Scrubbed};
+use crate::recovery::common::{Mode, Scrubbed};
 use nvraid_io::AlignedBuf;
 
 /// Compare (and in repair mode rewrite) the parity of every stripe holding

@@ -36,6 +36,7 @@
 //! | array dirty | [`scrub`] in repair mode reaches the end | clean | `resync_offset` = MAX, events + 1 |
 //! | array dirty at R | the process dies | dirty at the last checkpoint | nothing more: the next repair (or the kernel) resumes at it |
 
+pub(crate) mod common;
 pub mod online;
 pub(crate) mod rebuild;
 mod scrub;
@@ -44,7 +45,8 @@ pub use rebuild::{
     add_member, add_member_to, promote_spares, re_add, re_add_to, rebuild, rebuild_online, Added,
     Progress, RebuildPace, Rebuilt,
 };
-pub use scrub::{scrub, scrub_with, Mode, Pace, Scrubbed};
+pub use common::{Mode, Scrubbed};
+pub use scrub::{scrub, scrub_with, Pace};
 
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,7 @@
 //! Rebuild: a new member in a missing role, filled from the other copies
 //! (see the state table in the module above).
 
+use super::common::REGION_BYTES;
 use super::{keep_to_rate, Checkpoints};
 use crate::array::Array;
 use crate::create::random_uuid;
@@ -11,8 +12,6 @@ use nvraid_member::{Member, MemberKind};
 use nvraid_metadata::{features, Role, Superblock, Timestamp};
 use std::time::{Duration, Instant};
 
-/// Bytes copied per step of a rebuild.
-pub(crate) const REGION_BYTES: u64 = 4 << 20;
 /// How often a rebuild or a resync records its progress in the superblocks.
 pub(super) const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 

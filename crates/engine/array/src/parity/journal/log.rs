@@ -199,8 +199,9 @@ pub(crate) fn write_empty_log(
 
 /// A random 32-bit start for a log's sequence numbers, as md picks.
 pub(super) fn random_seq() -> Result<u64> {
-    let [a, b, c, d, ..] = crate::create::random_uuid()?;
-    Ok(u64::from(u32::from_le_bytes([a, b, c, d])))
+    let mut seq = [0u8; 4];
+    nvraid_io::random::fill(&mut seq).map_err(|e| crate::error::Error::io("/dev/urandom", e))?;
+    Ok(u64::from(u32::from_le_bytes(seq)))
 }
 
 /// Encode `block` into `out` (4 KiB) with the log's `seed`, and check it

@@ -221,11 +221,7 @@ pub fn start_journal(checked: JournalMember, array: &Array) -> Result<Journal> {
 }
 
 fn random_uuid() -> Result<[u8; 16]> {
-    let mut uuid = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut uuid))
-        .context("/dev/urandom")?;
-    Ok(uuid)
+    nvraid_io::random::uuid().context("/dev/urandom")
 }
 
 /// The warning `--cache writeback` prints at start.
