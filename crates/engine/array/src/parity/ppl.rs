@@ -470,11 +470,15 @@ impl EntryRows {
     }
 }
 
+/// Written blocks read for a replay: the array sector each starts at, and
+/// its bytes.
+type WrittenBlocks = Vec<(u64, Vec<u8>)>;
+
 /// Every written block's sectors, read whole (one read per block), with
 /// the array sector each starts at; `None` when one cannot be read.
-fn read_written_blocks(array: &Array, rows: &EntryRows) -> Result<Option<Vec<(u64, Vec<u8>)>>> {
+fn read_written_blocks(array: &Array, rows: &EntryRows) -> Result<Option<WrittenBlocks>> {
     let geometry = array.geometry();
-    let mut blocks: Vec<(u64, Vec<u8>)> = Vec::new();
+    let mut blocks: WrittenBlocks = Vec::new();
     for disk in 0..rows.disks {
         let r = rows.first + disk * rows.chunk_sectors;
         if r >= rows.last || (r + 1) * 512 > array.size_bytes() {
@@ -621,8 +625,8 @@ impl ParityShape {
         assert!(
             col.lo < col.hi
                 && u64::from(col.hi) <= self.chunk
-                && col.lo % 512 == 0
-                && col.hi % 512 == 0,
+                && col.lo.is_multiple_of(512)
+                && col.hi.is_multiple_of(512),
             "invariant: a logged column is whole sectors inside its chunks"
         );
         assert!(
@@ -640,7 +644,7 @@ impl ParityShape {
              full-stripe write)"
         );
         assert!(
-            entry.pp_size <= entry.data_size && entry.data_size % 512 == 0,
+            entry.pp_size <= entry.data_size && entry.data_size.is_multiple_of(512),
             "invariant: a PPL entry holds whole sectors of data, no less than its partial parity"
         );
         assert!(
