@@ -66,6 +66,81 @@ pub fn add_journal(
     journal: &str,
     options: AddJournalOptions,
 ) -> Result<JournalAdded> {
+    let open = OpenOptions {
+        write: true,
+        create_bytes: None,
+        direct: options.direct,
+        ..Default::default()
+    };
+    let mut found = open_members(members, journal, open)?;
+    let reference = check_array(&found, journal)?;
+    let member = open_journal_member(journal, open, &found, &reference)?;
+    // A journal this command wrote before a crash cut it short (its
+    // superblock went first, so some members may still lack the journal):
+    // the job is finished, keeping its log, which an assembly in between
+    // may have used.
+    let earlier = read_superblock(&member)
+        .ok()
+        .filter(|sb| sb.set_uuid == reference.set_uuid && sb.role() == Role::Journal);
+    let old_slots = old_journal_slots(&found, &reference, earlier.as_ref(), options, journal)?;
+    check_journal_ready(
+        journal,
+        &member,
+        &reference,
+        earlier.is_some(),
+        old_slots.is_some(),
+        options,
+    )?;
+    let update = plan_update(&found, &reference, earlier.as_ref(), old_slots, journal)?;
+    let journal_sb = journal_superblock(&member, &reference, earlier.as_ref(), &update)?;
+    let log_bytes = journal_sb.data_size_sectors * 512;
+    // (An old journal given is left as it is: its slot says what it is.)
+    found.retain(|(_, sb)| !is_old_journal(sb));
+    let planned: Vec<Superblock> = found
+        .iter()
+        .map(|(_, sb)| {
+            let mut sb = sb.clone();
+            update.apply(&mut sb);
+            sb
+        })
+        .collect();
+    write_all(
+        journal,
+        &member,
+        &journal_sb,
+        earlier.is_none(),
+        &found,
+        &planned,
+    )?;
+    Ok(JournalAdded {
+        journal: journal.into(),
+        dev_number: update.dev_number as u32,
+        log_bytes,
+        bitmap_removed: update.bitmap_removed,
+        events: update.events,
+    })
+}
+
+/// The array's old journal (its superblock's own role says so).
+fn is_old_journal(sb: &Superblock) -> bool {
+    sb.role() == Role::Journal
+}
+
+/// Why `journal` is refused, as the error that names it.
+fn refuse(journal: &str, why: String) -> Error {
+    Error::NoJournal {
+        spec: journal.into(),
+        why,
+    }
+}
+
+/// Open the members given (none of them the journal) and read their
+/// superblocks.
+fn open_members(
+    members: &[String],
+    journal: &str,
+    open: OpenOptions,
+) -> Result<Vec<(Member, Superblock)>> {
     if members.is_empty() {
         return Err(Error::NoMembers);
     }
@@ -76,25 +151,24 @@ pub fn add_journal(
         return Err(not_separate(journal, same));
     }
     crate::assemble::check_distinct_specs(members)?;
-    let open = OpenOptions {
-        write: true,
-        create_bytes: None,
-        direct: options.direct,
-        ..Default::default()
-    };
     let mut found = Vec::with_capacity(members.len());
     for spec in members {
         let member = Member::open(spec, open)?;
         let sb = read_superblock(&member)?;
         found.push((member, sb));
     }
+    Ok(found)
+}
+
+/// Check that the array on the members can take a journal: RAID 4/5/6
+/// without PPL, whole, not rebuilding, with no working journal and no
+/// member set aside but spares and an old journal. Returns the superblock
+/// that describes the array.
+fn check_array(found: &[(Member, Superblock)], journal: &str) -> Result<Superblock> {
     let listed: Vec<(&str, &Superblock)> = found.iter().map(|(m, sb)| (m.spec(), sb)).collect();
     let decision = decide(&listed)?;
     let reference = found[decision.reference].1.clone();
-    let refuse = |why: String| Error::NoJournal {
-        spec: journal.into(),
-        why,
-    };
+    let refuse = |why: String| refuse(journal, why);
     let level = level_of(&reference, found[decision.reference].0.spec())?;
     if level.parity_chunks() == 0 {
         return Err(refuse(format!(
@@ -126,8 +200,7 @@ pub fn add_journal(
         )));
     }
     // The array's old journal, when given: set aside (a working one is
-    // refused below), and left as it is.
-    let is_old_journal = |sb: &Superblock| sb.role() == Role::Journal;
+    // refused here), and left as it is.
     if let Some(index) = decision.journal {
         return Err(refuse(format!(
             "the array already has a write journal, {}, and it works",
@@ -145,7 +218,17 @@ pub fn add_journal(
             why.reason()
         )));
     }
-    // The journal member: separate, big enough, and blank unless forced.
+    Ok(reference)
+}
+
+/// Open the journal member: separate from the members and big enough for
+/// the array's metadata area and the smallest log.
+fn open_journal_member(
+    journal: &str,
+    open: OpenOptions,
+    found: &[(Member, Superblock)],
+    reference: &Superblock,
+) -> Result<Member> {
     let member = Member::open(journal, open)?;
     if let Some((other, _)) = found
         .iter()
@@ -167,13 +250,19 @@ pub fn add_journal(
             ),
         });
     }
-    // A journal this command wrote before a crash cut it short (its
-    // superblock went first, so some members may still lack the journal):
-    // the job is finished, keeping its log, which an assembly in between
-    // may have used.
-    let earlier = read_superblock(&member)
-        .ok()
-        .filter(|sb| sb.set_uuid == reference.set_uuid && sb.role() == Role::Journal);
+    Ok(member)
+}
+
+/// Whether the array is replacing a lost journal and, when it is, the
+/// device slots of its old journal (to be recorded faulty); an array that
+/// already has a journal is refused.
+fn old_journal_slots(
+    found: &[(Member, Superblock)],
+    reference: &Superblock,
+    earlier: Option<&Superblock>,
+    options: AddJournalOptions,
+    journal: &str,
+) -> Result<Option<Vec<usize>>> {
     let every_member_has_it = found
         .iter()
         .all(|(_, sb)| sb.feature_map & features::JOURNAL != 0);
@@ -184,60 +273,123 @@ pub fn add_journal(
     // The old journal's slot is recorded faulty; the new one takes a slot
     // of its own.
     let replacing = earlier.is_none() && every_member_has_it;
+    if !replacing {
+        if every_member_has_it
+            || (earlier.is_none() && reference.feature_map & features::JOURNAL != 0)
+        {
+            return Err(refuse(
+                journal,
+                "the array already has a write journal (name its journal member with the others)"
+                    .into(),
+            ));
+        }
+        return Ok(None);
+    }
     let mut old_slots = Vec::new();
-    if replacing {
-        for (dev, &raw) in reference.roles_raw.iter().enumerate() {
-            if Role::from_raw(raw) != Role::Journal {
-                continue;
-            }
-            let given = found
-                .iter()
-                .any(|(_, sb)| is_old_journal(sb) && sb.dev_number as usize == dev);
-            if !given && !options.force {
-                return Err(refuse(format!(
+    for (dev, &raw) in reference.roles_raw.iter().enumerate() {
+        if Role::from_raw(raw) != Role::Journal {
+            continue;
+        }
+        let given = found
+            .iter()
+            .any(|(_, sb)| is_old_journal(sb) && sb.dev_number as usize == dev);
+        if !given && !options.force {
+            return Err(refuse(
+                journal,
+                format!(
                     "the array's write journal (device slot {dev}) was not given and is not \
                      recorded faulty: its log may hold writes the members lack. Name it with \
                      the members (a working journal is kept; a stale one is replaced), or add \
                      --force to replace it, losing what it holds"
-                )));
-            }
-            old_slots.push(dev);
+                ),
+            ));
         }
-    } else if every_member_has_it
-        || (earlier.is_none() && reference.feature_map & features::JOURNAL != 0)
-    {
-        return Err(refuse(
-            "the array already has a write journal (name its journal member with the others)"
-                .into(),
-        ));
+        old_slots.push(dev);
     }
+    Ok(Some(old_slots))
+}
+
+/// Check that the journal may start now: the array awaits no resync (a
+/// journal would make md skip it), and a new journal member carries no
+/// filesystem or array unless forced.
+fn check_journal_ready(
+    journal: &str,
+    member: &Member,
+    reference: &Superblock,
+    finishing: bool,
+    replacing: bool,
+    options: AddJournalOptions,
+) -> Result<()> {
     // (Also when finishing: an array served without its half-added journal
     // and then cut short needs its resync all the same. A journal replaced
     // keeps the resync a failed journal's last writes left: the array could
     // not be written without one, so nothing else could run it.)
     if reference.resync_offset != RESYNC_CLEAN && !replacing {
         return Err(refuse(
+            journal,
             "the array needs its resync, which a journal would make md skip (run `nvraid \
              repair`, or serve the array until its resync ends)"
                 .into(),
         ));
     }
-    if earlier.is_none() && !options.force {
-        if let Some(what) = crate::detect_signature(&member).map_err(|e| Error::io(journal, e))? {
+    if !finishing && !options.force {
+        if let Some(what) = crate::detect_signature(member).map_err(|e| Error::io(journal, e))? {
             return Err(Error::InUse {
                 spec: journal.into(),
                 what,
             });
         }
     }
-    let freshest = found
+    Ok(())
+}
+
+/// What every superblock written gets: md's JOURNAL feature, the new role
+/// table, the next events, and no bitmap.
+struct Update {
+    /// The journal's device slot.
+    dev_number: usize,
+    table: Vec<u16>,
+    events: u64,
+    now: Timestamp,
+    bitmap_removed: bool,
+}
+
+impl Update {
+    /// Apply the update to `sb`.
+    fn apply(&self, sb: &mut Superblock) {
+        sb.feature_map |= features::JOURNAL;
+        sb.feature_map &= !features::BITMAP_OFFSET;
+        if self.bitmap_removed {
+            sb.bitmap_offset = 0;
+        }
+        sb.roles_raw = self.table.clone();
+        sb.max_dev = self.table.len() as u32;
+        sb.events = self.events;
+        sb.utime = self.now;
+    }
+}
+
+/// Plan the update: the events past every superblock given, the journal's
+/// device slot (the one it already has when finishing, else a new one past
+/// every slot in use) and the role table with the old journal's slots
+/// recorded faulty.
+fn plan_update(
+    found: &[(Member, Superblock)],
+    reference: &Superblock,
+    earlier: Option<&Superblock>,
+    old_slots: Option<Vec<usize>>,
+    journal: &str,
+) -> Result<Update> {
+    let Some(freshest) = found
         .iter()
         .map(|(_, sb)| sb)
-        .chain(earlier.as_ref())
+        .chain(earlier)
         .max_by_key(|sb| sb.events)
-        .expect("members were given");
+    else {
+        panic!("invariant: add_journal plans only after members were given and read");
+    };
     let events = freshest.events + 1;
-    let (dev_number, table) = match &earlier {
+    let (dev_number, mut table) = match earlier {
         Some(sb) => (sb.dev_number as usize, freshest.roles_raw.clone()),
         None => {
             // The new device slot: past every slot in the table and every
@@ -252,11 +404,12 @@ pub fn add_journal(
         }
     };
     if dev_number >= MAX_DEV {
-        return Err(refuse(format!(
-            "the role table has no room for device slot {dev_number}"
-        )));
+        return Err(refuse(
+            journal,
+            format!("the role table has no room for device slot {dev_number}"),
+        ));
     }
-    let mut table = table;
+    let old_slots = old_slots.unwrap_or_default();
     for &dev in &old_slots {
         table[dev] = Role::Faulty.to_raw();
     }
@@ -264,63 +417,126 @@ pub fn add_journal(
         table.resize(dev_number + 1, Role::Spare.to_raw());
     }
     table[dev_number] = Role::Journal.to_raw();
-    let now = Timestamp::now();
+    check_role_table(
+        found,
+        earlier.is_some(),
+        &old_slots,
+        dev_number,
+        &table,
+        events,
+    );
     let bitmap_removed = found
         .iter()
         .any(|(_, sb)| sb.feature_map & features::BITMAP_OFFSET != 0);
-    let update = |sb: &mut Superblock| {
-        sb.feature_map |= features::JOURNAL;
-        sb.feature_map &= !features::BITMAP_OFFSET;
-        if bitmap_removed {
-            sb.bitmap_offset = 0;
-        }
-        sb.roles_raw = table.clone();
-        sb.max_dev = table.len() as u32;
-        sb.events = events;
-        sb.utime = now;
-    };
-    let mut journal_sb = earlier.clone().unwrap_or_else(|| reference.clone());
-    update(&mut journal_sb);
-    if earlier.is_none() {
-        journal_sb.dev_number = dev_number as u32;
-        journal_sb.device_uuid = crate::create::random_uuid()?;
-        journal_sb.feature_map &= !(features::BAD_BLOCKS
-            | features::RECOVERY_OFFSET
-            | features::RECOVERY_BITMAP
-            | features::REPLACEMENT);
-        journal_sb.bblog_shift = 0;
-        journal_sb.bblog_size = 0;
-        journal_sb.bblog_offset = 0;
-        journal_sb.cnt_corrected_read = 0;
-        journal_sb.devflags = 0;
-        // md's journal_tail (the field recovery_offset shares): the log
-        // starts at its first sector.
-        journal_sb.recovery_offset = 0;
-        journal_sb.data_size_sectors = (member.size_bytes() - data_offset) / 4096 * 4096 / 512;
+    Ok(Update {
+        dev_number,
+        table,
+        events,
+        now: Timestamp::now(),
+        bitmap_removed,
+    })
+}
+
+/// Paired with the plan: the role table fits a superblock, the journal's
+/// slot is no old journal's (nor, for a new journal, any given member's),
+/// and the update's events are past every member's.
+fn check_role_table(
+    found: &[(Member, Superblock)],
+    finishing: bool,
+    old_slots: &[usize],
+    dev_number: usize,
+    table: &[u16],
+    events: u64,
+) {
+    assert!(
+        table.len() <= MAX_DEV,
+        "invariant: the role table fits a 4 KiB superblock (superblocks read are decoded \
+         within it, and the new slot was checked)"
+    );
+    assert!(
+        !old_slots.contains(&dev_number),
+        "invariant: the new journal's device slot is not an old journal's"
+    );
+    assert!(
+        finishing
+            || found
+                .iter()
+                .all(|(_, sb)| sb.dev_number as usize != dev_number),
+        "invariant: a new journal's device slot is no given member's"
+    );
+    assert!(
+        found.iter().all(|(_, sb)| sb.events < events),
+        "invariant: the update's events are past every member's"
+    );
+}
+
+/// The journal member's superblock: the one it has when finishing, else
+/// the array's with the journal's own slot, identity and log size.
+fn journal_superblock(
+    member: &Member,
+    reference: &Superblock,
+    earlier: Option<&Superblock>,
+    update: &Update,
+) -> Result<Superblock> {
+    let mut journal_sb = earlier.cloned().unwrap_or_else(|| reference.clone());
+    update.apply(&mut journal_sb);
+    if earlier.is_some() {
+        return Ok(journal_sb);
     }
+    let data_offset = reference.data_offset_sectors * 512;
+    journal_sb.dev_number = update.dev_number as u32;
+    journal_sb.device_uuid = crate::create::random_uuid()?;
+    journal_sb.feature_map &= !(features::BAD_BLOCKS
+        | features::RECOVERY_OFFSET
+        | features::RECOVERY_BITMAP
+        | features::REPLACEMENT);
+    journal_sb.bblog_shift = 0;
+    journal_sb.bblog_size = 0;
+    journal_sb.bblog_offset = 0;
+    journal_sb.cnt_corrected_read = 0;
+    journal_sb.devflags = 0;
+    // md's journal_tail (the field recovery_offset shares): the log
+    // starts at its first sector.
+    journal_sb.recovery_offset = 0;
+    journal_sb.data_size_sectors = (member.size_bytes() - data_offset) / 4096 * 4096 / 512;
     let log_bytes = journal_sb.data_size_sectors * 512;
-    // (An old journal given is left as it is: its slot says what it is.)
-    found.retain(|(_, sb)| !is_old_journal(sb));
-    let planned: Vec<Superblock> = found
-        .iter()
-        .map(|(_, sb)| {
-            let mut sb = sb.clone();
-            update(&mut sb);
-            sb
-        })
-        .collect();
-    // Checked: write. What each superblock write covers is kept, to put
-    // back if a later write fails.
+    assert!(
+        log_bytes >= crate::create::JOURNAL_LOG_MIN_BYTES
+            && data_offset + log_bytes <= member.size_bytes(),
+        "invariant: a new journal's log holds the smallest log and fits its member (its size \
+         was checked)"
+    );
+    Ok(journal_sb)
+}
+
+/// Write the journal (its empty log when new, then its superblock) and
+/// then each member's superblock, flushing each; when a write fails, put
+/// back every superblock written (best effort) and return the error.
+fn write_all(
+    journal: &str,
+    member: &Member,
+    journal_sb: &Superblock,
+    new_log: bool,
+    found: &[(Member, Superblock)],
+    planned: &[Superblock],
+) -> Result<()> {
+    assert_eq!(
+        found.len(),
+        planned.len(),
+        "invariant: one planned superblock per member written"
+    );
+    // What each superblock write covers is kept, to put back if a later
+    // write fails.
     let mut kept: Vec<(&Member, AlignedBuf)> = Vec::new();
     let written = (|| -> Result<()> {
-        keep(&member, &mut kept)?;
-        if earlier.is_none() {
-            crate::parity::journal::write_empty_log(&member, &journal_sb)?;
+        keep(member, &mut kept)?;
+        if new_log {
+            crate::parity::journal::write_empty_log(member, journal_sb)?;
         }
-        write_superblock(&member, &journal_sb)?;
+        write_superblock(member, journal_sb)?;
         member.flush().map_err(|e| Error::io(journal, e))?;
         crate::failpoint::hit("add-journal-superblock");
-        for ((member, _), sb) in found.iter().zip(&planned) {
+        for ((member, _), sb) in found.iter().zip(planned) {
             keep(member, &mut kept)?;
             write_superblock(member, sb)?;
             member.flush().map_err(|e| Error::io(member.spec(), e))?;
@@ -336,15 +552,10 @@ pub fn add_journal(
         }
         return Err(e);
     }
-    Ok(JournalAdded {
-        journal: journal.into(),
-        dev_number: dev_number as u32,
-        log_bytes,
-        bitmap_removed,
-        events,
-    })
+    Ok(())
 }
 
+/// The error for a journal that is one of the members.
 fn not_separate(journal: &str, member: &str) -> Error {
     Error::NoJournal {
         spec: journal.into(),

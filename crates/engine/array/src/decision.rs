@@ -158,9 +158,11 @@ fn disagreement(found: &[(&str, &Superblock)]) -> Result<()> {
     for (f, &(field, _)) in fields[0].iter().enumerate() {
         let value = |i: usize| &fields[i][f].1;
         let count = |v: &String| (0..found.len()).filter(|&i| value(i) == v).count();
-        let majority = (0..found.len())
-            .max_by_key(|&i| (count(value(i)), std::cmp::Reverse(i)))
-            .expect("non-empty");
+        let Some(majority) =
+            (0..found.len()).max_by_key(|&i| (count(value(i)), std::cmp::Reverse(i)))
+        else {
+            panic!("invariant: decide checks for members before its rules");
+        };
         if let Some(odd) = (0..found.len()).find(|&i| value(i) != value(majority)) {
             return Err(Error::Disagree {
                 spec: found[odd].0.into(),
@@ -192,12 +194,28 @@ fn thinks_active(sb: &Superblock) -> bool {
 }
 
 /// Decide. `found` is the members' specs (for messages) and superblocks, in
-/// the order the user gave them.
+/// the order the user gave them. The rules run in the order md applies
+/// them; the first that refuses the array gives the error.
 pub fn decide(found: &[(&str, &Superblock)]) -> Result<Decision> {
-    let Some(&(first_spec, first)) = found.first() else {
+    if found.is_empty() {
         return Err(Error::NoMembers);
+    }
+    one_array(found)?; // Rule 1: one array, a role table its count fits.
+    disagreement(found)?; // Rule 1: one geometry.
+    no_refused_feature(found)?; // Rule 4.
+    let reference = freshest(found)?; // Rule 2.
+    no_mutual_faults(found)?; // Rule 3.
+    let decision = place(found, reference)?; // Rules 5 to 8.
+    check_placement(found, &decision);
+    Ok(decision)
+}
+
+/// Rule 1 for the identity: every member carries the first one's array
+/// UUID, and a member count its role table holds.
+fn one_array(found: &[(&str, &Superblock)]) -> Result<()> {
+    let Some(&(first_spec, first)) = found.first() else {
+        panic!("invariant: decide checks for members before its rules");
     };
-    // Rule 1.
     for &(spec, sb) in found {
         if sb.set_uuid != first.set_uuid {
             return Err(Error::MixedArrays {
@@ -219,8 +237,13 @@ pub fn decide(found: &[(&str, &Superblock)]) -> Result<Decision> {
             });
         }
     }
-    disagreement(found)?;
-    // Rule 4, on every member (array-wide bits are on all of them).
+    Ok(())
+}
+
+/// Rule 4, on every member (array-wide bits are on all of them): no
+/// feature nvraid cannot honour, and a write journal on RAID 4/5/6 only
+/// (md keeps one there only).
+fn no_refused_feature(found: &[(&str, &Superblock)]) -> Result<()> {
     for &(spec, sb) in found {
         for (bit, why) in REFUSED {
             if sb.feature_map & bit != 0 {
@@ -231,7 +254,6 @@ pub fn decide(found: &[(&str, &Superblock)]) -> Result<Decision> {
             }
         }
     }
-    // md keeps a write journal on RAID 4/5/6 only.
     for &(spec, sb) in found {
         if sb.feature_map & features::JOURNAL != 0 && !matches!(sb.level, 4..=6) {
             return Err(Error::Unsupported {
@@ -243,15 +265,19 @@ pub fn decide(found: &[(&str, &Superblock)]) -> Result<Decision> {
             });
         }
     }
-    // Rule 2.
-    let freshest = found.iter().map(|(_, sb)| sb.events).max().unwrap_or(0);
-    let reference = found
-        .iter()
-        .position(|(_, sb)| sb.events == freshest)
-        .expect("non-empty");
+    Ok(())
+}
+
+/// Rule 2: the first freshest member, whose superblock describes the
+/// array; every other freshest one must have its role table.
+fn freshest(found: &[(&str, &Superblock)]) -> Result<usize> {
+    let events = found.iter().map(|(_, sb)| sb.events).max().unwrap_or(0);
+    let Some(reference) = found.iter().position(|(_, sb)| sb.events == events) else {
+        panic!("invariant: decide checks for members before its rules");
+    };
     let (ref_spec, ref_sb) = found[reference];
     for &(spec, sb) in found {
-        if sb.events == freshest && sb.roles_raw != ref_sb.roles_raw {
+        if sb.events == events && sb.roles_raw != ref_sb.roles_raw {
             return Err(split_brain(
                 ref_spec,
                 ref_sb,
@@ -261,7 +287,12 @@ pub fn decide(found: &[(&str, &Superblock)]) -> Result<Decision> {
             ));
         }
     }
-    // Rule 3.
+    Ok(reference)
+}
+
+/// Rule 3: no two members, each active by its own superblock, that record
+/// each other as faulty.
+fn no_mutual_faults(found: &[(&str, &Superblock)]) -> Result<()> {
     for (i, &(a_spec, a)) in found.iter().enumerate() {
         for &(b_spec, b) in &found[..i] {
             let a_fails_b = role_in(a, b.dev_number) == Role::Faulty;
@@ -277,7 +308,14 @@ pub fn decide(found: &[(&str, &Superblock)]) -> Result<Decision> {
             }
         }
     }
-    // Rules 5 to 8.
+    Ok(())
+}
+
+/// Rules 5 to 8: each member's role from the reference's role table; the
+/// members not placed set aside with the reason, the fresh journal kept.
+fn place(found: &[(&str, &Superblock)], reference: usize) -> Result<Decision> {
+    let ref_sb = found[reference].1;
+    let freshest = ref_sb.events;
     let behind = |sb: &Superblock| sb.events + EVENTS_MARGIN < freshest;
     let raid_disks = ref_sb.raid_disks as usize;
     let mut roles: Vec<Option<usize>> = vec![None; raid_disks];
@@ -324,15 +362,6 @@ pub fn decide(found: &[(&str, &Superblock)]) -> Result<Decision> {
         }
         roles[usize::from(r)] = Some(index);
     }
-    // Paired with the placement: each placed member is fresh and holds the
-    // role the reference table gives it.
-    for (r, placed) in roles.iter().enumerate() {
-        if let Some(index) = *placed {
-            let sb = found[index].1;
-            assert!(!behind(sb), "placed member is stale");
-            assert_eq!(role_in(ref_sb, sb.dev_number), Role::Active(r as u16));
-        }
-    }
     Ok(Decision {
         reference,
         roles,
@@ -341,6 +370,52 @@ pub fn decide(found: &[(&str, &Superblock)]) -> Result<Decision> {
     })
 }
 
+/// Paired with the placement: the reference is a freshest member; each
+/// placed member and the journal are fresh, each placed member holds the
+/// role the reference table gives it, and every member given is placed,
+/// set aside or the journal, exactly once.
+fn check_placement(found: &[(&str, &Superblock)], decision: &Decision) {
+    let ref_sb = found[decision.reference].1;
+    assert!(
+        found.iter().all(|(_, sb)| sb.events <= ref_sb.events),
+        "invariant: the reference member is a freshest one"
+    );
+    let behind = |sb: &Superblock| sb.events + EVENTS_MARGIN < ref_sb.events;
+    assert_eq!(
+        decision.roles.len(),
+        ref_sb.raid_disks as usize,
+        "invariant: one role per member of the reference's count"
+    );
+    let mut seen = vec![0u32; found.len()];
+    for (r, placed) in decision.roles.iter().enumerate() {
+        if let Some(index) = *placed {
+            let sb = found[index].1;
+            assert!(!behind(sb), "invariant: a placed member is fresh");
+            assert_eq!(
+                role_in(ref_sb, sb.dev_number),
+                Role::Active(r as u16),
+                "invariant: a placed member holds the role the reference table gives it"
+            );
+            seen[index] += 1;
+        }
+    }
+    if let Some(index) = decision.journal {
+        assert!(
+            !behind(found[index].1),
+            "invariant: the array's journal is fresh"
+        );
+        seen[index] += 1;
+    }
+    for (index, _) in &decision.set_aside {
+        seen[*index] += 1;
+    }
+    assert!(
+        seen.iter().all(|&n| n == 1),
+        "invariant: every member given is placed, set aside or the journal, exactly once"
+    );
+}
+
+/// The error for two halves of the array that ran apart.
 fn split_brain(a_spec: &str, a: &Superblock, b_spec: &str, b: &Superblock, how: &str) -> Error {
     Error::SplitBrain(format!(
         "{a_spec} (events {}, updated {}) and {b_spec} (events {}, updated {}) ran apart: {how}. \

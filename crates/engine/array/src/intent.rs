@@ -150,12 +150,158 @@ impl WriteIntent {
             events_cleared: image.header.events_cleared,
         }
     }
+
+    /// The chunks a clearing pass may clear: durable, with no write in
+    /// flight and (unless `all`) not written since the last pass. Resets
+    /// what was written since the last pass.
+    fn idle_chunks(&self, image: &Image, all: bool) -> Vec<u64> {
+        let mut candidates = Vec::new();
+        for (w, durable) in self.durable.iter().enumerate() {
+            let touched = self.touched[w].swap(0, Ordering::SeqCst);
+            let mut set = durable.load(Ordering::SeqCst);
+            if !all {
+                set &= !touched;
+            }
+            while set != 0 {
+                let chunk = w as u64 * 64 + u64::from(set.trailing_zeros());
+                set &= set - 1;
+                assert!(
+                    bitmap::test_bit(&image.storage, chunk),
+                    "invariant: bitmap chunk {chunk}, durable in memory, has its bit set in \
+                     the image the members hold"
+                );
+                if self.pending[chunk as usize].load(Ordering::SeqCst) == 0 {
+                    candidates.push(chunk);
+                }
+            }
+        }
+        candidates
+    }
+
+    /// Clear the bits of `candidates` in memory and in the image, except
+    /// where a write started meanwhile (that bit stays durable); returns
+    /// the chunks cleared.
+    fn clear_unless_raced(&self, image: &mut Image, candidates: Vec<u64>) -> Vec<u64> {
+        let mut cleared = Vec::new();
+        for chunk in candidates {
+            let (w, b) = word_bit(chunk);
+            self.durable[w].fetch_and(!b, Ordering::SeqCst);
+            let raced = self.pending[chunk as usize].load(Ordering::SeqCst) != 0
+                || self.touched[w].load(Ordering::SeqCst) & b != 0;
+            if raced {
+                self.durable[w].fetch_or(b, Ordering::SeqCst);
+            } else {
+                bitmap::put_bit(&mut image.storage, chunk, false);
+                cleared.push(chunk);
+            }
+        }
+        cleared
+    }
 }
 
 /// Where `sb`'s bitmap lives on its member, in bytes, when it has one.
 pub(crate) fn bitmap_at(sb: &nvraid_metadata::Superblock) -> Option<i64> {
     (sb.feature_map & features::BITMAP_OFFSET != 0)
         .then(|| (sb.super_offset_sectors as i64 + i64::from(sb.bitmap_offset as i32)) * 512)
+}
+
+/// One member's bitmap as read: its header, its bits (all set when the
+/// bitmap is not to be trusted) and its byte offset on the member.
+struct MemberBitmap {
+    header: BitmapHeader,
+    storage: AlignedBuf,
+    at: u64,
+}
+
+/// Read the bitmap at byte `at` of `slot`'s member, checking that it lies
+/// between the superblock and the data, clear of the bad-block log. A
+/// bitmap older than `events` or marked stale is taken as all set.
+fn read_member_bitmap(
+    slot: &crate::slot::Slot,
+    at: i64,
+    array_bytes: u64,
+    events: u64,
+) -> Result<MemberBitmap> {
+    let sb = &slot.superblock;
+    let member = &slot.member;
+    let bad = |what: String| Error::Unsupported {
+        spec: member.spec().into(),
+        what,
+    };
+    let data_start = sb.data_offset_sectors * 512;
+    if at < (sb.super_offset_sectors * 512 + 1024) as i64 || at as u64 >= data_start {
+        return Err(bad(format!(
+            "an md bitmap at byte {at}, outside the space between the superblock and the data"
+        )));
+    }
+    let at = at as u64;
+    let mut page = AlignedBuf::zeroed(PAGE);
+    member
+        .read_at(&mut page, at)
+        .map_err(|e| Error::io(member.spec(), e))?;
+    let header = BitmapHeader::decode(&page, &sb.set_uuid)
+        .map_err(|e| bad(format!("an array whose {e}")))?;
+    let bits = bitmap::bits_for(array_bytes, header.chunk_bytes);
+    let len = bitmap::storage_bytes(bits);
+    if at + len > data_start {
+        return Err(bad(format!(
+            "an md bitmap of {len} bytes at byte {at}, running into the data at byte {data_start}"
+        )));
+    }
+    if sb.bblog_size > 0 {
+        let bblog = sb.super_offset_sectors as i64 * 512 + i64::from(sb.bblog_offset as i32) * 512;
+        if bblog >= at as i64 && bblog < (at + len) as i64 {
+            return Err(bad(format!(
+                "an md bitmap of {len} bytes at byte {at}, overlapping the bad-block log at byte {bblog}"
+            )));
+        }
+    }
+    let mut storage = AlignedBuf::zeroed(len as usize);
+    member
+        .read_at(&mut storage, at)
+        .map_err(|e| Error::io(member.spec(), e))?;
+    let trusted = !header.is_stale() && header.events >= events;
+    if !trusted {
+        for bit in 0..bits {
+            bitmap::put_bit(&mut storage, bit, true);
+        }
+    }
+    Ok(MemberBitmap {
+        header,
+        storage,
+        at,
+    })
+}
+
+/// The union of two members' bitmaps over `array_bytes` (`spec` names the
+/// member `next` was read from): every bit set on either, the newer events
+/// of each kind. Bitmaps of another chunk or place are refused.
+fn merge_bitmaps(
+    mut merged: MemberBitmap,
+    next: MemberBitmap,
+    spec: &str,
+    array_bytes: u64,
+) -> Result<MemberBitmap> {
+    if merged.header.chunk_bytes != next.header.chunk_bytes || merged.at != next.at {
+        return Err(Error::Unsupported {
+            spec: spec.into(),
+            what: "an md bitmap whose chunk or place differs from the other members'".into(),
+        });
+    }
+    assert_eq!(
+        merged.storage.len(),
+        next.storage.len(),
+        "invariant: bitmaps of one chunk over one array hold the same bits"
+    );
+    let bits = bitmap::bits_for(array_bytes, next.header.chunk_bytes);
+    for bit in 0..bits {
+        if bitmap::test_bit(&next.storage, bit) {
+            bitmap::put_bit(&mut merged.storage, bit, true);
+        }
+    }
+    merged.header.events = merged.header.events.max(next.header.events);
+    merged.header.events_cleared = merged.header.events_cleared.max(next.header.events_cleared);
+    Ok(merged)
 }
 
 impl Array {
@@ -167,7 +313,7 @@ impl Array {
     pub(crate) fn load_bitmap(&mut self) -> Result<()> {
         let array_bytes = self.size_bytes();
         let events = self.events();
-        let mut loaded: Option<(BitmapHeader, AlignedBuf, u64)> = None;
+        let mut loaded: Option<MemberBitmap> = None;
         let mut any_without = None;
         for (role, slot) in self.slots().iter().enumerate() {
             let Some(slot) = slot else { continue };
@@ -175,76 +321,17 @@ impl Array {
                 // A member being recovered holds no trustworthy bits.
                 continue;
             }
-            let sb = &slot.superblock;
-            let Some(at) = bitmap_at(sb) else {
+            let Some(at) = bitmap_at(&slot.superblock) else {
                 any_without = Some(slot.member.spec().to_string());
                 continue;
             };
-            let member = &slot.member;
-            let bad = |what: String| Error::Unsupported {
-                spec: member.spec().into(),
-                what,
-            };
-            let data_start = sb.data_offset_sectors * 512;
-            if at < (sb.super_offset_sectors * 512 + 1024) as i64 || at as u64 >= data_start {
-                return Err(bad(format!(
-                    "an md bitmap at byte {at}, outside the space between the superblock and the data"
-                )));
-            }
-            let at = at as u64;
-            let mut page = AlignedBuf::zeroed(PAGE);
-            member
-                .read_at(&mut page, at)
-                .map_err(|e| Error::io(member.spec(), e))?;
-            let header = BitmapHeader::decode(&page, &sb.set_uuid)
-                .map_err(|e| bad(format!("an array whose {e}")))?;
-            let bits = bitmap::bits_for(array_bytes, header.chunk_bytes);
-            let len = bitmap::storage_bytes(bits);
-            if at + len > data_start {
-                return Err(bad(format!(
-                    "an md bitmap of {len} bytes at byte {at}, running into the data at byte {data_start}"
-                )));
-            }
-            if sb.bblog_size > 0 {
-                let bblog =
-                    sb.super_offset_sectors as i64 * 512 + i64::from(sb.bblog_offset as i32) * 512;
-                if bblog >= at as i64 && bblog < (at + len) as i64 {
-                    return Err(bad(format!(
-                        "an md bitmap of {len} bytes at byte {at}, overlapping the bad-block log at byte {bblog}"
-                    )));
-                }
-            }
-            let mut storage = AlignedBuf::zeroed(len as usize);
-            member
-                .read_at(&mut storage, at)
-                .map_err(|e| Error::io(member.spec(), e))?;
-            let trusted = !header.is_stale() && header.events >= events;
-            if !trusted {
-                for bit in 0..bits {
-                    bitmap::put_bit(&mut storage, bit, true);
-                }
-            }
+            let read = read_member_bitmap(slot, at, array_bytes, events)?;
             loaded = Some(match loaded.take() {
-                None => (header, storage, at),
-                Some((mut h, mut s, first_at)) => {
-                    if h.chunk_bytes != header.chunk_bytes || first_at != at {
-                        return Err(bad(
-                            "an md bitmap whose chunk or place differs from the other members'"
-                                .into(),
-                        ));
-                    }
-                    for bit in 0..bits {
-                        if bitmap::test_bit(&storage, bit) {
-                            bitmap::put_bit(&mut s, bit, true);
-                        }
-                    }
-                    h.events = h.events.max(header.events);
-                    h.events_cleared = h.events_cleared.max(header.events_cleared);
-                    (h, s, first_at)
-                }
+                None => read,
+                Some(merged) => merge_bitmaps(merged, read, slot.member.spec(), array_bytes)?,
             });
         }
-        let Some((mut header, mut storage, at)) = loaded else {
+        let Some(loaded) = loaded else {
             return Ok(());
         };
         if let Some(spec) = any_without {
@@ -253,26 +340,41 @@ impl Array {
                 what: "a member without the md bitmap its array's other members have".into(),
             });
         }
-        // Bits past the array's end (mdadm fills them with ones) stay as
-        // they are; the header is brought up to date as md brings it.
+        self.install_bitmap(loaded, array_bytes, events);
+        if self.is_writable() {
+            self.publish_bitmap()?;
+        }
+        Ok(())
+    }
+
+    /// Bring the merged bitmap's header up to date, as md brings it, and
+    /// make it the array's write intent. Bits past the array's end (mdadm
+    /// fills them with ones) stay as they are.
+    fn install_bitmap(&mut self, loaded: MemberBitmap, array_bytes: u64, events: u64) {
+        let MemberBitmap {
+            mut header,
+            mut storage,
+            at,
+        } = loaded;
         header.state &= !bitmap::STATE_STALE;
         header.sync_size_sectors = array_bytes / 512;
         header.events = header.events.max(events);
         header.encode(&mut storage);
         self.intent = Some(WriteIntent::new(header, storage, array_bytes, at));
-        if self.is_writable() {
-            // nvraid now owns the bitmap: every member gets the merged image.
-            // A member that cannot take it has failed (md's rule), as on
-            // any later bitmap update.
-            let intent = self.intent().expect("just installed");
-            let image = intent.lock();
-            let mut failed =
-                self.write_pages_collect(intent, &image, 0..image.storage.len() / PAGE);
-            drop(image);
-            failed.extend(self.flush_usable());
-            self.fail_all(failed)?;
-        }
-        Ok(())
+    }
+
+    /// nvraid now owns the bitmap: every member gets the merged image. A
+    /// member that cannot take it has failed (md's rule), as on any later
+    /// bitmap update.
+    fn publish_bitmap(&self) -> Result<()> {
+        let Some(intent) = self.intent() else {
+            panic!("invariant: the bitmap is published only once installed");
+        };
+        let image = intent.lock();
+        let mut failed = self.write_pages_collect(intent, &image, 0..image.storage.len() / PAGE);
+        drop(image);
+        failed.extend(self.flush_usable());
+        self.fail_all(failed)
     }
 
     /// Write pages `pages` of the image to every usable member (not
@@ -353,7 +455,14 @@ impl Array {
             bitmap::put_bit(&mut image.storage, chunk, true);
         }
         let page_of = |chunk: u64| (bitmap::HEADER_BYTES + (chunk / 8) as usize) / PAGE;
-        let pages = page_of(needed[0])..page_of(*needed.last().expect("non-empty")) + 1;
+        let (Some(&first), Some(&last)) = (needed.first(), needed.last()) else {
+            panic!("invariant: a bitmap update has chunks to make durable");
+        };
+        let pages = page_of(first)..page_of(last) + 1;
+        assert!(
+            needed.iter().all(|&c| pages.contains(&page_of(c))),
+            "invariant: the bitmap pages written hold every chunk made durable"
+        );
         let mut failed = self.write_pages_collect(intent, &image, pages);
         for (role, e) in self.flush_usable() {
             if failed.iter().all(|(f, _)| *f != role) {
@@ -362,7 +471,14 @@ impl Array {
         }
         drop(image);
         self.fail_all(failed)?;
+        // Paired with the pass: a chunk is durable only once its bit is in
+        // the image and on every usable member, and this write still counts
+        // itself on it (so no pass clears it before the write lands).
         for &chunk in &needed {
+            assert!(
+                intent.pending[chunk as usize].load(Ordering::SeqCst) > 0,
+                "invariant: bitmap chunk {chunk} made durable is counted by the write in flight"
+            );
             let (w, b) = word_bit(chunk);
             intent.durable[w].fetch_or(b, Ordering::SeqCst);
         }
@@ -374,7 +490,11 @@ impl Array {
         if let Some(intent) = self.intent() {
             for chunk in intent.chunk_range(offset, len) {
                 let before = intent.pending[chunk as usize].fetch_sub(1, Ordering::SeqCst);
-                assert!(before > 0, "bitmap chunk {chunk}: a write ended twice");
+                assert!(
+                    before > 0,
+                    "invariant: bitmap chunk {chunk}'s count of writes in flight never \
+                     underflows (a write ended twice)"
+                );
             }
         }
     }
@@ -406,21 +526,7 @@ impl Array {
             return Ok(());
         }
         image.last_pass = Instant::now();
-        let mut candidates = Vec::new();
-        for (w, durable) in intent.durable.iter().enumerate() {
-            let touched = intent.touched[w].swap(0, Ordering::SeqCst);
-            let mut set = durable.load(Ordering::SeqCst);
-            if !all {
-                set &= !touched;
-            }
-            while set != 0 {
-                let chunk = w as u64 * 64 + u64::from(set.trailing_zeros());
-                set &= set - 1;
-                if intent.pending[chunk as usize].load(Ordering::SeqCst) == 0 {
-                    candidates.push(chunk);
-                }
-            }
-        }
+        let candidates = intent.idle_chunks(&image, all);
         if candidates.is_empty() {
             return Ok(());
         }
@@ -435,19 +541,7 @@ impl Array {
             // A member failed meanwhile: its bits must stay.
             return Ok(());
         }
-        let mut cleared = Vec::new();
-        for chunk in candidates {
-            let (w, b) = word_bit(chunk);
-            intent.durable[w].fetch_and(!b, Ordering::SeqCst);
-            let raced = intent.pending[chunk as usize].load(Ordering::SeqCst) != 0
-                || intent.touched[w].load(Ordering::SeqCst) & b != 0;
-            if raced {
-                intent.durable[w].fetch_or(b, Ordering::SeqCst);
-            } else {
-                bitmap::put_bit(&mut image.storage, chunk, false);
-                cleared.push(chunk);
-            }
-        }
+        let cleared = intent.clear_unless_raced(&mut image, candidates);
         if cleared.is_empty() {
             return Ok(());
         }
@@ -455,7 +549,9 @@ impl Array {
         let header = image.header.clone();
         header.encode(&mut image.storage);
         let page_of = |chunk: u64| (bitmap::HEADER_BYTES + (chunk / 8) as usize) / PAGE;
-        let last = page_of(*cleared.last().expect("non-empty"));
+        let Some(last) = cleared.iter().map(|&c| page_of(c)).max() else {
+            panic!("invariant: a clearing pass writes only when it cleared a bit");
+        };
         let failed = self.write_pages_collect(intent, &image, 0..last + 1);
         drop(image);
         self.fail_all(failed)

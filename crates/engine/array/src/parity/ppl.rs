@@ -121,6 +121,15 @@ impl Ppl {
     /// Put `entries` (with their partial parity, in order) into the next
     /// batch of `role`'s log that has room. They must fit one log write.
     pub fn enqueue(&self, role: u32, entries: &[PplEntry], pp: &[u8]) -> Ticket {
+        assert!(
+            entries.len() <= BATCH_ENTRIES && pp.len() as u64 <= BATCH_PP_BYTES,
+            "invariant: the entries enqueued together fit one log write"
+        );
+        assert_eq!(
+            entries.iter().map(|e| u64::from(e.pp_size)).sum::<u64>(),
+            pp.len() as u64,
+            "invariant: the partial parity enqueued is its entries' pp_size bytes, in order"
+        );
         let mut log = self.log(role);
         let fits = |b: &Batch| {
             b.entries.len() + entries.len() <= BATCH_ENTRIES
@@ -131,7 +140,9 @@ impl Ppl {
         let taken = usize::from(log.writing);
         let joinable = log.waiting.len() > taken && log.waiting.back().is_some_and(&fits);
         let generation = if joinable {
-            let b = log.waiting.back_mut().expect("joinable");
+            let Some(b) = log.waiting.back_mut() else {
+                panic!("invariant: a joinable batch is waiting");
+            };
             b.entries.extend_from_slice(entries);
             b.pp.extend_from_slice(pp);
             b.requests += 1;
@@ -170,35 +181,15 @@ impl Ppl {
         if log.writing || log.open > 0 {
             return false;
         }
+        if log.waiting.is_empty() {
+            return false;
+        }
         // The header and image of the last write, reused for their room.
         let (header, image) = (log.header.take(), log.image.take());
-        let mut header = header.unwrap_or_else(|| PplHeader {
-            signature: 0,
-            generation: 0,
-            entries: Vec::with_capacity(BATCH_ENTRIES),
-        });
-        let Some(batch) = log.waiting.front() else {
-            log.header = Some(header);
-            log.image = image;
-            return false;
-        };
+        let batch = &log.waiting[0];
         let generation = batch.generation;
         let sectors = ppl::HEADER_SECTORS + batch.pp.len() as u64 / 512;
-        let len = ppl::HEADER_BYTES + batch.pp.len();
-        header.signature = ppl::signature_for(&self.set_uuid);
-        header.generation = generation;
-        header.entries.clear();
-        header.entries.extend_from_slice(&batch.entries);
-        let mut image = match image {
-            Some(image) if image.len() >= len => image,
-            _ => {
-                nvraid_io::AlignedBuf::zeroed(len.max(ppl::HEADER_BYTES + BATCH_PP_BYTES as usize))
-            }
-        };
-        header
-            .encode(&mut image[..ppl::HEADER_BYTES])
-            .expect("a batch holds at most MAX_ENTRIES");
-        image[ppl::HEADER_BYTES..len].copy_from_slice(&batch.pp);
+        let (header, image, len) = self.encode_batch(batch, header, image);
         let usable = self.area.usable_sectors();
         if !self.area.is_ring() || log.next_sector + sectors > usable {
             log.next_sector = 0;
@@ -207,28 +198,91 @@ impl Ppl {
         log.writing = true;
         drop(log);
         let written = self.write_log(array, ticket.role, at, &image[..len]);
-        let mut log = self.log(ticket.role);
-        log.header = Some(header);
-        log.image = Some(image);
-        let batch = log.waiting.pop_front().expect("the front batch");
-        log.writing = false;
-        log.durable = generation;
-        log.next_sector = at + sectors;
-        log.open = batch.requests;
-        if log.spare.len() < SPARE_BATCHES {
-            log.spare.push(batch);
-        }
-        drop(log);
+        self.record_written(ticket.role, generation, at + sectors, header, image);
         if let Err(e) = written {
             eprintln!("nvraid: partial parity log of role {}: {e}", ticket.role);
         }
         generation >= ticket.generation
     }
 
+    /// The log write of `batch`: its header (in `header`'s room, when
+    /// given) and partial parity encoded into `image` (reused when it has
+    /// room); returns them with the write's length in bytes.
+    fn encode_batch(
+        &self,
+        batch: &Batch,
+        header: Option<PplHeader>,
+        image: Option<nvraid_io::AlignedBuf>,
+    ) -> (PplHeader, nvraid_io::AlignedBuf, usize) {
+        let mut header = header.unwrap_or_else(|| PplHeader {
+            signature: 0,
+            generation: 0,
+            entries: Vec::with_capacity(BATCH_ENTRIES),
+        });
+        let len = ppl::HEADER_BYTES + batch.pp.len();
+        header.signature = ppl::signature_for(&self.set_uuid);
+        header.generation = batch.generation;
+        header.entries.clear();
+        header.entries.extend_from_slice(&batch.entries);
+        let mut image = match image {
+            Some(image) if image.len() >= len => image,
+            _ => {
+                nvraid_io::AlignedBuf::zeroed(len.max(ppl::HEADER_BYTES + BATCH_PP_BYTES as usize))
+            }
+        };
+        assert_eq!(
+            header.pp_bytes(),
+            batch.pp.len() as u64,
+            "invariant: a batch's partial parity is its entries' pp_size bytes"
+        );
+        if let Err(e) = header.encode(&mut image[..ppl::HEADER_BYTES]) {
+            panic!(
+                "invariant: a batch's header encodes (its entries were checked when built): {e}"
+            );
+        }
+        image[ppl::HEADER_BYTES..len].copy_from_slice(&batch.pp);
+        (header, image, len)
+    }
+
+    /// Record the front batch of `role`'s log, `generation`, as written
+    /// (durable, its requests now writing their stripes; the next write
+    /// goes at `next_sector`), keeping its room for reuse.
+    fn record_written(
+        &self,
+        role: u32,
+        generation: u64,
+        next_sector: u64,
+        header: PplHeader,
+        image: nvraid_io::AlignedBuf,
+    ) {
+        let mut log = self.log(role);
+        log.header = Some(header);
+        log.image = Some(image);
+        let Some(batch) = log.waiting.pop_front() else {
+            panic!(
+                "invariant: the batch being written stays at the front until its writer pops it"
+            );
+        };
+        assert_eq!(
+            batch.generation, generation,
+            "invariant: the batch popped is the one written"
+        );
+        log.writing = false;
+        log.durable = generation;
+        log.next_sector = next_sector;
+        log.open = batch.requests;
+        if log.spare.len() < SPARE_BATCHES {
+            log.spare.push(batch);
+        }
+    }
+
     /// The request holding `ticket` has written its stripes.
     pub fn done(&self, ticket: Ticket) {
         let mut log = self.log(ticket.role);
-        debug_assert_eq!(log.durable, ticket.generation, "done for the last batch");
+        assert_eq!(
+            log.durable, ticket.generation,
+            "invariant: a request is done only with the last batch written"
+        );
         log.open = log.open.saturating_sub(1);
     }
 
@@ -354,53 +408,117 @@ fn replay_entry(
     entry: &PplEntry,
     pp: &[u8],
 ) -> Result<bool> {
-    let chunk_sectors = shape.chunk / 512;
-    let data = u64::from(shape.data);
-    let first = entry.data_sector;
-    let data_sectors = u64::from(entry.data_size) / 512;
-    let pp_sectors = u64::from(entry.pp_size) / 512;
-    let (disks, strip, last) = if pp_sectors < chunk_sectors {
-        let (disks, strip) = match data_sectors.checked_div(pp_sectors) {
-            Some(disks) => (disks, pp_sectors),
-            None => (data, data_sectors / data),
-        };
-        (
-            disks,
-            strip,
-            first + disks.saturating_sub(1) * chunk_sectors + strip,
-        )
-    } else {
-        (data, chunk_sectors, first + data_sectors)
+    let Some(rows) = EntryRows::of(shape, entry) else {
+        return Ok(false);
     };
-    if disks == 0 || strip == 0 || (first + 1) * 512 > array.size_bytes() {
+    if (rows.first + 1) * 512 > array.size_bytes() {
         return Ok(false);
     }
+    let Some(blocks) = read_written_blocks(array, &rows)? else {
+        return Ok(false);
+    };
+    let (parity, updated) = recompute_parity(&rows, &blocks, pp);
+    let parity_at = parity_offset(array, shape, log_role, entry)?;
+    write_parity_runs(array, log_role, parity_at, &parity, &updated)?;
+    Ok(true)
+}
+
+/// The rows an entry covers, in md's reading of its sizes: from array
+/// sector `first`, `disks` written blocks a chunk apart, each `strip`
+/// sectors long, the rows ending before array sector `last`.
+struct EntryRows {
+    chunk_sectors: u64,
+    pp_sectors: u64,
+    first: u64,
+    disks: u64,
+    strip: u64,
+    last: u64,
+}
+
+impl EntryRows {
+    /// `entry`'s rows: with partial parity under a chunk, as many blocks
+    /// as its data holds strips of its partial parity's size; without,
+    /// every data block of the stripe; with a chunk of it, whole chunks.
+    /// `None` when the sizes name no block (nothing to replay).
+    fn of(shape: &ParityShape, entry: &PplEntry) -> Option<EntryRows> {
+        let chunk_sectors = shape.chunk / 512;
+        let data = u64::from(shape.data);
+        let first = entry.data_sector;
+        let data_sectors = u64::from(entry.data_size) / 512;
+        let pp_sectors = u64::from(entry.pp_size) / 512;
+        let (disks, strip, last) = if pp_sectors < chunk_sectors {
+            let (disks, strip) = match data_sectors.checked_div(pp_sectors) {
+                Some(disks) => (disks, pp_sectors),
+                None => (data, data_sectors / data),
+            };
+            (
+                disks,
+                strip,
+                first + disks.saturating_sub(1) * chunk_sectors + strip,
+            )
+        } else {
+            (data, chunk_sectors, first + data_sectors)
+        };
+        (disks != 0 && strip != 0).then_some(EntryRows {
+            chunk_sectors,
+            pp_sectors,
+            first,
+            disks,
+            strip,
+            last,
+        })
+    }
+}
+
+/// Written blocks read for a replay: the array sector each starts at, and
+/// its bytes.
+type WrittenBlocks = Vec<(u64, Vec<u8>)>;
+
+/// Every written block's sectors, read whole (one read per block), with
+/// the array sector each starts at; `None` when one cannot be read.
+fn read_written_blocks(array: &Array, rows: &EntryRows) -> Result<Option<WrittenBlocks>> {
     let geometry = array.geometry();
-    // Every written block's sectors, read whole (one read per block).
-    let mut blocks: Vec<(u64, Vec<u8>)> = Vec::new();
-    for disk in 0..disks {
-        let r = first + disk * chunk_sectors;
-        if r >= last || (r + 1) * 512 > array.size_bytes() {
+    let mut blocks: WrittenBlocks = Vec::new();
+    for disk in 0..rows.disks {
+        let r = rows.first + disk * rows.chunk_sectors;
+        if r >= rows.last || (r + 1) * 512 > array.size_bytes() {
             continue;
         }
         let at = geometry.locate(r * 512, 0);
         let role = at.member as usize;
-        let len = strip.min(last - r) * 512;
+        let len = rows.strip.min(rows.last - r) * 512;
         if !array.readable(role, at.member_offset, len) {
-            return Ok(false);
+            return Ok(None);
         }
-        let slot = array.slot(role).expect("readable");
+        let Some(slot) = array.slot(role) else {
+            panic!("invariant: a member readable for a PPL replay is present");
+        };
         let mut bytes = vec![0u8; len as usize];
         slot.member
             .read_at(&mut bytes, slot.data_offset_bytes() + at.member_offset)
             .map_err(|e| Error::io(slot.member.spec(), e))?;
         blocks.push((r, bytes));
     }
-    let mut parity = vec![0u8; (strip * 512) as usize];
-    let mut updated = vec![false; strip as usize];
-    for (r, bytes) in &blocks {
+    Ok(Some(blocks))
+}
+
+/// The rows' parity: the written blocks XOR the entry's partial parity,
+/// and which sectors of the strip a written block covered (only those are
+/// written back).
+fn recompute_parity(
+    rows: &EntryRows,
+    blocks: &[(u64, Vec<u8>)],
+    pp: &[u8],
+) -> (Vec<u8>, Vec<bool>) {
+    let mut parity = vec![0u8; (rows.strip * 512) as usize];
+    let mut updated = vec![false; rows.strip as usize];
+    for (r, bytes) in blocks {
+        assert!(
+            bytes.len() <= parity.len(),
+            "invariant: a written block read for a PPL replay is at most a strip"
+        );
         for (i, sector) in bytes.chunks(512).enumerate() {
-            if r + i as u64 >= last {
+            if r + i as u64 >= rows.last {
                 break;
             }
             updated[i] = true;
@@ -408,7 +526,7 @@ fn replay_entry(
             nvraid_parity::xor_into(nvraid_parity::Kernel::best(), out, sector);
         }
     }
-    if pp_sectors > 0 {
+    if rows.pp_sectors > 0 {
         let len = parity.len().min(pp.len());
         nvraid_parity::xor_into(
             nvraid_parity::Kernel::best(),
@@ -416,20 +534,52 @@ fn replay_entry(
             &pp[..len],
         );
     }
-    // The parity of these rows: on the log's member, at the rows' offset.
-    let at = geometry.locate(first * 512, 0);
+    (parity, updated)
+}
+
+/// Where the rows' parity lives on the log's member (its byte offset in
+/// the member's data): the entry's parity member must be the log's, as the
+/// layout puts it, or the log is refused.
+fn parity_offset(
+    array: &Array,
+    shape: &ParityShape,
+    log_role: usize,
+    entry: &PplEntry,
+) -> Result<u64> {
+    let first = entry.data_sector;
+    let at = array.geometry().locate(first * 512, 0);
     let stripe = at.member_offset / shape.chunk;
     let (p, _) = shape.map.parity_members(stripe);
     if p as usize != log_role || entry.parity_disk != p {
         return Err(Error::Unsupported {
-            spec: array.slot(log_role).expect("present").member.spec().into(),
+            spec: log_member(array, log_role).member.spec().into(),
             what: format!(
                 "a partial parity log entry for sector {first} naming parity member {} (the layout puts it on {p})",
                 entry.parity_disk
             ),
         });
     }
-    let slot = array.slot(log_role).expect("present");
+    Ok(at.member_offset)
+}
+
+/// The slot of the member whose log is replayed.
+fn log_member(array: &Array, log_role: usize) -> &crate::slot::Slot {
+    let Some(slot) = array.slot(log_role) else {
+        panic!("invariant: a PPL is replayed only from a present member");
+    };
+    slot
+}
+
+/// Write the sectors of `parity` a written block covered, in runs, at
+/// `parity_at` in the log's member's data, and flush.
+fn write_parity_runs(
+    array: &Array,
+    log_role: usize,
+    parity_at: u64,
+    parity: &[u8],
+    updated: &[bool],
+) -> Result<()> {
+    let slot = log_member(array, log_role);
     for (i, run) in updated.chunk_by(|a, b| a == b).scan(0usize, |at, run| {
         let start = *at;
         *at += run.len();
@@ -440,16 +590,12 @@ fn replay_entry(
         }
         let bytes = &parity[i * 512..(i + run.len()) * 512];
         slot.member
-            .write_at(
-                bytes,
-                slot.data_offset_bytes() + at.member_offset + i as u64 * 512,
-            )
+            .write_at(bytes, slot.data_offset_bytes() + parity_at + i as u64 * 512)
             .map_err(|e| Error::io(slot.member.spec(), e))?;
     }
     slot.member
         .flush()
-        .map_err(|e| Error::io(slot.member.spec(), e))?;
-    Ok(true)
+        .map_err(|e| Error::io(slot.member.spec(), e))
 }
 
 impl ParityShape {
@@ -457,14 +603,58 @@ impl ParityShape {
     /// full-stripe write), in md's terms: it names the first written data
     /// block's first sector, and its data size counts every written block.
     pub fn ppl_entry(&self, col: &Column, pp: &[u8]) -> PplEntry {
-        let first = bits(col.written).next().expect("a write column writes");
+        let Some(first) = bits(col.written).next() else {
+            panic!("invariant: a write column writes a data block");
+        };
         let sector = ((col.stripe * u64::from(self.data) + u64::from(first)) * self.chunk
             + u64::from(col.lo))
             / 512;
         let data_size = col.width() as u32 * col.written.count_ones();
         let (p, _) = self.map.parity_members(col.stripe);
-        debug_assert!(col.mode != Mode::Full || pp.is_empty());
-        PplEntry::new(sector, data_size, p, pp)
+        let entry = PplEntry::new(sector, data_size, p, pp);
+        self.check_ppl_entry(col, &entry, pp);
+        entry
+    }
+
+    /// Paired with the log's reader ([`ppl::PplHeader::decode`]'s limits
+    /// and the replay's reading of the sizes): an entry built for writing
+    /// covers whole sectors inside its stripe's chunks, carries a column's
+    /// width of partial parity (none for a full-stripe write), and names
+    /// the sector and parity member replay maps back to its stripe.
+    fn check_ppl_entry(&self, col: &Column, entry: &PplEntry, pp: &[u8]) {
+        assert!(
+            col.lo < col.hi
+                && u64::from(col.hi) <= self.chunk
+                && col.lo.is_multiple_of(512)
+                && col.hi.is_multiple_of(512),
+            "invariant: a logged column is whole sectors inside its chunks"
+        );
+        assert!(
+            col.written != 0 && col.written >> self.data == 0,
+            "invariant: a logged column writes data blocks of its stripe only"
+        );
+        let pp_expected = if col.mode == Mode::Full {
+            0
+        } else {
+            col.width()
+        };
+        assert!(
+            pp.len() == pp_expected && entry.pp_size as usize == pp.len(),
+            "invariant: a PPL entry's partial parity is its column's width (none for a \
+             full-stripe write)"
+        );
+        assert!(
+            entry.pp_size <= entry.data_size && entry.data_size.is_multiple_of(512),
+            "invariant: a PPL entry holds whole sectors of data, no less than its partial parity"
+        );
+        assert!(
+            entry.data_sector * 512 / (self.chunk * u64::from(self.data)) == col.stripe,
+            "invariant: a PPL entry's sector lies in its column's stripe"
+        );
+        assert!(
+            entry.parity_disk < self.data + self.parity,
+            "invariant: a PPL entry names a member of the array as its parity member"
+        );
     }
 }
 
