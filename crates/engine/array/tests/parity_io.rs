@@ -669,3 +669,108 @@ fn a_parity_resync_after_a_crash_visits_only_the_dirty_chunks() {
         assert!(back == want, "{level}: data");
     }
 }
+
+/// A PPL area smaller than md's default (not a ring: every log write lands
+/// at its start) holds less than a full log write's 128 KiB of partial
+/// parity. Writes of every size through both data paths keep each log
+/// write inside the area: the sectors behind it (here: the rest of md's
+/// default area, filled with a pattern) are never touched, the data reads
+/// back, and the logs hold md-valid headers.
+#[test]
+fn a_small_ppl_area_is_never_written_past() {
+    use nvraid_array::{create, BitmapChoice, CreateOptions};
+    use nvraid_metadata::ppl::PplArea;
+    let level = Level::Raid5 {
+        layout: ParityLayout::LeftSymmetric,
+    };
+    const PATTERN: u8 = 0xa5;
+    for engine in [EngineKind::Uring, EngineKind::Psync] {
+        let dir = tempfile::tempdir().unwrap();
+        let specs: Vec<String> = (0..4)
+            .map(|i| dir.path().join(format!("m{i}")).display().to_string())
+            .collect();
+        let options = CreateOptions {
+            level,
+            chunk_bytes: 64 * 1024,
+            name: "small-ppl".into(),
+            size_bytes: Some(3 << 20),
+            force: false,
+            direct: true,
+            bitmap: BitmapChoice::Ppl,
+        };
+        create(&specs, &options).unwrap().close().unwrap();
+        // Shrink every member's area to a header and 20 KiB of partial
+        // parity; fill what it gave up with the pattern.
+        let mut behind = Vec::new();
+        for spec in &specs {
+            let mut bytes = std::fs::read(spec).unwrap();
+            let mut sb = nvraid_metadata::Superblock::decode(&bytes[4096..8192]).unwrap();
+            let old = PplArea::from_superblock(&sb).unwrap().unwrap();
+            let small = PplArea {
+                offset_sectors: old.offset_sectors,
+                size_sectors: 8 + 40,
+            };
+            assert!(!small.is_ring() && small.entry_space_bytes() == 20 * 1024);
+            sb.bitmap_offset = small.to_raw();
+            let mut out = vec![0u8; 4096];
+            sb.encode(&mut out).unwrap();
+            bytes[4096..8192].copy_from_slice(&out);
+            let start = (old.start_sector(sb.super_offset_sectors).unwrap() * 512) as usize;
+            let range = start + (small.usable_sectors() * 512) as usize
+                ..start + (old.usable_sectors() * 512) as usize;
+            bytes[range.clone()].fill(PATTERN);
+            std::fs::write(spec, &bytes).unwrap();
+            behind.push(range);
+        }
+        let array = common::writable(&specs);
+        let target = FanoutTarget::array(array.clone(), engine);
+        let size = target.size_bytes();
+        let mut model = vec![0u8; size as usize];
+        array.read_at(&mut model, 0).unwrap();
+        let mut rng = Rng(5);
+        let mut queue = target.open_queue(2, 1 << 20).unwrap();
+        for i in 0..60 {
+            // Up to 1 MiB: full stripes, and columns wider than the area.
+            let len = (1 + rng.below(2048)) * 512;
+            let offset = rng.below((size - len) / 512) * 512;
+            let fill: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+            if i % 2 == 0 {
+                queue.buffer_mut(0)[..len as usize].copy_from_slice(&fill);
+                queue
+                    .submit(0, OpKind::Write, offset, len as u32, false)
+                    .unwrap();
+                let mut results = Vec::new();
+                queue.reap(1, &mut |c| results.push(c.result)).unwrap();
+                assert_eq!(results, vec![Ok(len as u32)], "{engine:?}: write {i}");
+            } else {
+                array.write_at(&fill, offset, false).unwrap();
+            }
+            model[offset as usize..(offset + len) as usize].copy_from_slice(&fill);
+        }
+        drop(queue);
+        drop(target);
+        let mut whole = vec![0u8; model.len()];
+        array.read_at(&mut whole, 0).unwrap();
+        assert!(whole == model, "{engine:?}: array differs from the model");
+        Arc::try_unwrap(array).unwrap().close().unwrap();
+        assert_eq!(first_bad_stripe(&specs, level), None, "{engine:?}");
+        for (spec, range) in specs.iter().zip(&behind) {
+            let bytes = std::fs::read(spec).unwrap();
+            let touched = bytes[range.clone()].iter().position(|&b| b != PATTERN);
+            assert_eq!(
+                touched,
+                None,
+                "{engine:?} {spec}: a log write reached past the PPL area (byte {} of the {} behind it)",
+                touched.unwrap_or(0),
+                range.len()
+            );
+            let sb = nvraid_metadata::Superblock::decode(&bytes[4096..8192]).unwrap();
+            let area = PplArea::from_superblock(&sb).unwrap().unwrap();
+            let start = (area.start_sector(sb.super_offset_sectors).unwrap() * 512) as usize;
+            let log = &bytes[start..start + (area.usable_sectors() * 512) as usize];
+            for header in &nvraid_metadata::ppl::chain(log, &sb.set_uuid).unwrap() {
+                header.partial_parity(log).unwrap();
+            }
+        }
+    }
+}

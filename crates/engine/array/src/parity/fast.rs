@@ -206,7 +206,7 @@ impl FanoutQueue {
             if end > work.next && (used + need > scratch_cap || ops + 2 * members > ops_cap) {
                 break;
             }
-            if work.write && array.ppl.is_some() && end > work.next {
+            if let (true, Some(ppl), true) = (work.write, &array.ppl, end > work.next) {
                 // One log write per round: one parity member, and the
                 // partial parity of every column in one log write.
                 let first = &work.columns[work.next];
@@ -217,7 +217,7 @@ impl FanoutQueue {
                     .map(Column::width)
                     .sum();
                 if !same
-                    || pp as u64 > u64::from(nvraid_metadata::ppl::SPACE_BYTES)
+                    || pp as u64 > ppl.pp_max()
                     || end - work.next >= nvraid_metadata::ppl::MAX_ENTRIES
                 {
                     break;

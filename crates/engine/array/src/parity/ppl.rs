@@ -34,17 +34,24 @@ use nvraid_metadata::Superblock;
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
-/// Entries of one batch, the most partial parity a log write carries.
+/// Entries of one batch, the most partial parity a log write carries (in
+/// an area of md's default size or larger; a smaller one carries less, see
+/// [`Ppl::pp_max`]).
 const BATCH_ENTRIES: usize = ppl::MAX_ENTRIES;
 const BATCH_PP_BYTES: u64 = ppl::SPACE_BYTES as u64;
 /// The widest column a PPL array writes at once: a column's partial
-/// parity always fits one log write, with room for others beside it.
+/// parity always fits one log write, with room for others beside it (in an
+/// area smaller than md's default: at most what one log write holds).
 pub const COLUMN_BYTES_MAX: u32 = 64 << 10;
 
 /// The logs of an array's members.
 #[derive(Debug)]
 pub(crate) struct Ppl {
     area: PplArea,
+    /// The most partial parity one log write carries here: md's 128 KiB,
+    /// or less in an area too small for that (a write must never reach
+    /// past the area: the sectors behind it belong to someone else).
+    pp_max: u64,
     set_uuid: [u8; 16],
     /// Per role.
     logs: Vec<Mutex<Log>>,
@@ -99,6 +106,7 @@ impl Ppl {
             what: format!("its partial parity log: {e}"),
         })?;
         Ok(area.map(|area| Ppl {
+            pp_max: area.entry_space_bytes().min(BATCH_PP_BYTES),
             area,
             set_uuid: sb.set_uuid,
             logs: (0..roles)
@@ -112,6 +120,11 @@ impl Ppl {
         }))
     }
 
+    /// The most partial parity one log write carries in this array's area.
+    pub(crate) fn pp_max(&self) -> u64 {
+        self.pp_max
+    }
+
     fn log(&self, role: u32) -> std::sync::MutexGuard<'_, Log> {
         self.logs[role as usize]
             .lock()
@@ -122,7 +135,7 @@ impl Ppl {
     /// batch of `role`'s log that has room. They must fit one log write.
     pub fn enqueue(&self, role: u32, entries: &[PplEntry], pp: &[u8]) -> Ticket {
         assert!(
-            entries.len() <= BATCH_ENTRIES && pp.len() as u64 <= BATCH_PP_BYTES,
+            entries.len() <= BATCH_ENTRIES && pp.len() as u64 <= self.pp_max,
             "invariant: the entries enqueued together fit one log write"
         );
         assert_eq!(
@@ -133,7 +146,7 @@ impl Ppl {
         let mut log = self.log(role);
         let fits = |b: &Batch| {
             b.entries.len() + entries.len() <= BATCH_ENTRIES
-                && (b.pp.len() + pp.len()) as u64 <= BATCH_PP_BYTES
+                && (b.pp.len() + pp.len()) as u64 <= self.pp_max
         };
         // The front batch is being written when `writing`: join only a
         // batch nobody has taken yet.
@@ -195,6 +208,10 @@ impl Ppl {
             log.next_sector = 0;
         }
         let at = log.next_sector;
+        assert!(
+            at + sectors <= usable,
+            "invariant: a log write stays inside the PPL area ({sectors} sectors at {at} of {usable})"
+        );
         log.writing = true;
         drop(log);
         let written = self.write_log(array, ticket.role, at, &image[..len]);
@@ -678,7 +695,10 @@ impl Array {
             });
         }
         if let crate::personality::Personality::Parity(parity) = &mut self.personality {
-            parity.shape.max_width = COLUMN_BYTES_MAX;
+            // A column's partial parity is as wide as the column: one log
+            // write must hold it (whole 4 KiB pages, as md logs them).
+            let fits = ppl.pp_max() / 4096 * 4096;
+            parity.shape.max_width = COLUMN_BYTES_MAX.min(fits as u32);
         }
         if !writable {
             // Read as it is: replaying writes.

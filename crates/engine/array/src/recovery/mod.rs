@@ -41,11 +41,11 @@ pub mod online;
 pub(crate) mod rebuild;
 mod scrub;
 
+pub use common::{Mode, Scrubbed};
 pub use rebuild::{
     add_member, add_member_to, promote_spares, re_add, re_add_to, rebuild, rebuild_online, Added,
     Progress, RebuildPace, Rebuilt,
 };
-pub use common::{Mode, Scrubbed};
 pub use scrub::{scrub, scrub_with, Pace};
 
 use std::time::{Duration, Instant};
