@@ -533,3 +533,48 @@ fn a_write_cache_keeps_no_more_data_only_stripes_than_its_bound() {
         .unwrap()
         .is_some());
 }
+
+/// A journal whose log names a data page at a sector so large that its
+/// byte offset does not fit 64 bits (a meta block with a valid checksum:
+/// the log is the disk's to say) is refused at assembly with an error
+/// naming the journal; no arithmetic on the location wraps or panics.
+#[test]
+fn a_logged_location_past_any_array_is_refused_by_name() {
+    use nvraid_metadata::r5log::{uuid_checksum, MetaBlock, Payload};
+    let dir = tempfile::tempdir().unwrap();
+    let specs = journaled(dir.path());
+    let array = assemble(&specs, writable()).unwrap();
+    cache_logs(&array, &[(8192, &page(0x3d))]);
+    drop(array);
+    // The meta block that logged the page, in the journal member's ring.
+    let journal = specs.last().unwrap();
+    let mut bytes = std::fs::read(journal).unwrap();
+    let sb = nvraid_metadata::Superblock::decode(&bytes[4096..8192]).unwrap();
+    let seed = uuid_checksum(&sb.set_uuid);
+    let ring = (sb.data_offset_sectors * 512) as usize;
+    let mut found = 0;
+    for at in (ring..bytes.len()).step_by(PAGE) {
+        let Ok(mut block) = MetaBlock::decode(&bytes[at..at + PAGE], seed) else {
+            continue;
+        };
+        let mut changed = false;
+        for payload in &mut block.payloads {
+            if let Payload::Data { location, .. } = payload {
+                *location = u64::MAX / 256;
+                changed = true;
+            }
+        }
+        if changed {
+            block.encode(&mut bytes[at..at + PAGE], seed).unwrap();
+            found += 1;
+        }
+    }
+    assert!(found > 0, "the log holds the page's meta block");
+    std::fs::write(journal, &bytes).unwrap();
+    let refused = assemble(&specs, writable()).expect_err("a log page past any array");
+    let message = refused.to_string();
+    assert!(
+        message.contains("past the array's end") && message.contains(journal.as_str()),
+        "the error names the journal and the page: {message}"
+    );
+}

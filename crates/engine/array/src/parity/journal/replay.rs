@@ -289,13 +289,17 @@ impl Array {
         location: u64,
         page: &[u8],
     ) -> Result<()> {
-        let offset = location * 512;
-        if offset + PAGE_BYTES as u64 > self.size_bytes() {
+        // A location from the disk: no arithmetic on it may wrap.
+        let end = location
+            .checked_mul(512)
+            .and_then(|offset| offset.checked_add(PAGE_BYTES as u64));
+        if end.is_none_or(|end| end > self.size_bytes()) {
             return Err(self.bad_log(
                 journal,
                 format!("a data page for array sector {location}, past the array's end"),
             ));
         }
+        let offset = location * 512;
         let at = self.geometry().locate(offset, 0);
         let key = at.member_offset / 512;
         if g.lost.contains(&at.member) {
@@ -330,7 +334,10 @@ impl Array {
                 ),
             ));
         }
-        if (location + PAGE_SECTORS) * 512 > self.geometry().member_used_bytes() {
+        let end = location
+            .checked_add(PAGE_SECTORS)
+            .and_then(|sectors| sectors.checked_mul(512));
+        if end.is_none_or(|end| end > self.geometry().member_used_bytes()) {
             return Err(self.bad_log(
                 journal,
                 format!("parity for stripe sector {location}, past the members' end"),
