@@ -205,87 +205,13 @@ impl MetaBlock {
             return Err(LogError::Short(bytes.len()));
         }
         let b = &bytes[..PAGE_BYTES];
-        let magic = le32(b, 0);
-        if magic != MAGIC {
-            return Err(LogError::BadMagic { found: magic });
-        }
-        if b[8] != VERSION {
-            return Err(LogError::BadVersion(b[8]));
-        }
-        let stored = le32(b, 4);
-        let computed = block_checksum(b, seed);
-        if stored != computed {
-            return Err(LogError::BadChecksum { stored, computed });
-        }
-        let meta_size = le32(b, 12);
-        if !(HEADER_BYTES as u32..=PAGE_BYTES as u32).contains(&meta_size) {
-            return Err(LogError::BadMetaSize(meta_size));
-        }
-        let end = meta_size as usize;
+        let end = check_header(b, seed)?;
         let mut payloads = Vec::new();
         let mut at = HEADER_BYTES;
         while at < end {
-            let overrun = LogError::PayloadOverrun { at, meta_size };
-            if at + 4 > end {
-                return Err(overrun);
-            }
-            let kind = le16(b, at);
-            let flags = le16(b, at + 2);
-            match kind {
-                TYPE_DATA | TYPE_PARITY => {
-                    if at + DATA_PARITY_BYTES > end {
-                        return Err(overrun);
-                    }
-                    let sectors = le32(b, at + 4);
-                    let what = if kind == TYPE_DATA { "data" } else { "parity" };
-                    let pages = u64::from(sectors) / PAGE_SECTORS;
-                    let bad = LogError::BadPayloadSize { what, at, sectors };
-                    if u64::from(sectors) % PAGE_SECTORS != 0
-                        || pages == 0
-                        || (kind == TYPE_DATA && pages != 1)
-                        || pages > 2
-                    {
-                        return Err(bad);
-                    }
-                    let pages = pages as usize;
-                    if at + DATA_PARITY_BYTES + 4 * pages > end {
-                        return Err(overrun);
-                    }
-                    let location = le64(b, at + 8);
-                    let sums: Vec<u32> = (0..pages)
-                        .map(|i| le32(b, at + DATA_PARITY_BYTES + 4 * i))
-                        .collect();
-                    payloads.push(if kind == TYPE_DATA {
-                        Payload::Data {
-                            flags,
-                            location,
-                            checksum: sums[0],
-                        }
-                    } else {
-                        Payload::Parity {
-                            flags,
-                            location,
-                            checksums: sums,
-                        }
-                    });
-                    at += DATA_PARITY_BYTES + 4 * pages;
-                }
-                TYPE_FLUSH => {
-                    if at + FLUSH_BYTES > end {
-                        return Err(overrun);
-                    }
-                    let bytes = le32(b, at + 4) as usize;
-                    if !bytes.is_multiple_of(8) || at + FLUSH_BYTES + bytes > end {
-                        return Err(overrun);
-                    }
-                    let stripes = (0..bytes / 8)
-                        .map(|i| le64(b, at + FLUSH_BYTES + 8 * i))
-                        .collect();
-                    payloads.push(Payload::Flush { flags, stripes });
-                    at += FLUSH_BYTES + bytes;
-                }
-                kind => return Err(LogError::UnknownPayload { at, kind }),
-            }
+            let (payload, next) = decode_payload(b, at, end)?;
+            payloads.push(payload);
+            at = next;
         }
         Ok(MetaBlock {
             seq: le64(b, 16),
@@ -303,6 +229,21 @@ impl MetaBlock {
         if meta_size > PAGE_BYTES {
             return Err(LogError::TooManyPayloads);
         }
+        // The parity of a stripe is one page (P) or two (P and Q): anything
+        // else would be written as a block md (and decode) refuses.
+        let mut at = HEADER_BYTES;
+        for p in &self.payloads {
+            if let Payload::Parity { checksums, .. } = p {
+                if !(1..=2).contains(&checksums.len()) {
+                    return Err(LogError::BadPayloadSize {
+                        what: "parity",
+                        at,
+                        sectors: (checksums.len() as u64 * PAGE_SECTORS) as u32,
+                    });
+                }
+            }
+            at += p.encoded_bytes();
+        }
         let b = &mut out[..PAGE_BYTES];
         b.fill(0);
         b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
@@ -310,7 +251,7 @@ impl MetaBlock {
         b[12..16].copy_from_slice(&(meta_size as u32).to_le_bytes());
         b[16..24].copy_from_slice(&self.seq.to_le_bytes());
         b[24..32].copy_from_slice(&self.position.to_le_bytes());
-        let mut at = HEADER_BYTES;
+        at = HEADER_BYTES;
         for p in &self.payloads {
             let (kind, flags) = match p {
                 Payload::Data { flags, .. } => (TYPE_DATA, *flags),
@@ -350,9 +291,109 @@ impl MetaBlock {
             }
             at += p.encoded_bytes();
         }
+        assert_eq!(at, meta_size, "invariant: the payloads fill meta_size");
         let sum = block_checksum(b, seed);
         b[4..8].copy_from_slice(&sum.to_le_bytes());
+        // Paired with decode: the block reads back as exactly this one (kept
+        // in release builds; one block is written per unit of up to ~200
+        // pages, and a block md misreads replays the wrong data).
+        assert_eq!(
+            MetaBlock::decode(b, seed).as_ref(),
+            Ok(self),
+            "invariant: an encoded meta block decodes to itself"
+        );
         Ok(())
+    }
+}
+
+/// Checks a meta block's magic, version, checksum and size in use; returns
+/// the end of its payloads (the bytes in use).
+fn check_header(b: &[u8], seed: u32) -> Result<usize, LogError> {
+    let magic = le32(b, 0);
+    if magic != MAGIC {
+        return Err(LogError::BadMagic { found: magic });
+    }
+    if b[8] != VERSION {
+        return Err(LogError::BadVersion(b[8]));
+    }
+    let stored = le32(b, 4);
+    let computed = block_checksum(b, seed);
+    if stored != computed {
+        return Err(LogError::BadChecksum { stored, computed });
+    }
+    let meta_size = le32(b, 12);
+    if !(HEADER_BYTES as u32..=PAGE_BYTES as u32).contains(&meta_size) {
+        return Err(LogError::BadMetaSize(meta_size));
+    }
+    Ok(meta_size as usize)
+}
+
+/// The payload at byte `at` of a block whose payloads end at `end`, and
+/// where the next one starts; a payload that runs past `end`, has an
+/// unknown type or a size md never writes is refused.
+fn decode_payload(b: &[u8], at: usize, end: usize) -> Result<(Payload, usize), LogError> {
+    let overrun = LogError::PayloadOverrun {
+        at,
+        meta_size: end as u32,
+    };
+    if at + 4 > end {
+        return Err(overrun);
+    }
+    let kind = le16(b, at);
+    let flags = le16(b, at + 2);
+    match kind {
+        TYPE_DATA | TYPE_PARITY => {
+            if at + DATA_PARITY_BYTES > end {
+                return Err(overrun);
+            }
+            let sectors = le32(b, at + 4);
+            let what = if kind == TYPE_DATA { "data" } else { "parity" };
+            let pages = u64::from(sectors) / PAGE_SECTORS;
+            if u64::from(sectors) % PAGE_SECTORS != 0
+                || pages == 0
+                || (kind == TYPE_DATA && pages != 1)
+                || pages > 2
+            {
+                return Err(LogError::BadPayloadSize { what, at, sectors });
+            }
+            let pages = pages as usize;
+            let next = at + DATA_PARITY_BYTES + 4 * pages;
+            if next > end {
+                return Err(overrun);
+            }
+            let location = le64(b, at + 8);
+            let mut sums: Vec<u32> = (0..pages)
+                .map(|i| le32(b, at + DATA_PARITY_BYTES + 4 * i))
+                .collect();
+            let payload = if kind == TYPE_DATA {
+                Payload::Data {
+                    flags,
+                    location,
+                    checksum: sums.swap_remove(0),
+                }
+            } else {
+                Payload::Parity {
+                    flags,
+                    location,
+                    checksums: sums,
+                }
+            };
+            Ok((payload, next))
+        }
+        TYPE_FLUSH => {
+            if at + FLUSH_BYTES > end {
+                return Err(overrun);
+            }
+            let bytes = le32(b, at + 4) as usize;
+            if !bytes.is_multiple_of(8) || at + FLUSH_BYTES + bytes > end {
+                return Err(overrun);
+            }
+            let stripes = (0..bytes / 8)
+                .map(|i| le64(b, at + FLUSH_BYTES + 8 * i))
+                .collect();
+            Ok((Payload::Flush { flags, stripes }, at + FLUSH_BYTES + bytes))
+        }
+        kind => Err(LogError::UnknownPayload { at, kind }),
     }
 }
 
@@ -578,6 +619,38 @@ mod tests {
         let sum = block_checksum(&long, seed);
         long[4..8].copy_from_slice(&sum.to_le_bytes());
         assert!(MetaBlock::decode(&long, seed).is_err());
+    }
+
+    /// A parity payload of no page or of three is refused on encode, naming
+    /// the payload, before a byte is written (md and decode would refuse the
+    /// block).
+    #[test]
+    fn a_parity_payload_of_no_page_or_three_is_refused_on_encode() {
+        for pages in [0usize, 3] {
+            let mut block = MetaBlock::empty(1, 0);
+            block.payloads.push(Payload::Data {
+                flags: 0,
+                location: 0,
+                checksum: 1,
+            });
+            block.payloads.push(Payload::Parity {
+                flags: 0,
+                location: 0,
+                checksums: vec![2; pages],
+            });
+            let mut buf = vec![0xaau8; PAGE_BYTES];
+            let e = block.encode(&mut buf, 0).unwrap_err();
+            assert_eq!(
+                e,
+                LogError::BadPayloadSize {
+                    what: "parity",
+                    at: HEADER_BYTES + 20,
+                    sectors: 8 * pages as u32,
+                }
+            );
+            assert!(e.to_string().contains("parity"), "{e}");
+            assert_eq!(buf, vec![0xaau8; PAGE_BYTES], "bytes written");
+        }
     }
 
     #[test]
