@@ -220,17 +220,9 @@ impl MetaBlock {
         })
     }
 
-    /// Encode into 4 KiB (bytes past `meta_size` are zero), with its checksum.
-    pub fn encode(&self, out: &mut [u8], seed: u32) -> Result<(), LogError> {
-        if out.len() < PAGE_BYTES {
-            return Err(LogError::Short(out.len()));
-        }
-        let meta_size = self.meta_size();
-        if meta_size > PAGE_BYTES {
-            return Err(LogError::TooManyPayloads);
-        }
-        // The parity of a stripe is one page (P) or two (P and Q): anything
-        // else would be written as a block md (and decode) refuses.
+    /// The parity of a stripe is one page (P) or two (P and Q): anything
+    /// else would be written as a block md (and decode) refuses.
+    fn check_parity_pages(&self) -> Result<(), LogError> {
         let mut at = HEADER_BYTES;
         for p in &self.payloads {
             if let Payload::Parity { checksums, .. } = p {
@@ -244,6 +236,19 @@ impl MetaBlock {
             }
             at += p.encoded_bytes();
         }
+        Ok(())
+    }
+
+    /// Encode into 4 KiB (bytes past `meta_size` are zero), with its checksum.
+    pub fn encode(&self, out: &mut [u8], seed: u32) -> Result<(), LogError> {
+        if out.len() < PAGE_BYTES {
+            return Err(LogError::Short(out.len()));
+        }
+        let meta_size = self.meta_size();
+        if meta_size > PAGE_BYTES {
+            return Err(LogError::TooManyPayloads);
+        }
+        self.check_parity_pages()?;
         let b = &mut out[..PAGE_BYTES];
         b.fill(0);
         b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
@@ -251,44 +256,9 @@ impl MetaBlock {
         b[12..16].copy_from_slice(&(meta_size as u32).to_le_bytes());
         b[16..24].copy_from_slice(&self.seq.to_le_bytes());
         b[24..32].copy_from_slice(&self.position.to_le_bytes());
-        at = HEADER_BYTES;
+        let mut at = HEADER_BYTES;
         for p in &self.payloads {
-            let (kind, flags) = match p {
-                Payload::Data { flags, .. } => (TYPE_DATA, *flags),
-                Payload::Parity { flags, .. } => (TYPE_PARITY, *flags),
-                Payload::Flush { flags, .. } => (TYPE_FLUSH, *flags),
-            };
-            b[at..at + 2].copy_from_slice(&kind.to_le_bytes());
-            b[at + 2..at + 4].copy_from_slice(&flags.to_le_bytes());
-            match p {
-                Payload::Data {
-                    location, checksum, ..
-                } => {
-                    b[at + 4..at + 8].copy_from_slice(&(PAGE_SECTORS as u32).to_le_bytes());
-                    b[at + 8..at + 16].copy_from_slice(&location.to_le_bytes());
-                    b[at + 16..at + 20].copy_from_slice(&checksum.to_le_bytes());
-                }
-                Payload::Parity {
-                    location,
-                    checksums,
-                    ..
-                } => {
-                    let sectors = PAGE_SECTORS as u32 * checksums.len() as u32;
-                    b[at + 4..at + 8].copy_from_slice(&sectors.to_le_bytes());
-                    b[at + 8..at + 16].copy_from_slice(&location.to_le_bytes());
-                    for (i, c) in checksums.iter().enumerate() {
-                        let o = at + DATA_PARITY_BYTES + 4 * i;
-                        b[o..o + 4].copy_from_slice(&c.to_le_bytes());
-                    }
-                }
-                Payload::Flush { stripes, .. } => {
-                    b[at + 4..at + 8].copy_from_slice(&(8 * stripes.len() as u32).to_le_bytes());
-                    for (i, s) in stripes.iter().enumerate() {
-                        let o = at + FLUSH_BYTES + 8 * i;
-                        b[o..o + 8].copy_from_slice(&s.to_le_bytes());
-                    }
-                }
-            }
+            encode_payload(p, &mut b[at..at + p.encoded_bytes()]);
             at += p.encoded_bytes();
         }
         assert_eq!(at, meta_size, "invariant: the payloads fill meta_size");
@@ -303,6 +273,46 @@ impl MetaBlock {
             "invariant: an encoded meta block decodes to itself"
         );
         Ok(())
+    }
+}
+
+/// Writes payload `p` into `b` (its [`Payload::encoded_bytes`]).
+fn encode_payload(p: &Payload, b: &mut [u8]) {
+    let (kind, flags) = match p {
+        Payload::Data { flags, .. } => (TYPE_DATA, *flags),
+        Payload::Parity { flags, .. } => (TYPE_PARITY, *flags),
+        Payload::Flush { flags, .. } => (TYPE_FLUSH, *flags),
+    };
+    b[0..2].copy_from_slice(&kind.to_le_bytes());
+    b[2..4].copy_from_slice(&flags.to_le_bytes());
+    match p {
+        Payload::Data {
+            location, checksum, ..
+        } => {
+            b[4..8].copy_from_slice(&(PAGE_SECTORS as u32).to_le_bytes());
+            b[8..16].copy_from_slice(&location.to_le_bytes());
+            b[16..20].copy_from_slice(&checksum.to_le_bytes());
+        }
+        Payload::Parity {
+            location,
+            checksums,
+            ..
+        } => {
+            let sectors = PAGE_SECTORS as u32 * checksums.len() as u32;
+            b[4..8].copy_from_slice(&sectors.to_le_bytes());
+            b[8..16].copy_from_slice(&location.to_le_bytes());
+            for (i, c) in checksums.iter().enumerate() {
+                let o = DATA_PARITY_BYTES + 4 * i;
+                b[o..o + 4].copy_from_slice(&c.to_le_bytes());
+            }
+        }
+        Payload::Flush { stripes, .. } => {
+            b[4..8].copy_from_slice(&(8 * stripes.len() as u32).to_le_bytes());
+            for (i, s) in stripes.iter().enumerate() {
+                let o = FLUSH_BYTES + 8 * i;
+                b[o..o + 8].copy_from_slice(&s.to_le_bytes());
+            }
+        }
     }
 }
 
