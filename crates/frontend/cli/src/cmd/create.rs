@@ -121,23 +121,75 @@ pub fn parse_raid10_layout(text: &str) -> Result<Level> {
 }
 
 pub fn run(args: &CreateArgs, direct: bool) -> Result<u8> {
-    let mut level = parse_level(&args.level)?;
+    let level = level_with_layout(args)?;
+    if level == Level::Raid1 && args.chunk.is_some() {
+        bail!("--chunk does not apply to raid1 (mirrors have no chunks)");
+    }
+    let options = CreateOptions {
+        level,
+        chunk_bytes: args.chunk.unwrap_or(CHUNK_BYTES_DEFAULT),
+        name: args.name.clone(),
+        size_bytes: args.size,
+        force: args.force,
+        direct,
+        bitmap: bitmap_choice(args)?,
+    };
+    let mut members = args.members.clone();
+    members.extend(args.write_journal.iter().cloned());
+    let array = create_with_spares(&members, args.spares, &options)?;
+    let detail = info::detail(&array);
+    let needs_resync = array.resync_from().is_some();
+    array.close()?;
+    if needs_resync {
+        eprintln!(
+            "nvraid: the members held other bytes, so the parity does not match them yet: \
+             `nvraid repair` computes it (`nvraid serve` does it in the background); until \
+             then the array cannot lose a member"
+        );
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&detail)?);
+    } else {
+        println!(
+            "nvraid: created {} array {} ({}) of {} members{}, {}",
+            detail.level_name(),
+            detail.uuid,
+            detail.name,
+            detail.raid_disks,
+            if args.spares > 0 {
+                format!(" and {} spares", args.spares)
+            } else {
+                String::new()
+            },
+            bytes_text(detail.size_bytes)
+        );
+    }
+    Ok(0)
+}
+
+/// `--level` with `--layout` applied (raid10's copies, raid5/6's parity
+/// rotation).
+fn level_with_layout(args: &CreateArgs) -> Result<Level> {
+    let level = parse_level(&args.level)?;
     match (&args.layout, level) {
-        (Some(layout), Level::Raid10 { .. }) => level = parse_raid10_layout(layout)?,
+        (Some(layout), Level::Raid10 { .. }) => parse_raid10_layout(layout),
         (Some(_), Level::Raid5 { layout })
             if layout == ParityLayout::ParityLast && args.level.ends_with('4') =>
         {
             bail!("--layout does not apply to raid4 (its parity is always on the last member)")
         }
         (Some(layout), Level::Raid5 { .. } | Level::Raid6 { .. }) => {
-            level = parse_parity_layout(layout, level)?
+            parse_parity_layout(layout, level)
         }
         (Some(_), _) => bail!("--layout applies to raid10, raid5 and raid6 only"),
-        (None, _) => {}
+        (None, _) => Ok(level),
     }
-    if level == Level::Raid1 && args.chunk.is_some() {
-        bail!("--chunk does not apply to raid1 (mirrors have no chunks)");
-    }
+}
+
+/// What keeps the array consistent after a crash, from
+/// `--consistency-policy`, `--bitmap`, `--bitmap-chunk` and
+/// `--write-journal` (contradictions refused).
+fn bitmap_choice(args: &CreateArgs) -> Result<nvraid_array::BitmapChoice> {
     let policy = match (args.consistency_policy.as_deref(), &args.write_journal) {
         (Some("journal"), None) => {
             bail!("--consistency-policy journal needs --write-journal MEMBER")
@@ -174,7 +226,7 @@ pub fn run(args: &CreateArgs, direct: bool) -> Result<u8> {
             bail!("unknown --consistency-policy {other:?}: use bitmap, resync, ppl or journal")
         }
     };
-    let bitmap = match (bitmap_arg, args.bitmap_chunk) {
+    Ok(match (bitmap_arg, args.bitmap_chunk) {
         (Some("ppl"), _) => nvraid_array::BitmapChoice::Ppl,
         (Some("journal"), _) => nvraid_array::BitmapChoice::Journal,
         (None, None) => nvraid_array::BitmapChoice::Auto,
@@ -186,45 +238,5 @@ pub fn run(args: &CreateArgs, direct: bool) -> Result<u8> {
             bail!("--bitmap-chunk needs a bitmap; it cannot go with --bitmap none")
         }
         (Some(other), _) => bail!("unknown --bitmap {other:?}: use internal or none"),
-    };
-    let options = CreateOptions {
-        level,
-        chunk_bytes: args.chunk.unwrap_or(CHUNK_BYTES_DEFAULT),
-        name: args.name.clone(),
-        size_bytes: args.size,
-        force: args.force,
-        direct,
-        bitmap,
-    };
-    let mut members = args.members.clone();
-    members.extend(args.write_journal.iter().cloned());
-    let array = create_with_spares(&members, args.spares, &options)?;
-    let detail = info::detail(&array);
-    let needs_resync = array.resync_from().is_some();
-    array.close()?;
-    if needs_resync {
-        eprintln!(
-            "nvraid: the members held other bytes, so the parity does not match them yet: \
-             `nvraid repair` computes it (`nvraid serve` does it in the background); until \
-             then the array cannot lose a member"
-        );
-    }
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&detail)?);
-    } else {
-        println!(
-            "nvraid: created {} array {} ({}) of {} members{}, {}",
-            detail.level_name(),
-            detail.uuid,
-            detail.name,
-            detail.raid_disks,
-            if args.spares > 0 {
-                format!(" and {} spares", args.spares)
-            } else {
-                String::new()
-            },
-            bytes_text(detail.size_bytes)
-        );
-    }
-    Ok(0)
+    })
 }
