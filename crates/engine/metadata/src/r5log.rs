@@ -455,6 +455,35 @@ pub struct Unit {
     pub pages: Vec<Vec<u8>>,
 }
 
+/// The pages of the unit whose meta block `b` is at `pos`, read with
+/// `read`, and the first payload whose page does not match its checksum.
+fn read_unit_pages(
+    ring: Ring,
+    pos: u64,
+    b: &MetaBlock,
+    seed: u32,
+    read: &mut impl FnMut(u64, &mut [u8]) -> std::io::Result<()>,
+) -> std::io::Result<(Vec<Vec<u8>>, Option<usize>)> {
+    let mut pages = Vec::with_capacity(b.pages());
+    let mut bad = None;
+    for (n, p) in b.payloads.iter().enumerate() {
+        let sums: &[u32] = match p {
+            Payload::Data { checksum, .. } => std::slice::from_ref(checksum),
+            Payload::Parity { checksums, .. } => checksums,
+            Payload::Flush { .. } => &[],
+        };
+        for &sum in sums {
+            let mut buf = vec![0u8; PAGE_BYTES];
+            read(ring.page_position(pos, pages.len()), &mut buf)?;
+            if md_crc(seed, &buf) != sum && bad.is_none() {
+                bad = Some(n);
+            }
+            pages.push(buf);
+        }
+    }
+    Ok((pages, bad))
+}
+
 /// Why a scan stopped (the first block that does not continue the log).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ScanEnd {
@@ -528,25 +557,7 @@ pub fn scan(
         if travelled + sectors > ring.sectors {
             break ScanEnd::Wrapped;
         }
-        let mut pages = Vec::with_capacity(b.pages());
-        let mut bad = None;
-        let mut i = 0;
-        for (n, p) in b.payloads.iter().enumerate() {
-            let sums: &[u32] = match p {
-                Payload::Data { checksum, .. } => std::slice::from_ref(checksum),
-                Payload::Parity { checksums, .. } => checksums,
-                Payload::Flush { .. } => &[],
-            };
-            for &sum in sums {
-                let mut buf = vec![0u8; PAGE_BYTES];
-                read(ring.page_position(pos, i), &mut buf)?;
-                if md_crc(seed, &buf) != sum && bad.is_none() {
-                    bad = Some(n);
-                }
-                pages.push(buf);
-                i += 1;
-            }
-        }
+        let (pages, bad) = read_unit_pages(ring, pos, &b, seed, &mut read)?;
         if let Some(payload) = bad {
             break ScanEnd::BadPage { payload };
         }
