@@ -315,7 +315,7 @@ pub fn add_journal(
     let written = (|| -> Result<()> {
         keep(&member, &mut kept)?;
         if earlier.is_none() {
-            crate::journal::write_empty_log(&member, &journal_sb)?;
+            crate::parity::journal::write_empty_log(&member, &journal_sb)?;
         }
         write_superblock(&member, &journal_sb)?;
         member.flush().map_err(|e| Error::io(journal, e))?;

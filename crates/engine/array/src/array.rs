@@ -11,7 +11,7 @@ use crate::barrier::Barrier;
 use crate::decision::SetAside;
 use crate::error::{Error, Result};
 use crate::slot::{apply_bad_blocks, is_member_failure, write_superblock, MemberCounters, Slot};
-use nvraid_layout::{Geometry, Level};
+use nvraid_layout::Geometry;
 use nvraid_metadata::{bitmap, features, Role, Superblock, Timestamp, RESYNC_CLEAN};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -107,7 +107,7 @@ pub struct Array {
     /// RAID 5 with md's partial parity log (see `ppl`).
     pub(crate) ppl: Option<crate::parity::ppl::Ppl>,
     /// RAID 4/5/6 with md's write journal: its member (see `journal`).
-    pub(crate) md_journal: Option<crate::journal::MdJournal>,
+    pub(crate) md_journal: Option<crate::parity::journal::MdJournal>,
 }
 
 /// `current` entry of a role with no member.
@@ -118,36 +118,30 @@ pub const ONLINE_JOINS: usize = 64;
 
 impl Array {
     pub(crate) fn new(geometry: Geometry, slots: Vec<Option<Slot>>, writable: bool) -> Array {
-        debug_assert_eq!(slots.len(), geometry.members() as usize);
-        let present = slots.iter().flatten();
-        let sector_bytes = present
-            .clone()
+        assert_eq!(
+            slots.len(),
+            geometry.members() as usize,
+            "invariant: an array is assembled with one slot per role"
+        );
+        let present = || slots.iter().flatten();
+        let sector_bytes = present()
             .map(|s| s.member.logical_block_bytes())
             .max()
             .unwrap_or(512)
             .max(512);
-        let assembled_dirty = slots.iter().flatten().any(|s| !s.superblock.is_clean());
-        let events = slots
-            .iter()
-            .flatten()
-            .map(|s| s.superblock.events)
-            .max()
-            .unwrap_or(0);
-        let unsynced = assembled_dirty && geometry.level().is_redundant();
-        let resync_from = slots
-            .iter()
-            .flatten()
+        let assembled_dirty = present().any(|s| !s.superblock.is_clean());
+        let events = present().map(|s| s.superblock.events).max().unwrap_or(0);
+        let resync_from = present()
             .map(|s| s.superblock.resync_offset)
             .min()
             .unwrap_or(RESYNC_CLEAN)
             .saturating_mul(512);
-        let read_limited = slots.iter().flatten().any(|s| !s.read_limit.is_none());
-        let counters = (0..geometry.members())
-            .map(|_| MemberCounters::default())
-            .collect();
-        let faulty = (0..geometry.members())
-            .map(|_| AtomicBool::new(false))
-            .collect();
+        let read_limited = present().any(|s| !s.read_limit.is_none());
+        let table = present()
+            .next()
+            .map(|s| s.superblock.roles_raw.clone())
+            .unwrap_or_default();
+        let roles = slots.len();
         let in_sync = slots
             .iter()
             .map(|s| {
@@ -158,27 +152,48 @@ impl Array {
         let by_bitmap = slots
             .iter()
             .map(|s| {
-                AtomicBool::new(
-                    s.as_ref()
-                        .is_some_and(|s| s.superblock.feature_map & features::RECOVERY_BITMAP != 0),
-                )
+                let bits = s.as_ref().map_or(0, |s| s.superblock.feature_map);
+                AtomicBool::new(bits & features::RECOVERY_BITMAP != 0)
             })
             .collect();
-        let table = Mutex::new(
-            slots
-                .iter()
-                .flatten()
-                .next()
-                .map(|s| s.superblock.roles_raw.clone())
-                .unwrap_or_default(),
-        );
-        let roles = slots.len();
         let current = slots
             .iter()
             .enumerate()
             .map(|(role, s)| AtomicUsize::new(if s.is_some() { role } else { NO_SLOT }))
             .collect();
-        let arena: Vec<OnceLock<Slot>> = slots
+        Array {
+            personality: crate::personality::Personality::of(&geometry),
+            ppl: None,
+            md_journal: None,
+            arena: Self::arena_of(slots),
+            arena_used: AtomicUsize::new(roles),
+            current,
+            generation: AtomicU64::new(0),
+            table: Mutex::new(table),
+            sector_bytes,
+            writable,
+            unsynced: AtomicBool::new(assembled_dirty && geometry.level().is_redundant()),
+            resync_at: AtomicU64::new(resync_from),
+            read_limited: AtomicBool::new(read_limited),
+            dirty: AtomicBool::new(false),
+            events: Mutex::new(events),
+            set_aside: Vec::new(),
+            faulty_reason: (0..roles).map(|_| Mutex::new(None)).collect(),
+            faulty: (0..roles).map(|_| AtomicBool::new(false)).collect(),
+            in_sync,
+            by_bitmap,
+            counters: (0..roles).map(|_| MemberCounters::default()).collect(),
+            barrier: Barrier::new(),
+            barrier_turn: Mutex::new(()),
+            intent: None,
+            geometry,
+        }
+    }
+
+    /// The arena of slots: the assembled ones at their roles' indices,
+    /// then room for [`ONLINE_JOINS`] more.
+    fn arena_of(slots: Vec<Option<Slot>>) -> Vec<OnceLock<Slot>> {
+        slots
             .into_iter()
             .map(|s| {
                 let cell = OnceLock::new();
@@ -188,34 +203,7 @@ impl Array {
                 cell
             })
             .chain((0..ONLINE_JOINS).map(|_| OnceLock::new()))
-            .collect();
-        Array {
-            personality: crate::personality::Personality::of(&geometry),
-            ppl: None,
-            md_journal: None,
-            geometry,
-            arena,
-            arena_used: AtomicUsize::new(roles),
-            current,
-            generation: AtomicU64::new(0),
-            table,
-            sector_bytes,
-            writable,
-            unsynced: AtomicBool::new(unsynced),
-            resync_at: AtomicU64::new(resync_from),
-            read_limited: AtomicBool::new(read_limited),
-            dirty: AtomicBool::new(false),
-            events: Mutex::new(events),
-            set_aside: Vec::new(),
-            faulty_reason: (0..roles).map(|_| Mutex::new(None)).collect(),
-            faulty,
-            in_sync,
-            by_bitmap,
-            counters,
-            barrier: Barrier::new(),
-            barrier_turn: Mutex::new(()),
-            intent: None,
-        }
+            .collect()
     }
 
     pub(crate) fn intent(&self) -> Option<&crate::intent::WriteIntent> {
@@ -309,7 +297,7 @@ impl Array {
 
     /// Give the array its md write journal. Its log is kept in whole 4 KiB
     /// pages, so the array takes writes in 4 KiB sectors from then on.
-    pub(crate) fn attach_md_journal(&mut self, journal: crate::journal::MdJournal) {
+    pub(crate) fn attach_md_journal(&mut self, journal: crate::parity::journal::MdJournal) {
         self.sector_bytes = self
             .sector_bytes
             .max(nvraid_metadata::r5log::PAGE_BYTES as u32);
@@ -788,7 +776,7 @@ impl Array {
     }
 
     fn has_redundancy(&self) -> bool {
-        !matches!(self.geometry.level(), Level::Raid0)
+        self.geometry.level().is_redundant()
     }
 
     fn check(&self, offset: u64, len: u64) -> Result<()> {
@@ -851,6 +839,30 @@ impl Array {
     /// Make every completed write durable on every member.
     pub fn flush(&self) -> Result<()> {
         self.flush_slots(|_| true)
+    }
+
+    /// Do `op` on `role`'s member at `data_offset` bytes into its data
+    /// area (`op` gets the slot and the byte offset on the member).
+    /// Ok(false) when the member failed: it is marked faulty and the array
+    /// goes on degraded (or the error is returned when the array cannot
+    /// lose it). An error that is not the member's is returned as it is.
+    pub(crate) fn on_member(
+        &self,
+        role: usize,
+        data_offset: u64,
+        op: impl FnOnce(&Slot, u64) -> std::io::Result<()>,
+    ) -> Result<bool> {
+        let Some(slot) = self.slot(role) else {
+            panic!("invariant: member I/O is planned on present members only (role {role})");
+        };
+        match op(slot, slot.data_offset_bytes() + data_offset) {
+            Ok(()) => Ok(true),
+            Err(e) if is_member_failure(&e) => {
+                self.fail_member(role, &e)?;
+                Ok(false)
+            }
+            Err(e) => Err(Error::io(slot.member.spec(), e)),
+        }
     }
 
     fn flush_slots(&self, wanted: impl Fn(usize) -> bool) -> Result<()> {

@@ -29,56 +29,13 @@ impl Default for AssembleOptions {
     }
 }
 
-/// Decode md's level and layout words into a supported [`Level`].
+/// Decode md's level and layout words into a supported [`Level`] (the
+/// layout crate's `from_md`).
 pub fn level_of(sb: &Superblock, spec: &str) -> Result<Level> {
-    let unsupported = |what: String| Error::Unsupported {
+    Level::from_md(sb.level, sb.layout).map_err(|e| Error::Unsupported {
         spec: spec.into(),
-        what,
-    };
-    match sb.level {
-        0 => Ok(Level::Raid0),
-        1 => Ok(Level::Raid1),
-        10 => {
-            // md's word: near copies in bits 0-7, far copies in 8-15, the
-            // offset flag in bit 16, the far-set version above.
-            let near = sb.layout & 0xff;
-            let far = (sb.layout >> 8) & 0xff;
-            let offset = sb.layout & (1 << 16) != 0;
-            match (near, far, offset, sb.layout >> 17) {
-                (near, 1, false, 0) => Ok(Level::Raid10 { near }),
-                (1, copies, offset, 0) if copies >= 2 => Ok(Level::Raid10Far { copies, offset }),
-                _ => Err(unsupported(format!(
-                    "raid10 layout {:#x} (nvraid reads md's near, far and offset layouts with \
-                     one kind of copy, in the original far-set version: nN, fN, oN)",
-                    sb.layout
-                ))),
-            }
-        }
-        // RAID 4 is RAID 5 with parity on the last member, whatever the
-        // layout word says (md ignores it).
-        4 => Ok(Level::Raid5 {
-            layout: nvraid_layout::parity::ParityLayout::ParityLast,
-        }),
-        5 | 6 => {
-            use nvraid_layout::parity::ParityLayout;
-            let layout = ParityLayout::from_md(sb.layout)
-                .filter(|l| sb.level == 6 || !matches!(l, ParityLayout::Raid5With6(_)))
-                .ok_or_else(|| {
-                    unsupported(format!(
-                        "raid{} layout {} (nvraid reads md's left/right symmetric/asymmetric, \
-                         parity-first and parity-last layouts, and the -6 variants on raid6; \
-                         not the DDF ones)",
-                        sb.level, sb.layout
-                    ))
-                })?;
-            Ok(if sb.level == 5 {
-                Level::Raid5 { layout }
-            } else {
-                Level::Raid6 { layout }
-            })
-        }
-        other => Err(unsupported(format!("raid level {other}"))),
-    }
+        what: e.to_string(),
+    })
 }
 
 /// Bytes of each member the array uses, from md's fields: raid1/10 record
@@ -246,7 +203,9 @@ pub fn assemble(specs: &[String], options: AssembleOptions) -> Result<Array> {
     let journal_slot = match decision.journal {
         Some(index) => {
             let (member, sb) = taken[index].take().expect("the journal once");
-            Some(crate::journal::MdJournal::new(Slot::new(member, sb)?)?)
+            Some(crate::parity::journal::MdJournal::new(Slot::new(
+                member, sb,
+            )?)?)
         }
         None => None,
     };
@@ -472,28 +431,10 @@ fn check_size(geometry: &Geometry, role: u32, member: &Member, sb: &Superblock) 
     Ok(())
 }
 
-/// Whether every byte of the array has at least one present copy.
+/// Whether every byte of the array has at least one present copy (the
+/// layout crate's [`Geometry::has_every_byte`]).
 pub fn has_every_byte(geometry: &Geometry, present: &[bool]) -> bool {
-    match geometry.level() {
-        Level::Raid0 => present.iter().all(|&p| p),
-        // Parity levels: a stripe survives as many missing members as it
-        // has parity chunks.
-        level @ (Level::Raid5 { .. } | Level::Raid6 { .. }) => {
-            present.iter().filter(|&&p| !p).count() <= level.parity_chunks() as usize
-        }
-        Level::Raid1 => present.iter().any(|&p| p),
-        // RAID 10: which members hold a chunk's copies repeats every n
-        // chunks (near: slot c*k mod n; far and offset: c mod n), so the
-        // first n chunks' copy sets decide.
-        Level::Raid10 { .. } | Level::Raid10Far { .. } => {
-            let chunk = geometry.chunk_bytes().expect("raid10 has chunks");
-            let chunks = (geometry.array_bytes() / chunk).min(u64::from(geometry.members()));
-            (0..chunks).all(|c| {
-                (0..geometry.copies())
-                    .any(|copy| present[geometry.locate(c * chunk, copy).member as usize])
-            })
-        }
-    }
+    geometry.has_every_byte(present)
 }
 
 /// The roles not present, as text (`1, 3`); empty when none is missing.

@@ -15,7 +15,7 @@ use std::sync::Mutex;
 /// reads the other's (sequentially consistent atomics).
 #[derive(Debug)]
 pub(crate) struct Barrier {
-    counts: Vec<AtomicU32>,
+    counts: Vec<Bucket>,
     /// The raised region's number + 1; 0 when none.
     raised: AtomicU64,
     lock: Mutex<()>,
@@ -31,7 +31,7 @@ pub const BARRIER_BUCKETS: u64 = 64;
 impl Barrier {
     pub(crate) fn new() -> Barrier {
         Barrier {
-            counts: (0..BARRIER_BUCKETS).map(|_| AtomicU32::new(0)).collect(),
+            counts: (0..BARRIER_BUCKETS).map(|_| Bucket::default()).collect(),
             raised: AtomicU64::new(0),
             lock: Mutex::new(()),
             lowered: std::sync::Condvar::new(),
@@ -50,7 +50,7 @@ impl Barrier {
     /// region is returned.
     pub(crate) fn try_enter(&self, offset: u64, len: u64) -> Result<(), u64> {
         for b in Self::buckets(offset, len) {
-            self.counts[b].fetch_add(1, Ordering::SeqCst);
+            self.counts[b].0.fetch_add(1, Ordering::SeqCst);
         }
         let raised = self.raised.load(Ordering::SeqCst);
         let blocked = raised != 0
@@ -76,7 +76,7 @@ impl Barrier {
     /// A client write that [`Barrier::enter`]ed has completed.
     pub(crate) fn leave(&self, offset: u64, len: u64) {
         for b in Self::buckets(offset, len) {
-            let before = self.counts[b].fetch_sub(1, Ordering::SeqCst);
+            let before = self.counts[b].0.fetch_sub(1, Ordering::SeqCst);
             assert!(before > 0, "barrier count underflow");
         }
     }
@@ -86,7 +86,7 @@ impl Barrier {
     pub(crate) fn raise(&self, region: u64) {
         self.raised.store(region + 1, Ordering::SeqCst);
         let bucket = (region % BARRIER_BUCKETS) as usize;
-        while self.counts[bucket].load(Ordering::SeqCst) != 0 {
+        while self.counts[bucket].0.load(Ordering::SeqCst) != 0 {
             std::thread::sleep(std::time::Duration::from_micros(20));
         }
     }
@@ -99,3 +99,10 @@ impl Barrier {
         self.lowered.notify_all();
     }
 }
+
+/// One bucket's count of client writes in flight, alone on its cache line:
+/// writers on different workers touch different buckets, and a shared
+/// line would make each count a cross-core transfer.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+struct Bucket(AtomicU32);

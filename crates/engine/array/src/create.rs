@@ -490,7 +490,7 @@ fn write_array(
         Ok((mut slots, journal_seq)) => {
             let journal = match journal_bytes {
                 Some(_) => {
-                    let journal = crate::journal::MdJournal::new(
+                    let journal = crate::parity::journal::MdJournal::new(
                         slots.pop().flatten().expect("the journal's slot"),
                     )?;
                     // The new log: its empty block at position 0.
@@ -694,7 +694,7 @@ fn write_members(
             write_superblock(member, &sb)?;
             crate::badlog::write_empty(member, &sb)?;
             if is_journal {
-                journal_seq = crate::journal::write_empty_log(member, &sb)?;
+                journal_seq = crate::parity::journal::write_empty_log(member, &sb)?;
             }
             if options.bitmap == BitmapChoice::Ppl {
                 crate::parity::ppl::reset_area(member, &sb, &PPL_AREA)?;
@@ -731,20 +731,6 @@ fn write_members(
     Ok((slots, journal_seq))
 }
 
-/// The md layout word: raid10 near copies in the low byte, far copies in
-/// the next, the offset flag in bit 16 (near: 0x102 for n2; far: 0x201 for
-/// f2; offset: 0x10201 for o2); raid0 uses md's "original" layout value, as
-/// mdadm records for single-zone arrays.
-fn layout_word(level: Level) -> u32 {
-    match level {
-        Level::Raid0 => 1,
-        Level::Raid1 => 0,
-        Level::Raid10 { near } => (1 << 8) | near,
-        Level::Raid10Far { copies, offset } => (u32::from(offset) << 16) | (copies << 8) | 1,
-        Level::Raid5 { layout } | Level::Raid6 { layout } => layout.to_md(),
-    }
-}
-
 fn template_superblock(
     options: &CreateOptions,
     geometry: &Geometry,
@@ -762,7 +748,7 @@ fn template_superblock(
         set_name: [0; 32],
         ctime: now,
         level: options.level.number() as i32,
-        layout: layout_word(options.level),
+        layout: options.level.md_layout(),
         size_sectors: match options.level {
             Level::Raid0 => 0,
             _ => geometry.member_used_bytes() / 512,

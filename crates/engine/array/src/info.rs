@@ -3,7 +3,6 @@
 
 use crate::array::Array;
 use crate::assemble::{level_of, member_data_bytes};
-use nvraid_layout::Level;
 use nvraid_metadata::features;
 use nvraid_metadata::{format_uuid, Role, Superblock};
 use serde::Serialize;
@@ -67,23 +66,6 @@ impl ArrayDetail {
     /// `raid0`, `raid1` or `raid10`.
     pub fn level_name(&self) -> String {
         format!("raid{}", self.level)
-    }
-}
-
-fn layout_text(level: Level) -> Option<String> {
-    match level {
-        Level::Raid10 { near } => Some(format!("near={near}")),
-        Level::Raid10Far {
-            copies,
-            offset: false,
-        } => Some(format!("far={copies}")),
-        Level::Raid10Far {
-            copies,
-            offset: true,
-        } => Some(format!("offset={copies}")),
-        // mdadm's names.
-        Level::Raid5 { layout } | Level::Raid6 { layout } => Some(layout.name().to_string()),
-        _ => None,
     }
 }
 
@@ -189,7 +171,7 @@ pub fn detail(array: &Array) -> ArrayDetail {
         uuid: format_uuid(&sb.set_uuid),
         name: sb.name(),
         level: geometry.level().number(),
-        layout: layout_text(geometry.level()),
+        layout: geometry.level().layout_name(),
         chunk_bytes: geometry.chunk_bytes(),
         size_bytes: geometry.array_bytes(),
         sector_bytes: array.sector_bytes(),
@@ -262,7 +244,9 @@ pub fn examine(path: &str, sb: &Superblock) -> Examine {
         state: if sb.is_clean() { "clean" } else { "active" },
         checksum,
         array_size_bytes: geometry.map(|g| g.array_bytes()),
-        layout_text: level_of(sb, path).ok().and_then(layout_text),
+        layout_text: level_of(sb, path)
+            .ok()
+            .and_then(|level| level.layout_name()),
         member_data_bytes: member_data_bytes(sb),
         superblock: sb.clone(),
     }

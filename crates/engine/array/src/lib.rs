@@ -26,7 +26,6 @@ mod fanout;
 mod identity;
 pub mod info;
 mod intent;
-pub mod journal;
 
 mod parity;
 mod personality;
@@ -46,6 +45,8 @@ pub use decision::SetAside;
 pub use error::{Error, Result};
 pub use fanout::{FanoutQueue, FanoutTarget};
 pub use intent::{BitmapDaemon, BitmapInfo};
+/// md's write journal, as the write-back cache uses it.
+pub use parity::journal;
 pub use scan::{scan, Ignored, ScanReport, ScannedArray, ScannedMember};
 pub use signature::detect as detect_signature;
 pub use slot::{read_superblock, MemberCounters, ReadLimit, Slot};

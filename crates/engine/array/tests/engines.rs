@@ -315,3 +315,78 @@ fn queues_count_each_members_operations_and_bytes() {
         .iter()
         .all(|c| c.errors.load(std::sync::atomic::Ordering::Relaxed) == 0));
 }
+
+/// A queue opened over local members only drives its plain engine (no
+/// dispatch to remote channels per operation); a remote member that joins
+/// the array later must still be reached through that same queue: here an
+/// NBD export is rebuilt into a RAID 1, the local member fails, and every
+/// read the open queue makes afterwards comes from the export.
+#[test]
+fn a_remote_member_joining_a_queue_of_local_members_is_read_through_it() {
+    use nvraid_array::recovery::{add_member_to, rebuild, Added};
+    use nvraid_testing::nbdkit::Nbdkit;
+    for engine in [EngineKind::Uring, EngineKind::Psync] {
+        let dir = tempfile::tempdir().unwrap();
+        let specs = common::new_array(&dir, Level::Raid1, 2, 65536, 4 << 20);
+        let array = common::writable(&specs);
+        let size = 1usize << 20;
+        let data: Vec<u8> = (0..size).map(|i| (i * 7 % 251) as u8).collect();
+        array.write_at(&data, 0, true).unwrap();
+        let target = FanoutTarget::array(array.clone(), engine);
+        let mut queue = target.open_queue(4, 65536).unwrap();
+        let read_all = |queue: &mut Box<dyn nvraid_io::queue::Queue>, what: &str| {
+            for at in (0..size).step_by(65536) {
+                queue
+                    .submit(0, OpKind::Read, at as u64, 65536, false)
+                    .unwrap();
+                let mut result = None;
+                while result.is_none() {
+                    queue.reap(1, &mut |c| result = Some(c.result)).unwrap();
+                }
+                assert_eq!(result, Some(Ok(65536)), "{engine:?} {what}: read at {at}");
+                assert!(
+                    queue.buffer_mut(0)[..] == data[at..at + 65536],
+                    "{engine:?} {what}: data at {at}"
+                );
+            }
+        };
+        read_all(&mut queue, "both members local");
+
+        // Member 1 leaves; an export served by nbdkit takes its role.
+        array
+            .fail_member(1, &std::io::Error::other("test: member pulled"))
+            .unwrap();
+        array.remove_member(1).unwrap();
+        let image = dir.path().join("remote.img");
+        let bytes = std::fs::metadata(&specs[1]).unwrap().len();
+        std::fs::File::create(&image)
+            .unwrap()
+            .set_len(bytes)
+            .unwrap();
+        let socket = dir.path().join("remote.sock");
+        let server = Nbdkit::start(
+            &socket,
+            ["file".to_string(), format!("file={}", image.display())],
+        );
+        let remote = Member::open(
+            &server.uri(),
+            OpenOptions {
+                write: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            add_member_to(&array, remote).unwrap(),
+            Added::Recovering { role: 1 }
+        );
+        rebuild(&array, None, &mut |_| {}).unwrap();
+        // The local member fails: only the export is left to read.
+        array
+            .fail_member(0, &std::io::Error::other("test: member pulled"))
+            .unwrap();
+        read_all(&mut queue, "only the remote member left");
+        drop(queue);
+        drop(server);
+    }
+}

@@ -46,6 +46,22 @@ impl MixedEngine {
         Ok(engine)
     }
 
+    /// Put `engine` under a mixed engine in place, when a remote member
+    /// first joins a queue whose engine had none (a queue of local members
+    /// runs on its plain engine, with no dispatch per operation).
+    /// `outstanding` operations pushed to `engine` have not completed yet;
+    /// they complete through the mixed engine like any other. Remote
+    /// entries are added afterwards with [`Engine::update_remote`].
+    pub fn wrap_in_place(engine: &mut Box<dyn Engine>, outstanding: u32) {
+        let inner = std::mem::replace(engine, Box::new(Vacant));
+        *engine = Box::new(MixedEngine {
+            inner,
+            channels: Vec::new(),
+            inner_outstanding: outstanding,
+            remote_count: 0,
+        });
+    }
+
     fn set_remote(&mut self, index: u32, remote: Option<&Arc<dyn RemoteFile>>) -> io::Result<()> {
         let index = index as usize;
         if index >= self.channels.len() {
@@ -155,5 +171,27 @@ impl Engine for MixedEngine {
         remote: Option<&Arc<dyn RemoteFile>>,
     ) -> io::Result<()> {
         self.set_remote(index, remote)
+    }
+}
+
+/// Holds an engine's place for the instant [`MixedEngine::wrap_in_place`]
+/// moves it (a zero-sized box: no allocation); never given an operation.
+struct Vacant;
+
+impl Engine for Vacant {
+    unsafe fn push(&mut self, _op: &MemberOp) -> io::Result<()> {
+        Err(io::Error::other("no engine"))
+    }
+
+    fn complete(&mut self, _min: u32, _on_complete: &mut dyn FnMut(u64, i32)) -> io::Result<u32> {
+        Ok(0)
+    }
+
+    fn name(&self) -> &'static str {
+        "none"
+    }
+
+    fn update_file(&mut self, _index: u32, _fd: RawFd) -> io::Result<()> {
+        Ok(())
     }
 }

@@ -126,24 +126,28 @@ impl Level {
     pub fn has_chunks(self) -> bool {
         !matches!(self, Level::Raid1)
     }
+
+    /// How many copies of each byte an array of `members` members keeps
+    /// (RAID 1: one per member; the parity levels: one, their redundancy
+    /// is parity, not copies).
+    pub fn copies(self, members: u32) -> u32 {
+        match self {
+            Level::Raid0 | Level::Raid5 { .. } | Level::Raid6 { .. } => 1,
+            Level::Raid1 => members,
+            Level::Raid10 { near } => near,
+            Level::Raid10Far { copies, .. } => copies,
+        }
+    }
 }
 
 impl fmt::Display for Level {
+    /// md's level name with the layout, as in `raid10 (near=2)` or `raid5
+    /// (parity-last)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Level::Raid0 => write!(f, "raid0"),
-            Level::Raid1 => write!(f, "raid1"),
-            Level::Raid10 { near } => write!(f, "raid10 (near={near})"),
-            Level::Raid10Far {
-                copies,
-                offset: false,
-            } => write!(f, "raid10 (far={copies})"),
-            Level::Raid10Far {
-                copies,
-                offset: true,
-            } => write!(f, "raid10 (offset={copies})"),
-            Level::Raid5 { layout } => write!(f, "raid5 ({})", layout.name()),
-            Level::Raid6 { layout } => write!(f, "raid6 ({})", layout.name()),
+        write!(f, "raid{}", self.number())?;
+        match self.layout_name() {
+            Some(layout) => write!(f, " ({layout})"),
+            None => Ok(()),
         }
     }
 }
@@ -490,17 +494,39 @@ impl Geometry {
     /// How many copies of each byte the array keeps (parity levels: one;
     /// their redundancy is parity, not copies).
     pub fn copies(&self) -> u32 {
+        self.level.copies(self.members)
+    }
+
+    /// Whether the members marked in `present` (by role; one entry per
+    /// member) hold every byte of the array: RAID 0 needs them all, RAID 1
+    /// any one, RAID 4/5/6 all but as many as a stripe has parity chunks,
+    /// RAID 10 at least one copy of every chunk.
+    pub fn has_every_byte(&self, present: &[bool]) -> bool {
+        let missing = present.iter().filter(|&&p| !p).count();
         match self.level {
-            Level::Raid0 | Level::Raid5 { .. } | Level::Raid6 { .. } => 1,
-            Level::Raid1 => self.members,
-            Level::Raid10 { near } => near,
-            Level::Raid10Far { copies, .. } => copies,
+            Level::Raid0 => missing == 0,
+            Level::Raid1 => missing < present.len(),
+            Level::Raid5 { .. } | Level::Raid6 { .. } => {
+                missing <= self.level.parity_chunks() as usize
+            }
+            // Which members hold a chunk's copies repeats every n chunks
+            // (near: slot c*k mod n; far and offset: c mod n), so the first
+            // n chunks' copy sets decide.
+            Level::Raid10 { .. } | Level::Raid10Far { .. } => {
+                let chunks = (self.array_bytes >> self.chunk_shift).min(u64::from(self.members));
+                (0..chunks).all(|c| {
+                    (0..self.copies()).any(|copy| {
+                        present[self.locate(c << self.chunk_shift, copy).member as usize]
+                    })
+                })
+            }
         }
     }
 
     /// Split `[offset, offset + len)` into pieces that do not cross chunk
     /// boundaries. The range must lie inside the array (checked by callers;
     /// a debug assertion here).
+    #[inline]
     pub fn pieces(&self, offset: u64, len: u64) -> Pieces {
         debug_assert!(offset
             .checked_add(len)
@@ -515,6 +541,7 @@ impl Geometry {
     /// Where copy `copy` (0-based, `< copies()`) of the byte at
     /// `logical_offset` lives. Within a [`Piece`], the copy is contiguous, so
     /// the piece's start locates the whole piece.
+    #[inline]
     pub fn locate(&self, logical_offset: u64, copy: u32) -> Location {
         debug_assert!(logical_offset < self.array_bytes);
         debug_assert!(copy < self.copies());
@@ -671,6 +698,7 @@ pub struct Pieces {
 impl Iterator for Pieces {
     type Item = Piece;
 
+    #[inline]
     fn next(&mut self) -> Option<Piece> {
         if self.next >= self.end {
             return None;
@@ -683,5 +711,143 @@ impl Iterator for Pieces {
         };
         self.next = piece_end;
         Some(piece)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parity::ParityLayout;
+
+    const CHUNK: u64 = 64 * 1024;
+
+    fn geometry(level: Level, members: u32) -> Geometry {
+        Geometry::new(level, members, CHUNK, 40 * CHUNK).unwrap()
+    }
+
+    /// `present` for `members` members with those in `missing` absent.
+    fn present(members: u32, missing: &[u32]) -> Vec<bool> {
+        (0..members).map(|m| !missing.contains(&m)).collect()
+    }
+
+    #[test]
+    fn raid0_needs_every_member_and_raid1_any_one() {
+        let raid0 = geometry(Level::Raid0, 3);
+        assert!(raid0.has_every_byte(&present(3, &[])));
+        assert!(!raid0.has_every_byte(&present(3, &[1])));
+        let raid1 = geometry(Level::Raid1, 3);
+        assert!(raid1.has_every_byte(&present(3, &[0, 2])));
+        assert!(!raid1.has_every_byte(&present(3, &[0, 1, 2])));
+    }
+
+    #[test]
+    fn parity_levels_lose_as_many_members_as_they_have_parity_chunks() {
+        let layout = ParityLayout::LeftSymmetric;
+        let raid5 = geometry(Level::Raid5 { layout }, 4);
+        assert!(raid5.has_every_byte(&present(4, &[2])));
+        assert!(!raid5.has_every_byte(&present(4, &[0, 2])));
+        let raid4 = geometry(
+            Level::Raid5 {
+                layout: ParityLayout::ParityLast,
+            },
+            3,
+        );
+        assert!(raid4.has_every_byte(&present(3, &[0])));
+        assert!(!raid4.has_every_byte(&present(3, &[0, 2])));
+        let raid6 = geometry(Level::Raid6 { layout }, 5);
+        assert!(raid6.has_every_byte(&present(5, &[1, 3])));
+        assert!(!raid6.has_every_byte(&present(5, &[0, 1, 3])));
+    }
+
+    #[test]
+    fn raid10_survives_while_every_chunk_keeps_a_copy() {
+        // n2 over 4: members 0+1 and 2+3 are mirror pairs.
+        let near = geometry(Level::Raid10 { near: 2 }, 4);
+        assert!(near.has_every_byte(&present(4, &[0, 2])));
+        assert!(!near.has_every_byte(&present(4, &[2, 3])));
+        // n2 over 3: every pair of members shares a chunk.
+        let odd = geometry(Level::Raid10 { near: 2 }, 3);
+        assert!(odd.has_every_byte(&present(3, &[1])));
+        assert!(!odd.has_every_byte(&present(3, &[0, 2])));
+        // n3 over 3: one member is enough.
+        let three = geometry(Level::Raid10 { near: 3 }, 3);
+        assert!(three.has_every_byte(&present(3, &[0, 2])));
+        // f2 and o2 over 4: chunk c on members c and c+1 (mod 4).
+        for offset in [false, true] {
+            let far = geometry(Level::Raid10Far { copies: 2, offset }, 4);
+            assert!(far.has_every_byte(&present(4, &[0, 2])));
+            assert!(!far.has_every_byte(&present(4, &[3, 0])));
+        }
+    }
+
+    /// The RAID 10 rule looks at the first `members` chunks only; every
+    /// set of present members gives the answer a walk over every chunk of
+    /// the array gives.
+    #[test]
+    fn raid10s_rule_agrees_with_every_chunk() {
+        let mut levels = Vec::new();
+        for copies in 2..=4 {
+            levels.push(Level::Raid10 { near: copies });
+            levels.push(Level::Raid10Far {
+                copies,
+                offset: false,
+            });
+            levels.push(Level::Raid10Far {
+                copies,
+                offset: true,
+            });
+        }
+        for level in levels {
+            for members in level.members_min()..=7 {
+                let g = geometry(level, members);
+                for mask in 0u32..(1 << members) {
+                    let present: Vec<bool> = (0..members).map(|m| mask & (1 << m) != 0).collect();
+                    let walked = (0..g.array_bytes() / CHUNK).all(|c| {
+                        (0..g.copies())
+                            .any(|copy| present[g.locate(c * CHUNK, copy).member as usize])
+                    });
+                    assert_eq!(
+                        g.has_every_byte(&present),
+                        walked,
+                        "{level} over {members}, present {present:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn level_copies_agree_with_the_geometrys() {
+        assert_eq!(Level::Raid1.copies(3), 3);
+        assert_eq!(Level::Raid10 { near: 3 }.copies(5), 3);
+        assert_eq!(geometry(Level::Raid1, 4).copies(), 4);
+        assert_eq!(
+            geometry(
+                Level::Raid6 {
+                    layout: ParityLayout::LeftSymmetric
+                },
+                4
+            )
+            .copies(),
+            1
+        );
+    }
+
+    #[test]
+    fn display_names_the_level_and_its_layout() {
+        assert_eq!(Level::Raid0.to_string(), "raid0");
+        assert_eq!(Level::Raid1.to_string(), "raid1");
+        assert_eq!(Level::Raid10 { near: 2 }.to_string(), "raid10 (near=2)");
+        let far = |offset| Level::Raid10Far { copies: 3, offset }.to_string();
+        assert_eq!(far(false), "raid10 (far=3)");
+        assert_eq!(far(true), "raid10 (offset=3)");
+        let raid5 = Level::Raid5 {
+            layout: ParityLayout::ParityLast,
+        };
+        assert_eq!(raid5.to_string(), "raid5 (parity-last)");
+        let raid6 = Level::Raid6 {
+            layout: ParityLayout::LeftSymmetric,
+        };
+        assert_eq!(raid6.to_string(), "raid6 (left-symmetric)");
     }
 }

@@ -11,6 +11,11 @@
 //! one member ([`Geometry::locate`]). [`Geometry::logical_of`] is the inverse
 //! map.
 //!
+//! A [`Level`] also knows itself in md's words (the `md` module): the
+//! superblock's level and layout numbers both ways ([`Level::from_md`],
+//! [`Level::md_layout`]), its layout's name ([`Level::layout_name`]) and the
+//! names the command line takes ([`Level::with_layout`]).
+//!
 //! ## RAID 0 (md `raid0`, one zone)
 //! Chunk `c` of the array (`c = offset / chunk`) lives on member `c % n` at
 //! member chunk `c / n`. With 4 members and 64 KiB chunks, array offset
@@ -40,6 +45,8 @@
 //! (row 1), chunk 2 on members 1 and 2 (row 1).
 
 mod geometry;
+mod md;
 pub mod parity;
 
 pub use geometry::{Geometry, GeometryError, Level, Location, Piece, Pieces, Raid0Layout};
+pub use md::MdLevelError;

@@ -9,7 +9,8 @@
 //! * its rated (SEEDS.md) or measured drive speed, when known.
 //!
 //! Reads of RAID 1 and RAID 10 are balanced over every copy, so they scale like RAID 0. A write
-//! goes to every copy: RAID 1 writes at one member's pace, RAID 10 at `members / 2`.
+//! goes to every copy: RAID 1 writes at one member's pace, RAID 10 at `members / copies`
+//! (`members / 2` for the default near-2).
 
 use std::collections::BTreeMap;
 
@@ -51,19 +52,17 @@ fn check_member_count(level: Level, count: usize) -> Result<(), Error> {
 /// How many members' worth of pace the array delivers in each direction:
 /// reads come from every member holding data (a dedicated RAID 4 parity
 /// member holds none; RAID 5/6 parity rotates, so each member's share of
-/// a sequential read is its data chunks); writes reach every copy, and a
-/// full-stripe parity write carries data on all but the parity chunks.
+/// a sequential read is its data chunks), so `members - parity chunks`;
+/// writes reach every copy (RAID 1 writes at one member's pace, RAID 10 at
+/// `members / copies`), and a full-stripe parity write carries data on all
+/// but the parity chunks.
 fn scale(level: Level, members: usize, direction: Direction) -> f64 {
-    let n = members as f64;
-    let parity = f64::from(level.parity_chunks());
-    match (level, direction) {
-        (Level::Raid0, _) => n,
-        (Level::Raid1 | Level::Raid10 { .. } | Level::Raid10Far { .. }, Direction::Read) => n,
-        (Level::Raid1, Direction::Write) => 1.0,
-        (Level::Raid10 { near: copies } | Level::Raid10Far { copies, .. }, Direction::Write) => {
-            n / f64::from(copies)
+    let data = members as f64 - f64::from(level.parity_chunks());
+    match direction {
+        Direction::Read => data,
+        Direction::Write => {
+            data / f64::from(level.copies(u32::try_from(members).unwrap_or(u32::MAX)))
         }
-        (Level::Raid5 { .. } | Level::Raid6 { .. }, _) => n - parity,
     }
 }
 

@@ -8,6 +8,7 @@ use crate::recovery::rebuild::REGION_BYTES;
 use crate::recovery::{Mode, Scrubbed};
 use crate::slot::is_member_failure;
 use nvraid_io::AlignedBuf;
+use nvraid_layout::Piece;
 
 /// Compare (and in repair mode rewrite) every copy of `[at, end)` of a
 /// mirrored array against its first readable copy.
@@ -19,78 +20,85 @@ pub(crate) fn compare_copies(
     bufs: &mut [AlignedBuf],
     found: &mut Scrubbed,
 ) -> Result<()> {
-    let geometry = array.geometry();
-    let copies = geometry.copies() as usize;
-    let sector = 512usize;
-    for piece in geometry.pieces(at, end - at) {
+    for piece in array.geometry().pieces(at, end - at) {
         let len = piece.len as usize;
-        // Every readable copy of the piece, in copy order.
-        let mut read: Vec<(usize, u64)> = Vec::with_capacity(copies);
-        for copy in 0..geometry.copies() {
-            let loc = geometry.locate(piece.logical_offset, copy);
-            let role = loc.member as usize;
-            if !array.readable(role, loc.member_offset, piece.len) {
-                continue;
-            }
-            let slot = array.slot(role).expect("readable means present");
-            let buf = &mut bufs[read.len()][..len];
-            match slot
-                .member
-                .read_at(buf, slot.data_offset_bytes() + loc.member_offset)
-            {
-                Ok(()) => read.push((role, slot.data_offset_bytes() + loc.member_offset)),
-                Err(e) if is_member_failure(&e) => array.fail_member(role, &e)?,
-                Err(e) => return Err(Error::io(slot.member.spec(), e)),
-            }
-        }
-        if read.is_empty() {
-            return Err(Error::Unreadable {
-                offset: piece.logical_offset,
-                len: piece.len,
-            });
-        }
+        let read = read_every_copy(array, piece, bufs)?;
         let (first, rest) = bufs.split_at_mut(1);
         let reference = &first[0][..len];
-        for (i, &(role, member_at)) in read.iter().enumerate().skip(1) {
-            let other = &rest[i - 1][..len];
-            let mut differing = 0u64;
-            let (mut first_bad, mut last_bad) = (usize::MAX, 0usize);
-            for (k, (a, b)) in reference
-                .chunks(sector)
-                .zip(other.chunks(sector))
-                .enumerate()
-            {
-                if a != b {
-                    differing += 1;
-                    first_bad = first_bad.min(k);
-                    last_bad = k;
-                }
-            }
-            if differing == 0 {
+        for (i, &(role, data_at)) in read.iter().enumerate().skip(1) {
+            let Some((sectors, from, to)) = differing_sectors(reference, &rest[i - 1][..len])
+            else {
                 continue;
-            }
-            found.mismatch_sectors += differing;
-            let range = (
-                piece.logical_offset + (first_bad * sector) as u64,
-                piece.logical_offset + ((last_bad + 1) * sector) as u64,
+            };
+            found.mismatch(
+                (piece.logical_offset + from, piece.logical_offset + to),
+                sectors,
             );
-            match found.regions.last_mut() {
-                Some(last) if last.1 >= range.0 && last.0 <= range.1 => {
-                    *last = (last.0.min(range.0), last.1.max(range.1))
-                }
-                _ => found.regions.push(range),
-            }
-            if mode == Mode::Repair {
-                let slot = array.slot(role).expect("present");
-                match slot.member.write_at(reference, member_at) {
-                    Ok(()) => found.repaired_sectors += differing,
-                    Err(e) if is_member_failure(&e) => array.fail_member(role, &e)?,
-                    Err(e) => return Err(Error::io(slot.member.spec(), e)),
-                }
+            if mode == Mode::Repair
+                && array.on_member(role, data_at, |slot, at| {
+                    slot.member.write_at(reference, at)
+                })?
+            {
+                found.repaired_sectors += sectors;
             }
         }
     }
     Ok(())
+}
+
+/// Read every readable copy of `piece` into `bufs`, in copy order: the
+/// role and data-area offset of each copy read (a member that fails is
+/// marked faulty and left out). An error when none could be read.
+fn read_every_copy(
+    array: &Array,
+    piece: Piece,
+    bufs: &mut [AlignedBuf],
+) -> Result<Vec<(usize, u64)>> {
+    let geometry = array.geometry();
+    let len = piece.len as usize;
+    let mut read: Vec<(usize, u64)> = Vec::with_capacity(geometry.copies() as usize);
+    for copy in 0..geometry.copies() {
+        let loc = geometry.locate(piece.logical_offset, copy);
+        let role = loc.member as usize;
+        if !array.readable(role, loc.member_offset, piece.len) {
+            continue;
+        }
+        let buf = &mut bufs[read.len()][..len];
+        if array.on_member(role, loc.member_offset, |slot, at| {
+            slot.member.read_at(buf, at)
+        })? {
+            read.push((role, loc.member_offset));
+        }
+    }
+    if read.is_empty() {
+        return Err(Error::Unreadable {
+            offset: piece.logical_offset,
+            len: piece.len,
+        });
+    }
+    Ok(read)
+}
+
+/// The 512-byte sectors where `a` and `b` differ: how many, and the byte
+/// range from the first to the end of the last (`None`: they agree).
+pub(crate) fn differing_sectors(a: &[u8], b: &[u8]) -> Option<(u64, u64, u64)> {
+    const SECTOR: usize = 512;
+    let mut differing = 0u64;
+    let (mut first, mut last) = (usize::MAX, 0usize);
+    for (k, (x, y)) in a.chunks(SECTOR).zip(b.chunks(SECTOR)).enumerate() {
+        if x != y {
+            differing += 1;
+            first = first.min(k);
+            last = k;
+        }
+    }
+    (differing > 0).then(|| {
+        (
+            differing,
+            (first * SECTOR) as u64,
+            ((last + 1) * SECTOR) as u64,
+        )
+    })
 }
 
 /// Fill `buf` with what `role` holds at `[at, end)` of its data area, read

@@ -17,6 +17,7 @@ use nvraid_io::remote::{MixedEngine, RemoteFile};
 use nvraid_io::AlignedBuf;
 use nvraid_member::{Backend, Member};
 use std::io;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// What the queue maps requests onto.
@@ -185,14 +186,19 @@ pub(crate) struct SlotState {
     /// First error seen (positive errno), 0 if none.
     pub(crate) errno: i32,
     pub(crate) len: u32,
+    /// The request holds the array's barrier (its span is in `spans`): a
+    /// completion looks there only then.
+    pub(crate) span: bool,
 }
 
 /// Per-worker queue over a [`FanoutTarget`].
 pub struct FanoutQueue {
     pub(crate) shape: Shape,
     /// The array's geometry (a copy: the hot path reads it without touching
-    /// the shared `Arc`).
-    pub(crate) geometry: Option<nvraid_layout::Geometry>,
+    /// the shared `Arc`). Boxed: a request moves it out while it is split
+    /// (see `submit_rw`), and a pointer moves in one store where the
+    /// geometry's several words stalled the load that followed.
+    pub(crate) geometry: Option<Box<nvraid_layout::Geometry>>,
     /// Byte offset of each member's data area; `None` for missing members.
     pub(crate) data_offsets: Vec<Option<u64>>,
     pub(crate) null: Vec<bool>,
@@ -237,6 +243,16 @@ pub struct FanoutQueue {
     pub(crate) files: Vec<i32>,
     /// Which remote member each entry's channel reaches (by address).
     pub(crate) remotes: Vec<Option<usize>>,
+    /// The engine is a `MixedEngine` (some member is, or was, remote).
+    pub(crate) mixed: bool,
+    /// Writes take the array's dirty mark, resync barrier and write-intent
+    /// bits: a redundant level, or any with a bitmap. A RAID 0 has no
+    /// resync, rebuild or scrub to hold a region against it, and no
+    /// copies to mark dirty, so its writes skip all three.
+    pub(crate) guarded_writes: bool,
+    /// The engine completes operations inside `push` (asked of it at open
+    /// and after each refresh, not per request: the runner asks per I/O).
+    pub(crate) inline: bool,
     /// RAID 4/5/6: the stripe geometry, each slot's stripe work, the slots
     /// waiting for stripes another request holds, and the most scratch a
     /// slot may use.
@@ -307,17 +323,20 @@ impl FanoutQueue {
         let per_request = Self::subs_per_request(&target.shape, max_io_bytes, members.len());
         let subs_max = depth as usize * per_request;
         let engine = open_engine(target.engine, &files, &regions, (subs_max as u32).min(4096))?;
-        // Remote members get a channel of this worker's own; an array's
-        // queue always can take one (a remote member may join later).
+        // Remote members get a channel of this worker's own. Without any,
+        // the queue drives its plain engine, with no dispatch per
+        // operation; a remote member joining later puts the engine under
+        // a mixed one then (`refresh`).
         let remotes = remote_table(&members);
-        let engine: Box<dyn Engine> =
-            if matches!(target.shape, Shape::Array(_)) || remotes.iter().any(Option::is_some) {
-                Box::new(MixedEngine::new(engine, &remotes)?)
-            } else {
-                engine
-            };
+        let mixed = remotes.iter().any(Option::is_some);
+        let engine: Box<dyn Engine> = if mixed {
+            Box::new(MixedEngine::new(engine, &remotes)?)
+        } else {
+            engine
+        };
+        let inline = engine.completes_inline();
         let geometry = match &target.shape {
-            Shape::Array(a) => Some(a.geometry().clone()),
+            Shape::Array(a) => Some(Box::new(a.geometry().clone())),
             Shape::Raw(_) => None,
         };
         let parity = match &target.shape {
@@ -335,7 +354,8 @@ impl FanoutQueue {
                 SlotState {
                     pending: 0,
                     errno: 0,
-                    len: 0
+                    len: 0,
+                    span: false,
                 };
                 depth as usize
             ],
@@ -365,6 +385,12 @@ impl FanoutQueue {
             generation,
             files,
             remotes: remotes.iter().map(remote_id).collect(),
+            mixed,
+            inline,
+            guarded_writes: match &target.shape {
+                Shape::Array(a) => a.geometry().level().is_redundant() || a.intent().is_some(),
+                Shape::Raw(_) => false,
+            },
             parity,
             work: match parity {
                 Some(_) => (0..depth)
@@ -398,7 +424,15 @@ impl FanoutQueue {
                 *old = new;
             }
         }
-        for (index, remote) in remote_table(&members).iter().enumerate() {
+        let remotes = remote_table(&members);
+        if !self.mixed && remotes.iter().any(Option::is_some) {
+            // The first remote member: from now on the engine dispatches.
+            // What is in flight on the plain engine completes through it.
+            let outstanding = self.inflight.iter().sum();
+            MixedEngine::wrap_in_place(&mut self.engine, outstanding);
+            self.mixed = true;
+        }
+        for (index, remote) in remotes.iter().enumerate() {
             if remote_id(remote) != self.remotes[index] {
                 self.engine.update_remote(index as u32, remote.as_ref())?;
                 self.remotes[index] = remote_id(remote);
@@ -409,6 +443,7 @@ impl FanoutQueue {
             self.null[role] = slot.is_some_and(|s| s.member.backend() == Backend::Null);
         }
         self.generation = generation;
+        self.inline = self.engine.completes_inline();
         Ok(())
     }
 
@@ -589,45 +624,79 @@ impl FanoutQueue {
         let Shape::Array(array) = &self.shape else {
             return;
         };
+        // Each add is a locked instruction on a line every worker shares:
+        // only the counts that moved (errors rarely do).
         for (counters, entry) in array.member_counters().iter().zip(self.counts.iter_mut()) {
-            if entry.0 > 0 {
-                counters.add(entry.0, entry.1, entry.2);
-                *entry = (0, 0, 0);
+            let (ops, bytes, errors) = std::mem::take(entry);
+            if ops > 0 {
+                counters.ops.fetch_add(ops, Ordering::Relaxed);
+            }
+            if bytes > 0 {
+                counters.bytes.fetch_add(bytes, Ordering::Relaxed);
+            }
+            if errors > 0 {
+                counters.errors.fetch_add(errors, Ordering::Relaxed);
             }
         }
     }
 
     /// One member operation of `slot` finished with `errno` (0 = success).
+    /// Once per member operation and per request: what only some requests
+    /// need (a read redone through the stripes, a barrier released) is
+    /// out of line.
+    #[inline]
     pub(crate) fn finish_sub(&mut self, slot: u32, errno: i32) {
         let state = &mut self.slots[slot as usize];
         if errno != 0 && state.errno == 0 {
             state.errno = errno;
         }
         state.pending -= 1;
-        if state.pending == 0 && self.parity.is_some() && self.work[slot as usize].redo {
-            self.work[slot as usize].redo = false;
-            state.errno = 0;
-            state.pending = 1;
-            let (offset, len) = (self.work[slot as usize].offset, state.len);
-            if self.stripe_start(slot, false, offset, len, false).is_err() {
-                self.slots[slot as usize].errno = libc::EIO;
-            }
-            self.finish_sub(slot, 0);
+        if state.pending != 0 {
             return;
         }
-        if state.pending == 0 {
-            if let Some((offset, len)) = self.spans[slot as usize].take() {
-                if let Shape::Array(array) = &self.shape {
-                    array.end_write(offset, u64::from(len));
-                }
+        if self.parity.is_some() && self.work[slot as usize].redo {
+            self.redo_read(slot);
+            return;
+        }
+        let state = *state;
+        if state.span {
+            self.release_span(slot);
+        }
+        self.busy_slots -= 1;
+        let result = if state.errno == 0 {
+            Ok(state.len)
+        } else {
+            Err(state.errno)
+        };
+        self.ready.push(Completion { slot, result });
+    }
+
+    /// A RAID 4/5/6 read lost a member part-way: read it again through
+    /// the stripe path (the lost chunk comes back from the rest of its
+    /// stripe).
+    #[cold]
+    fn redo_read(&mut self, slot: u32) {
+        let work = &mut self.work[slot as usize];
+        work.redo = false;
+        let offset = work.offset;
+        let state = &mut self.slots[slot as usize];
+        state.errno = 0;
+        state.pending = 1;
+        let len = state.len;
+        if self.stripe_start(slot, false, offset, len, false).is_err() {
+            self.slots[slot as usize].errno = libc::EIO;
+        }
+        self.finish_sub(slot, 0);
+    }
+
+    /// The write on `slot` completed: it leaves the array's barrier.
+    #[inline(never)]
+    fn release_span(&mut self, slot: u32) {
+        self.slots[slot as usize].span = false;
+        if let Some((offset, len)) = self.spans[slot as usize].take() {
+            if let Shape::Array(array) = &self.shape {
+                array.end_write(offset, u64::from(len));
             }
-            self.busy_slots -= 1;
-            let result = if state.errno == 0 {
-                Ok(state.len)
-            } else {
-                Err(state.errno)
-            };
-            self.ready.push(Completion { slot, result });
         }
     }
 
@@ -801,7 +870,7 @@ impl FanoutQueue {
             }),
             Some(geometry) => {
                 let marked = match (write, &self.shape) {
-                    (true, Shape::Array(array)) => {
+                    (true, Shape::Array(array)) if self.guarded_writes => {
                         let marked = array.mark_dirty().map_err(io::Error::other);
                         let entered =
                             marked.is_ok() && array.try_begin_write(offset, u64::from(len));
@@ -828,6 +897,7 @@ impl FanoutQueue {
                         if marked.is_ok() {
                             // Released when the slot completes (finish_sub).
                             self.spans[slot as usize] = Some((offset, len));
+                            self.slots[slot as usize].span = true;
                             // The write-intent bits first (md's order):
                             // durable before any data moves.
                             // A bitmap that cannot be written on any copy
@@ -1045,7 +1115,7 @@ impl Queue for FanoutQueue {
     }
 
     fn completes_inline(&self) -> bool {
-        self.engine.completes_inline()
+        self.inline
     }
 
     fn buffer_mut(&mut self, slot: u32) -> &mut [u8] {
@@ -1089,6 +1159,7 @@ impl Queue for FanoutQueue {
             pending: 1,
             errno: 0,
             len,
+            span: false,
         };
         self.busy_slots += 1;
         let outcome = match op {
@@ -1127,7 +1198,9 @@ impl Queue for FanoutQueue {
     ) -> io::Result<u32> {
         let mut passed = 0u32;
         loop {
-            self.retry_parked()?;
+            if !self.parked.is_empty() {
+                self.retry_parked()?;
+            }
             if !self.logging.is_empty() {
                 self.retry_logging()?;
             }

@@ -10,10 +10,10 @@
 //! | [`fast`] | the fast path: the same columns as state machines on a fanout queue |
 //! | [`ppl`] | md's partial parity log (RAID 5), which closes the write hole |
 //! | [`scrub`] | parity check and repair, and rebuilding a member from the others |
-//!
-//! md's write journal (RAID 4/5/6) is in [`crate::journal`].
+//! | [`journal`] | md's write journal (RAID 4/5/6): the log, replay, group commit, what a write cache calls |
 
 pub(crate) mod fast;
+pub mod journal;
 pub(crate) mod locks;
 pub(crate) mod plan;
 pub(crate) mod ppl;

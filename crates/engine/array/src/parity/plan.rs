@@ -420,7 +420,7 @@ impl ParityShape {
     /// written (Rebuild mode), as they were before the write: data pages
     /// under their array sectors, rebuilt into the scratch by `compute`.
     /// A write cache's journal logs them for a row whose parity it cannot
-    /// log ([`crate::journal::MdJournal::enqueue`]), so that a replay does
+    /// log ([`crate::parity::journal::MdJournal::enqueue`]), so that a replay does
     /// not have to rebuild them from parity a crash may have torn.
     pub fn rebuilt_pages(
         &self,

@@ -4,10 +4,9 @@
 
 use super::plan::ParityShape;
 use crate::array::Array;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::personality::Parity;
 use crate::recovery::{Mode, Scrubbed};
-use crate::slot::is_member_failure;
 use nvraid_io::AlignedBuf;
 
 /// Compare (and in repair mode rewrite) the parity of every stripe holding
@@ -53,27 +52,11 @@ fn compare_stripe(
     parity: &mut [u8],
     found: &mut Scrubbed,
 ) -> Result<()> {
-    let chunk = shape.chunk as usize;
-    let member_offset = stripe * shape.chunk;
-    let count = (shape.data + shape.parity) as usize;
-    for (b, block) in blocks.chunks_exact_mut(chunk).take(count).enumerate() {
-        let role = shape.member_of(stripe, b as u32) as usize;
-        if !array.readable(role, member_offset, shape.chunk) {
-            return Ok(());
-        }
-        let slot = array.slot(role).expect("readable means present");
-        match slot
-            .member
-            .read_at(block, slot.data_offset_bytes() + member_offset)
-        {
-            Ok(()) => {}
-            Err(e) if is_member_failure(&e) => {
-                array.fail_member(role, &e)?;
-                return Ok(());
-            }
-            Err(e) => return Err(Error::io(slot.member.spec(), e)),
-        }
+    if !read_stripe(array, shape, stripe, blocks)? {
+        return Ok(());
     }
+    let chunk = shape.chunk as usize;
+    let count = (shape.data + shape.parity) as usize;
     let (data_blocks, stored) = blocks[..count * chunk].split_at(shape.data as usize * chunk);
     let mut data: Vec<&[u8]> = vec![&[]; shape.data as usize];
     for (d, block) in data_blocks.chunks_exact(chunk).enumerate() {
@@ -81,47 +64,56 @@ fn compare_stripe(
     }
     let parity = &mut parity[..shape.parity as usize * chunk];
     shape.generate(nvraid_parity::Kernel::best(), &data, parity, chunk);
-    let sector = 512;
-    let differing = parity
-        .chunks(chunk)
-        .zip(stored.chunks(chunk))
-        .map(|(want, have)| {
-            want.chunks(sector)
-                .zip(have.chunks(sector))
-                .map(|(a, b)| a != b)
-                .collect::<Vec<bool>>()
-        })
-        .reduce(|p, q| p.iter().zip(q).map(|(a, b)| *a || b).collect())
-        .map_or(0, |bad| bad.iter().filter(|&&b| b).count() as u64);
+    let differing = differing_parity_sectors(parity, stored, chunk);
     if differing == 0 {
         return Ok(());
     }
-    found.mismatch_sectors += differing;
     let width = shape.stripe_data_bytes();
-    let range = (stripe * width, (stripe + 1) * width);
-    match found.regions.last_mut() {
-        Some(last) if last.1 >= range.0 => last.1 = last.1.max(range.1),
-        _ => found.regions.push(range),
-    }
+    found.mismatch((stripe * width, (stripe + 1) * width), differing);
     if mode == Mode::Repair {
         for (k, (want, have)) in parity.chunks(chunk).zip(stored.chunks(chunk)).enumerate() {
-            if want == have {
-                continue;
-            }
-            let role = shape.member_of(stripe, shape.data + k as u32) as usize;
-            let slot = array.slot(role).expect("read above");
-            match slot
-                .member
-                .write_at(want, slot.data_offset_bytes() + member_offset)
-            {
-                Ok(()) => {}
-                Err(e) if is_member_failure(&e) => array.fail_member(role, &e)?,
-                Err(e) => return Err(Error::io(slot.member.spec(), e)),
+            if want != have {
+                let role = shape.member_of(stripe, shape.data + k as u32) as usize;
+                let at = stripe * shape.chunk;
+                array.on_member(role, at, |slot, at| slot.member.write_at(want, at))?;
             }
         }
         found.repaired_sectors += differing;
     }
     Ok(())
+}
+
+/// Read every block of `stripe` (data, then P and Q) into `blocks`. False
+/// when one cannot be read (not readable there, or its member failed now):
+/// the stripe has nothing to be compared with.
+fn read_stripe(array: &Array, shape: &ParityShape, stripe: u64, blocks: &mut [u8]) -> Result<bool> {
+    let chunk = shape.chunk as usize;
+    let member_offset = stripe * shape.chunk;
+    let count = (shape.data + shape.parity) as usize;
+    for (b, block) in blocks.chunks_exact_mut(chunk).take(count).enumerate() {
+        let role = shape.member_of(stripe, b as u32) as usize;
+        if !array.readable(role, member_offset, shape.chunk)
+            || !array.on_member(role, member_offset, |slot, at| {
+                slot.member.read_at(block, at)
+            })?
+        {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// The 512-byte sectors of a chunk where the computed parity (`want`: P,
+/// then Q) and the stored one differ, in P or in Q.
+fn differing_parity_sectors(want: &[u8], stored: &[u8], chunk: usize) -> u64 {
+    const SECTOR: usize = 512;
+    (0..chunk / SECTOR)
+        .filter(|&k| {
+            want.chunks(chunk)
+                .zip(stored.chunks(chunk))
+                .any(|(w, h)| w[k * SECTOR..(k + 1) * SECTOR] != h[k * SECTOR..(k + 1) * SECTOR])
+        })
+        .count() as u64
 }
 
 /// Fill `buf` with what `role` holds at `[at, end)` of its data area,

@@ -270,78 +270,117 @@ impl Array {
                     .map(|_| nvraid_io::AlignedBuf::zeroed(len))
                     .collect();
             }
-            let mut bufs: Vec<Option<&mut [u8]>> = sources
-                .iter_mut()
-                .enumerate()
-                .map(|(m, b)| (m != role && self.readable(m, at, end - at)).then(|| &mut b[..len]))
-                .collect();
-            let read: Vec<(usize, std::io::Result<()>)> = std::thread::scope(|scope| {
-                let readers: Vec<_> = bufs
-                    .iter_mut()
-                    .enumerate()
-                    .filter_map(|(m, buf)| buf.as_mut().map(|b| (m, b)))
-                    .map(|(m, buf)| {
-                        let slot = self.slot(m).expect("readable means present");
-                        scope.spawn(move || {
-                            (m, slot.member.read_at(buf, slot.data_offset_bytes() + at))
-                        })
-                    })
-                    .collect();
-                readers
-                    .into_iter()
-                    .map(|r| r.join().expect("reader"))
-                    .collect()
-            });
-            for (m, result) in read {
-                if let Err(e) = result {
-                    let slot = self.slot(m).expect("present");
-                    if !is_member_failure(&e) {
-                        return Err(Error::io(slot.member.spec(), e));
-                    }
-                    self.fail_member(m, &e)?;
-                    bufs[m] = None;
-                }
-            }
+            let mut bufs = self.read_others(role, at, end, sources)?;
             let mut spare = vec![0u8; shape.chunk as usize];
             for stripe in first..=last {
-                let lo = at.max(stripe * shape.chunk);
-                let hi = end.min((stripe + 1) * shape.chunk);
-                let range = (lo - at) as usize..(hi - at) as usize;
-                let target = shape.block_of(stripe, role as u32);
-                let col = shape
-                    .rebuild_column(
-                        stripe,
-                        (lo % shape.chunk) as u32,
-                        (lo % shape.chunk + (hi - lo)) as u32,
-                        target,
-                        |m| bufs[m as usize].is_some(),
-                    )
-                    .map_err(|lost| self.too_many_lost(&shape, lost))?;
-                // Each block of the stripe, by block number: a slice of its
-                // member's buffer, of `out` (the target), or of the spare
-                // (a second lost block, RAID 6).
-                let mut slices: Vec<Option<&mut [u8]>> = bufs
-                    .iter_mut()
-                    .map(|b| b.as_deref_mut().map(|b| &mut b[range.clone()]))
-                    .collect();
-                let mut target_slice = Some(&mut out[range.clone()]);
-                let mut spare_slice = Some(&mut spare[..range.len()]);
-                let mut blocks: Vec<Option<&mut [u8]>> = (0..members as u32)
-                    .map(|b| {
-                        let m = shape.member_of(stripe, b) as usize;
-                        if b == target {
-                            target_slice.take()
-                        } else {
-                            slices[m].take().or_else(|| spare_slice.take())
-                        }
-                    })
-                    .collect();
-                shape.recover_blocks(Kernel::best(), &col, &mut blocks);
+                self.recover_stripe_part(
+                    &shape,
+                    role,
+                    (at, end),
+                    stripe,
+                    &mut bufs,
+                    out,
+                    &mut spare,
+                )?;
             }
             Ok(())
         })();
         self.parity_family().locks.unlock_range(first, last);
         rebuilt
+    }
+
+    /// Read `[at, end)` of every member but `role`'s that can be read there,
+    /// at once (a thread each), into `sources`: the slice each member's
+    /// bytes are in (`None`: not readable, or its member failed now and is
+    /// marked faulty).
+    fn read_others<'b>(
+        &self,
+        role: usize,
+        at: u64,
+        end: u64,
+        sources: &'b mut [nvraid_io::AlignedBuf],
+    ) -> Result<Vec<Option<&'b mut [u8]>>> {
+        let len = (end - at) as usize;
+        let mut bufs: Vec<Option<&mut [u8]>> = sources
+            .iter_mut()
+            .enumerate()
+            .map(|(m, b)| (m != role && self.readable(m, at, end - at)).then(|| &mut b[..len]))
+            .collect();
+        let read: Vec<(usize, std::io::Result<()>)> = std::thread::scope(|scope| {
+            let readers: Vec<_> = bufs
+                .iter_mut()
+                .enumerate()
+                .filter_map(|(m, buf)| buf.as_mut().map(|b| (m, b)))
+                .map(|(m, buf)| {
+                    let Some(slot) = self.slot(m) else {
+                        panic!("invariant: a readable member is present (role {m})");
+                    };
+                    scope
+                        .spawn(move || (m, slot.member.read_at(buf, slot.data_offset_bytes() + at)))
+                })
+                .collect();
+            readers
+                .into_iter()
+                .map(|r| r.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect()
+        });
+        for (m, result) in read {
+            if !self.on_member(m, at, |_, _| result)? {
+                bufs[m] = None;
+            }
+        }
+        Ok(bufs)
+    }
+
+    /// Recover what `role` holds in `stripe`'s part of `[at, end)` into
+    /// `out` (from `bufs`, the other members' bytes of the whole range; a
+    /// second lost block of a RAID 6 goes to `spare`).
+    #[allow(clippy::too_many_arguments)]
+    fn recover_stripe_part(
+        &self,
+        shape: &ParityShape,
+        role: usize,
+        (at, end): (u64, u64),
+        stripe: u64,
+        bufs: &mut [Option<&mut [u8]>],
+        out: &mut [u8],
+        spare: &mut [u8],
+    ) -> Result<()> {
+        let members = (shape.data + shape.parity) as usize;
+        let lo = at.max(stripe * shape.chunk);
+        let hi = end.min((stripe + 1) * shape.chunk);
+        let range = (lo - at) as usize..(hi - at) as usize;
+        let target = shape.block_of(stripe, role as u32);
+        let col = shape
+            .rebuild_column(
+                stripe,
+                (lo % shape.chunk) as u32,
+                (lo % shape.chunk + (hi - lo)) as u32,
+                target,
+                |m| bufs[m as usize].is_some(),
+            )
+            .map_err(|lost| self.too_many_lost(shape, lost))?;
+        // Each block of the stripe, by block number: a slice of its
+        // member's buffer, of `out` (the target), or of the spare (a second
+        // lost block, RAID 6).
+        let mut slices: Vec<Option<&mut [u8]>> = bufs
+            .iter_mut()
+            .map(|b| b.as_deref_mut().map(|b| &mut b[range.clone()]))
+            .collect();
+        let mut target_slice = Some(&mut out[range.clone()]);
+        let mut spare_slice = Some(&mut spare[..range.len()]);
+        let mut blocks: Vec<Option<&mut [u8]>> = (0..members as u32)
+            .map(|b| {
+                let m = shape.member_of(stripe, b) as usize;
+                if b == target {
+                    target_slice.take()
+                } else {
+                    slices[m].take().or_else(|| spare_slice.take())
+                }
+            })
+            .collect();
+        shape.recover_blocks(Kernel::best(), &col, &mut blocks);
+        Ok(())
     }
 
     /// What belongs in `role`'s member at `member_offset` (its data area),
@@ -494,15 +533,6 @@ impl Array {
         io: &BlockIo,
         op: impl FnOnce(&Slot, u64) -> std::io::Result<()>,
     ) -> Result<bool> {
-        let role = io.member as usize;
-        let slot = self.slot(role).expect("planned on a present member");
-        match op(slot, slot.data_offset_bytes() + io.member_offset) {
-            Ok(()) => Ok(true),
-            Err(e) if is_member_failure(&e) => {
-                self.fail_member(role, &e)?;
-                Ok(false)
-            }
-            Err(e) => Err(Error::io(slot.member.spec(), e)),
-        }
+        self.on_member(io.member as usize, io.member_offset, op)
     }
 }

@@ -45,3 +45,38 @@ pub use rebuild::{
     Progress, RebuildPace, Rebuilt,
 };
 pub use scrub::{scrub, scrub_with, Mode, Pace, Scrubbed};
+
+use std::time::{Duration, Instant};
+
+/// Sleep until `bytes` done since `started` are no longer ahead of `rate`
+/// bytes per second (`None`: no limit, no sleep).
+pub(crate) fn keep_to_rate(rate: Option<u64>, bytes: u64, started: Instant) {
+    let Some(rate) = rate else { return };
+    let due = Duration::from_secs_f64(bytes as f64 / rate as f64);
+    if let Some(wait) = due.checked_sub(started.elapsed()) {
+        std::thread::sleep(wait);
+    }
+}
+
+/// When a rebuild or resync records how far it got: every
+/// [`rebuild::CHECKPOINT_EVERY`].
+pub(crate) struct Checkpoints {
+    last: Instant,
+}
+
+impl Checkpoints {
+    pub(crate) fn start() -> Checkpoints {
+        Checkpoints {
+            last: Instant::now(),
+        }
+    }
+
+    /// Whether one is due now (the next is then a period away).
+    pub(crate) fn due(&mut self) -> bool {
+        if self.last.elapsed() < rebuild::CHECKPOINT_EVERY {
+            return false;
+        }
+        self.last = Instant::now();
+        true
+    }
+}

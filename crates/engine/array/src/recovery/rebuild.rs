@@ -1,6 +1,7 @@
 //! Rebuild: a new member in a missing role, filled from the other copies
 //! (see the state table in the module above).
 
+use super::{keep_to_rate, Checkpoints};
 use crate::array::Array;
 use crate::create::random_uuid;
 use crate::error::{Error, Result};
@@ -95,6 +96,51 @@ pub fn re_add_to(array: &Array, old: Member) -> Result<u32> {
 /// recovering by bitmap, keeping its device slot and UUID when they are
 /// free), or as a spare when no role is missing.
 fn join(array: &Array, new: Member, back: Option<(usize, Superblock)>) -> Result<Added> {
+    check_joinable(array, &new)?;
+    let role = match &back {
+        Some((role, _)) => Some(*role),
+        None => (0..array.roles()).find(|&r| !array.is_usable(r)),
+    };
+    check_room(array, &new, role)?;
+    let table = array.role_table_now();
+    let dev_number = free_device_slot(array, &new, &table, back.as_ref())?;
+    let mut sb = joining_superblock(array, &new, dev_number, back.as_ref())?;
+    let added = match role {
+        Some(r) => {
+            sb.feature_map |= features::RECOVERY_OFFSET;
+            if back.is_some() {
+                sb.feature_map |= features::RECOVERY_BITMAP;
+            }
+            sb.recovery_offset = 0;
+            Added::Recovering { role: r as u32 }
+        }
+        None => Added::Spare,
+    };
+    // The new member's superblock first (so a crash between the two leaves
+    // it a member of nobody's table, which assembly sets aside), then the
+    // table of every present member.
+    sb.roles_raw = table;
+    sb.roles_raw[dev_number as usize] = match role {
+        Some(r) => r as u16,
+        None => Role::Spare.to_raw(),
+    };
+    sb.events = array.events();
+    write_superblock(&new, &sb)?;
+    crate::badlog::write_empty(&new, &sb)?;
+    array.bitmap_copy_to(&new)?;
+    new.flush().map_err(|e| Error::io(new.spec(), e))?;
+    let entry = sb.roles_raw[dev_number as usize];
+    let slot = match role {
+        Some(_) => Some(Slot::new(new, sb)?),
+        None => None,
+    };
+    array.install(role, slot, dev_number, entry)?;
+    Ok(added)
+}
+
+/// Whether `new` may join `array` at all: a writable, redundant array; a
+/// member that can hold data; not a member the array already has.
+fn check_joinable(array: &Array, new: &Member) -> Result<()> {
     let spec = new.spec().to_string();
     if !array.is_writable() {
         return Err(Error::ReadOnly);
@@ -123,19 +169,20 @@ fn join(array: &Array, new: Member, back: Option<(usize, Superblock)>) -> Result
             });
         }
     }
-    let reference = array.superblock().clone();
-    let role = match &back {
-        Some((role, _)) => Some(*role),
-        None => (0..array.roles()).find(|&r| !array.is_usable(r)),
-    };
+    Ok(())
+}
+
+/// Whether `new` holds the metadata area and the data `role` needs (a
+/// spare: what the largest role needs).
+fn check_room(array: &Array, new: &Member, role: Option<usize>) -> Result<()> {
     let needed = match role {
         Some(r) => array.geometry().member_used_bytes_of(r as u32),
         None => array.geometry().member_used_bytes(),
     };
-    let data_offset = reference.data_offset_sectors * 512;
+    let data_offset = array.superblock().data_offset_sectors * 512;
     if new.size_bytes() < data_offset + needed {
         return Err(Error::TooSmall {
-            spec,
+            spec: new.spec().to_string(),
             size_bytes: new.size_bytes(),
             min_bytes: data_offset + needed,
             reason: format!(
@@ -144,8 +191,17 @@ fn join(array: &Array, new: Member, back: Option<(usize, Superblock)>) -> Result
             ),
         });
     }
-    // A device slot no member uses: the lowest whose entry is unused.
-    let table = array.role_table_now();
+    Ok(())
+}
+
+/// A device slot of the role table no member uses: a member coming back
+/// keeps its own when it is free; otherwise the lowest unused entry.
+fn free_device_slot(
+    array: &Array,
+    new: &Member,
+    table: &[u16],
+    back: Option<&(usize, Superblock)>,
+) -> Result<u32> {
     // Device slots in use: the present members', and those of members set
     // aside (a spare given with the array keeps its slot).
     let used: Vec<u32> = array
@@ -160,7 +216,7 @@ fn join(array: &Array, new: Member, back: Option<(usize, Superblock)>) -> Result
                 .filter_map(|m| m.superblock.as_ref().map(|sb| sb.dev_number)),
         )
         .collect();
-    let own = back.as_ref().map(|(_, sb)| sb.dev_number).filter(|d| {
+    let own = back.map(|(_, sb)| sb.dev_number).filter(|d| {
         (*d as usize) < table.len()
             && !used.contains(d)
             && matches!(
@@ -168,18 +224,29 @@ fn join(array: &Array, new: Member, back: Option<(usize, Superblock)>) -> Result
                 Role::Spare | Role::Faulty
             )
     });
-    let dev_number = own
-        .or_else(|| {
-            (0..table.len() as u32)
-                .find(|d| table[*d as usize] == Role::Spare.to_raw() && !used.contains(d))
-        })
-        .ok_or_else(|| Error::Unsupported {
-            spec: spec.clone(),
-            what: "a new member: the role table has no free device slot".into(),
-        })?;
-    let mut sb = reference.clone();
+    own.or_else(|| {
+        (0..table.len() as u32)
+            .find(|d| table[*d as usize] == Role::Spare.to_raw() && !used.contains(d))
+    })
+    .ok_or_else(|| Error::Unsupported {
+        spec: new.spec().to_string(),
+        what: "a new member: the role table has no free device slot".into(),
+    })
+}
+
+/// The superblock `new` joins with: the array's, with its own device slot
+/// and UUID (a member coming back keeps its UUID), its own size, and no
+/// bad blocks or recovery state yet.
+fn joining_superblock(
+    array: &Array,
+    new: &Member,
+    dev_number: u32,
+    back: Option<&(usize, Superblock)>,
+) -> Result<Superblock> {
+    let mut sb = array.superblock().clone();
+    let data_offset = sb.data_offset_sectors * 512;
     sb.dev_number = dev_number;
-    sb.device_uuid = match &back {
+    sb.device_uuid = match back {
         Some((_, own)) => own.device_uuid,
         None => random_uuid()?,
     };
@@ -191,40 +258,10 @@ fn join(array: &Array, new: Member, back: Option<(usize, Superblock)>) -> Result
         | features::RECOVERY_BITMAP
         | features::REPLACEMENT);
     // The write-intent bitmap (when the array has one) stays: every member
-    // carries it, the new one too (written below).
+    // carries it, the new one too (written by the caller).
     sb.cnt_corrected_read = 0;
     sb.utime = Timestamp::now();
-    let added = match role {
-        Some(r) => {
-            sb.feature_map |= features::RECOVERY_OFFSET;
-            if back.is_some() {
-                sb.feature_map |= features::RECOVERY_BITMAP;
-            }
-            sb.recovery_offset = 0;
-            Added::Recovering { role: r as u32 }
-        }
-        None => Added::Spare,
-    };
-    // The new member's superblock first (so a crash between the two leaves
-    // it a member of nobody's table, which assembly sets aside), then the
-    // table of every present member.
-    sb.roles_raw = table.clone();
-    sb.roles_raw[dev_number as usize] = match role {
-        Some(r) => r as u16,
-        None => Role::Spare.to_raw(),
-    };
-    sb.events = array.events();
-    write_superblock(&new, &sb)?;
-    crate::badlog::write_empty(&new, &sb)?;
-    array.bitmap_copy_to(&new)?;
-    new.flush().map_err(|e| Error::io(new.spec(), e))?;
-    let entry = sb.roles_raw[dev_number as usize];
-    let slot = match role {
-        Some(_) => Some(Slot::new(new, sb)?),
-        None => None,
-    };
-    array.install(role, slot, dev_number, entry)?;
-    Ok(added)
+    Ok(sb)
 }
 
 /// Put the hot spares given with a degraded array into its missing roles
@@ -326,42 +363,18 @@ fn rebuild_role(
             .expect("receiver alive");
     }
     std::thread::scope(move |scope| {
-        scope.spawn(move || {
-            let mut at = from;
-            // RAID 4/5/6: the other members' bytes of a region, reused.
-            let mut sources = Vec::new();
-            while at < total {
-                let Ok(mut buf) = empty_rx.recv() else { return };
-                let end = (at + REGION_BYTES).min(total);
-                let read =
-                    array
-                        .personality
-                        .rebuild(array, role, (at, end), &mut buf, &mut sources);
-                let failed = read.is_err();
-                if full_tx.send(read.map(|()| (at, end, buf))).is_err() || failed {
-                    return;
-                }
-                at = end;
-            }
-        });
-        let mut last_checkpoint = Instant::now();
+        scope.spawn(move || read_ahead(array, role, (from, total), empty_rx, full_tx));
+        let mut checkpoints = Checkpoints::start();
         for region in full_rx {
             let (at, end, buf) = region?;
             target
                 .member
                 .write_at(&buf[..(end - at) as usize], target.data_offset_bytes() + at)
                 .map_err(target_error)?;
-            if let Some(rate) = max_rate {
-                // Sleep until this many bytes are due at that rate.
-                let due = Duration::from_secs_f64((end - from) as f64 / rate as f64);
-                if let Some(wait) = due.checked_sub(started.elapsed()) {
-                    std::thread::sleep(wait);
-                }
-            }
-            if last_checkpoint.elapsed() >= CHECKPOINT_EVERY && end < total {
+            keep_to_rate(max_rate, end - from, started);
+            if end < total && checkpoints.due() {
                 target.member.flush().map_err(target_error)?;
                 array.checkpoint_recovery(role, Some(end))?;
-                last_checkpoint = Instant::now();
             }
             progress(Progress {
                 role: role as u32,
@@ -382,6 +395,34 @@ fn rebuild_role(
         bytes: total - from,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// A rebuild's reader: fills the buffers of the pool (`empty`) with what
+/// `role` holds at `[from, total)` of its data area, region after region,
+/// and hands them on in order (`full`); stops after the first error, which
+/// it hands on too.
+fn read_ahead(
+    array: &Array,
+    role: usize,
+    (from, total): (u64, u64),
+    empty: std::sync::mpsc::Receiver<AlignedBuf>,
+    full: std::sync::mpsc::SyncSender<Result<(u64, u64, AlignedBuf)>>,
+) {
+    let mut at = from;
+    // RAID 4/5/6: the other members' bytes of a region, reused.
+    let mut sources = Vec::new();
+    while at < total {
+        let Ok(mut buf) = empty.recv() else { return };
+        let end = (at + REGION_BYTES).min(total);
+        let read = array
+            .personality
+            .rebuild(array, role, (at, end), &mut buf, &mut sources);
+        let failed = read.is_err();
+        if full.send(read.map(|()| (at, end, buf))).is_err() || failed {
+            return;
+        }
+        at = end;
+    }
 }
 
 /// How a rebuild beside client I/O is paced, md's way: never faster than
@@ -463,7 +504,9 @@ fn rebuild_stepwise(
     let geometry = array.geometry();
     let only_marked = array.recovers_by_bitmap(role);
     let total = geometry.member_used_bytes_of(role as u32);
-    let target = array.slot(role).expect("present");
+    let Some(target) = array.slot(role) else {
+        panic!("invariant: a role being rebuilt has its new member in place");
+    };
     // A target that fails stops the rebuild; beside clients it is also
     // marked faulty (md's rule), so that a spare can take over rather than
     // the same member being tried again.
@@ -478,33 +521,11 @@ fn rebuild_stepwise(
             source,
         }
     };
-    let step = [
-        Some(REGION_BYTES),
-        Some(crate::barrier::BARRIER_REGION_BYTES),
-        geometry.chunk_bytes(),
-        array.bitmap_chunk_bytes().filter(|_| only_marked),
-    ]
-    .into_iter()
-    .flatten()
-    .min()
-    .expect("REGION_BYTES");
+    let step = step_bytes(array, only_marked);
     let mut buf = AlignedBuf::zeroed(step as usize);
     let started = Instant::now();
-    let mut last_checkpoint = Instant::now();
-    // Pacing window: bytes copied since it opened, and whether clients
-    // were busy during the previous one.
-    let window = Duration::from_millis(100);
-    let (mut window_start, mut window_bytes) = (Instant::now(), 0u64);
-    let mut ops_seen = client_ops(array);
-    let mut busy = false;
-    if online && pace.min_rate.is_some() {
-        // Look before the first step: a full-speed first window would
-        // take the clients' share before their activity shows.
-        std::thread::sleep(Duration::from_millis(20));
-        let ops = client_ops(array);
-        busy = ops != ops_seen;
-        ops_seen = ops;
-    }
+    let mut checkpoints = Checkpoints::start();
+    let mut window = PaceWindow::open(array, pace, online);
     let mut copied = 0u64;
     let mut at = from;
     while at < total {
@@ -531,30 +552,12 @@ fn rebuild_stepwise(
                 .map_err(target_error)?;
             drop(hold);
             copied += len;
-            window_bytes += len;
-            let rate = if busy {
-                pace.min_rate.or(pace.max_rate)
-            } else {
-                pace.max_rate
-            };
-            if let Some(rate) = rate {
-                let due = Duration::from_secs_f64(window_bytes as f64 / rate as f64);
-                if let Some(wait) = due.checked_sub(window_start.elapsed()) {
-                    std::thread::sleep(wait);
-                }
-            }
-            if window_start.elapsed() >= window {
-                let ops = client_ops(array);
-                busy = ops != ops_seen;
-                ops_seen = ops;
-                (window_start, window_bytes) = (Instant::now(), 0);
-            }
+            window.copied(array, pace, len);
         }
         at += len;
-        if last_checkpoint.elapsed() >= CHECKPOINT_EVERY && at < total {
+        if at < total && checkpoints.due() {
             target.member.flush().map_err(target_error)?;
             array.checkpoint_recovery(role, Some(at))?;
-            last_checkpoint = Instant::now();
         }
         progress(Progress {
             role: role as u32,
@@ -575,4 +578,73 @@ fn rebuild_stepwise(
         bytes: copied,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// A step of a rebuild that goes a step at a time: at most a rebuild
+/// region, a barrier region, a chunk, and (copying only what the bitmap
+/// marks) a bitmap chunk.
+fn step_bytes(array: &Array, only_marked: bool) -> u64 {
+    [
+        Some(REGION_BYTES),
+        Some(crate::barrier::BARRIER_REGION_BYTES),
+        array.geometry().chunk_bytes(),
+        array.bitmap_chunk_bytes().filter(|_| only_marked),
+    ]
+    .into_iter()
+    .flatten()
+    .min()
+    .unwrap_or(REGION_BYTES)
+}
+
+/// The pacing of a rebuild beside clients, md's way: within a window of
+/// [`PaceWindow::LENGTH`], no faster than the maximum rate, and while
+/// clients were busy in the previous window, no faster than the minimum.
+struct PaceWindow {
+    start: Instant,
+    /// Bytes copied since the window opened.
+    bytes: u64,
+    /// Client operations counted when the window opened.
+    ops_seen: u64,
+    /// Whether clients were busy in the previous window.
+    busy: bool,
+}
+
+impl PaceWindow {
+    const LENGTH: Duration = Duration::from_millis(100);
+
+    fn open(array: &Array, pace: &RebuildPace, online: bool) -> PaceWindow {
+        let mut window = PaceWindow {
+            start: Instant::now(),
+            bytes: 0,
+            ops_seen: client_ops(array),
+            busy: false,
+        };
+        if online && pace.min_rate.is_some() {
+            // Look before the first step: a full-speed first window would
+            // take the clients' share before their activity shows.
+            std::thread::sleep(Duration::from_millis(20));
+            let ops = client_ops(array);
+            window.busy = ops != window.ops_seen;
+            window.ops_seen = ops;
+        }
+        window
+    }
+
+    /// `len` more bytes were copied: sleep while ahead of the rate that
+    /// applies, and open the next window when this one is over.
+    fn copied(&mut self, array: &Array, pace: &RebuildPace, len: u64) {
+        self.bytes += len;
+        let rate = if self.busy {
+            pace.min_rate.or(pace.max_rate)
+        } else {
+            pace.max_rate
+        };
+        keep_to_rate(rate, self.bytes, self.start);
+        if self.start.elapsed() >= Self::LENGTH {
+            let ops = client_ops(array);
+            self.busy = ops != self.ops_seen;
+            self.ops_seen = ops;
+            (self.start, self.bytes) = (Instant::now(), 0);
+        }
+    }
 }

@@ -2,8 +2,8 @@
 //! that differ from the first (`repair`), which on an array assembled dirty
 //! is also its resync.
 
-use super::rebuild::{CHECKPOINT_EVERY, REGION_BYTES};
-use super::Progress;
+use super::rebuild::REGION_BYTES;
+use super::{keep_to_rate, Checkpoints, Progress};
 use crate::array::Array;
 use crate::barrier::BARRIER_REGION_BYTES;
 use crate::error::{Error, Result};
@@ -70,16 +70,7 @@ pub fn scrub_with(
     pace: &Pace,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Scrubbed> {
-    let geometry = array.geometry();
-    if !geometry.level().is_redundant() {
-        return Err(Error::Unsupported {
-            spec: array.superblock().name(),
-            what: "check or repair of a raid0 (it keeps no copies to compare)".into(),
-        });
-    }
-    if mode == Mode::Repair && !array.is_writable() {
-        return Err(Error::ReadOnly);
-    }
+    check_scrubbable(array, mode)?;
     let resync_from = match mode {
         Mode::Repair => array.resync_from(),
         Mode::Check => None,
@@ -87,7 +78,7 @@ pub fn scrub_with(
     let from = resync_from.unwrap_or(0);
     let total = array.size_bytes();
     let started = Instant::now();
-    let mut last_checkpoint = Instant::now();
+    let mut checkpoints = Checkpoints::start();
     let mut found = Scrubbed {
         mismatch_sectors: 0,
         regions: Vec::new(),
@@ -98,7 +89,7 @@ pub fn scrub_with(
         parity: array.personality.parity().is_some(),
     };
     let personality = &array.personality;
-    let mut state = personality.scrub_state(geometry, REGION_BYTES as usize);
+    let mut state = personality.scrub_state(array.geometry(), REGION_BYTES as usize);
     let mut at = from;
     while at < total {
         if pace
@@ -108,36 +99,26 @@ pub fn scrub_with(
             break;
         }
         let region = at / BARRIER_REGION_BYTES;
-        let mut end = ((region + 1) * BARRIER_REGION_BYTES).min(total);
-        if let Some(chunk) = array.bitmap_chunk_bytes().filter(|_| resync_from.is_some()) {
-            // A resync visits only what the write-intent bitmap marks: the
-            // run of marked chunks from `at`, within the region.
-            let next = |from: u64| ((from / chunk + 1) * chunk).min(end);
-            if !array.resync_wanted(at, next(at) - at) {
-                at = next(at);
-                continue;
-            }
-            let mut run_end = next(at);
-            while run_end < end && array.resync_wanted(run_end, next(run_end) - run_end) {
-                run_end = next(run_end);
-            }
-            end = run_end;
-        }
+        let region_end = ((region + 1) * BARRIER_REGION_BYTES).min(total);
+        let end = match resync_from {
+            Some(_) => match marked_run(array, at, region_end) {
+                Some(end) => end,
+                None => {
+                    at = next_bitmap_chunk(array, at, region_end);
+                    continue;
+                }
+            },
+            None => region_end,
+        };
         found.bytes += end - at;
         let held = array.hold_region(region);
         personality.scrub(array, (at, end), mode, &mut state, &mut found)?;
         drop(held);
         at = end;
-        if let Some(rate) = pace.max_rate {
-            let due = std::time::Duration::from_secs_f64((at - from) as f64 / rate as f64);
-            if let Some(wait) = due.checked_sub(started.elapsed()) {
-                std::thread::sleep(wait);
-            }
-        }
-        if resync_from.is_some() && last_checkpoint.elapsed() >= CHECKPOINT_EVERY && at < total {
+        keep_to_rate(pace.max_rate, at - from, started);
+        if resync_from.is_some() && at < total && checkpoints.due() {
             array.flush()?;
             array.resync_checkpoint(Some(at))?;
-            last_checkpoint = Instant::now();
         }
         progress(Progress {
             role: 0,
@@ -147,19 +128,85 @@ pub fn scrub_with(
         });
     }
     if mode == Mode::Repair {
-        array.flush()?;
-        if at < total {
-            // Stopped early: the last checkpoint stands.
-            if resync_from.is_some() {
-                array.resync_checkpoint(Some(at))?;
-            }
-        } else if resync_from.is_some() {
-            array.resync_checkpoint(None)?;
-            found.resynced = true;
-            // In sync everywhere: the bitmap's bits may go.
-            array.bitmap_pass(true, true)?;
-        }
+        found.resynced = finish_repair(array, at, total, resync_from.is_some())?;
     }
     found.seconds = started.elapsed().as_secs_f64();
     Ok(found)
+}
+
+/// Whether `array` can be scrubbed in `mode`: it keeps copies or parity to
+/// compare, and for a repair it is writable.
+fn check_scrubbable(array: &Array, mode: Mode) -> Result<()> {
+    if !array.geometry().level().is_redundant() {
+        return Err(Error::Unsupported {
+            spec: array.superblock().name(),
+            what: "check or repair of a raid0 (it keeps no copies to compare)".into(),
+        });
+    }
+    if mode == Mode::Repair && !array.is_writable() {
+        return Err(Error::ReadOnly);
+    }
+    Ok(())
+}
+
+impl Scrubbed {
+    /// `sectors` 512-byte sectors differ within the array bytes `range`:
+    /// counted, and the range added to the list (merged with the last one
+    /// when they touch; a scrub finds them in ascending order).
+    pub(crate) fn mismatch(&mut self, range: (u64, u64), sectors: u64) {
+        assert!(range.0 < range.1, "invariant: a mismatch covers some bytes");
+        self.mismatch_sectors += sectors;
+        match self.regions.last_mut() {
+            Some(last) if last.1 >= range.0 && last.0 <= range.1 => {
+                *last = (last.0.min(range.0), last.1.max(range.1))
+            }
+            _ => self.regions.push(range),
+        }
+    }
+}
+
+/// Where the bitmap chunk holding `at` ends (at most `limit`; `limit`
+/// itself on an array without a bitmap).
+fn next_bitmap_chunk(array: &Array, at: u64, limit: u64) -> u64 {
+    match array.bitmap_chunk_bytes() {
+        Some(chunk) => ((at / chunk + 1) * chunk).min(limit),
+        None => limit,
+    }
+}
+
+/// A resync visits only what the write-intent bitmap marks: the end of the
+/// run of marked chunks from `at` (at most `limit`), or `None` when the
+/// chunk at `at` is not marked. Without a bitmap, all of `[at, limit)`.
+fn marked_run(array: &Array, at: u64, limit: u64) -> Option<u64> {
+    if array.bitmap_chunk_bytes().is_none() {
+        return Some(limit);
+    }
+    let next = |from: u64| next_bitmap_chunk(array, from, limit);
+    if !array.resync_wanted(at, next(at) - at) {
+        return None;
+    }
+    let mut run_end = next(at);
+    while run_end < limit && array.resync_wanted(run_end, next(run_end) - run_end) {
+        run_end = next(run_end);
+    }
+    Some(run_end)
+}
+
+/// The end of a repair stopped at `at` of `total`: what it rewrote made
+/// durable; a resync records where it got to, or, having reached the end,
+/// the array clean and the bitmap's bits cleared. Whether it resynced all.
+fn finish_repair(array: &Array, at: u64, total: u64, resync: bool) -> Result<bool> {
+    array.flush()?;
+    if !resync {
+        return Ok(false);
+    }
+    if at < total {
+        // Stopped early: where it got to stands.
+        array.resync_checkpoint(Some(at))?;
+        return Ok(false);
+    }
+    array.resync_checkpoint(None)?;
+    // In sync everywhere: the bitmap's bits may go.
+    array.bitmap_pass(true, true)?;
+    Ok(true)
 }

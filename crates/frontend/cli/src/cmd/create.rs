@@ -4,7 +4,6 @@ use super::{bytes_text, size_arg};
 use anyhow::{bail, Result};
 use clap::Args;
 use nvraid_array::{create_with_spares, info, CreateOptions, CHUNK_BYTES_DEFAULT};
-use nvraid_layout::parity::ParityLayout;
 use nvraid_layout::Level;
 
 #[derive(Args, Debug)]
@@ -75,55 +74,18 @@ pub fn parse_level(text: &str) -> Result<Level> {
     Level::parse(text).map_err(anyhow::Error::msg)
 }
 
-/// md's RAID 5/6 layout names.
-pub fn parse_parity_layout(text: &str, level: Level) -> Result<Level> {
-    let raid6 = matches!(level, Level::Raid6 { .. });
-    let Some(layout) = ParityLayout::from_name(text, raid6) else {
-        bail!(
-            "unknown {} layout {text:?}: use left-symmetric (ls), left-asymmetric (la), \
-             right-symmetric (rs), right-asymmetric (ra), parity-first or parity-last{}",
-            if raid6 { "raid6" } else { "raid5" },
-            if raid6 {
-                ", or a -6 form (left-symmetric-6, ...)"
-            } else {
-                ""
-            }
-        );
-    };
-    Ok(if raid6 {
-        Level::Raid6 { layout }
-    } else {
-        Level::Raid5 { layout }
-    })
-}
-
-/// md's RAID 10 layout names: `n2`, `f2`, `o2` (any copy count).
-pub fn parse_raid10_layout(text: &str) -> Result<Level> {
-    let bad = || {
-        anyhow::anyhow!(
-            "unknown raid10 layout {text:?}: use nN (near), fN (far) or oN (offset), e.g. n2, f2, o2"
-        )
-    };
-    let (kind, copies) = text.split_at(text.len().min(1));
-    let copies: u32 = copies.parse().map_err(|_| bad())?;
-    match kind {
-        "n" => Ok(Level::Raid10 { near: copies }),
-        "f" => Ok(Level::Raid10Far {
-            copies,
-            offset: false,
-        }),
-        "o" => Ok(Level::Raid10Far {
-            copies,
-            offset: true,
-        }),
-        _ => Err(bad()),
-    }
-}
-
 pub fn run(args: &CreateArgs, direct: bool) -> Result<u8> {
-    let level = level_with_layout(args)?;
-    if level == Level::Raid1 && args.chunk.is_some() {
-        bail!("--chunk does not apply to raid1 (mirrors have no chunks)");
+    let mut level = parse_level(&args.level)?;
+    if let Some(layout) = &args.layout {
+        level = level
+            .with_layout(layout)
+            .map_err(|e| anyhow::anyhow!("--layout: {e}"))?;
+    }
+    if !level.has_chunks() && args.chunk.is_some() {
+        bail!(
+            "--chunk does not apply to {} (mirrors have no chunks)",
+            level.md_name()
+        );
     }
     let options = CreateOptions {
         level,
@@ -165,25 +127,6 @@ pub fn run(args: &CreateArgs, direct: bool) -> Result<u8> {
         );
     }
     Ok(0)
-}
-
-/// `--level` with `--layout` applied (raid10's copies, raid5/6's parity
-/// rotation).
-fn level_with_layout(args: &CreateArgs) -> Result<Level> {
-    let level = parse_level(&args.level)?;
-    match (&args.layout, level) {
-        (Some(layout), Level::Raid10 { .. }) => parse_raid10_layout(layout),
-        (Some(_), Level::Raid5 { layout })
-            if layout == ParityLayout::ParityLast && args.level.ends_with('4') =>
-        {
-            bail!("--layout does not apply to raid4 (its parity is always on the last member)")
-        }
-        (Some(layout), Level::Raid5 { .. } | Level::Raid6 { .. }) => {
-            parse_parity_layout(layout, level)
-        }
-        (Some(_), _) => bail!("--layout applies to raid10, raid5 and raid6 only"),
-        (None, _) => Ok(level),
-    }
 }
 
 /// What keeps the array consistent after a crash, from
