@@ -164,6 +164,15 @@ impl Shared {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The journal, for the work only journal mode does (commits waited
+    /// for, checkpoints, slices).
+    pub(crate) fn journal_mode_log(&self) -> &dyn JournalLog {
+        let Some(journal) = self.journal.as_deref() else {
+            panic!("invariant: journal work is done only in journal mode");
+        };
+        journal
+    }
+
     /// Why writes are refused, if they are.
     pub fn failure(&self) -> Option<String> {
         self.journal.as_ref().and_then(|j| j.failure())

@@ -109,6 +109,11 @@ impl Pages {
     /// Takes in a write: `data` (whole blocks) at block `first`. Returns
     /// its sequence number.
     pub fn insert(&mut self, first: u64, data: &[u8]) -> u64 {
+        assert!(
+            data.len().is_multiple_of(BLOCK_BYTES),
+            "invariant: the cache takes whole pages ({} bytes given)",
+            data.len()
+        );
         self.seq += 1;
         let seq = self.seq;
         for (i, block) in data.chunks(BLOCK_BYTES).enumerate() {
@@ -176,11 +181,12 @@ impl Pages {
 
     /// The read registered at `epoch` is done.
     pub fn end_read(&mut self, epoch: u64) {
-        if let Some(count) = self.reads.get_mut(&epoch) {
-            *count -= 1;
-            if *count == 0 {
-                self.reads.remove(&epoch);
-            }
+        let Some(count) = self.reads.get_mut(&epoch) else {
+            panic!("invariant: a read ends once, in the epoch it started in ({epoch})");
+        };
+        *count -= 1;
+        if *count == 0 {
+            self.reads.remove(&epoch);
         }
         self.evict();
     }
@@ -188,9 +194,11 @@ impl Pages {
     /// Marks `snapshot` (the sequence number written) of page `index` as on
     /// the array; the page turns clean unless it was written again since.
     pub fn written_back(&mut self, index: u64, snapshot: u64) {
-        let Some(page) = self.map.get_mut(&index) else {
-            return;
-        };
+        let page = self.busy_page(index);
+        assert!(
+            snapshot <= page.seq,
+            "invariant: page {index} was written back from a version it had"
+        );
         page.busy = false;
         page.written = page.written.max(snapshot);
         if page.is_dirty() {
@@ -213,9 +221,20 @@ impl Pages {
 
     /// A write-back of page `index` failed: it stays dirty.
     pub fn write_failed(&mut self, index: u64) {
-        if let Some(page) = self.map.get_mut(&index) {
-            page.busy = false;
-        }
+        self.busy_page(index).busy = false;
+    }
+
+    /// A page the write-back thread is writing: it stays cached (eviction
+    /// passes busy pages by) and only its write-back ends its busy state.
+    fn busy_page(&mut self, index: u64) -> &mut Page {
+        let Some(page) = self.map.get_mut(&index) else {
+            panic!("invariant: page {index}, being written back, is cached");
+        };
+        assert!(
+            page.busy,
+            "invariant: only a page being written back (busy) ends a write-back (page {index})"
+        );
+        page
     }
 
     /// Drops clean pages cleaned in an epoch no registered read predates.
@@ -262,6 +281,7 @@ mod tests {
         let mut pages = Pages::default();
         let seq = pages.insert(3, &block(1));
         let epoch = pages.start_read();
+        pages.map.get_mut(&3).unwrap().busy = true;
         pages.written_back(3, seq);
         pages.end_round();
         assert!(pages.map.contains_key(&3), "the read may still need it");
@@ -281,9 +301,31 @@ mod tests {
         let page = &pages.map[&0];
         assert!(page.is_dirty() && page.dirty_from == first + 1);
         assert_eq!(page.data[0], 2);
+        pages.map.get_mut(&0).unwrap().busy = true;
         pages.written_back(0, second);
         pages.end_round();
         assert!(pages.map.is_empty());
+    }
+
+    /// Page states move clean/dirty -> busy -> written back only: a
+    /// write-back that ends on a page nobody was writing is a bookkeeping
+    /// fault, stopped before it marks data clean that the array lacks.
+    #[test]
+    #[should_panic(expected = "invariant: only a page being written back (busy)")]
+    fn a_write_back_cannot_end_on_a_page_not_being_written_back() {
+        let mut pages = Pages::default();
+        let seq = pages.insert(0, &block(1));
+        pages.written_back(0, seq);
+    }
+
+    #[test]
+    #[should_panic(expected = "invariant: a read ends once")]
+    fn a_read_ends_once() {
+        let mut pages = Pages::default();
+        pages.insert(0, &block(1));
+        let epoch = pages.start_read();
+        pages.end_read(epoch);
+        pages.end_read(epoch);
     }
 
     #[test]

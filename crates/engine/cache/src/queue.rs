@@ -270,6 +270,22 @@ impl CachedQueue {
         }
     }
 
+    /// The write-back thread answered the flush waiting on `completion`'s
+    /// slot.
+    fn flush_done(&mut self, completion: &Completion) {
+        let slot = completion.slot as usize;
+        assert!(
+            matches!(self.pending[slot], Pending::Flush),
+            "invariant: the write-back thread answers only a slot waiting for it (slot {slot})"
+        );
+        assert!(
+            self.flushes_in_flight > 0,
+            "invariant: flushes_in_flight counts the flush answered"
+        );
+        self.pending[slot] = Pending::Idle;
+        self.flushes_in_flight -= 1;
+    }
+
     /// Passes what is finished to `on_complete`; returns how many.
     fn collect(&mut self, on_complete: &mut dyn FnMut(Completion)) -> io::Result<u32> {
         let mut count = 0;
@@ -278,13 +294,12 @@ impl CachedQueue {
             count += 1;
         }
         while let Ok(completion) = self.done_rx.try_recv() {
-            self.pending[completion.slot as usize] = Pending::Idle;
-            self.flushes_in_flight -= 1;
+            self.flush_done(&completion);
             on_complete(completion);
             count += 1;
         }
         if self.commits > 0 {
-            let journal = self.shared.journal.as_ref().expect("journal mode");
+            let journal = self.shared.journal_mode_log();
             let (committed, failed) = journal.committed();
             for slot in 0..self.pending.len() {
                 if let Pending::Commit { ticket, len } = self.pending[slot] {
@@ -295,6 +310,7 @@ impl CachedQueue {
                     } else {
                         continue;
                     };
+                    assert!(self.commits > 0, "invariant: commits counts this slot");
                     self.pending[slot] = Pending::Idle;
                     self.commits -= 1;
                     on_complete(Completion {
@@ -316,8 +332,12 @@ impl CachedQueue {
         self.inner.reap(min, &mut |c| done.push(c))?;
         let count = done.len() as u32;
         for completion in done {
-            self.inner_in_flight -= 1;
             let slot = completion.slot as usize;
+            assert!(
+                self.inner_in_flight > 0 && matches!(self.pending[slot], Pending::Inner { .. }),
+                "invariant: a completion of the array's queue (slot {slot}) matches an operation submitted to it"
+            );
+            self.inner_in_flight -= 1;
             if let Pending::Inner {
                 read: Some((epoch, first)),
             } = self.pending[slot]
@@ -368,6 +388,10 @@ impl Queue for CachedQueue {
         len: u32,
         fua: bool,
     ) -> io::Result<()> {
+        assert!(
+            matches!(self.pending[slot as usize], Pending::Idle),
+            "invariant: slot {slot} is submitted again only after its operation completed"
+        );
         let block = BLOCK_BYTES as u64;
         if !matches!(op, OpKind::Flush)
             && (!offset.is_multiple_of(block) || u64::from(len) % block != 0)
@@ -396,7 +420,7 @@ impl Queue for CachedQueue {
         while count < min_complete {
             let others = self.flushes_in_flight > 0 || self.commits > 0;
             if let Some(ticket) = self.oldest_ticket() {
-                let journal = self.shared.journal.as_ref().expect("journal mode");
+                let journal = self.shared.journal_mode_log();
                 let wait = (self.inner_in_flight > 0 || self.flushes_in_flight > 0).then_some(POLL);
                 if journal.commit_or_wait(ticket, wait) == Commit::Pending
                     && self.inner_in_flight > 0
@@ -413,8 +437,7 @@ impl Queue for CachedQueue {
                     Duration::from_secs(1)
                 };
                 if let Ok(completion) = self.done_rx.recv_timeout(timeout) {
-                    self.pending[completion.slot as usize] = Pending::Idle;
-                    self.flushes_in_flight -= 1;
+                    self.flush_done(&completion);
                     on_complete(completion);
                     count += 1;
                 }

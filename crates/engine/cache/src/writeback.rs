@@ -222,7 +222,7 @@ impl WriteBack {
     /// array, and free the ring up to the head noted first.
     fn checkpoint(&mut self) -> Result<(), i32> {
         let shared = self.shared.clone();
-        let journal = shared.journal.as_ref().expect("journal mode");
+        let journal = shared.journal_mode_log();
         let (head, head_seq) = journal.head();
         let upto = self.shared.lock().pages.seq;
         self.write_back(upto)?;
@@ -243,7 +243,7 @@ impl WriteBack {
     /// slice, so writers go on while this one runs.
     fn slice(&mut self) -> Result<(), i32> {
         let shared = self.shared.clone();
-        let journal = shared.journal.as_ref().expect("journal mode");
+        let journal = shared.journal_mode_log();
         let picked = {
             let state = self.shared.lock();
             let n = state.tickets.len();
@@ -335,6 +335,11 @@ impl WriteBack {
             }
             while in_flight > 0 {
                 let reaped = self.queue.reap(1, &mut |c| {
+                    assert!(
+                        (c.slot as usize) < results.len() && in_flight > 0,
+                        "invariant: a write-back completion (slot {}) matches a run submitted",
+                        c.slot
+                    );
                     results[c.slot as usize] = c.result.map(drop);
                     in_flight -= 1;
                 });
@@ -387,7 +392,9 @@ impl WriteBack {
                 break;
             }
             self.cursor = index + 1;
-            let page = map.get_mut(&index).expect("a dirty page is cached");
+            let Some(page) = map.get_mut(&index) else {
+                panic!("invariant: a page in the dirty set is cached (page {index})");
+            };
             if !page.is_dirty() || page.busy || page.dirty_from > upto {
                 continue;
             }
@@ -406,7 +413,9 @@ impl WriteBack {
                 });
             }
             let slot = runs.len() - 1;
-            let run = runs.last_mut().expect("a run");
+            let Some(run) = runs.last_mut() else {
+                unreachable!("a run was pushed above");
+            };
             page.busy = true;
             let at = run.pages.len() * BLOCK_BYTES;
             self.queue.buffer_mut(slot as u32)[at..at + BLOCK_BYTES].copy_from_slice(&page.data);

@@ -90,6 +90,17 @@ impl MixedEngine {
         passed
     }
 
+    /// The inner engine passed on `count` completions: each is one of the
+    /// operations pushed to it.
+    fn inner_completed(&mut self, count: u32) {
+        assert!(
+            count <= self.inner_outstanding,
+            "invariant: the inner engine completes only operations pushed to it ({count} completions, {} outstanding)",
+            self.inner_outstanding
+        );
+        self.inner_outstanding -= count;
+    }
+
     fn wait_channels(&self, cap: Option<Duration>) {
         wait_for(self.channels.iter().flatten().map(|c| c.as_ref()), cap);
     }
@@ -112,13 +123,13 @@ impl Engine for MixedEngine {
     fn complete(&mut self, min: u32, on_complete: &mut dyn FnMut(u64, i32)) -> io::Result<u32> {
         if self.remote_count == 0 {
             let passed = self.inner.complete(min, on_complete)?;
-            self.inner_outstanding = self.inner_outstanding.saturating_sub(passed);
+            self.inner_completed(passed);
             return Ok(passed);
         }
         let mut passed = 0u32;
         loop {
             let inner = self.inner.complete(0, on_complete)?;
-            self.inner_outstanding = self.inner_outstanding.saturating_sub(inner);
+            self.inner_completed(inner);
             passed += inner + self.progress_channels(on_complete);
             if passed >= min {
                 return Ok(passed);
@@ -129,7 +140,7 @@ impl Engine for MixedEngine {
                     return Ok(passed);
                 }
                 let inner = self.inner.complete(min - passed, on_complete)?;
-                self.inner_outstanding = self.inner_outstanding.saturating_sub(inner);
+                self.inner_completed(inner);
                 return Ok(passed + inner);
             }
             if self.inner_outstanding == 0 || self.inner.completes_inline() {

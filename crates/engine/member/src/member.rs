@@ -588,7 +588,11 @@ pub struct InflightGuard<'a>(&'a AtomicU32);
 
 impl Drop for InflightGuard<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        let before = self.0.fetch_sub(1, Ordering::Relaxed);
+        assert!(
+            before > 0,
+            "invariant: the member's in-flight count counts this request"
+        );
     }
 }
 

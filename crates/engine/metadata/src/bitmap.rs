@@ -61,7 +61,15 @@ pub enum BitmapError {
     Chunk(u32),
     #[error("a clustered md bitmap ({0} nodes)")]
     Clustered(u32),
+    #[error("md bitmap field daemon_sleep is 0 seconds (the kernel refuses it)")]
+    DaemonSleep,
+    #[error("md bitmap field write_behind is {0} (the kernel allows 0 to {WRITE_BEHIND_MAX})")]
+    WriteBehind(u32),
 }
+
+/// The most writes md lets lag behind on write-mostly members (its
+/// COUNTER_MAX); a header with more is refused.
+pub const WRITE_BEHIND_MAX: u32 = 16383;
 
 /// The decoded header.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -135,6 +143,16 @@ impl BitmapHeader {
         if nodes > 1 {
             return Err(BitmapError::Clustered(nodes));
         }
+        // md_bitmap_read_sb refuses both: the clearing daemon needs a period,
+        // and the write-behind counter has 14 bits.
+        let daemon_sleep = le32(header, 56);
+        if daemon_sleep == 0 {
+            return Err(BitmapError::DaemonSleep);
+        }
+        let write_behind = le32(header, 60);
+        if write_behind > WRITE_BEHIND_MAX {
+            return Err(BitmapError::WriteBehind(write_behind));
+        }
         Ok(BitmapHeader {
             version,
             uuid: *set_uuid,
@@ -143,8 +161,8 @@ impl BitmapHeader {
             sync_size_sectors: le64(header, 40),
             state: le32(header, STATE_AT),
             chunk_bytes,
-            daemon_sleep: le32(header, 56),
-            write_behind: le32(header, 60),
+            daemon_sleep,
+            write_behind,
             sectors_reserved: le32(header, 64),
         })
     }
@@ -310,6 +328,37 @@ mod tests {
             BitmapHeader::decode(&bad, &uuid),
             Err(BitmapError::Clustered(2))
         );
+    }
+
+    /// As md_bitmap_read_sb: a header without a clearing period, or with
+    /// more write-behind than md's 14-bit counter holds, is refused naming
+    /// the field; the same header is never encoded.
+    #[test]
+    fn a_bitmap_header_without_a_daemon_period_or_with_too_much_write_behind_is_refused() {
+        let uuid = [7u8; 16];
+        let mut buf = vec![0u8; 512];
+        BitmapHeader::new(uuid, 9, 30720, 1 << 20).encode(&mut buf);
+        let mut bad = buf.clone();
+        bad[56..60].copy_from_slice(&0u32.to_le_bytes());
+        let e = BitmapHeader::decode(&bad, &uuid).unwrap_err();
+        assert_eq!(e, BitmapError::DaemonSleep);
+        assert!(e.to_string().contains("daemon_sleep"), "{e}");
+        for (write_behind, ok) in [(WRITE_BEHIND_MAX, true), (WRITE_BEHIND_MAX + 1, false)] {
+            let mut h = buf.clone();
+            h[60..64].copy_from_slice(&write_behind.to_le_bytes());
+            let got = BitmapHeader::decode(&h, &uuid);
+            if ok {
+                assert_eq!(got.map(|h| h.write_behind), Ok(write_behind));
+            } else {
+                let e = got.unwrap_err();
+                assert_eq!(e, BitmapError::WriteBehind(write_behind));
+                assert!(e.to_string().contains("write_behind"), "{e}");
+            }
+        }
+        let mut h = BitmapHeader::new(uuid, 9, 30720, 1 << 20);
+        h.daemon_sleep = 0;
+        let encoded = std::panic::catch_unwind(move || h.encode(&mut vec![0u8; 512]));
+        assert!(encoded.is_err(), "a header md refuses was encoded");
     }
 
     #[test]

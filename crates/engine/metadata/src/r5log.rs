@@ -205,93 +205,38 @@ impl MetaBlock {
             return Err(LogError::Short(bytes.len()));
         }
         let b = &bytes[..PAGE_BYTES];
-        let magic = le32(b, 0);
-        if magic != MAGIC {
-            return Err(LogError::BadMagic { found: magic });
-        }
-        if b[8] != VERSION {
-            return Err(LogError::BadVersion(b[8]));
-        }
-        let stored = le32(b, 4);
-        let computed = block_checksum(b, seed);
-        if stored != computed {
-            return Err(LogError::BadChecksum { stored, computed });
-        }
-        let meta_size = le32(b, 12);
-        if !(HEADER_BYTES as u32..=PAGE_BYTES as u32).contains(&meta_size) {
-            return Err(LogError::BadMetaSize(meta_size));
-        }
-        let end = meta_size as usize;
+        let end = check_header(b, seed)?;
         let mut payloads = Vec::new();
         let mut at = HEADER_BYTES;
         while at < end {
-            let overrun = LogError::PayloadOverrun { at, meta_size };
-            if at + 4 > end {
-                return Err(overrun);
-            }
-            let kind = le16(b, at);
-            let flags = le16(b, at + 2);
-            match kind {
-                TYPE_DATA | TYPE_PARITY => {
-                    if at + DATA_PARITY_BYTES > end {
-                        return Err(overrun);
-                    }
-                    let sectors = le32(b, at + 4);
-                    let what = if kind == TYPE_DATA { "data" } else { "parity" };
-                    let pages = u64::from(sectors) / PAGE_SECTORS;
-                    let bad = LogError::BadPayloadSize { what, at, sectors };
-                    if u64::from(sectors) % PAGE_SECTORS != 0
-                        || pages == 0
-                        || (kind == TYPE_DATA && pages != 1)
-                        || pages > 2
-                    {
-                        return Err(bad);
-                    }
-                    let pages = pages as usize;
-                    if at + DATA_PARITY_BYTES + 4 * pages > end {
-                        return Err(overrun);
-                    }
-                    let location = le64(b, at + 8);
-                    let sums: Vec<u32> = (0..pages)
-                        .map(|i| le32(b, at + DATA_PARITY_BYTES + 4 * i))
-                        .collect();
-                    payloads.push(if kind == TYPE_DATA {
-                        Payload::Data {
-                            flags,
-                            location,
-                            checksum: sums[0],
-                        }
-                    } else {
-                        Payload::Parity {
-                            flags,
-                            location,
-                            checksums: sums,
-                        }
-                    });
-                    at += DATA_PARITY_BYTES + 4 * pages;
-                }
-                TYPE_FLUSH => {
-                    if at + FLUSH_BYTES > end {
-                        return Err(overrun);
-                    }
-                    let bytes = le32(b, at + 4) as usize;
-                    if !bytes.is_multiple_of(8) || at + FLUSH_BYTES + bytes > end {
-                        return Err(overrun);
-                    }
-                    let stripes = (0..bytes / 8)
-                        .map(|i| le64(b, at + FLUSH_BYTES + 8 * i))
-                        .collect();
-                    payloads.push(Payload::Flush { flags, stripes });
-                    at += FLUSH_BYTES + bytes;
-                }
-                kind => return Err(LogError::UnknownPayload { at, kind }),
-            }
+            let (payload, next) = decode_payload(b, at, end)?;
+            payloads.push(payload);
+            at = next;
         }
         Ok(MetaBlock {
             seq: le64(b, 16),
             position: le64(b, 24),
             payloads,
         })
+    }
+
+    /// The parity of a stripe is one page (P) or two (P and Q): anything
+    /// else would be written as a block md (and decode) refuses.
+    fn check_parity_pages(&self) -> Result<(), LogError> {
+        let mut at = HEADER_BYTES;
+        for p in &self.payloads {
+            if let Payload::Parity { checksums, .. } = p {
+                if !(1..=2).contains(&checksums.len()) {
+                    return Err(LogError::BadPayloadSize {
+                        what: "parity",
+                        at,
+                        sectors: (checksums.len() as u64 * PAGE_SECTORS) as u32,
+                    });
+                }
+            }
+            at += p.encoded_bytes();
+        }
+        Ok(())
     }
 
     /// Encode into 4 KiB (bytes past `meta_size` are zero), with its checksum.
@@ -303,6 +248,7 @@ impl MetaBlock {
         if meta_size > PAGE_BYTES {
             return Err(LogError::TooManyPayloads);
         }
+        self.check_parity_pages()?;
         let b = &mut out[..PAGE_BYTES];
         b.fill(0);
         b[0..4].copy_from_slice(&MAGIC.to_le_bytes());
@@ -312,47 +258,152 @@ impl MetaBlock {
         b[24..32].copy_from_slice(&self.position.to_le_bytes());
         let mut at = HEADER_BYTES;
         for p in &self.payloads {
-            let (kind, flags) = match p {
-                Payload::Data { flags, .. } => (TYPE_DATA, *flags),
-                Payload::Parity { flags, .. } => (TYPE_PARITY, *flags),
-                Payload::Flush { flags, .. } => (TYPE_FLUSH, *flags),
-            };
-            b[at..at + 2].copy_from_slice(&kind.to_le_bytes());
-            b[at + 2..at + 4].copy_from_slice(&flags.to_le_bytes());
-            match p {
-                Payload::Data {
-                    location, checksum, ..
-                } => {
-                    b[at + 4..at + 8].copy_from_slice(&(PAGE_SECTORS as u32).to_le_bytes());
-                    b[at + 8..at + 16].copy_from_slice(&location.to_le_bytes());
-                    b[at + 16..at + 20].copy_from_slice(&checksum.to_le_bytes());
-                }
-                Payload::Parity {
-                    location,
-                    checksums,
-                    ..
-                } => {
-                    let sectors = PAGE_SECTORS as u32 * checksums.len() as u32;
-                    b[at + 4..at + 8].copy_from_slice(&sectors.to_le_bytes());
-                    b[at + 8..at + 16].copy_from_slice(&location.to_le_bytes());
-                    for (i, c) in checksums.iter().enumerate() {
-                        let o = at + DATA_PARITY_BYTES + 4 * i;
-                        b[o..o + 4].copy_from_slice(&c.to_le_bytes());
-                    }
-                }
-                Payload::Flush { stripes, .. } => {
-                    b[at + 4..at + 8].copy_from_slice(&(8 * stripes.len() as u32).to_le_bytes());
-                    for (i, s) in stripes.iter().enumerate() {
-                        let o = at + FLUSH_BYTES + 8 * i;
-                        b[o..o + 8].copy_from_slice(&s.to_le_bytes());
-                    }
-                }
-            }
+            encode_payload(p, &mut b[at..at + p.encoded_bytes()]);
             at += p.encoded_bytes();
         }
+        assert_eq!(at, meta_size, "invariant: the payloads fill meta_size");
         let sum = block_checksum(b, seed);
         b[4..8].copy_from_slice(&sum.to_le_bytes());
+        // Paired with decode: the block reads back as exactly this one (kept
+        // in release builds; one block is written per unit of up to ~200
+        // pages, and a block md misreads replays the wrong data).
+        assert_eq!(
+            MetaBlock::decode(b, seed).as_ref(),
+            Ok(self),
+            "invariant: an encoded meta block decodes to itself"
+        );
         Ok(())
+    }
+}
+
+/// Writes payload `p` into `b` (its [`Payload::encoded_bytes`]).
+fn encode_payload(p: &Payload, b: &mut [u8]) {
+    let (kind, flags) = match p {
+        Payload::Data { flags, .. } => (TYPE_DATA, *flags),
+        Payload::Parity { flags, .. } => (TYPE_PARITY, *flags),
+        Payload::Flush { flags, .. } => (TYPE_FLUSH, *flags),
+    };
+    b[0..2].copy_from_slice(&kind.to_le_bytes());
+    b[2..4].copy_from_slice(&flags.to_le_bytes());
+    match p {
+        Payload::Data {
+            location, checksum, ..
+        } => {
+            b[4..8].copy_from_slice(&(PAGE_SECTORS as u32).to_le_bytes());
+            b[8..16].copy_from_slice(&location.to_le_bytes());
+            b[16..20].copy_from_slice(&checksum.to_le_bytes());
+        }
+        Payload::Parity {
+            location,
+            checksums,
+            ..
+        } => {
+            let sectors = PAGE_SECTORS as u32 * checksums.len() as u32;
+            b[4..8].copy_from_slice(&sectors.to_le_bytes());
+            b[8..16].copy_from_slice(&location.to_le_bytes());
+            for (i, c) in checksums.iter().enumerate() {
+                let o = DATA_PARITY_BYTES + 4 * i;
+                b[o..o + 4].copy_from_slice(&c.to_le_bytes());
+            }
+        }
+        Payload::Flush { stripes, .. } => {
+            b[4..8].copy_from_slice(&(8 * stripes.len() as u32).to_le_bytes());
+            for (i, s) in stripes.iter().enumerate() {
+                let o = FLUSH_BYTES + 8 * i;
+                b[o..o + 8].copy_from_slice(&s.to_le_bytes());
+            }
+        }
+    }
+}
+
+/// Checks a meta block's magic, version, checksum and size in use; returns
+/// the end of its payloads (the bytes in use).
+fn check_header(b: &[u8], seed: u32) -> Result<usize, LogError> {
+    let magic = le32(b, 0);
+    if magic != MAGIC {
+        return Err(LogError::BadMagic { found: magic });
+    }
+    if b[8] != VERSION {
+        return Err(LogError::BadVersion(b[8]));
+    }
+    let stored = le32(b, 4);
+    let computed = block_checksum(b, seed);
+    if stored != computed {
+        return Err(LogError::BadChecksum { stored, computed });
+    }
+    let meta_size = le32(b, 12);
+    if !(HEADER_BYTES as u32..=PAGE_BYTES as u32).contains(&meta_size) {
+        return Err(LogError::BadMetaSize(meta_size));
+    }
+    Ok(meta_size as usize)
+}
+
+/// The payload at byte `at` of a block whose payloads end at `end`, and
+/// where the next one starts; a payload that runs past `end`, has an
+/// unknown type or a size md never writes is refused.
+fn decode_payload(b: &[u8], at: usize, end: usize) -> Result<(Payload, usize), LogError> {
+    let overrun = LogError::PayloadOverrun {
+        at,
+        meta_size: end as u32,
+    };
+    if at + 4 > end {
+        return Err(overrun);
+    }
+    let kind = le16(b, at);
+    let flags = le16(b, at + 2);
+    match kind {
+        TYPE_DATA | TYPE_PARITY => {
+            if at + DATA_PARITY_BYTES > end {
+                return Err(overrun);
+            }
+            let sectors = le32(b, at + 4);
+            let what = if kind == TYPE_DATA { "data" } else { "parity" };
+            let pages = u64::from(sectors) / PAGE_SECTORS;
+            if u64::from(sectors) % PAGE_SECTORS != 0
+                || pages == 0
+                || (kind == TYPE_DATA && pages != 1)
+                || pages > 2
+            {
+                return Err(LogError::BadPayloadSize { what, at, sectors });
+            }
+            let pages = pages as usize;
+            let next = at + DATA_PARITY_BYTES + 4 * pages;
+            if next > end {
+                return Err(overrun);
+            }
+            let location = le64(b, at + 8);
+            let mut sums: Vec<u32> = (0..pages)
+                .map(|i| le32(b, at + DATA_PARITY_BYTES + 4 * i))
+                .collect();
+            let payload = if kind == TYPE_DATA {
+                Payload::Data {
+                    flags,
+                    location,
+                    checksum: sums.swap_remove(0),
+                }
+            } else {
+                Payload::Parity {
+                    flags,
+                    location,
+                    checksums: sums,
+                }
+            };
+            Ok((payload, next))
+        }
+        TYPE_FLUSH => {
+            if at + FLUSH_BYTES > end {
+                return Err(overrun);
+            }
+            let bytes = le32(b, at + 4) as usize;
+            if !bytes.is_multiple_of(8) || at + FLUSH_BYTES + bytes > end {
+                return Err(overrun);
+            }
+            let stripes = (0..bytes / 8)
+                .map(|i| le64(b, at + FLUSH_BYTES + 8 * i))
+                .collect();
+            Ok((Payload::Flush { flags, stripes }, at + FLUSH_BYTES + bytes))
+        }
+        kind => Err(LogError::UnknownPayload { at, kind }),
     }
 }
 
@@ -402,6 +453,35 @@ pub struct Unit {
     pub block: MetaBlock,
     /// One 4 KiB page per [`Payload::pages`], in payload order.
     pub pages: Vec<Vec<u8>>,
+}
+
+/// The pages of the unit whose meta block `b` is at `pos`, read with
+/// `read`, and the first payload whose page does not match its checksum.
+fn read_unit_pages(
+    ring: Ring,
+    pos: u64,
+    b: &MetaBlock,
+    seed: u32,
+    read: &mut impl FnMut(u64, &mut [u8]) -> std::io::Result<()>,
+) -> std::io::Result<(Vec<Vec<u8>>, Option<usize>)> {
+    let mut pages = Vec::with_capacity(b.pages());
+    let mut bad = None;
+    for (n, p) in b.payloads.iter().enumerate() {
+        let sums: &[u32] = match p {
+            Payload::Data { checksum, .. } => std::slice::from_ref(checksum),
+            Payload::Parity { checksums, .. } => checksums,
+            Payload::Flush { .. } => &[],
+        };
+        for &sum in sums {
+            let mut buf = vec![0u8; PAGE_BYTES];
+            read(ring.page_position(pos, pages.len()), &mut buf)?;
+            if md_crc(seed, &buf) != sum && bad.is_none() {
+                bad = Some(n);
+            }
+            pages.push(buf);
+        }
+    }
+    Ok((pages, bad))
 }
 
 /// Why a scan stopped (the first block that does not continue the log).
@@ -477,25 +557,7 @@ pub fn scan(
         if travelled + sectors > ring.sectors {
             break ScanEnd::Wrapped;
         }
-        let mut pages = Vec::with_capacity(b.pages());
-        let mut bad = None;
-        let mut i = 0;
-        for (n, p) in b.payloads.iter().enumerate() {
-            let sums: &[u32] = match p {
-                Payload::Data { checksum, .. } => std::slice::from_ref(checksum),
-                Payload::Parity { checksums, .. } => checksums,
-                Payload::Flush { .. } => &[],
-            };
-            for &sum in sums {
-                let mut buf = vec![0u8; PAGE_BYTES];
-                read(ring.page_position(pos, i), &mut buf)?;
-                if md_crc(seed, &buf) != sum && bad.is_none() {
-                    bad = Some(n);
-                }
-                pages.push(buf);
-                i += 1;
-            }
-        }
+        let (pages, bad) = read_unit_pages(ring, pos, &b, seed, &mut read)?;
         if let Some(payload) = bad {
             break ScanEnd::BadPage { payload };
         }
@@ -578,6 +640,38 @@ mod tests {
         let sum = block_checksum(&long, seed);
         long[4..8].copy_from_slice(&sum.to_le_bytes());
         assert!(MetaBlock::decode(&long, seed).is_err());
+    }
+
+    /// A parity payload of no page or of three is refused on encode, naming
+    /// the payload, before a byte is written (md and decode would refuse the
+    /// block).
+    #[test]
+    fn a_parity_payload_of_no_page_or_three_is_refused_on_encode() {
+        for pages in [0usize, 3] {
+            let mut block = MetaBlock::empty(1, 0);
+            block.payloads.push(Payload::Data {
+                flags: 0,
+                location: 0,
+                checksum: 1,
+            });
+            block.payloads.push(Payload::Parity {
+                flags: 0,
+                location: 0,
+                checksums: vec![2; pages],
+            });
+            let mut buf = vec![0xaau8; PAGE_BYTES];
+            let e = block.encode(&mut buf, 0).unwrap_err();
+            assert_eq!(
+                e,
+                LogError::BadPayloadSize {
+                    what: "parity",
+                    at: HEADER_BYTES + 20,
+                    sectors: 8 * pages as u32,
+                }
+            );
+            assert!(e.to_string().contains("parity"), "{e}");
+            assert_eq!(buf, vec![0xaau8; PAGE_BYTES], "bytes written");
+        }
     }
 
     #[test]

@@ -118,6 +118,11 @@ pub enum DecodeError {
     SectorsOverflow { field: &'static str, sectors: u64 },
     #[error("md superblock fields data_offset ({data_offset}) and data_size ({data_size}) end past 2^64 bytes (the superblock is damaged)")]
     DataAreaOverflow { data_offset: u64, data_size: u64 },
+    #[error("md superblock field data_offset ({data_offset}) puts the data inside the superblock, which ends at sector {superblock_end} (the kernel refuses it)")]
+    DataOverlapsSuperblock {
+        data_offset: u64,
+        superblock_end: u64,
+    },
 }
 
 /// The longest array name md's superblock holds (`set_name`, 32 bytes).
@@ -306,6 +311,15 @@ impl Superblock {
             return Err(DecodeError::DataAreaOverflow {
                 data_offset: self.data_offset_sectors,
                 data_size: self.data_size_sectors,
+            });
+        }
+        // The kernel's super_1_load: the data starts behind the superblock
+        // and its role table (a write to the data must never overwrite it).
+        let superblock_end = self.super_offset_sectors + (self.encoded_len() as u64).div_ceil(512);
+        if self.data_offset_sectors < superblock_end {
+            return Err(DecodeError::DataOverlapsSuperblock {
+                data_offset: self.data_offset_sectors,
+                superblock_end,
             });
         }
         Ok(())

@@ -175,3 +175,38 @@ fn a_sector_count_past_64_bits_of_bytes_is_refused_naming_the_field() {
         Err(DecodeError::DataAreaOverflow { .. })
     ));
 }
+
+/// A kernel superblock whose data_offset is moved into the superblock's own
+/// sectors (its checksum made valid): refused on decode, naming the field,
+/// and the same superblock is refused on encode (a write to the data area
+/// would overwrite the superblock).
+#[test]
+fn a_data_offset_inside_the_superblock_is_refused_naming_the_field() {
+    use nvraid_metadata::DecodeError;
+    let (sb, raw) = decode("raid1-2d", 0);
+    let superblock_end = 8 + (sb.encoded_len() as u64).div_ceil(512);
+    for data_offset in [0, 8, superblock_end - 1] {
+        let mut out = raw.clone();
+        out[128..136].copy_from_slice(&data_offset.to_le_bytes());
+        let csum = nvraid_metadata::checksum(&out[..sb.encoded_len()]);
+        out[216..220].copy_from_slice(&csum.to_le_bytes());
+        let e = Superblock::decode(&out).unwrap_err();
+        assert_eq!(
+            e,
+            DecodeError::DataOverlapsSuperblock {
+                data_offset,
+                superblock_end
+            }
+        );
+        assert!(e.to_string().contains("data_offset"), "{e}");
+        let mut bad = sb.clone();
+        bad.data_offset_sectors = data_offset;
+        assert_eq!(bad.encode(&mut vec![0u8; 4096]), Err(e));
+    }
+    // Right behind the superblock is allowed.
+    let mut edge = sb.clone();
+    edge.data_offset_sectors = superblock_end;
+    let mut out = vec![0u8; 4096];
+    edge.encode(&mut out).unwrap();
+    assert_eq!(Superblock::decode(&out), Ok(edge));
+}

@@ -350,6 +350,10 @@ impl NbdChannel {
     fn alloc_op(&mut self, rec: OpRec) -> u32 {
         match self.free_ops.pop() {
             Some(i) => {
+                assert!(
+                    !self.ops[i as usize].live,
+                    "invariant: operation record {i} on the free list is not in flight"
+                );
                 self.ops[i as usize] = rec;
                 i
             }
@@ -363,6 +367,10 @@ impl NbdChannel {
     fn alloc_wire(&mut self, wire: Wire) -> u32 {
         match self.free_wires.pop() {
             Some(i) => {
+                assert!(
+                    !self.wires[i as usize].live,
+                    "invariant: request {i} on the free list is not in flight"
+                );
                 self.wires[i as usize] = wire;
                 i
             }
@@ -505,6 +513,61 @@ impl NbdChannel {
     }
 
     /// Send as much of the queue as the socket takes.
+    /// Whether an operation pushed now can be queued: there is a
+    /// connection, or a new one was made within half the request timeout.
+    /// False: the operation (`user_data`) has failed already (the member
+    /// is backing off, or the connection could not be made).
+    fn ready_to_send(&mut self, user_data: u64) -> bool {
+        if self.session.is_some() {
+            if self.live_ops == 0 {
+                // The connection was idle: see whether the server closed it
+                // meanwhile before sending on it (then this request goes on
+                // a new connection, not a byte of it sent on the dead one).
+                self.check_alive = true;
+            }
+            return true;
+        }
+        if let Some((at, errno)) = self.down {
+            if Instant::now() < at {
+                self.fail_now(user_data, errno);
+                return false;
+            }
+        }
+        // The connection counts against the operation's deadline (the
+        // member's first connection, made when it was opened, had the
+        // connect timeout). It is made on the worker's thread, which other
+        // members' operations wait on meanwhile: it gets half of the
+        // deadline, so that theirs, pushed at the same time, keep the other
+        // half to complete (a member that does not answer must not time
+        // out the ones that do).
+        let timeout = self
+            .options
+            .connect_timeout
+            .min(self.options.request_timeout / 2);
+        if let Err(errno) = self.reconnect(timeout) {
+            self.fail_now(user_data, errno);
+            return false;
+        }
+        true
+    }
+
+    /// Queue operation `index` (`len` bytes, not zero) as requests of at
+    /// most the server's maximum payload, a read merged into the request
+    /// before it where it continues it.
+    fn issue_parts(&mut self, index: u32, command: Command, flags: u16, len: u32) {
+        let max = self.info.maximum_payload.clamp(4096, 32 << 20) / 4096 * 4096;
+        self.ops[index as usize].parts_left = len.div_ceil(max);
+        if command == Command::Read && self.merge_read(index, len, max) {
+            return;
+        }
+        let mut at = 0;
+        while at < len {
+            let part = (len - at).min(max);
+            self.issue(index, command, at, part, flags);
+            at += part;
+        }
+    }
+
     fn flush_send(&mut self) -> io::Result<()> {
         let Some(session) = &mut self.session else {
             return Ok(());
@@ -538,7 +601,7 @@ impl NbdChannel {
             // SAFETY: the iovecs point into `headers` (not touched during
             // the call) and into operations' buffers, valid until they
             // complete.
-            let transport = &mut self.session.as_mut().expect("checked above").transport;
+            let transport = connected_transport(&mut self.session);
             let sent = match unsafe { transport.send_vectored(iov.as_slice()) } {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
@@ -599,7 +662,7 @@ impl NbdChannel {
                 } else {
                     self.staging.len()
                 };
-                let transport = &mut self.session.as_mut().expect("checked above").transport;
+                let transport = connected_transport(&mut self.session);
                 match transport.recv(&mut self.staging[..take]) {
                     Ok(0) => return Err("the server closed the connection".into()),
                     Ok(n) => self.rx_end = n,
@@ -733,13 +796,22 @@ impl NbdChannel {
     /// A request is over: release it and account it to its operation.
     fn finish_wire(&mut self, wire: u32, errno: i32) {
         let w = &mut self.wires[wire as usize];
+        assert!(w.live, "invariant: request {wire} finishes once");
         w.live = false;
         let op = w.op;
         if w.large {
+            assert!(
+                self.large_reads > 0,
+                "invariant: large_reads counts request {wire}"
+            );
             self.large_reads -= 1;
         }
         self.free_wires.push(wire);
         let rec = &mut self.ops[op as usize];
+        assert!(
+            rec.live && rec.parts_left > 0,
+            "invariant: request {wire} is a part of operation {op}, in flight"
+        );
         if rec.errno == 0 {
             rec.errno = errno;
         }
@@ -763,6 +835,10 @@ impl NbdChannel {
         rec.live = false;
         let user_data = rec.user_data;
         self.free_ops.push(op);
+        assert!(
+            self.live_ops > 0,
+            "invariant: live_ops counts operation {op}"
+        );
         self.live_ops -= 1;
         self.ready.push((user_data, result));
     }
@@ -774,20 +850,7 @@ impl NbdChannel {
         self.last_failure = Some(reason);
         self.session = None;
         self.reader = ReplyReader::new(self.info.structured_replies);
-        // Nothing of a request the server never saw can have happened: it
-        // goes on the new connection, whatever it is (a write found its
-        // idle connection closed, say).
-        let mut unsent = vec![false; self.wires.len()];
-        for (i, &wire) in self.send_queue.iter().enumerate() {
-            if i == 0 && self.head_sent > 0 {
-                continue;
-            }
-            let mut piece = wire;
-            while piece != NO_WIRE {
-                unsent[piece as usize] = true;
-                piece = self.wires[piece as usize].next;
-            }
-        }
+        let unsent = self.unsent_requests();
         self.send_queue.clear();
         self.head_sent = 0;
         self.deadlines.clear();
@@ -800,6 +863,33 @@ impl NbdChannel {
             w.next = NO_WIRE;
             w.tail = NO_WIRE;
         }
+        self.retry_or_fail(&unsent, errno);
+    }
+
+    /// Which requests (by index) the server never saw a byte of: those
+    /// waiting in the send queue, but the one partly sent. Nothing of them
+    /// can have happened, so they go on the new connection, whatever they
+    /// are (a write found its idle connection closed, say).
+    fn unsent_requests(&self) -> Vec<bool> {
+        let mut unsent = vec![false; self.wires.len()];
+        for (i, &wire) in self.send_queue.iter().enumerate() {
+            if i == 0 && self.head_sent > 0 {
+                continue;
+            }
+            let mut piece = wire;
+            while piece != NO_WIRE {
+                unsent[piece as usize] = true;
+                piece = self.wires[piece as usize].next;
+            }
+        }
+        unsent
+    }
+
+    /// After a lost connection: the requests in flight that may go again
+    /// (unsent ones, and reads not resent before) do so on a new
+    /// connection while their deadline leaves time; the others, and all of
+    /// them if no connection can be made, fail with `errno`.
+    fn retry_or_fail(&mut self, unsent: &[bool], errno: i32) {
         let now = Instant::now();
         let mut again = Vec::new();
         let mut first_deadline: Option<Instant> = None;
@@ -912,66 +1002,12 @@ impl NbdChannel {
 impl Channel for NbdChannel {
     unsafe fn push(&mut self, op: &MemberOp) -> io::Result<()> {
         let deadline = Instant::now() + self.options.request_timeout;
-        if self.session.is_none() {
-            match self.down {
-                Some((at, errno)) if Instant::now() < at => {
-                    self.fail_now(op.user_data, errno);
-                    return Ok(());
-                }
-                _ => {
-                    // The connection counts against the operation's
-                    // deadline (the member's first connection, made when
-                    // it was opened, had the connect timeout). It is made
-                    // on the worker's thread, which other members'
-                    // operations wait on meanwhile: it gets half of the
-                    // deadline, so that theirs, pushed at the same time,
-                    // keep the other half to complete (a member that does
-                    // not answer must not time out the ones that do).
-                    let timeout = self
-                        .options
-                        .connect_timeout
-                        .min(self.options.request_timeout / 2);
-                    if let Err(errno) = self.reconnect(timeout) {
-                        self.fail_now(op.user_data, errno);
-                        return Ok(());
-                    }
-                }
-            }
-        } else if self.live_ops == 0 {
-            // The connection was idle: see whether the server closed it
-            // meanwhile before sending on it (then this request goes on a
-            // new connection, not a byte of it sent on the dead one).
-            self.check_alive = true;
+        if !self.ready_to_send(op.user_data) {
+            return Ok(());
         }
-        let dsync = op.dsync;
-        let fua = dsync && self.info.can_fua();
-        let rec = OpRec {
-            user_data: op.user_data,
-            kind: op.kind,
-            offset: op.offset,
-            len: if op.iov_count > 0 {
-                // SAFETY: the caller's iovecs are valid (push contract).
-                unsafe { std::slice::from_raw_parts(op.iov, op.iov_count as usize) }
-                    .iter()
-                    .map(|v| v.iov_len as u32)
-                    .sum()
-            } else {
-                op.len
-            },
-            single: libc::iovec {
-                iov_base: op.buf.cast(),
-                iov_len: op.len as usize,
-            },
-            iov: op.iov,
-            iov_count: op.iov_count,
-            parts_left: 0,
-            errno: 0,
-            flush_after: dsync
-                && !fua
-                && matches!(op.kind, MemberOpKind::Write | MemberOpKind::Zero),
-            deadline,
-            live: true,
-        };
+        let fua = op.dsync && self.info.can_fua();
+        // SAFETY: forwarded from the caller (its iovecs are valid).
+        let rec = unsafe { op_record(op, fua, deadline) };
         let index = self.alloc_op(rec);
         self.live_ops += 1;
         let (command, flags) = match op.kind {
@@ -985,26 +1021,13 @@ impl Channel for NbdChannel {
         if command == Command::Flush {
             self.ops[index as usize].parts_left = 1;
             self.issue(index, Command::Flush, 0, 0, 0);
+        } else if rec.len == 0 {
+            self.live_ops -= 1;
+            self.ops[index as usize].live = false;
+            self.free_ops.push(index);
+            self.ready.push((op.user_data, 0));
         } else {
-            let max = self.info.maximum_payload.clamp(4096, 32 << 20) / 4096 * 4096;
-            let len = rec.len;
-            if len == 0 {
-                self.live_ops -= 1;
-                self.ops[index as usize].live = false;
-                self.free_ops.push(index);
-                self.ready.push((op.user_data, 0));
-                return Ok(());
-            }
-            self.ops[index as usize].parts_left = len.div_ceil(max);
-            if command == Command::Read && self.merge_read(index, len, max) {
-                return Ok(());
-            }
-            let mut at = 0;
-            while at < len {
-                let part = (len - at).min(max);
-                self.issue(index, command, at, part, flags);
-                at += part;
-            }
+            self.issue_parts(index, command, flags, rec.len);
         }
         // Sent at the next `progress` (which every caller reaches before it
         // waits), together with whatever else was pushed until then: one
@@ -1116,6 +1139,51 @@ impl Drop for NbdChannel {
             }
         }
     }
+}
+
+/// The record of operation `op` in flight on a channel (its length the sum
+/// of its iovecs where it has them), due by `deadline`; a durable write
+/// without FUA is followed by a FLUSH.
+///
+/// # Safety
+/// `op`'s iovecs, if any, are valid (the `Channel::push` contract).
+unsafe fn op_record(op: &MemberOp, fua: bool, deadline: Instant) -> OpRec {
+    OpRec {
+        user_data: op.user_data,
+        kind: op.kind,
+        offset: op.offset,
+        len: if op.iov_count > 0 {
+            // SAFETY: the caller's iovecs are valid (push contract).
+            unsafe { std::slice::from_raw_parts(op.iov, op.iov_count as usize) }
+                .iter()
+                .map(|v| v.iov_len as u32)
+                .sum()
+        } else {
+            op.len
+        },
+        single: libc::iovec {
+            iov_base: op.buf.cast(),
+            iov_len: op.len as usize,
+        },
+        iov: op.iov,
+        iov_count: op.iov_count,
+        parts_left: 0,
+        errno: 0,
+        flush_after: op.dsync
+            && !fua
+            && matches!(op.kind, MemberOpKind::Write | MemberOpKind::Zero),
+        deadline,
+        live: true,
+    }
+}
+
+/// The connection's transport, where the caller found a session on entry
+/// and nothing in between drops it.
+fn connected_transport(session: &mut Option<Session>) -> &mut crate::session::Transport {
+    let Some(session) = session.as_mut() else {
+        panic!("invariant: the channel is connected (checked on entry)");
+    };
+    &mut session.transport
 }
 
 fn sent_for(wires: &[Wire], cookie: u64) -> Option<Sent> {

@@ -165,13 +165,13 @@ impl RemoteExport {
             handle.wait_all(&mut |_, r| result = Some(r));
         } else {
             let mut guard = self.sync.lock().unwrap_or_else(|e| e.into_inner());
-            if guard.is_none() {
-                *guard = Some(
+            let channel = match &mut *guard {
+                Some(channel) => channel,
+                None => guard.insert(
                     NbdChannel::connect_as(&self.uri, self.options, &self.info, &self.identity)
                         .map_err(|e| io::Error::from_raw_os_error(e.errno()))?,
-                );
-            }
-            let channel = guard.as_mut().expect("connected above");
+                ),
+            };
             // SAFETY: as above.
             unsafe { channel.push(&op) }?;
             channel.wait_all(&mut |_, r| result = Some(r));

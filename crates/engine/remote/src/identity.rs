@@ -90,8 +90,26 @@ fn probe(
             ),
         });
     }
-    // One read on a channel of its own over the new session: it never
-    // reconnects, and the session is taken back once the reply is in.
+    let (buf, session) = read_on_session(uri, session, offset, len, left)?;
+    check
+        .verify(&buf)
+        .map_err(|reason| ConnectError::NotTheMember {
+            uri: uri.to_string(),
+            reason,
+        })?;
+    Ok(session)
+}
+
+/// Reads `len` bytes at `offset` of the export over `session` within
+/// `left`: one read on a channel of its own, which never reconnects; the
+/// session is taken back once the reply is in.
+fn read_on_session(
+    uri: &NbdUri,
+    session: Session,
+    offset: u64,
+    len: usize,
+    left: Duration,
+) -> Result<(Vec<u8>, Session), ConnectError> {
     let mut channel = NbdChannel::prober(
         uri.clone(),
         RemoteOptions {
@@ -143,11 +161,5 @@ fn probe(
     let session = channel
         .take_idle_session()
         .ok_or_else(|| unreadable("the server sent more than the reply".into()))?;
-    check
-        .verify(&buf)
-        .map_err(|reason| ConnectError::NotTheMember {
-            uri: uri.to_string(),
-            reason,
-        })?;
-    Ok(session)
+    Ok((buf, session))
 }

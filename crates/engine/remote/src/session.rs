@@ -441,42 +441,62 @@ fn handshake(
                 uri: name.to_string(),
             });
         }
-        let mut fed = 0;
-        while fed < n {
-            let (taken, event) = hs
-                .receive(&buf[fed..n])
-                .map_err(|source| refusal(source, uri, name))?;
-            fed += taken;
-            match event {
-                Some(ClientEvent::Ready(negotiated)) => {
-                    let out = hs.take_output();
-                    if !out.is_empty() {
-                        socket
-                            .write_all_blocking(&out)
-                            .map_err(|e| io_failure(e, name))?;
-                    }
-                    return Ok(negotiated);
-                }
-                Some(ClientEvent::StartTls) => {
-                    let config = tls.clone().expect("StartTls only when TLS was asked for");
-                    start_tls(socket, config, uri, name)?;
-                    hs.tls_started();
-                    // Whatever came after the ACK is ciphertext.
-                    if fed + taken < n {
-                        return Err(ConnectError::Protocol {
-                            uri: name.to_string(),
-                            source: ProtocolError::Malformed("plaintext after STARTTLS"),
-                        });
-                    }
-                    break;
-                }
-                None => {}
-            }
-            if taken == 0 {
-                break;
-            }
+        if let Some(negotiated) = feed_handshake(&mut hs, socket, &buf[..n], &tls, uri, name)? {
+            return Ok(negotiated);
         }
     }
+}
+
+/// Hands `received` to the handshake: the export as negotiated once it is
+/// ready (its last output sent), or None while it wants more. TLS is
+/// started where the server accepted STARTTLS.
+fn feed_handshake(
+    hs: &mut ClientHandshake,
+    socket: &mut Transport,
+    received: &[u8],
+    tls: &Option<std::sync::Arc<rustls::ClientConfig>>,
+    uri: &NbdUri,
+    name: &str,
+) -> Result<Option<ClientNegotiated>, ConnectError> {
+    let n = received.len();
+    let mut fed = 0;
+    while fed < n {
+        let (taken, event) = hs
+            .receive(&received[fed..n])
+            .map_err(|source| refusal(source, uri, name))?;
+        fed += taken;
+        match event {
+            Some(ClientEvent::Ready(negotiated)) => {
+                let out = hs.take_output();
+                if !out.is_empty() {
+                    socket
+                        .write_all_blocking(&out)
+                        .map_err(|e| io_failure(e, name))?;
+                }
+                return Ok(Some(negotiated));
+            }
+            Some(ClientEvent::StartTls) => {
+                let Some(config) = tls.clone() else {
+                    panic!("invariant: the handshake starts TLS only when TLS was asked for");
+                };
+                start_tls(socket, config, uri, name)?;
+                hs.tls_started();
+                // Whatever came after the ACK is ciphertext.
+                if fed + taken < n {
+                    return Err(ConnectError::Protocol {
+                        uri: name.to_string(),
+                        source: ProtocolError::Malformed("plaintext after STARTTLS"),
+                    });
+                }
+                break;
+            }
+            None => {}
+        }
+        if taken == 0 {
+            break;
+        }
+    }
+    Ok(None)
 }
 
 /// Turn the plain socket into TLS and run the TLS handshake (blocking,

@@ -8,7 +8,7 @@
 
 use std::io::{self, Read, Write};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use nvraid_nbd::{Negotiated, RequestRules, ServerEvent, ServerHandshake};
 
@@ -70,31 +70,7 @@ fn negotiate(
             return None;
         }
         let wanted = handshake.bytes_wanted().min(buffer.len());
-        let received = match channel.read(&mut buffer[..wanted]) {
-            Ok(0) => {
-                connection.log(
-                    "event=disconnected phase=handshake reason=\"client closed the connection\"",
-                );
-                return None;
-            }
-            Ok(n) => n,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                connection.log(&format!(
-                    "event=disconnected phase=handshake reason=\"handshake not finished within {}s\"",
-                    limit.as_secs_f64()
-                ));
-                return None;
-            }
-            Err(e) => {
-                connection.log(&format!("event=disconnected phase=handshake error=\"{e}\""));
-                return None;
-            }
-        };
+        let received = read_handshake(connection, &mut channel, &mut buffer[..wanted], limit)?;
         let event = match handshake.receive(&buffer[..received]) {
             Ok((_, event)) => event,
             Err(e) => {
@@ -128,6 +104,41 @@ fn negotiate(
                 let _ = channel.stream().set_read_timeout(None);
                 return Some((channel, negotiated));
             }
+        }
+    }
+}
+
+/// One read of the handshake into `buffer`: the bytes read, or None (and
+/// the reason logged) when the client closed the connection, the read
+/// failed or the handshake's time (`limit`) ran out.
+fn read_handshake(
+    connection: &Connection,
+    channel: &mut Channel,
+    buffer: &mut [u8],
+    limit: Duration,
+) -> Option<usize> {
+    match channel.read(buffer) {
+        Ok(0) => {
+            connection
+                .log("event=disconnected phase=handshake reason=\"client closed the connection\"");
+            None
+        }
+        Ok(n) => Some(n),
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+        {
+            connection.log(&format!(
+                "event=disconnected phase=handshake reason=\"handshake not finished within {}s\"",
+                limit.as_secs_f64()
+            ));
+            None
+        }
+        Err(e) => {
+            connection.log(&format!("event=disconnected phase=handshake error=\"{e}\""));
+            None
         }
     }
 }

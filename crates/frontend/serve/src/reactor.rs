@@ -385,50 +385,8 @@ impl Owned {
     fn consume(&mut self, slots: &mut Slots, index: usize) -> Step {
         let available = self.rx_end - self.rx_start;
         match &mut self.input {
-            Input::Header => {
-                if !self.reading || available < REQUEST_HEADER_BYTES {
-                    return Step::NeedBytes;
-                }
-                let bytes: &[u8; REQUEST_HEADER_BYTES] = self.rx
-                    [self.rx_start..self.rx_start + REQUEST_HEADER_BYTES]
-                    .try_into()
-                    .expect("header length");
-                let request = match RequestHeader::parse(bytes) {
-                    Ok(request) => request,
-                    Err(e) => {
-                        self.connection
-                            .log(&format!("event=bad-request reason=\"{e}\""));
-                        self.stop_reading(slots, "protocol violation".into());
-                        return Step::NeedBytes;
-                    }
-                };
-                if !self.accept(slots, index, request) {
-                    return Step::Stalled;
-                }
-                self.rx_start += REQUEST_HEADER_BYTES;
-                Step::Progress
-            }
-            Input::Payload { slot, request, got } => {
-                let (slot, request) = (*slot, *request);
-                let length = request.request.length;
-                let take = available.min((length - *got) as usize);
-                if take > 0 {
-                    let at = *got as usize;
-                    slots.queue.buffer_mut(slot)[at..at + take]
-                        .copy_from_slice(&self.rx[self.rx_start..self.rx_start + take]);
-                    self.rx_start += take;
-                    *got += take as u32;
-                }
-                if *got < length {
-                    return Step::NeedBytes;
-                }
-                self.input = Input::Header;
-                let submitted = slots.submit_request(slot, OpKind::Write, request);
-                if let Err(code) = submitted {
-                    self.answer_request(slots, &request, Err(code), Data::None);
-                }
-                Step::Progress
-            }
+            Input::Header => self.consume_header(slots, index, available),
+            Input::Payload { .. } => self.consume_payload(slots, available),
             Input::Skip { left } => {
                 let take = (available as u64).min(*left);
                 self.rx_start += take as usize;
@@ -439,34 +397,91 @@ impl Owned {
                 self.input = Input::Header;
                 Step::Progress
             }
-            Input::Collect { buffer, got, .. } => {
-                let take = available.min(buffer.len() - *got);
-                buffer[*got..*got + take]
-                    .copy_from_slice(&self.rx[self.rx_start..self.rx_start + take]);
-                self.rx_start += take;
-                *got += take;
-                if *got < buffer.len() {
-                    return Step::NeedBytes;
-                }
-                let Input::Collect {
-                    request,
-                    permit,
-                    buffer,
-                    unaligned,
-                    ..
-                } = std::mem::replace(&mut self.input, Input::Header)
-                else {
-                    unreachable!("matched above");
-                };
-                if unaligned {
-                    self.unaligned.write(request, permit, Some(buffer));
-                    self.start_unaligned(slots);
-                } else {
-                    slots.start(job(self, &request, Work::Write, buffer, permit));
-                }
-                Step::Progress
-            }
+            Input::Collect { .. } => self.consume_collect(slots, available),
         }
+    }
+
+    /// A request header at the front of the buffer: parsed and accepted.
+    fn consume_header(&mut self, slots: &mut Slots, index: usize, available: usize) -> Step {
+        if !self.reading || available < REQUEST_HEADER_BYTES {
+            return Step::NeedBytes;
+        }
+        let bytes: &[u8; REQUEST_HEADER_BYTES] = self.rx
+            [self.rx_start..self.rx_start + REQUEST_HEADER_BYTES]
+            .try_into()
+            .expect("header length");
+        let request = match RequestHeader::parse(bytes) {
+            Ok(request) => request,
+            Err(e) => {
+                self.connection
+                    .log(&format!("event=bad-request reason=\"{e}\""));
+                self.stop_reading(slots, "protocol violation".into());
+                return Step::NeedBytes;
+            }
+        };
+        if !self.accept(slots, index, request) {
+            return Step::Stalled;
+        }
+        self.rx_start += REQUEST_HEADER_BYTES;
+        Step::Progress
+    }
+
+    /// A write's payload arriving into its slot: submitted once whole.
+    fn consume_payload(&mut self, slots: &mut Slots, available: usize) -> Step {
+        let Input::Payload { slot, request, got } = &mut self.input else {
+            unreachable!("consume found a payload");
+        };
+        let (slot, request) = (*slot, *request);
+        let length = request.request.length;
+        let take = available.min((length - *got) as usize);
+        if take > 0 {
+            let at = *got as usize;
+            slots.queue.buffer_mut(slot)[at..at + take]
+                .copy_from_slice(&self.rx[self.rx_start..self.rx_start + take]);
+            self.rx_start += take;
+            *got += take as u32;
+        }
+        if *got < length {
+            return Step::NeedBytes;
+        }
+        self.input = Input::Header;
+        let submitted = slots.submit_request(slot, OpKind::Write, request);
+        if let Err(code) = submitted {
+            self.answer_request(slots, &request, Err(code), Data::None);
+        }
+        Step::Progress
+    }
+
+    /// A write's payload collected into a buffer of its own: started as a
+    /// job (or as an unaligned write) once whole.
+    fn consume_collect(&mut self, slots: &mut Slots, available: usize) -> Step {
+        let Input::Collect { buffer, got, .. } = &mut self.input else {
+            unreachable!("consume found a collected payload");
+        };
+        let take = available.min(buffer.len() - *got);
+        buffer[*got..*got + take].copy_from_slice(&self.rx[self.rx_start..self.rx_start + take]);
+        self.rx_start += take;
+        *got += take;
+        if *got < buffer.len() {
+            return Step::NeedBytes;
+        }
+        let Input::Collect {
+            request,
+            permit,
+            buffer,
+            unaligned,
+            ..
+        } = std::mem::replace(&mut self.input, Input::Header)
+        else {
+            unreachable!("matched above");
+        };
+        if unaligned {
+            self.unaligned.write(request, permit, Some(buffer));
+            self.start_unaligned(slots);
+        } else {
+            slots.start(job(self, &request, Work::Write, buffer, permit));
+        }
+        Step::Progress
     }
 
     /// Take one request whose header is at the front of the buffer; false
@@ -545,36 +560,7 @@ impl Owned {
             return self.succeed_at_once(slots, &request);
         }
         if request.command != Command::Flush && request.length > slots.slot_bytes {
-            // Longer than a slot: a job, split into slot-sized pieces.
-            if !slots.has_free_active() || !self.connection.try_acquire(bytes) {
-                return false;
-            }
-            let work = match request.command {
-                Command::Read => Work::Read,
-                Command::Write => Work::Write,
-                Command::Trim => Work::Discard,
-                _ => Work::Zero,
-            };
-            let buffer = if with_data {
-                self.connection.buffer(request.length)
-            } else {
-                Vec::new()
-            };
-            if work == Work::Write {
-                expect_body(
-                    self,
-                    Input::Collect {
-                        request,
-                        permit: bytes,
-                        buffer,
-                        got: 0,
-                        unaligned: false,
-                    },
-                );
-            } else {
-                slots.start(job(self, &request, work, buffer, bytes));
-            }
-            return true;
+            return self.accept_as_job(slots, request, with_data, bytes);
         }
         if !slots.has_free_slot() || !self.connection.try_acquire(bytes) {
             return false;
@@ -584,7 +570,9 @@ impl Owned {
             request,
             permit_bytes: bytes,
         };
-        let slot = slots.take_slot(SlotUse::Receiving).expect("a free slot");
+        let Some(slot) = slots.take_slot(SlotUse::Receiving) else {
+            panic!("invariant: has_free_slot() was checked above");
+        };
         let op = match request.command {
             Command::Write => {
                 expect_body(
@@ -609,6 +597,64 @@ impl Owned {
             self.answer_request(slots, &slot_request, Err(code), Data::None);
         }
         true
+    }
+
+    /// A request longer than a slot: a job, split into slot-sized pieces
+    /// (a write's payload collected first); false when it must wait for
+    /// room.
+    fn accept_as_job(
+        &mut self,
+        slots: &mut Slots,
+        request: RequestHeader,
+        with_data: bool,
+        bytes: u64,
+    ) -> bool {
+        if !slots.has_free_active() || !self.connection.try_acquire(bytes) {
+            return false;
+        }
+        let work = match request.command {
+            Command::Read => Work::Read,
+            Command::Write => Work::Write,
+            Command::Trim => Work::Discard,
+            _ => Work::Zero,
+        };
+        let buffer = if with_data {
+            self.connection.buffer(request.length)
+        } else {
+            Vec::new()
+        };
+        if work == Work::Write {
+            self.collect_payload(request, bytes, buffer, false);
+        } else {
+            slots.start(job(self, &request, work, buffer, bytes));
+        }
+        true
+    }
+
+    /// Write `request`'s payload follows: collected into `buffer` (of its
+    /// length), then started as a job (`unaligned`: as an unaligned write).
+    fn collect_payload(
+        &mut self,
+        request: RequestHeader,
+        permit: u64,
+        buffer: Vec<u8>,
+        unaligned: bool,
+    ) {
+        assert_eq!(
+            buffer.len(),
+            request.length as usize,
+            "invariant: a write's payload buffer is as long as the write"
+        );
+        expect_body(
+            self,
+            Input::Collect {
+                request,
+                permit,
+                buffer,
+                got: 0,
+                unaligned,
+            },
+        );
     }
 
     /// A data request not aligned to the block size: jobs of this worker
@@ -648,16 +694,7 @@ impl Owned {
             }
             Command::Write => {
                 let buffer = self.connection.buffer(request.length);
-                expect_body(
-                    self,
-                    Input::Collect {
-                        request,
-                        permit: bytes,
-                        buffer,
-                        got: 0,
-                        unaligned: true,
-                    },
-                );
+                self.collect_payload(request, bytes, buffer, true);
             }
             _ => {
                 self.unaligned.write(request, bytes, None);
@@ -876,7 +913,9 @@ impl Owned {
             }
             bytes -= left;
             self.tx_sent = 0;
-            let reply = self.tx.pop_front().expect("front reply");
+            let Some(reply) = self.tx.pop_front() else {
+                panic!("invariant: the reply being sent is at the front of tx");
+            };
             self.settle(slots, reply);
             completed = true;
         }

@@ -132,19 +132,23 @@ pub fn start(
         control,
     };
     server.spawn_threads()?;
-    server.shared.log(&format!(
+    log_listening(&server.shared);
+    Ok(server)
+}
+
+/// The log line that says the server is up: where, what and how.
+fn log_listening(shared: &Shared) {
+    shared.log(&format!(
         "event=listening addresses={:?} size_bytes={} read_only={} target=\"{}\"",
-        server
-            .shared
+        shared
             .listening
             .iter()
             .map(|a| a.to_string())
             .collect::<Vec<_>>(),
-        server.shared.size_bytes,
-        server.shared.read_only,
-        server.shared.target_description
+        shared.size_bytes,
+        shared.read_only,
+        shared.target_description
     ));
-    Ok(server)
 }
 
 fn bind_all(addresses: &[ListenAddress]) -> Result<Vec<Arc<Listener>>, Error> {

@@ -87,11 +87,19 @@ impl Slots {
     /// A free slot, taken for `use_`.
     pub(crate) fn take_slot(&mut self, use_: SlotUse) -> Option<u32> {
         let slot = self.free_slots.pop()?;
+        assert!(
+            matches!(self.uses[slot as usize], SlotUse::Free),
+            "invariant: slot {slot} on the free list is free"
+        );
         self.uses[slot as usize] = use_;
         Some(slot)
     }
 
     pub(crate) fn free_slot(&mut self, slot: u32) {
+        assert!(
+            !matches!(self.uses[slot as usize], SlotUse::Free),
+            "invariant: slot {slot} is freed once"
+        );
         self.uses[slot as usize] = SlotUse::Free;
         self.free_slots.push(slot);
     }
@@ -177,8 +185,16 @@ impl Slots {
     }
 
     fn submit_piece(&mut self, index: usize) {
-        let slot = self.free_slots.pop().expect("free slot");
-        let active = self.actives[index].as_mut().expect("active job");
+        let Some(slot) = self.free_slots.pop() else {
+            panic!("invariant: submit_piece is called with a free slot");
+        };
+        assert!(
+            matches!(self.uses[slot as usize], SlotUse::Free),
+            "invariant: slot {slot} on the free list is free"
+        );
+        let Some(active) = self.actives[index].as_mut() else {
+            panic!("invariant: job {index} with pieces left is active");
+        };
         let at = active.next_piece;
         let len = (active.job.length - at).min(self.slot_bytes);
         active.next_piece += len;
@@ -251,23 +267,41 @@ impl Slots {
         for completion in completions.drain(..) {
             match self.uses[completion.slot as usize] {
                 SlotUse::Piece(piece) => {
-                    self.io_in_flight -= 1;
+                    self.io_done(completion.slot);
                     self.complete_piece(completion, piece);
                 }
                 SlotUse::Request(request) => {
-                    self.io_in_flight -= 1;
+                    self.io_done(completion.slot);
                     on_request(self, completion, request);
                 }
-                _ => {}
+                SlotUse::Free | SlotUse::Receiving | SlotUse::Sending => panic!(
+                    "invariant: a completion (slot {}) matches an operation submitted on it",
+                    completion.slot
+                ),
             }
         }
         self.completions = completions;
         any
     }
 
+    /// One submitted operation (slot `slot`) came back.
+    fn io_done(&mut self, slot: u32) {
+        assert!(
+            self.io_in_flight > 0,
+            "invariant: a completion (slot {slot}) has an operation in flight"
+        );
+        self.io_in_flight -= 1;
+    }
+
     fn complete_piece(&mut self, completion: Completion, piece: Piece) {
         self.free_slot(completion.slot);
-        let active = self.actives[piece.active].as_mut().expect("active job");
+        let Some(active) = self.actives[piece.active].as_mut() else {
+            panic!("invariant: a piece's job stays active until its last piece is back");
+        };
+        assert!(
+            active.outstanding > 0,
+            "invariant: a piece completes only while its job has pieces outstanding"
+        );
         active.outstanding -= 1;
         match completion.result {
             Ok(moved) if moved == piece.len => {
@@ -294,7 +328,13 @@ impl Slots {
         if !done {
             return;
         }
-        let active = self.actives[index].take().expect("active job");
+        let Some(active) = self.actives[index].take() else {
+            panic!("invariant: a finished job was active");
+        };
+        assert!(
+            self.active_count > 0,
+            "invariant: active_count counts this job"
+        );
         self.active_count -= 1;
         let result = active.error.map_or(Ok(()), Err);
         let owner = Arc::clone(&active.job.owner);

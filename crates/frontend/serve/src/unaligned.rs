@@ -58,10 +58,9 @@ impl RangeLocks {
     /// Give back a range [`RangeLocks::try_take`] gave.
     pub(crate) fn release(&self, start: u64, end: u64) {
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        let at = held
-            .iter()
-            .position(|&r| r == (start, end))
-            .expect("a range is released once, by its holder");
+        let Some(at) = held.iter().position(|&r| r == (start, end)) else {
+            panic!("invariant: range {start}..{end} is released once, by its holder");
+        };
         held.swap_remove(at);
     }
 }
@@ -270,13 +269,27 @@ impl Unaligned {
         out: &mut Vec<Io>,
     ) -> Option<Answer> {
         let id = io.id as usize;
-        let patch = self.patches[id].as_mut().expect("a request in flight");
+        let Some(patch) = self.patches[id].as_mut() else {
+            panic!("invariant: an I/O's request {id} is in flight until its last I/O ends");
+        };
+        assert_eq!(
+            io.buffer.len(),
+            io.length as usize,
+            "invariant: an I/O's buffer is as long as the I/O"
+        );
+        assert!(
+            io.offset >= patch.start
+                && io.offset + u64::from(io.length) <= patch.start + u64::from(patch.len),
+            "invariant: request {id}'s I/O lies inside its block-aligned range"
+        );
         if let Err(code) = result {
             patch.error.get_or_insert(code);
         }
         match patch.phase {
             Phase::Reading => {
-                let patch = self.patches[id].take().expect("the request above");
+                let Some(patch) = self.patches[id].take() else {
+                    unreachable!("request {id} was found above");
+                };
                 let data = patch.error.is_none().then(|| {
                     let mut data = io.buffer;
                     let skip = (patch.request.offset - patch.start) as usize;
@@ -292,6 +305,7 @@ impl Unaligned {
                 })
             }
             Phase::Filling { left } => {
+                assert!(left > 0, "invariant: a filling write waits for its reads");
                 let at = (io.offset - patch.start) as usize;
                 patch.buffer[at..at + io.length as usize].copy_from_slice(&io.buffer);
                 patch.phase = Phase::Filling { left: left - 1 };
@@ -312,7 +326,9 @@ impl Unaligned {
 
     /// A write is done: its range is given back.
     fn done(&mut self, locks: &RangeLocks, id: usize) -> Answer {
-        let patch = self.patches[id].take().expect("a request in flight");
+        let Some(patch) = self.patches[id].take() else {
+            panic!("invariant: a request is done once");
+        };
         locks.release(patch.start, patch.start + u64::from(patch.len));
         Answer {
             request: patch.request,

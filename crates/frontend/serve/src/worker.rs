@@ -128,8 +128,10 @@ impl WorkerPool {
         let handle = self
             .handles
             .iter()
-            .min_by_key(|h| h.owned.load(Ordering::Relaxed))
-            .expect("at least one worker");
+            .min_by_key(|h| h.owned.load(Ordering::Relaxed));
+        let Some(handle) = handle else {
+            panic!("invariant: a worker pool has at least one worker");
+        };
         handle.owned.fetch_add(1, Ordering::Relaxed);
         handle.handoffs.lock().expect("handoffs").push(handoff);
         handle.poke();
@@ -339,8 +341,14 @@ impl Worker {
             if !entry.as_ref().is_some_and(Owned::has_ended) {
                 continue;
             }
-            let conn = entry.take().expect("ended connection");
-            owned_count.fetch_sub(1, Ordering::Relaxed);
+            let Some(conn) = entry.take() else {
+                panic!("invariant: the entry was checked to hold an ended connection");
+            };
+            let before = owned_count.fetch_sub(1, Ordering::Relaxed);
+            assert!(
+                before > 0,
+                "invariant: the owned count counts this connection"
+            );
             conn.close();
             any = true;
         }

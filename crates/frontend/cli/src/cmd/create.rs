@@ -87,6 +87,52 @@ pub fn run(args: &CreateArgs, direct: bool) -> Result<u8> {
             level.md_name()
         );
     }
+    let options = CreateOptions {
+        level,
+        chunk_bytes: args.chunk.unwrap_or(CHUNK_BYTES_DEFAULT),
+        name: args.name.clone(),
+        size_bytes: args.size,
+        force: args.force,
+        direct,
+        bitmap: bitmap_choice(args)?,
+    };
+    let mut members = args.members.clone();
+    members.extend(args.write_journal.iter().cloned());
+    let array = create_with_spares(&members, args.spares, &options)?;
+    let detail = info::detail(&array);
+    let needs_resync = array.resync_from().is_some();
+    array.close()?;
+    if needs_resync {
+        eprintln!(
+            "nvraid: the members held other bytes, so the parity does not match them yet: \
+             `nvraid repair` computes it (`nvraid serve` does it in the background); until \
+             then the array cannot lose a member"
+        );
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&detail)?);
+    } else {
+        println!(
+            "nvraid: created {} array {} ({}) of {} members{}, {}",
+            detail.level_name(),
+            detail.uuid,
+            detail.name,
+            detail.raid_disks,
+            if args.spares > 0 {
+                format!(" and {} spares", args.spares)
+            } else {
+                String::new()
+            },
+            bytes_text(detail.size_bytes)
+        );
+    }
+    Ok(0)
+}
+
+/// What keeps the array consistent after a crash, from
+/// `--consistency-policy`, `--bitmap`, `--bitmap-chunk` and
+/// `--write-journal` (contradictions refused).
+fn bitmap_choice(args: &CreateArgs) -> Result<nvraid_array::BitmapChoice> {
     let policy = match (args.consistency_policy.as_deref(), &args.write_journal) {
         (Some("journal"), None) => {
             bail!("--consistency-policy journal needs --write-journal MEMBER")
@@ -123,7 +169,7 @@ pub fn run(args: &CreateArgs, direct: bool) -> Result<u8> {
             bail!("unknown --consistency-policy {other:?}: use bitmap, resync, ppl or journal")
         }
     };
-    let bitmap = match (bitmap_arg, args.bitmap_chunk) {
+    Ok(match (bitmap_arg, args.bitmap_chunk) {
         (Some("ppl"), _) => nvraid_array::BitmapChoice::Ppl,
         (Some("journal"), _) => nvraid_array::BitmapChoice::Journal,
         (None, None) => nvraid_array::BitmapChoice::Auto,
@@ -135,45 +181,5 @@ pub fn run(args: &CreateArgs, direct: bool) -> Result<u8> {
             bail!("--bitmap-chunk needs a bitmap; it cannot go with --bitmap none")
         }
         (Some(other), _) => bail!("unknown --bitmap {other:?}: use internal or none"),
-    };
-    let options = CreateOptions {
-        level,
-        chunk_bytes: args.chunk.unwrap_or(CHUNK_BYTES_DEFAULT),
-        name: args.name.clone(),
-        size_bytes: args.size,
-        force: args.force,
-        direct,
-        bitmap,
-    };
-    let mut members = args.members.clone();
-    members.extend(args.write_journal.iter().cloned());
-    let array = create_with_spares(&members, args.spares, &options)?;
-    let detail = info::detail(&array);
-    let needs_resync = array.resync_from().is_some();
-    array.close()?;
-    if needs_resync {
-        eprintln!(
-            "nvraid: the members held other bytes, so the parity does not match them yet: \
-             `nvraid repair` computes it (`nvraid serve` does it in the background); until \
-             then the array cannot lose a member"
-        );
-    }
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&detail)?);
-    } else {
-        println!(
-            "nvraid: created {} array {} ({}) of {} members{}, {}",
-            detail.level_name(),
-            detail.uuid,
-            detail.name,
-            detail.raid_disks,
-            if args.spares > 0 {
-                format!(" and {} spares", args.spares)
-            } else {
-                String::new()
-            },
-            bytes_text(detail.size_bytes)
-        );
-    }
-    Ok(0)
+    })
 }

@@ -71,33 +71,39 @@ pub fn print_text(d: &info::ArrayDetail) {
         let role = m.role.map_or("-".into(), |r| r.to_string());
         let events = m.events.map_or("-".into(), |e| e.to_string());
         let direct = m.direct_io.map_or("-", |d| if d { "yes" } else { "no" });
-        let mut notes = Vec::new();
-        if let Some(reason) = &m.reason {
-            notes.push(reason.clone());
-        }
-        if let Some(in_sync) = m.in_sync_bytes {
-            notes.push(format!(
-                "being recovered: in sync below {}, read from the other copies above",
-                bytes_text(in_sync)
-            ));
-        }
-        if !m.bad_ranges.is_empty() {
-            let ranges: Vec<String> = m
-                .bad_ranges
-                .iter()
-                .map(|(s, e)| format!("{s}..{e}"))
-                .collect();
-            notes.push(format!("bad blocks (never read): {}", ranges.join(", ")));
-        }
-        let notes = if notes.is_empty() {
-            String::new()
-        } else {
-            format!("  ({})", notes.join("; "))
-        };
         println!(
-            "  {role:>4}  {:<10}  {events:>8}  {direct:<6}  {}{notes}",
+            "  {role:>4}  {:<10}  {events:>8}  {direct:<6}  {}{}",
             m.state,
-            m.path.as_deref().unwrap_or("(missing)")
+            m.path.as_deref().unwrap_or("(missing)"),
+            member_notes(m)
         );
+    }
+}
+
+/// What the member table says after a member's path: why it is out, how
+/// far its recovery is, its bad blocks ("" when nothing).
+fn member_notes(m: &info::MemberDetail) -> String {
+    let mut notes = Vec::new();
+    if let Some(reason) = &m.reason {
+        notes.push(reason.clone());
+    }
+    if let Some(in_sync) = m.in_sync_bytes {
+        notes.push(format!(
+            "being recovered: in sync below {}, read from the other copies above",
+            bytes_text(in_sync)
+        ));
+    }
+    if !m.bad_ranges.is_empty() {
+        let ranges: Vec<String> = m
+            .bad_ranges
+            .iter()
+            .map(|(s, e)| format!("{s}..{e}"))
+            .collect();
+        notes.push(format!("bad blocks (never read): {}", ranges.join(", ")));
+    }
+    if notes.is_empty() {
+        String::new()
+    } else {
+        format!("  ({})", notes.join("; "))
     }
 }

@@ -365,27 +365,7 @@ pub fn role_of(array: &nvraid_array::Array, spec: &str) -> Result<usize> {
 pub fn add(args: &AddArgs, direct: bool) -> Result<u8> {
     let spec = &args.new.spec;
     if let Some(socket) = &args.socket {
-        let reply = nvraid_serve::request(
-            socket,
-            &serde_json::json!({"command": "add", "member": spec, "force": args.new.force}),
-        )?;
-        if reply["spare"] == true {
-            eprintln!("nvraid: {spec} added to the server's array as a spare");
-        } else {
-            eprintln!(
-                "nvraid: {spec} {} role {}; rebuilding in the server (see `nvraid status`)",
-                if reply["re_added"] == true {
-                    "re-added in"
-                } else {
-                    "takes"
-                },
-                reply["role"]
-            );
-        }
-        if args.new.json {
-            println!("{reply}");
-        }
-        return Ok(0);
+        return add_through_server(socket, args);
     }
     if args.members.contains(spec) {
         bail!("{spec}: given both as --new and as a member");
@@ -432,6 +412,33 @@ pub fn add(args: &AddArgs, direct: bool) -> Result<u8> {
             Added::Recovering { .. } => "rebuilt",
         },
     )
+}
+
+/// `add --socket`: the running server adds the member (and rebuilds
+/// it beside its clients).
+fn add_through_server(socket: &std::path::Path, args: &AddArgs) -> Result<u8> {
+    let spec = &args.new.spec;
+    let reply = nvraid_serve::request(
+        socket,
+        &serde_json::json!({"command": "add", "member": spec, "force": args.new.force}),
+    )?;
+    if reply["spare"] == true {
+        eprintln!("nvraid: {spec} added to the server's array as a spare");
+    } else {
+        eprintln!(
+            "nvraid: {spec} {} role {}; rebuilding in the server (see `nvraid status`)",
+            if reply["re_added"] == true {
+                "re-added in"
+            } else {
+                "takes"
+            },
+            reply["role"]
+        );
+    }
+    if args.new.json {
+        println!("{reply}");
+    }
+    Ok(0)
 }
 
 pub fn rebuild(args: &RebuildArgs, direct: bool) -> Result<u8> {

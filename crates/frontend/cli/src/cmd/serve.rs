@@ -3,7 +3,7 @@
 
 use anyhow::{Context, Result};
 use clap::Args;
-use nvraid_array::recovery::online::{background_resync, Online, ResyncState};
+use nvraid_array::recovery::online::{background_resync, Log, Online, ResyncState};
 use nvraid_array::{assemble, info, Array, AssembleOptions};
 use nvraid_bench::cli::Engine;
 use nvraid_cache::journal::JournalLog;
@@ -92,6 +92,89 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
     let writable = !options.read_only;
     // Every check of the cache's flags and the journal member comes before
     // the array is assembled for writing (or md's journal added to it).
+    check_cache_flags(args, writable)?;
+    let (members, journal) = settle_md_journal(args, direct)?;
+    let md_journal = args.cache == CacheChoice::Journal && cache::has_md_journal(&members, direct);
+    let journal_member =
+        check_cache_journal(args, &members, journal.as_deref(), md_journal, direct)?;
+    let array = Arc::new(assemble(
+        &members,
+        AssembleOptions {
+            writable,
+            direct,
+            allow_degraded: true,
+        },
+    )?);
+    let resync = Arc::new(std::sync::Mutex::new(ResyncState::default()));
+    let pace = match args.rebuild_speed {
+        Some((min, max)) => (Some(min * 1_000_000), Some(max * 1_000_000)),
+        None => (Some(DEFAULT_REBUILD_MIN), None),
+    };
+    let log: Log = Arc::new(|line: &str| eprintln!("{line}"));
+    let online = Online::new(array.clone(), pace, direct, log.clone());
+    configure(&mut options, &array, &resync, &online);
+    let (target, cache) = serving_target(args, journal_member, &array, &mut options)?;
+    let shutdown = ShutdownHandle::new();
+    watch_signals(shutdown.clone())?;
+    eprintln!(
+        "nvraid: serving {} ({} bytes) until SIGINT/SIGTERM",
+        target.describe(),
+        target.size_bytes(),
+    );
+    let helpers = Helpers {
+        array: &array,
+        online: &online,
+        resync: &resync,
+        log: &log,
+    };
+    let served = serve_with_helpers(args, helpers, writable, target, options, shutdown);
+    // Cached writes go to the members (and the journal is emptied) before
+    // the array can be marked clean.
+    if let Some(cache) = cache {
+        cache
+            .close()
+            .context("writing the cache back; the array is left dirty")?;
+    }
+    // The server has stopped, finished in-flight requests and flushed; only
+    // then is the array marked clean.
+    served.context("the NBD server failed; the array is left as it is")?;
+    drop(online);
+    let array = Arc::try_unwrap(array)
+        .map_err(|_| anyhow::anyhow!("array still in use after the server stopped"))?;
+    array.close()?;
+    eprintln!("nvraid: stopped; array flushed and closed");
+    Ok(0)
+}
+
+/// The write cache `serve --cache` puts in front of the array.
+type Cache = Arc<nvraid_cache::CachedTarget>;
+
+/// What the server serves: the array's fast path, or the cache `--cache`
+/// asks for over it (then also returned, to be closed after the server).
+fn serving_target(
+    args: &ServeCmd,
+    journal_member: Option<cache::JournalMember>,
+    array: &Arc<Array>,
+    options: &mut ServeOptions,
+) -> Result<(Arc<dyn Target>, Option<Cache>)> {
+    let target: Arc<dyn Target> = nvraid_bench::array_target(array.clone(), args.engine);
+    let cache = start_cache(args, journal_member, array, target.clone())?;
+    // (The array's own target is dropped here when a cache wraps it: the
+    // array must be free again once the cache is closed.)
+    let target: Arc<dyn Target> = match &cache {
+        Some(cache) => {
+            drop(target);
+            report_cache(options, cache.clone());
+            cache.clone()
+        }
+        None => target,
+    };
+    Ok((target, cache))
+}
+
+/// `--journal` and `--cache-dirty-max` checked against `--cache` and the
+/// export's mode.
+fn check_cache_flags(args: &ServeCmd, writable: bool) -> Result<()> {
     match (args.cache, &args.journal) {
         (CacheChoice::None | CacheChoice::Writeback, Some(_)) => {
             anyhow::bail!("--journal is only for --cache journal")
@@ -110,31 +193,50 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
             args.cache_dirty_max.unwrap_or(0)
         );
     }
-    // On RAID 4/5/6 the journal is md's: added to the array (its
-    // superblocks) the first time, named with the members after that.
+    Ok(())
+}
+
+/// On RAID 4/5/6 the journal is md's: added to the array (its
+/// superblocks) the first time, named with the members after that. The
+/// members to assemble, and the journal left for the cache's own format
+/// (None when md's took it).
+fn settle_md_journal(args: &ServeCmd, direct: bool) -> Result<(Vec<String>, Option<String>)> {
     let mut members = args.members.clone();
-    let mut journal = args.journal.clone();
-    if let Some(spec) = journal.as_deref() {
-        if let Some(add) = cache::md_journal_plan(spec, &members, direct) {
-            if add {
-                let added = nvraid_array::add_journal(
-                    &members,
-                    spec,
-                    nvraid_array::AddJournalOptions {
-                        direct,
-                        force: args.force,
-                    },
-                )?;
-                crate::cmd::manage::print_journal_added(&added);
-            }
-            if !members.iter().any(|m| m == spec) {
-                members.push(spec.to_string());
-            }
-            journal = None;
-        }
+    let Some(spec) = args.journal.as_deref() else {
+        return Ok((members, None));
+    };
+    let Some(add) = cache::md_journal_plan(spec, &members, direct) else {
+        return Ok((members, Some(spec.to_string())));
+    };
+    if add {
+        let added = nvraid_array::add_journal(
+            &members,
+            spec,
+            nvraid_array::AddJournalOptions {
+                direct,
+                force: args.force,
+            },
+        )?;
+        crate::cmd::manage::print_journal_added(&added);
     }
-    let md_journal = args.cache == CacheChoice::Journal && cache::has_md_journal(&members, direct);
-    match (args.cache, &journal) {
+    if !members.iter().any(|m| m == spec) {
+        members.push(spec.to_string());
+    }
+    Ok((members, None))
+}
+
+/// `--cache journal`'s log: md's write journal of the array (`md_journal`),
+/// or the `--journal` member, opened and checked; refused on a degraded
+/// array with md's journal. Decided from the superblocks, before anything
+/// is written.
+fn check_cache_journal(
+    args: &ServeCmd,
+    members: &[String],
+    journal: Option<&str>,
+    md_journal: bool,
+    direct: bool,
+) -> Result<Option<cache::JournalMember>> {
+    match (args.cache, journal) {
         (CacheChoice::Journal, None) if !md_journal => anyhow::bail!(
             "--cache journal needs --journal MEMBER (or an array created with --write-journal, \
              whose journal it then uses)"
@@ -146,55 +248,48 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
         ),
         _ => {}
     }
-    let journal_member = match &journal {
-        Some(spec) => Some(cache::check_journal(spec, &members, args.force, direct)?),
+    let journal_member = match journal {
+        Some(spec) => Some(cache::check_journal(spec, members, args.force, direct)?),
         None => None,
     };
-    if md_journal && cache::would_be_degraded(&members, direct)? {
+    if md_journal && cache::would_be_degraded(members, direct)? {
         // md turns its write-back mode off on a degraded array; so does
-        // nvraid, before it starts. Decided from the superblocks, before
-        // anything is written.
+        // nvraid, before it starts.
         anyhow::bail!(
             "--cache journal on md's write journal needs every member, and the array is \
              degraded: serve it without --cache (md's journal then logs every write with \
              its parity), or rebuild it first"
         );
     }
-    let array = Arc::new(assemble(
-        &members,
-        AssembleOptions {
-            writable,
-            direct,
-            allow_degraded: true,
-        },
-    )?);
-    let resync = Arc::new(std::sync::Mutex::new(ResyncState::default()));
-    let pace = match args.rebuild_speed {
-        Some((min, max)) => (Some(min * 1_000_000), Some(max * 1_000_000)),
-        None => (Some(DEFAULT_REBUILD_MIN), None),
-    };
-    let log: nvraid_array::recovery::online::Log = Arc::new(|line: &str| eprintln!("{line}"));
-    let online = Online::new(array.clone(), pace, direct, log.clone());
-    configure(&mut options, &array, &resync, &online);
-    let target: Arc<dyn Target> = nvraid_bench::array_target(array.clone(), args.engine);
-    let cache = start_cache(args, journal_member, &array, target.clone())?;
-    // (The array's own target is dropped here when a cache wraps it: the
-    // array must be free again once the cache is closed.)
-    let target: Arc<dyn Target> = match &cache {
-        Some(cache) => {
-            drop(target);
-            report_cache(&mut options, cache.clone());
-            cache.clone()
-        }
-        None => target,
-    };
-    let shutdown = ShutdownHandle::new();
-    watch_signals(shutdown.clone())?;
-    eprintln!(
-        "nvraid: serving {} ({} bytes) until SIGINT/SIGTERM",
-        target.describe(),
-        target.size_bytes(),
-    );
+    Ok(journal_member)
+}
+
+/// What runs beside the server of an array.
+struct Helpers<'a> {
+    array: &'a Arc<Array>,
+    online: &'a Arc<Online>,
+    resync: &'a Arc<std::sync::Mutex<ResyncState>>,
+    log: &'a Log,
+}
+
+/// Serves `target` until `shutdown`, with the array's helper threads
+/// beside the server: the background resync of an array that came up
+/// dirty, md's bitmap daemon, the recovery thread. Each is stopped once
+/// the server has.
+fn serve_with_helpers(
+    args: &ServeCmd,
+    helpers: Helpers<'_>,
+    writable: bool,
+    target: Arc<dyn Target>,
+    options: ServeOptions,
+    shutdown: ShutdownHandle,
+) -> Result<(), nvraid_serve::Error> {
+    let Helpers {
+        array,
+        online,
+        resync,
+        log,
+    } = helpers;
     // An array that came up dirty is resynced beside the clients (md's
     // rule), one region at a time held against their writes.
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -205,7 +300,7 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
         std::thread::spawn(move || background_resync(&array, max_rate, &stop, &state, &*log))
     });
     // md's bitmap daemon: clears write-intent bits of regions left idle.
-    let bitmap_daemon = nvraid_array::BitmapDaemon::start(&array);
+    let bitmap_daemon = nvraid_array::BitmapDaemon::start(array);
     // Rebuilds beside the clients, hot spares taking over.
     let recovery_thread = online.start();
     let served = nvraid_serve::serve(target, options, shutdown);
@@ -218,22 +313,7 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
     if let Some(thread) = resync_thread {
         let _ = thread.join();
     }
-    // Cached writes go to the members (and the journal is emptied) before
-    // the array can be marked clean.
-    if let Some(cache) = cache {
-        cache
-            .close()
-            .context("writing the cache back; the array is left dirty")?;
-    }
-    // The server has stopped, finished in-flight requests and flushed; only
-    // then is the array marked clean.
-    served.context("the NBD server failed; the array is left as it is")?;
-    drop(online);
-    let array = Arc::try_unwrap(array)
-        .map_err(|_| anyhow::anyhow!("array still in use after the server stopped"))?;
-    array.close()?;
-    eprintln!("nvraid: stopped; array flushed and closed");
-    Ok(0)
+    served
 }
 
 /// The cache `--cache` asks for over `target`, the journal replayed or
