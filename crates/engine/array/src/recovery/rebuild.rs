@@ -372,8 +372,9 @@ fn rebuild_role(
                 .map_err(target_error)?;
             keep_to_rate(max_rate, end - from, started);
             if end < total && checkpoints.due() {
-                target.member.flush().map_err(target_error)?;
-                array.checkpoint_recovery(role, Some(end))?;
+                recovered_below(array, role, end, total, || {
+                    target.member.flush().map_err(target_error)
+                })?;
             }
             progress(Progress {
                 role: role as u32,
@@ -386,14 +387,33 @@ fn rebuild_role(
         }
         Ok::<(), Error>(())
     })?;
-    target.member.flush().map_err(target_error)?;
-    array.finish_recovery(role)?;
+    recovered_below(array, role, total, total, || {
+        target.member.flush().map_err(target_error)
+    })?;
     Ok(Rebuilt {
         role: role as u32,
         from_bytes: from,
         bytes: total - from,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// Record that `role`'s new member holds the array's data below `at` (of
+/// `total`): the member flushed first, then its `recovery_offset`
+/// checkpointed, or at the end the member recorded active.
+fn recovered_below(
+    array: &Array,
+    role: usize,
+    at: u64,
+    total: u64,
+    flush: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    flush()?;
+    if at >= total {
+        array.finish_recovery(role)
+    } else {
+        array.checkpoint_recovery(role, Some(at))
+    }
 }
 
 /// A rebuild's reader: fills the buffers of the pool (`empty`) with what
@@ -555,8 +575,9 @@ fn rebuild_stepwise(
         }
         at += len;
         if at < total && checkpoints.due() {
-            target.member.flush().map_err(target_error)?;
-            array.checkpoint_recovery(role, Some(at))?;
+            recovered_below(array, role, at, total, || {
+                target.member.flush().map_err(target_error)
+            })?;
         }
         progress(Progress {
             role: role as u32,
@@ -565,11 +586,11 @@ fn rebuild_stepwise(
             elapsed: started.elapsed(),
         });
     }
-    target.member.flush().map_err(target_error)?;
-    if at >= total {
-        array.finish_recovery(role)?;
-    } else if at > from {
-        array.checkpoint_recovery(role, Some(at))?;
+    let flush = || target.member.flush().map_err(target_error);
+    if at > from || at >= total {
+        recovered_below(array, role, at, total, flush)?;
+    } else {
+        flush()?;
     }
     Ok(Rebuilt {
         role: role as u32,
