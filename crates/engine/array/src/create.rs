@@ -493,8 +493,12 @@ fn check_sizes(plans: &[Plan], options: &CreateOptions) -> Result<u64> {
             });
         }
     }
-    let smallest = plans.iter().min_by_key(|p| p.size_bytes).expect("members");
-    let largest = plans.iter().max_by_key(|p| p.size_bytes).expect("members");
+    let (Some(smallest), Some(largest)) = (
+        plans.iter().min_by_key(|p| p.size_bytes),
+        plans.iter().max_by_key(|p| p.size_bytes),
+    ) else {
+        panic!("invariant: create plans at least one member (it refuses an empty member list)")
+    };
     // Members of unequal size: the array uses the smallest on all of them.
     // Like mdadm, more than 1% of difference needs the user's say-so, here
     // an explicit --size (which also caps every larger member).
