@@ -81,16 +81,68 @@ pub fn assemble(specs: &[String], options: AssembleOptions) -> Result<Array> {
     if specs.is_empty() {
         return Err(Error::NoMembers);
     }
+    // A member named twice is refused by name before any is opened (a
+    // writable open claims it, and the second open would find this very
+    // process holding the claim).
+    check_distinct_specs(specs)?;
+    let (found, unreadable) = read_superblocks(specs, options)?;
+    refuse_none_usable(&found, &unreadable)?;
+    warn_damaged(&unreadable);
+    check_distinct(&found)?;
+    let listed: Vec<(&str, &Superblock)> = found.iter().map(|(m, sb)| (m.spec(), sb)).collect();
+    let decision = decide(&listed)?;
+    let (ref_member, ref_sb) = &found[decision.reference];
+    let geometry = match raid0_sizes(&decision.roles, &found) {
+        Some(sizes) => raid0_geometry(ref_sb, ref_member.spec(), &sizes)?,
+        None => geometry_of(ref_sb, ref_member.spec())?,
+    };
+    if options.writable {
+        check_writable_width(&geometry, ref_member.spec())?;
+    }
+    for (role, placed) in decision.roles.iter().enumerate() {
+        if let Some(index) = placed {
+            let (member, sb) = &found[*index];
+            check_size(&geometry, role as u32, member, sb)?;
+        }
+    }
+    let has_journal = ref_sb.feature_map & features::JOURNAL != 0;
+    if has_journal && decision.journal.is_none() && options.writable {
+        // Nothing has been written: the members were only opened.
+        return Err(journal_not_given(ref_sb));
+    }
+    let (journal, slots, set_aside) = place_members(found, decision, has_journal)?;
+    check_startable(&geometry, &slots, options.allow_degraded)?;
+    let mut array = Array::new(geometry, slots, options.writable);
+    array.set_aside_members(set_aside.into_iter().chain(unreadable).collect());
+    if let Some(journal) = journal {
+        array.attach_md_journal(journal);
+    }
+    array.load_bitmap()?;
+    if has_journal && !options.writable {
+        warn_journal_unreplayed(&array)?;
+    }
+    replay_journal(&array)?;
+    if array.parity_shape().is_some() {
+        load_ppl(&mut array, options.writable)?;
+    }
+    Ok(array)
+}
+
+/// The members whose superblock was read, each with it.
+type Found = Vec<(Member, Superblock)>;
+
+/// Open every member and read its superblock: the members whose
+/// superblock can be used, and those left out (damaged or unreadable).
+fn read_superblocks(
+    specs: &[String],
+    options: AssembleOptions,
+) -> Result<(Found, Vec<SetAsideMember>)> {
     let open = OpenOptions {
         write: options.writable,
         create_bytes: None,
         direct: options.direct,
         ..Default::default()
     };
-    // A member named twice is refused by name before any is opened (a
-    // writable open claims it, and the second open would find this very
-    // process holding the claim).
-    check_distinct_specs(specs)?;
     let mut found = Vec::with_capacity(specs.len());
     let mut unreadable = Vec::new();
     for spec in specs {
@@ -128,17 +180,28 @@ pub fn assemble(specs: &[String], options: AssembleOptions) -> Result<Array> {
             Err(e) => return Err(e),
         }
     }
-    if found.is_empty() {
-        let what = unreadable
-            .iter()
-            .map(|m| format!("{} ({})", m.spec, m.reason.reason()))
-            .collect::<Vec<_>>()
-            .join("; ");
-        return Err(Error::NotStartable(format!(
-            "no member has a superblock that can be used ({what})"
-        )));
+    Ok((found, unreadable))
+}
+
+/// Refuse to start when no member's superblock could be used, naming each
+/// member and why it was left out.
+fn refuse_none_usable(found: &[(Member, Superblock)], unreadable: &[SetAsideMember]) -> Result<()> {
+    if !found.is_empty() {
+        return Ok(());
     }
-    for m in &unreadable {
+    let what = unreadable
+        .iter()
+        .map(|m| format!("{} ({})", m.spec, m.reason.reason()))
+        .collect::<Vec<_>>()
+        .join("; ");
+    Err(Error::NotStartable(format!(
+        "no member has a superblock that can be used ({what})"
+    )))
+}
+
+/// Warn about each member set aside for a damaged superblock.
+fn warn_damaged(unreadable: &[SetAsideMember]) {
+    for m in unreadable {
         if let SetAside::Invalid { error } = &m.reason {
             eprintln!(
                 "nvraid: warning: {}: {error}; set aside (its superblock is damaged)",
@@ -146,63 +209,83 @@ pub fn assemble(specs: &[String], options: AssembleOptions) -> Result<Array> {
             );
         }
     }
-    check_distinct(&found)?;
-    let listed: Vec<(&str, &Superblock)> = found.iter().map(|(m, sb)| (m.spec(), sb)).collect();
-    let decision = decide(&listed)?;
-    let (ref_member, ref_sb) = &found[decision.reference];
-    let geometry = match raid0_sizes(&decision.roles, &found) {
-        Some(sizes) => raid0_geometry(ref_sb, ref_member.spec(), &sizes)?,
-        None => geometry_of(ref_sb, ref_member.spec())?,
-    };
-    if options.writable && geometry.level().parity_chunks() > 0 {
-        let data = geometry.members() - geometry.level().parity_chunks();
-        if data > crate::parity::DATA_BLOCKS_MAX {
-            // Nothing has been written: the members were only opened.
-            return Err(Error::Unsupported {
-                spec: ref_member.spec().into(),
-                what: format!(
-                    "writing to a {} array with {data} data chunks per stripe (nvraid writes at most {})",
-                    geometry.level(),
-                    crate::parity::DATA_BLOCKS_MAX
-                ),
-            });
-        }
+}
+
+/// A parity array nvraid can write: no more data chunks per stripe than it
+/// computes parity over (nothing has been written: the members were only
+/// opened).
+fn check_writable_width(geometry: &Geometry, spec: &str) -> Result<()> {
+    let parity = geometry.level().parity_chunks();
+    if parity == 0 {
+        return Ok(());
     }
-    for (role, placed) in decision.roles.iter().enumerate() {
-        if let Some(index) = placed {
-            let (member, sb) = &found[*index];
-            check_size(&geometry, role as u32, member, sb)?;
-        }
+    let data = geometry.members() - parity;
+    if data > crate::parity::DATA_BLOCKS_MAX {
+        return Err(Error::Unsupported {
+            spec: spec.into(),
+            what: format!(
+                "writing to a {} array with {data} data chunks per stripe (nvraid writes at most {})",
+                geometry.level(),
+                crate::parity::DATA_BLOCKS_MAX
+            ),
+        });
     }
-    let has_journal = ref_sb.feature_map & features::JOURNAL != 0;
-    if has_journal && decision.journal.is_none() && options.writable {
-        // Nothing has been written: the members were only opened.
-        if !ref_sb
-            .roles_raw
-            .iter()
-            .any(|&r| nvraid_metadata::Role::from_raw(r) == nvraid_metadata::Role::Journal)
-        {
-            // Its slot records it faulty: it failed at run time.
-            return Err(Error::NotStartable(
-                "the array's write journal failed (its members record it faulty), and writes \
-                 need a journal; give the array a new one \
-                 with `nvraid add-journal --journal NEW MEMBER...` (mdadm's --add-journal), \
-                 or assemble it read-only"
-                    .into(),
-            ));
-        }
-        return Err(Error::NotStartable(format!(
-            "the array has a write journal (md's JOURNAL feature) and its journal member \
-             was not given (or is stale): writes it holds would be lost and new ones \
-             would not be logged; name the journal member with the others (`{}` shows \
-             which device it is)",
-            "nvraid examine"
-        )));
+    Ok(())
+}
+
+/// Why a writable assembly of a journalled array without its journal is
+/// refused: the journal failed at run time, or it was not given.
+fn journal_not_given(ref_sb: &Superblock) -> Error {
+    if !ref_sb
+        .roles_raw
+        .iter()
+        .any(|&r| nvraid_metadata::Role::from_raw(r) == nvraid_metadata::Role::Journal)
+    {
+        // Its slot records it faulty: it failed at run time.
+        return Error::NotStartable(
+            "the array's write journal failed (its members record it faulty), and writes \
+             need a journal; give the array a new one \
+             with `nvraid add-journal --journal NEW MEMBER...` (mdadm's --add-journal), \
+             or assemble it read-only"
+                .into(),
+        );
     }
+    Error::NotStartable(format!(
+        "the array has a write journal (md's JOURNAL feature) and its journal member \
+         was not given (or is stale): writes it holds would be lost and new ones \
+         would not be logged; name the journal member with the others (`{}` shows \
+         which device it is)",
+        "nvraid examine"
+    ))
+}
+
+/// What [`place_members`] makes of the members read: the journal, the
+/// slot of each role (`None` where missing), and the members set aside.
+type Placed = (
+    Option<crate::parity::journal::MdJournal>,
+    Vec<Option<Slot>>,
+    Vec<SetAsideMember>,
+);
+
+/// Put each member where `decision` places it: the journal, a role's
+/// slot, or set aside with its reason.
+fn place_members(
+    found: Found,
+    decision: crate::decision::Decision,
+    has_journal: bool,
+) -> Result<Placed> {
     let mut taken: Vec<Option<(Member, Superblock)>> = found.into_iter().map(Some).collect();
-    let journal_slot = match decision.journal {
+    // `decide` names each member at most once, as the journal, in a role
+    // or set aside; every `take` below finds its member still there.
+    let mut take = |index: usize| {
+        let Some(member) = taken[index].take() else {
+            panic!("invariant: decide() places member {index} once (journal, role or set aside)")
+        };
+        member
+    };
+    let journal = match decision.journal {
         Some(index) => {
-            let (member, sb) = taken[index].take().expect("the journal once");
+            let (member, sb) = take(index);
             Some(crate::parity::journal::MdJournal::new(Slot::new(
                 member, sb,
             )?)?)
@@ -213,7 +296,7 @@ pub fn assemble(specs: &[String], options: AssembleOptions) -> Result<Array> {
     for placed in &decision.roles {
         slots.push(match placed {
             Some(index) => {
-                let (member, mut sb) = taken[*index].take().expect("placed once");
+                let (member, mut sb) = take(*index);
                 if has_journal {
                     // Array-wide features are the freshest superblock's (as
                     // md takes them): a member that `add_journal`, cut short,
@@ -231,41 +314,43 @@ pub fn assemble(specs: &[String], options: AssembleOptions) -> Result<Array> {
         .set_aside
         .into_iter()
         .map(|(index, reason)| {
-            let (member, superblock) = taken[index].take().expect("set aside once");
+            let (member, superblock) = take(index);
             SetAsideMember {
                 spec: member.spec().to_string(),
                 superblock: Some(superblock),
                 reason,
             }
         })
-        .chain(unreadable)
         .collect();
-    check_startable(&geometry, &slots, options.allow_degraded)?;
-    let mut array = Array::new(geometry, slots, options.writable);
-    array.set_aside_members(set_aside);
-    if let Some(journal) = journal_slot {
-        array.attach_md_journal(journal);
-    }
-    array.load_bitmap()?;
-    if has_journal && !options.writable {
-        match &array.md_journal {
-            None => eprintln!(
-                "nvraid: warning: the array's write journal was not given: reads return what \
-                 the members hold and miss writes only the journal has"
-            ),
-            Some(journal) => {
-                let pending = array.journal_data_only_stripes()?;
-                if pending > 0 {
-                    eprintln!(
-                        "nvraid: warning: the write journal {} holds data for {pending} stripes \
-                         not replayed yet (md's write-back mode): reads return what the members \
-                         hold until a writable assembly replays them",
-                        journal.spec()
-                    );
-                }
+    Ok((journal, slots, set_aside))
+}
+
+/// A read-only assembly of a journalled array: warn when reads may miss
+/// writes only the journal holds (journal not given, or not replayed).
+fn warn_journal_unreplayed(array: &Array) -> Result<()> {
+    match &array.md_journal {
+        None => eprintln!(
+            "nvraid: warning: the array's write journal was not given: reads return what \
+             the members hold and miss writes only the journal has"
+        ),
+        Some(journal) => {
+            let pending = array.journal_data_only_stripes()?;
+            if pending > 0 {
+                eprintln!(
+                    "nvraid: warning: the write journal {} holds data for {pending} stripes \
+                     not replayed yet (md's write-back mode): reads return what the members \
+                     hold until a writable assembly replays them",
+                    journal.spec()
+                );
             }
         }
     }
+    Ok(())
+}
+
+/// Replay md's write journal into the members (a writable assembly), and
+/// say what it wrote.
+fn replay_journal(array: &Array) -> Result<()> {
     if let Some(replay) = array.replay_md_journal()? {
         if replay.units > 0 {
             eprintln!(
@@ -275,30 +360,30 @@ pub fn assemble(specs: &[String], options: AssembleOptions) -> Result<Array> {
             );
         }
     }
-    if array.parity_shape().is_some() {
-        let replayed = array.load_ppl(options.writable)?;
-        if replayed > 0 {
-            eprintln!(
-                "nvraid: replayed {replayed} partial parity log entries (the array was not shut down cleanly)"
-            );
-        }
-        if options.writable
-            && array.ppl.is_none()
-            && array.resync_from().is_some()
-            && array.is_degraded()
-        {
-            // md refuses to start such an array unless forced; nvraid
-            // starts it (the missing member may be added back) and says so.
-            eprintln!(
-                "nvraid: warning: this {} was not shut down cleanly and runs degraded with no \
-                 partial parity log: a stripe being written at the crash may rebuild wrong bytes \
-                 for the missing member (the write hole; create RAID 5 with \
-                 --consistency-policy ppl to close it)",
-                array.geometry().level()
-            );
-        }
+    Ok(())
+}
+
+/// Load (and, writable, replay) a RAID 4/5/6's partial parity log; warn
+/// when an unclean, degraded array has none to close the write hole.
+fn load_ppl(array: &mut Array, writable: bool) -> Result<()> {
+    let replayed = array.load_ppl(writable)?;
+    if replayed > 0 {
+        eprintln!(
+            "nvraid: replayed {replayed} partial parity log entries (the array was not shut down cleanly)"
+        );
     }
-    Ok(array)
+    if writable && array.ppl.is_none() && array.resync_from().is_some() && array.is_degraded() {
+        // md refuses to start such an array unless forced; nvraid
+        // starts it (the missing member may be added back) and says so.
+        eprintln!(
+            "nvraid: warning: this {} was not shut down cleanly and runs degraded with no \
+             partial parity log: a stripe being written at the crash may rebuild wrong bytes \
+             for the missing member (the write hole; create RAID 5 with \
+             --consistency-policy ppl to close it)",
+            array.geometry().level()
+        );
+    }
+    Ok(())
 }
 
 /// No spec names a member another spec named (same text, or the same

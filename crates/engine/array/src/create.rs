@@ -91,41 +91,73 @@ fn bitmap_chunk(
     geometry: &Geometry,
     check_space: bool,
 ) -> Result<Option<u64>> {
-    let redundant = geometry.level().is_redundant();
-    let chunk = match options.bitmap {
-        BitmapChoice::None => return Ok(None),
-        BitmapChoice::Ppl if geometry.level().parity_chunks() != 1 => {
-            return Err(Error::BadOption {
-                option: "--consistency-policy ppl".into(),
-                why: format!(
-                    "a partial parity log on a {} is not supported (md keeps one for RAID 4/5 only)",
-                    geometry.level()
-                ),
-            })
-        }
-        BitmapChoice::Ppl => return Ok(None),
-        BitmapChoice::Journal if geometry.level().parity_chunks() == 0 => {
-            return Err(Error::BadOption {
-                option: "--write-journal".into(),
-                why: format!(
-                    "a write journal on a {} is not supported (md journals RAID 4/5/6 only)",
-                    geometry.level()
-                ),
-            })
-        }
-        BitmapChoice::Journal => return Ok(None),
-        BitmapChoice::Auto if !redundant => return Ok(None),
-        BitmapChoice::Auto => None,
-        BitmapChoice::Internal { .. } if !redundant => {
-            return Err(Error::BadOption {
-                option: "--bitmap internal".into(),
-                why: "a write-intent bitmap on a raid0 is not supported (it has no copies to resync)"
-                    .into(),
-            })
-        }
-        BitmapChoice::Internal { chunk_bytes } => chunk_bytes,
+    let Some(requested) = bitmap_wanted(options, geometry)? else {
+        return Ok(None);
     };
     let array_bytes = geometry.array_bytes();
+    let chunk = match requested {
+        None => bitmap::default_chunk_bytes(
+            array_bytes,
+            bitmap::default_room_bytes(geometry.member_used_bytes() / 512),
+        ),
+        Some(c) => checked_bitmap_chunk(c)?,
+    };
+    if check_space {
+        check_bitmap_space(chunk, array_bytes)?;
+    }
+    Ok(Some(chunk))
+}
+
+/// Whether the array gets an internal bitmap, and then the chunk asked for
+/// (`None` for the default); a bitmap, PPL or journal the level cannot have
+/// is refused by the option that asked for it.
+fn bitmap_wanted(options: &CreateOptions, geometry: &Geometry) -> Result<Option<Option<u64>>> {
+    let redundant = geometry.level().is_redundant();
+    match options.bitmap {
+        BitmapChoice::None => Ok(None),
+        BitmapChoice::Ppl if geometry.level().parity_chunks() != 1 => Err(Error::BadOption {
+            option: "--consistency-policy ppl".into(),
+            why: format!(
+                "a partial parity log on a {} is not supported (md keeps one for RAID 4/5 only)",
+                geometry.level()
+            ),
+        }),
+        BitmapChoice::Ppl => Ok(None),
+        BitmapChoice::Journal if geometry.level().parity_chunks() == 0 => Err(Error::BadOption {
+            option: "--write-journal".into(),
+            why: format!(
+                "a write journal on a {} is not supported (md journals RAID 4/5/6 only)",
+                geometry.level()
+            ),
+        }),
+        BitmapChoice::Journal => Ok(None),
+        BitmapChoice::Auto if !redundant => Ok(None),
+        BitmapChoice::Auto => Ok(Some(None)),
+        BitmapChoice::Internal { .. } if !redundant => Err(Error::BadOption {
+            option: "--bitmap internal".into(),
+            why: "a write-intent bitmap on a raid0 is not supported (it has no copies to resync)"
+                .into(),
+        }),
+        BitmapChoice::Internal { chunk_bytes } => Ok(Some(chunk_bytes)),
+    }
+}
+
+/// A bitmap chunk given by the user: a power of two from 4 KiB to 2 GiB.
+fn checked_bitmap_chunk(c: u64) -> Result<u64> {
+    if c < 4096 || !c.is_power_of_two() || c > u64::from(u32::MAX / 2 + 1) {
+        return Err(Error::BadOption {
+            option: format!("--bitmap-chunk {c}"),
+            why: format!(
+                "a bitmap chunk of {c} bytes ({}) is not a power of two from 4 KiB to 2 GiB",
+                nvraid_member::format_size(c)
+            ),
+        });
+    }
+    Ok(c)
+}
+
+/// The bitmap of `chunk` over `array_bytes` fits the metadata area.
+fn check_bitmap_space(chunk: u64, array_bytes: u64) -> Result<()> {
     // Between the bitmap's start and the bad-block log below the data: the
     // data offset less the superblock's 4 KiB, the 4 KiB before it and the
     // log's 4 KiB.
@@ -133,26 +165,8 @@ fn bitmap_chunk(
         - SUPER_OFFSET_BYTES
         - 4096
         - u64::from(crate::badlog::LOG_SECTORS) * 512;
-    let chunk = match chunk {
-        None => bitmap::default_chunk_bytes(
-            array_bytes,
-            bitmap::default_room_bytes(geometry.member_used_bytes() / 512),
-        ),
-        Some(c) => {
-            if c < 4096 || !c.is_power_of_two() || c > u64::from(u32::MAX / 2 + 1) {
-                return Err(Error::BadOption {
-                    option: format!("--bitmap-chunk {c}"),
-                    why: format!(
-                        "a bitmap chunk of {c} bytes ({}) is not a power of two from 4 KiB to 2 GiB",
-                        nvraid_member::format_size(c)
-                    ),
-                });
-            }
-            c
-        }
-    };
     let need = bitmap::storage_bytes(bitmap::bits_for(array_bytes, chunk as u32));
-    if check_space && need > space {
+    if need > space {
         return Err(Error::BadOption {
             option: "--bitmap-chunk".into(),
             why: format!(
@@ -164,7 +178,7 @@ fn bitmap_chunk(
             ),
         });
     }
-    Ok(Some(chunk))
+    Ok(())
 }
 
 /// One member as planned before anything is written.
@@ -192,82 +206,23 @@ pub fn create_with_spares(
         return Err(Error::NoMembers);
     }
     check_options(options)?;
-    // The journal is the last member; the rest is planned without it.
-    let (specs, journal) = if options.bitmap == BitmapChoice::Journal {
-        if specs.len() < 2 {
-            return Err(Error::NoMembers);
-        }
-        let (journal, rest) = specs.split_last().expect("two or more");
-        (rest, Some(journal.clone()))
-    } else {
-        (specs, None)
-    };
-    if spares > 0 && options.level.number() == 0 {
-        return Err(Error::Unsupported {
-            spec: specs[specs.len().saturating_sub(spares)..].join(", "),
-            what: "spares for a raid0 (it has no copies to rebuild)".into(),
-        });
-    }
-    if spares >= specs.len() {
-        return Err(Error::NotStartable(format!(
-            "{spares} spares leave no active member among {} members",
-            specs.len()
-        )));
-    }
+    let (specs, journal) = split_journal(specs, options)?;
+    check_spares(specs, spares, options)?;
     let active = specs.len() - spares;
-    // A null member keeps nothing, a bitmap neither: by default such an
-    // array has none, and one asked for is refused.
-    if let Some(null) = specs.iter().find(|s| s.starts_with("null:")) {
-        match options.bitmap {
-            BitmapChoice::Internal { .. } => {
-                return Err(Error::Unsupported {
-                    spec: null.clone(),
-                    what: "a write-intent bitmap on a null member (it keeps no bytes)".into(),
-                })
-            }
-            BitmapChoice::Auto => {
-                let options = CreateOptions {
-                    bitmap: BitmapChoice::None,
-                    ..options.clone()
-                };
-                return create_with_spares(specs, spares, &options);
-            }
-            BitmapChoice::None | BitmapChoice::Ppl | BitmapChoice::Journal => {}
-        }
+    if null_member_drops_bitmap(specs, options)? {
+        let options = CreateOptions {
+            bitmap: BitmapChoice::None,
+            ..options.clone()
+        };
+        return create_with_spares(specs, spares, &options);
     }
-    // Count and chunk errors first, before looking at any member.
-    let probe = Geometry::new(options.level, active as u32, options.chunk_bytes, 1 << 40)?;
-    let parity = options.level.parity_chunks();
-    if parity > 0 && active as u32 - parity > crate::parity::DATA_BLOCKS_MAX {
-        return Err(Error::Unsupported {
-            spec: specs.join(", "),
-            what: format!(
-                "a {} array of {active} members (nvraid writes at most {} data chunks per stripe)",
-                options.level,
-                crate::parity::DATA_BLOCKS_MAX
-            ),
-        });
-    }
-    bitmap_chunk(options, &probe, false)?;
+    check_shape(specs, active, options)?;
     let mut plans = specs
         .iter()
         .map(|spec| plan_member(spec, options))
         .collect::<Result<Vec<_>>>()?;
     if let Some(journal) = &journal {
-        // md's write journal takes all of its member: --size is the space
-        // used of each data member (as mdadm's), and only sizes a journal
-        // file this create makes.
-        let whole = CreateOptions {
-            size_bytes: None,
-            ..options.clone()
-        };
-        let plan = match plan_member(journal, &whole) {
-            Err(Error::MissingMember { .. }) if options.size_bytes.is_some() => {
-                plan_member(journal, options)?
-            }
-            other => other?,
-        };
-        plans.push(plan);
+        plans.push(plan_journal(journal, options)?);
     }
     check_duplicates(&plans)?;
     if !options.force {
@@ -276,18 +231,7 @@ pub fn create_with_spares(
     let journal_plan = journal.as_ref().and_then(|_| plans.pop());
     let data_bytes = check_sizes(&plans, options)?;
     if let Some(plan) = &journal_plan {
-        let min_bytes = DATA_OFFSET_SECTORS * 512 + JOURNAL_LOG_MIN_BYTES;
-        if plan.size_bytes < min_bytes {
-            return Err(Error::TooSmall {
-                spec: plan.spec.clone(),
-                size_bytes: plan.size_bytes,
-                min_bytes,
-                reason: format!(
-                    "1 MiB of metadata area plus a log of {}",
-                    nvraid_member::format_size(JOURNAL_LOG_MIN_BYTES)
-                ),
-            });
-        }
+        check_journal_size(plan)?;
     }
     let journal_bytes = journal_plan.as_ref().map(|p| p.size_bytes);
     drop(journal_plan);
@@ -301,6 +245,110 @@ pub fn create_with_spares(
     let mut all = specs.to_vec();
     all.extend(journal);
     write_array(&all, options, geometry, data_bytes, journal_bytes)
+}
+
+/// The data (and spare) members, and the journal member: with a write
+/// journal it is the last member given, planned apart from the rest.
+fn split_journal<'s>(
+    specs: &'s [String],
+    options: &CreateOptions,
+) -> Result<(&'s [String], Option<String>)> {
+    if options.bitmap != BitmapChoice::Journal {
+        return Ok((specs, None));
+    }
+    let [rest @ .., journal] = specs else {
+        return Err(Error::NoMembers);
+    };
+    if rest.is_empty() {
+        return Err(Error::NoMembers);
+    }
+    Ok((rest, Some(journal.clone())))
+}
+
+/// Spares need a level with copies to rebuild, and at least one active
+/// member beside them.
+fn check_spares(specs: &[String], spares: usize, options: &CreateOptions) -> Result<()> {
+    if spares > 0 && options.level.number() == 0 {
+        return Err(Error::Unsupported {
+            spec: specs[specs.len().saturating_sub(spares)..].join(", "),
+            what: "spares for a raid0 (it has no copies to rebuild)".into(),
+        });
+    }
+    if spares >= specs.len() {
+        return Err(Error::NotStartable(format!(
+            "{spares} spares leave no active member among {} members",
+            specs.len()
+        )));
+    }
+    Ok(())
+}
+
+/// A null member keeps nothing, a bitmap neither: by default such an array
+/// has none (true: create again without one), and one asked for is refused.
+fn null_member_drops_bitmap(specs: &[String], options: &CreateOptions) -> Result<bool> {
+    let Some(null) = specs.iter().find(|s| s.starts_with("null:")) else {
+        return Ok(false);
+    };
+    match options.bitmap {
+        BitmapChoice::Internal { .. } => Err(Error::Unsupported {
+            spec: null.clone(),
+            what: "a write-intent bitmap on a null member (it keeps no bytes)".into(),
+        }),
+        BitmapChoice::Auto => Ok(true),
+        BitmapChoice::None | BitmapChoice::Ppl | BitmapChoice::Journal => Ok(false),
+    }
+}
+
+/// Count, chunk, stripe width and bitmap options, judged before looking at
+/// any member.
+fn check_shape(specs: &[String], active: usize, options: &CreateOptions) -> Result<()> {
+    let probe = Geometry::new(options.level, active as u32, options.chunk_bytes, 1 << 40)?;
+    let parity = options.level.parity_chunks();
+    if parity > 0 && active as u32 - parity > crate::parity::DATA_BLOCKS_MAX {
+        return Err(Error::Unsupported {
+            spec: specs.join(", "),
+            what: format!(
+                "a {} array of {active} members (nvraid writes at most {} data chunks per stripe)",
+                options.level,
+                crate::parity::DATA_BLOCKS_MAX
+            ),
+        });
+    }
+    bitmap_chunk(options, &probe, false)?;
+    Ok(())
+}
+
+/// Plan the journal member. md's write journal takes all of its member:
+/// --size is the space used of each data member (as mdadm's), and only
+/// sizes a journal file this create makes.
+fn plan_journal(journal: &str, options: &CreateOptions) -> Result<Plan> {
+    let whole = CreateOptions {
+        size_bytes: None,
+        ..options.clone()
+    };
+    match plan_member(journal, &whole) {
+        Err(Error::MissingMember { .. }) if options.size_bytes.is_some() => {
+            plan_member(journal, options)
+        }
+        other => other,
+    }
+}
+
+/// A journal member holds the metadata area and the smallest log.
+fn check_journal_size(plan: &Plan) -> Result<()> {
+    let min_bytes = DATA_OFFSET_SECTORS * 512 + JOURNAL_LOG_MIN_BYTES;
+    if plan.size_bytes < min_bytes {
+        return Err(Error::TooSmall {
+            spec: plan.spec.clone(),
+            size_bytes: plan.size_bytes,
+            min_bytes,
+            reason: format!(
+                "1 MiB of metadata area plus a log of {}",
+                nvraid_member::format_size(JOURNAL_LOG_MIN_BYTES)
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// The options that need no member to judge: a name md's superblock
@@ -445,8 +493,12 @@ fn check_sizes(plans: &[Plan], options: &CreateOptions) -> Result<u64> {
             });
         }
     }
-    let smallest = plans.iter().min_by_key(|p| p.size_bytes).expect("members");
-    let largest = plans.iter().max_by_key(|p| p.size_bytes).expect("members");
+    let (Some(smallest), Some(largest)) = (
+        plans.iter().min_by_key(|p| p.size_bytes),
+        plans.iter().max_by_key(|p| p.size_bytes),
+    ) else {
+        panic!("invariant: create plans at least one member (it refuses an empty member list)")
+    };
     // Members of unequal size: the array uses the smallest on all of them.
     // Like mdadm, more than 1% of difference needs the user's say-so, here
     // an explicit --size (which also caps every larger member).
@@ -489,9 +541,10 @@ fn write_array(
         Ok((mut slots, journal_seq)) => {
             let journal = match journal_bytes {
                 Some(_) => {
-                    let journal = crate::parity::journal::MdJournal::new(
-                        slots.pop().flatten().expect("the journal's slot"),
-                    )?;
+                    let Some(Some(slot)) = slots.pop() else {
+                        panic!("invariant: write_members returns the journal's slot last")
+                    };
+                    let journal = crate::parity::journal::MdJournal::new(slot)?;
                     // The new log: its empty block at position 0.
                     journal.activate(0, journal_seq);
                     Some(journal)
@@ -549,6 +602,9 @@ impl Undo {
     }
 }
 
+/// Open (creating or extending files as needed) every member, write the
+/// array's metadata to each, and return their slots and the journal's
+/// first sequence number.
 fn write_members(
     specs: &[String],
     options: &CreateOptions,
@@ -557,6 +613,54 @@ fn write_members(
     journal_bytes: Option<u64>,
     undo: &mut Vec<Undo>,
 ) -> Result<(Vec<Option<Slot>>, u64)> {
+    let journal_at = journal_bytes.map(|_| specs.len() - 1);
+    let (members, all_zero) = open_members(specs, options, journal_at, undo)?;
+    let template = array_superblock(options, geometry, data_bytes, all_zero, journal_at)?;
+    let image = bitmap_chunk(options, geometry, true)?
+        .map(|chunk| bitmap_image(&template, geometry, chunk));
+    let layout = MetadataLayout {
+        template: &template,
+        bitmap_image: image.as_ref(),
+        journal_at,
+        journal_bytes,
+        ppl: options.bitmap == BitmapChoice::Ppl,
+    };
+    let mut saved = Saved::default();
+    let mut superblocks = Vec::with_capacity(members.len());
+    let mut journal_seq = 0;
+    let result = (|| {
+        for (role, member) in members.iter().enumerate() {
+            let (sb, seq) = write_member_metadata(member, role, &layout, &mut saved)?;
+            journal_seq = seq.unwrap_or(journal_seq);
+            superblocks.push(sb);
+        }
+        for member in &members {
+            member.flush().map_err(|e| Error::io(member.spec(), e))?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = result {
+        saved.restore(&members);
+        return Err(e);
+    }
+    let slots = members
+        .into_iter()
+        .zip(superblocks)
+        .map(|(member, sb)| Slot::new(member, sb).map(Some))
+        .collect::<Result<Vec<_>>>()?;
+    Ok((slots, journal_seq))
+}
+
+/// Open every member for writing, recording in `undo` each file this
+/// create makes or extends; also whether every member starts as zeros
+/// (files this create makes, RAM members): then the parity of a RAID 4/5/6
+/// already agrees with its data.
+fn open_members(
+    specs: &[String],
+    options: &CreateOptions,
+    journal_at: Option<usize>,
+    undo: &mut Vec<Undo>,
+) -> Result<(Vec<Member>, bool)> {
     let open = OpenOptions {
         write: true,
         create_bytes: options.size_bytes,
@@ -564,10 +668,7 @@ fn write_members(
         ..Default::default()
     };
     let mut members = Vec::with_capacity(specs.len());
-    // Whether every member starts as zeros (files this create makes, RAM
-    // members): then the parity of a RAID 4/5/6 already agrees with its data.
     let mut all_zero = true;
-    let journal_at = journal_bytes.map(|_| specs.len() - 1);
     for (index, spec) in specs.iter().enumerate() {
         let is_path = !spec.starts_with("mem:") && !spec.starts_with("null:");
         let before = if is_path {
@@ -601,6 +702,18 @@ fn write_members(
         }
         members.push(opened?);
     }
+    Ok((members, all_zero))
+}
+
+/// The superblock every member gets (before its own device number and
+/// uuid): resync state, bitmap or PPL, bad-block log and journal role.
+fn array_superblock(
+    options: &CreateOptions,
+    geometry: &Geometry,
+    data_bytes: u64,
+    all_zero: bool,
+    journal_at: Option<usize>,
+) -> Result<Superblock> {
     let mut template = template_superblock(options, geometry, data_bytes)?;
     if geometry.level().parity_chunks() > 0 && !all_zero {
         // Members that held other bytes: parity must be computed before it
@@ -629,8 +742,7 @@ fn write_members(
     // The journal is the last member, with the next device number, md's
     // journal role in every member's table, and the rest of its space as
     // the log.
-    let journal_dev = journal_at;
-    if let Some(dev) = journal_dev {
+    if let Some(dev) = journal_at {
         template.feature_map |= features::JOURNAL;
         if template.roles_raw.len() <= dev {
             template.roles_raw.resize(dev + 1, 0xffff);
@@ -638,96 +750,113 @@ fn write_members(
         }
         template.roles_raw[dev] = nvraid_metadata::Role::Journal.to_raw();
     }
-    // Superblocks are written through the members opened (and claimed)
-    // above; what they overwrite is kept, to put back if any later step
-    // fails while the members are still open.
-    let mut written: Vec<(usize, nvraid_io::AlignedBuf)> = Vec::new();
-    // The bad-block log's bytes below the data, kept the same way.
-    let mut written_log: Vec<(usize, u64, nvraid_io::AlignedBuf)> = Vec::new();
-    let mut superblocks = Vec::with_capacity(members.len());
-    let bitmap_image = bitmap_chunk(options, geometry, true)?.map(|chunk| {
-        let header = BitmapHeader::new(
-            template.set_uuid,
-            0,
-            geometry.array_bytes() / 512,
-            chunk as u32,
-        );
-        let mut image =
-            nvraid_io::AlignedBuf::zeroed(bitmap::storage_bytes(header.bits()) as usize);
-        header.encode(&mut image);
-        if template.resync_offset == 0 {
-            // The whole array needs its resync: every bit set (as mdadm
-            // creates it), or the resync would visit nothing.
-            for bit in 0..header.bits() {
-                bitmap::put_bit(&mut image, bit, true);
-            }
+    Ok(template)
+}
+
+/// The new bitmap's image: its header, and every bit set when the whole
+/// array needs its resync.
+fn bitmap_image(template: &Superblock, geometry: &Geometry, chunk: u64) -> nvraid_io::AlignedBuf {
+    let header = BitmapHeader::new(
+        template.set_uuid,
+        0,
+        geometry.array_bytes() / 512,
+        chunk as u32,
+    );
+    let mut image = nvraid_io::AlignedBuf::zeroed(bitmap::storage_bytes(header.bits()) as usize);
+    header.encode(&mut image);
+    if template.resync_offset == 0 {
+        // The whole array needs its resync: every bit set (as mdadm
+        // creates it), or the resync would visit nothing.
+        for bit in 0..header.bits() {
+            bitmap::put_bit(&mut image, bit, true);
         }
-        image
-    });
-    let touched_bytes = 4096 + bitmap_image.as_ref().map_or(0, |i| i.len());
-    let mut journal_seq = 0;
-    let result = (|| {
-        for (role, member) in members.iter().enumerate() {
-            let mut sb = template.clone();
-            sb.dev_number = role as u32;
-            sb.device_uuid = random_uuid()?;
-            let is_journal = journal_dev == Some(role);
-            if let (true, Some(bytes)) = (is_journal, journal_bytes) {
-                let log = (bytes - DATA_OFFSET_SECTORS * 512) / 4096 * 4096;
-                sb.data_size_sectors = log / 512;
-            }
-            if member.is_persistent() {
-                let mut old = nvraid_io::AlignedBuf::zeroed(touched_bytes);
-                member
-                    .read_at(&mut old, SUPER_OFFSET_BYTES)
-                    .map_err(|e| Error::io(member.spec(), e))?;
-                written.push((role, old));
-            }
-            if let (true, Some((at, len))) = (member.is_persistent(), crate::badlog::place(&sb)) {
-                let mut old = nvraid_io::AlignedBuf::zeroed(len.next_multiple_of(4096));
-                member
-                    .read_at(&mut old[..len], at)
-                    .map_err(|e| Error::io(member.spec(), e))?;
-                written_log.push((role, at, old));
-            }
-            write_superblock(member, &sb)?;
-            crate::badlog::write_empty(member, &sb)?;
-            if is_journal {
-                journal_seq = crate::parity::journal::write_empty_log(member, &sb)?;
-            }
-            if options.bitmap == BitmapChoice::Ppl {
-                crate::parity::ppl::reset_area(member, &sb, &PPL_AREA)?;
-            }
-            if let (Some(image), false) = (&bitmap_image, is_journal) {
-                let at = SUPER_OFFSET_BYTES as i64 + i64::from(sb.bitmap_offset as i32) * 512;
-                member
-                    .write_at(image, at as u64)
-                    .map_err(|e| Error::io(member.spec(), e))?;
-            }
-            superblocks.push(sb);
-        }
-        for member in &members {
-            member.flush().map_err(|e| Error::io(member.spec(), e))?;
-        }
-        Ok(())
-    })();
-    if let Err(e) = result {
-        // Best effort: the error that led here is what the user sees.
-        for (role, at, old) in written_log.iter().rev() {
+    }
+    image
+}
+
+/// What every member's metadata is made of.
+struct MetadataLayout<'a> {
+    template: &'a Superblock,
+    bitmap_image: Option<&'a nvraid_io::AlignedBuf>,
+    /// The journal member's index, with a write journal.
+    journal_at: Option<usize>,
+    journal_bytes: Option<u64>,
+    /// Whether the array keeps a partial parity log.
+    ppl: bool,
+}
+
+/// The bytes create's metadata writes overwrote on the members opened (and
+/// claimed), to put back if a later step fails while they are still open.
+#[derive(Default)]
+struct Saved {
+    /// Each member's bytes from the superblock on (superblock and bitmap).
+    superblocks: Vec<(usize, nvraid_io::AlignedBuf)>,
+    /// The bad-block log's bytes below the data.
+    logs: Vec<(usize, u64, nvraid_io::AlignedBuf)>,
+}
+
+impl Saved {
+    /// Put back what was overwritten, newest first. Best effort: the error
+    /// that led here is what the user sees.
+    fn restore(&self, members: &[Member]) {
+        for (role, at, old) in self.logs.iter().rev() {
             let _ = members[*role].write_at(old, *at);
         }
-        for (role, old) in written.iter().rev() {
+        for (role, old) in self.superblocks.iter().rev() {
             let _ = members[*role].write_at(old, SUPER_OFFSET_BYTES);
             let _ = members[*role].flush();
         }
-        return Err(e);
     }
-    let slots = members
-        .into_iter()
-        .zip(superblocks)
-        .map(|(member, sb)| Slot::new(member, sb).map(Some))
-        .collect::<Result<Vec<_>>>()?;
-    Ok((slots, journal_seq))
+}
+
+/// Write member `role`'s superblock, empty bad-block log, and its journal
+/// log, PPL area or bitmap, saving first what they overwrite; returns its
+/// superblock, and the journal's first sequence number if it is the journal.
+fn write_member_metadata(
+    member: &Member,
+    role: usize,
+    layout: &MetadataLayout,
+    saved: &mut Saved,
+) -> Result<(Superblock, Option<u64>)> {
+    let mut sb = layout.template.clone();
+    sb.dev_number = role as u32;
+    sb.device_uuid = random_uuid()?;
+    let is_journal = layout.journal_at == Some(role);
+    if let (true, Some(bytes)) = (is_journal, layout.journal_bytes) {
+        let log = (bytes - DATA_OFFSET_SECTORS * 512) / 4096 * 4096;
+        sb.data_size_sectors = log / 512;
+    }
+    if member.is_persistent() {
+        let touched_bytes = 4096 + layout.bitmap_image.map_or(0, |i| i.len());
+        let mut old = nvraid_io::AlignedBuf::zeroed(touched_bytes);
+        member
+            .read_at(&mut old, SUPER_OFFSET_BYTES)
+            .map_err(|e| Error::io(member.spec(), e))?;
+        saved.superblocks.push((role, old));
+    }
+    if let (true, Some((at, len))) = (member.is_persistent(), crate::badlog::place(&sb)) {
+        let mut old = nvraid_io::AlignedBuf::zeroed(len.next_multiple_of(4096));
+        member
+            .read_at(&mut old[..len], at)
+            .map_err(|e| Error::io(member.spec(), e))?;
+        saved.logs.push((role, at, old));
+    }
+    write_superblock(member, &sb)?;
+    crate::badlog::write_empty(member, &sb)?;
+    let mut journal_seq = None;
+    if is_journal {
+        journal_seq = Some(crate::parity::journal::write_empty_log(member, &sb)?);
+    }
+    if layout.ppl {
+        crate::parity::ppl::reset_area(member, &sb, &PPL_AREA)?;
+    }
+    if let (Some(image), false) = (layout.bitmap_image, is_journal) {
+        let at = SUPER_OFFSET_BYTES as i64 + i64::from(sb.bitmap_offset as i32) * 512;
+        member
+            .write_at(image, at as u64)
+            .map_err(|e| Error::io(member.spec(), e))?;
+    }
+    Ok((sb, journal_seq))
 }
 
 fn template_superblock(

@@ -1,8 +1,10 @@
 //! What `detail` and `examine` report, as plain serialisable data. The JSON
 //! field names are a stable interface (docs/cli.md).
 
-use crate::array::Array;
+use crate::array::{Array, SetAsideMember};
 use crate::assemble::{level_of, member_data_bytes};
+use crate::parity::journal::MdJournal;
+use crate::slot::Slot;
 use nvraid_metadata::features;
 use nvraid_metadata::{format_uuid, Role, Superblock};
 use serde::Serialize;
@@ -78,95 +80,12 @@ pub fn detail(array: &Array) -> ArrayDetail {
         .iter()
         .enumerate()
         .map(|(role, slot)| match slot {
-            Some(slot) => MemberDetail {
-                path: Some(slot.member.spec().to_string()),
-                role: Some(role as u32),
-                // md's `spare rebuilding`: a member in its role but in
-                // sync only below its recovery offset is not `active` yet.
-                state: if array.is_faulty(role) {
-                    "faulty"
-                } else if array.in_sync_bytes(role).is_some() {
-                    "rebuilding"
-                } else {
-                    "active"
-                },
-                reason: array
-                    .faulty_reason(role)
-                    .map(|why| format!("failed while the array ran ({why}); no longer used")),
-                in_sync_bytes: array.in_sync_bytes(role),
-                bad_ranges: slot.read_limit.bad_ranges(),
-                events: Some(slot.superblock.events),
-                device_uuid: Some(format_uuid(&slot.superblock.device_uuid)),
-                size_bytes: Some(slot.member.size_bytes()),
-                direct_io: Some(slot.member.is_direct()),
-            },
-            None => MemberDetail {
-                path: None,
-                role: Some(role as u32),
-                state: "missing",
-                reason: None,
-                in_sync_bytes: None,
-                bad_ranges: Vec::new(),
-                events: None,
-                device_uuid: None,
-                size_bytes: None,
-                direct_io: None,
-            },
+            Some(slot) => placed_detail(array, role, slot),
+            None => missing_detail(role),
         })
         .collect();
-    if let Some(journal) = array.md_journal() {
-        let slot = &journal.slot;
-        let failure = journal.failure();
-        members.push(MemberDetail {
-            path: Some(journal.spec().to_string()),
-            role: None,
-            state: if failure.is_some() {
-                "faulty"
-            } else {
-                "journal"
-            },
-            reason: Some(if let Some(why) = failure {
-                format!("the array's write journal failed ({why}): the array refuses writes")
-            } else {
-                format!(
-                    "the array's write journal: a log of {} sectors, {} from its tail at sector {}",
-                    journal.ring_sectors(),
-                    match journal.units_logged() {
-                        Ok(1) => "1 unit".to_string(),
-                        Ok(n) => format!("{n} units"),
-                        Err(e) => format!("unreadable ({e})"),
-                    },
-                    journal.tail()
-                )
-            }),
-            in_sync_bytes: None,
-            bad_ranges: Vec::new(),
-            events: Some(slot.superblock.events),
-            device_uuid: Some(format_uuid(&slot.superblock.device_uuid)),
-            size_bytes: Some(slot.member.size_bytes()),
-            direct_io: Some(slot.member.is_direct()),
-        });
-    }
-    members.extend(array.set_aside().iter().map(|m| MemberDetail {
-        path: Some(m.spec.clone()),
-        role: None,
-        state: m.reason.state(),
-        reason: Some(m.reason.reason()),
-        in_sync_bytes: None,
-        bad_ranges: Vec::new(),
-        events: m.superblock.as_ref().map(|sb| sb.events),
-        device_uuid: m.superblock.as_ref().map(|sb| format_uuid(&sb.device_uuid)),
-        size_bytes: None,
-        direct_io: None,
-    }));
-    let mut state = if array.is_dirty() {
-        "active".to_string()
-    } else {
-        "clean".to_string()
-    };
-    if array.is_degraded() {
-        state.push_str(", degraded");
-    }
+    members.extend(array.md_journal().map(journal_detail));
+    members.extend(array.set_aside().iter().map(set_aside_detail));
     ArrayDetail {
         uuid: format_uuid(&sb.set_uuid),
         name: sb.name(),
@@ -176,7 +95,7 @@ pub fn detail(array: &Array) -> ArrayDetail {
         size_bytes: geometry.array_bytes(),
         sector_bytes: array.sector_bytes(),
         raid_disks: geometry.members(),
-        state,
+        state: array_state(array),
         events: array.events(),
         creation_time: sb.ctime.seconds,
         update_time: array
@@ -190,15 +109,128 @@ pub fn detail(array: &Array) -> ArrayDetail {
         members,
         resync_from_bytes: array.resync_from(),
         bitmap: array.bitmap_info(),
-        consistency_policy: if sb.feature_map & (features::PPL | features::MULTIPLE_PPLS) != 0 {
-            "ppl"
-        } else if sb.feature_map & features::JOURNAL != 0 {
-            "journal"
-        } else if array.bitmap_info().is_some() {
-            "bitmap"
+        consistency_policy: consistency_policy(array),
+    }
+}
+
+/// A member in its role: active, rebuilding, or faulty since it failed.
+fn placed_detail(array: &Array, role: usize, slot: &Slot) -> MemberDetail {
+    MemberDetail {
+        path: Some(slot.member.spec().to_string()),
+        role: Some(role as u32),
+        // md's `spare rebuilding`: a member in its role but in
+        // sync only below its recovery offset is not `active` yet.
+        state: if array.is_faulty(role) {
+            "faulty"
+        } else if array.in_sync_bytes(role).is_some() {
+            "rebuilding"
         } else {
-            "resync"
+            "active"
         },
+        reason: array
+            .faulty_reason(role)
+            .map(|why| format!("failed while the array ran ({why}); no longer used")),
+        in_sync_bytes: array.in_sync_bytes(role),
+        bad_ranges: slot.read_limit.bad_ranges(),
+        events: Some(slot.superblock.events),
+        device_uuid: Some(format_uuid(&slot.superblock.device_uuid)),
+        size_bytes: Some(slot.member.size_bytes()),
+        direct_io: Some(slot.member.is_direct()),
+    }
+}
+
+/// A role no member fills.
+fn missing_detail(role: usize) -> MemberDetail {
+    MemberDetail {
+        path: None,
+        role: Some(role as u32),
+        state: "missing",
+        reason: None,
+        in_sync_bytes: None,
+        bad_ranges: Vec::new(),
+        events: None,
+        device_uuid: None,
+        size_bytes: None,
+        direct_io: None,
+    }
+}
+
+/// md's write journal member: its log's size and fill, or why it failed.
+fn journal_detail(journal: &MdJournal) -> MemberDetail {
+    let slot = &journal.slot;
+    let failure = journal.failure();
+    MemberDetail {
+        path: Some(journal.spec().to_string()),
+        role: None,
+        state: if failure.is_some() {
+            "faulty"
+        } else {
+            "journal"
+        },
+        reason: Some(if let Some(why) = failure {
+            format!("the array's write journal failed ({why}): the array refuses writes")
+        } else {
+            format!(
+                "the array's write journal: a log of {} sectors, {} from its tail at sector {}",
+                journal.ring_sectors(),
+                match journal.units_logged() {
+                    Ok(1) => "1 unit".to_string(),
+                    Ok(n) => format!("{n} units"),
+                    Err(e) => format!("unreadable ({e})"),
+                },
+                journal.tail()
+            )
+        }),
+        in_sync_bytes: None,
+        bad_ranges: Vec::new(),
+        events: Some(slot.superblock.events),
+        device_uuid: Some(format_uuid(&slot.superblock.device_uuid)),
+        size_bytes: Some(slot.member.size_bytes()),
+        direct_io: Some(slot.member.is_direct()),
+    }
+}
+
+/// A member assembly set aside, with why.
+fn set_aside_detail(m: &SetAsideMember) -> MemberDetail {
+    MemberDetail {
+        path: Some(m.spec.clone()),
+        role: None,
+        state: m.reason.state(),
+        reason: Some(m.reason.reason()),
+        in_sync_bytes: None,
+        bad_ranges: Vec::new(),
+        events: m.superblock.as_ref().map(|sb| sb.events),
+        device_uuid: m.superblock.as_ref().map(|sb| format_uuid(&sb.device_uuid)),
+        size_bytes: None,
+        direct_io: None,
+    }
+}
+
+/// `clean` or `active` (dirty), with `, degraded` when a role is missing.
+fn array_state(array: &Array) -> String {
+    let mut state = if array.is_dirty() {
+        "active".to_string()
+    } else {
+        "clean".to_string()
+    };
+    if array.is_degraded() {
+        state.push_str(", degraded");
+    }
+    state
+}
+
+/// md's consistency policy: what closes the write hole or finds the
+/// stripes to resync (`ppl`, `journal`, `bitmap`, or plain `resync`).
+fn consistency_policy(array: &Array) -> &'static str {
+    let sb = array.superblock();
+    if sb.feature_map & (features::PPL | features::MULTIPLE_PPLS) != 0 {
+        "ppl"
+    } else if sb.feature_map & features::JOURNAL != 0 {
+        "journal"
+    } else if array.bitmap_info().is_some() {
+        "bitmap"
+    } else {
+        "resync"
     }
 }
 
