@@ -37,7 +37,7 @@ pub mod workload;
 
 pub use error::Error;
 pub use measure::{Observer, Outcome, Position, Stage};
-pub use score::ChunkRun;
 pub use plan::{Plan, Request};
+pub use score::ChunkRun;
 pub use score::{recommend, scores, Metric, Recommendation, Unit};
 pub use workload::Workload;

@@ -2,8 +2,8 @@
 //! value on each metric, its score against the best of every metric, and
 //! the chunk recommended, with its reason.
 
-use nvraid_bench::units::{format_size, MB_BYTES};
 use nvraid_bench::report::BenchReport;
+use nvraid_bench::units::{format_size, MB_BYTES};
 use nvraid_bench::JobResult;
 
 /// One chunk's measurements: the best run of each step over the rounds.
