@@ -112,7 +112,7 @@ impl Nbdkit {
         let start = Instant::now();
         // Ready when it takes a connection: the socket file appears a
         // moment before nbdkit listens on it.
-        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        while std::os::unix::net::UnixStream::connect(socket).is_err() {
             assert!(start.elapsed() < Duration::from_secs(20));
             std::thread::sleep(Duration::from_millis(20));
         }
