@@ -212,7 +212,30 @@ pub fn recommend(
             within_noise: Vec::new(),
         };
     }
-    // Where the chosen chunk is best, and how far behind it is elsewhere.
+    let facts = standing(keys, values, at);
+    if tied.len() > 1 {
+        return within_noise(chunks, &scores, tied, chosen, &facts, noise_pct);
+    }
+    let runner_up = chunks
+        .iter()
+        .zip(&scores)
+        .filter(|&(&c, _)| c != chosen)
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .expect("two chunks or more");
+    Recommendation {
+        chunk_bytes: chosen,
+        reason: format!(
+            "{name}: {facts}; its score is {} above the next best, {}",
+            pct_text(above_pct(best_score, *runner_up.1)),
+            chunk_text(*runner_up.0)
+        ),
+        within_noise: Vec::new(),
+    }
+}
+
+/// Where the chunk at row `at` is best, and how far behind the best it is
+/// elsewhere, in words (the facts a recommendation gives).
+fn standing(keys: &[String], values: &[Vec<f64>], at: usize) -> String {
     let best_of = |m: usize| values.iter().map(|row| row[m]).fold(0.0, f64::max);
     let mut best_on = Vec::new();
     let mut behind: Option<(f64, &str)> = None;
@@ -227,7 +250,7 @@ pub fn recommend(
             }
         }
     }
-    let facts = match (best_on.len(), behind) {
+    match (best_on.len(), behind) {
         (0, Some((gap, key))) => format!(
             "within {} of the best on every metric (furthest behind on {key})",
             pct_text(gap)
@@ -246,51 +269,48 @@ pub fn recommend(
                 ),
             }
         }
-    };
-    if tied.len() > 1 {
-        let score_of = |c: u64| scores[chunks.iter().position(|&x| x == c).expect("tried")];
-        let lowest = tied.iter().map(|&c| score_of(c)).fold(f64::MAX, f64::min);
-        let top = *tied
-            .iter()
-            .max_by(|&&a, &&b| score_of(a).total_cmp(&score_of(b)))
-            .expect("tied");
-        let which = if chosen == TIE_CHUNK_BYTES {
-            "nvraid's default".to_string()
-        } else {
-            format!(
-                "the nearest to nvraid's default ({})",
-                chunk_text(TIE_CHUNK_BYTES)
-            )
-        };
-        let names: Vec<String> = tied.iter().map(|&c| chunk_text(c)).collect();
-        return Recommendation {
-            chunk_bytes: chosen,
-            reason: format!(
-                "{} are within noise ({} apart, under the {}% threshold; {} scored highest), \
-                 so {name}, {which}, is chosen: the measurements give no reason to move \
-                 away from the default; {name} is {facts}",
-                list_text(&names),
-                pct_text(above_pct(best_score, lowest)),
-                noise_pct,
-                chunk_text(top)
-            ),
-            within_noise: tied,
-        };
     }
-    let runner_up = chunks
+}
+
+/// The recommendation when several chunks scored within noise of the best:
+/// the tie goes to nvraid's default, or the nearest to it.
+fn within_noise(
+    chunks: &[u64],
+    scores: &[f64],
+    tied: Vec<u64>,
+    chosen: u64,
+    facts: &str,
+    noise_pct: f64,
+) -> Recommendation {
+    let name = chunk_text(chosen);
+    let best_score = scores.iter().copied().fold(f64::MIN, f64::max);
+    let score_of = |c: u64| scores[chunks.iter().position(|&x| x == c).expect("tried")];
+    let lowest = tied.iter().map(|&c| score_of(c)).fold(f64::MAX, f64::min);
+    let top = *tied
         .iter()
-        .zip(&scores)
-        .filter(|&(&c, _)| c != chosen)
-        .max_by(|a, b| a.1.total_cmp(b.1))
-        .expect("two chunks or more");
+        .max_by(|&&a, &&b| score_of(a).total_cmp(&score_of(b)))
+        .expect("tied");
+    let which = if chosen == TIE_CHUNK_BYTES {
+        "nvraid's default".to_string()
+    } else {
+        format!(
+            "the nearest to nvraid's default ({})",
+            chunk_text(TIE_CHUNK_BYTES)
+        )
+    };
+    let names: Vec<String> = tied.iter().map(|&c| chunk_text(c)).collect();
     Recommendation {
         chunk_bytes: chosen,
         reason: format!(
-            "{name}: {facts}; its score is {} above the next best, {}",
-            pct_text(above_pct(best_score, *runner_up.1)),
-            chunk_text(*runner_up.0)
+            "{} are within noise ({} apart, under the {}% threshold; {} scored highest), \
+             so {name}, {which}, is chosen: the measurements give no reason to move \
+             away from the default; {name} is {facts}",
+            list_text(&names),
+            pct_text(above_pct(best_score, lowest)),
+            noise_pct,
+            chunk_text(top)
         ),
-        within_noise: Vec::new(),
+        within_noise: tied,
     }
 }
 

@@ -124,6 +124,33 @@ fn remote_table(members: &[Option<&Member>]) -> Vec<Option<Arc<dyn RemoteFile>>>
     members.iter().map(|m| m.and_then(|m| m.remote())).collect()
 }
 
+/// A queue's engine over `files`, with its slot `buffers` registered, room
+/// for `subs_max` operations. Remote members get a channel of this
+/// worker's own under a mixed engine; without any, the queue drives its
+/// plain engine, with no dispatch per operation (a remote member joining
+/// later puts the engine under a mixed one then, see `refresh`). Whether
+/// the engine is mixed.
+fn queue_engine(
+    target: &FanoutTarget,
+    files: &[i32],
+    remotes: &[Option<Arc<dyn RemoteFile>>],
+    buffers: &mut [AlignedBuf],
+    subs_max: usize,
+) -> io::Result<(Box<dyn Engine>, bool)> {
+    let regions: Vec<(*mut u8, usize)> = buffers
+        .iter_mut()
+        .map(|b| (b.as_mut_ptr(), b.len()))
+        .collect();
+    let engine = open_engine(target.engine, files, &regions, (subs_max as u32).min(4096))?;
+    let mixed = remotes.iter().any(Option::is_some);
+    let engine: Box<dyn Engine> = if mixed {
+        Box::new(MixedEngine::new(engine, remotes)?)
+    } else {
+        engine
+    };
+    Ok((engine, mixed))
+}
+
 fn remote_id(remote: &Option<Arc<dyn RemoteFile>>) -> Option<usize> {
     remote
         .as_ref()
@@ -190,6 +217,22 @@ pub(crate) struct SlotState {
     /// completion looks there only then.
     pub(crate) span: bool,
 }
+
+impl SlotState {
+    /// A slot with no request.
+    const IDLE: SlotState = SlotState {
+        pending: 0,
+        errno: 0,
+        len: 0,
+        span: false,
+    };
+}
+
+/// An iovec pointing nowhere (filled in when a vectored operation is built).
+const EMPTY_IOV: libc::iovec = libc::iovec {
+    iov_base: std::ptr::null_mut(),
+    iov_len: 0,
+};
 
 /// Per-worker queue over a [`FanoutTarget`].
 pub struct FanoutQueue {
@@ -316,32 +359,14 @@ impl FanoutQueue {
         let mut buffers: Vec<AlignedBuf> = (0..depth)
             .map(|_| AlignedBuf::zeroed(max_io_bytes as usize))
             .collect();
-        let regions: Vec<(*mut u8, usize)> = buffers
-            .iter_mut()
-            .map(|b| (b.as_mut_ptr(), b.len()))
-            .collect();
         let per_request = Self::subs_per_request(&target.shape, max_io_bytes, members.len());
         let subs_max = depth as usize * per_request;
-        let engine = open_engine(target.engine, &files, &regions, (subs_max as u32).min(4096))?;
-        // Remote members get a channel of this worker's own. Without any,
-        // the queue drives its plain engine, with no dispatch per
-        // operation; a remote member joining later puts the engine under
-        // a mixed one then (`refresh`).
         let remotes = remote_table(&members);
-        let mixed = remotes.iter().any(Option::is_some);
-        let engine: Box<dyn Engine> = if mixed {
-            Box::new(MixedEngine::new(engine, &remotes)?)
-        } else {
-            engine
-        };
+        let (engine, mixed) = queue_engine(target, &files, &remotes, &mut buffers, subs_max)?;
         let inline = engine.completes_inline();
-        let geometry = match &target.shape {
-            Shape::Array(a) => Some(Box::new(a.geometry().clone())),
-            Shape::Raw(_) => None,
-        };
-        let parity = match &target.shape {
-            Shape::Array(a) => a.parity_shape(),
-            Shape::Raw(_) => None,
+        let (geometry, parity) = match &target.shape {
+            Shape::Array(a) => (Some(Box::new(a.geometry().clone())), a.parity_shape()),
+            Shape::Raw(_) => (None, None),
         };
         Ok(FanoutQueue {
             shape: target.shape.clone(),
@@ -350,26 +375,12 @@ impl FanoutQueue {
             null,
             engine,
             buffers,
-            slots: vec![
-                SlotState {
-                    pending: 0,
-                    errno: 0,
-                    len: 0,
-                    span: false,
-                };
-                depth as usize
-            ],
+            slots: vec![SlotState::IDLE; depth as usize],
             spans: vec![None; depth as usize],
             subs: vec![SubOp::default(); subs_max],
             free_subs: (0..subs_max as u32).rev().collect(),
             segs: vec![(0, 0); subs_max],
-            iovs: vec![
-                libc::iovec {
-                    iov_base: std::ptr::null_mut(),
-                    iov_len: 0
-                };
-                subs_max
-            ],
+            iovs: vec![EMPTY_IOV; subs_max],
             segs_per_slot: per_request as u32,
             parts: Vec::with_capacity(per_request),
             ready: Vec::with_capacity(depth as usize),

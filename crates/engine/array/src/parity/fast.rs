@@ -17,7 +17,7 @@
 //! fails with the error.
 
 use crate::fanout::{FanoutQueue, Shape, SubOp, KIND_READ, KIND_WRITE, SCRATCH_SEG};
-use crate::parity::plan::{BlockIo, Column, Mode, Place};
+use crate::parity::plan::{BlockIo, Column, Mode, ParityShape, Place};
 use nvraid_io::AlignedBuf;
 use nvraid_parity::Kernel;
 use std::io;
@@ -392,7 +392,6 @@ impl FanoutQueue {
             work.replan = false;
             return self.stripe_round(slot);
         }
-        let kernel = Kernel::best();
         let request = &mut self.buffers[slot as usize][..work.len as usize];
         // A PPL array logs the round on its parity member (when it has one).
         let round = &work.columns[work.next..work.round_end];
@@ -409,55 +408,17 @@ impl FanoutQueue {
             work.pp.clear();
             work.pp.resize(total, 0);
         }
-        let mut pp_at = 0;
-        work.entries.clear();
-        for (i, col) in round.iter().enumerate() {
-            let base = work.bases[i];
-            let scratch = &mut work.scratch[base..base + shape.scratch_len(col)];
-            if !work.write {
-                shape.finish_read(kernel, col, request, work.offset, scratch);
-                continue;
-            }
-            let pp_len = if log_on.is_some() && col.mode != Mode::Full {
-                col.width()
-            } else {
-                0
-            };
-            let pp = &mut work.pp[pp_at..pp_at + pp_len];
-            let wanted = (pp_len > 0).then_some(&mut *pp);
-            shape.compute(kernel, col, request, work.offset, scratch, wanted);
-            if log_on.is_some() {
-                work.entries.push(shape.ppl_entry(col, pp));
-            }
-            pp_at += pp_len;
-        }
+        compute_round(&shape, work, request, log_on.is_some());
         if !work.write {
             work.next = work.round_end;
             return self.stripe_round(slot);
         }
         // A journaled array logs the round's data and parity pages first.
         if let Some(journal) = array.md_journal.as_ref().filter(|j| j.logging()) {
-            let (mut payloads, mut pages) = (Vec::new(), Vec::new());
-            let mut rebuilt = (Vec::new(), Vec::new());
-            let whole = round.iter().enumerate().all(|(i, col)| {
-                let base = work.bases[i];
-                let scratch = &work.scratch[base..base + shape.scratch_len(col)];
-                shape.rebuilt_pages(col, scratch, journal.seed(), &mut rebuilt.0, &mut rebuilt.1);
-                shape.journal_pages(
-                    col,
-                    request,
-                    work.offset,
-                    scratch,
-                    journal.seed(),
-                    &mut payloads,
-                    &mut pages,
-                )
-            });
-            if !whole {
+            if !journal_round(&shape, work, request, journal, &array) {
                 work.errno = libc::EINVAL;
                 return self.stripe_finish(slot);
             }
-            work.jticket = Some(journal.enqueue(&array, payloads, pages, rebuilt));
         }
         if let (Some(p), Some(ppl)) = (log_on, &array.ppl) {
             work.ticket = Some(ppl.enqueue(p, &work.entries, &work.pp));
@@ -548,4 +509,67 @@ impl FanoutQueue {
         let max_io = max_io_bytes as usize;
         ((1 + shape.parity as usize) * max_io).max(members * max_io.min(shape.chunk as usize))
     }
+}
+
+/// Finish the round's columns on the worker's thread: a read's lost blocks
+/// recovered into the request, a write's parity computed into the scratch
+/// (with `log`, each column's partial parity and log entry too).
+fn compute_round(shape: &ParityShape, work: &mut StripeWork, request: &mut [u8], log: bool) {
+    let kernel = Kernel::best();
+    let round = &work.columns[work.next..work.round_end];
+    let mut pp_at = 0;
+    work.entries.clear();
+    for (i, col) in round.iter().enumerate() {
+        let base = work.bases[i];
+        let scratch = &mut work.scratch[base..base + shape.scratch_len(col)];
+        if !work.write {
+            shape.finish_read(kernel, col, request, work.offset, scratch);
+            continue;
+        }
+        let pp_len = if log && col.mode != Mode::Full {
+            col.width()
+        } else {
+            0
+        };
+        let pp = &mut work.pp[pp_at..pp_at + pp_len];
+        let wanted = (pp_len > 0).then_some(&mut *pp);
+        shape.compute(kernel, col, request, work.offset, scratch, wanted);
+        if log {
+            work.entries.push(shape.ppl_entry(col, pp));
+        }
+        pp_at += pp_len;
+    }
+}
+
+/// Queue the round's data and parity pages on md's journal (its ticket in
+/// `work.jticket`). False when a column cannot be logged whole.
+fn journal_round(
+    shape: &ParityShape,
+    work: &mut StripeWork,
+    request: &[u8],
+    journal: &crate::parity::journal::MdJournal,
+    array: &crate::Array,
+) -> bool {
+    let round = &work.columns[work.next..work.round_end];
+    let (mut payloads, mut pages) = (Vec::new(), Vec::new());
+    let mut rebuilt = (Vec::new(), Vec::new());
+    let whole = round.iter().enumerate().all(|(i, col)| {
+        let base = work.bases[i];
+        let scratch = &work.scratch[base..base + shape.scratch_len(col)];
+        shape.rebuilt_pages(col, scratch, journal.seed(), &mut rebuilt.0, &mut rebuilt.1);
+        shape.journal_pages(
+            col,
+            request,
+            work.offset,
+            scratch,
+            journal.seed(),
+            &mut payloads,
+            &mut pages,
+        )
+    });
+    if !whole {
+        return false;
+    }
+    work.jticket = Some(journal.enqueue(array, payloads, pages, rebuilt));
+    true
 }
