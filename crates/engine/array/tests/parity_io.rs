@@ -167,6 +167,44 @@ fn drive(
     model
 }
 
+/// Write `fill` at `offset` through `queue`'s slot 0 and wait for it.
+fn write_through(
+    queue: &mut Box<dyn nvraid_io::queue::Queue>,
+    offset: u64,
+    fill: &[u8],
+    what: &str,
+) {
+    queue.buffer_mut(0)[..fill.len()].copy_from_slice(fill);
+    queue
+        .submit(0, OpKind::Write, offset, fill.len() as u32, false)
+        .unwrap();
+    let mut results = Vec::new();
+    queue.reap(1, &mut |c| results.push(c.result)).unwrap();
+    assert_eq!(results, vec![Ok(fill.len() as u32)], "{what}");
+}
+
+/// Every member's partial parity log, as md reads it: each header in its
+/// chain checks out with its partial parity. The chains' lengths.
+fn ppl_chains(specs: &[String]) -> Vec<usize> {
+    specs
+        .iter()
+        .map(|spec| {
+            let bytes = std::fs::read(spec).unwrap();
+            let sb = nvraid_metadata::Superblock::decode(&bytes[4096..8192]).unwrap();
+            let area = nvraid_metadata::ppl::PplArea::from_superblock(&sb)
+                .unwrap()
+                .unwrap();
+            let start = (area.start_sector(sb.super_offset_sectors).unwrap() * 512) as usize;
+            let log = &bytes[start..start + (area.usable_sectors() * 512) as usize];
+            let chain = nvraid_metadata::ppl::chain(log, &sb.set_uuid).unwrap();
+            for header in &chain {
+                header.partial_parity(log).unwrap();
+            }
+            chain.len()
+        })
+        .collect()
+}
+
 /// Delete the member files of roles `lost`; the specs of the others.
 fn lose(specs: &[String], lost: &[usize]) -> Vec<String> {
     for &role in lost {
@@ -558,13 +596,7 @@ fn ppl_arrays_log_and_keep_parity_under_concurrent_writes() {
             let len = (1 + rng.below(512)) * 512;
             let offset = rng.below((model.len() as u64 - len) / 512) * 512;
             let fill: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
-            queue.buffer_mut(0)[..len as usize].copy_from_slice(&fill);
-            queue
-                .submit(0, OpKind::Write, offset, len as u32, false)
-                .unwrap();
-            let mut results = Vec::new();
-            queue.reap(1, &mut |c| results.push(c.result)).unwrap();
-            assert_eq!(results, vec![Ok(len as u32)]);
+            write_through(&mut queue, offset, &fill, &format!("{engine:?}"));
             model[offset as usize..(offset + len) as usize].copy_from_slice(&fill);
         }
         drop(queue);
@@ -574,23 +606,11 @@ fn ppl_arrays_log_and_keep_parity_under_concurrent_writes() {
         assert!(whole == model, "{engine:?}: array differs from the model");
         Arc::try_unwrap(array).unwrap().close().unwrap();
         assert_eq!(first_bad_stripe(&specs, level), None, "{engine:?}");
-        for spec in &specs {
-            let bytes = std::fs::read(spec).unwrap();
-            let sb = nvraid_metadata::Superblock::decode(&bytes[4096..8192]).unwrap();
-            let area = nvraid_metadata::ppl::PplArea::from_superblock(&sb)
-                .unwrap()
-                .unwrap();
-            let start = (area.start_sector(sb.super_offset_sectors).unwrap() * 512) as usize;
-            let log = &bytes[start..start + (area.usable_sectors() * 512) as usize];
-            let chain = nvraid_metadata::ppl::chain(log, &sb.set_uuid).unwrap();
+        for (spec, headers) in specs.iter().zip(ppl_chains(&specs)) {
             assert!(
-                chain.len() > 1,
-                "{spec}: the log was written ({} headers)",
-                chain.len()
+                headers > 1,
+                "{spec}: the log was written ({headers} headers)"
             );
-            for header in &chain {
-                header.partial_parity(log).unwrap();
-            }
         }
     }
 }
@@ -735,13 +755,7 @@ fn a_small_ppl_area_is_never_written_past() {
             let offset = rng.below((size - len) / 512) * 512;
             let fill: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
             if i % 2 == 0 {
-                queue.buffer_mut(0)[..len as usize].copy_from_slice(&fill);
-                queue
-                    .submit(0, OpKind::Write, offset, len as u32, false)
-                    .unwrap();
-                let mut results = Vec::new();
-                queue.reap(1, &mut |c| results.push(c.result)).unwrap();
-                assert_eq!(results, vec![Ok(len as u32)], "{engine:?}: write {i}");
+                write_through(&mut queue, offset, &fill, &format!("{engine:?}: write {i}"));
             } else {
                 array.write_at(&fill, offset, false).unwrap();
             }
@@ -764,13 +778,7 @@ fn a_small_ppl_area_is_never_written_past() {
                 touched.unwrap_or(0),
                 range.len()
             );
-            let sb = nvraid_metadata::Superblock::decode(&bytes[4096..8192]).unwrap();
-            let area = PplArea::from_superblock(&sb).unwrap().unwrap();
-            let start = (area.start_sector(sb.super_offset_sectors).unwrap() * 512) as usize;
-            let log = &bytes[start..start + (area.usable_sectors() * 512) as usize];
-            for header in &nvraid_metadata::ppl::chain(log, &sb.set_uuid).unwrap() {
-                header.partial_parity(log).unwrap();
-            }
         }
+        ppl_chains(&specs);
     }
 }
