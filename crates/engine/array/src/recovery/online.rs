@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use nvraid_member::{Member, MemberError, OpenOptions};
 
 use super::{add_member_to, re_add_to, rebuild_online, scrub_with, Added, Mode, Pace};
-use super::{RebuildPace, Scrubbed};
+use super::{Progress, RebuildPace, Scrubbed};
 use crate::{Array, SetAside};
 
 /// Where the recovery threads' messages go, one line at a time.
@@ -296,32 +296,7 @@ impl Online {
             stop: Some(&self.stop),
         };
         let started = Instant::now();
-        let outcome = rebuild_online(array, &pace, &mut |p| {
-            let member = array
-                .slot(p.role as usize)
-                .map(|s| s.member.spec().to_string())
-                .unwrap_or_default();
-            let seconds = p.elapsed.as_secs_f64().max(1e-3);
-            let mut state = self.lock();
-            let entry = state.rebuild.get_or_insert_with(RebuildStatus::default);
-            if entry.role != p.role || entry.member != member || entry.finished {
-                *entry = RebuildStatus {
-                    role: p.role,
-                    member,
-                    ..RebuildStatus::default()
-                };
-                (self.log)(&format!("nvraid: rebuilding role {} while serving", p.role));
-            }
-            entry.done_bytes = p.done_bytes;
-            entry.total_bytes = p.total_bytes;
-            let rate = p.done_bytes as f64 / seconds;
-            entry.rate_bytes_per_second = rate as u64;
-            entry.eta_seconds = if rate > 0.0 {
-                (p.total_bytes - p.done_bytes) as f64 / rate
-            } else {
-                0.0
-            };
-        });
+        let outcome = rebuild_online(array, &pace, &mut |p| self.rebuild_progress(&p));
         let mut state = self.lock();
         let entry = state.rebuild.get_or_insert_with(RebuildStatus::default);
         match outcome {
@@ -359,6 +334,36 @@ impl Online {
                     .unwrap_or_else(|p| p.into_inner());
             }
         }
+    }
+
+    /// A rebuild's progress, into the status (a new role or member starts a
+    /// new entry, and says so in the log).
+    fn rebuild_progress(&self, p: &Progress) {
+        let array = &self.array;
+        let member = array
+            .slot(p.role as usize)
+            .map(|s| s.member.spec().to_string())
+            .unwrap_or_default();
+        let seconds = p.elapsed.as_secs_f64().max(1e-3);
+        let mut state = self.lock();
+        let entry = state.rebuild.get_or_insert_with(RebuildStatus::default);
+        if entry.role != p.role || entry.member != member || entry.finished {
+            *entry = RebuildStatus {
+                role: p.role,
+                member,
+                ..RebuildStatus::default()
+            };
+            (self.log)(&format!("nvraid: rebuilding role {} while serving", p.role));
+        }
+        entry.done_bytes = p.done_bytes;
+        entry.total_bytes = p.total_bytes;
+        let rate = p.done_bytes as f64 / seconds;
+        entry.rate_bytes_per_second = rate as u64;
+        entry.eta_seconds = if rate > 0.0 {
+            (p.total_bytes - p.done_bytes) as f64 / rate
+        } else {
+            0.0
+        };
     }
 
     /// The spares left, the rebuild, and a check or repair.
