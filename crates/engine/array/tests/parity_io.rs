@@ -167,6 +167,22 @@ fn drive(
     model
 }
 
+/// The array reads back as `model`; closed, every stripe's parity is
+/// right (the queues and targets over it are gone).
+fn reads_as_model_then_closes(
+    array: Arc<nvraid_array::Array>,
+    specs: &[String],
+    level: Level,
+    model: &[u8],
+    what: &str,
+) {
+    let mut whole = vec![0u8; model.len()];
+    array.read_at(&mut whole, 0).unwrap();
+    assert!(whole == model, "{what}: array differs from the model");
+    Arc::try_unwrap(array).unwrap().close().unwrap();
+    assert_eq!(first_bad_stripe(specs, level), None, "{what}");
+}
+
 /// Write `fill` at `offset` through `queue`'s slot 0 and wait for it.
 fn write_through(
     queue: &mut Box<dyn nvraid_io::queue::Queue>,
@@ -601,11 +617,7 @@ fn ppl_arrays_log_and_keep_parity_under_concurrent_writes() {
         }
         drop(queue);
         drop(target);
-        let mut whole = vec![0u8; model.len()];
-        array.read_at(&mut whole, 0).unwrap();
-        assert!(whole == model, "{engine:?}: array differs from the model");
-        Arc::try_unwrap(array).unwrap().close().unwrap();
-        assert_eq!(first_bad_stripe(&specs, level), None, "{engine:?}");
+        reads_as_model_then_closes(array, &specs, level, &model, &format!("{engine:?}"));
         for (spec, headers) in specs.iter().zip(ppl_chains(&specs)) {
             assert!(
                 headers > 1,
@@ -763,11 +775,7 @@ fn a_small_ppl_area_is_never_written_past() {
         }
         drop(queue);
         drop(target);
-        let mut whole = vec![0u8; model.len()];
-        array.read_at(&mut whole, 0).unwrap();
-        assert!(whole == model, "{engine:?}: array differs from the model");
-        Arc::try_unwrap(array).unwrap().close().unwrap();
-        assert_eq!(first_bad_stripe(&specs, level), None, "{engine:?}");
+        reads_as_model_then_closes(array, &specs, level, &model, &format!("{engine:?}"));
         for (spec, range) in specs.iter().zip(&behind) {
             let bytes = std::fs::read(spec).unwrap();
             let touched = bytes[range.clone()].iter().position(|&b| b != PATTERN);

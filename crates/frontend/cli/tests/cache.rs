@@ -611,6 +611,31 @@ fn an_md_write_journal_that_fails_under_the_cache_loses_nothing_acknowledged() {
     md_journal_fails(&["--cache", "journal"]);
 }
 
+/// Write `rows` rows of 16 blocks (data from `seed`) and keep them as
+/// acknowledged; then make the journal fail (`trigger`) and check that the
+/// next write is refused. The rows acknowledged, in order.
+fn acknowledge_then_fail_journal(
+    export: &RemoteExport,
+    trigger: &Path,
+    rows: u64,
+    seed: u64,
+) -> Vec<Vec<u8>> {
+    let mut acknowledged = Vec::new();
+    for i in 0..rows {
+        let data: Vec<u8> = (0..16)
+            .flat_map(|b| block_data(seed + i, i * 16 + b))
+            .collect();
+        export.write_at(&data, i * 16 * BLOCK as u64).unwrap();
+        acknowledged.push(data);
+    }
+    std::fs::write(trigger, b"").unwrap();
+    assert!(
+        export.write_at(&vec![7u8; BLOCK], 1 << 20).is_err(),
+        "a write was acknowledged after the journal failed"
+    );
+    acknowledged
+}
+
 /// A RAID 5 of three 16 MiB members with md's journal on an nbdkit export
 /// whose writes fail while `trigger` exists: the server, the trigger, the
 /// data members, and every member (the journal last).
@@ -646,19 +671,7 @@ fn md_journal_fails(extra: &[&str]) {
     let (mut nbdkit, trigger, data_members, members) = raid5_with_a_failing_journal(d);
     let mut server = serve_with(d, &members, extra);
     let export = connect(d);
-    let mut acknowledged = Vec::new();
-    for i in 0..16u64 {
-        let data: Vec<u8> = (0..16)
-            .flat_map(|b| block_data(1000 + i, i * 16 + b))
-            .collect();
-        export.write_at(&data, i * 16 * BLOCK as u64).unwrap();
-        acknowledged.push(data);
-    }
-    std::fs::write(&trigger, b"").unwrap();
-    assert!(
-        export.write_at(&vec![7u8; BLOCK], 1 << 20).is_err(),
-        "a write was acknowledged after the journal failed"
-    );
+    let acknowledged = acknowledge_then_fail_journal(&export, &trigger, 16, 1000);
     assert!(export.write_at(&vec![7u8; BLOCK], 2 << 20).is_err());
     let status = ok(&["status", "--socket", "md.ctl", "--json"], d);
     let status: serde_json::Value = serde_json::from_str(&status).unwrap();
@@ -706,19 +719,7 @@ fn a_failed_md_journal_is_recorded_faulty_and_add_journal_replaces_it() {
     let (mut nbdkit, trigger, data_members, members) = raid5_with_a_failing_journal(d);
     let mut server = serve(d, &members);
     let export = connect(d);
-    let mut acknowledged = Vec::new();
-    for i in 0..8u64 {
-        let data: Vec<u8> = (0..16)
-            .flat_map(|b| block_data(2000 + i, i * 16 + b))
-            .collect();
-        export.write_at(&data, i * 16 * BLOCK as u64).unwrap();
-        acknowledged.push(data);
-    }
-    std::fs::write(&trigger, b"").unwrap();
-    assert!(
-        export.write_at(&vec![7u8; BLOCK], 1 << 20).is_err(),
-        "a write was acknowledged after the journal failed"
-    );
+    let acknowledged = acknowledge_then_fail_journal(&export, &trigger, 8, 2000);
     drop(export);
     server.kill().unwrap();
     server.wait().unwrap();
