@@ -1,113 +1,48 @@
-//! An assembled array and its synchronous data path.
+//! An assembled array: its members ([`Members`], the floor below) and what
+//! it keeps beside them, chosen at assembly: the level family's
+//! personality, md's write-intent bitmap, the PPL or md's journal. Here
+//! they meet: a client write is let in ([`Array::admit_write`]: the dirty
+//! mark, the resync barrier, the bitmap's bits, md's order, for both data
+//! paths), and the array closes. The simple path's reads and writes are
+//! in `ops` (each a `match` handing the work to the family); the fast path
+//! is in `fanout`.
 //!
-//! The path of a write: [`Array::write_at`] checks range and alignment, marks
-//! a redundant array dirty before its first write ([`Array::mark_dirty`]),
-//! splits the request into pieces at chunk boundaries (nvraid-layout), and
-//! writes every copy of every piece to its member at
-//! `data_offset + member_offset`. With FUA, every member written is flushed
-//! before the call returns.
+//! Every method of [`Members`] is one of the array's too (`Array`
+//! dereferences to its members).
 
-use crate::barrier::Barrier;
-use crate::decision::SetAside;
 use crate::error::{Error, Result};
-use crate::slot::{apply_bad_blocks, is_member_failure, write_superblock, MemberCounters, Slot};
+use crate::intent::{BitmapInfo, WriteIntent};
+use crate::members::Members;
+use crate::parity::journal::MdJournal;
+use crate::parity::ppl::Ppl;
+use crate::personality::Personality;
+use crate::slot::Slot;
 use nvraid_layout::Geometry;
-use nvraid_metadata::{bitmap, features, Role, Superblock, Timestamp, RESYNC_CLEAN};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
-
-/// A barrier region held (see [`Array::hold_region`]); released on drop,
-/// also on an error part-way.
-pub(crate) struct RegionHold<'a> {
-    array: &'a Array,
-    _turn: std::sync::MutexGuard<'a, ()>,
-}
-
-impl Drop for RegionHold<'_> {
-    fn drop(&mut self) {
-        self.array.barrier.lower();
-    }
-}
-
-/// A member given at assembly that takes no part in the array.
-#[derive(Clone, Debug)]
-pub struct SetAsideMember {
-    pub spec: String,
-    /// `None` when it could not be read.
-    pub superblock: Option<Superblock>,
-    pub reason: SetAside,
-}
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// An assembled array. All methods take `&self`; the array is `Sync`.
 #[derive(Debug)]
 pub struct Array {
-    geometry: Geometry,
-    /// Every member the array has held, in the order they joined: the
-    /// assembled ones at their role's index, members added while it runs
-    /// after them. Entries are never replaced or dropped while the array
-    /// lives (a queue may still hold a retired member's file descriptor),
-    /// so `&Slot` borrows stay valid without locks.
-    arena: Vec<OnceLock<Slot>>,
-    /// Arena entries taken.
-    arena_used: AtomicUsize,
-    /// Per role, the arena index of its member (`NO_SLOT`: missing).
-    current: Vec<AtomicUsize>,
-    /// Moves whenever a role gets another member: queues that cache the
-    /// members (file tables, data offsets) refresh when it changes.
-    generation: AtomicU64,
-    sector_bytes: u32,
-    writable: bool,
-    /// The array was dirty when assembled (unclean shutdown) and has not
-    /// been resynced since: it stays dirty on close, and its reads take the
-    /// first readable copy, never a balanced choice (its copies may differ,
-    /// and md reads the first in-sync copy until resync has passed, so one
-    /// block never gives two answers).
-    unsynced: AtomicBool,
-    /// Where the last resync stopped, in array bytes (md's resync_offset);
-    /// moves as a resync checkpoints.
-    resync_at: AtomicU64,
-    /// Some member has a read limit (recovery, bad blocks).
-    read_limited: AtomicBool,
-    /// This process has recorded the array dirty on the members.
-    dirty: AtomicBool,
-    /// The events counter on the members; its lock serialises superblock
-    /// updates.
-    events: Mutex<u64>,
-    /// Members given at assembly but left out, with the reason.
-    set_aside: Vec<SetAsideMember>,
-    /// Per role, how many bytes of the member's data area are in sync:
-    /// `u64::MAX` for all of it, less for a member being recovered (it moves
-    /// up as a rebuild goes, and is written to the member's superblock as
-    /// md's `recovery_offset`).
-    in_sync: Vec<AtomicU64>,
-    /// Per role: its recovery copies only the chunks the write-intent
-    /// bitmap marks (md's re-add, RECOVERY_BITMAP).
-    by_bitmap: Vec<AtomicBool>,
-    /// The role table as this process last wrote it (the reference
-    /// superblock's at assembly, plus members added since); roles with no
-    /// usable member are marked faulty when it is written.
-    table: Mutex<Vec<u16>>,
-    /// Roles whose member failed while the array ran (an I/O error): no
-    /// longer read, written or flushed, and recorded faulty in the others'
-    /// superblocks.
-    faulty: Vec<AtomicBool>,
-    /// Per role: why its member was marked faulty while the array ran.
-    faulty_reason: Vec<Mutex<Option<String>>>,
-    /// Per-role I/O counts of the fast path.
-    counters: Vec<MemberCounters>,
-    /// Client writes against a resync or rebuild running beside them.
-    barrier: Barrier,
-    /// Whose turn it is to hold a barrier region.
-    barrier_turn: Mutex<()>,
+    members: Members,
     /// md's write-intent bitmap, when the array has one (see `intent`).
-    pub(crate) intent: Option<crate::intent::WriteIntent>,
+    intent: Option<Arc<WriteIntent>>,
     /// What the level's family does (RAID 0/1/10: copies; RAID 4/5/6:
     /// parity), chosen once here.
-    pub(crate) personality: crate::personality::Personality,
+    pub(crate) personality: Personality,
     /// RAID 5 with md's partial parity log (see `ppl`).
-    pub(crate) ppl: Option<crate::parity::ppl::Ppl>,
+    pub(crate) ppl: Option<Ppl>,
     /// RAID 4/5/6 with md's write journal: its member (see `journal`).
-    pub(crate) md_journal: Option<crate::parity::journal::MdJournal>,
+    pub(crate) md_journal: Option<Arc<MdJournal>>,
+}
+
+impl std::ops::Deref for Array {
+    type Target = Members;
+
+    fn deref(&self) -> &Members {
+        &self.members
+    }
 }
 
 /// What [`Array::admit_write`] did with a client write.
@@ -125,654 +60,74 @@ pub(crate) enum Admission {
     Busy,
 }
 
-/// `current` entry of a role with no member.
-const NO_SLOT: usize = usize::MAX;
-/// Members that may join an array while it runs (online add, replace, a
-/// spare taking over), beyond those assembled; then it must be restarted.
-pub const ONLINE_JOINS: usize = 64;
-
 impl Array {
     pub(crate) fn new(geometry: Geometry, slots: Vec<Option<Slot>>, writable: bool) -> Array {
-        assert_eq!(
-            slots.len(),
-            geometry.members() as usize,
-            "invariant: an array is assembled with one slot per role"
-        );
-        let present = || slots.iter().flatten();
-        let sector_bytes = present()
-            .map(|s| s.member.logical_block_bytes())
-            .max()
-            .unwrap_or(512)
-            .max(512);
-        let assembled_dirty = present().any(|s| !s.superblock.is_clean());
-        let events = present().map(|s| s.superblock.events).max().unwrap_or(0);
-        let resync_from = present()
-            .map(|s| s.superblock.resync_offset)
-            .min()
-            .unwrap_or(RESYNC_CLEAN)
-            .saturating_mul(512);
-        let read_limited = present().any(|s| !s.read_limit.is_none());
-        let table = present()
-            .next()
-            .map(|s| s.superblock.roles_raw.clone())
-            .unwrap_or_default();
-        let roles = slots.len();
-        let in_sync = slots
-            .iter()
-            .map(|s| {
-                let bytes = s.as_ref().and_then(|s| s.read_limit.in_sync_bytes);
-                AtomicU64::new(bytes.unwrap_or(u64::MAX))
-            })
-            .collect();
-        let by_bitmap = slots
-            .iter()
-            .map(|s| {
-                let bits = s.as_ref().map_or(0, |s| s.superblock.feature_map);
-                AtomicBool::new(bits & features::RECOVERY_BITMAP != 0)
-            })
-            .collect();
-        let current = slots
-            .iter()
-            .enumerate()
-            .map(|(role, s)| AtomicUsize::new(if s.is_some() { role } else { NO_SLOT }))
-            .collect();
+        let personality = Personality::of(&geometry);
+        let records_lost_writes = personality.records_lost_writes();
         Array {
-            personality: crate::personality::Personality::of(&geometry),
+            members: Members::new(geometry, slots, writable, records_lost_writes),
+            intent: None,
+            personality,
             ppl: None,
             md_journal: None,
-            arena: Self::arena_of(slots),
-            arena_used: AtomicUsize::new(roles),
-            current,
-            generation: AtomicU64::new(0),
-            table: Mutex::new(table),
-            sector_bytes,
-            writable,
-            unsynced: AtomicBool::new(assembled_dirty && geometry.level().is_redundant()),
-            resync_at: AtomicU64::new(resync_from),
-            read_limited: AtomicBool::new(read_limited),
-            dirty: AtomicBool::new(false),
-            events: Mutex::new(events),
-            set_aside: Vec::new(),
-            faulty_reason: (0..roles).map(|_| Mutex::new(None)).collect(),
-            faulty: (0..roles).map(|_| AtomicBool::new(false)).collect(),
-            in_sync,
-            by_bitmap,
-            counters: (0..roles).map(|_| MemberCounters::default()).collect(),
-            barrier: Barrier::new(),
-            barrier_turn: Mutex::new(()),
-            intent: None,
-            geometry,
         }
     }
 
-    /// The arena of slots: the assembled ones at their roles' indices,
-    /// then room for [`ONLINE_JOINS`] more.
-    fn arena_of(slots: Vec<Option<Slot>>) -> Vec<OnceLock<Slot>> {
-        slots
-            .into_iter()
-            .map(|s| {
-                let cell = OnceLock::new();
-                if let Some(s) = s {
-                    let _ = cell.set(s);
-                }
-                cell
-            })
-            .chain((0..ONLINE_JOINS).map(|_| OnceLock::new()))
-            .collect()
+    /// The members, for what is built at assembly (set-aside members,
+    /// companions).
+    pub(crate) fn members_mut(&mut self) -> &mut Members {
+        &mut self.members
     }
 
-    pub(crate) fn intent(&self) -> Option<&crate::intent::WriteIntent> {
-        self.intent.as_ref()
+    pub(crate) fn intent(&self) -> Option<&WriteIntent> {
+        self.intent.as_deref()
     }
 
-    /// Per-role I/O counts of the fast path (index = role).
-    pub fn member_counters(&self) -> &[MemberCounters] {
-        &self.counters
-    }
-
-    pub(crate) fn set_aside_members(&mut self, set_aside: Vec<SetAsideMember>) {
-        self.set_aside = set_aside;
-    }
-
-    /// Members given at assembly but left out (stale, faulty, spare...).
-    pub fn set_aside(&self) -> &[SetAsideMember] {
-        &self.set_aside
-    }
-
-    /// A write let in by [`Array::admit_write`] (and held) has completed.
-    pub(crate) fn end_write(&self, offset: u64, len: u64) {
-        self.intent_end(offset, len);
-        self.barrier.leave(offset, len);
-    }
-
-    /// Hold region `region` (array bytes `region * BARRIER_REGION_BYTES`
-    /// onwards) against client writes until the returned guard drops: no
-    /// client write to it is in flight or starts meanwhile. One holder at a
-    /// time (a resync and a rebuild running together take turns).
-    pub(crate) fn hold_region(&self, region: u64) -> RegionHold<'_> {
-        let turn = self.barrier_turn.lock().unwrap_or_else(|p| p.into_inner());
-        self.barrier.raise(region);
-        RegionHold {
-            array: self,
-            _turn: turn,
-        }
-    }
-
-    /// Whether some member may not be read everywhere (see [`ReadLimit`]).
-    pub fn read_limited(&self) -> bool {
-        self.read_limited.load(Ordering::Acquire)
-    }
-
-    /// Whether reads must take the first readable copy (see the field).
-    pub fn first_copy_reads(&self) -> bool {
-        self.unsynced.load(Ordering::Relaxed)
-    }
-
-    /// An array whose copies may differ (assembled dirty, not resynced
-    /// since): where its resync starts, in array bytes.
-    pub fn resync_from(&self) -> Option<u64> {
-        self.unsynced.load(Ordering::Acquire).then_some(
-            self.resync_at
-                .load(Ordering::Acquire)
-                .min(self.size_bytes()),
-        )
-    }
-
-    /// Record how far a resync got (`Some(bytes)`, md's resync_offset) or
-    /// that it finished (`None`: the array is clean unless this process
-    /// wrote to it, and reads balance again). Events + 1 on every member.
-    pub(crate) fn resync_checkpoint(&self, done: Option<u64>) -> Result<()> {
-        let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
-        match done {
-            Some(bytes) => {
-                self.resync_at.store(bytes, Ordering::Release);
-                self.update_superblocks(&mut events, self.resync_offset_now())
-            }
-            None => {
-                self.unsynced.store(false, Ordering::Release);
-                self.update_superblocks(&mut events, self.resync_offset_now())
-            }
-        }
-    }
-
-    /// Give the array its md write journal. Its log is kept in whole 4 KiB
-    /// pages, so the array takes writes in 4 KiB sectors from then on.
-    pub(crate) fn attach_md_journal(&mut self, journal: crate::parity::journal::MdJournal) {
-        self.sector_bytes = self
-            .sector_bytes
-            .max(nvraid_metadata::r5log::PAGE_BYTES as u32);
-        self.md_journal = Some(journal);
-    }
-
-    /// Record the journal's new tail: every superblock, events + 1 (md's
-    /// `r5l_write_super` updates them all the same way).
-    pub(crate) fn write_journal_tail(&self) -> Result<()> {
-        let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
-        self.update_superblocks(&mut events, self.resync_offset_now())
-    }
-
-    /// The write journal failed: record it faulty on every member (its
-    /// device slot becomes md's faulty role, events + 1), once, so that
-    /// every later assembly, nvraid's or the kernel's, sees a failed
-    /// journal rather than a stale one, and `add-journal` may replace it.
-    /// The journal member itself is not written (md writes nothing more to
-    /// a faulty member).
-    pub fn record_journal_failure(&self) -> Result<()> {
-        let Some(journal) = self.md_journal.as_ref() else {
+    /// Give the array md's write-intent bitmap when its members have one
+    /// (see [`WriteIntent::load`]); a writable array maintains it from now
+    /// on, and every superblock update writes its header first.
+    pub(crate) fn load_bitmap(&mut self) -> Result<()> {
+        let Some(intent) = WriteIntent::load(&self.members)? else {
             return Ok(());
         };
-        if journal.failure().is_none() || !journal.take_failure_to_record() {
-            return Ok(());
+        let intent = Arc::new(intent);
+        self.members.add_companion(intent.clone());
+        self.members.set_has_bitmap();
+        self.intent = Some(intent.clone());
+        if self.is_writable() {
+            intent.publish(&self.members)?;
         }
-        let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
-        let recorded = self.update_superblocks(&mut events, self.resync_offset_now());
-        match &recorded {
-            Ok(()) => eprintln!(
-                "nvraid: write journal {}: recorded faulty on the members",
-                journal.spec()
-            ),
-            Err(e) => eprintln!(
-                "nvraid: write journal {}: could not record it faulty: {e}",
-                journal.spec()
-            ),
-        }
-        recorded
-    }
-
-    /// The `resync_offset` the superblocks should record now (md's rule):
-    /// 0 while this process has written (a crash now could tear a write
-    /// anywhere, so all of it would need a resync); the resync checkpoint
-    /// while the array awaits the rest of a resync; clean otherwise.
-    fn resync_offset_now(&self) -> u64 {
-        if self.dirty.load(Ordering::Acquire) {
-            0
-        } else if self.unsynced.load(Ordering::Acquire) {
-            self.resync_at.load(Ordering::Acquire) / 512
-        } else {
-            RESYNC_CLEAN
-        }
-    }
-
-    /// Whether `role`'s member may be read at `[offset, offset + len)` of
-    /// its data area (present, and not limited there).
-    pub fn readable(&self, role: usize, offset: u64, len: u64) -> bool {
-        match self.slot(role) {
-            None => false,
-            Some(_) if self.is_faulty(role) => false,
-            Some(_) if !self.read_limited.load(Ordering::Acquire) => true,
-            Some(slot) => {
-                offset + len <= self.in_sync[role].load(Ordering::Acquire)
-                    && slot.read_limit.no_bad_block_in(offset, len)
-            }
-        }
-    }
-
-    /// A member being recovered: how many bytes of its data area are in
-    /// sync (`None` when all of it is).
-    pub fn in_sync_bytes(&self, role: usize) -> Option<u64> {
-        let bytes = self.in_sync[role].load(Ordering::Acquire);
-        (bytes != u64::MAX).then_some(bytes)
-    }
-
-    /// Whether `role`'s recovery copies only the chunks the bitmap marks
-    /// (a re-added member), rather than everything.
-    pub fn recovers_by_bitmap(&self, role: usize) -> bool {
-        self.by_bitmap[role].load(Ordering::Acquire) && self.intent.is_some()
-    }
-
-    /// Record that `role`'s member is in sync below `bytes` (`None`: all of
-    /// it), in memory and in that member's superblock (md's checkpoint of a
-    /// recovery; the events counter does not move).
-    pub(crate) fn checkpoint_recovery(&self, role: usize, bytes: Option<u64>) -> Result<()> {
-        let _events = self.events.lock().unwrap_or_else(|p| p.into_inner());
-        let before = self.in_sync[role].load(Ordering::Acquire);
-        let after = bytes.unwrap_or(u64::MAX);
-        // Paired with the reads it unlocks: a recovery only moves forward.
-        assert!(
-            after >= before,
-            "recovery offset moved back ({before} -> {after})"
-        );
-        self.in_sync[role].store(after, Ordering::Release);
-        self.write_own_superblock(role, *_events)
-    }
-
-    /// Write `role`'s superblock alone as it stands now (its recovery point
-    /// and bad blocks), at `events` (unchanged: md's checkpoints do not
-    /// move the counter), durably. The caller holds the events lock.
-    fn write_own_superblock(&self, role: usize, events: u64) -> Result<()> {
-        let slot = self
-            .slot(role)
-            .expect("a member whose superblock is written is present");
-        let mut sb = slot.superblock.clone();
-        sb.events = events;
-        sb.roles_raw = self.role_table();
-        self.apply_recovery(role, &mut sb);
-        apply_bad_blocks(slot, &mut sb);
-        sb.resync_offset = self.resync_offset_now();
-        write_superblock(&slot.member, &sb)?;
-        slot.member
-            .flush()
-            .map_err(|e| Error::io(slot.member.spec(), e))
-    }
-
-    /// The role table as it would be written now.
-    pub(crate) fn role_table_now(&self) -> Vec<u16> {
-        self.role_table()
-    }
-
-    /// Put a new member into the array: `slot` into `role` (a member to be
-    /// rebuilt), or only a table entry (a spare); record `entry` for device
-    /// slot `dev_number` in every present member's superblock (events + 1).
-    pub(crate) fn install(
-        &self,
-        role: Option<usize>,
-        slot: Option<Slot>,
-        dev_number: u32,
-        entry: u16,
-    ) -> Result<()> {
-        if let (Some(role), Some(slot)) = (role, slot) {
-            let index = self.arena_used.fetch_add(1, Ordering::AcqRel);
-            let Some(cell) = self.arena.get(index) else {
-                self.arena_used.fetch_sub(1, Ordering::AcqRel);
-                return Err(Error::Unsupported {
-                    spec: slot.member.spec().into(),
-                    what: format!(
-                        "a member joining after {ONLINE_JOINS} others joined this running array (restart it first)"
-                    ),
-                });
-            };
-            let in_sync = slot.read_limit.in_sync_bytes.unwrap_or(u64::MAX);
-            let by_bitmap = slot.superblock.feature_map & features::RECOVERY_BITMAP != 0;
-            assert!(cell.set(slot).is_ok(), "arena entry {index} taken twice");
-            // Order matters to readers on other threads: the new member is
-            // limited (in_sync) before it is published, and the role stops
-            // being faulty only after the old member is no longer current.
-            self.read_limited.store(true, Ordering::Release);
-            self.in_sync[role].store(in_sync, Ordering::Release);
-            self.by_bitmap[role].store(by_bitmap, Ordering::Release);
-            self.current[role].store(index, Ordering::Release);
-            self.faulty[role].store(false, Ordering::Release);
-            self.generation.fetch_add(1, Ordering::AcqRel);
-        }
-        self.table.lock().unwrap_or_else(|p| p.into_inner())[dev_number as usize] = entry;
-        let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
-        let resync_offset = self.resync_offset_now();
-        self.update_superblocks(&mut events, resync_offset)
-    }
-
-    /// Take a faulty member out of `role` (md's `--remove`): its device
-    /// slot is freed in every other member's role table (events + 1) and the
-    /// role is missing until a new member joins. The member stays open
-    /// until the array closes (a queue may still hold its file). Refused
-    /// for a member that has not failed: fail it first.
-    pub fn remove_member(&self, role: usize) -> Result<()> {
-        let Some(slot) = self.slot(role) else {
-            return Err(Error::NotStartable(format!(
-                "role {role} has no member to remove"
-            )));
-        };
-        if !self.is_faulty(role) {
-            return Err(Error::Unsupported {
-                spec: slot.member.spec().into(),
-                what: "removing a working member (fail it first)".into(),
-            });
-        }
-        let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
-        let dev = slot.superblock.dev_number as usize;
-        {
-            let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(entry) = table.get_mut(dev) {
-                *entry = Role::Spare.to_raw();
-            }
-        }
-        self.current[role].store(NO_SLOT, Ordering::Release);
-        self.generation.fetch_add(1, Ordering::AcqRel);
-        // Out of the array: let go of it (it can be added back, reset or
-        // pulled); queues still holding its descriptor see /dev/null.
-        slot.member.detach();
-        let resync_offset = self.resync_offset_now();
-        self.update_superblocks(&mut events, resync_offset)
-    }
-
-    /// A member's rebuild reached the end: it is in sync; every member
-    /// records that (events + 1).
-    pub(crate) fn finish_recovery(&self, role: usize) -> Result<()> {
-        let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
-        self.in_sync[role].store(u64::MAX, Ordering::Release);
-        self.by_bitmap[role].store(false, Ordering::Release);
-        let resync_offset = self.resync_offset_now();
-        self.update_superblocks(&mut events, resync_offset)
-    }
-
-    /// Put `role`'s recovery state into `sb`.
-    fn apply_recovery(&self, role: usize, sb: &mut Superblock) {
-        let recovering = features::RECOVERY_OFFSET | features::RECOVERY_BITMAP;
-        match self.in_sync_bytes(role) {
-            Some(bytes) => {
-                sb.feature_map =
-                    (sb.feature_map & !features::RECOVERY_BITMAP) | features::RECOVERY_OFFSET;
-                if self.recovers_by_bitmap(role) {
-                    sb.feature_map |= features::RECOVERY_BITMAP;
-                }
-                sb.recovery_offset = bytes / 512;
-            }
-            None => {
-                sb.feature_map &= !recovering;
-                sb.recovery_offset = 0;
-            }
-        }
-    }
-
-    /// Mark `role` faulty, keeping `why` for `detail`.
-    fn set_faulty(&self, role: usize, why: String) {
-        *self.faulty_reason[role]
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(why);
-        self.faulty[role].store(true, Ordering::Release);
-    }
-
-    /// Why `role`'s member was marked faulty while the array ran (`None`:
-    /// it was not).
-    pub fn faulty_reason(&self, role: usize) -> Option<String> {
-        if !self.is_faulty(role) {
-            return None;
-        }
-        self.faulty_reason[role]
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    /// Whether `role`'s member failed while the array ran.
-    pub fn is_faulty(&self, role: usize) -> bool {
-        self.faulty[role].load(Ordering::Acquire)
-    }
-
-    /// Whether `role` has a member that is present and has not failed.
-    pub fn is_usable(&self, role: usize) -> bool {
-        self.current[role].load(Ordering::Acquire) != NO_SLOT && !self.is_faulty(role)
-    }
-
-    /// The member in `role` failed with `error`: stop using it and record it
-    /// as faulty (events + 1) in the superblock of every other usable
-    /// member, durably, before returning (md's rule: before the request that
-    /// saw the error completes). Refused, leaving the member in use, when it
-    /// holds the last copy of some data (then the caller's request fails,
-    /// as md fails it), and on RAID 0, which has no other copy.
-    pub fn fail_member(&self, role: usize, error: &std::io::Error) -> Result<()> {
-        let spec = self
-            .slot(role)
-            .map_or("(missing)", |s| s.member.spec())
-            .to_string();
-        // A remote member whose new connection reached another device
-        // fails for that reason, whatever error its operations then saw.
-        let error = &match self.slot(role).and_then(|s| s.member.identity_refused()) {
-            Some(why) => std::io::Error::new(error.kind(), why),
-            None => std::io::Error::new(error.kind(), error.to_string()),
-        };
-        let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
-        if self.is_faulty(role) {
-            return Ok(());
-        }
-        let mut usable: Vec<bool> = (0..self.roles()).map(|r| self.is_usable(r)).collect();
-        usable[role] = false;
-        if !self.has_redundancy() || !self.geometry.has_every_byte(&usable) {
-            eprintln!(
-                "nvraid: {spec}: {error}; it holds the only copy of some data, so it stays in use and the request fails"
-            );
-            return Err(Error::LastCopy {
-                spec,
-                source: std::io::Error::new(error.kind(), error.to_string()),
-            });
-        }
-        self.set_faulty(role, error.to_string());
-        let resync_offset = self.resync_offset_now();
-        self.update_superblocks(&mut events, resync_offset)?;
-        eprintln!(
-            "nvraid: {spec}: {error}; marked faulty (events {}), the array runs degraded",
-            *events
-        );
         Ok(())
     }
 
-    /// A write of `[offset, offset + len)` of `role`'s data area failed
-    /// with `error`. The member is marked faulty when the array can lose
-    /// it. When it cannot (it holds the last copy of some data) and the
-    /// array keeps parity, the stripe rows that write touched may no longer
-    /// agree with their parity: the range is recorded bad (see
-    /// [`Array::record_bad`]) so that no read rebuilds a block from them;
-    /// the request still fails. `companions`: the other members the same
-    /// request wrote in the same rows (their blocks there are that failed
-    /// request's). When nothing can be recorded, the member fails after
-    /// all, as in md. The returned error is the one the request must see
-    /// (`Ok`: another copy holds the data).
-    pub fn write_failed(
-        &self,
-        role: usize,
-        offset: u64,
-        len: u64,
-        error: &std::io::Error,
-        companions: &[usize],
-    ) -> Result<()> {
-        let failed = self.fail_member(role, error);
-        if !matches!(failed, Err(Error::LastCopy { .. })) || !self.personality.records_lost_writes()
-        {
-            return failed;
-        }
-        let spec = self
-            .slot(role)
-            .map_or("(missing)", |s| s.member.spec())
-            .to_string();
-        if let Err(why) = self.record_bad(role, offset, len, companions) {
-            eprintln!("nvraid: {spec}: cannot record the failed write as bad blocks ({why}); marked faulty, as md does: the stripes that need it can no longer be read");
-            let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
-            // Its reason as `fail_member` would give it (a stranger at a
-            // remote member's address is named).
-            let cause = match self.slot(role).and_then(|s| s.member.identity_refused()) {
-                Some(refused) => refused,
-                None => error.to_string(),
-            };
-            self.set_faulty(
-                role,
-                format!("{cause} (a write failed and could not be recorded as bad blocks: {why})"),
-            );
-            let resync_offset = self.resync_offset_now();
-            self.update_superblocks(&mut events, resync_offset)?;
-        }
-        failed
+    /// Give the array its md write journal. Its log is kept in whole 4 KiB
+    /// pages, so the array takes writes in 4 KiB sectors from then on; its
+    /// member's superblock takes every superblock update.
+    pub(crate) fn attach_md_journal(&mut self, journal: MdJournal) {
+        let journal = Arc::new(journal);
+        self.members
+            .raise_sector_bytes(nvraid_metadata::r5log::PAGE_BYTES as u32);
+        self.members.add_companion(journal.clone());
+        self.md_journal = Some(journal);
     }
 
-    /// Record `[offset, offset + len)` of `role`'s data area as bad: in
-    /// memory first (reads stop using it there at once), then durably in
-    /// the member's bad-block log and its superblock (md's BAD_BLOCKS).
-    /// A member that cannot take that write (its writes are what fails)
-    /// keeps the range in memory, and each of `companions` records the
-    /// same range instead: a row with a bad block beside the missing one(s)
-    /// is not rebuilt from, whichever member lists it, and the companions'
-    /// blocks there hold only the failed request's bytes. With no
-    /// companions nothing else changed in those rows, and memory suffices.
-    pub(crate) fn record_bad(
-        &self,
-        role: usize,
-        offset: u64,
-        len: u64,
-        companions: &[usize],
-    ) -> Result<()> {
-        let sector = u64::from(self.sector_bytes);
-        let range = (
-            offset / sector * sector,
-            (offset + len).div_ceil(sector) * sector,
-        );
-        let events = self.events.lock().unwrap_or_else(|p| p.into_inner());
-        self.read_limited.store(true, Ordering::Release);
-        let add = |role: usize| {
-            let slot = self
-                .slot(role)
-                .expect("a member a write reached is present");
-            slot.read_limit.add_bad(&[range]);
-            // Paired with the readers: from here on the range is not read.
-            assert!(!slot.read_limit.no_bad_block_in(range.0, range.1 - range.0));
-            let persisted = crate::badlog::write(
-                &slot.member,
-                &slot.superblock,
-                &slot.read_limit.bad_ranges(),
-            )
-            .and_then(|()| self.write_own_superblock(role, *events));
-            if persisted.is_ok() {
-                eprintln!(
-                    "nvraid: {}: bytes {}+{} of its data recorded as bad blocks; no read uses them, directly or to rebuild another block",
-                    slot.member.spec(),
-                    range.0,
-                    range.1 - range.0
-                );
-            }
-            persisted
-        };
-        let Err(own) = add(role) else { return Ok(()) };
-        if companions.is_empty() {
-            // Nothing else was written in those rows: the rows still agree
-            // with what they held, but for the failed request's own blocks,
-            // which may read as before or as written. The range stays out
-            // of reads while this process runs.
-            eprintln!(
-                "nvraid: {}: the failed range could not be recorded on it ({own}); no other member was written there, so its rows hold only old bytes or the failed request's",
-                self.slot(role).map_or("(missing)", |s| s.member.spec())
-            );
-            return Ok(());
+    /// The write journal failed: record it so on every member (see
+    /// [`MdJournal::record_failure`]).
+    pub fn record_journal_failure(&self) -> Result<()> {
+        match &self.md_journal {
+            Some(journal) => journal.record_failure(&self.members),
+            None => Ok(()),
         }
-        companions.iter().try_for_each(|&c| add(c))
+    }
+
+    /// The array's write journal, when it has one.
+    pub fn md_journal(&self) -> Option<&MdJournal> {
+        self.md_journal.as_deref()
     }
 
     /// RAID 4/5/6: the stripe geometry (`None` for RAID 0/1/10).
     pub(crate) fn parity_shape(&self) -> Option<crate::parity::ParityShape> {
         self.personality.shape()
-    }
-
-    pub fn geometry(&self) -> &Geometry {
-        &self.geometry
-    }
-
-    pub fn size_bytes(&self) -> u64 {
-        self.geometry.array_bytes()
-    }
-
-    /// Offsets and lengths must be multiples of this (512, or 4096 when a
-    /// member has 4 KiB logical blocks).
-    pub fn sector_bytes(&self) -> u32 {
-        self.sector_bytes
-    }
-
-    pub fn is_writable(&self) -> bool {
-        self.writable
-    }
-
-    /// Roles in order, each with its member now; `None` for a missing one.
-    pub fn slots(&self) -> Vec<Option<&Slot>> {
-        (0..self.current.len()).map(|r| self.slot(r)).collect()
-    }
-
-    /// `role`'s member now (`None`: missing).
-    pub fn slot(&self, role: usize) -> Option<&Slot> {
-        match self.current[role].load(Ordering::Acquire) {
-            NO_SLOT => None,
-            index => self.arena[index].get(),
-        }
-    }
-
-    /// The number of roles.
-    pub fn roles(&self) -> usize {
-        self.current.len()
-    }
-
-    /// Changes whenever a role gets another member (see the field).
-    pub fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Acquire)
-    }
-
-    /// The superblock of the first present member (array-wide fields).
-    pub fn superblock(&self) -> &Superblock {
-        &self
-            .slots()
-            .into_iter()
-            .flatten()
-            .next()
-            .expect("an array has a present member")
-            .superblock
-    }
-
-    /// The events counter recorded on the members now.
-    pub fn events(&self) -> u64 {
-        *self.events.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Whether a member is missing or has failed.
-    pub fn is_degraded(&self) -> bool {
-        (0..self.roles()).any(|role| !self.is_usable(role))
-    }
-
-    /// Whether the array is marked dirty on its members right now.
-    pub fn is_dirty(&self) -> bool {
-        self.unsynced.load(Ordering::Acquire) || self.dirty.load(Ordering::Acquire)
     }
 
     /// Whether client writes are let in through [`Array::admit_write`]: a
@@ -796,8 +151,8 @@ impl Array {
         }
         self.mark_dirty()?;
         if block {
-            self.barrier.enter(offset, len);
-        } else if self.barrier.try_enter(offset, len).is_err() {
+            self.barrier().enter(offset, len);
+        } else if self.barrier().try_enter(offset, len).is_err() {
             return Ok(Admission::Busy);
         }
         Ok(match self.intent_start(offset, len) {
@@ -830,348 +185,139 @@ impl Array {
         }
     }
 
-    fn has_redundancy(&self) -> bool {
-        self.geometry.level().is_redundant()
-    }
-
-    fn check(&self, offset: u64, len: u64) -> Result<()> {
-        let sector = u64::from(self.sector_bytes);
-        if !offset.is_multiple_of(sector) || !len.is_multiple_of(sector) {
-            return Err(Error::Unaligned {
-                offset,
-                len,
-                sector_bytes: self.sector_bytes,
-            });
-        }
-        if offset
-            .checked_add(len)
-            .is_none_or(|end| end > self.size_bytes())
-        {
-            return Err(Error::OutOfRange {
-                offset,
-                len,
-                size_bytes: self.size_bytes(),
-            });
-        }
-        Ok(())
-    }
-
-    /// Read `buf.len()` bytes at `offset`.
-    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        self.check(offset, buf.len() as u64)?;
-        self.personality.read(self, buf, offset)
-    }
-
-    /// Write `buf` at `offset` to every copy; with `fua`, the data is durable
-    /// when this returns.
-    pub fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> Result<()> {
-        self.check(offset, buf.len() as u64)?;
-        if !self.writable {
-            return Err(Error::ReadOnly);
-        }
-        let written = self.while_admitted(offset, buf.len() as u64, || {
-            self.personality.write(self, buf, offset)
-        });
-        if fua {
-            self.flush_slots(|role| written.as_ref().is_ok_and(|touched| touched[role]))?;
-        }
-        written.map(|_| ())
-    }
-
-    /// Discard `[offset, offset + len)` (a hint: see each family's
-    /// `discard`).
-    pub fn discard(&self, offset: u64, len: u64) -> Result<()> {
-        self.check(offset, len)?;
-        if !self.writable {
-            return Err(Error::ReadOnly);
-        }
-        self.personality.discard(self, offset, len)
-    }
-
-    /// Make every completed write durable on every member.
-    pub fn flush(&self) -> Result<()> {
-        self.flush_slots(|_| true)
-    }
-
-    /// Do `op` on `role`'s member at `data_offset` bytes into its data
-    /// area (`op` gets the slot and the byte offset on the member).
-    /// Ok(false) when the member failed: it is marked faulty and the array
-    /// goes on degraded (or the error is returned when the array cannot
-    /// lose it). An error that is not the member's is returned as it is.
-    pub(crate) fn on_member(
-        &self,
-        role: usize,
-        data_offset: u64,
-        op: impl FnOnce(&Slot, u64) -> std::io::Result<()>,
-    ) -> Result<bool> {
-        let Some(slot) = self.slot(role) else {
-            panic!("invariant: member I/O is planned on present members only (role {role})");
-        };
-        match op(slot, slot.data_offset_bytes() + data_offset) {
-            Ok(()) => Ok(true),
-            Err(e) if is_member_failure(&e) => {
-                self.fail_member(role, &e)?;
-                Ok(false)
-            }
-            Err(e) => Err(Error::io(slot.member.spec(), e)),
-        }
-    }
-
-    fn flush_slots(&self, wanted: impl Fn(usize) -> bool) -> Result<()> {
-        for (role, slot) in self.slots().into_iter().enumerate() {
-            if !wanted(role) || self.is_faulty(role) {
-                continue;
-            }
-            let Some(slot) = slot else { continue };
-            match slot.member.flush() {
-                Ok(()) => {}
-                Err(e) if is_member_failure(&e) => self.fail_member(role, &e)?,
-                Err(e) => return Err(Error::io(slot.member.spec(), e)),
-            }
-        }
-        Ok(())
+    /// A write let in by [`Array::admit_write`] (and held) has completed.
+    pub(crate) fn end_write(&self, offset: u64, len: u64) {
+        self.intent_end(offset, len);
+        self.barrier().leave(offset, len);
     }
 
     /// md's rule: before the first write to a redundant array, record on
-    /// every member that it is dirty (resync_offset 0, events + 1), so that
-    /// a crash before the next clean close is detected. The events counter
-    /// moves even when the array was already dirty, and the roles of
-    /// members that are missing are recorded as faulty in the same update:
-    /// a member that misses this write must never again be taken as in
-    /// sync, by nvraid or by the kernel. RAID 0 has no copies to get out of
-    /// step and, as in md, is never marked dirty.
+    /// every member that it is dirty (see [`Members::mark_dirty`]). A
+    /// journaled array logs every write with its parity before it reaches
+    /// the members, so a crash needs a replay, not a resync: its
+    /// superblocks stay clean.
     pub fn mark_dirty(&self) -> Result<()> {
-        if !self.has_redundancy() || self.dirty.load(Ordering::Acquire) {
-            return Ok(());
-        }
         if self.md_journal.as_ref().is_some_and(|j| !j.unlogged()) {
-            // md's rule for a journaled array: every write is logged with
-            // its parity before it reaches the members, so a crash needs a
-            // replay, not a resync; the superblocks stay clean.
             return Ok(());
         }
-        let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
-        if self.dirty.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        if self.intent.is_none() {
-            self.mark_bitmaps_stale()?;
-        }
-        self.update_superblocks(&mut events, 0)?;
-        self.dirty.store(true, Ordering::Release);
-        Ok(())
+        self.members.mark_dirty(self.intent.is_none())
     }
 
-    /// Before nvraid's first write to an array with md's internal bitmap
-    /// that nvraid does not maintain (one it could not load), mark each
-    /// member's bitmap stale (durably): a stale bitmap makes md resync
-    /// everything rather than trust bits that missed these writes.
-    fn mark_bitmaps_stale(&self) -> Result<()> {
-        for slot in self.slots().into_iter().flatten() {
-            let sb = &slot.superblock;
-            if sb.feature_map & features::BITMAP_OFFSET == 0 {
-                continue;
-            }
-            let member = &slot.member;
-            let at = (sb.super_offset_sectors as i64 + i64::from(sb.bitmap_offset as i32)) * 512;
-            let len = (member.logical_block_bytes().max(512) as usize).max(bitmap::HEADER_BYTES);
-            let bad = |what: String| Error::Unsupported {
-                spec: member.spec().into(),
-                what,
-            };
-            if at <= 0 || at as u64 + len as u64 > member.size_bytes() {
-                return Err(bad(format!(
-                    "an md bitmap at byte {at}, outside the member"
-                )));
-            }
-            let mut header = nvraid_io::AlignedBuf::zeroed(len);
-            member
-                .read_at(&mut header, at as u64)
-                .map_err(|e| Error::io(member.spec(), e))?;
-            bitmap::mark_stale(&mut header, &sb.set_uuid)
-                .map_err(|e| bad(format!("writing to an array whose {e}")))?;
-            member
-                .write_at(&header, at as u64)
-                .map_err(|e| Error::io(member.spec(), e))?;
-            member.flush().map_err(|e| Error::io(member.spec(), e))?;
-        }
-        Ok(())
-    }
-
-    /// Orderly close: flush, then mark a dirty array clean (unless it was
-    /// already dirty when assembled: nvraid has not resynced it; the
-    /// update still moves the events counter).
+    /// Orderly close: flush, close the journal, then mark a dirty array
+    /// clean (see [`Members::close`]).
     pub fn close(self) -> Result<()> {
-        if self.writable {
+        if self.is_writable() {
             self.flush()?;
             if let Some(journal) = &self.md_journal {
-                journal.close(&self)?;
+                journal.close(&self.members)?;
             }
             self.record_journal_failure()?;
             // Every write is on every copy: the bitmap may go clean (md
             // clears it when the array stops).
             self.bitmap_pass(true, true)?;
         }
-        if self.writable && self.dirty.load(Ordering::Acquire) {
-            // Every write has completed and is flushed: what is left to
-            // resync is what the resync had not reached (md writes its
-            // checkpoint when the array goes clean).
-            let resync_offset = if self.unsynced.load(Ordering::Acquire) {
-                self.resync_at.load(Ordering::Acquire) / 512
-            } else {
-                RESYNC_CLEAN
-            };
-            let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
-            self.update_superblocks(&mut events, resync_offset)?;
-        }
-        Ok(())
+        self.members.close()
     }
 
-    /// The role table every present member records from now on: the
-    /// reference table with each role that has no present member marked
-    /// faulty (md writes 0xfffe for a slot no present member holds).
-    fn role_table(&self) -> Vec<u16> {
-        let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        for (dev, entry) in table.iter_mut().enumerate() {
-            if let Role::Active(role) = Role::from_raw(*entry) {
-                // The slot's own member is this device only if its
-                // dev_number matches; a set-aside device claiming the role
-                // in an older table is not it.
-                let holder = (usize::from(role) < self.roles())
-                    .then(|| self.slot(usize::from(role)))
-                    .flatten();
-                let usable = holder.is_some_and(|s| s.superblock.dev_number as usize == dev)
-                    && !self.is_faulty(usize::from(role));
-                if !usable {
-                    *entry = Role::Faulty.to_raw();
-                }
-            }
-        }
-        // A journal that failed is recorded faulty, as md records it.
-        if let Some(journal) = self.md_journal.as_ref().filter(|j| j.failure().is_some()) {
-            let dev = journal.slot.superblock.dev_number as usize;
-            if table.get(dev).map(|&r| Role::from_raw(r)) == Some(Role::Journal) {
-                table[dev] = Role::Faulty.to_raw();
-            }
-        }
-        table
-    }
-
-    /// Write every present member's superblock with `resync_offset`, one more
-    /// event, the current time and the role table, then flush them.
-    /// `events` is the locked counter; it advances once the superblocks are
-    /// written.
-    fn update_superblocks(&self, events: &mut u64, resync_offset: u64) -> Result<()> {
-        if !(0..self.roles()).any(|r| self.is_usable(r)) {
-            // Every member failed in turn: nothing is left to record the
-            // array's state on (the members keep what they last recorded).
-            return Err(Error::NotStartable(
-                "every member has failed; no superblock can be updated".into(),
-            ));
-        }
-        // md's rule: a member that cannot take the update has failed. It is
-        // marked faulty and the update written again without it, as long as
-        // the others still hold every byte; otherwise the update fails.
-        loop {
-            let failed = match self.write_superblocks(events, resync_offset) {
-                Ok(()) => return Ok(()),
-                Err(failed) => failed,
-            };
-            let (role, error) = failed;
-            if role == usize::MAX {
-                // The journal member: md fails the array's writes with it.
-                let spec = self.md_journal.as_ref().map_or("(journal)", |j| j.spec());
-                return Err(Error::io(spec, error));
-            }
-            let spec = self
-                .slot(role)
-                .map_or("(missing)", |s| s.member.spec())
-                .to_string();
-            let mut usable: Vec<bool> = (0..self.roles()).map(|r| self.is_usable(r)).collect();
-            usable[role] = false;
-            if !self.has_redundancy() || !self.geometry.has_every_byte(&usable) {
-                return Err(Error::io(&spec, error));
-            }
-            let error = match self.slot(role).and_then(|s| s.member.identity_refused()) {
-                Some(why) => std::io::Error::new(error.kind(), why),
-                None => error,
-            };
-            self.set_faulty(role, format!("{error} (while its superblock was updated)"));
-            eprintln!(
-                "nvraid: {spec}: {error} while its superblock was updated; marked faulty, the array runs degraded"
-            );
+    /// A client write to array bytes `[offset, offset + len)` is about to
+    /// be issued: its bitmap bits made durable (see [`WriteIntent::start`]).
+    pub(crate) fn intent_start(&self, offset: u64, len: u64) -> Result<()> {
+        match self.intent() {
+            Some(intent) => intent.start(&self.members, offset, len),
+            None => Ok(()),
         }
     }
 
-    /// One pass of [`Array::update_superblocks`]: the first member that
-    /// failed, if any (`events` advances only when every write succeeded).
-    fn write_superblocks(
-        &self,
-        events: &mut u64,
-        resync_offset: u64,
-    ) -> std::result::Result<(), (usize, std::io::Error)> {
-        let next = *events + 1;
-        if let Some(failed) = self.bitmap_header_update(next).into_iter().next() {
-            return Err(failed);
+    /// The write counted by [`Array::intent_start`] has completed.
+    pub(crate) fn intent_end(&self, offset: u64, len: u64) {
+        if let Some(intent) = self.intent() {
+            intent.end(offset, len);
         }
-        let now = Timestamp::now();
-        let table = self.role_table();
-        let mut written = 0;
-        for (role, slot) in self.slots().into_iter().enumerate() {
-            let Some(slot) = slot else { continue };
-            if self.is_faulty(role) {
-                // md writes no superblock to a member that failed.
-                continue;
-            }
-            written += 1;
-            let mut sb = slot.superblock.clone();
-            sb.events = next;
-            sb.resync_offset = resync_offset;
-            sb.utime = now;
-            sb.roles_raw = table.clone();
-            self.apply_recovery(role, &mut sb);
-            apply_bad_blocks(slot, &mut sb);
-            // Paired with assembly's placement: the table still gives this
-            // member the role it holds.
-            assert_eq!(
-                sb.role(),
-                Role::Active(role as u16),
-                "role table lost a present member"
-            );
-            write_superblock(&slot.member, &sb).map_err(|e| match e {
-                Error::Io { source, .. } => (role, source),
-                other => (role, std::io::Error::other(other.to_string())),
-            })?;
+    }
+
+    /// One clearing pass of the bitmap (see [`WriteIntent::pass`]).
+    pub(crate) fn bitmap_pass(&self, now: bool, all: bool) -> Result<()> {
+        match self.intent() {
+            Some(intent) => intent.pass(&self.members, now, all),
+            None => Ok(()),
         }
-        assert!(written > 0, "a superblock update with no member to write");
-        // The journal member takes every update too (md's rule: a member
-        // behind the array's events is stale), keeping its journal_tail.
-        // (Not once it has failed: md writes nothing more to a faulty
-        // member.)
-        if let Some(journal) = self.md_journal.as_ref().filter(|j| j.failure().is_none()) {
-            let mut sb = journal.slot.superblock.clone();
-            sb.events = next;
-            sb.resync_offset = resync_offset;
-            sb.utime = now;
-            sb.roles_raw = table.clone();
-            sb.recovery_offset = journal.tail();
-            let io = |e: std::io::Error| (usize::MAX, e);
-            write_superblock(&journal.slot.member, &sb).map_err(|e| match e {
-                Error::Io { source, .. } => io(source),
-                other => io(std::io::Error::other(other.to_string())),
-            })?;
-            journal.slot.member.flush().map_err(io)?;
-            journal.slot.superblock_written(next);
+    }
+
+    /// Run one clearing pass now (the one [`BitmapDaemon`] runs every
+    /// `daemon_sleep` seconds): bits of chunks idle since the previous pass
+    /// go, when the array is whole and in sync.
+    pub fn clear_idle_bits(&self) -> Result<()> {
+        self.bitmap_pass(true, false)
+    }
+
+    /// Write the bitmap (header and bits as they stand) to `member`, which
+    /// is joining the array (not flushed).
+    pub(crate) fn bitmap_copy_to(&self, member: &nvraid_member::Member) -> Result<()> {
+        match self.intent() {
+            Some(intent) => intent.copy_to(member),
+            None => Ok(()),
         }
-        for (role, slot) in self.slots().into_iter().enumerate() {
-            let Some(slot) = slot else { continue };
-            if self.is_faulty(role) {
-                continue;
-            }
-            slot.member.flush().map_err(|e| (role, e))?;
-            slot.superblock_written(next);
+    }
+
+    /// Whether a resync must visit array bytes `[offset, offset + len)`:
+    /// always without a bitmap; with one, only where a bit is set.
+    pub fn resync_wanted(&self, offset: u64, len: u64) -> bool {
+        self.intent().is_none_or(|i| i.any_set(offset, len))
+    }
+
+    /// The bitmap's chunk, state and dirty count, when the array has one.
+    pub fn bitmap_info(&self) -> Option<BitmapInfo> {
+        self.intent().map(WriteIntent::info)
+    }
+
+    /// The bitmap's chunk in bytes, when the array has one.
+    pub fn bitmap_chunk_bytes(&self) -> Option<u64> {
+        self.intent().map(WriteIntent::chunk_bytes)
+    }
+}
+
+/// A thread that runs the bitmap's clearing passes of a shared array until
+/// dropped.
+pub struct BitmapDaemon {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl BitmapDaemon {
+    /// Start clearing passes for `array` (nothing runs for an array with no
+    /// bitmap). Passes that fail are reported once on stderr; the bits then
+    /// stay set, which costs only resync time.
+    pub fn start(array: &Arc<Array>) -> BitmapDaemon {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let thread = (array.intent().is_some() && array.is_writable()).then(|| {
+            let weak = Arc::downgrade(array);
+            let stop = stop.clone();
+            std::thread::Builder::new()
+                .name("nvraid-bitmap".into())
+                .spawn(move || {
+                    let mut reported = false;
+                    while !stop.load(Ordering::Acquire) {
+                        std::thread::sleep(Duration::from_millis(100));
+                        let Some(array) = weak.upgrade() else { return };
+                        if let Err(e) = array.bitmap_pass(false, false) {
+                            if !reported {
+                                eprintln!("nvraid: clearing write-intent bits failed: {e}");
+                                reported = true;
+                            }
+                        }
+                    }
+                })
+                .expect("spawn the bitmap thread")
+        });
+        BitmapDaemon { stop, thread }
+    }
+}
+
+impl Drop for BitmapDaemon {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
         }
-        *events = next;
-        Ok(())
     }
 }

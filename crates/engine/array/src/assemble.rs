@@ -1,9 +1,10 @@
 //! `assemble`: read every member's superblock, check that they form one
 //! array, order them by their recorded roles and build the [`Array`].
 
-use crate::array::{Array, SetAsideMember};
+use crate::array::Array;
 use crate::decision::{decide, SetAside};
 use crate::error::{Error, Result};
+use crate::members::SetAsideMember;
 use crate::slot::{read_superblock, Slot};
 use nvraid_layout::{Geometry, Level, Raid0Layout};
 use nvraid_member::{Member, OpenOptions};
@@ -113,7 +114,9 @@ pub fn assemble(specs: &[String], options: AssembleOptions) -> Result<Array> {
     let (journal, slots, set_aside) = place_members(found, decision, has_journal)?;
     check_startable(&geometry, &slots, options.allow_degraded)?;
     let mut array = Array::new(geometry, slots, options.writable);
-    array.set_aside_members(set_aside.into_iter().chain(unreadable).collect());
+    array
+        .members_mut()
+        .set_aside_members(set_aside.into_iter().chain(unreadable).collect());
     if let Some(journal) = journal {
         array.attach_md_journal(journal);
     }
@@ -564,4 +567,53 @@ fn check_startable(
         )));
     }
     Ok(())
+}
+impl Array {
+    /// A RAID 5 whose superblocks carry md's PPL: take its logs, and when it
+    /// is assembled writable after a crash, replay them (then the array is
+    /// in sync: md's recovery, which needs no resync) and empty them.
+    /// Returns the entries replayed.
+    pub(crate) fn load_ppl(&mut self, writable: bool) -> Result<usize> {
+        let sb = self.superblock().clone();
+        let Some(ppl) = crate::parity::ppl::Ppl::of(&sb, self.roles())? else {
+            return Ok(0);
+        };
+        if self.geometry().level().parity_chunks() != 1 {
+            return Err(Error::Unsupported {
+                spec: sb.name(),
+                what: format!(
+                    "a partial parity log on a {} (md logs RAID 5 only)",
+                    self.geometry().level()
+                ),
+            });
+        }
+        if let crate::personality::Personality::Parity(parity) = &mut self.personality {
+            // A column's partial parity is as wide as the column: one log
+            // write must hold it (whole 4 KiB pages, as md logs them).
+            let fits = ppl.pp_max() / 4096 * 4096;
+            parity.shape.max_width = crate::parity::ppl::COLUMN_BYTES_MAX.min(fits as u32);
+        }
+        if !writable {
+            // Read as it is: replaying writes.
+            self.ppl = Some(ppl);
+            return Ok(0);
+        }
+        let (replayed, logged) = if self.resync_from().is_some() {
+            ppl.replay(self, self.parity_family().shape)?
+        } else {
+            (0, false)
+        };
+        ppl.reset(self)?;
+        if logged {
+            // Every stripe that was being written has its parity back, and
+            // the logs are empty again: recorded clean now (md does no
+            // resync after its PPL recovery), so that a crash before the
+            // next write does not find a dirty array with empty logs,
+            // which reads as one never written through its logs (created
+            // over used members) and would need a full resync.
+            self.resync_checkpoint(None)?;
+        }
+        self.ppl = Some(ppl);
+        Ok(replayed)
+    }
 }

@@ -1,8 +1,9 @@
 //! What `detail` and `examine` report, as plain serialisable data. The JSON
 //! field names are a stable interface (docs/cli.md).
 
-use crate::array::{Array, SetAsideMember};
+use crate::array::Array;
 use crate::assemble::{level_of, member_data_bytes};
+use crate::members::SetAsideMember;
 use crate::parity::journal::MdJournal;
 use crate::slot::Slot;
 use nvraid_metadata::features;

@@ -27,8 +27,8 @@
 //!
 //! Lock order: the array's events lock, then the bitmap's lock.
 
-use crate::array::Array;
 use crate::error::{Error, Result};
+use crate::members::{Companion, Members};
 use nvraid_io::AlignedBuf;
 use nvraid_metadata::bitmap::{self, BitmapHeader};
 use nvraid_metadata::features;
@@ -304,20 +304,21 @@ fn merge_bitmaps(
     Ok(merged)
 }
 
-impl Array {
+impl WriteIntent {
     /// Load md's internal bitmap from the present members (the union of
     /// their bits: a bit set on any copy is honoured). A bitmap older than
     /// the superblocks or marked stale is taken as all set, as md takes it.
-    /// A writable array then maintains the bitmap; a bitmap nvraid cannot
-    /// read is refused, naming the member and the reason.
-    pub(crate) fn load_bitmap(&mut self) -> Result<()> {
-        let array_bytes = self.size_bytes();
-        let events = self.events();
+    /// `None` when the members have none; a bitmap nvraid cannot read is
+    /// refused, naming the member and the reason. A writable array then
+    /// maintains it ([`WriteIntent::publish`]).
+    pub(crate) fn load(members: &Members) -> Result<Option<WriteIntent>> {
+        let array_bytes = members.size_bytes();
+        let events = members.events();
         let mut loaded: Option<MemberBitmap> = None;
         let mut any_without = None;
-        for (role, slot) in self.slots().iter().enumerate() {
+        for (role, slot) in members.slots().iter().enumerate() {
             let Some(slot) = slot else { continue };
-            if self.in_sync_bytes(role).is_some() {
+            if members.in_sync_bytes(role).is_some() {
                 // A member being recovered holds no trustworthy bits.
                 continue;
             }
@@ -332,7 +333,7 @@ impl Array {
             });
         }
         let Some(loaded) = loaded else {
-            return Ok(());
+            return Ok(None);
         };
         if let Some(spec) = any_without {
             return Err(Error::Unsupported {
@@ -340,17 +341,13 @@ impl Array {
                 what: "a member without the md bitmap its array's other members have".into(),
             });
         }
-        self.install_bitmap(loaded, array_bytes, events);
-        if self.is_writable() {
-            self.publish_bitmap()?;
-        }
-        Ok(())
+        Ok(Some(Self::install(loaded, array_bytes, events)))
     }
 
     /// Bring the merged bitmap's header up to date, as md brings it, and
     /// make it the array's write intent. Bits past the array's end (mdadm
     /// fills them with ones) stay as they are.
-    fn install_bitmap(&mut self, loaded: MemberBitmap, array_bytes: u64, events: u64) {
+    fn install(loaded: MemberBitmap, array_bytes: u64, events: u64) -> WriteIntent {
         let MemberBitmap {
             mut header,
             mut storage,
@@ -360,41 +357,38 @@ impl Array {
         header.sync_size_sectors = array_bytes / 512;
         header.events = header.events.max(events);
         header.encode(&mut storage);
-        self.intent = Some(WriteIntent::new(header, storage, array_bytes, at));
+        WriteIntent::new(header, storage, array_bytes, at)
     }
 
     /// nvraid now owns the bitmap: every member gets the merged image. A
     /// member that cannot take it has failed (md's rule), as on any later
     /// bitmap update.
-    fn publish_bitmap(&self) -> Result<()> {
-        let Some(intent) = self.intent() else {
-            panic!("invariant: the bitmap is published only once installed");
-        };
-        let image = intent.lock();
-        let mut failed = self.write_pages_collect(intent, &image, 0..image.storage.len() / PAGE);
+    pub(crate) fn publish(&self, members: &Members) -> Result<()> {
+        let image = self.lock();
+        let mut failed = self.write_pages_collect(members, &image, 0..image.storage.len() / PAGE);
         drop(image);
-        failed.extend(self.flush_usable());
-        self.fail_all(failed)
+        failed.extend(flush_usable(members));
+        fail_all(members, failed)
     }
 
     /// Write pages `pages` of the image to every usable member (not
     /// flushed). A member that fails is reported back as `(role, error)`.
     fn write_pages_collect(
         &self,
-        intent: &WriteIntent,
+        members: &Members,
         image: &Image,
         pages: std::ops::Range<usize>,
     ) -> Vec<(usize, std::io::Error)> {
         let mut failed = Vec::new();
-        for (role, slot) in self.slots().iter().enumerate() {
+        for (role, slot) in members.slots().iter().enumerate() {
             let Some(slot) = slot else { continue };
-            if !self.is_usable(role) {
+            if !members.is_usable(role) {
                 continue;
             }
             let bytes = &image.storage[pages.start * PAGE..pages.end * PAGE];
             if let Err(e) = slot
                 .member
-                .write_at(bytes, intent.at_bytes + (pages.start * PAGE) as u64)
+                .write_at(bytes, self.at_bytes + (pages.start * PAGE) as u64)
             {
                 failed.push((role, e));
             }
@@ -402,36 +396,12 @@ impl Array {
         failed
     }
 
-    fn flush_usable(&self) -> Vec<(usize, std::io::Error)> {
-        let mut failed = Vec::new();
-        for (role, slot) in self.slots().iter().enumerate() {
-            let Some(slot) = slot else { continue };
-            if self.is_usable(role) {
-                if let Err(e) = slot.member.flush() {
-                    failed.push((role, e));
-                }
-            }
-        }
-        failed
-    }
-
-    /// Fail the members that failed a bitmap update (md's rule for any
-    /// member I/O error); an error when one of them holds the last copy.
-    fn fail_all(&self, failed: Vec<(usize, std::io::Error)>) -> Result<()> {
-        for (role, e) in failed {
-            self.fail_member(role, &e)?;
-        }
-        Ok(())
-    }
-
     /// A client write to array bytes `[offset, offset + len)` is about to
     /// be issued: when this returns Ok, the bit of every chunk it touches
     /// is durable on every usable member. The write is counted whatever
-    /// the outcome; [`Array::end_write`] uncounts it.
-    pub(crate) fn intent_start(&self, offset: u64, len: u64) -> Result<()> {
-        let Some(intent) = self.intent() else {
-            return Ok(());
-        };
+    /// the outcome; [`WriteIntent::end`] uncounts it.
+    pub(crate) fn start(&self, members: &Members, offset: u64, len: u64) -> Result<()> {
+        let intent = self;
         let range = intent.chunk_range(offset, len);
         let mut missing = false;
         for chunk in range.clone() {
@@ -463,14 +433,14 @@ impl Array {
             needed.iter().all(|&c| pages.contains(&page_of(c))),
             "invariant: the bitmap pages written hold every chunk made durable"
         );
-        let mut failed = self.write_pages_collect(intent, &image, pages);
-        for (role, e) in self.flush_usable() {
+        let mut failed = self.write_pages_collect(members, &image, pages);
+        for (role, e) in flush_usable(members) {
             if failed.iter().all(|(f, _)| *f != role) {
                 failed.push((role, e));
             }
         }
         drop(image);
-        self.fail_all(failed)?;
+        fail_all(members, failed)?;
         // Paired with the pass: a chunk is durable only once its bit is in
         // the image and on every usable member, and this write still counts
         // itself on it (so no pass clears it before the write lands).
@@ -485,41 +455,29 @@ impl Array {
         Ok(())
     }
 
-    /// The write counted by [`Array::intent_start`] has completed.
-    pub(crate) fn intent_end(&self, offset: u64, len: u64) {
-        if let Some(intent) = self.intent() {
-            for chunk in intent.chunk_range(offset, len) {
-                let before = intent.pending[chunk as usize].fetch_sub(1, Ordering::SeqCst);
-                assert!(
-                    before > 0,
-                    "invariant: bitmap chunk {chunk}'s count of writes in flight never \
-                     underflows (a write ended twice)"
-                );
-            }
+    /// The write counted by [`WriteIntent::start`] has completed.
+    pub(crate) fn end(&self, offset: u64, len: u64) {
+        for chunk in self.chunk_range(offset, len) {
+            let before = self.pending[chunk as usize].fetch_sub(1, Ordering::SeqCst);
+            assert!(
+                before > 0,
+                "invariant: bitmap chunk {chunk}'s count of writes in flight never \
+                 underflows (a write ended twice)"
+            );
         }
-    }
-
-    /// Whether bits may be cleared now: every role present, usable and in
-    /// sync, and no resync awaited.
-    fn may_clear_bits(&self) -> bool {
-        !self.is_degraded()
-            && (0..self.roles()).all(|r| self.in_sync_bytes(r).is_none())
-            && self.resync_from().is_none()
     }
 
     /// One clearing pass (see the module notes), when `daemon_sleep` has
     /// passed since the last one, or now with `now`. With `all`, chunks
     /// written since the last pass are cleared too (nothing is in flight:
     /// an orderly close, or a finished resync).
-    pub(crate) fn bitmap_pass(&self, now: bool, all: bool) -> Result<()> {
-        let Some(intent) = self.intent() else {
-            return Ok(());
-        };
-        if !self.is_writable() || !self.may_clear_bits() {
+    pub(crate) fn pass(&self, members: &Members, now: bool, all: bool) -> Result<()> {
+        let intent = self;
+        if !members.is_writable() || !may_clear_bits(members) {
             return Ok(());
         }
         // Read before the bitmap's lock (lock order: events first).
-        let events = self.events();
+        let events = members.events();
         let mut image = intent.lock();
         let period = Duration::from_secs(u64::from(image.header.daemon_sleep.max(1)));
         if !now && image.last_pass.elapsed() < period {
@@ -532,12 +490,12 @@ impl Array {
         }
         // Every write that completed is made durable on every copy before
         // any bit that covers it goes.
-        let failed = self.flush_usable();
+        let failed = flush_usable(members);
         if !failed.is_empty() {
             drop(image);
-            return self.fail_all(failed);
+            return fail_all(members, failed);
         }
-        if !self.may_clear_bits() {
+        if !may_clear_bits(members) {
             // A member failed meanwhile: its bits must stay.
             return Ok(());
         }
@@ -552,110 +510,65 @@ impl Array {
         let Some(last) = cleared.iter().map(|&c| page_of(c)).max() else {
             panic!("invariant: a clearing pass writes only when it cleared a bit");
         };
-        let failed = self.write_pages_collect(intent, &image, 0..last + 1);
+        let failed = self.write_pages_collect(members, &image, 0..last + 1);
         drop(image);
-        self.fail_all(failed)
+        fail_all(members, failed)
     }
 
-    /// Run one clearing pass now (the one [`BitmapDaemon`] runs every
-    /// `daemon_sleep` seconds): bits of chunks idle since the previous pass
-    /// go, when the array is whole and in sync.
-    pub fn clear_idle_bits(&self) -> Result<()> {
-        self.bitmap_pass(true, false)
+    /// Write the bitmap (header and bits as they stand) to `member`, which
+    /// is joining the array at byte `at` of its own (not flushed).
+    pub(crate) fn copy_to(&self, member: &nvraid_member::Member) -> Result<()> {
+        let image = self.lock();
+        member
+            .write_at(&image.storage, self.at_bytes)
+            .map_err(|e| Error::io(member.spec(), e))
     }
+}
 
+impl Companion for WriteIntent {
     /// Before the superblocks record `events`: the bitmap's header records
     /// it first, durably (md refuses to trust a bitmap older than the
-    /// superblock).
-    /// Write the bitmap header with `events` to every usable member; the
-    /// members whose write or flush failed, with the error.
-    pub(crate) fn bitmap_header_update(&self, events: u64) -> Vec<(usize, std::io::Error)> {
-        let Some(intent) = self.intent() else {
-            return Vec::new();
-        };
-        let mut image = intent.lock();
+    /// superblock), on every usable member.
+    fn before_superblocks(&self, members: &Members, events: u64) -> Vec<(usize, std::io::Error)> {
+        let mut image = self.lock();
         if image.header.events >= events {
             return Vec::new();
         }
         image.header.events = events;
         let header = image.header.clone();
         header.encode(&mut image.storage);
-        let mut failed = self.write_pages_collect(intent, &image, 0..1);
-        failed.extend(self.flush_usable());
+        let mut failed = self.write_pages_collect(members, &image, 0..1);
+        failed.extend(flush_usable(members));
         failed
     }
-
-    /// Write the bitmap (header and bits as they stand) to `member`, which
-    /// is joining the array at byte `at` of its own (not flushed).
-    pub(crate) fn bitmap_copy_to(&self, member: &nvraid_member::Member) -> Result<()> {
-        let Some(intent) = self.intent() else {
-            return Ok(());
-        };
-        let image = intent.lock();
-        member
-            .write_at(&image.storage, intent.at_bytes)
-            .map_err(|e| Error::io(member.spec(), e))
-    }
-
-    /// Whether a resync must visit array bytes `[offset, offset + len)`:
-    /// always without a bitmap; with one, only where a bit is set.
-    pub fn resync_wanted(&self, offset: u64, len: u64) -> bool {
-        self.intent().is_none_or(|i| i.any_set(offset, len))
-    }
-
-    /// The bitmap's chunk, state and dirty count, when the array has one.
-    pub fn bitmap_info(&self) -> Option<BitmapInfo> {
-        self.intent().map(WriteIntent::info)
-    }
-
-    /// The bitmap's chunk in bytes, when the array has one.
-    pub fn bitmap_chunk_bytes(&self) -> Option<u64> {
-        self.intent().map(WriteIntent::chunk_bytes)
-    }
 }
 
-/// A thread that runs the bitmap's clearing passes of a shared array until
-/// dropped.
-pub struct BitmapDaemon {
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl BitmapDaemon {
-    /// Start clearing passes for `array` (nothing runs for an array with no
-    /// bitmap). Passes that fail are reported once on stderr; the bits then
-    /// stay set, which costs only resync time.
-    pub fn start(array: &std::sync::Arc<Array>) -> BitmapDaemon {
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let thread = (array.intent().is_some() && array.is_writable()).then(|| {
-            let weak = std::sync::Arc::downgrade(array);
-            let stop = stop.clone();
-            std::thread::Builder::new()
-                .name("nvraid-bitmap".into())
-                .spawn(move || {
-                    let mut reported = false;
-                    while !stop.load(Ordering::Acquire) {
-                        std::thread::sleep(Duration::from_millis(100));
-                        let Some(array) = weak.upgrade() else { return };
-                        if let Err(e) = array.bitmap_pass(false, false) {
-                            if !reported {
-                                eprintln!("nvraid: clearing write-intent bits failed: {e}");
-                                reported = true;
-                            }
-                        }
-                    }
-                })
-                .expect("spawn the bitmap thread")
-        });
-        BitmapDaemon { stop, thread }
-    }
-}
-
-impl Drop for BitmapDaemon {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+fn flush_usable(members: &Members) -> Vec<(usize, std::io::Error)> {
+    let mut failed = Vec::new();
+    for (role, slot) in members.slots().iter().enumerate() {
+        let Some(slot) = slot else { continue };
+        if members.is_usable(role) {
+            if let Err(e) = slot.member.flush() {
+                failed.push((role, e));
+            }
         }
     }
+    failed
+}
+
+/// Fail the members that failed a bitmap update (md's rule for any member
+/// I/O error); an error when one of them holds the last copy.
+fn fail_all(members: &Members, failed: Vec<(usize, std::io::Error)>) -> Result<()> {
+    for (role, e) in failed {
+        members.fail_member(role, &e)?;
+    }
+    Ok(())
+}
+
+/// Whether bits may be cleared now: every role present, usable and in
+/// sync, and no resync awaited.
+fn may_clear_bits(members: &Members) -> bool {
+    !members.is_degraded()
+        && (0..members.roles()).all(|r| members.in_sync_bytes(r).is_none())
+        && members.resync_from().is_none()
 }

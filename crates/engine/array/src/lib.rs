@@ -26,7 +26,8 @@ mod fanout;
 mod identity;
 pub mod info;
 mod intent;
-
+mod members;
+mod ops;
 mod parity;
 mod personality;
 pub mod recovery;
@@ -35,7 +36,7 @@ mod signature;
 mod slot;
 
 pub use add_journal::{add_journal, AddJournalOptions, JournalAdded};
-pub use array::{Array, SetAsideMember};
+pub use array::{Array, BitmapDaemon};
 pub use assemble::{assemble, geometry_of, has_every_byte, level_of, AssembleOptions};
 pub use create::{
     create, create_with_spares, BitmapChoice, CreateOptions, CHUNK_BYTES_DEFAULT,
@@ -44,7 +45,8 @@ pub use create::{
 pub use decision::SetAside;
 pub use error::{Error, Result};
 pub use fanout::{FanoutQueue, FanoutTarget};
-pub use intent::{BitmapDaemon, BitmapInfo};
+pub use intent::BitmapInfo;
+pub use members::{Members, SetAsideMember};
 /// md's write journal, as the write-back cache uses it.
 pub use parity::journal;
 pub use scan::{scan, Ignored, ScanReport, ScannedArray, ScannedMember};

@@ -10,13 +10,11 @@
 //! RAID 0 is the copies family with one copy: its reads, writes and
 //! discards are those of a mirror that has nothing to fail over to.
 //!
-//! This file is the only place that chooses between the families; each
-//! operation below is one `match` that hands the work to its family.
+//! This file is the only place that chooses between the families, and it
+//! holds what each family keeps; the operations (one `match` each that
+//! hands the work to the family) are in `ops`, above the array they take.
 
-use crate::array::Array;
-use crate::error::Result;
 use crate::parity::{ParityShape, StripeLocks};
-use crate::recovery::common::{Mode as ScrubMode, Scrubbed};
 use nvraid_io::AlignedBuf;
 use nvraid_layout::Geometry;
 use std::sync::atomic::AtomicU32;
@@ -79,31 +77,6 @@ impl Personality {
         self.parity().map(|parity| parity.shape)
     }
 
-    pub(crate) fn read(&self, array: &Array, buf: &mut [u8], offset: u64) -> Result<()> {
-        match self {
-            Personality::Copies(_) => array.read_copies(buf, offset),
-            Personality::Parity(_) => array.read_parity(buf, offset),
-        }
-    }
-
-    /// Write `buf` at `offset`; which roles were written.
-    pub(crate) fn write(&self, array: &Array, buf: &[u8], offset: u64) -> Result<Vec<bool>> {
-        match self {
-            Personality::Copies(_) => array.write_copies(buf, offset),
-            Personality::Parity(_) => array.write_parity(buf, offset),
-        }
-    }
-
-    pub(crate) fn discard(&self, array: &Array, offset: u64, len: u64) -> Result<()> {
-        match self {
-            Personality::Copies(_) => array.discard_copies(offset, len),
-            // A discarded chunk may read back as anything, and parity would
-            // no longer match it: RAID 4/5/6 keep their bytes (a discard is
-            // a hint; md also ignores it unless members promise zeros).
-            Personality::Parity(_) => Ok(()),
-        }
-    }
-
     /// Whether a write that fails on a member the array cannot lose is
     /// recorded as bad blocks (parity: the stripe's other blocks no longer
     /// rebuild it) rather than refused as the last copy (copies: another
@@ -120,27 +93,6 @@ impl Personality {
                     .collect(),
             ),
             Personality::Parity(_) => ScrubState::Parity(None),
-        }
-    }
-
-    /// Compare (and with [`ScrubMode::Repair`] rewrite) `[at, end)`, held
-    /// against client writes by the caller.
-    pub(crate) fn scrub(
-        &self,
-        array: &Array,
-        (at, end): (u64, u64),
-        mode: ScrubMode,
-        state: &mut ScrubState,
-        found: &mut Scrubbed,
-    ) -> Result<()> {
-        match (self, state) {
-            (Personality::Copies(_), ScrubState::Copies(bufs)) => {
-                crate::copies::scrub::compare_copies(array, at, end, mode, bufs, found)
-            }
-            (Personality::Parity(parity), ScrubState::Parity(done)) => {
-                crate::parity::scrub::compare_parity(array, parity, at, end, mode, found, done)
-            }
-            _ => unreachable!("invariant: a scrub state is made by the personality that uses it"),
         }
     }
 
@@ -166,45 +118,6 @@ impl Personality {
                 let width = parity.shape.stripe_data_bytes();
                 (at / parity.shape.chunk * width, width)
             }
-        }
-    }
-
-    /// Fill `piece` with what `role` holds at `at` of its data area (array
-    /// bytes from `logical`, see [`Personality::array_bytes_of`]): one step
-    /// of a rebuild that goes a step at a time.
-    pub(crate) fn rebuild_piece(
-        &self,
-        array: &Array,
-        role: usize,
-        at: u64,
-        logical: u64,
-        piece: &mut [u8],
-    ) -> Result<()> {
-        match self {
-            Personality::Copies(_) => {
-                crate::copies::scrub::read_other_copy(array, role, logical, piece)
-            }
-            Personality::Parity(_) => array.rebuild_block(role, at, piece),
-        }
-    }
-
-    /// Fill `buf` with what `role` holds at `[at, end)` of its data area,
-    /// from the other members (a rebuild's step).
-    pub(crate) fn rebuild(
-        &self,
-        array: &Array,
-        role: usize,
-        (at, end): (u64, u64),
-        buf: &mut [u8],
-        sources: &mut Vec<AlignedBuf>,
-    ) -> Result<()> {
-        match self {
-            Personality::Copies(_) => {
-                crate::copies::scrub::rebuild_from_copies(array, role, at, end, buf)
-            }
-            Personality::Parity(parity) => crate::parity::scrub::rebuild_from_parity(
-                array, parity, role, at, end, buf, sources,
-            ),
         }
     }
 }

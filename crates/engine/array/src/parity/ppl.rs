@@ -25,8 +25,8 @@
 //! A batch is written by whichever waiter finds the log free: one write of
 //! the header and the partial parity, then a flush, on that thread.
 
-use crate::array::Array;
 use crate::error::{Error, Result};
+use crate::members::Members;
 use crate::parity::plan::{bits, Column, Mode, ParityShape};
 use crate::slot::is_member_failure;
 use nvraid_metadata::ppl::{self, PplArea, PplEntry, PplHeader};
@@ -186,7 +186,7 @@ impl Ppl {
     /// write the front batch now, on this thread. A log write that fails
     /// fails its member (said on stderr): its stripes are then degraded and
     /// their writes leave that member out.
-    pub fn ready(&self, array: &Array, ticket: Ticket) -> bool {
+    pub fn ready(&self, array: &Members, ticket: Ticket) -> bool {
         let mut log = self.log(ticket.role);
         if log.durable >= ticket.generation {
             return true;
@@ -303,7 +303,7 @@ impl Ppl {
         log.open = log.open.saturating_sub(1);
     }
 
-    fn write_log(&self, array: &Array, role: u32, at: u64, image: &[u8]) -> Result<()> {
+    fn write_log(&self, array: &Members, role: u32, at: u64, image: &[u8]) -> Result<()> {
         let Some(slot) = array.slot(role as usize) else {
             return Ok(());
         };
@@ -323,7 +323,7 @@ impl Ppl {
     }
 
     /// The area's bytes on a member, as the log's reader wants them.
-    fn read_area(&self, array: &Array, role: usize) -> Result<nvraid_io::AlignedBuf> {
+    fn read_area(&self, array: &Members, role: usize) -> Result<nvraid_io::AlignedBuf> {
         let slot = array.slot(role).expect("present");
         let start = self
             .area
@@ -344,8 +344,7 @@ impl Ppl {
     /// whether any member's log had been written since it was emptied (an
     /// array whose logs are all empty was never written through them: one
     /// created over used members still needs its first full resync).
-    pub fn replay(&self, array: &Array) -> Result<(usize, bool)> {
-        let shape = array.parity_family().shape;
+    pub fn replay(&self, array: &Members, shape: ParityShape) -> Result<(usize, bool)> {
         let mut replayed = 0;
         let mut written = false;
         for role in 0..array.roles() {
@@ -375,7 +374,7 @@ impl Ppl {
     /// Empty every member's log (zeros, then an empty header at its start),
     /// as the kernel does after its recovery and mdadm at create: headers of
     /// earlier runs must never be taken for this run's.
-    pub fn reset(&self, array: &Array) -> Result<()> {
+    pub fn reset(&self, array: &Members) -> Result<()> {
         for role in 0..array.roles() {
             if !array.is_usable(role) {
                 continue;
@@ -419,7 +418,7 @@ pub(crate) fn reset_area(
 /// md's `ppl_recover_entry`: recompute the parity of the rows `entry`
 /// covers. Returns false when a written block cannot be read (skipped).
 fn replay_entry(
-    array: &Array,
+    array: &Members,
     shape: &ParityShape,
     log_role: usize,
     entry: &PplEntry,
@@ -493,7 +492,7 @@ type WrittenBlocks = Vec<(u64, Vec<u8>)>;
 
 /// Every written block's sectors, read whole (one read per block), with
 /// the array sector each starts at; `None` when one cannot be read.
-fn read_written_blocks(array: &Array, rows: &EntryRows) -> Result<Option<WrittenBlocks>> {
+fn read_written_blocks(array: &Members, rows: &EntryRows) -> Result<Option<WrittenBlocks>> {
     let geometry = array.geometry();
     let mut blocks: WrittenBlocks = Vec::new();
     for disk in 0..rows.disks {
@@ -558,7 +557,7 @@ fn recompute_parity(
 /// the member's data): the entry's parity member must be the log's, as the
 /// layout puts it, or the log is refused.
 fn parity_offset(
-    array: &Array,
+    array: &Members,
     shape: &ParityShape,
     log_role: usize,
     entry: &PplEntry,
@@ -580,7 +579,7 @@ fn parity_offset(
 }
 
 /// The slot of the member whose log is replayed.
-fn log_member(array: &Array, log_role: usize) -> &crate::slot::Slot {
+fn log_member(array: &Members, log_role: usize) -> &crate::slot::Slot {
     let Some(slot) = array.slot(log_role) else {
         panic!("invariant: a PPL is replayed only from a present member");
     };
@@ -590,7 +589,7 @@ fn log_member(array: &Array, log_role: usize) -> &crate::slot::Slot {
 /// Write the sectors of `parity` a written block covered, in runs, at
 /// `parity_at` in the log's member's data, and flush.
 fn write_parity_runs(
-    array: &Array,
+    array: &Members,
     log_role: usize,
     parity_at: u64,
     parity: &[u8],
@@ -672,55 +671,5 @@ impl ParityShape {
             entry.parity_disk < self.data + self.parity,
             "invariant: a PPL entry names a member of the array as its parity member"
         );
-    }
-}
-
-impl Array {
-    /// A RAID 5 whose superblocks carry md's PPL: take its logs, and when it
-    /// is assembled writable after a crash, replay them (then the array is
-    /// in sync: md's recovery, which needs no resync) and empty them.
-    /// Returns the entries replayed.
-    pub(crate) fn load_ppl(&mut self, writable: bool) -> Result<usize> {
-        let sb = self.superblock().clone();
-        let Some(ppl) = Ppl::of(&sb, self.roles())? else {
-            return Ok(0);
-        };
-        if self.geometry().level().parity_chunks() != 1 {
-            return Err(Error::Unsupported {
-                spec: sb.name(),
-                what: format!(
-                    "a partial parity log on a {} (md logs RAID 5 only)",
-                    self.geometry().level()
-                ),
-            });
-        }
-        if let crate::personality::Personality::Parity(parity) = &mut self.personality {
-            // A column's partial parity is as wide as the column: one log
-            // write must hold it (whole 4 KiB pages, as md logs them).
-            let fits = ppl.pp_max() / 4096 * 4096;
-            parity.shape.max_width = COLUMN_BYTES_MAX.min(fits as u32);
-        }
-        if !writable {
-            // Read as it is: replaying writes.
-            self.ppl = Some(ppl);
-            return Ok(0);
-        }
-        let (replayed, logged) = if self.resync_from().is_some() {
-            ppl.replay(self)?
-        } else {
-            (0, false)
-        };
-        ppl.reset(self)?;
-        if logged {
-            // Every stripe that was being written has its parity back, and
-            // the logs are empty again: recorded clean now (md does no
-            // resync after its PPL recovery), so that a crash before the
-            // next write does not find a dirty array with empty logs,
-            // which reads as one never written through its logs (created
-            // over used members) and would need a full resync.
-            self.resync_checkpoint(None)?;
-        }
-        self.ppl = Some(ppl);
-        Ok(replayed)
     }
 }

@@ -20,8 +20,8 @@
 use super::held::{file_copies, trim_for_cache, Held};
 use super::log::{encode_block, pack, packed_sectors};
 use super::{MdJournal, Writer, FAILED};
-use crate::array::Array;
 use crate::error::Result;
+use crate::members::Members;
 use nvraid_io::AlignedBuf;
 use nvraid_metadata::r5log::{MetaBlock, Payload, PAGE_BYTES, PAGE_SECTORS};
 
@@ -173,7 +173,7 @@ impl MdJournal {
     /// wait until that group is durable.
     pub(crate) fn enqueue(
         &self,
-        array: &Array,
+        array: &Members,
         payloads: Vec<Payload>,
         pages: Vec<u8>,
         rebuilt: (Vec<Payload>, Vec<u8>),
@@ -207,16 +207,16 @@ impl MdJournal {
     /// the ring is half full it first moves the tail past the groups whose
     /// stripes are on the members (the members flushed, then every
     /// superblock). An error: the journal failed, and no write may go on.
-    pub fn ready(&self, array: &Array, ticket: u64) -> Result<bool> {
+    pub fn ready(&self, array: &Members, ticket: u64) -> Result<bool> {
         let ready = self.ready_inner(array, ticket);
         if ready.is_err() {
             // (Not under the log's lock: the members' superblocks are written.)
-            let _ = array.record_journal_failure();
+            let _ = self.record_failure(array);
         }
         ready
     }
 
-    fn ready_inner(&self, array: &Array, ticket: u64) -> Result<bool> {
+    fn ready_inner(&self, array: &Members, ticket: u64) -> Result<bool> {
         if self.flags() & FAILED == 0
             && self.durable.load(std::sync::atomic::Ordering::Acquire) >= ticket
         {
@@ -429,15 +429,15 @@ impl MdJournal {
     /// Move the tail as far as the members allow: past every unit of a
     /// group that is done (the members flushed first, then every
     /// superblock). Waits while another thread writes the log.
-    pub fn checkpoint(&self, array: &Array) -> Result<()> {
+    pub fn checkpoint(&self, array: &Members) -> Result<()> {
         let moved = self.checkpoint_inner(array);
         if moved.is_err() && self.failure().is_some() {
-            let _ = array.record_journal_failure();
+            let _ = self.record_failure(array);
         }
         moved
     }
 
-    fn checkpoint_inner(&self, array: &Array) -> Result<()> {
+    fn checkpoint_inner(&self, array: &Members) -> Result<()> {
         loop {
             let w = self.writer();
             if w.failed.is_some() {
@@ -456,7 +456,7 @@ impl MdJournal {
     /// gives the lock back.
     fn move_tail<'a>(
         &'a self,
-        array: &Array,
+        array: &Members,
         mut w: std::sync::MutexGuard<'a, Writer>,
     ) -> (std::sync::MutexGuard<'a, Writer>, Result<()>) {
         // The oldest group still writing its stripes (or held by a cache),
@@ -482,7 +482,7 @@ impl MdJournal {
         drop(w);
         let moved = array.flush().and_then(|()| {
             self.set_tail(new_tail);
-            array.write_journal_tail()
+            array.rewrite_superblocks()
         });
         let mut w = self.writer();
         w.writing = false;
@@ -509,7 +509,7 @@ impl MdJournal {
 
     /// At an orderly stop: the tail moves to the newest unit (every stripe
     /// is on the members, and they are flushed).
-    pub(crate) fn close(&self, array: &Array) -> Result<()> {
+    pub(crate) fn close(&self, array: &Members) -> Result<()> {
         let w = self.writer();
         if !w.active || w.failed.is_some() {
             return Ok(());
@@ -519,6 +519,6 @@ impl MdJournal {
         };
         drop(w);
         self.set_tail(last);
-        array.write_journal_tail()
+        array.rewrite_superblocks()
     }
 }

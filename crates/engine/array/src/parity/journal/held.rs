@@ -11,7 +11,7 @@
 #[cfg(doc)]
 use super::MdJournal;
 use super::Writer;
-use crate::array::Array;
+use crate::members::Members;
 use nvraid_metadata::r5log::{Payload, PAGE_BYTES};
 
 /// A page's row (its sector on the members) and member.
@@ -22,7 +22,7 @@ pub(super) type Row = (u64, u32);
 pub(super) type HeldRows = std::collections::HashMap<u64, Copies, RowHash>;
 
 /// A page's row on the members and its member (array byte `offset`).
-pub(super) fn row_of(array: &Array, offset: u64) -> Row {
+pub(super) fn row_of(array: &Members, offset: u64) -> Row {
     let at = array.geometry().locate(offset, 0);
     (at.member_offset / 512, at.member)
 }
@@ -33,7 +33,7 @@ pub(super) fn row_of(array: &Array, offset: u64) -> Row {
 /// newest cache group whose copies the round left out (it must wait until
 /// that group is durable).
 pub(super) fn trim_for_cache(
-    array: &Array,
+    array: &Members,
     held: Held<'_>,
     payloads: Vec<Payload>,
     pages: Vec<u8>,
@@ -106,7 +106,7 @@ pub(super) fn trim_for_cache(
 /// checksum differs: the member lacks it, and the log has it after the
 /// row's last parity).
 fn keep_rebuilt(
-    array: &Array,
+    array: &Members,
     held: Held<'_>,
     rebuilt: &mut Option<(Vec<Payload>, Vec<u8>)>,
     kept: &mut Vec<Payload>,
@@ -133,7 +133,7 @@ fn keep_rebuilt(
 
 /// Files the copies listed in `w.unfiled` into `w.held_rows` (those of
 /// groups released already are dropped).
-pub(super) fn file_copies(array: &Array, w: &mut Writer) {
+pub(super) fn file_copies(array: &Members, w: &mut Writer) {
     let released = w.released;
     for (offset, checksum, id) in w.unfiled.drain(..) {
         if id <= released {

@@ -21,8 +21,8 @@
 //! - `held.rs`: the table of the pages a write cache holds in the log, and
 //!   the trimming of the array's own rounds against it.
 
-use crate::array::Array;
 use crate::error::{Error, Result};
+use crate::members::{Companion, Members, Update};
 use crate::slot::Slot;
 use nvraid_io::AlignedBuf;
 use nvraid_metadata::r5log::{self, Ring, PAGE_SECTORS};
@@ -82,7 +82,7 @@ pub struct MdJournal {
     /// updated from what a crash may have torn.
     replaying: std::sync::atomic::AtomicBool,
     /// The failure is recorded on the members, or being recorded
-    /// ([`Array::record_journal_failure`]).
+    /// ([`MdJournal::record_failure`]).
     failure_recorded: std::sync::atomic::AtomicBool,
 }
 
@@ -327,9 +327,64 @@ impl MdJournal {
     }
 }
 
-impl Array {
-    /// The array's write journal, when it has one.
-    pub fn md_journal(&self) -> Option<&MdJournal> {
-        self.md_journal.as_ref()
+impl MdJournal {
+    /// The write journal failed: record it faulty on every member (its
+    /// device slot becomes md's faulty role, events + 1), once, so that
+    /// every later assembly, nvraid's or the kernel's, sees a failed
+    /// journal rather than a stale one, and `add-journal` may replace it.
+    /// The journal member itself is not written (md writes nothing more to
+    /// a faulty member).
+    pub(crate) fn record_failure(&self, members: &Members) -> Result<()> {
+        if self.failure().is_none() || !self.take_failure_to_record() {
+            return Ok(());
+        }
+        let recorded = members.rewrite_superblocks();
+        match &recorded {
+            Ok(()) => eprintln!(
+                "nvraid: write journal {}: recorded faulty on the members",
+                self.spec()
+            ),
+            Err(e) => eprintln!(
+                "nvraid: write journal {}: could not record it faulty: {e}",
+                self.spec()
+            ),
+        }
+        recorded
+    }
+}
+
+/// The journal member takes every superblock update too (md's rule: a
+/// member behind the array's events is stale), keeping its journal_tail;
+/// not once it has failed (md writes nothing more to a faulty member),
+/// when its role table entry says faulty instead.
+impl Companion for MdJournal {
+    fn after_superblocks(&self, update: &Update<'_>) -> Result<()> {
+        if self.failure().is_some() {
+            return Ok(());
+        }
+        let mut sb = self.slot.superblock.clone();
+        sb.events = update.events;
+        sb.resync_offset = update.resync_offset;
+        sb.utime = update.utime;
+        sb.roles_raw = update.roles_raw.to_vec();
+        sb.recovery_offset = self.tail();
+        crate::slot::write_superblock(&self.slot.member, &sb)?;
+        self.slot
+            .member
+            .flush()
+            .map_err(|e| Error::io(self.spec(), e))?;
+        self.slot.superblock_written(update.events);
+        Ok(())
+    }
+
+    fn role_table(&self, table: &mut [u16]) {
+        use nvraid_metadata::Role;
+        if self.failure().is_none() {
+            return;
+        }
+        let dev = self.slot.superblock.dev_number as usize;
+        if table.get(dev).map(|&r| Role::from_raw(r)) == Some(Role::Journal) {
+            table[dev] = Role::Faulty.to_raw();
+        }
     }
 }

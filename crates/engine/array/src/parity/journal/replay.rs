@@ -153,7 +153,7 @@ impl Array {
             Err(_) => {
                 // No log: start one, as md does.
                 journal.start_log(0, random_seq()?)?;
-                self.write_journal_tail()?;
+                self.rewrite_superblocks()?;
                 return Ok(Some(Replay::default()));
             }
         };
@@ -183,7 +183,7 @@ impl Array {
         // the next few sequence numbers; the new log must not continue
         // into them.
         journal.start_log(scan.next_position, scan.next_seq + SEQ_JUMP)?;
-        self.write_journal_tail()?;
+        self.rewrite_superblocks()?;
         Ok(Some(replay))
     }
 
