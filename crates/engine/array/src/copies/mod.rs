@@ -8,8 +8,11 @@
 //! | [`simple`] | the simple path: read balancing over the copies, reading around bad blocks and recovery points, writing every copy, failover |
 //! | [`scrub`] | comparing and repairing the copies, and rebuilding a member from them |
 //!
+//! | [`fast`] | the fast path: split, copy choice and reissue on a fanout queue (its queue in [`crate::fanout`]) |
+//!
 //! The fast path's copy choice shares [`simple::least_loaded_copy`] with the
-//! simple path; its queue is in [`crate::fanout`].
+//! simple path.
 
+pub(crate) mod fast;
 pub(crate) mod scrub;
 pub(crate) mod simple;

@@ -17,84 +17,11 @@
 //! fails with the error.
 
 use crate::fanout::{FanoutQueue, Shape, SubOp, KIND_READ, KIND_WRITE, SCRATCH_SEG};
-use crate::parity::plan::{BlockIo, Column, Mode, ParityShape, Place};
+use crate::parity::plan::{Column, Mode, ParityShape, Place};
+use crate::parity::work::StripeWork;
 use nvraid_io::AlignedBuf;
 use nvraid_parity::Kernel;
 use std::io;
-
-/// One slot's stripe work.
-pub(crate) struct StripeWork {
-    /// The slot is doing stripe work (between start and finish).
-    active: bool,
-    write: bool,
-    /// The request (kept for reads too: a read that fails on the fast
-    /// path is done again here).
-    pub(crate) offset: u64,
-    len: u32,
-    fua: bool,
-    columns: Vec<Column>,
-    /// The first column not done yet; the round is `next..round_end`.
-    next: usize,
-    round_end: usize,
-    /// Scratch offset of each column of the round.
-    bases: Vec<usize>,
-    scratch: AlignedBuf,
-    /// The round's writes are in flight (else its reads).
-    writing: bool,
-    /// Member operations of the phase not yet completed.
-    outstanding: u32,
-    /// A read failed and its member is now faulty: plan the round again.
-    replan: bool,
-    /// The request fails with this errno (0: none so far).
-    errno: i32,
-    /// Stripes held.
-    stripes: Option<(u64, u64)>,
-    /// A read on the plain path failed: do it again here once its other
-    /// parts have finished.
-    pub(crate) redo: bool,
-    ios: Vec<BlockIo>,
-    /// A PPL array: the round's place in its parity member's log, and its
-    /// partial parity (one column after another).
-    ticket: Option<crate::parity::ppl::Ticket>,
-    /// The round's place in md's write journal (a journaled array).
-    jticket: Option<u64>,
-    pp: Vec<u8>,
-    /// The round's log entries (kept for their room).
-    entries: Vec<nvraid_metadata::ppl::PplEntry>,
-}
-
-impl StripeWork {
-    /// The scratch's address, for the engine.
-    pub(crate) fn scratch_ptr(&mut self) -> *mut u8 {
-        self.scratch.as_mut_ptr()
-    }
-
-    pub(crate) fn new() -> StripeWork {
-        StripeWork {
-            active: false,
-            write: false,
-            offset: 0,
-            len: 0,
-            fua: false,
-            columns: Vec::new(),
-            next: 0,
-            round_end: 0,
-            bases: Vec::new(),
-            scratch: AlignedBuf::zeroed(4096),
-            writing: false,
-            outstanding: 0,
-            replan: false,
-            errno: 0,
-            stripes: None,
-            redo: false,
-            ios: Vec::new(),
-            ticket: None,
-            jticket: None,
-            pp: Vec::new(),
-            entries: Vec::new(),
-        }
-    }
-}
 
 impl FanoutQueue {
     pub(crate) fn parity_array(&self) -> std::sync::Arc<crate::Array> {
@@ -499,15 +426,6 @@ impl FanoutQueue {
         let errno = work.errno;
         self.finish_sub(slot, errno);
         Ok(())
-    }
-
-    /// The scratch a slot may use at most: enough for any request's
-    /// read-modify-write or reconstruct-write at once, and for one column
-    /// rebuilt whole.
-    pub(crate) fn scratch_cap(shape: &crate::parity::ParityShape, max_io_bytes: u32) -> usize {
-        let members = (shape.data + shape.parity) as usize;
-        let max_io = max_io_bytes as usize;
-        ((1 + shape.parity as usize) * max_io).max(members * max_io.min(shape.chunk as usize))
     }
 }
 
