@@ -31,6 +31,11 @@ needs=(
     "busybox:/bin/busybox busybox-static"
     "cpio cpio"
     "modprobe kmod"
+    "depmod kmod"                    # tools/mdvm/fetch-kernel: trixie's 6.12 kernel for the VM
+    "dpkg-deb dpkg"
+    "apt-get apt"
+    "keyring:/usr/share/keyrings/debian-archive-keyring.gpg debian-archive-keyring"
+    "zstd zstd"                      # the 6.12 kernel image is zstd-compressed
     "objcopy binutils"
     "gcc gcc"
     "libc.a:/usr/lib/x86_64-linux-gnu/libc.a libc6-dev"
@@ -67,5 +72,9 @@ if [ ${#missing[@]} -gt 0 ]; then
     fi
     apt-get install -y -qq --no-install-recommends "${extra[@]}" ${missing[*]} >/dev/null
 fi
+
+# The VM's second kernel (Debian trixie's 6.12, for ublk): fetched once into
+# the cache, so that the first test that boots it does not pay for the download.
+tools/mdvm/fetch-kernel > /dev/null
 
 cargo test --workspace "$@"

@@ -137,6 +137,18 @@ pub fn sha(data: &[u8]) -> String {
     format!("{:x}", Sha256::digest(data))
 }
 
+/// A tools/mdvm program (`mdvm` or `mdvm-check`) whose VM boots kernel
+/// `series` — "6.1", the host's bookworm kernel in /boot, or "6.12", Debian
+/// trixie's, which tools/mdvm/fetch-kernel fetches once and caches — with
+/// `modules` (and their dependencies) loaded at boot beside md's.
+pub fn mdvm_on(program: &str, series: &str, modules: &[&str]) -> Command {
+    let mut command = Command::new(repo().join("tools/mdvm").join(program));
+    command
+        .env("MDVM_KERNEL_SERIES", series)
+        .env("MDVM_MODULES", modules.join(" "));
+    command
+}
+
 /// The real kernel md (tools/mdvm, on a snapshot of the images) assembles
 /// whatever arrays `images` hold and must read each of `expect`; returns
 /// its report.
