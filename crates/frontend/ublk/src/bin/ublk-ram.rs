@@ -6,6 +6,7 @@
 //! ublk-ram --file PATH [--size BYTES[K|M|G]] [--id N] [--queues N] [--depth N]
 //!          [--max-io BYTES] [--recovery]
 //! ublk-ram --recover ID --file PATH
+//! ublk-ram --delete ID
 //! ```
 //!
 //! One thread per queue, each sleeping in poll(2) on its queue's ring;
@@ -13,7 +14,8 @@
 //! SIGINT, then stops and deletes the device and prints what it served.
 //! `--recovery` adds the device with user recovery (I/O the dead server
 //! held is issued again); `--recover ID` re-attaches to such a device
-//! after its server was killed.
+//! after its server was killed; `--delete ID` deletes a device whose
+//! server is gone (a dead one keeps its id until then).
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -26,7 +28,7 @@ use nvraid_ublk::uapi::{self, DevInfo, Params};
 use nvraid_ublk::{sys, CharDev, Control, DeviceSpec, IoDesc, Op, Queue, TagBuffers};
 
 const USAGE: &str = "usage: ublk-ram --file PATH [--size BYTES[K|M|G]] [--id N] [--queues N] \
-[--depth N] [--max-io BYTES] [--recovery]\n       ublk-ram --recover ID --file PATH";
+[--depth N] [--max-io BYTES] [--recovery]\n       ublk-ram --recover ID --file PATH\n       ublk-ram --delete ID";
 
 struct Args {
     file: String,
@@ -37,6 +39,7 @@ struct Args {
     max_io: u32,
     recovery: bool,
     recover: Option<u32>,
+    delete: Option<u32>,
 }
 
 fn parse_size(s: &str) -> Option<u64> {
@@ -59,6 +62,7 @@ fn parse_args() -> Result<Args, String> {
         max_io: 512 << 10,
         recovery: false,
         recover: None,
+        delete: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -93,11 +97,15 @@ fn parse_args() -> Result<Args, String> {
                 let v = value("--recover")?;
                 args.recover = Some(v.parse().map_err(|_| bad("--recover", &v))?);
             }
+            "--delete" => {
+                let v = value("--delete")?;
+                args.delete = Some(v.parse().map_err(|_| bad("--delete", &v))?);
+            }
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
         }
     }
-    if args.file.is_empty() {
+    if args.file.is_empty() && args.delete.is_none() {
         return Err(format!("--file is required\n{USAGE}"));
     }
     Ok(args)
@@ -210,6 +218,13 @@ fn main() {
 
 fn run(args: Args) -> Result<(), String> {
     let began = Instant::now();
+    if let Some(id) = args.delete {
+        let ctl = Control::open().map_err(|e| e.to_string())?;
+        return ctl
+            .delete(id)
+            .and_then(|p| p.wait(Duration::from_secs(30)))
+            .map_err(|e| e.to_string());
+    }
     // Blocked before any thread starts, so that only the signalfd sees them.
     let signals = sys::signal_fd(&[libc::SIGTERM, libc::SIGINT]).map_err(|e| e.to_string())?;
     let file = std::fs::OpenOptions::new()
