@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
-use crate::options::{ListenAddress, ServeOptions, TlsFiles, TlsMode};
+use crate::options::{ListenAddress, ServeOptions, TlsFiles, TlsMode, UblkOptions};
 
 /// Default Unix socket when no `--listen` is given.
 pub const DEFAULT_SOCKET: &str = "/run/nvraid/nvraid.sock";
@@ -86,6 +86,35 @@ pub struct ServeArgs {
     /// Worker threads (default: one per core, at most 8).
     #[arg(long)]
     pub workers: Option<u32>,
+    /// Also serve the array as a local block device, /dev/ublkbID, through
+    /// Linux's ublk driver (module ublk_drv, Linux 6.0+): ID is a device
+    /// number, or `auto` (the default) for the first free one. Without
+    /// --listen, only the device is served. If /dev/ublkcID is left by a
+    /// killed server of this array, it is taken over (the device and a
+    /// filesystem mounted on it stay). docs/ublk.md.
+    #[arg(long, value_name = "ID", num_args = 0..=1, default_missing_value = "auto",
+          value_parser = parse_ublk_id)]
+    pub ublk: Option<UblkId>,
+}
+
+/// `--ublk ID`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UblkId {
+    Auto,
+    Number(u32),
+}
+
+fn parse_ublk_id(text: &str) -> Result<UblkId, String> {
+    if text == "auto" {
+        return Ok(UblkId::Auto);
+    }
+    match text.parse::<u32>() {
+        Ok(n) if n < 1 << 20 => Ok(UblkId::Number(n)),
+        _ => Err(format!(
+            "{text:?} is not a device number or `auto` (write --ublk=ID, or put --ublk \
+             after the members, when the next word is a member)"
+        )),
+    }
 }
 
 impl ServeArgs {
@@ -93,7 +122,9 @@ impl ServeArgs {
     /// `--tls on|require` without a certificate, or a certificate with
     /// `--tls off`, is refused.
     pub fn to_options(&self) -> Result<ServeOptions, String> {
-        let listen = if self.listen.is_empty() {
+        let listen = if self.listen.is_empty() && self.ublk.is_some() {
+            Vec::new()
+        } else if self.listen.is_empty() {
             vec![ListenAddress::Unix(PathBuf::from(DEFAULT_SOCKET))]
         } else {
             self.listen.clone()
@@ -140,6 +171,13 @@ impl ServeArgs {
             workers: self.workers.unwrap_or(defaults.workers),
             ..defaults
         };
+        options.ublk = self.ublk.map(|id| UblkOptions {
+            id: match id {
+                UblkId::Auto => None,
+                UblkId::Number(n) => Some(n),
+            },
+            ..UblkOptions::default()
+        });
         options.control_socket = self
             .control
             .clone()
@@ -219,6 +257,25 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(options.tls, TlsMode::Require);
+    }
+
+    #[test]
+    fn ublk_takes_a_number_or_auto_and_listens_on_nothing_else_unless_asked() {
+        let options = parse(&["--ublk"]).unwrap();
+        assert!(options.listen.is_empty(), "{:?}", options.listen);
+        assert_eq!(options.ublk.as_ref().unwrap().id, None);
+        assert_eq!(options.control_socket, None);
+        let options = parse(&["--ublk", "auto"]).unwrap();
+        assert_eq!(options.ublk.unwrap().id, None);
+        let options = parse(&["--ublk=3", "--listen", "unix:/tmp/x.sock"]).unwrap();
+        assert_eq!(options.ublk.unwrap().id, Some(3));
+        assert_eq!(
+            options.listen,
+            vec![ListenAddress::Unix("/tmp/x.sock".into())]
+        );
+        let e = parse(&["--ublk", "/dev/vdb"]).unwrap_err();
+        assert!(e.contains("not a device number or `auto`"), "{e}");
+        assert!(parse(&[]).unwrap().ublk.is_none());
     }
 
     #[test]

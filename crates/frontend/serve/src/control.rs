@@ -311,6 +311,12 @@ pub(crate) fn status(shared: &Shared) -> Value {
         "totals": totals,
         "rates": rates,
         "connections": connections,
+        "ublk": shared
+            .ublk
+            .lock()
+            .expect("ublk device")
+            .as_ref()
+            .map_or(Value::Null, |d| d.status()),
         "array": array,
     })
 }
@@ -379,6 +385,22 @@ pub fn format_status(status: &Value) -> String {
             c["counters"]["reads"],
             c["counters"]["writes"],
             c["counters"]["errors"]
+        );
+    }
+    let ublk = &status["ublk"];
+    if !ublk.is_null() {
+        out += &format!(
+            "ublk: {} (device {}, {} queues of {} tags, {} bytes per request{}) reads={} writes={} flushes={} errors={}\n",
+            ublk["path"].as_str().unwrap_or("?"),
+            ublk["id"],
+            ublk["queues"],
+            ublk["depth"],
+            ublk["max_io_bytes"],
+            if ublk["recovered"] == true { ", taken over from a killed server" } else { "" },
+            ublk["counters"]["reads"],
+            ublk["counters"]["writes"],
+            ublk["counters"]["flushes"],
+            ublk["counters"]["errors"],
         );
     }
     if !status["array"].is_null() {

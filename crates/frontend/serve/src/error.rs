@@ -18,6 +18,8 @@ pub enum Error {
     Control(String),
     #[error("final flush failed: {0:?}")]
     Flush(nvraid_nbd::ErrorCode),
+    #[error("{0}")]
+    Ublk(String),
     #[error("I/O error: {0}")]
     Io(#[from] io::Error),
 }

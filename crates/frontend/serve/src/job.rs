@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use nvraid_io::queue::OpKind;
 use nvraid_nbd::ErrorCode;
 
 /// What a job does to the target.
@@ -16,6 +17,33 @@ pub(crate) enum Work {
     Zero,
     Discard,
     Flush,
+}
+
+impl Work {
+    /// What an NBD or ublk request does to the target (the one mapping
+    /// both frontends use); `None` for a command that moves nothing.
+    pub(crate) fn of(command: nvraid_nbd::Command) -> Option<Work> {
+        use nvraid_nbd::Command as C;
+        match command {
+            C::Read => Some(Work::Read),
+            C::Write => Some(Work::Write),
+            C::WriteZeroes => Some(Work::Zero),
+            C::Trim => Some(Work::Discard),
+            C::Flush => Some(Work::Flush),
+            _ => None,
+        }
+    }
+
+    /// The target operation of one slot's piece (zeroing: a write of a
+    /// zero-filled slot, see `Slots::prepare`).
+    pub(crate) fn op(self) -> OpKind {
+        match self {
+            Work::Read => OpKind::Read,
+            Work::Write | Work::Zero => OpKind::Write,
+            Work::Discard => OpKind::Discard,
+            Work::Flush => OpKind::Flush,
+        }
+    }
 }
 
 /// Where a finished job goes.

@@ -34,14 +34,17 @@ mod slots;
 pub mod stats;
 mod stream;
 mod transport;
+mod ublk;
 mod unaligned;
 mod wire;
 mod worker;
 
+pub use cli::UblkId;
 pub use control::{format_status, query_status, request};
 pub use error::Error;
 pub use options::{
     stderr_log, CommandHook, ListenAddress, LogSink, ServeOptions, StatusHook, TlsFiles, TlsMode,
+    UblkOptions,
 };
 pub use server::{preflight, serve, start, Server, ServerInfo};
 pub use shutdown::ShutdownHandle;

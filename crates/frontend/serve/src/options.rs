@@ -69,6 +69,48 @@ pub struct TlsFiles {
     pub client_ca: Option<PathBuf>,
 }
 
+/// `--ublk`: the target as a block device, `/dev/ublkbN`, served by the
+/// workers beside (or instead of) the NBD listeners. The limits describe
+/// the array (the caller knows its geometry); the logical block is the
+/// target's sector.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UblkOptions {
+    /// The device number; `None`: the first free one. A device of that
+    /// number left quiesced by a killed server is taken over (user
+    /// recovery) instead of added.
+    pub id: Option<u32>,
+    /// Requests in flight per queue (tags); one queue per worker.
+    pub depth: u16,
+    /// Largest request (each tag's buffer, and the worker's slots): at
+    /// least a full stripe.
+    pub max_io_bytes: u32,
+    /// Physical block (a power of two, at least the target's sector).
+    pub physical_block_bytes: u32,
+    /// Minimum I/O size hint (the chunk), a power of two; 0: none.
+    pub io_min_bytes: u32,
+    /// Optimal I/O size hint (the full stripe), a power of two; 0: none
+    /// (the kernel can only carry powers of two).
+    pub io_opt_bytes: u32,
+    /// Discards are rounded to this (the chunk).
+    pub discard_granularity: u32,
+}
+
+impl Default for UblkOptions {
+    /// A 512 KiB request, 4 KiB blocks, no hints: what a caller that knows
+    /// nothing of the target's geometry can say truthfully.
+    fn default() -> Self {
+        UblkOptions {
+            id: None,
+            depth: 32,
+            max_io_bytes: 512 << 10,
+            physical_block_bytes: 4096,
+            io_min_bytes: 0,
+            io_opt_bytes: 0,
+            discard_granularity: 4096,
+        }
+    }
+}
+
 /// A place log lines go (one line per call, no newline).
 pub type LogSink = Arc<dyn Fn(&str) + Send + Sync>;
 
@@ -124,6 +166,8 @@ pub struct ServeOptions {
     pub log: LogSink,
     pub status_hook: Option<StatusHook>,
     pub command_hook: Option<CommandHook>,
+    /// `--ublk`: also (or only) a block device.
+    pub ublk: Option<UblkOptions>,
 }
 
 impl fmt::Debug for ServeOptions {
@@ -136,6 +180,7 @@ impl fmt::Debug for ServeOptions {
             .field("request_max_bytes", &self.request_max_bytes)
             .field("connections_max", &self.connections_max)
             .field("workers", &self.workers)
+            .field("ublk", &self.ublk)
             .finish_non_exhaustive()
     }
 }
@@ -170,6 +215,7 @@ impl Default for ServeOptions {
             log: stderr_log(),
             status_hook: None,
             command_hook: None,
+            ublk: None,
         }
     }
 }
@@ -178,7 +224,10 @@ impl ServeOptions {
     /// Check the limits make sense together.
     pub fn validate(&self) -> Result<(), String> {
         let checks = [
-            (self.listen.is_empty(), "no listen address"),
+            (
+                self.listen.is_empty() && self.ublk.is_none(),
+                "no listen address (and no --ublk)",
+            ),
             (self.request_max_bytes < 4096, "maximum request below 4 KiB"),
             (self.connections_max == 0, "maximum connections is 0"),
             (
@@ -209,6 +258,30 @@ impl ServeOptions {
         ];
         if let Some((_, reason)) = checks.iter().find(|(bad, _)| *bad) {
             return Err(reason.to_string());
+        }
+        if let Some(ublk) = &self.ublk {
+            let pow2_or_0 = |n: u32| n == 0 || n.is_power_of_two();
+            let checks = [
+                (
+                    ublk.depth == 0 || ublk.depth > 4096,
+                    "ublk queue depth not within 1..=4096",
+                ),
+                (
+                    ublk.max_io_bytes < 4096 || ublk.max_io_bytes % 4096 != 0,
+                    "ublk request size not a multiple of 4 KiB",
+                ),
+                (
+                    !ublk.physical_block_bytes.is_power_of_two(),
+                    "ublk physical block not a power of two",
+                ),
+                (
+                    !pow2_or_0(ublk.io_min_bytes) || !pow2_or_0(ublk.io_opt_bytes),
+                    "ublk io_min/io_opt not powers of two",
+                ),
+            ];
+            if let Some((_, reason)) = checks.iter().find(|(bad, _)| *bad) {
+                return Err(reason.to_string());
+            }
         }
         if let Some(control) = &self.control_socket {
             if self

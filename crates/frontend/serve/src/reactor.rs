@@ -573,26 +573,21 @@ impl Owned {
         let Some(slot) = slots.take_slot(SlotUse::Receiving) else {
             panic!("invariant: has_free_slot() was checked above");
         };
-        let op = match request.command {
-            Command::Write => {
-                expect_body(
-                    self,
-                    Input::Payload {
-                        slot,
-                        request: slot_request,
-                        got: 0,
-                    },
-                );
-                return true;
-            }
-            Command::Read => OpKind::Read,
-            Command::WriteZeroes => {
-                slots.queue.buffer_mut(slot)[..request.length as usize].fill(0);
-                OpKind::Write
-            }
-            Command::Trim => OpKind::Discard,
-            _ => OpKind::Flush,
+        if request.command == Command::Write {
+            expect_body(
+                self,
+                Input::Payload {
+                    slot,
+                    request: slot_request,
+                    got: 0,
+                },
+            );
+            return true;
+        }
+        let Some(work) = Work::of(request.command) else {
+            panic!("invariant: accept_io takes the target's commands only");
         };
+        let op = slots.prepare(slot, work, request.length);
         if let Err(code) = slots.submit_request(slot, op, slot_request) {
             self.answer_request(slots, &slot_request, Err(code), Data::None);
         }

@@ -20,6 +20,7 @@ use crate::shared::Shared;
 use crate::shutdown::ShutdownHandle;
 use crate::stats::{Counters, RateMeter};
 use crate::stream::Listener;
+use crate::ublk;
 use crate::unaligned::RangeLocks;
 use crate::worker::WorkerPool;
 
@@ -59,6 +60,9 @@ pub fn serve(
 /// bad flag changes no byte on any member. `start` checks again.
 pub fn preflight(options: &ServeOptions) -> Result<(), Error> {
     options.validate().map_err(Error::Options)?;
+    if let Some(ublk) = &options.ublk {
+        ublk::preflight(ublk)?;
+    }
     if let (TlsMode::On | TlsMode::Require, Some(files)) = (&options.tls, &options.tls_files) {
         crate::transport::tls_config(files)?;
     }
@@ -94,12 +98,34 @@ pub fn start(
         block_sizes,
         read_only,
     ));
-    let workers = WorkerPool::start(
-        &target,
-        options.workers,
-        options.queue_depth,
-        options.io_max_bytes,
+    let mut device = ublk::prepare_device(
+        &options,
+        target.size_bytes(),
+        target.sector_bytes(),
+        read_only,
     )?;
+    let plan = device
+        .as_ref()
+        .map(|d| d.plan(target.size_bytes(), read_only));
+    let (count, depth, io_max_bytes) = worker_shape(&options, device.as_ref());
+    let workers = match WorkerPool::start(&target, count, depth, io_max_bytes, plan.as_ref()) {
+        Ok(workers) => workers,
+        Err(e) => {
+            drop(plan);
+            abandon(device);
+            return Err(e);
+        }
+    };
+    drop(plan);
+    if let Some(d) = device.as_mut() {
+        if let Err(e) = d.start() {
+            workers.stop();
+            abandon(device);
+            return Err(e);
+        }
+        log_ublk(&options, d);
+    }
+    let ublk_counters = device.as_ref().map(|d| Arc::clone(&d.counters));
     let shared = Arc::new(Shared {
         handshake,
         tls,
@@ -118,6 +144,8 @@ pub fn start(
         active_changed: Condvar::new(),
         closed_totals: Counters::default(),
         next_id: AtomicU64::new(1),
+        ublk: Mutex::new(device),
+        ublk_counters,
         options,
     });
     let control = match &shared.options.control_socket {
@@ -134,6 +162,54 @@ pub fn start(
     server.spawn_threads()?;
     log_listening(&server.shared);
     Ok(server)
+}
+
+/// Workers, slots per worker for NBD, and the slots' size: with `--ublk`
+/// at least one worker per queue of the device, slots as large as its
+/// requests (a power of two), and only a few slots for NBD (its final
+/// flush) when nothing listens.
+fn worker_shape(options: &ServeOptions, device: Option<&ublk::Device>) -> (u32, u32, u32) {
+    let Some(device) = device else {
+        return (options.workers, options.queue_depth, options.io_max_bytes);
+    };
+    let queues = u32::from(device.info.nr_hw_queues);
+    let depth = if options.listen.is_empty() {
+        2
+    } else {
+        options.queue_depth
+    };
+    let io = options
+        .io_max_bytes
+        .max(device.info.max_io_buf_bytes.next_power_of_two());
+    (options.workers.max(queues), depth, io)
+}
+
+/// A device added for a server that could not start is deleted (one
+/// taken over is left as it was: quiesced, for the next server).
+fn abandon(device: Option<ublk::Device>) {
+    if let Some(mut device) = device.filter(|d| !d.recovered) {
+        let _ = device.stop();
+    }
+}
+
+fn log_ublk(options: &ServeOptions, device: &ublk::Device) {
+    let id = device.id();
+    (options.log)(&format!(
+        "nvraid-serve: event={} device=/dev/ublkb{id} queues={} depth={} max_io_bytes={}{}",
+        if device.recovered {
+            "ublk-reattached"
+        } else {
+            "ublk-added"
+        },
+        device.info.nr_hw_queues,
+        device.info.queue_depth,
+        device.info.max_io_buf_bytes,
+        if device.recovered {
+            " (the device a killed server left; requests it held are issued again)"
+        } else {
+            ""
+        }
+    ));
 }
 
 /// The log line that says the server is up: where, what and how.
@@ -245,6 +321,24 @@ impl Server {
     pub fn wait(mut self) -> Result<(), Error> {
         self.shutdown.wait();
         let shared = Arc::clone(&self.shared);
+        let device = shared.ublk.lock().expect("ublk device").take();
+        let mut stopped = Ok(());
+        if let Some(mut device) = device {
+            shared.log(&format!(
+                "event=shutdown phase=ublk-stop device=/dev/ublkb{}",
+                device.id()
+            ));
+            // The workers still serve: the kernel completes what is in
+            // flight, then aborts every tag, and each queue closes.
+            stopped = device.stop();
+            match &stopped {
+                Ok(()) => shared.log(&format!(
+                    "event=ublk-deleted device=/dev/ublkb{}",
+                    device.id()
+                )),
+                Err(e) => shared.log(&format!("event=ublk-stop-failed error=\"{e}\"")),
+            }
+        }
         shared.log("event=shutdown phase=stop-accepting");
         self.listeners.iter().for_each(|l| l.poke());
         self.threads.drain(..).for_each(|t| drop(t.join()));
@@ -264,6 +358,9 @@ impl Server {
         drop(active);
         let flushed = shared.workers.flush_all();
         shared.workers.stop();
+        if let (Err(e), Ok(())) = (stopped, &flushed) {
+            return Err(e);
+        }
         match flushed {
             Ok(()) => {
                 shared.log("event=shutdown phase=done flushed=true");

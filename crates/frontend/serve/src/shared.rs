@@ -39,6 +39,10 @@ pub(crate) struct Shared {
     pub(crate) active_changed: Condvar,
     pub(crate) closed_totals: Counters,
     pub(crate) next_id: AtomicU64,
+    /// `--ublk`: the block device (taken out at shutdown to stop it).
+    pub(crate) ublk: Mutex<Option<crate::ublk::Device>>,
+    /// Its requests' counters (in the totals).
+    pub(crate) ublk_counters: Option<Arc<Counters>>,
 }
 
 impl Shared {
@@ -75,7 +79,9 @@ impl Shared {
     pub(crate) fn totals(&self) -> CountersSnapshot {
         let connections = self.connections.lock().expect("registry");
         let live = connections.values().map(|c| c.counters.snapshot());
-        live.fold(self.closed_totals.snapshot(), |sum, c| sum.plus(&c))
+        let ublk = self.ublk_counters.iter().map(|c| c.snapshot());
+        live.chain(ublk)
+            .fold(self.closed_totals.snapshot(), |sum, c| sum.plus(&c))
     }
 
     pub(crate) fn connection_list(&self) -> Vec<Arc<Connection>> {

@@ -50,6 +50,18 @@ pub(crate) enum SlotUse {
     Request(SlotRequest),
     /// Holding a read's data until its reply has been sent.
     Sending,
+    /// Reserved for a ublk tag (its buffer is the tag's), idle.
+    UblkIdle,
+    /// A ublk request, submitted in its tag's slot.
+    Ublk(UblkRequest),
+}
+
+/// A ublk request in its tag's slot.
+#[derive(Clone, Copy)]
+pub(crate) struct UblkRequest {
+    pub tag: u16,
+    pub command: nvraid_nbd::Command,
+    pub len: u32,
 }
 
 /// One worker's queue, its slots and its jobs.
@@ -66,6 +78,9 @@ pub(crate) struct Slots {
     /// Bytes of owned connections' requests submitted, ever (a running
     /// count that a connection's `pump` budgets against).
     pub(crate) started_bytes: u64,
+    /// Completed ublk requests to answer: tag, command, length, and the
+    /// result for the kernel (bytes done, or a negative errno).
+    pub(crate) ublk_answers: Vec<(u16, nvraid_nbd::Command, u32, i32)>,
 }
 
 impl Slots {
@@ -81,6 +96,67 @@ impl Slots {
             active_count: 0,
             completions: Vec::with_capacity(depth as usize),
             started_bytes: 0,
+            ublk_answers: Vec::new(),
+        }
+    }
+
+    /// Take the last `count` slots out of use for good: a ublk queue's
+    /// tags, tag t in slot `first + t`. Returns `first`.
+    pub(crate) fn reserve_for_ublk(&mut self, count: u32) -> u32 {
+        let depth = self.uses.len() as u32;
+        assert!(
+            count < depth,
+            "invariant: the queue was opened with slots beyond the ublk tags"
+        );
+        let first = depth - count;
+        self.free_slots.retain(|s| *s < first);
+        for slot in first..depth {
+            assert!(
+                matches!(self.uses[slot as usize], SlotUse::Free),
+                "invariant: ublk slots are reserved before any is used"
+            );
+            self.uses[slot as usize] = SlotUse::UblkIdle;
+        }
+        self.ublk_answers.reserve(count as usize);
+        first
+    }
+
+    /// Make `slot`'s buffer what `work` writes (zeroes for a zeroing), and
+    /// give the target operation.
+    pub(crate) fn prepare(&mut self, slot: u32, work: Work, len: u32) -> OpKind {
+        if work == Work::Zero {
+            self.queue.buffer_mut(slot)[..len as usize].fill(0);
+        }
+        work.op()
+    }
+
+    /// Submit a ublk request sitting in its tag's reserved `slot` (a
+    /// write's data already there); its answer comes back through
+    /// `ublk_answers`. An error is the errno to answer at once.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn submit_ublk(
+        &mut self,
+        slot: u32,
+        work: Work,
+        offset: u64,
+        len: u32,
+        fua: bool,
+        tag: u16,
+        command: nvraid_nbd::Command,
+    ) -> Result<(), i32> {
+        assert!(
+            matches!(self.uses[slot as usize], SlotUse::UblkIdle),
+            "invariant: a ublk tag's slot is idle when its request comes"
+        );
+        let op = self.prepare(slot, work, len);
+        let len = if op == OpKind::Flush { 0 } else { len };
+        match self.queue.submit(slot, op, offset, len, fua) {
+            Ok(()) => {
+                self.uses[slot as usize] = SlotUse::Ublk(UblkRequest { tag, command, len });
+                self.io_in_flight += 1;
+                Ok(())
+            }
+            Err(error) => Err(error.raw_os_error().unwrap_or(libc::EIO)),
         }
     }
 
@@ -254,7 +330,7 @@ impl Slots {
                 .filter(|s| {
                     matches!(
                         self.uses[*s as usize],
-                        SlotUse::Piece(_) | SlotUse::Request(_)
+                        SlotUse::Piece(_) | SlotUse::Request(_) | SlotUse::Ublk(_)
                     )
                 })
                 .collect();
@@ -274,10 +350,23 @@ impl Slots {
                     self.io_done(completion.slot);
                     on_request(self, completion, request);
                 }
-                SlotUse::Free | SlotUse::Receiving | SlotUse::Sending => panic!(
-                    "invariant: a completion (slot {}) matches an operation submitted on it",
-                    completion.slot
-                ),
+                SlotUse::Ublk(request) => {
+                    self.io_done(completion.slot);
+                    self.uses[completion.slot as usize] = SlotUse::UblkIdle;
+                    let result = match completion.result {
+                        Ok(moved) if moved == request.len => moved as i32,
+                        Ok(_) => -libc::EIO,
+                        Err(errno) => -errno,
+                    };
+                    self.ublk_answers
+                        .push((request.tag, request.command, request.len, result));
+                }
+                SlotUse::Free | SlotUse::Receiving | SlotUse::Sending | SlotUse::UblkIdle => {
+                    panic!(
+                        "invariant: a completion (slot {}) matches an operation submitted on it",
+                        completion.slot
+                    )
+                }
             }
         }
         self.completions = completions;

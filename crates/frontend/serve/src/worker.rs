@@ -10,8 +10,13 @@
 //!   (split into slot-sized pieces; the owner is told when the last
 //!   completes), and, from its inbox, the final flush at shutdown.
 //!
+//! With `--ublk`, a worker also serves one queue of the block device (see
+//! `ublk`): it takes the kernel's requests from the queue's ring, submits
+//! each in the slot that is its tag's buffer, and answers it when it
+//! completes.
+//!
 //! A worker with nothing to do sleeps in poll(2) on its connections'
-//! sockets and an eventfd that whoever hands it a job or a connection
+//! sockets, its ublk queue's ring and an eventfd that whoever hands it a job or a connection
 //! signals (only when it sleeps), until the next transfer deadline of its
 //! connections at the latest. While its queue has I/O in flight it
 //! waits in the queue's reap instead, and looks at its sockets after each
@@ -31,6 +36,7 @@ use crate::error::Error;
 use crate::job::{Finish, Job, Work};
 use crate::reactor::{Handoff, Owned};
 use crate::slots::Slots;
+use crate::ublk::{WorkerUblk, WorkerUblkPlan};
 
 /// What the pool knows of one worker.
 struct Handle {
@@ -78,11 +84,16 @@ pub(crate) struct WorkerPool {
 
 impl WorkerPool {
     /// Start `count` workers, each opening its own queue.
+    ///
+    /// With `ublk`, the first `ublk.queues` workers each open one queue of
+    /// the device with its own slots beyond `depth` as the tags' buffers,
+    /// and fetch every tag before this returns.
     pub(crate) fn start(
         target: &Arc<dyn Target>,
         count: u32,
         depth: u32,
         io_max_bytes: u32,
+        ublk: Option<&WorkerUblkPlan>,
     ) -> Result<WorkerPool, Error> {
         let mut pool = WorkerPool {
             handles: Vec::new(),
@@ -100,23 +111,36 @@ impl WorkerPool {
             });
             pool.handles.push(Arc::clone(&handle));
             let target = Arc::clone(target);
+            let ublk = ublk
+                .filter(|plan| index < u32::from(plan.chardev.info().nr_hw_queues))
+                .cloned();
+            let tags = ublk
+                .as_ref()
+                .map_or(0, |plan| u32::from(plan.chardev.info().queue_depth));
             // Queues are not Send: each worker opens its own on its thread.
             let thread = std::thread::Builder::new()
                 .name(format!("nbd-worker-{index}"))
-                .spawn(move || match target.open_queue(depth, io_max_bytes) {
-                    Ok(queue) => {
-                        let _ = opened_tx.send(Ok(()));
-                        Worker::new(queue, inbox, io_max_bytes).run_pool(&handle);
+                .spawn(move || {
+                    let mut worker = match target.open_queue(depth + tags, io_max_bytes) {
+                        Ok(queue) => Worker::new(queue, inbox, io_max_bytes),
+                        Err(e) => return drop(opened_tx.send(Err(Error::OpenQueue(e)))),
+                    };
+                    if let Some(plan) = ublk {
+                        match WorkerUblk::open(&plan, index as u16, &mut worker.slots) {
+                            Ok(queue) => worker.ublk = Some(queue),
+                            Err(e) => return drop(opened_tx.send(Err(e))),
+                        }
                     }
-                    Err(e) => drop(opened_tx.send(Err(e))),
+                    let _ = opened_tx.send(Ok(()));
+                    worker.run_pool(&handle);
                 })?;
             pool.threads.lock().expect("worker threads").push(thread);
             let opened = opened
                 .recv()
-                .unwrap_or_else(|_| Err(std::io::Error::other("worker died")));
+                .unwrap_or_else(|_| Err(Error::OpenQueue(std::io::Error::other("worker died"))));
             if let Err(e) = opened {
                 pool.stop();
-                return Err(Error::OpenQueue(e));
+                return Err(e);
             }
         }
         Ok(pool)
@@ -180,6 +204,9 @@ impl Finish for Collector {
 }
 
 pub(crate) struct Worker {
+    /// Its queue of the ublk device, if any: declared (so dropped) before
+    /// `slots`, whose buffers are its tags' buffers.
+    ublk: Option<WorkerUblk>,
     /// Its queue, its slots and the jobs running through them.
     slots: Slots,
     inbox: Receiver<Option<Job>>,
@@ -196,6 +223,7 @@ pub(crate) struct Worker {
 impl Worker {
     fn new(queue: Box<dyn Queue>, inbox: Receiver<Option<Job>>, slot_bytes: u32) -> Worker {
         Worker {
+            ublk: None,
             slots: Slots::new(queue, slot_bytes),
             inbox,
             owned: Vec::new(),
@@ -212,17 +240,63 @@ impl Worker {
             progress |= self.pump_all();
             self.slots.submit_ready();
             progress |= self.reap(false);
+            progress |= self.serve_ublk();
             progress |= self.collect_local();
             progress |= self.send_all();
             progress |= self.retire(&handle.owned);
             progress |= self.enforce_deadlines();
-            if !self.open && self.slots.active_count == 0 && self.owned.iter().all(Option::is_none)
+            if !self.open {
+                // Stopping: a ublk queue still open belongs to a device
+                // never started (the server's start failed).
+                self.close_ublk();
+            }
+            if !self.open
+                && self.slots.active_count == 0
+                && self.owned.iter().all(Option::is_none)
+                && self.ublk.is_none()
             {
                 break;
             }
             if !progress {
                 self.sleep(handle);
             }
+        }
+    }
+
+    /// Answer the ublk requests that completed, take the ones that came,
+    /// and close the queue once the device has stopped (every tag
+    /// aborted); true if anything moved. A queue that fails is closed
+    /// (the kernel then fails or, with recovery, holds its requests).
+    fn serve_ublk(&mut self) -> bool {
+        let Some(ublk) = self.ublk.as_mut() else {
+            return false;
+        };
+        let served = ublk
+            .answer(&mut self.slots)
+            .and_then(|answered| Ok(ublk.pump(&mut self.slots)? | answered));
+        match served {
+            Ok(progress) if !ublk.finished() => progress,
+            Ok(_) => {
+                self.close_ublk();
+                true
+            }
+            Err(e) => {
+                eprintln!("nvraid-serve: event=ublk-queue-failed error=\"{e}\"");
+                self.close_ublk();
+                true
+            }
+        }
+    }
+
+    /// Close the ublk queue, once none of its requests is in a slot.
+    fn close_ublk(&mut self) {
+        let busy = self
+            .slots
+            .uses
+            .iter()
+            .any(|u| matches!(u, crate::slots::SlotUse::Ublk(_)));
+        if !busy {
+            self.ublk = None;
         }
     }
 
@@ -378,6 +452,7 @@ impl Worker {
             events: libc::POLLIN,
             revents: 0,
         }];
+        fds.extend(self.ublk.as_ref().map(WorkerUblk::poll_fd));
         fds.extend(self.owned.iter().flatten().filter_map(Owned::poll_fd));
         fds
     }

@@ -327,6 +327,35 @@ impl Queue {
             .map_err(|e| self.ring_error("submit COMMIT_AND_FETCH_REQ", e))
     }
 
+    /// Answer `tag`'s request and queue the fetch of its next one, without
+    /// entering the kernel: a server answering many tags at once calls
+    /// this for each, then [`Queue::submit`] once.
+    pub fn commit(&mut self, tag: u16, result: i32) -> Result<(), Error> {
+        assert_eq!(
+            self.state.get(tag as usize),
+            Some(&TagState::Owned),
+            "tag {tag} has no request to answer"
+        );
+        self.ring
+            .push(
+                self.file.file.as_raw_fd(),
+                uapi::U_IO_COMMIT_AND_FETCH_REQ,
+                self.q_id,
+                tag,
+                result,
+            )
+            .map_err(|e| self.ring_error("queue COMMIT_AND_FETCH_REQ", e))?;
+        self.state[tag as usize] = TagState::InKernel;
+        Ok(())
+    }
+
+    /// Hand what [`Queue::commit`] queued to the kernel.
+    pub fn submit(&mut self) -> Result<(), Error> {
+        self.ring
+            .submit()
+            .map_err(|e| self.ring_error("submit COMMIT_AND_FETCH_REQ", e))
+    }
+
     /// The buffer of a tag whose request the server holds.
     pub fn buffer(&mut self, tag: u16, len: usize) -> &mut [u8] {
         assert_eq!(self.state.get(tag as usize), Some(&TagState::Owned));

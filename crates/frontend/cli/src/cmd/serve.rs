@@ -372,6 +372,33 @@ fn report_cache(options: &mut ServeOptions, cache: Arc<nvraid_cache::CachedTarge
     }));
 }
 
+/// `--ublk`'s limits from the array's geometry: a request holds a full
+/// stripe (at least 512 KiB), the physical block is at least 4 KiB (a
+/// smaller write is a read-modify-write on parity arrays, and members are
+/// 4K drives), io_min is the chunk, io_opt the full stripe only when it is
+/// a power of two (the kernel takes no other: a RAID 5 of 4 with 64 KiB
+/// chunks says nothing rather than a wrong 256 KiB), discards are by
+/// chunk, and the depth grows with the members (8 tags each, 16 to 64).
+pub(crate) fn ublk_geometry(ublk: &mut nvraid_serve::UblkOptions, array: &Array) {
+    let g = array.geometry();
+    let sector = array.sector_bytes();
+    let data = (g.members().saturating_sub(g.level().parity_chunks()) / g.copies().max(1)).max(1);
+    let chunk = g.chunk_bytes().and_then(|c| u32::try_from(c).ok());
+    let stripe = chunk.and_then(|c| c.checked_mul(data));
+    let physical = sector.max(4096);
+    ublk.max_io_bytes = stripe
+        .unwrap_or(0)
+        .clamp(512 << 10, 32 << 20)
+        .next_multiple_of(physical);
+    ublk.physical_block_bytes = physical;
+    ublk.io_min_bytes = chunk.filter(|c| c.is_power_of_two()).unwrap_or(0);
+    ublk.io_opt_bytes = stripe
+        .filter(|s| s.is_power_of_two() && *s <= ublk.max_io_bytes)
+        .unwrap_or(0);
+    ublk.discard_granularity = chunk.unwrap_or(physical).max(physical);
+    ublk.depth = (g.members() * 8).clamp(16, 64) as u16;
+}
+
 /// The default MIN of `--rebuild-speed`: 50 MB/s while clients are busy.
 const DEFAULT_REBUILD_MIN: u64 = 50_000_000;
 
@@ -383,6 +410,9 @@ fn configure(
 ) {
     let chunk = array.geometry().chunk_bytes().unwrap_or(4096);
     options.preferred_block_bytes = (chunk as u32).clamp(array.sector_bytes(), 1 << 20);
+    if let Some(ublk) = options.ublk.as_mut() {
+        ublk_geometry(ublk, array);
+    }
     let command_array = array.clone();
     let command_online = online.clone();
     options.command_hook = Some(Arc::new(move |request| {

@@ -1,0 +1,219 @@
+//! `nvraid serve --ublk`: the array as /dev/ublkbN.
+//!
+//! In the kernel VM (Linux 6.12, tools/mdvm `--kernel 6.12`, modules
+//! ublk_drv and ext4; `NVRAID_MDVM` may name another mdvm with the same
+//! interface), over a RAID 5 of 3 and a RAID 0 of 3 virtio disks that
+//! nvraid created here; the in-VM script is `kernel_ublk_serve.sh` beside
+//! this file, each step printing a line checked here:
+//!
+//! 1. /dev/ublkb0 appears with the array's size, 512-byte logical blocks,
+//!    4 KiB physical, io_min = the 64 KiB chunk, io_opt = the 128 KiB
+//!    stripe, 512 KiB requests, discards by chunk, a volatile write cache
+//!    with FUA; `nvraid status` shows the device;
+//! 2. 32 MiB of O_DIRECT data across stripes read back equal;
+//! 3. mkfs.ext4 (which discards the device), 20 files written and synced;
+//! 4. `kill -9` of nvraid while a writer syncs file after file: the device
+//!    and the mount stay, a new `nvraid serve --ublk 0` takes the device
+//!    over (and says so), the writer goes on, every synced file verifies;
+//! 5. a second server asking for the live device is refused by name;
+//! 6. umount, e2fsck clean, SIGTERM: the device is deleted and the array
+//!    closed clean (also checked here on the images afterwards);
+//! 7. a RAID 0 of 3 (192 KiB stripe: io_opt left unset), `--ublk auto`
+//!    behind `--cache writeback`: data read back, SIGTERM, the data on the
+//!    members (`nvraid read`), clean.
+//!
+//! On the host (no ublk_drv here): `--ublk` is refused before the array
+//! is assembled, naming the module and `--listen`.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A host tool by name, from the sbin and bin directories.
+fn host_tool(name: &str) -> PathBuf {
+    for dir in ["/usr/sbin", "/sbin", "/usr/bin", "/bin"] {
+        let path = Path::new(dir).join(name);
+        if path.exists() {
+            return path;
+        }
+    }
+    panic!("{name} not found on the host (./test.sh installs e2fsprogs)");
+}
+
+/// $MDVM_IN for the VM: the binaries and the libraries they need (the VM
+/// has libc).
+fn inside_dir(d: &Path, binaries: &[PathBuf]) -> PathBuf {
+    let inside = d.join("in");
+    std::fs::create_dir(&inside).unwrap();
+    for binary in binaries {
+        std::fs::copy(binary, inside.join(binary.file_name().unwrap())).unwrap();
+        let ldd = Command::new("ldd").arg(binary).output().unwrap();
+        for line in String::from_utf8_lossy(&ldd.stdout).lines() {
+            let Some(path) = line
+                .split("=>")
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+            else {
+                continue;
+            };
+            let lib = Path::new(path).file_name().unwrap();
+            if !lib.to_string_lossy().starts_with("libc.so") && !inside.join(lib).exists() {
+                std::fs::copy(path, inside.join(lib)).unwrap();
+            }
+        }
+    }
+    inside
+}
+
+fn line<'a>(console: &'a str, prefix: &str) -> &'a str {
+    console
+        .lines()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no {prefix:?} in:\n{console}"))
+}
+
+#[test]
+fn an_array_served_over_ublk_carries_ext4_and_survives_a_killed_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let r5 = ["r5a.img", "r5b.img", "r5c.img"];
+    let r0 = ["r0a.img", "r0b.img", "r0c.img"];
+    let mut create = vec!["create", "--level", "5", "--chunk", "64K", "--size", "128M"];
+    create.extend(r5);
+    ok(&create, d);
+    let mut create = vec!["create", "--level", "0", "--chunk", "64K", "--size", "32M"];
+    create.extend(r0);
+    ok(&create, d);
+    let mut detail = vec!["detail", "--json"];
+    detail.extend(r5);
+    let detail: serde_json::Value = serde_json::from_str(&ok(&detail, d)).unwrap();
+    let size = detail["size_bytes"].as_u64().unwrap();
+
+    let inside = inside_dir(
+        d,
+        &[
+            PathBuf::from(env!("CARGO_BIN_EXE_nvraid")),
+            host_tool("mkfs.ext4"),
+            host_tool("e2fsck"),
+        ],
+    );
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kernel_ublk_serve.sh");
+    let mdvm = std::env::var_os("NVRAID_MDVM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("tools/mdvm/mdvm"));
+    let out = Command::new(&mdvm)
+        .args(["--kernel", "6.12", "--modules", "ublk_drv ext4"])
+        .args(["--smp", "2", "--mem", "1G", "--timeout", "500", "--indir"])
+        .arg(&inside)
+        .arg("--script")
+        .arg(&script)
+        .args(r5.iter().chain(&r0).map(|m| d.join(m)))
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e} (./test.sh installs its tools)", mdvm.display()));
+    let console = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the VM script failed:\n{console}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        line(&console, "LIMITS raid5"),
+        format!(
+            "LIMITS raid5 size={size} lbs=512 pbs=4096 min=65536 opt=131072 max_kb=512 \
+             discard_gran=65536 cache=write back fua=1 ro=0"
+        )
+    );
+    assert!(
+        line(&console, "STATUS ").contains("ublk: /dev/ublkb0 (device 0, 2 queues of 24 tags"),
+        "{console}"
+    );
+    for step in [
+        "RAW 32 MiB ok",
+        "FILES 20 written and synced",
+        "KILLED nvraid under a writer",
+        "REATTACHED after",
+        "VERIFIED 20 files and",
+        "FSCK clean",
+        "STOPPED: device removed; nvraid: stopped; array flushed and closed",
+        "RAID0 16 MiB ok",
+        "WRITTEN BACK 16 MiB through --cache writeback",
+        "DONE",
+    ] {
+        line(&console, step);
+    }
+    assert!(
+        line(&console, "STATUS2 ").contains("taken over from a killed server"),
+        "{console}"
+    );
+    let refused = line(&console, "REFUSED ");
+    assert!(
+        refused.contains("ublk device 0 (/dev/ublkb0) is in use, served by process"),
+        "{refused}"
+    );
+    let raid0 = line(&console, "LIMITS raid0");
+    assert!(
+        raid0.contains(" min=65536 opt=0 max_kb=512 discard_gran=65536"),
+        "a 192 KiB stripe is no power of two: no io_opt: {raid0}"
+    );
+    for level in ["raid5", "raid0"] {
+        let state = line(&console, &format!("DETAIL {level}"));
+        assert!(state.ends_with("State : clean"), "{state}");
+    }
+    // The images, as the host sees them after the VM: both arrays clean.
+    for members in [&r5, &r0] {
+        let mut detail = vec!["detail"];
+        detail.extend(members.iter());
+        let text = ok(&detail, d);
+        assert!(text.lines().any(|l| l.trim() == "State : clean"), "{text}");
+    }
+    for l in console.lines().filter(|l| {
+        ["DEVICE", "REATTACHED", "VERIFIED"]
+            .iter()
+            .any(|p| l.starts_with(p))
+    }) {
+        eprintln!("{l}");
+    }
+}
+
+/// Where the kernel has no ublk driver (this host), `serve --ublk` is
+/// refused before the array is assembled: the message names the module
+/// and says NBD works without it, and no member changes.
+#[test]
+fn serve_ublk_without_the_driver_names_ublk_drv_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(
+        &[
+            "create", "--level", "5", "--size", "8M", "a.img", "b.img", "c.img",
+        ],
+        d,
+    );
+    let help = ok(&["serve", "--help"], d);
+    assert!(help.contains("--ublk [<ID>]"), "{help}");
+    // A member where the device number should be is caught by the parser.
+    let out = nvraid(&["serve", "--ublk", "a.img", "b.img", "c.img"], d);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("\"a.img\" is not a device number or `auto`"),
+        "{stderr}"
+    );
+    assert!(
+        !Path::new("/dev/ublk-control").exists(),
+        "this test is about a kernel without ublk_drv; this one has /dev/ublk-control \
+         (kernel_ublk_serve's VM test covers the driver)"
+    );
+    refused(
+        &["serve", "--ublk", "auto", "a.img", "b.img", "c.img"],
+        d,
+        &["module ublk_drv", "--listen"],
+    );
+    refused(
+        &["serve", "a.img", "b.img", "c.img", "--ublk=3"],
+        d,
+        &["module ublk_drv"],
+    );
+}

@@ -1,0 +1,161 @@
+# Inside the kernel VM (Linux 6.12 with ublk_drv and ext4; busybox sh):
+# nvraid, mkfs.ext4 and e2fsck are in $MDVM_IN with the libraries they
+# need; the disks are a RAID 5 of 3 (64 KiB chunks) and a RAID 0 of 3
+# (64 KiB chunks) that nvraid created on the host. Every check prints a
+# line the host test looks for; any failure exits non-zero at once.
+set -e
+export LD_LIBRARY_PATH=$MDVM_IN
+N=$MDVM_IN/nvraid
+set -- $MDVM_DISKS
+R5="$1 $2 $3"
+R0="$4 $5 $6"
+ms() { read up rest < /proc/uptime; echo "${up%.*}${up#*.}0"; }
+fail() { echo "FAIL: $*"; for f in /tmp/srv*.log; do echo "== $f"; cat "$f"; done; exit 1; }
+wait_for() { # wait_for TEST-ARGS... : up to 60 s
+	n=0
+	while ! [ "$@" ]; do
+		n=$((n + 1)); [ $n -lt 600 ] || fail "timed out waiting for [ $* ]"
+		sleep 0.1
+	done
+}
+wait_log() { # wait_log FILE TEXT
+	n=0
+	while ! grep -q "$2" "$1" 2> /dev/null; do
+		n=$((n + 1)); [ $n -lt 600 ] || fail "timed out waiting for '$2' in $1"
+		sleep 0.1
+	done
+}
+q() { cat /sys/block/ublkb0/queue/$1; }
+limits() {
+	echo "LIMITS $1 size=$(($(cat /sys/block/ublkb0/size) * 512)) lbs=$(q logical_block_size) pbs=$(q physical_block_size) min=$(q minimum_io_size) opt=$(q optimal_io_size) max_kb=$(q max_sectors_kb) discard_gran=$(q discard_granularity) cache=$(q write_cache) fua=$(q fua) ro=$(cat /sys/block/ublkb0/ro)"
+}
+
+[ -c /dev/ublk-control ] || fail "no /dev/ublk-control"
+
+# 1. The RAID 5 becomes /dev/ublkb0, with the array's size and geometry.
+t0=$(ms)
+$N serve --ublk 0 --control /tmp/ctl $R5 2> /tmp/srv1.log &
+SRV1=$!
+wait_for -b /dev/ublkb0
+t1=$(ms)
+wait_log /tmp/srv1.log ublk-added
+echo "DEVICE /dev/ublkb0 after $((t1 - t0)) ms"
+limits raid5
+echo "ARRAY size=$($N detail --json $R5 | sed -n 's/.*"size_bytes": *\([0-9]*\).*/\1/p' | head -1)"
+$N status --socket /tmp/ctl > /tmp/status || fail "nvraid status"
+echo "STATUS $(grep '^ublk:' /tmp/status)"
+
+# 2. Raw data with O_DIRECT, at offsets that cross stripes, read back.
+pattern cat -s 7 33554432 > /tmp/raw
+dd if=/tmp/raw of=/dev/ublkb0 bs=192k seek=3 oflag=direct 2> /dev/null
+echo 3 > /proc/sys/vm/drop_caches
+dd if=/dev/ublkb0 of=/tmp/back bs=192k skip=3 count=$((33554432 / 196608 + 1)) iflag=direct 2> /dev/null
+head -c 33554432 /tmp/back | cmp - /tmp/raw || fail "raw data read back differs"
+rm /tmp/back /tmp/raw
+echo "RAW 32 MiB ok"
+
+# 3. ext4 (mkfs discards the device first), files, sync.
+$MDVM_IN/mkfs.ext4 -q -F /dev/ublkb0 || fail "mkfs.ext4"
+mkdir -p /mnt
+mount -t ext4 /dev/ublkb0 /mnt || fail "mount"
+i=1
+while [ $i -le 20 ]; do
+	pattern cat -s $i 1048576 > /mnt/f$i
+	i=$((i + 1))
+done
+sync
+echo "FILES 20 written and synced"
+
+# 4. kill -9 of nvraid while a writer runs: the device and the mount stay;
+# a new nvraid serve --ublk 0 takes the device over; every synced file verifies.
+(
+	i=100
+	while [ ! -e /tmp/stop ]; do
+		pattern cat -s $i 262144 > /mnt/w$i
+		sync
+		echo $i >> /tmp/synced
+		i=$((i + 1))
+	done
+) &
+WRITER=$!
+wait_for -s /tmp/synced
+sleep 1
+kill -9 $SRV1
+wait $SRV1 || true
+before=$(wc -l < /tmp/synced)
+sleep 1
+[ -b /dev/ublkb0 ] || fail "the device went away with its server"
+grep -q "^/dev/ublkb0 /mnt " /proc/mounts || fail "the filesystem was unmounted"
+echo "KILLED nvraid under a writer ($before files synced): /dev/ublkb0 stays, /mnt mounted"
+t0=$(ms)
+$N serve --ublk 0 --control /tmp/ctl $R5 2> /tmp/srv2.log &
+SRV2=$!
+wait_log /tmp/srv2.log ublk-reattached
+t1=$(ms)
+echo "REATTACHED after $((t1 - t0)) ms: $(grep ublk-reattached /tmp/srv2.log)"
+n=0
+while [ $(wc -l < /tmp/synced) -le $((before + 2)) ]; do
+	n=$((n + 1)); [ $n -lt 600 ] || fail "the writer did not continue after the take-over"
+	sleep 0.1
+done
+touch /tmp/stop
+wait $WRITER || fail "the writer failed"
+sync
+echo 3 > /proc/sys/vm/drop_caches
+i=1
+while [ $i -le 20 ]; do
+	pattern verify -s $i -n 1048576 /mnt/f$i > /dev/null || fail "f$i differs after the take-over"
+	i=$((i + 1))
+done
+count=0
+for i in $(cat /tmp/synced); do
+	pattern verify -s $i -n 262144 /mnt/w$i > /dev/null || fail "w$i differs after the take-over"
+	count=$((count + 1))
+done
+echo "VERIFIED 20 files and $count writer files after the take-over"
+$N status --socket /tmp/ctl > /tmp/status || fail "nvraid status after the take-over"
+echo "STATUS2 $(grep '^ublk:' /tmp/status)"
+
+# 5. A second server asking for the same device is refused by name, and
+# the array's members are not touched.
+if $N serve --ublk 0 $R0 2> /tmp/srv-refused.log; then fail "a second server took a live device"; fi
+echo "REFUSED $(cat /tmp/srv-refused.log)"
+
+# 6. Clean unmount, fsck, SIGTERM (once the resync of the killed server's
+# dirty array is done): the device is deleted, the array clean.
+umount /mnt
+echo 3 > /proc/sys/vm/drop_caches
+$MDVM_IN/e2fsck -fn /dev/ublkb0 > /tmp/fsck.log 2>&1 || { cat /tmp/fsck.log; fail "e2fsck"; }
+echo "FSCK clean"
+wait_log /tmp/srv2.log "resync done"
+kill -TERM $SRV2
+wait $SRV2 || fail "nvraid serve exited $?"
+[ ! -e /dev/ublkb0 ] || fail "/dev/ublkb0 still there after SIGTERM"
+[ ! -e /dev/ublkc0 ] || fail "/dev/ublkc0 still there after SIGTERM"
+grep -q "ublk-deleted" /tmp/srv2.log || fail "no ublk-deleted in the log"
+echo "STOPPED: device removed; $(tail -1 /tmp/srv2.log)"
+echo "DETAIL raid5 $($N detail $R5 | grep 'State :')"
+
+# 7. RAID 0 of 3 (a 192 KiB stripe: no power of two, so no io_opt), --ublk
+# auto, behind --cache writeback (the device's writes land in the cache,
+# SIGTERM writes them back to the members).
+$N serve --ublk auto --cache writeback $R0 2> /tmp/srv3.log &
+SRV3=$!
+wait_log /tmp/srv3.log ublk-added
+dev=$(sed -n 's/.*device=\(\/dev\/ublkb[0-9]*\).*/\1/p' /tmp/srv3.log | head -1)
+[ "$dev" = /dev/ublkb0 ] || fail "auto gave $dev, not the free /dev/ublkb0"
+wait_for -b /dev/ublkb0
+limits raid0
+pattern cat -s 11 16777216 > /tmp/raw
+dd if=/tmp/raw of=/dev/ublkb0 bs=1M oflag=direct 2> /dev/null
+dd if=/dev/ublkb0 of=/tmp/back bs=1M count=16 iflag=direct 2> /dev/null
+cmp /tmp/back /tmp/raw || fail "raid0 data read back differs"
+echo "RAID0 16 MiB ok"
+kill -TERM $SRV3
+wait $SRV3 || fail "raid0 nvraid serve exited $?"
+[ ! -e /dev/ublkb0 ] || fail "/dev/ublkb0 still there after SIGTERM (raid0)"
+$N read --length 16777216 $R0 > /tmp/back 2> /dev/null || fail "nvraid read raid0"
+cmp /tmp/back /tmp/raw || fail "the cached writes are not on the raid0 members after SIGTERM"
+echo "WRITTEN BACK 16 MiB through --cache writeback"
+echo "DETAIL raid0 $($N detail $R0 | grep 'State :')"
+echo "DONE"
