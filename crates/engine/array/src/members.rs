@@ -11,7 +11,9 @@
 use crate::barrier::Barrier;
 use crate::decision::SetAside;
 use crate::error::{Error, Result};
-use crate::slot::{apply_bad_blocks, is_member_failure, write_superblock, MemberCounters, Slot};
+use crate::slot::{
+    apply_bad_blocks, is_member_failure, write_superblock, CounterShard, MemberCounters, Slot,
+};
 use nvraid_layout::Geometry;
 use nvraid_metadata::{bitmap, features, Role, Superblock, Timestamp, RESYNC_CLEAN};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -129,6 +131,9 @@ pub struct Members {
     faulty_reason: Vec<Mutex<Option<String>>>,
     /// Per-role I/O counts of the fast path.
     counters: Vec<MemberCounters>,
+    /// The open fast-path queues' counts (see [`CounterShard`]); folded
+    /// into `counters` when their queue closes.
+    shards: Mutex<Vec<Arc<CounterShard>>>,
     /// Client writes against a resync or rebuild running beside them.
     barrier: Barrier,
     /// Whose turn it is to hold a barrier region.
@@ -229,6 +234,7 @@ impl Members {
             in_sync,
             by_bitmap,
             counters: (0..roles).map(|_| MemberCounters::default()).collect(),
+            shards: Mutex::new(Vec::new()),
             barrier: Barrier::new(),
             barrier_turn: Mutex::new(()),
             geometry,
@@ -251,9 +257,53 @@ impl Members {
             .collect()
     }
 
-    /// Per-role I/O counts of the fast path (index = role).
-    pub fn member_counters(&self) -> &[MemberCounters] {
-        &self.counters
+    /// Per-role I/O counts (index = role), as they stand now: a snapshot
+    /// summing those of closed queues and the simple path with every open
+    /// queue's.
+    pub fn member_counters(&self) -> Vec<MemberCounters> {
+        let shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
+        (0..self.counters.len())
+            .map(|role| {
+                let base = &self.counters[role];
+                let (mut ops, mut bytes, mut errors) = (
+                    base.ops.load(Ordering::Relaxed),
+                    base.bytes.load(Ordering::Relaxed),
+                    base.errors.load(Ordering::Relaxed),
+                );
+                for shard in shards.iter() {
+                    let (o, b, e) = shard.get(role);
+                    (ops, bytes, errors) = (ops + o, bytes + b, errors + e);
+                }
+                MemberCounters {
+                    ops: ops.into(),
+                    bytes: bytes.into(),
+                    errors: errors.into(),
+                }
+            })
+            .collect()
+    }
+
+    /// A counter shard for a new fast-path queue, counted from now on.
+    pub(crate) fn counter_shard(&self) -> Arc<CounterShard> {
+        let shard = Arc::new(CounterShard::new(self.counters.len()));
+        self.shards
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(shard.clone());
+        shard
+    }
+
+    /// A queue closed: its counts join the array's own, and its shard goes.
+    pub(crate) fn retire_shard(&self, shard: &Arc<CounterShard>) {
+        let mut shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(at) = shards.iter().position(|s| Arc::ptr_eq(s, shard)) else {
+            return;
+        };
+        shards.swap_remove(at);
+        for (role, base) in self.counters.iter().enumerate() {
+            let (ops, bytes, errors) = shard.get(role);
+            base.add(ops, bytes, errors);
+        }
     }
 
     pub(crate) fn set_aside_members(&mut self, set_aside: Vec<SetAsideMember>) {

@@ -162,9 +162,9 @@ fn bad_blocks(member: &Member, sb: &Superblock) -> Result<Vec<badblocks::BadRang
     Ok(badblocks::decode(&log[..len], sb.bblog_shift))
 }
 
-/// Operations, bytes and errors of one member, counted by the fast path's
-/// queues (each queue counts privately and adds its counts here in batches,
-/// so workers do not share a cache line per I/O).
+/// Operations, bytes and errors of one member: the simple path's and those
+/// of the fast path's queues that have closed, plus (in a snapshot from
+/// `Members::member_counters`) those of every open queue.
 #[derive(Debug, Default)]
 pub struct MemberCounters {
     pub ops: AtomicU64,
@@ -178,6 +178,57 @@ impl MemberCounters {
         self.ops.fetch_add(ops, Ordering::Relaxed);
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
         self.errors.fetch_add(errors, Ordering::Relaxed);
+    }
+}
+
+/// One fast-path queue's counts of every member, written by that queue
+/// alone: an add is a plain load and store, no locked instruction, and
+/// each member's counts sit on cache lines of their own, so no two workers
+/// write one line and a reader (`status`) sees them as they move.
+#[derive(Debug)]
+pub(crate) struct CounterShard {
+    members: Box<[PaddedCounts]>,
+}
+
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct PaddedCounts {
+    ops: AtomicU64,
+    bytes: AtomicU64,
+    errors: AtomicU64,
+}
+
+impl CounterShard {
+    pub(crate) fn new(members: usize) -> CounterShard {
+        CounterShard {
+            members: (0..members).map(|_| PaddedCounts::default()).collect(),
+        }
+    }
+
+    /// Count one operation of `bytes` on `member`. Only the queue that owns
+    /// the shard calls this (one writer: a load and a store suffice).
+    #[inline]
+    pub(crate) fn count(&self, member: usize, bytes: u64, error: bool) {
+        let c = &self.members[member];
+        c.ops
+            .store(c.ops.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        c.bytes
+            .store(c.bytes.load(Ordering::Relaxed) + bytes, Ordering::Relaxed);
+        if error {
+            c.errors
+                .store(c.errors.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        }
+    }
+
+    /// `member`'s counts so far: (operations, bytes, errors).
+    pub(crate) fn get(&self, member: usize) -> (u64, u64, u64) {
+        self.members.get(member).map_or((0, 0, 0), |c| {
+            (
+                c.ops.load(Ordering::Relaxed),
+                c.bytes.load(Ordering::Relaxed),
+                c.errors.load(Ordering::Relaxed),
+            )
+        })
     }
 }
 

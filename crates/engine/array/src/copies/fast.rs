@@ -128,10 +128,15 @@ impl FanoutQueue {
             };
             for copy in copies {
                 let at = geometry.locate(piece.logical_offset, copy);
-                let failed = match &self.shape {
-                    Shape::Array(array) => array.is_faulty(at.member as usize),
-                    Shape::Raw(_) => false,
-                };
+                // A read's copy is already known readable (`choose_copy`
+                // looked, or with one copy there is no other: a member
+                // holding the only copy is never marked faulty). Only
+                // writes skip the members that failed.
+                let failed = write
+                    && match &self.shape {
+                        Shape::Array(array) => array.is_faulty(at.member as usize),
+                        Shape::Raw(_) => false,
+                    };
                 if self.data_offsets[at.member as usize].is_some() && !failed {
                     let part = Part {
                         member: at.member,

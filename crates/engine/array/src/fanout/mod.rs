@@ -400,9 +400,6 @@ impl Queue for FanoutQueue {
             }
             self.harvest(wait)?;
             if self.ready.is_empty() && (passed >= min_complete || self.busy_slots == 0) {
-                if self.busy_slots == 0 && self.counted_since_publish > 0 {
-                    self.publish_counts();
-                }
                 return Ok(passed);
             }
         }
@@ -444,6 +441,8 @@ impl Drop for FanoutQueue {
                 break;
             }
         }
-        self.publish_counts();
+        if let Shape::Array(array) = &self.shape {
+            array.retire_shard(&self.counts);
+        }
     }
 }

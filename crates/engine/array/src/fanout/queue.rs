@@ -7,13 +7,13 @@
 //! floor calls neither.
 
 use crate::array::Array;
+use crate::slot::CounterShard;
 use nvraid_io::engine::{open_engine, Engine, EngineKind, MemberOp, MemberOpKind};
 use nvraid_io::queue::{Completion, Queue, Target};
 use nvraid_io::remote::{MixedEngine, RemoteFile};
 use nvraid_io::AlignedBuf;
 use nvraid_member::{Backend, Member};
 use std::io;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// What the queue maps requests onto.
@@ -243,10 +243,9 @@ pub struct FanoutQueue {
     pub(crate) parts: Vec<Part>,
     /// Completions that need no engine (null members, discards, errors).
     pub(crate) ready: Vec<Completion>,
-    /// This queue's per-member counts (ops, bytes, errors) not yet added to
-    /// the array's counters.
-    pub(crate) counts: Vec<(u64, u64, u64)>,
-    pub(crate) counted_since_publish: u32,
+    /// This queue's counts per member (its own cache lines; see
+    /// [`CounterShard`]), which the array's snapshot reads.
+    pub(crate) counts: Arc<CounterShard>,
     /// Slot buffers known to hold only zeros (a null member's read then
     /// needs no fill). Cleared when the caller may have written the buffer
     /// or a real member read into it.
@@ -366,8 +365,10 @@ impl FanoutQueue {
             ready: Vec::with_capacity(depth as usize),
             busy_slots: 0,
             zeroed: vec![true; depth as usize],
-            counts: vec![(0, 0, 0); members.len()],
-            counted_since_publish: 0,
+            counts: match &target.shape {
+                Shape::Array(array) => array.counter_shard(),
+                Shape::Raw(_) => Arc::new(CounterShard::new(members.len())),
+            },
             engine_done: Vec::with_capacity(subs_max),
             inflight: vec![0; members.len()],
             rotor: 0,
@@ -574,38 +575,10 @@ impl FanoutQueue {
         count
     }
 
-    /// Count one finished member operation; every 256, add this queue's
-    /// counts to the array's.
+    /// Count one finished member operation.
+    #[inline]
     pub(crate) fn count(&mut self, member: u32, bytes: u64, error: bool) {
-        let entry = &mut self.counts[member as usize];
-        entry.0 += 1;
-        entry.1 += bytes;
-        entry.2 += u64::from(error);
-        self.counted_since_publish += 1;
-        if self.counted_since_publish >= 256 {
-            self.publish_counts();
-        }
-    }
-
-    pub(crate) fn publish_counts(&mut self) {
-        self.counted_since_publish = 0;
-        let Shape::Array(array) = &self.shape else {
-            return;
-        };
-        // Each add is a locked instruction on a line every worker shares:
-        // only the counts that moved (errors rarely do).
-        for (counters, entry) in array.member_counters().iter().zip(self.counts.iter_mut()) {
-            let (ops, bytes, errors) = std::mem::take(entry);
-            if ops > 0 {
-                counters.ops.fetch_add(ops, Ordering::Relaxed);
-            }
-            if bytes > 0 {
-                counters.bytes.fetch_add(bytes, Ordering::Relaxed);
-            }
-            if errors > 0 {
-                counters.errors.fetch_add(errors, Ordering::Relaxed);
-            }
-        }
+        self.counts.count(member as usize, bytes, error);
     }
 
     /// One member operation of `slot` finished with `errno` (0 = success).

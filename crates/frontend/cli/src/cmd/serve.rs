@@ -494,11 +494,12 @@ fn control_command(array: &Array, request: &serde_json::Value) -> serde_json::Va
 fn array_status(array: &Array) -> serde_json::Value {
     let mut value = serde_json::to_value(info::detail(array)).unwrap_or_default();
     if let Some(members) = value["members"].as_array_mut() {
+        let counters = array.member_counters();
         for member in members {
             let Some(role) = member["role"].as_u64() else {
                 continue;
             };
-            let Some(counters) = array.member_counters().get(role as usize) else {
+            let Some(counters) = counters.get(role as usize) else {
                 continue;
             };
             member["io"] = serde_json::json!({
