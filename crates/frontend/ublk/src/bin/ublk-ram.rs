@@ -227,84 +227,13 @@ fn run(args: Args) -> Result<(), String> {
     }
     // Blocked before any thread starts, so that only the signalfd sees them.
     let signals = sys::signal_fd(&[libc::SIGTERM, libc::SIGINT]).map_err(|e| e.to_string())?;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(args.recover.is_none())
-        .truncate(false)
-        .open(&args.file)
-        .map_err(|e| format!("{}: {e}", args.file))?;
-    if let Some(size) = args.size {
-        file.set_len(size)
-            .map_err(|e| format!("{}: {e}", args.file))?;
-    }
-    let size = file.metadata().map_err(|e| e.to_string())?.len();
-    let file = Arc::new(file);
+    let (file, size) = open_backing(&args)?;
     let mut ctl = Control::open().map_err(|e| e.to_string())?;
-
-    let info = match args.recover {
-        Some(id) => {
-            let info = ctl.info(id).map_err(|e| e.to_string())?;
-            if info.flags & uapi::F_USER_RECOVERY == 0 {
-                return Err(format!(
-                    "device {id} was not added with user recovery (--recovery)"
-                ));
-            }
-            ctl.start_recovery_within(id, Duration::from_secs(10))
-                .map_err(|e| e.to_string())?;
-            info
-        }
-        None => {
-            if size < 4096 || size % 4096 != 0 {
-                return Err(format!(
-                    "{}: size {size} is not a positive multiple of 4 KiB (--size)",
-                    args.file
-                ));
-            }
-            let flags = if args.recovery {
-                uapi::F_USER_RECOVERY | uapi::F_USER_RECOVERY_REISSUE
-            } else {
-                0
-            };
-            let info = ctl
-                .add(&DeviceSpec {
-                    id: args.id,
-                    queues: args.queues,
-                    depth: args.depth,
-                    max_io_buf_bytes: args.max_io,
-                    flags,
-                })
-                .map_err(|e| e.to_string())?;
-            if let Err(e) = ctl.set_params(info.dev_id, &params(&info, size)) {
-                let _ = ctl
-                    .delete(info.dev_id)
-                    .map(|p| p.wait(Duration::from_secs(10)));
-                return Err(e.to_string());
-            }
-            info
-        }
-    };
+    let info = add_or_recover(&mut ctl, &args, size)?;
     let id = info.dev_id;
     let stats = Arc::new(Stats::default());
-    let (fetched_tx, fetched_rx) = mpsc::channel();
     let chardev = CharDev::open(&info).map_err(|e| e.to_string())?;
-    let threads: Vec<_> = (0..info.nr_hw_queues)
-        .map(|q| {
-            let (file, stats, tx) = (file.clone(), stats.clone(), fetched_tx.clone());
-            let chardev = chardev.clone();
-            std::thread::Builder::new()
-                .name(format!("ublk-q{q}"))
-                .spawn(move || run_queue(chardev, q, file, stats, tx))
-                .expect("spawn a queue thread")
-        })
-        .collect();
-    for _ in 0..info.nr_hw_queues {
-        match fetched_rx.recv_timeout(Duration::from_secs(10)) {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(e),
-            Err(_) => return Err("a queue did not fetch its tags within 10 s".into()),
-        }
-    }
+    let threads = start_queues(&info, &chardev, &file, &stats)?;
     // The queues have fetched every tag: the answer can come, and the
     // queue threads serve the reads START_DEV makes.
     let pid = std::process::id();
@@ -329,8 +258,114 @@ fn run(args: Args) -> Result<(), String> {
             "off"
         }
     );
+    wait_for_stop(&signals, id, &threads);
+    // The queues hold /dev/ublkcN now; DEL_DEV waits for their close.
+    drop(chardev);
+    let failed = stop_and_delete(&ctl, id, threads);
+    report(&stats);
+    match failed {
+        Some(e) => Err(e),
+        None => {
+            eprintln!("ublk-ram: /dev/ublkb{id} deleted");
+            Ok(())
+        }
+    }
+}
 
-    // Until SIGTERM/SIGINT, or a queue thread ends on its own.
+/// The file that holds the disk's bytes (created, and sized with
+/// `--size`, unless a device is being recovered), and its size.
+fn open_backing(args: &Args) -> Result<(Arc<std::fs::File>, u64), String> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(args.recover.is_none())
+        .truncate(false)
+        .open(&args.file)
+        .map_err(|e| format!("{}: {e}", args.file))?;
+    if let Some(size) = args.size {
+        file.set_len(size)
+            .map_err(|e| format!("{}: {e}", args.file))?;
+    }
+    let size = file.metadata().map_err(|e| e.to_string())?.len();
+    Ok((Arc::new(file), size))
+}
+
+/// A new device with the disk's parameters, or (`--recover ID`) the
+/// quiesced device ID taken over.
+fn add_or_recover(ctl: &mut Control, args: &Args, size: u64) -> Result<DevInfo, String> {
+    if let Some(id) = args.recover {
+        let info = ctl.info(id).map_err(|e| e.to_string())?;
+        if info.flags & uapi::F_USER_RECOVERY == 0 {
+            return Err(format!(
+                "device {id} was not added with user recovery (--recovery)"
+            ));
+        }
+        ctl.start_recovery_within(id, Duration::from_secs(10))
+            .map_err(|e| e.to_string())?;
+        return Ok(info);
+    }
+    if size < 4096 || !size.is_multiple_of(4096) {
+        return Err(format!(
+            "{}: size {size} is not a positive multiple of 4 KiB (--size)",
+            args.file
+        ));
+    }
+    let flags = if args.recovery {
+        uapi::F_USER_RECOVERY | uapi::F_USER_RECOVERY_REISSUE
+    } else {
+        0
+    };
+    let info = ctl
+        .add(&DeviceSpec {
+            id: args.id,
+            queues: args.queues,
+            depth: args.depth,
+            max_io_buf_bytes: args.max_io,
+            flags,
+        })
+        .map_err(|e| e.to_string())?;
+    if let Err(e) = ctl.set_params(info.dev_id, &params(&info, size)) {
+        let _ = ctl
+            .delete(info.dev_id)
+            .map(|p| p.wait(Duration::from_secs(10)));
+        return Err(e.to_string());
+    }
+    Ok(info)
+}
+
+type QueueThread = std::thread::JoinHandle<Result<(), String>>;
+
+/// One thread per queue, each serving its queue once it has fetched every
+/// tag (returns when all have).
+fn start_queues(
+    info: &DevInfo,
+    chardev: &Arc<CharDev>,
+    file: &Arc<std::fs::File>,
+    stats: &Arc<Stats>,
+) -> Result<Vec<QueueThread>, String> {
+    let (fetched_tx, fetched_rx) = mpsc::channel();
+    let threads: Vec<_> = (0..info.nr_hw_queues)
+        .map(|q| {
+            let (file, stats, tx) = (file.clone(), stats.clone(), fetched_tx.clone());
+            let chardev = chardev.clone();
+            std::thread::Builder::new()
+                .name(format!("ublk-q{q}"))
+                .spawn(move || run_queue(chardev, q, file, stats, tx))
+                .expect("spawn a queue thread")
+        })
+        .collect();
+    for _ in 0..info.nr_hw_queues {
+        match fetched_rx.recv_timeout(Duration::from_secs(10)) {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err("a queue did not fetch its tags within 10 s".into()),
+        }
+    }
+    Ok(threads)
+}
+
+/// Until SIGTERM/SIGINT, or a queue thread ends on its own.
+fn wait_for_stop(signals: &impl AsRawFd, id: u32, threads: &[QueueThread]) {
     loop {
         let mut fds = [libc::pollfd {
             fd: signals.as_raw_fd(),
@@ -340,15 +375,17 @@ fn run(args: Args) -> Result<(), String> {
         sys::poll(&mut fds, 500);
         if let Some(sig) = sys::read_signal(signals.as_raw_fd()) {
             eprintln!("ublk-ram: signal {sig}: stopping /dev/ublkb{id}");
-            break;
+            return;
         }
         if threads.iter().any(|t| t.is_finished()) {
             eprintln!("ublk-ram: a queue thread ended: stopping /dev/ublkb{id}");
-            break;
+            return;
         }
     }
-    // The queues hold /dev/ublkcN now; DEL_DEV waits for their close.
-    drop(chardev);
+}
+
+/// Stop the device, join its queues, delete it: the first failure.
+fn stop_and_delete(ctl: &Control, id: u32, threads: Vec<QueueThread>) -> Option<String> {
     let stopped = ctl.stop(id).and_then(|p| p.wait(Duration::from_secs(30)));
     let mut failed = stopped.as_ref().err().map(|e| e.to_string());
     for t in threads {
@@ -359,7 +396,10 @@ fn run(args: Args) -> Result<(), String> {
     if let Err(e) = ctl.delete(id).and_then(|p| p.wait(Duration::from_secs(30))) {
         failed.get_or_insert(e.to_string());
     }
-    let s = &stats;
+    failed
+}
+
+fn report(s: &Stats) {
     let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
     eprintln!(
         "ublk-ram: served reads={} writes={} fua={} flushes={} discards={} write_zeroes={} errors={}",
@@ -371,13 +411,6 @@ fn run(args: Args) -> Result<(), String> {
         n(&s.write_zeroes),
         n(&s.errors)
     );
-    match failed {
-        Some(e) => Err(e),
-        None => {
-            eprintln!("ublk-ram: /dev/ublkb{id} deleted");
-            Ok(())
-        }
-    }
 }
 
 /// A 4 KiB-sector RAM disk of `size` bytes with a volatile cache (so the
