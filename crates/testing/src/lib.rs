@@ -18,12 +18,14 @@
 //! the real-device ones.
 //!
 //! [`CountingAllocator`] counts a process's allocations, for the tests
-//! that prove a data path allocates nothing per operation.
+//! that prove a data path allocates nothing per operation; [`vm`] holds
+//! what the kernel-VM tests share (host tools and libraries shipped in).
 
 pub mod alloc;
 mod faults;
 pub mod nbdkit;
 mod target;
+pub mod vm;
 
 pub use alloc::CountingAllocator;
 pub use faults::{BadRange, Faults, TornWrite};

@@ -31,42 +31,6 @@ use common::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// A host tool by name, from the sbin and bin directories.
-fn host_tool(name: &str) -> PathBuf {
-    for dir in ["/usr/sbin", "/sbin", "/usr/bin", "/bin"] {
-        let path = Path::new(dir).join(name);
-        if path.exists() {
-            return path;
-        }
-    }
-    panic!("{name} not found on the host (./test.sh installs e2fsprogs)");
-}
-
-/// $MDVM_IN for the VM: the binaries and the libraries they need (the VM
-/// has libc).
-fn inside_dir(d: &Path, binaries: &[PathBuf]) -> PathBuf {
-    let inside = d.join("in");
-    std::fs::create_dir(&inside).unwrap();
-    for binary in binaries {
-        std::fs::copy(binary, inside.join(binary.file_name().unwrap())).unwrap();
-        let ldd = Command::new("ldd").arg(binary).output().unwrap();
-        for line in String::from_utf8_lossy(&ldd.stdout).lines() {
-            let Some(path) = line
-                .split("=>")
-                .nth(1)
-                .and_then(|r| r.split_whitespace().next())
-            else {
-                continue;
-            };
-            let lib = Path::new(path).file_name().unwrap();
-            if !lib.to_string_lossy().starts_with("libc.so") && !inside.join(lib).exists() {
-                std::fs::copy(path, inside.join(lib)).unwrap();
-            }
-        }
-    }
-    inside
-}
-
 fn line<'a>(console: &'a str, prefix: &str) -> &'a str {
     console
         .lines()
@@ -91,12 +55,12 @@ fn an_array_served_over_ublk_carries_ext4_and_survives_a_killed_server() {
     let detail: serde_json::Value = serde_json::from_str(&ok(&detail, d)).unwrap();
     let size = detail["size_bytes"].as_u64().unwrap();
 
-    let inside = inside_dir(
+    let inside = nvraid_testing::vm::ship(
         d,
         &[
             PathBuf::from(env!("CARGO_BIN_EXE_nvraid")),
-            host_tool("mkfs.ext4"),
-            host_tool("e2fsck"),
+            nvraid_testing::vm::host_tool("mkfs.ext4"),
+            nvraid_testing::vm::host_tool("e2fsck"),
         ],
     );
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kernel_ublk_serve.sh");

@@ -26,34 +26,12 @@ fn chunk_data(seed: u64) -> Vec<u8> {
     out
 }
 
-/// A directory the VM sees as $MDVM_IN: nvraid, `tools` (host binaries),
-/// and the libraries they need that the VM lacks (it carries libc, for
-/// mdadm).
+/// A directory the VM sees as $MDVM_IN: nvraid and `tools` (host
+/// binaries), with the libraries they need.
 fn inside_dir(d: &std::path::Path, tools: &[&str]) -> std::path::PathBuf {
-    let inside = d.join("in");
-    std::fs::create_dir(&inside).unwrap();
-    let mut binaries = vec![env!("CARGO_BIN_EXE_nvraid").to_string()];
-    binaries.extend(tools.iter().map(|t| tool(t)));
-    for binary in &binaries {
-        let name = std::path::Path::new(binary).file_name().unwrap();
-        std::fs::copy(binary, inside.join(name)).unwrap();
-        let ldd = Command::new("ldd").arg(binary).output().unwrap();
-        for line in String::from_utf8_lossy(&ldd.stdout).lines() {
-            let Some(path) = line
-                .split("=>")
-                .nth(1)
-                .and_then(|r| r.split_whitespace().next())
-            else {
-                continue;
-            };
-            let lib = std::path::Path::new(path).file_name().unwrap();
-            let lib_name = lib.to_string_lossy();
-            if !lib_name.starts_with("libc.so") && !inside.join(lib).exists() {
-                std::fs::copy(path, inside.join(lib)).unwrap();
-            }
-        }
-    }
-    inside
+    let mut binaries = vec![std::path::PathBuf::from(env!("CARGO_BIN_EXE_nvraid"))];
+    binaries.extend(tools.iter().map(|t| std::path::PathBuf::from(tool(t))));
+    nvraid_testing::vm::ship(d, &binaries)
 }
 
 #[test]

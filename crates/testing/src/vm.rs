@@ -1,0 +1,56 @@
+//! What tests that run a kernel VM (`tools/mdvm`) share: host tools found
+//! by name, and the directory the VM sees as `$MDVM_IN`, with binaries and
+//! the shared libraries they load (the VM's initramfs carries libc only).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A host tool by name, from the sbin and bin directories; a failure that
+/// says how to get it when it is missing.
+pub fn host_tool(name: &str) -> PathBuf {
+    for dir in ["/usr/sbin", "/sbin", "/usr/bin", "/bin"] {
+        let path = Path::new(dir).join(name);
+        if path.exists() {
+            return path;
+        }
+    }
+    panic!("{name} not found on the host: run ./test.sh (it installs the test peers)");
+}
+
+/// `dir/in`, made for the VM's `--indir`: each of `binaries` and every
+/// shared library it loads but libc (which the VM has). Run them inside
+/// with `LD_LIBRARY_PATH=$MDVM_IN`.
+pub fn ship(dir: &Path, binaries: &[PathBuf]) -> PathBuf {
+    let inside = dir.join("in");
+    std::fs::create_dir_all(&inside).unwrap();
+    for binary in binaries {
+        let name = binary
+            .file_name()
+            .unwrap_or_else(|| panic!("{}: not a file", binary.display()));
+        std::fs::copy(binary, inside.join(name))
+            .unwrap_or_else(|e| panic!("{}: {e}", binary.display()));
+        for lib in libraries(binary) {
+            let Some(name) = lib.file_name() else {
+                continue;
+            };
+            if !name.to_string_lossy().starts_with("libc.so") && !inside.join(name).exists() {
+                std::fs::copy(&lib, inside.join(name))
+                    .unwrap_or_else(|e| panic!("{}: {e}", lib.display()));
+            }
+        }
+    }
+    inside
+}
+
+/// The shared libraries `binary` loads, as `ldd` resolves them.
+fn libraries(binary: &Path) -> Vec<PathBuf> {
+    let ldd = Command::new("ldd")
+        .arg(binary)
+        .output()
+        .unwrap_or_else(|e| panic!("ldd {}: {e}", binary.display()));
+    String::from_utf8_lossy(&ldd.stdout)
+        .lines()
+        .filter_map(|line| line.split("=>").nth(1)?.split_whitespace().next())
+        .map(PathBuf::from)
+        .collect()
+}
