@@ -13,7 +13,8 @@ needs=(
     "mdadm mdadm"                    # interop: mdadm --examine; the kernel VM's mdadm
     "xz xz-utils"                    # kernel md fixtures are xz-compressed
     "mkfs.ext4 e2fsprogs"            # filesystem signatures; mkfs on the NBD export
-    "mkfs.xfs xfsprogs"
+    "mkfs.xfs xfsprogs"              # mkfs.xfs/xfs_repair on the host and (shipped) in the ublk VM tests
+    "dmsetup dmsetup"                # kernel_ublk_faults: a member behind dm-error in the VM
     "fio fio"                        # peer for the benchmark and the NBD export
     "nbdkit nbdkit"                  # NBD peers and clients
     "nbdinfo libnbd-bin"

@@ -14,7 +14,9 @@
 //! 5. fstrim, umount, `e2fsck -fn` clean;
 //! 6. SIGTERM: the server stops and deletes the device (and reports having
 //!    served FLUSH, FUA and DISCARD requests);
-//! 7. `kill -9` without recovery: /dev/ublkb0 goes away, the dead device
+//! 7. `kill -9` without recovery under a writer that writes and verifies
+//!    the device round after round: /dev/ublkb0 goes away, the writer
+//!    ends with an error, no process is left in D state, the dead device
 //!    keeps /dev/ublkc0 until `ublk-ram --delete 0`.
 //!
 //! `NVRAID_MDVM` may name another mdvm with the same interface (to run
@@ -78,6 +80,7 @@ fn a_ram_disk_over_ublk_carries_a_filesystem_and_survives_its_server() {
         "FSCK clean",
         "STOPPED: device removed",
         "GONE without recovery",
+        "WRITER ended after",
         "DELETED the dead device",
     ] {
         assert!(

@@ -112,12 +112,25 @@ cat /tmp/srv2.log
 [ ! -e /dev/ublkc0 ] || fail "/dev/ublkc0 still there after SIGTERM"
 echo "STOPPED: device removed"
 
-# 7. kill -9 without recovery: the block device goes away and nothing
-# hangs; the dead device keeps its id until deleted.
+# 7. kill -9 without recovery under a writer that writes, syncs and
+# verifies the device over and over: the writer gets an error, the block
+# device goes away, nothing hangs (no process in D state); the dead
+# device keeps its id until deleted.
 $SRV --file $DISK 2> /tmp/srv3.log &
 SRV3=$!
 wait_for -b /dev/ublkb0
 dd if=/dev/ublkb0 of=/dev/null bs=1M count=4 iflag=direct 2> /dev/null || fail "read from server 3"
+(
+	s=1
+	while pattern write -s $s -n 8388608 /dev/ublkb0 > /dev/null 2>> /tmp/writer.log &&
+		pattern verify -s $s -n 8388608 /dev/ublkb0 > /dev/null 2>> /tmp/writer.log; do
+		echo $s >> /tmp/rounds
+		s=$((s + 1))
+	done
+	exit 1
+) &
+WRITER=$!
+wait_for -s /tmp/rounds
 kill -9 $SRV3
 wait $SRV3 || true
 n=0
@@ -126,6 +139,15 @@ while [ -b /dev/ublkb0 ]; do
 	sleep 0.1
 done
 echo "GONE without recovery after ~$((n * 100)) ms"
+n=0
+while kill -0 $WRITER 2> /dev/null; do
+	n=$((n + 1)); [ $n -lt 300 ] || fail "the writer hung after its device went away"
+	sleep 0.1
+done
+wait $WRITER || true
+stuck=$(for s in /proc/[0-9]*/status; do grep -q '^State:.*D' $s 2> /dev/null && sed -n 's/^Name:\s*//p' $s; done | tr '\n' ' ')
+[ -z "$stuck" ] || fail "processes in D state after the kill: $stuck"
+echo "WRITER ended after $(wc -l < /tmp/rounds) verified rounds: $(tail -1 /tmp/writer.log); none in D state"
 [ -e /dev/ublkc0 ] || fail "the dead device's /dev/ublkc0 went too"
 $SRV --delete 0 2> /tmp/srv4.log || fail "--delete 0"
 [ ! -e /dev/ublkc0 ] || fail "/dev/ublkc0 still there after --delete"
