@@ -31,13 +31,6 @@ use common::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn line<'a>(console: &'a str, prefix: &str) -> &'a str {
-    console
-        .lines()
-        .find(|l| l.starts_with(prefix))
-        .unwrap_or_else(|| panic!("no {prefix:?} in:\n{console}"))
-}
-
 #[test]
 fn an_array_served_over_ublk_carries_ext4_and_survives_a_killed_server() {
     let dir = tempfile::tempdir().unwrap();
@@ -84,14 +77,15 @@ fn an_array_served_over_ublk_carries_ext4_and_survives_a_killed_server() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(
-        line(&console, "LIMITS raid5"),
+        console_line(&console, "LIMITS raid5"),
         format!(
             "LIMITS raid5 size={size} lbs=512 pbs=4096 min=65536 opt=131072 max_kb=512 \
              discard_gran=65536 cache=write back fua=1 ro=0"
         )
     );
     assert!(
-        line(&console, "STATUS ").contains("ublk: /dev/ublkb0 (device 0, 2 queues of 24 tags"),
+        console_line(&console, "STATUS ")
+            .contains("ublk: /dev/ublkb0 (device 0, 2 queues of 24 tags"),
         "{console}"
     );
     for step in [
@@ -106,24 +100,24 @@ fn an_array_served_over_ublk_carries_ext4_and_survives_a_killed_server() {
         "WRITTEN BACK 16 MiB through --cache writeback",
         "DONE",
     ] {
-        line(&console, step);
+        console_line(&console, step);
     }
     assert!(
-        line(&console, "STATUS2 ").contains("taken over from a killed server"),
+        console_line(&console, "STATUS2 ").contains("taken over from a killed server"),
         "{console}"
     );
-    let refused = line(&console, "REFUSED ");
+    let refused = console_line(&console, "REFUSED ");
     assert!(
         refused.contains("ublk device 0 (/dev/ublkb0) is in use, served by process"),
         "{refused}"
     );
-    let raid0 = line(&console, "LIMITS raid0");
+    let raid0 = console_line(&console, "LIMITS raid0");
     assert!(
         raid0.contains(" min=65536 opt=0 max_kb=512 discard_gran=65536"),
         "a 192 KiB stripe is no power of two: no io_opt: {raid0}"
     );
     for level in ["raid5", "raid0"] {
-        let state = line(&console, &format!("DETAIL {level}"));
+        let state = console_line(&console, &format!("DETAIL {level}"));
         assert!(state.ends_with("State : clean"), "{state}");
     }
     // The images, as the host sees them after the VM: both arrays clean.

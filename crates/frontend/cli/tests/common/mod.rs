@@ -371,42 +371,10 @@ pub fn run_within(args: &[&str], dir: &Path, limit: Duration) -> Output {
     child.wait_with_output().unwrap()
 }
 
-/// A host tool by path, from the sbin and bin directories (to ship into
-/// the kernel VM).
-pub fn host_tool(name: &str) -> PathBuf {
-    for dir in ["/usr/sbin", "/sbin", "/usr/bin", "/bin"] {
-        let path = Path::new(dir).join(name);
-        if path.exists() {
-            return path;
-        }
-    }
-    panic!("{name} not found on the host (./test.sh installs it)");
-}
-
-/// `DIR/in`, for mdvm's `--indir`: the binaries and the libraries `ldd`
-/// says they need, but libc (the VM has it); inside, `LD_LIBRARY_PATH=$MDVM_IN`.
-pub fn vm_indir(dir: &Path, binaries: &[PathBuf]) -> PathBuf {
-    let inside = dir.join("in");
-    std::fs::create_dir(&inside).unwrap();
-    for binary in binaries {
-        std::fs::copy(binary, inside.join(binary.file_name().unwrap())).unwrap();
-        let ldd = Command::new("ldd").arg(binary).output().unwrap();
-        for line in String::from_utf8_lossy(&ldd.stdout).lines() {
-            let Some(path) = line
-                .split("=>")
-                .nth(1)
-                .and_then(|r| r.split_whitespace().next())
-            else {
-                continue;
-            };
-            let lib = Path::new(path).file_name().unwrap();
-            if !lib.to_string_lossy().starts_with("libc.so") && !inside.join(lib).exists() {
-                std::fs::copy(path, inside.join(lib)).unwrap();
-            }
-        }
-    }
-    inside
-}
+/// Host tools and binaries shipped into the kernel VM (see
+/// `nvraid_testing::vm`).
+#[allow(unused_imports)]
+pub use nvraid_testing::vm::{host_tool, ship as vm_indir};
 
 /// The first line of `console` starting with `prefix`, or a failure that
 /// shows the console.
