@@ -17,12 +17,16 @@ pub fn host_tool(name: &str) -> PathBuf {
     panic!("{name} not found on the host: run ./test.sh (it installs the test peers)");
 }
 
+/// The shell helpers VM scripts source (`. $MDVM_IN/vmlib.sh`).
+const VMLIB: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tools/mdvm/scripts/vmlib.sh");
+
 /// `dir/in`, made for the VM's `--indir`: each of `binaries` and every
-/// shared library it loads but libc (which the VM has). Run them inside
-/// with `LD_LIBRARY_PATH=$MDVM_IN`.
+/// shared library it loads but libc (which the VM has), and `vmlib.sh`
+/// (tools/mdvm/scripts). Run them inside with `LD_LIBRARY_PATH=$MDVM_IN`.
 pub fn ship(dir: &Path, binaries: &[PathBuf]) -> PathBuf {
     let inside = dir.join("in");
     std::fs::create_dir_all(&inside).unwrap();
+    std::fs::copy(VMLIB, inside.join("vmlib.sh")).unwrap_or_else(|e| panic!("{VMLIB}: {e}"));
     for binary in binaries {
         let name = binary
             .file_name()

@@ -11,22 +11,9 @@ set -e
 export LD_LIBRARY_PATH=$MDVM_IN DM_DISABLE_UDEV=1
 N=$MDVM_IN/nvraid
 DM=$MDVM_IN/dmsetup
-ms() { read up rest < /proc/uptime; echo "${up%.*}${up#*.}0"; }
-fail() { echo "FAIL: $*"; for f in /tmp/srv*.log /tmp/writer*.log; do echo "== $f"; cat "$f"; done; dmesg | tail -40; exit 1; }
-wait_for() { # wait_for TEST-ARGS... : up to 60 s
-	n=0
-	while ! [ "$@" ]; do
-		n=$((n + 1)); [ $n -lt 600 ] || fail "timed out waiting for [ $* ]"
-		sleep 0.1
-	done
-}
-wait_log() { # wait_log FILE TEXT
-	n=0
-	while ! grep -q "$2" "$1" 2> /dev/null; do
-		n=$((n + 1)); [ $n -lt 600 ] || fail "timed out waiting for '$2' in $1"
-		sleep 0.1
-	done
-}
+VM_LOGS="/tmp/srv*.log /tmp/writer*.log"
+VM_DMESG=1
+. $MDVM_IN/vmlib.sh
 synced() { wc -l < /tmp/synced 2> /dev/null || echo 0; }
 wait_synced() { # wait_synced COUNT: the writer has synced COUNT files (60 s)
 	n=0

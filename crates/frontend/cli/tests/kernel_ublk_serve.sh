@@ -9,22 +9,7 @@ N=$MDVM_IN/nvraid
 set -- $MDVM_DISKS
 R5="$1 $2 $3"
 R0="$4 $5 $6"
-ms() { read up rest < /proc/uptime; echo "${up%.*}${up#*.}0"; }
-fail() { echo "FAIL: $*"; for f in /tmp/srv*.log; do echo "== $f"; cat "$f"; done; exit 1; }
-wait_for() { # wait_for TEST-ARGS... : up to 60 s
-	n=0
-	while ! [ "$@" ]; do
-		n=$((n + 1)); [ $n -lt 600 ] || fail "timed out waiting for [ $* ]"
-		sleep 0.1
-	done
-}
-wait_log() { # wait_log FILE TEXT
-	n=0
-	while ! grep -q "$2" "$1" 2> /dev/null; do
-		n=$((n + 1)); [ $n -lt 600 ] || fail "timed out waiting for '$2' in $1"
-		sleep 0.1
-	done
-}
+. $MDVM_IN/vmlib.sh
 q() { cat /sys/block/ublkb0/queue/$1; }
 limits() {
 	echo "LIMITS $1 size=$(($(cat /sys/block/ublkb0/size) * 512)) lbs=$(q logical_block_size) pbs=$(q physical_block_size) min=$(q minimum_io_size) opt=$(q optimal_io_size) max_kb=$(q max_sectors_kb) discard_gran=$(q discard_granularity) cache=$(q write_cache) fua=$(q fua) ro=$(cat /sys/block/ublkb0/ro)"

@@ -6,22 +6,8 @@ set -e
 export LD_LIBRARY_PATH=$MDVM_IN
 SRV=$MDVM_IN/ublk-ram
 DISK=/dev/shm/disk
-ms() { read up rest < /proc/uptime; echo "${up%.*}${up#*.}0"; }
-fail() { echo "FAIL: $*"; for f in /tmp/srv*.log; do echo "== $f"; cat "$f"; done; exit 1; }
-wait_for() { # wait_for TEST-ARGS... : up to 30 s
-	n=0
-	while ! [ "$@" ]; do
-		n=$((n + 1)); [ $n -lt 300 ] || fail "timed out waiting for [ $* ]"
-		sleep 0.1
-	done
-}
-wait_log() { # wait_log FILE TEXT
-	n=0
-	while ! grep -q "$2" "$1" 2> /dev/null; do
-		n=$((n + 1)); [ $n -lt 300 ] || fail "timed out waiting for '$2' in $1"
-		sleep 0.1
-	done
-}
+WAIT_TENTHS=300
+. $MDVM_IN/vmlib.sh
 
 [ -c /dev/ublk-control ] || fail "no /dev/ublk-control"
 
