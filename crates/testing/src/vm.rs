@@ -18,7 +18,10 @@ pub fn host_tool(name: &str) -> PathBuf {
 }
 
 /// The shell helpers VM scripts source (`. $MDVM_IN/vmlib.sh`).
-const VMLIB: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tools/mdvm/scripts/vmlib.sh");
+const VMLIB: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../tools/mdvm/scripts/vmlib.sh"
+);
 
 /// `dir/in`, made for the VM's `--indir`: each of `binaries` and every
 /// shared library it loads but libc (which the VM has), and `vmlib.sh`

@@ -21,7 +21,6 @@ mod common;
 
 use common::*;
 use std::path::PathBuf;
-use std::process::Command;
 
 #[test]
 fn a_member_failing_under_xfs_on_ublk_is_absorbed_by_raid1_and_raid5_and_is_eio_on_raid0() {
@@ -53,31 +52,7 @@ fn a_member_failing_under_xfs_on_ublk_is_absorbed_by_raid1_and_raid5_and_is_eio_
     );
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/kernel_ublk_faults.sh");
     let modules = ["ublk_drv", "xfs", "dm_mod"];
-    let mut vm = match std::env::var_os("NVRAID_MDVM") {
-        Some(mdvm) => {
-            let mut c = Command::new(mdvm);
-            c.args(["--kernel", "6.12", "--modules", &modules.join(" ")]);
-            c
-        }
-        None => mdvm_on("mdvm", "6.12", &modules),
-    };
-    let started = std::time::Instant::now();
-    let out = vm
-        .args(["--smp", "2", "--mem", "1G", "--timeout", "400", "--indir"])
-        .arg(&inside)
-        .arg("--script")
-        .arg(&script)
-        .args(&images)
-        .output()
-        .expect("tools/mdvm/mdvm (./test.sh installs its tools)");
-    let console = String::from_utf8_lossy(&out.stdout);
-    eprintln!("the VM took {:?}\n{console}", started.elapsed());
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "the VM script failed:\n{console}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let console = run_vm_612(&modules, &inside, &script, &images, 400);
     for (name, member) in [("raid1", "f1"), ("raid5", "f5")] {
         let survived = console_line(&console, &format!("SURVIVED {name}: "));
         assert!(

@@ -29,7 +29,6 @@ mod common;
 
 use common::*;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 #[test]
 fn an_array_served_over_ublk_carries_ext4_and_survives_a_killed_server() {
@@ -57,25 +56,8 @@ fn an_array_served_over_ublk_carries_ext4_and_survives_a_killed_server() {
         ],
     );
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kernel_ublk_serve.sh");
-    let mdvm = std::env::var_os("NVRAID_MDVM")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo().join("tools/mdvm/mdvm"));
-    let out = Command::new(&mdvm)
-        .args(["--kernel", "6.12", "--modules", "ublk_drv ext4"])
-        .args(["--smp", "2", "--mem", "1G", "--timeout", "500", "--indir"])
-        .arg(&inside)
-        .arg("--script")
-        .arg(&script)
-        .args(r5.iter().chain(&r0).map(|m| d.join(m)))
-        .output()
-        .unwrap_or_else(|e| panic!("{}: {e} (./test.sh installs its tools)", mdvm.display()));
-    let console = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "the VM script failed:\n{console}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let images: Vec<PathBuf> = r5.iter().chain(&r0).map(|m| d.join(m)).collect();
+    let console = run_vm_612(&["ublk_drv", "ext4"], &inside, &script, &images, 500);
     assert_eq!(
         console_line(&console, "LIMITS raid5"),
         format!(

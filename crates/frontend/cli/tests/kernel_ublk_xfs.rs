@@ -57,31 +57,7 @@ fn xfs_on_ublk_over_every_level_takes_the_arrays_stripe_and_the_kernels_md_reads
         ],
     );
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/kernel_ublk_xfs.sh");
-    let mut vm = match std::env::var_os("NVRAID_MDVM") {
-        Some(mdvm) => {
-            let mut c = Command::new(mdvm);
-            c.args(["--kernel", "6.12", "--modules", "ublk_drv xfs"]);
-            c
-        }
-        None => mdvm_on("mdvm", "6.12", &["ublk_drv", "xfs"]),
-    };
-    let started = std::time::Instant::now();
-    let out = vm
-        .args(["--smp", "2", "--mem", "1G", "--timeout", "400", "--indir"])
-        .arg(&inside)
-        .arg("--script")
-        .arg(&script)
-        .args(&images)
-        .output()
-        .expect("tools/mdvm/mdvm (./test.sh installs its tools)");
-    let console = String::from_utf8_lossy(&out.stdout);
-    eprintln!("the VM took {:?}\n{console}", started.elapsed());
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "the VM script failed:\n{console}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let console = run_vm_612(&["ublk_drv", "xfs"], &inside, &script, &images, 400);
     for (name, level, chunk, members, _, sunit, swidth) in ARRAYS {
         let hints = console_line(&console, &format!("HINTS {name} "));
         if name == "raid5x4" {

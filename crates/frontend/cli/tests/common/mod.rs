@@ -376,6 +376,53 @@ pub fn run_within(args: &[&str], dir: &Path, limit: Duration) -> Output {
 #[allow(unused_imports)]
 pub use nvraid_testing::vm::{host_tool, ship as vm_indir};
 
+/// Run `script` in the 6.12 kernel VM (`tools/mdvm`, or the mdvm that
+/// `NVRAID_MDVM` names) with `modules`, `inside` as `$MDVM_IN` and `images`
+/// as its disks (2 vCPUs, 1 GiB); its console, once it exited 0 (a failure
+/// shows the console otherwise).
+pub fn run_vm_612(
+    modules: &[&str],
+    inside: &Path,
+    script: &Path,
+    images: &[PathBuf],
+    timeout_s: u32,
+) -> String {
+    let mut vm = match std::env::var_os("NVRAID_MDVM") {
+        Some(mdvm) => {
+            let mut c = Command::new(mdvm);
+            c.args(["--kernel", "6.12", "--modules", &modules.join(" ")]);
+            c
+        }
+        None => mdvm_on("mdvm", "6.12", modules),
+    };
+    let started = std::time::Instant::now();
+    let out = vm
+        .args([
+            "--smp",
+            "2",
+            "--mem",
+            "1G",
+            "--timeout",
+            &timeout_s.to_string(),
+        ])
+        .arg("--indir")
+        .arg(inside)
+        .arg("--script")
+        .arg(script)
+        .args(images)
+        .output()
+        .expect("tools/mdvm/mdvm (./test.sh installs its tools)");
+    let console = String::from_utf8_lossy(&out.stdout).into_owned();
+    eprintln!("the VM took {:?}\n{console}", started.elapsed());
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "the VM script failed:\n{console}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    console
+}
+
 /// The first line of `console` starting with `prefix`, or a failure that
 /// shows the console.
 pub fn console_line<'a>(console: &'a str, prefix: &str) -> &'a str {
