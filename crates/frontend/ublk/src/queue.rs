@@ -307,24 +307,8 @@ impl Queue {
     /// Answer `tag`'s request (bytes done, or a negative errno) and fetch
     /// its next one.
     pub fn commit_and_fetch(&mut self, tag: u16, result: i32) -> Result<(), Error> {
-        assert_eq!(
-            self.state.get(tag as usize),
-            Some(&TagState::Owned),
-            "tag {tag} has no request to answer"
-        );
-        self.ring
-            .push(
-                self.file.file.as_raw_fd(),
-                uapi::U_IO_COMMIT_AND_FETCH_REQ,
-                self.q_id,
-                tag,
-                result,
-            )
-            .map_err(|e| self.ring_error("queue COMMIT_AND_FETCH_REQ", e))?;
-        self.state[tag as usize] = TagState::InKernel;
-        self.ring
-            .submit()
-            .map_err(|e| self.ring_error("submit COMMIT_AND_FETCH_REQ", e))
+        self.commit(tag, result)?;
+        self.submit()
     }
 
     /// Answer `tag`'s request and queue the fetch of its next one, without
