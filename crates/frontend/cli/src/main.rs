@@ -91,10 +91,12 @@ enum Command {
     Tune(cmd::tune::TuneArgs),
     /// Draw bench, tune and topology JSON results as one HTML page.
     Report(cmd::report::ReportArgs),
-    /// Export the array over NBD until SIGINT/SIGTERM.
+    /// Export the array over NBD and/or as a ublk block device until SIGINT/SIGTERM.
     Serve(cmd::serve::ServeCmd),
     /// Show a running server's array, connections and rates.
     Status(cmd::serve::StatusArgs),
+    /// List ublk devices, or delete one whose server is gone.
+    Ublk(cmd::ublk::UblkArgs),
     /// Print the man page (roff), or write every command's page with --dir.
     Man(cmd::manual::ManArgs),
     /// Print shell completions: bash, zsh or fish.
@@ -150,6 +152,7 @@ fn main() -> ExitCode {
         Command::Report(args) => cmd::report::run(args),
         Command::Serve(args) => cmd::serve::serve(args, direct),
         Command::Status(args) => cmd::serve::status(args),
+        Command::Ublk(args) => cmd::ublk::run(args),
         Command::Man(args) => cmd::manual::man(args, Cli::command()),
         Command::Completions(args) => cmd::manual::completions(args, Cli::command()),
     };

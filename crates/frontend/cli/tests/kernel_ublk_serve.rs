@@ -20,7 +20,11 @@
 //!    closed clean (also checked here on the images afterwards);
 //! 7. a RAID 0 of 3 (192 KiB stripe: io_opt left unset), `--ublk auto`
 //!    behind `--cache writeback`: data read back, SIGTERM, the data on the
-//!    members (`nvraid read`), clean.
+//!    members (`nvraid read`), clean;
+//! 8. that RAID 0 served as device 4, its server killed for good: `nvraid
+//!    ublk delete` refuses while the server runs, `ublk list` shows the
+//!    device with no server, `ublk delete` frees it and a read waiting on
+//!    it fails.
 //!
 //! On the host (no ublk_drv here): `--ublk` is refused before the array
 //! is assembled, naming the module and `--listen`.
@@ -93,6 +97,16 @@ fn an_array_served_over_ublk_carries_ext4_and_survives_a_killed_server() {
         refused.contains("ublk device 0 (/dev/ublkb0) is in use, served by process"),
         "{refused}"
     );
+    assert!(
+        console_line(&console, "DELETE-LIVE ").contains("is served by process"),
+        "nvraid ublk delete must refuse a running server's device"
+    );
+    let listed = console_line(&console, "LIST ");
+    assert!(
+        listed.contains("/dev/ublkb4") && listed.contains("no server"),
+        "{listed}"
+    );
+    console_line(&console, "RELEASED /dev/ublkb4");
     let raid0 = console_line(&console, "LIMITS raid0");
     assert!(
         raid0.contains(" min=65536 opt=0 max_kb=512 discard_gran=65536"),

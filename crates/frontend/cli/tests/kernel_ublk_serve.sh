@@ -142,5 +142,25 @@ wait $SRV3 || fail "raid0 nvraid serve exited $?"
 $N read --length 16777216 $R0 > /tmp/back 2> /dev/null || fail "nvraid read raid0"
 cmp /tmp/back /tmp/raw || fail "the cached writes are not on the raid0 members after SIGTERM"
 echo "WRITTEN BACK 16 MiB through --cache writeback"
+# 8. A server killed for good (its array not served again): `nvraid ublk
+# list` shows its device with no server while a reader waits on it;
+# `nvraid ublk delete` (refused while a server runs the device) frees the
+# number and the waiting read fails; nothing hangs.
+$N serve --ublk 4 $R0 2> /tmp/srv4.log &
+SRV4=$!
+wait_log /tmp/srv4.log ublk-added
+wait_for -b /dev/ublkb4
+if $N ublk delete 4 > /tmp/del-live.log 2>&1; then fail "ublk delete took a running server's device"; fi
+echo "DELETE-LIVE $(cat /tmp/del-live.log)"
+kill -9 $SRV4
+wait $SRV4 2> /dev/null || true
+dd if=/dev/ublkb4 of=/dev/null bs=4096 count=1 skip=1000 iflag=direct 2> /tmp/reader.log &
+READER=$!
+sleep 1
+echo "LIST $($N ublk list | grep ublkb4)"
+$N ublk delete 4 || fail "nvraid ublk delete 4"
+wait_for ! -e /dev/ublkc4
+if wait $READER; then fail "a read of the deleted device succeeded"; fi
+echo "RELEASED /dev/ublkb4: the waiting read failed ($(tail -1 /tmp/reader.log))"
 echo "DETAIL raid0 $($N detail $R0 | grep 'State :')"
 echo "DONE"

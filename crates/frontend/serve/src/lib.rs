@@ -48,3 +48,4 @@ pub use options::{
 };
 pub use server::{preflight, serve, start, Server, ServerInfo};
 pub use shutdown::ShutdownHandle;
+pub use ublk::{list as ublk_devices, release as release_ublk, DeviceStatus as UblkDevice};

@@ -565,3 +565,76 @@ mod tests {
         assert!(e.contains("without user recovery"), "{e}");
     }
 }
+
+/// One ublk device as the kernel reports it (for `nvraid ublk list`).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct DeviceStatus {
+    pub id: u32,
+    pub path: String,
+    /// live, quiesced, dead, failing I/O.
+    pub state: &'static str,
+    /// The process serving it, when one is running.
+    pub server_pid: Option<i32>,
+    pub queues: u16,
+    pub depth: u16,
+    /// Added with user recovery (by `nvraid serve --ublk`): a new server
+    /// may take it over.
+    pub recoverable: bool,
+}
+
+/// Every ublk device on this machine, by number.
+pub fn list() -> Result<Vec<DeviceStatus>, Error> {
+    let mut ctl = open_control()?;
+    let mut ids: Vec<u32> = std::fs::read_dir("/dev")
+        .map_err(|e| Error::Ublk(format!("/dev: {e}")))?
+        .filter_map(|entry| {
+            let name = entry.ok()?.file_name();
+            name.to_str()?.strip_prefix("ublkc")?.parse().ok()
+        })
+        .collect();
+    ids.sort_unstable();
+    let mut devices = Vec::new();
+    for id in ids {
+        let Some(info) = existing(&mut ctl, id)? else {
+            continue;
+        };
+        devices.push(DeviceStatus {
+            id,
+            path: format!("/dev/ublkb{id}"),
+            state: state_name(info.state),
+            server_pid: process_alive(info.ublksrv_pid).then_some(info.ublksrv_pid),
+            queues: info.nr_hw_queues,
+            depth: info.queue_depth,
+            recoverable: info.flags & uapi::F_USER_RECOVERY != 0,
+        });
+    }
+    Ok(devices)
+}
+
+/// Delete ublk device `id`, whose server is gone (killed, and its array not
+/// to be served again here): the I/O the kernel holds for it fails, and
+/// the number is free. Refused while a server runs it (stop that server:
+/// SIGTERM deletes its device).
+pub fn release(id: u32) -> Result<(), Error> {
+    let mut ctl = open_control()?;
+    let Some(info) = existing(&mut ctl, id)? else {
+        return Err(Error::Ublk(format!("no ublk device {id} (/dev/ublkc{id})")));
+    };
+    if process_alive(info.ublksrv_pid) && info.state == uapi::S_DEV_LIVE {
+        return Err(Error::Ublk(format!(
+            "ublk device {id} (/dev/ublkb{id}) is served by process {}: stop that server \
+             (SIGTERM deletes its device) instead",
+            info.ublksrv_pid
+        )));
+    }
+    // A started device is stopped first (its held requests fail); one that
+    // never started has nothing to stop.
+    if info.state != uapi::S_DEV_DEAD {
+        ctl.stop(id)
+            .and_then(|p| p.wait(COMMAND_LIMIT))
+            .map_err(ublk_error)?;
+    }
+    ctl.delete(id)
+        .and_then(|p| p.wait(COMMAND_LIMIT))
+        .map_err(ublk_error)
+}

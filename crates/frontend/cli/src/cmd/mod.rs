@@ -13,6 +13,7 @@ pub mod report;
 pub mod serve;
 pub mod topology;
 pub mod tune;
+pub mod ublk;
 
 use nvraid_member::{format_size, parse_size};
 
