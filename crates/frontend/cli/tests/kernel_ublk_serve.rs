@@ -21,7 +21,8 @@
 //! 7. a RAID 0 of 3 (192 KiB stripe: io_opt left unset), `--ublk auto`
 //!    behind `--cache writeback`: data read back, SIGTERM, the data on the
 //!    members (`nvraid read`), clean;
-//! 8. that RAID 0 served as device 4, its server killed for good: `nvraid
+//! 8. that RAID 0 served `--read-only` as device 4 (the kernel's disk is
+//!    read-only, a write fails, reads give the data), its server killed for good: `nvraid
 //!    ublk delete` refuses while the server runs, `ublk list` shows the
 //!    device with no server, `ublk delete` frees it and a read waiting on
 //!    it fails.
@@ -96,6 +97,10 @@ fn an_array_served_over_ublk_carries_ext4_and_survives_a_killed_server() {
     assert!(
         refused.contains("ublk device 0 (/dev/ublkb0) is in use, served by process"),
         "{refused}"
+    );
+    assert!(
+        console_line(&console, "READ-ONLY ").starts_with("READ-ONLY ro=1:"),
+        "--read-only must give a read-only disk"
     );
     assert!(
         console_line(&console, "DELETE-LIVE ").contains("is served by process"),

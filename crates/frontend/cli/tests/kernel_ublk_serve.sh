@@ -142,14 +142,21 @@ wait $SRV3 || fail "raid0 nvraid serve exited $?"
 $N read --length 16777216 $R0 > /tmp/back 2> /dev/null || fail "nvraid read raid0"
 cmp /tmp/back /tmp/raw || fail "the cached writes are not on the raid0 members after SIGTERM"
 echo "WRITTEN BACK 16 MiB through --cache writeback"
-# 8. A server killed for good (its array not served again): `nvraid ublk
+# 8. The RAID 0 read-only as device 4, then its server killed for good
+# (its array not served again): `nvraid ublk
 # list` shows its device with no server while a reader waits on it;
 # `nvraid ublk delete` (refused while a server runs the device) frees the
 # number and the waiting read fails; nothing hangs.
-$N serve --ublk 4 $R0 2> /tmp/srv4.log &
+$N serve --ublk 4 --read-only $R0 2> /tmp/srv4.log &
 SRV4=$!
 wait_log /tmp/srv4.log ublk-added
 wait_for -b /dev/ublkb4
+# --read-only: the kernel sees a read-only disk and refuses writes.
+if dd if=/tmp/raw of=/dev/ublkb4 bs=4096 count=1 oflag=direct 2> /tmp/ro.log; then
+	fail "a write to the read-only /dev/ublkb4 succeeded"
+fi
+cmp -n 65536 /dev/ublkb4 /tmp/raw || fail "read-only /dev/ublkb4 does not read the raid0 data"
+echo "READ-ONLY ro=$(cat /sys/block/ublkb4/ro): $(tail -1 /tmp/ro.log)"
 if $N ublk delete 4 > /tmp/del-live.log 2>&1; then fail "ublk delete took a running server's device"; fi
 echo "DELETE-LIVE $(cat /tmp/del-live.log)"
 kill -9 $SRV4
