@@ -18,6 +18,14 @@
 //! one calls `Control::start_recovery_within`, opens and fetches the
 //! queues, and `Control::end_recovery`.
 
+//!
+//! Why not the `libublk` crate (ublk's author maintains it): it drives each
+//! queue from its own io_uring and event loop, and its build needs bindgen
+//! and libclang. nvraid's serve worker already owns a thread, a poll(2)
+//! loop and slot buffers: this crate gives it a queue whose ring fd it
+//! polls beside its sockets and whose tag buffers are its slots (no copy),
+//! with the workspace's `io-uring` crate and nothing else.
+
 pub mod control;
 pub mod error;
 pub mod queue;
