@@ -40,6 +40,9 @@ needs=(
     "objcopy binutils"
     "gcc gcc"
     "libc.a:/usr/lib/x86_64-linux-gnu/libc.a libc6-dev"
+    "dpkg-source dpkg-dev"           # tools/mdvm/build-fio: fio for the VM from Debian's source
+    "make make"
+    "libz.a:/usr/lib/x86_64-linux-gnu/libz.a zlib1g-dev"
 )
 missing=()
 for entry in "${needs[@]}"; do
@@ -77,5 +80,8 @@ fi
 # The VM's second kernel (Debian trixie's 6.12, for ublk): fetched once into
 # the cache, so that the first test that boots it does not pay for the download.
 tools/mdvm/fetch-kernel > /dev/null
+# The static fio the VM's benchmark runs (bench/ublk-vm.py, its smoke test):
+# built once into the same cache.
+tools/mdvm/build-fio > /dev/null
 
 cargo test --workspace "$@"
