@@ -80,8 +80,5 @@ fi
 # The VM's second kernel (Debian trixie's 6.12, for ublk): fetched once into
 # the cache, so that the first test that boots it does not pay for the download.
 tools/mdvm/fetch-kernel > /dev/null
-# The static fio the VM's benchmark runs (bench/ublk-vm.py, its smoke test):
-# built once into the same cache.
-tools/mdvm/build-fio > /dev/null
 
 cargo test --workspace "$@"

@@ -11,7 +11,10 @@ mod common;
 use common::*;
 use std::process::Command;
 
+/// A minute of VM time and a fio build: run on request, with
+/// `cargo test -p nvraid --test ublk_vm_bench -- --ignored`.
 #[test]
+#[ignore = "a minute of VM time: run with --ignored (see the file's notes)"]
 fn the_ublk_vm_benchmark_measures_every_cell_in_smoke_mode() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("ublk-vm.json");
