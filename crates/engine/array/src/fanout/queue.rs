@@ -585,7 +585,7 @@ impl FanoutQueue {
     /// Once per member operation and per request: what only some requests
     /// need (a read redone through the stripes, a barrier released) is
     /// out of line.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn finish_sub(&mut self, slot: u32, errno: i32) {
         let state = &mut self.slots[slot as usize];
         if errno != 0 && state.errno == 0 {
