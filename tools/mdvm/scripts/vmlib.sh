@@ -38,3 +38,12 @@ wait_log() {
 		sleep 0.1
 	done
 }
+
+# write_files DIR N: files f1..fN of 1 MiB, file i holding pattern seed i.
+write_files() {
+	i=1
+	while [ $i -le "$2" ]; do
+		pattern cat -s $i 1048576 > "$1/f$i"
+		i=$((i + 1))
+	done
+}

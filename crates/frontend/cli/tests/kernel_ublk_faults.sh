@@ -78,24 +78,30 @@ R1="$1 /dev/mapper/f1"
 R5="$3 $4 /dev/mapper/f5"
 R0="$6 /dev/mapper/f0"
 
+# survive_failure NAME MEMBER: MEMBER fails under the running writer; the
+# writer goes on, the filesystem verifies and is clean, the server stops.
+survive_failure() {
+	fail_member $2
+	at=$(synced)
+	wait_synced $((at + 5))
+	touch /tmp/stop
+	wait $WRITER || fail "the $1 writer failed: $(cat /tmp/writer.log)"
+	echo "SURVIVED $1: failed after $at files, $(synced) synced, kernel errors $(kernel_errors)"
+	$N status --socket /tmp/ctl-$1 > /tmp/status || fail "nvraid status ($1)"
+	echo "STATUS $1 $(grep -i "$2" /tmp/status | tr -s ' ' | tr '\n' ' ')"
+	verify_synced $1
+	umount /mnt
+	$MDVM_IN/xfs_repair -n /dev/ublkb0 > /tmp/repair.log 2>&1 || { cat /tmp/repair.log; fail "xfs_repair -n $1"; }
+	echo "REPAIR $1 clean"
+	kill -TERM $SRV
+	wait $SRV || fail "nvraid serve ($1) exited $?"
+}
+
 # 1. RAID 1: a member fails under the writer; nothing reaches the filesystem.
 serve raid1 $R1
 start_writer
 wait_synced 3
-fail_member f1
-at=$(synced)
-wait_synced $((at + 5))
-touch /tmp/stop
-wait $WRITER || fail "the raid1 writer failed: $(cat /tmp/writer.log)"
-echo "SURVIVED raid1: failed after $at files, $(synced) synced, kernel errors $(kernel_errors)"
-$N status --socket /tmp/ctl-raid1 > /tmp/status || fail "nvraid status (raid1)"
-echo "STATUS raid1 $(grep -i 'f1' /tmp/status | tr -s ' ' | tr '\n' ' ')"
-verify_synced raid1
-umount /mnt
-$MDVM_IN/xfs_repair -n /dev/ublkb0 > /tmp/repair.log 2>&1 || { cat /tmp/repair.log; fail "xfs_repair -n raid1"; }
-echo "REPAIR raid1 clean"
-kill -TERM $SRV
-wait $SRV || fail "nvraid serve (raid1) exited $?"
+survive_failure raid1 f1
 echo "STOPPED raid1: $(tail -1 /tmp/srv-raid1.log)"
 
 # 2. RAID 5: kill -9 of the server under the writer (user recovery: the
@@ -114,20 +120,7 @@ SRV=$!
 wait_log /tmp/srv-raid5b.log ublk-reattached
 wait_synced $((before + 3))
 echo "REATTACHED raid5: killed after $before files, the writer went on to $(synced)"
-fail_member f5
-at=$(synced)
-wait_synced $((at + 5))
-touch /tmp/stop
-wait $WRITER || fail "the raid5 writer failed: $(cat /tmp/writer.log)"
-echo "SURVIVED raid5: failed after $at files, $(synced) synced, kernel errors $(kernel_errors)"
-$N status --socket /tmp/ctl-raid5 > /tmp/status || fail "nvraid status (raid5)"
-echo "STATUS raid5 $(grep -i 'f5' /tmp/status | tr -s ' ' | tr '\n' ' ')"
-verify_synced raid5
-umount /mnt
-$MDVM_IN/xfs_repair -n /dev/ublkb0 > /tmp/repair.log 2>&1 || { cat /tmp/repair.log; fail "xfs_repair -n raid5"; }
-echo "REPAIR raid5 clean"
-kill -TERM $SRV
-wait $SRV || fail "nvraid serve (raid5) exited $?"
+survive_failure raid5 f5
 echo "STOPPED raid5: $(tail -1 /tmp/srv-raid5b.log)"
 
 # 3. RAID 0: a member fails under the writer: the writer gets EIO, the

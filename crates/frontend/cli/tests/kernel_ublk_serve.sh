@@ -43,11 +43,7 @@ echo "RAW 32 MiB ok"
 $MDVM_IN/mkfs.ext4 -q -F /dev/ublkb0 || fail "mkfs.ext4"
 mkdir -p /mnt
 mount -t ext4 /dev/ublkb0 /mnt || fail "mount"
-i=1
-while [ $i -le 20 ]; do
-	pattern cat -s $i 1048576 > /mnt/f$i
-	i=$((i + 1))
-done
+write_files /mnt 20
 sync
 echo "FILES 20 written and synced"
 
