@@ -81,6 +81,7 @@ fn an_array_served_over_ublk_carries_ext4_and_survives_a_killed_server() {
         "KILLED nvraid under a writer",
         "REATTACHED after",
         "VERIFIED 20 files and",
+        "RESTARTED under the mounted filesystem:",
         "FSCK clean",
         "STOPPED: device removed; nvraid: stopped; array flushed and closed",
         "RAID0 16 MiB ok",
@@ -93,6 +94,10 @@ fn an_array_served_over_ublk_carries_ext4_and_survives_a_killed_server() {
         console_line(&console, "STATUS2 ").contains("taken over from a killed server"),
         "{console}"
     );
+    // SIGTERM under the mounted filesystem left the device to the next
+    // server with the array marked clean (nothing half-written).
+    let handover = console_line(&console, "HANDOVER ");
+    assert!(handover.ends_with("State : clean"), "{handover}");
     let refused = console_line(&console, "REFUSED ");
     assert!(
         refused.contains("ublk device 0 (/dev/ublkb0) is in use, served by process"),

@@ -102,22 +102,66 @@ echo "STATUS2 $(grep '^ublk:' /tmp/status)"
 if $N serve --ublk 0 $R0 2> /tmp/srv-refused.log; then fail "a second server took a live device"; fi
 echo "REFUSED $(cat /tmp/srv-refused.log)"
 
-# 6. Clean unmount, fsck, SIGTERM (once the resync of the killed server's
-# dirty array is done): the device is deleted, the array clean.
+# 6. A restart under the mounted filesystem (once the resync of the killed
+# server's dirty array is done): SIGTERM while a writer runs leaves the
+# device to the next server (--ublk-stop auto: in use), the server exits
+# 0 with the array clean; a new server takes the device over, the writer
+# goes on, every file it synced verifies.
+wait_log /tmp/srv2.log "resync done"
+rm -f /tmp/stop /tmp/synced
+(
+	i=300
+	while [ ! -e /tmp/stop ]; do
+		pattern cat -s $i 262144 > /mnt/w$i
+		sync
+		echo $i >> /tmp/synced
+		i=$((i + 1))
+	done
+) &
+WRITER=$!
+wait_for -s /tmp/synced
+kill -TERM $SRV2
+wait $SRV2 || fail "nvraid serve exited $? on SIGTERM under a mounted filesystem"
+grep -q "ublk-left-for-next-server" /tmp/srv2.log || { cat /tmp/srv2.log; fail "no ublk-left-for-next-server in the log"; }
+[ -b /dev/ublkb0 ] || fail "the device went away with a restart under a mounted filesystem"
+grep -q "^/dev/ublkb0 /mnt " /proc/mounts || fail "the filesystem was unmounted by the restart"
+kill -0 $WRITER 2> /dev/null || fail "the writer stopped during the restart"
+echo "HANDOVER $($N detail $R5 | grep 'State :')"
+$N serve --ublk 0 --control /tmp/ctl $R5 2> /tmp/srv5.log &
+SRV2=$!
+wait_log /tmp/srv5.log ublk-reattached
+before=$(wc -l < /tmp/synced)
+n=0
+while [ $(wc -l < /tmp/synced) -le $((before + 2)) ]; do
+	n=$((n + 1)); [ $n -lt 600 ] || fail "the writer did not continue after the restart"
+	sleep 0.1
+done
+touch /tmp/stop
+wait $WRITER || fail "the writer failed across the restart"
+sync
+echo 3 > /proc/sys/vm/drop_caches
+count=0
+for i in $(cat /tmp/synced); do
+	pattern verify -s $i -n 262144 /mnt/w$i > /dev/null || fail "w$i differs after the restart"
+	count=$((count + 1))
+done
+echo "RESTARTED under the mounted filesystem: $count writer files verify"
+
+# 7. Clean unmount, fsck, SIGTERM (nothing holds the device now): the
+# device is deleted, the array clean.
 umount /mnt
 echo 3 > /proc/sys/vm/drop_caches
 $MDVM_IN/e2fsck -fn /dev/ublkb0 > /tmp/fsck.log 2>&1 || { cat /tmp/fsck.log; fail "e2fsck"; }
 echo "FSCK clean"
-wait_log /tmp/srv2.log "resync done"
 kill -TERM $SRV2
 wait $SRV2 || fail "nvraid serve exited $?"
 [ ! -e /dev/ublkb0 ] || fail "/dev/ublkb0 still there after SIGTERM"
 [ ! -e /dev/ublkc0 ] || fail "/dev/ublkc0 still there after SIGTERM"
-grep -q "ublk-deleted" /tmp/srv2.log || fail "no ublk-deleted in the log"
-echo "STOPPED: device removed; $(tail -1 /tmp/srv2.log)"
+grep -q "ublk-deleted" /tmp/srv5.log || fail "no ublk-deleted in the log"
+echo "STOPPED: device removed; $(tail -1 /tmp/srv5.log)"
 echo "DETAIL raid5 $($N detail $R5 | grep 'State :')"
 
-# 7. RAID 0 of 3 (a 192 KiB stripe: no power of two, so no io_opt), --ublk
+# 8. RAID 0 of 3 (a 192 KiB stripe: no power of two, so no io_opt), --ublk
 # auto, behind --cache writeback (the device's writes land in the cache,
 # SIGTERM writes them back to the members).
 $N serve --ublk auto --cache writeback $R0 2> /tmp/srv3.log &
@@ -138,7 +182,7 @@ wait $SRV3 || fail "raid0 nvraid serve exited $?"
 $N read --length 16777216 $R0 > /tmp/back 2> /dev/null || fail "nvraid read raid0"
 cmp /tmp/back /tmp/raw || fail "the cached writes are not on the raid0 members after SIGTERM"
 echo "WRITTEN BACK 16 MiB through --cache writeback"
-# 8. The RAID 0 read-only as device 4, then its server killed for good
+# 9. The RAID 0 read-only as device 4, then its server killed for good
 # (its array not served again): `nvraid ublk
 # list` shows its device with no server while a reader waits on it;
 # `nvraid ublk delete` (refused while a server runs the device) frees the

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
-use crate::options::{ListenAddress, ServeOptions, TlsFiles, TlsMode, UblkOptions};
+use crate::options::{ListenAddress, ServeOptions, TlsFiles, TlsMode, UblkOptions, UblkStop};
 
 /// Default Unix socket when no `--listen` is given.
 pub const DEFAULT_SOCKET: &str = "/run/nvraid/nvraid.sock";
@@ -95,6 +95,21 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ID", num_args = 0..=1, default_missing_value = "auto",
           value_parser = parse_ublk_id)]
     pub ublk: Option<UblkId>,
+    /// With --ublk, what SIGTERM does with the device: `auto` leaves it
+    /// for the next server while it is in use (a mounted filesystem: a
+    /// restart, with the filesystem staying mounted) and deletes it
+    /// otherwise; `delete` always deletes it; `keep` always leaves it.
+    /// Either way the requests taken are finished and the array flushed.
+    #[arg(long, value_enum, value_name = "WHEN", default_value = "auto")]
+    pub ublk_stop: UblkStopArg,
+}
+
+/// `--ublk-stop`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum UblkStopArg {
+    Auto,
+    Delete,
+    Keep,
 }
 
 /// `--ublk ID`.
@@ -175,6 +190,11 @@ impl ServeArgs {
             id: match id {
                 UblkId::Auto => None,
                 UblkId::Number(n) => Some(n),
+            },
+            on_stop: match self.ublk_stop {
+                UblkStopArg::Auto => UblkStop::Auto,
+                UblkStopArg::Delete => UblkStop::Delete,
+                UblkStopArg::Keep => UblkStop::Keep,
             },
             ..UblkOptions::default()
         });

@@ -44,7 +44,7 @@ pub use control::{format_status, query_status, request};
 pub use error::Error;
 pub use options::{
     stderr_log, CommandHook, ListenAddress, LogSink, ServeOptions, StatusHook, TlsFiles, TlsMode,
-    UblkOptions,
+    UblkOptions, UblkStop,
 };
 pub use server::{preflight, serve, start, Server, ServerInfo};
 pub use shutdown::ShutdownHandle;

@@ -93,6 +93,22 @@ pub struct UblkOptions {
     pub io_opt_bytes: u32,
     /// Discards are rounded to this (the chunk).
     pub discard_granularity: u32,
+    /// What a clean stop (SIGTERM) does with the device.
+    pub on_stop: UblkStop,
+}
+
+/// `--ublk-stop`: at a clean stop, delete the device or leave it to the
+/// next server.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum UblkStop {
+    /// Leave it when it is in use (a mounted filesystem, device-mapper,
+    /// an exclusive opener: a restart under them), delete it otherwise.
+    #[default]
+    Auto,
+    /// Always delete it (requests in flight complete first).
+    Delete,
+    /// Always leave it, quiesced, for the next `serve --ublk ID`.
+    Keep,
 }
 
 impl Default for UblkOptions {
@@ -107,6 +123,7 @@ impl Default for UblkOptions {
             io_min_bytes: 0,
             io_opt_bytes: 0,
             discard_granularity: 4096,
+            on_stop: UblkStop::Auto,
         }
     }
 }

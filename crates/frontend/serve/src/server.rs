@@ -15,7 +15,7 @@ use nvraid_nbd::{BlockSizes, ExportInfo, ServerConfig, TlsPolicy};
 use crate::client;
 use crate::control;
 use crate::error::Error;
-use crate::options::{ListenAddress, ServeOptions, TlsMode};
+use crate::options::{ListenAddress, ServeOptions, TlsMode, UblkStop};
 use crate::shared::Shared;
 use crate::shutdown::ShutdownHandle;
 use crate::stats::{Counters, RateMeter};
@@ -323,6 +323,28 @@ impl Server {
         let shared = Arc::clone(&self.shared);
         let device = shared.ublk.lock().expect("ublk device").take();
         let mut stopped = Ok(());
+        let on_stop = shared.options.ublk.as_ref().map(|u| u.on_stop);
+        let keep = device.as_ref().is_some_and(|d| match on_stop {
+            Some(UblkStop::Keep) => true,
+            Some(UblkStop::Auto) => d.in_use(),
+            Some(UblkStop::Delete) | None => false,
+        });
+        let (kept, device) = if keep { (device, None) } else { (None, device) };
+        if let Some(device) = kept {
+            let id = device.id();
+            shared.log(&format!(
+                "event=shutdown phase=ublk-handover device=/dev/ublkb{id}"
+            ));
+            // The workers answer what they hold and close their queues;
+            // the device stays, quiesced, for the next `serve --ublk {id}`.
+            stopped = device.hand_over(|| shared.workers.poke_all(), ublk::HANDOVER_LIMIT);
+            match &stopped {
+                Ok(()) => shared.log(&format!(
+                    "event=ublk-left-for-next-server device=/dev/ublkb{id}"
+                )),
+                Err(e) => shared.log(&format!("event=ublk-handover-failed error=\"{e}\"")),
+            }
+        }
         if let Some(mut device) = device {
             shared.log(&format!(
                 "event=shutdown phase=ublk-stop device=/dev/ublkb{}",

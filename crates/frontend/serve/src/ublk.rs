@@ -33,6 +33,10 @@ use crate::stats::Counters;
 /// How long a control command that waits for the queues may take.
 const COMMAND_LIMIT: Duration = Duration::from_secs(30);
 
+/// How long the workers may take to finish the requests they hold when
+/// the device is left to the next server.
+pub(crate) const HANDOVER_LIMIT: Duration = Duration::from_secs(30);
+
 /// How long a killed server's device may take to become quiesced.
 const QUIESCE_LIMIT: Duration = Duration::from_secs(10);
 
@@ -122,6 +126,26 @@ pub(crate) struct WorkerUblkPlan {
     pub counters: Arc<Counters>,
     pub size_bytes: u64,
     pub read_only: bool,
+    pub handover: Arc<Handover>,
+}
+
+/// A stop that leaves the device to the next server (see
+/// [`Device::hand_over`]): asked of the workers, and how many of their
+/// queues are still open.
+#[derive(Default)]
+pub(crate) struct Handover {
+    asked: std::sync::atomic::AtomicBool,
+    open: std::sync::atomic::AtomicUsize,
+}
+
+impl Handover {
+    fn asked(&self) -> bool {
+        self.asked.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn open_queues(&self) -> usize {
+        self.open.load(std::sync::atomic::Ordering::Acquire)
+    }
 }
 
 /// The device, as the server holds it.
@@ -133,6 +157,7 @@ pub(crate) struct Device {
     pub recovered: bool,
     pub counters: Arc<Counters>,
     started: bool,
+    handover: Arc<Handover>,
 }
 
 impl Device {
@@ -191,6 +216,7 @@ impl Device {
             recovered,
             counters: Arc::new(Counters::default()),
             started: false,
+            handover: Arc::default(),
         })
     }
 
@@ -204,6 +230,7 @@ impl Device {
             counters: Arc::clone(&self.counters),
             size_bytes,
             read_only,
+            handover: Arc::clone(&self.handover),
         }
     }
 
@@ -243,6 +270,53 @@ impl Device {
             .map_err(ublk_error);
         self.started = false;
         stopped.and(deleted)
+    }
+
+    /// Whether something holds the block device: a mounted filesystem,
+    /// device-mapper, or any opener with O_EXCL (an exclusive open of our
+    /// own is refused with EBUSY then), or a holder listed in sysfs.
+    pub(crate) fn in_use(&self) -> bool {
+        use std::os::unix::fs::OpenOptionsExt;
+        let id = self.id();
+        let holders = std::fs::read_dir(format!("/sys/block/ublkb{id}/holders"))
+            .map(|mut d| d.next().is_some())
+            .unwrap_or(false);
+        let exclusive = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_EXCL | libc::O_NONBLOCK)
+            .open(format!("/dev/ublkb{id}"));
+        holders || matches!(exclusive, Err(e) if e.raw_os_error() == Some(libc::EBUSY))
+    }
+
+    /// Leave the device to the next server instead of deleting it (a
+    /// restart under a mounted filesystem): the workers stop taking
+    /// requests, finish and answer the ones they hold, and close their
+    /// queues; then the device is let go as a killed server would leave it
+    /// (quiesced: the kernel holds new requests, and issues the ones taken
+    /// but never started again to the next server), but with nothing of
+    /// the array half-written. `poke` wakes the workers. Err if a queue
+    /// is still open after `limit` (its target I/O has not finished).
+    pub(crate) fn hand_over(mut self, poke: impl Fn(), limit: Duration) -> Result<(), Error> {
+        self.handover
+            .asked
+            .store(true, std::sync::atomic::Ordering::Release);
+        let until = std::time::Instant::now() + limit;
+        while self.handover.open_queues() > 0 {
+            if std::time::Instant::now() >= until {
+                return Err(Error::Ublk(format!(
+                    "{} ublk queue(s) still busy after {} s: the device is left to the \
+                     kernel as a killed server would leave it",
+                    self.handover.open_queues(),
+                    limit.as_secs()
+                )));
+            }
+            poke();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // Closing /dev/ublkcN (its last holder) quiesces the device.
+        self.chardev = None;
+        self.started = false;
+        Ok(())
     }
 
     /// What the control socket's status shows.
@@ -332,6 +406,15 @@ pub(crate) fn params(
 pub(crate) struct WorkerUblk {
     queue: Queue,
     ctx: Context,
+    handover: Arc<Handover>,
+}
+
+impl Drop for WorkerUblk {
+    fn drop(&mut self) {
+        self.handover
+            .open
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
 }
 
 struct Context {
@@ -370,7 +453,11 @@ impl WorkerUblk {
         let buffers = unsafe { TagBuffers::from_raw(addrs, slots.slot_bytes as usize) };
         let mut queue = Queue::open(&plan.chardev, q_id, buffers).map_err(ublk_error)?;
         queue.fetch_all().map_err(ublk_error)?;
+        plan.handover
+            .open
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         Ok(WorkerUblk {
+            handover: Arc::clone(&plan.handover),
             queue,
             ctx: Context {
                 first_slot,
@@ -392,6 +479,12 @@ impl WorkerUblk {
     /// Every tag aborted (the device stopped): the queue may be closed.
     pub(crate) fn finished(&self) -> bool {
         self.queue.finished()
+    }
+
+    /// The server hands the device over: take no more requests, answer
+    /// the ones held, then close.
+    pub(crate) fn handing_over(&self) -> bool {
+        self.handover.asked()
     }
 
     /// Take the requests that arrived and submit them to the target, each

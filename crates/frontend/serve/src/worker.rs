@@ -146,6 +146,11 @@ impl WorkerPool {
         Ok(pool)
     }
 
+    /// Wake every worker that sleeps.
+    pub(crate) fn poke_all(&self) {
+        self.handles.iter().for_each(|h| h.poke());
+    }
+
     /// Give a connection past its handshake to the worker owning the
     /// fewest.
     pub(crate) fn adopt(&self, handoff: Handoff) {
@@ -271,6 +276,20 @@ impl Worker {
         let Some(ublk) = self.ublk.as_mut() else {
             return false;
         };
+        if ublk.handing_over() {
+            // Answer what finished, take nothing new; close once no
+            // request of the queue is left in a slot.
+            let answered = ublk.answer(&mut self.slots);
+            self.close_ublk();
+            return match answered {
+                Ok(any) => any || self.ublk.is_none(),
+                Err(e) => {
+                    eprintln!("nvraid-serve: event=ublk-queue-failed error=\"{e}\"");
+                    self.close_ublk();
+                    true
+                }
+            };
+        }
         let served = ublk
             .answer(&mut self.slots)
             .and_then(|answered| Ok(ublk.pump(&mut self.slots)? | answered));
