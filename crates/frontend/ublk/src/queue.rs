@@ -232,7 +232,7 @@ impl Queue {
     where
         F: FnMut(u16, &IoDesc, &mut [u8]) -> Option<i32>,
     {
-        // Entering the kernel also runs the work that posts completions.
+        // Send what is queued (completions are posted without entering).
         self.ring
             .submit()
             .map_err(|e| self.ring_error("submit", e))?;

@@ -385,6 +385,12 @@ impl IoRing {
 
     /// Send the queued commands (and let completions be posted), not waiting.
     pub(crate) fn submit(&mut self) -> io::Result<()> {
+        // Nothing queued: no need to enter the kernel. The ring is a plain
+        // one (no deferred task work), so the kernel posts completions
+        // whenever this thread returns to user space, entered or not.
+        if self.ring.submission().is_empty() {
+            return Ok(());
+        }
         submit(&self.ring, 0)
     }
 
