@@ -47,3 +47,10 @@ write_files() {
 		i=$((i + 1))
 	done
 }
+
+# Processes in uninterruptible sleep (D state), by name.
+stuck() {
+	for s in /proc/[0-9]*/status; do
+		grep -q '^State:.*D' $s 2> /dev/null && sed -n 's/^Name:\s*//p' $s
+	done | tr '\n' ' '
+}

@@ -23,12 +23,6 @@ wait_synced() { # wait_synced COUNT: the writer has synced COUNT files (60 s)
 		sleep 0.1
 	done
 }
-# Processes in uninterruptible sleep (D state), by name.
-stuck() {
-	for s in /proc/[0-9]*/status; do
-		grep -q '^State:.*D' $s 2> /dev/null && sed -n 's/^Name:\s*//p' $s
-	done | tr '\n' ' '
-}
 # The writer: file after file on /mnt, each fsync'ed (dd conv=fsync) before
 # its number goes to /tmp/synced; stops at /tmp/stop, or at the first error.
 writer() {

@@ -117,6 +117,10 @@ fn an_array_served_over_ublk_carries_ext4_and_survives_a_killed_server() {
         "{listed}"
     );
     console_line(&console, "RELEASED /dev/ublkb4");
+    // --ublk-recovery off: the device goes with its server, its number
+    // stays taken until deleted, and the refusal says how to free it.
+    let gone = console_line(&console, "NO-RECOVERY ");
+    assert!(gone.contains("nvraid ublk delete 5"), "{gone}");
     let raid0 = console_line(&console, "LIMITS raid0");
     assert!(
         raid0.contains(" min=65536 opt=0 max_kb=512 discard_gran=65536"),

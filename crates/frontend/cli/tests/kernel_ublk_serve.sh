@@ -209,5 +209,33 @@ $N ublk delete 4 || fail "nvraid ublk delete 4"
 wait_for ! -e /dev/ublkc4
 if wait $READER; then fail "a read of the deleted device succeeded"; fi
 echo "RELEASED /dev/ublkb4: the waiting read failed ($(tail -1 /tmp/reader.log))"
+# 10. --ublk-recovery off: kill -9 of the server under a reader; the
+# device fails the reader's I/O and goes away, nothing hangs; its number
+# stays taken (a new server is refused, naming `nvraid ublk delete`)
+# until deleted.
+$N serve --ublk 5 --read-only --ublk-recovery off $R0 2> /tmp/srv6.log &
+SRV6=$!
+wait_log /tmp/srv6.log ublk-added
+wait_for -b /dev/ublkb5
+(
+	while dd if=/dev/ublkb5 of=/dev/null bs=64k count=64 iflag=direct 2> /tmp/reader6.log; do
+		echo x >> /tmp/reads6
+	done
+) &
+READER=$!
+wait_for -s /tmp/reads6
+kill -9 $SRV6
+wait $SRV6 2> /dev/null || true
+n=0
+while kill -0 $READER 2> /dev/null; do
+	n=$((n + 1)); [ $n -lt 300 ] || fail "the reader still runs 30 s after its server died (recovery off)"
+	sleep 0.1
+done
+wait_for ! -b /dev/ublkb5
+[ -z "$(stuck)" ] || fail "processes in D state: $(stuck)"
+if $N serve --ublk 5 --read-only $R0 2> /tmp/srv7.log; then fail "a server took a dead device without recovery"; fi
+echo "NO-RECOVERY reader stopped ($(tail -1 /tmp/reader6.log)), /dev/ublkb5 gone, nothing in D state; again: $(tail -1 /tmp/srv7.log)"
+$N ublk delete 5 || fail "nvraid ublk delete 5"
+wait_for ! -e /dev/ublkc5
 echo "DETAIL raid0 $($N detail $R0 | grep 'State :')"
 echo "DONE"

@@ -102,6 +102,20 @@ pub struct ServeArgs {
     /// Either way the requests taken are finished and the array flushed.
     #[arg(long, value_enum, value_name = "WHEN", default_value = "auto")]
     pub ublk_stop: UblkStopArg,
+    /// With --ublk: `on` (default) adds the device with ublk's user
+    /// recovery, so that a killed server leaves it (and a filesystem on
+    /// it) waiting for the next `serve --ublk ID`; `off`: when the server
+    /// dies, the device fails its I/O and goes away (its number stays
+    /// taken until `nvraid ublk delete ID`).
+    #[arg(long, value_enum, value_name = "ON|OFF", default_value = "on")]
+    pub ublk_recovery: Switch,
+}
+
+/// `on` or `off`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Switch {
+    On,
+    Off,
 }
 
 /// `--ublk-stop`.
@@ -196,6 +210,7 @@ impl ServeArgs {
                 UblkStopArg::Delete => UblkStop::Delete,
                 UblkStopArg::Keep => UblkStop::Keep,
             },
+            recovery: self.ublk_recovery == Switch::On,
             ..UblkOptions::default()
         });
         options.control_socket = self

@@ -95,6 +95,10 @@ pub struct UblkOptions {
     pub discard_granularity: u32,
     /// What a clean stop (SIGTERM) does with the device.
     pub on_stop: UblkStop,
+    /// Added with ublk's user recovery: a killed server leaves the device
+    /// quiesced for the next one (I/O waits). Off: the device fails its
+    /// I/O and goes when its server dies.
+    pub recovery: bool,
 }
 
 /// `--ublk-stop`: at a clean stop, delete the device or leave it to the
@@ -124,6 +128,7 @@ impl Default for UblkOptions {
             io_opt_bytes: 0,
             discard_granularity: 4096,
             on_stop: UblkStop::Auto,
+            recovery: true,
         }
     }
 }
@@ -244,6 +249,12 @@ impl ServeOptions {
             (
                 self.listen.is_empty() && self.ublk.is_none(),
                 "no listen address (and no --ublk)",
+            ),
+            (
+                self.ublk
+                    .as_ref()
+                    .is_some_and(|u| !u.recovery && u.on_stop == UblkStop::Keep),
+                "--ublk-stop keep needs the device's user recovery (--ublk-recovery on)",
             ),
             (self.request_max_bytes < 4096, "maximum request below 4 KiB"),
             (self.connections_max == 0, "maximum connections is 0"),

@@ -324,11 +324,13 @@ impl Server {
         let device = shared.ublk.lock().expect("ublk device").take();
         let mut stopped = Ok(());
         let on_stop = shared.options.ublk.as_ref().map(|u| u.on_stop);
-        let keep = device.as_ref().is_some_and(|d| match on_stop {
-            Some(UblkStop::Keep) => true,
-            Some(UblkStop::Auto) => d.in_use(),
-            Some(UblkStop::Delete) | None => false,
-        });
+        let recovery = shared.options.ublk.as_ref().is_some_and(|u| u.recovery);
+        let keep = recovery
+            && device.as_ref().is_some_and(|d| match on_stop {
+                Some(UblkStop::Keep) => true,
+                Some(UblkStop::Auto) => d.in_use(),
+                Some(UblkStop::Delete) | None => false,
+            });
         let (kept, device) = if keep { (device, None) } else { (None, device) };
         if let Some(device) = kept {
             let id = device.id();

@@ -84,14 +84,16 @@ fn may_recover(info: &DevInfo) -> Result<(), Error> {
     if state != uapi::S_DEV_QUIESCED && state != uapi::S_DEV_LIVE {
         return Err(Error::Ublk(format!(
             "ublk device {id} exists with no server and cannot be taken over (state {}); \
-             it keeps its number until deleted: give --ublk another number or `auto`",
+             it keeps its number until deleted (nvraid ublk delete {id}): give --ublk another \
+             number or `auto`",
             state_name(state)
         )));
     }
     if info.flags & uapi::F_USER_RECOVERY == 0 {
         return Err(Error::Ublk(format!(
-            "ublk device {id} was added without user recovery (not by nvraid serve), so it \
-             cannot be taken over; give --ublk another number or `auto`"
+            "ublk device {id} was added without user recovery (by another program, or by \
+             nvraid serve --ublk-recovery off), so it cannot be taken over; delete it \
+             (nvraid ublk delete {id}) or give --ublk another number or `auto`"
         )));
     }
     Ok(())
@@ -189,7 +191,11 @@ impl Device {
                     queues: workers.clamp(1, u32::from(uapi::MAX_QUEUES)) as u16,
                     depth: options.depth,
                     max_io_buf_bytes: options.max_io_bytes,
-                    flags: uapi::F_USER_RECOVERY | uapi::F_USER_RECOVERY_REISSUE,
+                    flags: if options.recovery {
+                        uapi::F_USER_RECOVERY | uapi::F_USER_RECOVERY_REISSUE
+                    } else {
+                        0
+                    },
                 };
                 let info = ctl.add(&spec).map_err(ublk_error)?;
                 let params = params(options, &info, size_bytes, sector_bytes, read_only);
