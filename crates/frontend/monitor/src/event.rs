@@ -230,7 +230,7 @@ pub fn diff(previous: &Snapshot, now: &Snapshot) -> Vec<Event> {
                 EventKind::Fail,
                 before.path.as_deref(),
                 format!(
-                    "{}: member {} of role {role} failed and left the array",
+                    "array {}: member {} of role {role} failed and left the array",
                     now.name,
                     previous.member(before)
                 ),
@@ -246,7 +246,7 @@ pub fn diff(previous: &Snapshot, now: &Snapshot) -> Vec<Event> {
                 EventKind::Fail,
                 m.path.as_deref(),
                 format!(
-                    "{}: member {} (role {role}) marked faulty",
+                    "array {}: member {} (role {role}) marked faulty",
                     now.name,
                     now.member(m)
                 ),
@@ -255,7 +255,7 @@ pub fn diff(previous: &Snapshot, now: &Snapshot) -> Vec<Event> {
                 EventKind::Fail,
                 m.path.as_deref(),
                 format!(
-                    "{}: member {} (role {role}) joined and failed",
+                    "array {}: member {} (role {role}) joined and failed",
                     now.name,
                     now.member(m)
                 ),
@@ -295,7 +295,7 @@ pub fn diff(previous: &Snapshot, now: &Snapshot) -> Vec<Event> {
                 EventKind::RebuildFailed,
                 rebuild.member.as_deref(),
                 format!(
-                    "{}: rebuild of {} failed: {error}; the array stays degraded",
+                    "array {}: rebuild of {} failed: {error}; the array stays degraded",
                     now.name,
                     rebuild.member.as_deref().unwrap_or("a member")
                 ),
@@ -317,7 +317,7 @@ fn degraded(now: &Snapshot) -> Event {
         EventKind::DegradedArray,
         None,
         format!(
-            "{}: array is degraded: {working} of {} members in sync",
+            "array {}: degraded: {working} of {} members in sync",
             now.name, now.raid_disks
         ),
     )
@@ -328,7 +328,7 @@ fn rebuild_started(now: &Snapshot, m: &MemberSnapshot) -> Event {
         EventKind::RebuildStarted,
         m.path.as_deref(),
         format!(
-            "{}: rebuild of {} (role {}) started",
+            "array {}: rebuild of {} (role {}) started",
             now.name,
             now.member(m),
             m.role.unwrap_or_default()
@@ -343,7 +343,7 @@ fn rebuild_finished(now: &Snapshot, m: &MemberSnapshot) -> [Event; 2] {
             EventKind::RebuildFinished,
             m.path.as_deref(),
             format!(
-                "{}: rebuild of {} (role {role}) finished",
+                "array {}: rebuild of {} (role {role}) finished",
                 now.name,
                 now.member(m)
             ),
@@ -351,7 +351,11 @@ fn rebuild_finished(now: &Snapshot, m: &MemberSnapshot) -> [Event; 2] {
         Event::new(
             EventKind::SpareActive,
             m.path.as_deref(),
-            format!("{}: {} is active in role {role}", now.name, now.member(m)),
+            format!(
+                "array {}: {} is active in role {role}",
+                now.name,
+                now.member(m)
+            ),
         ),
     ]
 }
@@ -361,7 +365,7 @@ fn device_errors(now: &Snapshot, m: &MemberSnapshot, before: u64) -> Event {
         EventKind::DeviceErrors,
         m.path.as_deref(),
         format!(
-            "{}: member {} had {} new I/O errors ({} in all)",
+            "array {}: member {} had {} new I/O errors ({} in all)",
             now.name,
             now.member(m),
             m.errors - before,
@@ -375,7 +379,7 @@ fn resync_started(now: &Snapshot, resync: &Progress) -> Event {
         EventKind::RebuildStarted,
         None,
         format!(
-            "{}: resync of the array started ({} of {} bytes done)",
+            "array {}: resync of the array started ({} of {} bytes done)",
             now.name, resync.done_bytes, resync.total_bytes
         ),
     )
@@ -396,7 +400,7 @@ fn resync_events(previous: &Snapshot, now: &Snapshot) -> Vec<Event> {
         events.push(Event::new(
             EventKind::RebuildFinished,
             None,
-            format!("{}: resync of the array finished", now.name),
+            format!("array {}: resync of the array finished", now.name),
         ));
     }
     if was_running && resync.error.is_some() {
@@ -404,7 +408,7 @@ fn resync_events(previous: &Snapshot, now: &Snapshot) -> Vec<Event> {
             EventKind::RebuildFailed,
             None,
             format!(
-                "{}: resync of the array failed: {}",
+                "array {}: resync of the array failed: {}",
                 now.name,
                 resync.error.as_deref().unwrap_or_default()
             ),
@@ -429,7 +433,7 @@ fn mismatches(previous: &Snapshot, now: &Snapshot) -> Option<Event> {
             EventKind::Mismatches,
             None,
             format!(
-                "{}: {} found {sectors} mismatched sectors",
+                "array {}: {} found {sectors} mismatched sectors",
                 now.name, scrub.mode
             ),
         )

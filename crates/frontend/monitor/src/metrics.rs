@@ -271,7 +271,7 @@ pub fn render(s: &Snapshot, totals: Option<&ExportTotals>) -> String {
     let info = gauges(
         &mut registry,
         "nvraid_array_info",
-        "The served array: always 1; its level and state in labels.",
+        "The served array: always 1; its level and state in labels",
     );
     info.get_or_create(&with(&[
         ("level", &format!("raid{}", s.level)),
@@ -281,13 +281,13 @@ pub fn render(s: &Snapshot, totals: Option<&ExportTotals>) -> String {
     let degraded = gauges(
         &mut registry,
         "nvraid_array_degraded",
-        "1 when a role has no member in sync (missing, faulty or rebuilding).",
+        "1 when a role has no member in sync (missing, faulty or rebuilding)",
     );
     degraded.get_or_create(&array).set(i64::from(s.degraded));
     let dirty = gauges(
         &mut registry,
         "nvraid_array_dirty",
-        "1 while the array is marked active (dirty) on its members.",
+        "1 while the array is marked active (dirty) on its members",
     );
     dirty
         .get_or_create(&array)
@@ -295,19 +295,19 @@ pub fn render(s: &Snapshot, totals: Option<&ExportTotals>) -> String {
     let size = gauges(
         &mut registry,
         "nvraid_array_size_bytes",
-        "Usable size of the array.",
+        "Usable size of the array",
     );
     size.get_or_create(&array).set(int(s.size_bytes));
     let disks = gauges(
         &mut registry,
         "nvraid_array_raid_disks",
-        "Roles of the array (md's raid_disks).",
+        "Roles of the array (md's raid_disks)",
     );
     disks.get_or_create(&array).set(i64::from(s.raid_disks));
     let members = gauges(
         &mut registry,
         "nvraid_array_members",
-        "Members of the array by state (roles and members set aside).",
+        "Members of the array by state (roles and members set aside)",
     );
     for state in MEMBER_STATES {
         let n = s.members.iter().filter(|m| m.state == state).count();
@@ -319,17 +319,17 @@ pub fn render(s: &Snapshot, totals: Option<&ExportTotals>) -> String {
     let ratio = ratios(
         &mut registry,
         "nvraid_array_progress_ratio",
-        "How far the rebuild, resync or check/repair got, 0 to 1 (1 once finished).",
+        "How far the rebuild, resync or check/repair got, 0 to 1 (1 once finished)",
     );
     let position = gauges(
         &mut registry,
         "nvraid_array_progress_bytes",
-        "Bytes done by the rebuild, resync or check/repair.",
+        "Bytes done by the rebuild, resync or check/repair",
     );
     let running = gauges(
         &mut registry,
         "nvraid_array_progress_running",
-        "1 while the rebuild, resync or check/repair runs.",
+        "1 while the rebuild, resync or check/repair runs",
     );
     let progress = |what: &str, p: Option<&Progress>| {
         let l = with(&[("operation", what)]);
@@ -346,7 +346,7 @@ pub fn render(s: &Snapshot, totals: Option<&ExportTotals>) -> String {
     let mismatches = gauges(
         &mut registry,
         "nvraid_array_mismatch_sectors",
-        "512-byte sectors found to differ by the last finished check or repair.",
+        "512-byte sectors found to differ by the last finished check or repair",
     );
     mismatches.get_or_create(&array).set(int(s
         .scrub
@@ -357,27 +357,27 @@ pub fn render(s: &Snapshot, totals: Option<&ExportTotals>) -> String {
     let state = gauges(
         &mut registry,
         "nvraid_member_state",
-        "1 for the state the member is in, 0 for the others.",
+        "1 for the state the member is in, 0 for the others",
     );
     let role = gauges(
         &mut registry,
         "nvraid_member_role",
-        "The member's role (slot) in the array; -1 for a member set aside.",
+        "The member's role (slot) in the array; -1 for a member set aside",
     );
     let ops = counters(
         &mut registry,
         "nvraid_member_ops",
-        "Member operations done for served I/O (reads and writes).",
+        "Member operations done for served I/O (reads and writes)",
     );
     let bytes = counters(
         &mut registry,
         "nvraid_member_bytes",
-        "Bytes read and written on the member for served I/O.",
+        "Bytes read and written on the member for served I/O",
     );
     let errors = counters(
         &mut registry,
         "nvraid_member_errors",
-        "Failed member operations.",
+        "Failed member operations",
     );
     for m in &s.members {
         let name = m
@@ -401,22 +401,22 @@ pub fn render(s: &Snapshot, totals: Option<&ExportTotals>) -> String {
         let requests = counters(
             &mut registry,
             "nvraid_export_requests",
-            "Requests answered by the export (NBD or the ublk device), by operation.",
+            "Requests answered by the export (NBD or the ublk device), by operation",
         );
         let read = counters(
             &mut registry,
             "nvraid_export_read_bytes",
-            "Bytes read by clients of the export.",
+            "Bytes read by clients of the export",
         );
         let written = counters(
             &mut registry,
             "nvraid_export_written_bytes",
-            "Bytes written by clients of the export.",
+            "Bytes written by clients of the export",
         );
         let failed = counters(
             &mut registry,
             "nvraid_export_errors",
-            "Requests of the export answered with an error.",
+            "Requests of the export answered with an error",
         );
         let export = |frontend: &str, c: &CountersSnapshot| {
             for (op, n) in [

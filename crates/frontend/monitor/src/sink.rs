@@ -79,7 +79,7 @@ impl Journal {
     pub fn event(&self, array: &ArrayId, event: &Event) {
         self.log(
             event.kind.priority(),
-            &format!("nvraid: {}", event.message),
+            &event.message,
             &event_fields(array, event),
         );
     }
@@ -528,7 +528,7 @@ mod tests {
         Event {
             kind: EventKind::Fail,
             member: Some("/tmp/m1".into()),
-            message: "a: member /tmp/m1 (role 1) marked faulty".into(),
+            message: "array a: member /tmp/m1 (role 1) marked faulty".into(),
         }
     }
 
@@ -559,7 +559,7 @@ mod tests {
         let text = String::from_utf8(received(&socket)).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         for field in [
-            "MESSAGE=nvraid: a: member /tmp/m1 (role 1) marked faulty",
+            "MESSAGE=array a: member /tmp/m1 (role 1) marked faulty",
             "PRIORITY=2",
             "SYSLOG_IDENTIFIER=nvraid",
             "NVRAID_EVENT=Fail",
