@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use nvraid_array::recovery::online::{Online, ResyncState};
-use nvraid_array::{info, Array};
+use nvraid_array::Array;
 
 use crate::event::{MemberSnapshot, Progress, ScrubSnapshot, Snapshot};
 
@@ -33,28 +33,8 @@ impl ArraySource {
     /// The array now; `scrub_runs` is the count of checks and repairs
     /// started (the monitor keeps it).
     pub fn snapshot(&self, scrub_runs: u64) -> Snapshot {
-        let detail = info::detail(&self.array);
-        let counters = self.array.member_counters();
-        let members = detail
-            .members
-            .iter()
-            .map(|m| {
-                let counted = m
-                    .role
-                    .filter(|_| m.path.is_some())
-                    .and_then(|r| counters.get(r as usize));
-                let get = |f: fn(&nvraid_array::MemberCounters) -> u64| counted.map_or(0, f);
-                MemberSnapshot {
-                    role: m.role,
-                    path: m.path.clone(),
-                    state: m.state.to_string(),
-                    in_sync_bytes: m.in_sync_bytes,
-                    ops: get(|c| c.ops.load(Ordering::Relaxed)),
-                    bytes: get(|c| c.bytes.load(Ordering::Relaxed)),
-                    errors: get(|c| c.errors.load(Ordering::Relaxed)),
-                }
-            })
-            .collect();
+        let array = &self.array;
+        let members = members(array);
         let online = self.online.status();
         let rebuild = online.rebuild.map(|r| Progress {
             role: Some(r.role),
@@ -86,18 +66,82 @@ impl ArraySource {
                 ..Progress::default()
             })
         };
+        let sb = array.superblock();
+        let geometry = array.geometry();
+        let mut state = if array.is_dirty() { "active" } else { "clean" }.to_string();
+        if array.is_degraded() {
+            state.push_str(", degraded");
+        }
         Snapshot {
-            degraded: self.array.is_degraded(),
-            name: detail.name,
-            uuid: detail.uuid,
-            level: detail.level,
-            state: detail.state,
-            size_bytes: detail.size_bytes,
-            raid_disks: detail.raid_disks,
+            name: sb.name(),
+            uuid: nvraid_metadata::format_uuid(&sb.set_uuid),
+            level: geometry.level().number(),
+            state,
+            degraded: array.is_degraded(),
+            size_bytes: geometry.array_bytes(),
+            raid_disks: geometry.members(),
             members,
             rebuild,
             resync,
             scrub,
         }
     }
+}
+
+/// Each role's member (or its absence), md's journal, the members set
+/// aside: their states as `detail` names them, read from the array's
+/// memory only (`info::detail` also scans md's journal log on its member,
+/// which a look every second must not do).
+fn members(array: &Array) -> Vec<MemberSnapshot> {
+    let counters = array.member_counters();
+    let mut members: Vec<MemberSnapshot> = array
+        .slots()
+        .iter()
+        .enumerate()
+        .map(|(role, slot)| {
+            let Some(slot) = slot else {
+                return MemberSnapshot {
+                    role: Some(role as u32),
+                    state: "missing".into(),
+                    ..MemberSnapshot::default()
+                };
+            };
+            let state = if array.is_faulty(role) {
+                "faulty"
+            } else if array.in_sync_bytes(role).is_some() {
+                "rebuilding"
+            } else {
+                "active"
+            };
+            let count =
+                |f: fn(&nvraid_array::MemberCounters) -> u64| counters.get(role).map_or(0, f);
+            MemberSnapshot {
+                role: Some(role as u32),
+                path: Some(slot.member.spec().to_string()),
+                state: state.into(),
+                in_sync_bytes: array.in_sync_bytes(role),
+                ops: count(|c| c.ops.load(Ordering::Relaxed)),
+                bytes: count(|c| c.bytes.load(Ordering::Relaxed)),
+                errors: count(|c| c.errors.load(Ordering::Relaxed)),
+            }
+        })
+        .collect();
+    members.extend(array.md_journal().map(|journal| {
+        MemberSnapshot {
+            path: Some(journal.spec().to_string()),
+            state: if journal.failure().is_some() {
+                "faulty"
+            } else {
+                "journal"
+            }
+            .into(),
+            ..MemberSnapshot::default()
+        }
+    }));
+    members.extend(array.set_aside().iter().map(|m| MemberSnapshot {
+        path: Some(m.spec.clone()),
+        state: m.reason.state().into(),
+        ..MemberSnapshot::default()
+    }));
+    members
 }
