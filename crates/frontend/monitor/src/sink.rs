@@ -16,7 +16,9 @@ use std::os::unix::net::UnixDatagram;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -26,6 +28,10 @@ use crate::event::Event;
 pub const JOURNAL_SOCKET: &str = "/run/systemd/journal/socket";
 /// Environment variable that points the log at another socket (tests).
 pub const JOURNAL_SOCKET_ENV: &str = "NVRAID_JOURNAL_SOCKET";
+/// Once the server stops, a program (or sendmail) still running gets at
+/// most this much longer, whatever its time limit: a hung one does not
+/// hold the stop for `--alert-timeout`.
+pub const STOP_GRACE: Duration = Duration::from_secs(5);
 /// The MTA's sendmail interface.
 pub const SENDMAIL: &str = "/usr/sbin/sendmail";
 /// Environment variable naming another sendmail (tests).
@@ -195,6 +201,7 @@ enum Message {
 /// The delivery thread of the program and the mail.
 pub struct Delivery {
     sender: SyncSender<Message>,
+    stopping: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     array: ArrayId,
     journal: Journal,
@@ -208,7 +215,9 @@ impl Delivery {
         journal: Journal,
     ) -> Delivery {
         let (sender, receiver) = mpsc::sync_channel(options.queue.max(1));
+        let stopping = Arc::new(AtomicBool::new(false));
         let worker = Worker {
+            stopping: stopping.clone(),
             array: array.clone(),
             journal: journal.clone(),
             options,
@@ -228,6 +237,7 @@ impl Delivery {
             .expect("spawn the alert thread");
         Delivery {
             sender,
+            stopping,
             thread: Some(thread),
             array,
             journal,
@@ -258,6 +268,7 @@ impl Delivery {
 
     fn finish(&mut self) {
         if let Some(thread) = self.thread.take() {
+            self.stopping.store(true, Ordering::Release);
             // A full queue cannot take the stop: wait for room.
             let _ = self.sender.send(Message::Stop);
             let _ = thread.join();
@@ -280,6 +291,7 @@ struct Pending {
 }
 
 struct Worker {
+    stopping: Arc<AtomicBool>,
     array: ArrayId,
     journal: Journal,
     options: DeliveryOptions,
@@ -367,10 +379,21 @@ impl Worker {
             return true;
         };
         let outcome = match &self.queues[q].alert {
-            Alert::Program(path) => run_program(path, &self.array, &event, self.options.timeout),
-            Alert::Mail { sendmail, to } => {
-                send_mail(sendmail, to, &self.array, &event, self.options.timeout)
-            }
+            Alert::Program(path) => run_program_until(
+                path,
+                &self.array,
+                &event,
+                self.options.timeout,
+                Some(&self.stopping),
+            ),
+            Alert::Mail { sendmail, to } => send_mail_until(
+                sendmail,
+                to,
+                &self.array,
+                &event,
+                self.options.timeout,
+                Some(&self.stopping),
+            ),
         };
         let pending = &mut self.queues[q];
         match outcome {
@@ -430,6 +453,17 @@ pub fn run_program(
     event: &Event,
     timeout: Duration,
 ) -> Result<(), String> {
+    run_program_until(program, array, event, timeout, None)
+}
+
+/// [`run_program`], cut short [`STOP_GRACE`] after `stopping` is set.
+fn run_program_until(
+    program: &Path,
+    array: &ArrayId,
+    event: &Event,
+    timeout: Duration,
+    stopping: Option<&AtomicBool>,
+) -> Result<(), String> {
     let mut command = Command::new(program);
     command.arg(event.kind.name()).arg(&array.name);
     if let Some(member) = &event.member {
@@ -440,7 +474,7 @@ pub fn run_program(
     }
     command.stdin(Stdio::null()).process_group(0);
     let child = command.spawn().map_err(|e| format!("cannot run it: {e}"))?;
-    wait_for(child, timeout)
+    wait_for(child, timeout, stopping)
 }
 
 /// Mails the event through `sendmail -t` (the message names its
@@ -451,6 +485,17 @@ pub fn send_mail(
     array: &ArrayId,
     event: &Event,
     timeout: Duration,
+) -> Result<(), String> {
+    send_mail_until(sendmail, to, array, event, timeout, None)
+}
+
+fn send_mail_until(
+    sendmail: &Path,
+    to: &str,
+    array: &ArrayId,
+    event: &Event,
+    timeout: Duration,
+    stopping: Option<&AtomicBool>,
 ) -> Result<(), String> {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
@@ -489,17 +534,26 @@ pub fn send_mail(
         .take()
         .map(|mut stdin| stdin.write_all(message.as_bytes()));
     if let Some(Err(e)) = written {
-        let _ = wait_for(child, timeout);
+        let _ = wait_for(child, timeout, stopping);
         return Err(format!("writing the message to sendmail: {e}"));
     }
-    wait_for(child, timeout)
+    wait_for(child, timeout, stopping)
 }
 
-/// Waits for `child` at most `timeout`; past it, its process group is
-/// killed.
-fn wait_for(mut child: std::process::Child, timeout: Duration) -> Result<(), String> {
-    let deadline = Instant::now() + timeout;
+/// Waits for `child` at most `timeout` (and at most [`STOP_GRACE`] once
+/// `stopping` is set); past it, its process group is killed.
+fn wait_for(
+    mut child: std::process::Child,
+    timeout: Duration,
+    stopping: Option<&AtomicBool>,
+) -> Result<(), String> {
+    let mut deadline = Instant::now() + timeout;
+    let mut cut = false;
     loop {
+        if !cut && stopping.is_some_and(|s| s.load(Ordering::Acquire)) {
+            cut = true;
+            deadline = deadline.min(Instant::now() + STOP_GRACE);
+        }
         match child.try_wait() {
             Ok(Some(status)) if status.success() => return Ok(()),
             Ok(Some(status)) => return Err(format!("it exited with {status}")),
@@ -507,10 +561,14 @@ fn wait_for(mut child: std::process::Child, timeout: Duration) -> Result<(), Str
                 let _ = nvraid_io::sys::kill_process_group(child.id());
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!(
-                    "it was still running after {:.0} s and was killed",
-                    timeout.as_secs_f64()
-                ));
+                return Err(if cut {
+                    "it was still running when the server stopped and was killed".to_string()
+                } else {
+                    format!(
+                        "it was still running after {:.0} s and was killed",
+                        timeout.as_secs_f64()
+                    )
+                });
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(20)),
             Err(e) => return Err(format!("waiting for it: {e}")),
@@ -645,6 +703,37 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.contains("cannot run"), "{e}");
+    }
+
+    #[test]
+    fn a_hung_program_does_not_hold_the_stop_for_its_time_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let program = script(dir.path(), "hang", "sleep 1000");
+        let journal_path = dir.path().join("journal.socket");
+        let journal = UnixDatagram::bind(&journal_path).unwrap();
+        let delivery = Delivery::start(
+            array(),
+            vec![Alert::Program(program)],
+            DeliveryOptions {
+                timeout: Duration::from_secs(60),
+                ..DeliveryOptions::default()
+            },
+            Journal::new(&journal_path),
+        );
+        delivery.send(&fail_event());
+        std::thread::sleep(Duration::from_millis(300));
+        let started = Instant::now();
+        delivery.stop();
+        let took = started.elapsed();
+        assert!(took < STOP_GRACE + Duration::from_secs(2), "{took:?}");
+        let mut logged = String::new();
+        while !logged.contains("ALERT NOT DELIVERED") {
+            logged.push_str(&String::from_utf8(received(&journal)).unwrap());
+        }
+        assert!(
+            logged.contains("when the server stopped and was killed"),
+            "{logged}"
+        );
     }
 
     #[test]
