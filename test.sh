@@ -16,6 +16,7 @@ needs=(
     "mkfs.xfs xfsprogs"              # mkfs.xfs/xfs_repair on the host and (shipped) in the ublk VM tests
     "dmsetup dmsetup"                # kernel_ublk_faults: a member behind dm-error in the VM
     "fio fio"                        # peer for the benchmark and the NBD export
+    "pgrep procps"                   # cli/tests/monitor.rs: a killed alert program left nothing running
     "nbdkit nbdkit"                  # NBD peers and clients
     "nbdinfo libnbd-bin"
     "nbdfuse nbdfuse"

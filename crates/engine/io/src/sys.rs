@@ -236,6 +236,18 @@ pub fn shutdown_socket(fd: i32) {
     let _ = unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
 }
 
+/// SIGKILL to every process of the process group `pgid` (a child started
+/// as the leader of its own group, and whatever it started in turn).
+pub fn kill_process_group(pgid: u32) -> io::Result<()> {
+    let pgid =
+        libc::pid_t::try_from(pgid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
+    if pgid <= 1 {
+        return Err(io::Error::from_raw_os_error(libc::ESRCH));
+    }
+    // SAFETY: kill takes no pointers; a negative pid names a group.
+    cvt(unsafe { libc::kill(-pgid, libc::SIGKILL) }).map(drop)
+}
+
 /// A non-blocking eventfd, for waking a thread that sleeps in poll(2).
 pub fn eventfd() -> io::Result<std::os::fd::OwnedFd> {
     // SAFETY: eventfd takes no pointers.

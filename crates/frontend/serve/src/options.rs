@@ -190,6 +190,9 @@ pub struct ServeOptions {
     pub command_hook: Option<CommandHook>,
     /// `--ublk`: also (or only) a block device.
     pub ublk: Option<UblkOptions>,
+    /// Filled with the server's request counters when it starts (for
+    /// `--metrics`).
+    pub totals: Option<crate::stats::TotalsProbe>,
 }
 
 impl fmt::Debug for ServeOptions {
@@ -238,6 +241,7 @@ impl Default for ServeOptions {
             status_hook: None,
             command_hook: None,
             ublk: None,
+            totals: None,
         }
     }
 }

@@ -148,6 +148,9 @@ pub fn start(
         ublk_counters,
         options,
     });
+    if let Some(probe) = &shared.options.totals {
+        probe.attach(&shared);
+    }
     let control = match &shared.options.control_socket {
         Some(path) => Some(control::ControlServer::start(path, Arc::clone(&shared))?),
         None => None,

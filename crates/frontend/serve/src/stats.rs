@@ -1,7 +1,7 @@
 //! Request counters, per connection and per server, and live rates.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
 use serde::Serialize;
@@ -152,5 +152,54 @@ impl RateMeter {
             *last = (Instant::now(), total, rates);
         }
         last.2
+    }
+}
+
+/// A running server's request counters, read from another thread (the
+/// metrics endpoint): given in [`crate::ServeOptions::totals`], attached
+/// when the server starts, empty before and after.
+#[derive(Clone, Default)]
+pub struct TotalsProbe(Arc<Mutex<Option<Weak<crate::shared::Shared>>>>);
+
+/// What a [`TotalsProbe`] reads: NBD's requests (every connection, past
+/// and present) and the ublk device's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExportTotals {
+    pub nbd: CountersSnapshot,
+    pub ublk: Option<CountersSnapshot>,
+}
+
+impl std::fmt::Debug for TotalsProbe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TotalsProbe")
+    }
+}
+
+impl TotalsProbe {
+    pub(crate) fn attach(&self, shared: &Arc<crate::shared::Shared>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::downgrade(shared));
+    }
+
+    /// The counters now; `None` while no server runs.
+    pub fn read(&self) -> Option<ExportTotals> {
+        let shared = self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()?;
+        let shared = shared.upgrade()?;
+        let ublk = shared.ublk_counters.as_ref().map(|c| c.snapshot());
+        let all = shared.totals();
+        let nbd = match ublk {
+            Some(u) => CountersSnapshot {
+                reads: all.reads - u.reads,
+                writes: all.writes - u.writes,
+                flushes: all.flushes - u.flushes,
+                trims: all.trims - u.trims,
+                zeroes: all.zeroes - u.zeroes,
+                other: all.other - u.other,
+                read_bytes: all.read_bytes - u.read_bytes,
+                written_bytes: all.written_bytes - u.written_bytes,
+                errors: all.errors - u.errors,
+            },
+            None => all,
+        };
+        Some(ExportTotals { nbd, ublk })
     }
 }

@@ -68,6 +68,8 @@ pub struct ServeCmd {
     /// anyway (its contents are destroyed).
     #[arg(long)]
     force: bool,
+    #[command(flatten)]
+    monitor: nvraid_monitor::MonitorArgs,
     /// Members of the array to serve, in any order.
     #[arg(required = true)]
     members: Vec<String>,
@@ -93,6 +95,8 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
     // Every check of the cache's flags and the journal member comes before
     // the array is assembled for writing (or md's journal added to it).
     check_cache_flags(args, writable)?;
+    // --metrics is bound here, before the array is assembled.
+    let monitor = args.monitor.prepare().map_err(anyhow::Error::msg)?;
     let (members, journal) = settle_md_journal(args, direct)?;
     let md_journal = args.cache == CacheChoice::Journal && cache::has_md_journal(&members, direct);
     let journal_member =
@@ -113,6 +117,7 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
     let log: Log = Arc::new(|line: &str| eprintln!("{line}"));
     let online = Online::new(array.clone(), pace, direct, log.clone());
     configure(&mut options, &array, &resync, &online);
+    let monitor = monitor.start(&array, &online, &resync, &mut options);
     let (target, cache) = serving_target(args, journal_member, &array, &mut options)?;
     let shutdown = ShutdownHandle::new();
     watch_signals(shutdown.clone())?;
@@ -128,6 +133,7 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
         log: &log,
     };
     let served = serve_with_helpers(args, helpers, writable, target, options, shutdown);
+    monitor.stop();
     // Cached writes go to the members (and the journal is emptied) before
     // the array can be marked clean.
     if let Some(cache) = cache {
