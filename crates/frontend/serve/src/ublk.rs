@@ -595,6 +595,7 @@ mod tests {
             io_min_bytes: 256 << 10,
             io_opt_bytes: io_opt,
             discard_granularity: 256 << 10,
+            ..UblkOptions::default()
         }
     }
 
