@@ -496,6 +496,7 @@ mod tests {
             io_min_bytes: 256 << 10,
             io_opt_bytes: io_opt,
             discard_granularity: 256 << 10,
+            record: None,
         }
     }
 

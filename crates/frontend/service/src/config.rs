@@ -37,8 +37,7 @@ pub fn path(explicit: Option<&Path>) -> PathBuf {
 }
 
 /// How an array is exported once assembled.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase", tag = "kind", content = "value")]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Export {
     /// `/dev/ublkbN`; `Some(N)` a fixed number, `None` the first free one.
     Ublk(Option<u32>),
@@ -58,6 +57,13 @@ impl fmt::Display for Export {
             Export::Nbd(address) => write!(f, "nbd:{address}"),
             Export::None => f.write_str("none"),
         }
+    }
+}
+
+/// As it is written in the file (`ublk:3`, `nbd:tcp:10809`).
+impl Serialize for Export {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
     }
 }
 

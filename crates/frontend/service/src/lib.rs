@@ -8,6 +8,7 @@
 //!   has reported for each array, the decision "every role is here: start
 //!   the service / not yet: arm the last-resort timer", the ublk registry,
 //!   and the `systemctl` call;
+//! - [`launch`]: the `nvraid serve` command line `nvraid run` execs;
 //! - [`mdadm`]: the marked `ARRAY <ignore>` block nvraid keeps in
 //!   mdadm.conf, and the refusal of an array the kernel's md holds;
 //! - [`notify`]: systemd's readiness protocol (`sd_notify`).
@@ -17,6 +18,7 @@
 
 pub mod config;
 pub mod incremental;
+pub mod launch;
 pub mod mdadm;
 pub mod notify;
 
