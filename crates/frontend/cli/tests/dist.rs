@@ -21,7 +21,10 @@ fn units_in(dir: &Path) -> Vec<String> {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         let text = std::fs::read_to_string(&path).unwrap();
         if name.ends_with(".service") {
-            assert!(text.contains("ExecStart=/usr/bin/nvraid "), "{name} runs no nvraid");
+            assert!(
+                text.contains("ExecStart=/usr/bin/nvraid "),
+                "{name} runs no nvraid"
+            );
         }
         let text = text.replace("/usr/bin/nvraid", env!("CARGO_BIN_EXE_nvraid"));
         std::fs::write(dir.join(&name), text).unwrap();

@@ -593,3 +593,43 @@ fn ublk_name_reads_the_record_serve_wrote() {
     m.refused(&["ublk", "name", "ublkb6"], &["ublk device 6"]);
     m.refused(&["ublk", "name", "sda"], &["not ublkbN"]);
 }
+
+#[test]
+fn serve_tells_systemd_ready_once_listening_and_stopping_at_shutdown() {
+    use std::os::unix::net::UnixDatagram;
+    let m = Machine::new();
+    let members = m.create("m", "data");
+    let notify_path = m.path("notify");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    notify
+        .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap();
+    let mut served = common::serve_env(
+        &m.root,
+        &members,
+        &[],
+        &[("NOTIFY_SOCKET", notify_path.to_str().unwrap())],
+    );
+    let mut buffer = [0u8; 4096];
+    let n = notify
+        .recv(&mut buffer)
+        .expect("no READY=1 from nvraid serve");
+    let ready = String::from_utf8_lossy(&buffer[..n]).into_owned();
+    let socket = m.path("md.sock");
+    assert_eq!(
+        ready,
+        format!("READY=1\nSTATUS=serving unix:{}", socket.display())
+    );
+    assert!(socket.exists(), "READY=1 before the listener was up");
+    let killed = Command::new("kill")
+        .args(["-TERM", &served.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let n = notify
+        .recv(&mut buffer)
+        .expect("no STOPPING=1 from nvraid serve");
+    assert_eq!(&buffer[..n], b"STOPPING=1");
+    let status = served.0.wait().unwrap();
+    assert!(status.success(), "{}", m.text("serve.log"));
+}
