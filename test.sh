@@ -44,6 +44,7 @@ needs=(
     "dpkg-source dpkg-dev"           # tools/mdvm/build-fio: fio for the VM from Debian's source
     "make make"
     "libz.a:/usr/lib/x86_64-linux-gnu/libz.a zlib1g-dev"
+    "systemd-analyze systemd"        # tests/dist.rs: the units in dist/systemd pass systemd-analyze verify
 )
 missing=()
 for entry in "${needs[@]}"; do

@@ -95,8 +95,12 @@ enum Command {
     Serve(cmd::serve::ServeCmd),
     /// Show a running server's array, connections and rates.
     Status(cmd::serve::StatusArgs),
-    /// List ublk devices, or delete one whose server is gone.
+    /// List ublk devices, delete one whose server is gone, or name one's array.
     Ublk(cmd::ublk::UblkArgs),
+    /// Declare the arrays started at boot (nvraid.conf), and keep mdadm away from them.
+    Config(cmd::config::ConfigArgs),
+    /// Start a configured array: find its members and become `nvraid serve` (the service's start).
+    Run(cmd::run::RunArgs),
     /// Print the man page (roff), or write every command's page with --dir.
     Man(cmd::manual::ManArgs),
     /// Print shell completions: bash, zsh or fish.
@@ -153,6 +157,8 @@ fn main() -> ExitCode {
         Command::Serve(args) => cmd::serve::serve(args, direct),
         Command::Status(args) => cmd::serve::status(args),
         Command::Ublk(args) => cmd::ublk::run(args),
+        Command::Config(args) => cmd::config::run(args),
+        Command::Run(args) => cmd::run::run(args, direct),
         Command::Man(args) => cmd::manual::man(args, Cli::command()),
         Command::Completions(args) => cmd::manual::completions(args, Cli::command()),
     };

@@ -19,12 +19,16 @@ limits() {
 
 # 1. The RAID 5 becomes /dev/ublkb0, with the array's size and geometry.
 t0=$(ms)
-$N serve --ublk 0 --control /tmp/ctl $R5 2> /tmp/srv1.log &
+$N serve --ublk 0 --ublk-record /run/nvraid/ublk/data --control /tmp/ctl $R5 2> /tmp/srv1.log &
 SRV1=$!
 wait_for -b /dev/ublkb0
 t1=$(ms)
 wait_log /tmp/srv1.log ublk-added
 echo "DEVICE /dev/ublkb0 after $((t1 - t0)) ms"
+# --ublk-record: the device's number, for nvraid run and `nvraid ublk name`.
+[ "$(cat /run/nvraid/ublk/data)" = 0 ] || fail "--ublk-record holds '$(cat /run/nvraid/ublk/data)', not 0"
+[ "$(NVRAID_RUN_DIR=/run/nvraid $N ublk name ublkb0)" = data ] || fail "nvraid ublk name ublkb0"
+echo "RECORD /run/nvraid/ublk/data holds 0, ublk name ublkb0: data"
 limits raid5
 echo "ARRAY size=$($N detail --json $R5 | sed -n 's/.*"size_bytes": *\([0-9]*\).*/\1/p' | head -1)"
 $N status --socket /tmp/ctl > /tmp/status || fail "nvraid status"
@@ -66,10 +70,11 @@ wait $SRV1 || true
 before=$(wc -l < /tmp/synced)
 sleep 1
 [ -b /dev/ublkb0 ] || fail "the device went away with its server"
+[ "$(cat /run/nvraid/ublk/data)" = 0 ] || fail "the record went away with a killed server"
 grep -q "^/dev/ublkb0 /mnt " /proc/mounts || fail "the filesystem was unmounted"
 echo "KILLED nvraid under a writer ($before files synced): /dev/ublkb0 stays, /mnt mounted"
 t0=$(ms)
-$N serve --ublk 0 --control /tmp/ctl $R5 2> /tmp/srv2.log &
+$N serve --ublk 0 --ublk-record /run/nvraid/ublk/data --control /tmp/ctl $R5 2> /tmp/srv2.log &
 SRV2=$!
 wait_log /tmp/srv2.log ublk-reattached
 t1=$(ms)
@@ -125,9 +130,10 @@ wait $SRV2 || fail "nvraid serve exited $? on SIGTERM under a mounted filesystem
 grep -q "ublk-left-for-next-server" /tmp/srv2.log || { cat /tmp/srv2.log; fail "no ublk-left-for-next-server in the log"; }
 [ -b /dev/ublkb0 ] || fail "the device went away with a restart under a mounted filesystem"
 grep -q "^/dev/ublkb0 /mnt " /proc/mounts || fail "the filesystem was unmounted by the restart"
+[ "$(cat /run/nvraid/ublk/data)" = 0 ] || fail "the record went away with the device left for the next server"
 kill -0 $WRITER 2> /dev/null || fail "the writer stopped during the restart"
 echo "HANDOVER $($N detail $R5 | grep 'State :')"
-$N serve --ublk 0 --control /tmp/ctl $R5 2> /tmp/srv5.log &
+$N serve --ublk 0 --ublk-record /run/nvraid/ublk/data --control /tmp/ctl $R5 2> /tmp/srv5.log &
 SRV2=$!
 wait_log /tmp/srv5.log ublk-reattached
 before=$(wc -l < /tmp/synced)
@@ -158,6 +164,8 @@ wait $SRV2 || fail "nvraid serve exited $?"
 [ ! -e /dev/ublkb0 ] || fail "/dev/ublkb0 still there after SIGTERM"
 [ ! -e /dev/ublkc0 ] || fail "/dev/ublkc0 still there after SIGTERM"
 grep -q "ublk-deleted" /tmp/srv5.log || fail "no ublk-deleted in the log"
+[ ! -e /run/nvraid/ublk/data ] || fail "--ublk-record's file stays after the device was deleted"
+echo "RECORD removed with the device"
 echo "STOPPED: device removed; $(tail -1 /tmp/srv5.log)"
 echo "DETAIL raid5 $($N detail $R5 | grep 'State :')"
 

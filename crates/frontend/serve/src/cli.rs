@@ -95,6 +95,12 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ID", num_args = 0..=1, default_missing_value = "auto",
           value_parser = parse_ublk_id)]
     pub ublk: Option<UblkId>,
+    /// With --ublk: write the device's number to FILE (atomically) once it
+    /// is known, before the device starts, and remove the file when a
+    /// clean stop deletes the device (`nvraid run` and the udev rule for
+    /// /dev/nvraid/NAME read it).
+    #[arg(long, value_name = "FILE", requires = "ublk")]
+    pub ublk_record: Option<PathBuf>,
     /// With --ublk, what SIGTERM does with the device: `auto` leaves it
     /// for the next server while it is in use (a mounted filesystem: a
     /// restart, with the filesystem staying mounted) and deletes it
@@ -205,6 +211,7 @@ impl ServeArgs {
                 UblkId::Auto => None,
                 UblkId::Number(n) => Some(n),
             },
+            record: self.ublk_record.clone(),
             on_stop: match self.ublk_stop {
                 UblkStopArg::Auto => UblkStop::Auto,
                 UblkStopArg::Delete => UblkStop::Delete,
@@ -307,6 +314,15 @@ mod tests {
         assert_eq!(
             options.listen,
             vec![ListenAddress::Unix("/tmp/x.sock".into())]
+        );
+        let options = parse(&["--ublk", "--ublk-record", "/run/nvraid/ublk/data"]).unwrap();
+        assert_eq!(
+            options.ublk.unwrap().record,
+            Some(PathBuf::from("/run/nvraid/ublk/data"))
+        );
+        assert!(
+            parse(&["--ublk-record", "/tmp/r"]).is_err(),
+            "only with --ublk"
         );
         let e = parse(&["--ublk", "/dev/vdb"]).unwrap_err();
         assert!(e.contains("not a device number or `auto`"), "{e}");

@@ -93,6 +93,9 @@ pub struct UblkOptions {
     pub io_opt_bytes: u32,
     /// Discards are rounded to this (the chunk).
     pub discard_granularity: u32,
+    /// A file to write the device's number to before the device starts
+    /// (removed when a clean stop deletes the device).
+    pub record: Option<PathBuf>,
     /// What a clean stop (SIGTERM) does with the device.
     pub on_stop: UblkStop,
     /// Added with ublk's user recovery: a killed server leaves the device
@@ -127,6 +130,7 @@ impl Default for UblkOptions {
             io_min_bytes: 0,
             io_opt_bytes: 0,
             discard_granularity: 4096,
+            record: None,
             on_stop: UblkStop::Auto,
             recovery: true,
         }

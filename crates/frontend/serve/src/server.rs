@@ -104,6 +104,14 @@ pub fn start(
         target.sector_bytes(),
         read_only,
     )?;
+    // The device's number is known (added or taken over): recorded before
+    // the device starts, so that udev, when the disk appears, finds its name.
+    if let (Some(d), Some(path)) = (device.as_ref(), ublk_record(&options)) {
+        if let Err(e) = write_record(path, d.id()) {
+            abandon(device, &options);
+            return Err(e);
+        }
+    }
     let plan = device
         .as_ref()
         .map(|d| d.plan(target.size_bytes(), read_only));
@@ -112,7 +120,7 @@ pub fn start(
         Ok(workers) => workers,
         Err(e) => {
             drop(plan);
-            abandon(device);
+            abandon(device, &options);
             return Err(e);
         }
     };
@@ -120,7 +128,7 @@ pub fn start(
     if let Some(d) = device.as_mut() {
         if let Err(e) = d.start() {
             workers.stop();
-            abandon(device);
+            abandon(device, &options);
             return Err(e);
         }
         log_ublk(&options, d);
@@ -189,9 +197,45 @@ fn worker_shape(options: &ServeOptions, device: Option<&ublk::Device>) -> (u32, 
 
 /// A device added for a server that could not start is deleted (one
 /// taken over is left as it was: quiesced, for the next server).
-fn abandon(device: Option<ublk::Device>) {
+fn abandon(device: Option<ublk::Device>, options: &ServeOptions) {
     if let Some(mut device) = device.filter(|d| !d.recovered) {
-        let _ = device.stop();
+        if device.stop().is_ok() {
+            remove_record(options);
+        }
+    }
+}
+
+/// `--ublk-record FILE`.
+fn ublk_record(options: &ServeOptions) -> Option<&std::path::Path> {
+    options.ublk.as_ref()?.record.as_deref()
+}
+
+/// The device's number written to `path` whole: a temporary file beside
+/// it, renamed over it.
+fn write_record(path: &std::path::Path, id: u32) -> Result<(), Error> {
+    let failed = |e: std::io::Error| {
+        Error::Ublk(format!(
+            "--ublk-record {}: cannot write the device number: {e}",
+            path.display()
+        ))
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(failed)?;
+    }
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let temp = path.with_file_name(format!(".{name}.{}", std::process::id()));
+    std::fs::write(&temp, format!("{id}\n"))
+        .and_then(|()| std::fs::rename(&temp, path))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&temp);
+            failed(e)
+        })
+}
+
+/// The device is deleted: its record goes.
+fn remove_record(options: &ServeOptions) {
+    if let Some(path) = ublk_record(options) {
+        let _ = std::fs::remove_file(path);
     }
 }
 
@@ -297,6 +341,12 @@ impl Server {
         }
     }
 
+    /// The number of the ublk device served (`--ublk`), while it is.
+    pub fn ublk_id(&self) -> Option<u32> {
+        let device = self.shared.ublk.lock().expect("ublk device");
+        device.as_ref().map(|d| d.id())
+    }
+
     fn spawn_threads(&mut self) -> Result<(), Error> {
         for listener in &self.listeners {
             let listener = Arc::clone(listener);
@@ -359,10 +409,13 @@ impl Server {
             // flight, then aborts every tag, and each queue closes.
             stopped = device.stop();
             match &stopped {
-                Ok(()) => shared.log(&format!(
-                    "event=ublk-deleted device=/dev/ublkb{}",
-                    device.id()
-                )),
+                Ok(()) => {
+                    remove_record(&shared.options);
+                    shared.log(&format!(
+                        "event=ublk-deleted device=/dev/ublkb{}",
+                        device.id()
+                    ))
+                }
                 Err(e) => shared.log(&format!("event=ublk-stop-failed error=\"{e}\"")),
             }
         }

@@ -11,15 +11,29 @@ pub struct AssembleArgs {
     /// entries of directories. Report every array found.
     #[arg(long)]
     scan: bool,
+    /// What udev runs as each md member appears: if the configuration
+    /// lists DEV's array, record DEV (in /run/nvraid, or $NVRAID_RUN_DIR)
+    /// and start nvraid@NAME.service once every member is present, else arm
+    /// nvraid-last-resort@NAME.timer (through systemctl, or
+    /// $NVRAID_SYSTEMCTL). An array not listed: nothing done, exit 0.
+    #[arg(long, value_name = "DEV", conflicts_with_all = ["scan", "json", "paths"])]
+    incremental: Option<String>,
+    /// With --incremental: the configuration file (default: $NVRAID_CONF,
+    /// else /etc/nvraid/nvraid.conf).
+    #[arg(long, value_name = "FILE", requires = "incremental")]
+    config: Option<std::path::PathBuf>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
     /// Members (or, with --scan, paths to search).
-    #[arg(required = true)]
+    #[arg(required_unless_present = "incremental")]
     paths: Vec<String>,
 }
 
 pub fn run(args: &AssembleArgs, direct: bool) -> Result<u8> {
+    if let Some(device) = &args.incremental {
+        return super::run::incremental(device, args.config.as_deref());
+    }
     if !args.scan {
         let array = assemble(&args.paths, super::read_only(direct))?;
         let detail = info::detail(&array);

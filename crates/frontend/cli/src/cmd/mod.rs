@@ -2,6 +2,7 @@
 
 pub mod assemble;
 pub mod bench;
+pub mod config;
 pub mod create;
 pub mod detail;
 pub mod examine;
@@ -10,6 +11,7 @@ pub mod manage;
 pub mod manual;
 pub mod online;
 pub mod report;
+pub mod run;
 pub mod serve;
 pub mod topology;
 pub mod tune;

@@ -309,7 +309,10 @@ fn serve_with_helpers(
     let bitmap_daemon = nvraid_array::BitmapDaemon::start(array);
     // Rebuilds beside the clients, hot spares taking over.
     let recovery_thread = online.start();
-    let served = nvraid_serve::serve(target, options, shutdown);
+    let served = nvraid_serve::start(target, options, shutdown.clone()).and_then(|server| {
+        tell_systemd(&server, &shutdown);
+        server.wait()
+    });
     online.stop();
     if let Some(thread) = recovery_thread {
         let _ = thread.join();
@@ -320,6 +323,35 @@ fn serve_with_helpers(
         let _ = thread.join();
     }
     served
+}
+
+/// Under systemd (`Type=notify`, `NOTIFY_SOCKET` set): READY=1 once the
+/// ublk device is started and every listener is up (`start` returned),
+/// with a STATUS line saying what is served; STOPPING=1 when the shutdown
+/// begins. A failure to tell systemd is logged, never fatal.
+fn tell_systemd(server: &nvraid_serve::Server, shutdown: &ShutdownHandle) {
+    if std::env::var_os("NOTIFY_SOCKET").is_none() {
+        return;
+    }
+    let mut what: Vec<String> = server
+        .ublk_id()
+        .map(|id| format!("/dev/ublkb{id}"))
+        .into_iter()
+        .collect();
+    what.extend(server.info().listening.iter().map(|a| a.to_string()));
+    let state = format!("READY=1\nSTATUS=serving {}", what.join(" "));
+    if let Err(e) = nvraid_service::notify::notify(&state) {
+        eprintln!("nvraid: cannot tell systemd the array is ready: {e}");
+    }
+    let shutdown = shutdown.clone();
+    let _ = std::thread::Builder::new()
+        .name("sd-notify".into())
+        .spawn(move || {
+            shutdown.wait();
+            if let Err(e) = nvraid_service::notify::notify("STOPPING=1") {
+                eprintln!("nvraid: cannot tell systemd the array is stopping: {e}");
+            }
+        });
 }
 
 /// The cache `--cache` asks for over `target`, the journal replayed or

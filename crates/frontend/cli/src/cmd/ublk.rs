@@ -25,6 +25,13 @@ enum UblkCommand {
         /// The device number (N of /dev/ublkbN).
         id: u32,
     },
+    /// Print the name of the configured array served as DEVICE (ublkbN,
+    /// /dev/ublkbN or N), from the run directory's record (what the udev
+    /// rule for /dev/nvraid/NAME runs). Exit 1 when no array has it.
+    Name {
+        /// ublkbN, /dev/ublkbN or N.
+        device: String,
+    },
 }
 
 pub fn run(args: &UblkArgs) -> Result<u8> {
@@ -52,6 +59,24 @@ pub fn run(args: &UblkArgs) -> Result<u8> {
                 );
             }
             Ok(0)
+        }
+        UblkCommand::Name { device } => {
+            let number = device
+                .trim_start_matches("/dev/")
+                .trim_start_matches("ublkb")
+                .parse::<u32>()
+                .map_err(|_| anyhow::anyhow!("{device:?} is not ublkbN, /dev/ublkbN or N"))?;
+            let run = nvraid_service::incremental::RunDir::from_env();
+            match run.name_of_ublk(number) {
+                Some(name) => {
+                    println!("{name}");
+                    Ok(0)
+                }
+                None => anyhow::bail!(
+                    "no array's record in {} holds ublk device {number}",
+                    run.root.join("ublk").display()
+                ),
+            }
         }
         UblkCommand::Delete { id } => {
             nvraid_serve::release_ublk(*id)?;
