@@ -86,7 +86,7 @@ pub fn detail(array: &Array) -> ArrayDetail {
         })
         .collect();
     members.extend(array.md_journal().map(journal_detail));
-    members.extend(array.set_aside().iter().map(set_aside_detail));
+    members.extend(array.set_aside_now().map(set_aside_detail));
     ArrayDetail {
         uuid: format_uuid(&sb.set_uuid),
         name: sb.name(),

@@ -315,6 +315,22 @@ impl Members {
         &self.set_aside
     }
 
+    /// The members set aside at assembly that are not in a role now (one
+    /// re-added or rebuilt into its role since is no longer set aside):
+    /// what a report of the array shows.
+    pub fn set_aside_now(&self) -> impl Iterator<Item = &SetAsideMember> {
+        self.set_aside.iter().filter(move |m| {
+            let Some(sb) = m.superblock.as_ref() else {
+                return true;
+            };
+            !self
+                .slots()
+                .iter()
+                .flatten()
+                .any(|s| s.superblock.device_uuid == sb.device_uuid)
+        })
+    }
+
     /// Write `companion` with every superblock update from now on (at
     /// assembly, before the array runs).
     pub(crate) fn add_companion(&mut self, companion: Arc<dyn Companion>) {

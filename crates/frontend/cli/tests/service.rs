@@ -526,7 +526,7 @@ fn run_dry_run_prints_the_serve_command_with_the_configs_flags() {
         .collect();
     let run = m.path("run");
     let expected = format!(
-        "serve --ublk=4 --ublk-record {run}/ublk/data --control {run}/data.ctl \
+        "serve --ublk=4 --ublk-record {run}/ublk/data --control {run}/data.ctl --re-add \
          --alert-program /usr/local/bin/alert --alert-mail root --metrics 127.0.0.1:9177 -- {}",
         members.join(" "),
         run = run.display()

@@ -138,7 +138,7 @@ fn members(array: &Array) -> Vec<MemberSnapshot> {
             ..MemberSnapshot::default()
         }
     }));
-    members.extend(array.set_aside().iter().map(|m| MemberSnapshot {
+    members.extend(array.set_aside_now().map(|m| MemberSnapshot {
         path: Some(m.spec.clone()),
         state: m.reason.state().into(),
         ..MemberSnapshot::default()

@@ -49,6 +49,9 @@ pub fn serve_args(
     }
     args.push("--control".into());
     args.push(path(&run.control(&entry.name)));
+    // A member that was missing at the last start is back: re-added by
+    // the bitmap, as md's incremental assembly does.
+    args.push("--re-add".into());
     if let Some(program) = &alerts.program {
         args.push("--alert-program".into());
         args.push(path(program));
@@ -97,7 +100,7 @@ mod tests {
         let args = serve_args(&entry(Export::Ublk(None)), &alerts, &run, "auto", &members);
         assert_eq!(
             args.join(" "),
-            "--ublk=auto --ublk-record /run/nvraid/ublk/data --control /run/nvraid/data.ctl \
+            "--ublk=auto --ublk-record /run/nvraid/ublk/data --control /run/nvraid/data.ctl --re-add \
              --alert-program /usr/local/bin/alert --alert-mail root --metrics 127.0.0.1:9177 \
              -- /dev/vdb /dev/vdc"
         );
@@ -110,7 +113,7 @@ mod tests {
         );
         assert_eq!(
             args.join(" "),
-            "--listen tcp:0.0.0.0:10809 --control /run/nvraid/data.ctl -- /dev/vdb"
+            "--listen tcp:0.0.0.0:10809 --control /run/nvraid/data.ctl --re-add -- /dev/vdb"
         );
         let args = serve_args(
             &entry(Export::None),
@@ -121,7 +124,7 @@ mod tests {
         );
         assert_eq!(
             args.join(" "),
-            "--listen unix:/run/nvraid/data.sock --control /run/nvraid/data.ctl -- /dev/vdb"
+            "--listen unix:/run/nvraid/data.sock --control /run/nvraid/data.ctl --re-add -- /dev/vdb"
         );
     }
 

@@ -70,6 +70,15 @@ pub struct ServeCmd {
     force: bool,
     #[command(flatten)]
     monitor: nvraid_monitor::MonitorArgs,
+    /// Re-add the members given that assembly set aside as stale or
+    /// faulty (a disk that was missing or failed while the array ran
+    /// without it) to their roles once the server runs, each recovering
+    /// by the write-intent bitmap what it missed (a full rebuild where the
+    /// bitmap cannot tell); md's incremental assembly does the same.
+    /// `nvraid run` (the boot service) passes it. Each re-add is logged;
+    /// one that is refused leaves the array serving degraded.
+    #[arg(long)]
+    re_add: bool,
     /// Members of the array to serve, in any order.
     #[arg(required = true)]
     members: Vec<String>,
@@ -309,6 +318,9 @@ fn serve_with_helpers(
     let bitmap_daemon = nvraid_array::BitmapDaemon::start(array);
     // Rebuilds beside the clients, hot spares taking over.
     let recovery_thread = online.start();
+    if args.re_add && writable {
+        re_add_set_aside(array, online, log);
+    }
     let served = nvraid_serve::start(target, options, shutdown.clone()).and_then(|server| {
         tell_systemd(&server, &shutdown);
         server.wait()
@@ -323,6 +335,41 @@ fn serve_with_helpers(
         let _ = thread.join();
     }
     served
+}
+
+/// `--re-add`: every member given that assembly set aside as stale or
+/// faulty goes back to its role through the running array's recovery
+/// (re-added by the bitmap, or refused with the reason), logged either way.
+fn re_add_set_aside(array: &Array, online: &Arc<Online>, log: &Log) {
+    let candidates: Vec<String> = array
+        .set_aside()
+        .iter()
+        .filter(|m| {
+            matches!(
+                m.reason,
+                nvraid_array::SetAside::Stale { .. } | nvraid_array::SetAside::Faulty
+            )
+        })
+        .map(|m| m.spec.clone())
+        .collect();
+    for spec in candidates {
+        match online.add(&spec, false) {
+            Ok(joined) => log(&format!(
+                "nvraid: event=re-added member={spec} {}",
+                match joined {
+                    nvraid_array::recovery::online::Joined::ReAdded { role } =>
+                        format!("role={role} recovery=bitmap"),
+                    nvraid_array::recovery::online::Joined::Recovering { role } =>
+                        format!("role={role} recovery=full"),
+                    nvraid_array::recovery::online::Joined::Spare => "spare=true".to_string(),
+                }
+            )),
+            Err(e) => log(&format!(
+                "nvraid: event=re-add-refused member={spec} reason=\"{e}\""
+            )),
+        }
+        online.wake();
+    }
 }
 
 /// Under systemd (`Type=notify`, `NOTIFY_SOCKET` set): READY=1 once the
