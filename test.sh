@@ -45,6 +45,11 @@ needs=(
     "make make"
     "libz.a:/usr/lib/x86_64-linux-gnu/libz.a zlib1g-dev"
     "systemd-analyze systemd"        # tests/dist.rs: the units in dist/systemd pass systemd-analyze verify
+    "mmdebstrap mmdebstrap"          # tools/bootvm/mkroot: the Debian trixie machine of the reboot tests
+    "debugfs e2fsprogs"              # tools/bootvm/bootvm: Debian's initramfs read from the root image
+    "qemu-storage-daemon qemu-system-common"   # ... of a qcow2 overlay, through a FUSE view
+    "dpkg-shlibdeps dpkg-dev"        # dist/build-deb: the package's Depends
+    "strip binutils"
 )
 missing=()
 for entry in "${needs[@]}"; do
@@ -82,5 +87,8 @@ fi
 # The VM's second kernel (Debian trixie's 6.12, for ublk): fetched once into
 # the cache, so that the first test that boots it does not pay for the download.
 tools/mdvm/fetch-kernel > /dev/null
+# The reboot tests' Debian machine (tools/bootvm): built once (mmdebstrap) and
+# cached under /var/tmp/nvraid-vm, likewise.
+tools/bootvm/mkroot > /dev/null
 
 cargo test --workspace "$@"

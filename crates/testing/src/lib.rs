@@ -19,9 +19,11 @@
 //!
 //! [`CountingAllocator`] counts a process's allocations, for the tests
 //! that prove a data path allocates nothing per operation; [`vm`] holds
-//! what the kernel-VM tests share (host tools and libraries shipped in).
+//! what the kernel-VM tests share (host tools and libraries shipped in);
+//! [`bootvm`] the reboot tests' whole Debian machine (`tools/bootvm`).
 
 pub mod alloc;
+pub mod bootvm;
 mod faults;
 pub mod nbdkit;
 mod target;

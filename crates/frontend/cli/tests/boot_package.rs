@@ -1,0 +1,167 @@
+//! The Debian package (`dist/build-deb`) on a real Debian trixie booted with systemd
+//! (`tools/bootvm`: mkroot's root filesystem through a qcow2 overlay of this test's
+//! own, Debian's initramfs, trixie's 6.12 kernel, TCG), two boots of one machine;
+//! the guest's half is `boot_package.sh` beside this file.
+//!
+//! Boot 1: the .deb built from this test's binary installs with `apt-get install
+//! ./nvraid_*.deb` and no network (so its Depends hold on a stock trixie with the
+//! bed's packages); `nvraid --version` is this binary's; every man page `nvraid man`
+//! makes is in man's directory; the bash completion loads, the zsh and fish ones
+//! are in their vendor directories; every unit of dist/systemd is known to systemd
+//! and every rule of dist/udev passes `udevadm verify`; the example config is a
+//! conffile. `apt-get remove` takes it all away but the conffile and leaves the
+//! RAID 1 member on nv0 as it was (the first 8 MiB: superblock, bitmap, data).
+//! Boot 2, the same root: what boot 1 wrote there is read back (the bed keeps a
+//! machine's state across reboots), `apt-get purge` removes the conffile, the
+//! member is still as it was. Each boot's timing is printed (bootvm's line).
+
+mod common;
+
+use common::*;
+use nvraid_testing::bootvm::{Boot, Machine};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The sha256 of the first 8 MiB of `image`.
+fn head_sha(image: &Path) -> String {
+    let bytes = std::fs::read(image).unwrap();
+    sha(&bytes[..8 << 20])
+}
+
+/// The regular files directly in the repository's `dist/<sub>`.
+fn dist_files(sub: &str) -> usize {
+    match std::fs::read_dir(repo().join("dist").join(sub)) {
+        Ok(entries) => entries
+            .filter(|e| e.as_ref().unwrap().file_type().unwrap().is_file())
+            .count(),
+        Err(_) => 0,
+    }
+}
+
+#[test]
+fn the_package_installs_offline_on_debian_and_its_removal_leaves_the_array_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(
+        &[
+            "create", "--level", "1", "--size", "32M", "m0.img", "m1.img",
+        ],
+        d,
+    );
+    let members: Vec<PathBuf> = ["m0.img", "m1.img"].iter().map(|m| d.join(m)).collect();
+    let member_sha = head_sha(&members[0]);
+
+    // the package, from this test's binary
+    let inside = d.join("in");
+    std::fs::create_dir_all(&inside).unwrap();
+    let started = std::time::Instant::now();
+    let built = Command::new(repo().join("dist/build-deb"))
+        .arg("--binary")
+        .arg(env!("CARGO_BIN_EXE_nvraid"))
+        .arg("--out")
+        .arg(&inside)
+        .output()
+        .expect("dist/build-deb");
+    assert!(
+        built.status.success(),
+        "dist/build-deb failed: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    eprintln!(
+        "build-deb took {:?}: {}",
+        started.elapsed(),
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let version = ok(&["--version"], d).trim().to_string();
+    std::fs::create_dir_all(d.join("man")).unwrap();
+    ok(&["man", "--dir", "man"], d);
+    let pages = std::fs::read_dir(d.join("man")).unwrap().count();
+    let conf = if repo().join("dist/nvraid.conf").is_file() {
+        "present"
+    } else {
+        "absent"
+    };
+
+    let machine = Machine::new(d, &members);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/boot_package.sh");
+    let mark = format!(
+        "{:x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    );
+    let env = |boot: &str| {
+        vec![
+            ("BOOT", boot.to_string()),
+            ("MEMBER_SHA", member_sha.clone()),
+            ("MARK", mark.clone()),
+        ]
+    };
+
+    let first = machine.boot(
+        &script,
+        &Boot {
+            indir: Some(&inside),
+            env: env("1"),
+            ..Boot::default()
+        },
+    );
+    first.succeeded();
+    assert_eq!(
+        first.line("INSTALLED"),
+        format!(
+            "INSTALLED nvraid {} install ok installed",
+            version.trim_start_matches("nvraid ")
+        )
+    );
+    assert_eq!(first.line("VERSION"), format!("VERSION {version}"));
+    assert_eq!(first.line("BINARY"), "BINARY /usr/bin/nvraid");
+    assert_eq!(first.line("MAN"), format!("MAN {pages} pages"));
+    assert_eq!(first.line("COMPLETIONS"), "COMPLETIONS bash zsh fish");
+    assert_eq!(
+        first.line("UNITS"),
+        format!("UNITS {} known to systemd", dist_files("systemd"))
+    );
+    assert_eq!(
+        first.line("RULES"),
+        format!("RULES {} verified by udevadm", dist_files("udev"))
+    );
+    assert_eq!(first.line("CONF"), format!("CONF {conf}"));
+    // removed, not purged: the conffile (if any) and the postrm stay until a purge
+    let left = "deinstall ok config-files";
+    assert_eq!(first.line("REMOVED"), format!("REMOVED {left}"));
+    assert_eq!(first.line("MEMBER"), "MEMBER unchanged");
+    assert_eq!(first.line("MARK"), "MARK written");
+    assert_eq!(
+        head_sha(&members[0]),
+        member_sha,
+        "boot 1 changed the member"
+    );
+
+    let second = machine.boot(
+        &script,
+        &Boot {
+            env: env("2"),
+            ..Boot::default()
+        },
+    );
+    second.succeeded();
+    assert_eq!(second.line("MARK"), "MARK read");
+    assert_eq!(second.line("LEFT"), format!("LEFT {left}"));
+    assert_eq!(second.line("PURGED"), "PURGED not known");
+    assert_eq!(second.line("MEMBER"), "MEMBER unchanged");
+    assert_eq!(
+        head_sha(&members[0]),
+        member_sha,
+        "boot 2 changed the member"
+    );
+
+    eprintln!(
+        "boot 1: {:?} in all; {}\nboot 2: {:?} in all; {}",
+        first.wall,
+        first.times(),
+        second.wall,
+        second.times()
+    );
+}
