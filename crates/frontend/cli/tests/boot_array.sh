@@ -11,6 +11,8 @@ fail() {
 	exit 1
 }
 disk() { echo /dev/disk/by-id/virtio-nv$1; }
+# progress, with the guest's uptime
+at() { echo "AT $1 $(cut -d' ' -f1 /proc/uptime)"; }
 STATE=/var/lib/boot-array
 CTL=/run/nvraid/data.ctl
 # seconds (of uptime) when a unit became active
@@ -65,6 +67,7 @@ setup)
 	# What a user finds: mdadm's udev rule took nvraid's array at boot.
 	echo "MDGRAB $(grep -c '^md' /proc/mdstat || true) arrays assembled by the kernel's md before nvraid was installed"
 	mdadm --stop --scan > /dev/null 2>&1 || true
+	at install
 	DEBIAN_FRONTEND=noninteractive apt-get install -y ./nvraid_*.deb > apt.log 2>&1 ||
 		{ cat apt.log; fail "apt-get install"; }
 	# A kernel md RAID 1 on two other disks, in mdadm.conf: it must go on
@@ -91,14 +94,17 @@ setup)
 	mkdir -p /etc/systemd/system/nvraid@data.service.d
 	printf '[Unit]\nWants=boot-array-probe@%%i.service\n' > /etc/systemd/system/nvraid@data.service.d/probe.conf
 	systemctl daemon-reload
+	at update-initramfs
 	update-initramfs -u > initramfs.log 2>&1 || { cat initramfs.log; fail "update-initramfs"; }
 	# The members were there before the package: udev is asked again, as a
 	# user would (or a reboot would do).
+	at udev-trigger
 	udevadm trigger --action=add --subsystem-match=block
 	udevadm settle -t 60 || true
 	wait_for 120 -b /dev/nvraid/data
 	echo "SERVED $(readlink -f /dev/nvraid/data) $(systemctl is-active nvraid@data.service)"
 	echo "MDSTAT $(grep '^md' /proc/mdstat | sed 's/ : /:/' | cut -d' ' -f1-3 | tr '\n' ';')"
+	at mkfs
 	mkfs.xfs -q -f /dev/nvraid/data || fail "mkfs.xfs"
 	mkdir -p /srv/data
 	echo "/dev/nvraid/data /srv/data xfs defaults 0 2" >> /etc/fstab

@@ -521,8 +521,12 @@ fn check_blank(member: &Member) -> Result<(), String> {
 /// What the background resync has done.
 #[derive(Debug, Default)]
 pub struct ResyncState {
+    /// The position reached (bytes from where it started).
     pub done_bytes: u64,
     pub total_bytes: u64,
+    /// Bytes actually read and compared: with a write-intent bitmap only
+    /// the regions it marks (known once finished).
+    pub resynced_bytes: u64,
     pub seconds: f64,
     pub finished: bool,
     pub error: Option<String>,
@@ -571,6 +575,8 @@ pub fn background_resync(
     match outcome {
         Ok(found) if found.resynced => {
             s.finished = true;
+            s.done_bytes = s.total_bytes;
+            s.resynced_bytes = found.bytes;
             log(&format!(
                 "nvraid: resync done: {} bytes in {:.1} s, {} sectors rewritten; the array is in sync",
                 found.bytes, found.seconds, found.repaired_sectors

@@ -523,6 +523,7 @@ fn configure(
             value["resync"] = serde_json::json!({
                 "done_bytes": s.done_bytes,
                 "total_bytes": s.total_bytes,
+                "resynced_bytes": s.resynced_bytes,
                 "rate_bytes_per_second": rate as u64,
                 "eta_seconds": if rate > 0.0 { (s.total_bytes - s.done_bytes) as f64 / rate } else { 0.0 },
                 "finished": s.finished,
