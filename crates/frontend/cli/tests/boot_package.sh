@@ -2,10 +2,10 @@
 # Disks: nv0 and nv2 are the RAID 1's members, nv1 a blank disk between them.
 # BOOT=1: install the .deb in $BOOTVM_IN with apt (no network: every dependency must
 # already be on the machine), check what it installed, remove it, check the member
-# is untouched, leave a marker on the root filesystem. BOOT=2 (the same root,
-# rebooted, the blank disk left out): the marker is there, nv2 is still the second
-# member, the package's configuration left behind by the removal is purged, the
-# member still untouched; then the host cuts the power.
+# is untouched, leave a marker on the root filesystem (synced); then the host cuts
+# the power. BOOT=2 (the same root after the power cut, the blank disk left out):
+# the marker is there, nv2 is still the second member, the package's configuration
+# left behind by the removal is purged, the member still untouched; a clean poweroff.
 # Each step prints one line the test checks; any failure exits non-zero.
 set -euo pipefail
 fail() { echo "FAIL: $*"; exit 1; }
@@ -89,7 +89,7 @@ case "$BOOT" in
 *) fail "BOOT must be 1 or 2" ;;
 esac
 echo "BOOT $BOOT done, $(systemctl is-system-running || true)"
-if [ "$BOOT" = 2 ]; then
+if [ "$BOOT" = 1 ]; then
 	# the host cuts the power on this line: nothing after it runs
 	echo "CUT"
 	sleep 600
