@@ -69,6 +69,27 @@ impl Machine {
         }
     }
 
+    /// The root's qcow2 overlay.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The initramfs the next boot would run, read out of the root as bootvm
+    /// reads it before a boot, written to `out`; bootvm's stderr on failure.
+    pub fn initrd(&self, out: &Path) -> Result<(), String> {
+        let got = Command::new(Path::new(TOOLS).join("bootvm"))
+            .arg("--extract-initrd")
+            .arg(out)
+            .arg(&self.root)
+            .output()
+            .expect("tools/bootvm/bootvm");
+        if got.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&got.stderr).into_owned())
+        }
+    }
+
     /// Boots the machine, runs `script` (bash, as root, after multi-user.target),
     /// powers it off cleanly (or cuts the power, see [`Boot::cut`]).
     pub fn boot(&self, script: &Path, how: &Boot) -> Booted {

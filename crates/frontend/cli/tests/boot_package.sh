@@ -1,9 +1,11 @@
 # boot_package.rs's guest script, run by tools/bootvm in the Debian trixie machine.
+# Disks: nv0 and nv2 are the RAID 1's members, nv1 a blank disk between them.
 # BOOT=1: install the .deb in $BOOTVM_IN with apt (no network: every dependency must
 # already be on the machine), check what it installed, remove it, check the member
-# is untouched, leave a marker on the root filesystem. BOOT=2 (the same root,
-# rebooted): the marker is there, the package's configuration left behind by the
-# removal is purged, the member still untouched.
+# is untouched, leave a marker on the root filesystem (synced); then the host cuts
+# the power. BOOT=2 (the same root after the power cut, the blank disk left out):
+# the marker is there, nv2 is still the second member, the package's configuration
+# left behind by the removal is purged, the member still untouched; a clean poweroff.
 # Each step prints one line the test checks; any failure exits non-zero.
 set -euo pipefail
 fail() { echo "FAIL: $*"; exit 1; }
@@ -70,6 +72,12 @@ case "$BOOT" in
 2)
 	[ "$(cat /var/lib/boot-package/mark)" = "$MARK" ] || fail "the mark written in the first boot is gone"
 	echo "MARK read"
+	# the blank disk between the members is left out this time: the second member
+	# keeps its name
+	[ ! -e /dev/disk/by-id/virtio-nv1 ] || fail "virtio-nv1 is there, left out by the host"
+	[ "$(head -c 8M /dev/disk/by-id/virtio-nv2 | sha256sum | cut -d' ' -f1)" = "$MEMBER2_SHA" ] ||
+		fail "virtio-nv2 is not the second member"
+	echo "DISKS nv0 nv2, nv1 left out"
 	echo "LEFT $(dpkg-query -W -f '${Status}' nvraid 2>/dev/null || echo 'not known')"
 	DEBIAN_FRONTEND=noninteractive apt-get purge -y nvraid > apt.log 2>&1 ||
 		{ cat apt.log; fail "apt-get purge nvraid"; }
@@ -81,3 +89,9 @@ case "$BOOT" in
 *) fail "BOOT must be 1 or 2" ;;
 esac
 echo "BOOT $BOOT done, $(systemctl is-system-running || true)"
+if [ "$BOOT" = 1 ]; then
+	# the host cuts the power on this line: nothing after it runs
+	echo "CUT"
+	sleep 600
+	fail "still running after the power cut"
+fi
