@@ -1,4 +1,4 @@
-# boot_package.rs's guest script, run by tools/bootvm in the Debian trixie machine.
+# boot/package.rs's guest script, run by tools/bootvm in the Debian trixie machine.
 # Disks: nv0 and nv2 are the RAID 1's members, nv1 a blank disk between them.
 # BOOT=1: install the .deb in $BOOTVM_IN with apt (no network: every dependency must
 # already be on the machine), check what it installed, remove it, check the member

@@ -1,7 +1,7 @@
 //! The Debian package (`dist/build-deb`) on a real Debian trixie booted with systemd
 //! (`tools/bootvm`: mkroot's root filesystem through a qcow2 overlay of this test's
 //! own, Debian's initramfs, trixie's 6.12 kernel, TCG), two boots of one machine;
-//! the guest's half is `boot_package.sh` beside this file.
+//! the guest's half is `boot/package.sh` beside this file.
 //!
 //! Boot 1: the .deb built from this test's binary installs with `apt-get install
 //! ./nvraid_*.deb` and no network (so its Depends hold on a stock trixie with the
@@ -21,9 +21,7 @@
 //! mdadm assembles the RAID 1 as md127 (auto-read-only) at every boot: the script
 //! prints it (MDSTAT); nvraid's own peace with mdadm is `nvraid config add`'s.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use nvraid_testing::bootvm::{Boot, Machine};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -97,7 +95,7 @@ fn the_package_installs_offline_on_debian_and_its_removal_leaves_the_array_alone
     };
 
     let machine = Machine::new(d, &disks);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/boot_package.sh");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/boot/package.sh");
     let mark = format!(
         "{:x}",
         std::time::SystemTime::now()

@@ -1,4 +1,4 @@
-# boot_array.rs's guest script, run by tools/bootvm in the Debian trixie machine
+# boot/array.rs's guest script, run by tools/bootvm in the Debian trixie machine
 # after multi-user.target, once per boot of the same machine; PHASE says which.
 # Disks: nv0..nv3 an nvraid RAID 5 made on the host, nv4 and nv5 blank (a kernel
 # md RAID 1 made here). Each step prints one line the host test checks; any
@@ -189,7 +189,13 @@ absent)
 	# the alert program ran, the metrics show the member missing.
 	mounted
 	echo "ALERTS $(tr '\n' ';' < /var/log/nvraid-alerts 2> /dev/null || true)"
-	echo "METRICS $(metrics '^nvraid_array_(members\{state="missing"\}|degraded) ' | tr '\n' ';')"
+	echo "METRICS $(metrics '^nvraid_array_degraded\{|^nvraid_array_members\{.*state="missing"' | tr '\n' ';')"
+	# how long the boot waited for the missing member: from the first
+	# member's device unit to the array's service (systemd's device timeout
+	# for the mount is 90 s)
+	first=$(active_at "$(systemd-escape --path --suffix=device "$(disk 0)")")
+	served=$(active_at nvraid@data.service)
+	echo "WAITED $(awk -v a="$first" -v b="$served" 'BEGIN { printf "%.1f", b - a }') s from the first member to the degraded start"
 	echo "VERIFIED $(verify_sums $STATE/sums) files"
 	# written while nv2 is away: what its re-add must bring it
 	for i in $(seq 1 8); do
@@ -209,7 +215,7 @@ back)
 	done
 	echo "READDED $(journalctl -b --no-pager -u nvraid@data | grep -o 'event=re-added.*' | head -1)"
 	n=0
-	until metrics '^nvraid_array_members\{state="active"\} 4(\.0)?$' | grep -q .; do
+	until metrics '^nvraid_array_members\{.*state="active"\} 4(\.0)?$' | grep -q .; do
 		n=$((n + 1)); [ $n -lt 1500 ] || fail "not every member active: $(status_json)"
 		sleep 0.2
 	done
