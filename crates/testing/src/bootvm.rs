@@ -10,6 +10,24 @@ use std::time::{Duration, Instant};
 
 const TOOLS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tools/bootvm");
 
+/// The Debian package of `binary` (`dist/build-deb`), written into `out`;
+/// fails the test with build-deb's reasons. Returns build-deb's stderr.
+pub fn build_package(binary: &Path, out: &Path) -> String {
+    std::fs::create_dir_all(out).unwrap();
+    let started = Instant::now();
+    let built = Command::new(Path::new(TOOLS).join("../../dist/build-deb"))
+        .arg("--binary")
+        .arg(binary)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .expect("dist/build-deb");
+    let said = String::from_utf8_lossy(&built.stderr).into_owned();
+    assert!(built.status.success(), "dist/build-deb failed: {said}");
+    eprintln!("build-deb took {:?}", started.elapsed());
+    said
+}
+
 /// One test's machine: its root overlay and its disks.
 pub struct Machine {
     root: PathBuf,

@@ -15,6 +15,24 @@ limits() {
 	echo "LIMITS $1 size=$(($(cat /sys/block/ublkb0/size) * 512)) lbs=$(q logical_block_size) pbs=$(q physical_block_size) min=$(q minimum_io_size) opt=$(q optimal_io_size) max_kb=$(q max_sectors_kb) discard_gran=$(q discard_granularity) cache=$(q write_cache) fua=$(q fua) ro=$(cat /sys/block/ublkb0/ro)"
 }
 
+# writer FIRST: files wFIRST, wFIRST+1, ... on /mnt, each synced before its
+# number goes to /tmp/synced, until /tmp/stop; returns once one is synced
+# ($WRITER is its pid).
+writer() {
+	rm -f /tmp/stop /tmp/synced
+	(
+		i=$1
+		while [ ! -e /tmp/stop ]; do
+			pattern cat -s $i 262144 > /mnt/w$i
+			sync
+			echo $i >> /tmp/synced
+			i=$((i + 1))
+		done
+	) &
+	WRITER=$!
+	wait_for -s /tmp/synced
+}
+
 [ -c /dev/ublk-control ] || fail "no /dev/ublk-control"
 
 # 1. The RAID 5 becomes /dev/ublkb0, with the array's size and geometry.
@@ -53,17 +71,7 @@ echo "FILES 20 written and synced"
 
 # 4. kill -9 of nvraid while a writer runs: the device and the mount stay;
 # a new nvraid serve --ublk 0 takes the device over; every synced file verifies.
-(
-	i=100
-	while [ ! -e /tmp/stop ]; do
-		pattern cat -s $i 262144 > /mnt/w$i
-		sync
-		echo $i >> /tmp/synced
-		i=$((i + 1))
-	done
-) &
-WRITER=$!
-wait_for -s /tmp/synced
+writer 100
 sleep 1
 kill -9 $SRV1
 wait $SRV1 || true
@@ -113,18 +121,7 @@ echo "REFUSED $(cat /tmp/srv-refused.log)"
 # 0 with the array clean; a new server takes the device over, the writer
 # goes on, every file it synced verifies.
 wait_log /tmp/srv2.log "resync done"
-rm -f /tmp/stop /tmp/synced
-(
-	i=300
-	while [ ! -e /tmp/stop ]; do
-		pattern cat -s $i 262144 > /mnt/w$i
-		sync
-		echo $i >> /tmp/synced
-		i=$((i + 1))
-	done
-) &
-WRITER=$!
-wait_for -s /tmp/synced
+writer 300
 kill -TERM $SRV2
 wait $SRV2 || fail "nvraid serve exited $? on SIGTERM under a mounted filesystem"
 grep -q "ublk-left-for-next-server" /tmp/srv2.log || { cat /tmp/srv2.log; fail "no ublk-left-for-next-server in the log"; }

@@ -26,9 +26,8 @@
 //! finds the parity right.
 
 use crate::common::*;
-use nvraid_testing::bootvm::{Boot, Booted, Machine};
+use nvraid_testing::bootvm::{build_package, Boot, Booted, Machine};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// Seconds of uptime in a MOUNTED line ("... at 31.2 s of uptime ...").
 fn mounted_at(line: &str) -> f64 {
@@ -55,19 +54,7 @@ fn an_array_in_fstab_comes_back_after_reboots_a_power_cut_and_a_missing_disk() {
         disks.push(d.join(k));
     }
     let inside = d.join("in");
-    std::fs::create_dir_all(&inside).unwrap();
-    let built = Command::new(repo().join("dist/build-deb"))
-        .arg("--binary")
-        .arg(env!("CARGO_BIN_EXE_nvraid"))
-        .arg("--out")
-        .arg(&inside)
-        .output()
-        .expect("dist/build-deb");
-    assert!(
-        built.status.success(),
-        "dist/build-deb failed: {}",
-        String::from_utf8_lossy(&built.stderr)
-    );
+    build_package(Path::new(env!("CARGO_BIN_EXE_nvraid")), &inside);
     std::fs::write(
         inside.join("alert"),
         "#!/bin/sh\necho \"$*\" >> /var/log/nvraid-alerts\n",
@@ -203,6 +190,7 @@ fn an_array_in_fstab_comes_back_after_reboots_a_power_cut_and_a_missing_disk() {
         "{metrics}"
     );
     let degraded = metrics
+        .trim_start_matches("METRICS ")
         .split(';')
         .find(|l| l.starts_with("nvraid_array_degraded{"))
         .unwrap();

@@ -53,6 +53,17 @@ mounted() {
 	echo "MOUNTED /srv/data from $src at $(active_at srv-data.mount) s of uptime (nvraid@data active at $(active_at nvraid@data.service) s)"
 	echo "MDSTAT $(grep '^md' /proc/mdstat | sed 's/ : /:/' | cut -d' ' -f1-3 | tr '\n' ';')"
 }
+# fio_verifying NAME LOG: fio writes and verifies (crc32c, as it goes) a
+# file on /srv/data in the background ($FIO), for a few seconds before
+# this returns
+fio_verifying() {
+	fio --name=$1 --filename=/srv/data/fio.dat --size=16m --bs=4k --rw=randwrite \
+		--ioengine=psync --direct=1 --verify=crc32c --verify_backlog=64 --loops=2 \
+		--output=$2 > /dev/null 2>&1 &
+	FIO=$!
+	sleep 4
+	kill -0 $FIO 2> /dev/null || fail "fio $1 ended too soon: $(cat $2)"
+}
 no_resync() {
 	local resynced
 	resynced=$(journalctl -b --no-pager -u nvraid@data | grep -ci 'resync' || true)
@@ -123,12 +134,7 @@ clean)
 	mounted
 	no_resync
 	echo "VERIFIED $(verify_sums $STATE/sums) files"
-	fio --name=restart --filename=/srv/data/fio.dat --size=16m --bs=4k --rw=randwrite \
-		--ioengine=psync --direct=1 --verify=crc32c --verify_backlog=64 --loops=2 \
-		--output=/tmp/fio.log > /dev/null 2>&1 &
-	FIO=$!
-	sleep 4
-	kill -0 $FIO 2> /dev/null || fail "fio ended before the restart: $(cat /tmp/fio.log)"
+	fio_verifying restart /tmp/fio.log
 	systemctl restart nvraid@data.service || fail "systemctl restart nvraid@data"
 	wait $FIO || fail "fio failed across the restart: $(cat /tmp/fio.log)"
 	findmnt -n /srv/data > /dev/null || fail "/srv/data was unmounted by the restart"
@@ -138,12 +144,7 @@ clean)
 	# kill -9 of the daemon under fio: systemd restarts the service
 	# (Restart=on-failure), the new daemon takes the device over (ublk's
 	# user recovery), fio goes on and verifies.
-	fio --name=killed --filename=/srv/data/fio.dat --size=16m --bs=4k --rw=randwrite \
-		--ioengine=psync --direct=1 --verify=crc32c --verify_backlog=64 --loops=2 \
-		--output=/tmp/fio2.log > /dev/null 2>&1 &
-	FIO=$!
-	sleep 4
-	kill -0 $FIO 2> /dev/null || fail "fio ended before the kill: $(cat /tmp/fio2.log)"
+	fio_verifying killed /tmp/fio2.log
 	systemctl kill --signal=KILL nvraid@data.service
 	wait $FIO || fail "fio failed across the kill -9: $(cat /tmp/fio2.log)"
 	findmnt -n /srv/data > /dev/null || fail "/srv/data was unmounted by the kill"

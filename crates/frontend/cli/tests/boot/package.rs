@@ -22,9 +22,8 @@
 //! prints it (MDSTAT); nvraid's own peace with mdadm is `nvraid config add`'s.
 
 use crate::common::*;
-use nvraid_testing::bootvm::{Boot, Machine};
+use nvraid_testing::bootvm::{build_package, Boot, Machine};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// The sha256 of the first 8 MiB of `image`.
 fn head_sha(image: &Path) -> String {
@@ -65,25 +64,7 @@ fn the_package_installs_offline_on_debian_and_its_removal_leaves_the_array_alone
 
     // the package, from this test's binary
     let inside = d.join("in");
-    std::fs::create_dir_all(&inside).unwrap();
-    let started = std::time::Instant::now();
-    let built = Command::new(repo().join("dist/build-deb"))
-        .arg("--binary")
-        .arg(env!("CARGO_BIN_EXE_nvraid"))
-        .arg("--out")
-        .arg(&inside)
-        .output()
-        .expect("dist/build-deb");
-    assert!(
-        built.status.success(),
-        "dist/build-deb failed: {}",
-        String::from_utf8_lossy(&built.stderr)
-    );
-    eprintln!(
-        "build-deb took {:?}: {}",
-        started.elapsed(),
-        String::from_utf8_lossy(&built.stderr)
-    );
+    build_package(Path::new(env!("CARGO_BIN_EXE_nvraid")), &inside);
     let version = ok(&["--version"], d).trim().to_string();
     std::fs::create_dir_all(d.join("man")).unwrap();
     ok(&["man", "--dir", "man"], d);
