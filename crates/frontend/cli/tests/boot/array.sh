@@ -177,7 +177,9 @@ after-cut)
 	mounted
 	echo "STATE-AT-BOOT $(cat $STATE/state-at-boot)"
 	n=0
-	until resync_json | grep -q '"finished":true'; do
+	# (grep reads all of its input: with pipefail, `grep -q` ending early
+	# would fail the pipeline on the writer's SIGPIPE)
+	until resync_json | grep '"finished":true' > /dev/null; do
 		n=$((n + 1)); [ $n -lt 600 ] || fail "the resync did not finish: $(status_json)"
 		sleep 0.2
 	done
@@ -210,13 +212,13 @@ back)
 	# nv2 is back: re-added by the bitmap at the start, recovered, in sync.
 	mounted
 	n=0
-	until journalctl -b --no-pager -u nvraid@data | grep -q 'event=re-added'; do
+	until journalctl -b --no-pager -u nvraid@data | grep 'event=re-add' > /dev/null; do
 		n=$((n + 1)); [ $n -lt 600 ] || fail "no re-add in the journal"
 		sleep 0.2
 	done
-	echo "READDED $(journalctl -b --no-pager -u nvraid@data | grep -o 'event=re-added.*' | head -1)"
+	echo "READDED $(journalctl -b --no-pager -u nvraid@data | grep -o 'event=re-add.*' | head -1)"
 	n=0
-	until metrics '^nvraid_array_members\{.*state="active"\} 4(\.0)?$' | grep -q .; do
+	until metrics '^nvraid_array_members\{.*state="active"\} 4(\.0)?$' | grep . > /dev/null; do
 		n=$((n + 1)); [ $n -lt 1500 ] || fail "not every member active: $(status_json)"
 		sleep 0.2
 	done
