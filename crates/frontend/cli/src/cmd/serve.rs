@@ -318,13 +318,18 @@ fn serve_with_helpers(
     let bitmap_daemon = nvraid_array::BitmapDaemon::start(array);
     // Rebuilds beside the clients, hot spares taking over.
     let recovery_thread = online.start();
-    if args.re_add && writable {
-        re_add_set_aside(array, online, log);
-    }
+    let re_adding = (args.re_add && writable).then(|| {
+        let (array, online, log, shutdown) =
+            (array.clone(), online.clone(), log.clone(), shutdown.clone());
+        std::thread::spawn(move || re_add_set_aside(&array, &online, &log, &shutdown))
+    });
     let served = nvraid_serve::start(target, options, shutdown.clone()).and_then(|server| {
         tell_systemd(&server, &shutdown);
         server.wait()
     });
+    if let Some(thread) = re_adding {
+        let _ = thread.join();
+    }
     online.stop();
     if let Some(thread) = recovery_thread {
         let _ = thread.join();
@@ -337,10 +342,20 @@ fn serve_with_helpers(
     served
 }
 
-/// `--re-add`: every member given that assembly set aside as stale or
-/// faulty goes back to its role through the running array's recovery
-/// (re-added by the bitmap, or refused with the reason), logged either way.
-fn re_add_set_aside(array: &Array, online: &Arc<Online>, log: &Log) {
+/// How often, and how far apart, a re-add refused because something else
+/// holds the member for writing is tried again: udev probes a disk as it
+/// appears (its worker holds the device for that moment) just when the
+/// array starts at boot.
+const RE_ADD_TRIES: u32 = 30;
+const RE_ADD_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// `--re-add` (on its own thread, beside the server): every member given
+/// that assembly set aside as stale or faulty goes back to its role through
+/// the running array's recovery (re-added by the bitmap, or refused with
+/// the reason), logged either way. A member held by another process is
+/// tried again for up to [`RE_ADD_TRIES`] seconds; the shutdown ends it.
+fn re_add_set_aside(array: &Array, online: &Arc<Online>, log: &Log, shutdown: &ShutdownHandle) {
+    use nvraid_array::recovery::online::Joined;
     let candidates: Vec<String> = array
         .set_aside()
         .iter()
@@ -353,15 +368,31 @@ fn re_add_set_aside(array: &Array, online: &Arc<Online>, log: &Log) {
         .map(|m| m.spec.clone())
         .collect();
     for spec in candidates {
-        match online.add(&spec, false) {
+        let mut tries = 0;
+        let outcome = loop {
+            tries += 1;
+            match online.add(&spec, false) {
+                Err(e) if e.contains("in use by") && tries < RE_ADD_TRIES => {
+                    if tries == 1 {
+                        log(&format!(
+                            "nvraid: event=re-add-waiting member={spec} reason=\"{e}\""
+                        ));
+                    }
+                    std::thread::sleep(RE_ADD_PAUSE);
+                    if shutdown.is_triggered() {
+                        return;
+                    }
+                }
+                other => break other,
+            }
+        };
+        match outcome {
             Ok(joined) => log(&format!(
                 "nvraid: event=re-added member={spec} {}",
                 match joined {
-                    nvraid_array::recovery::online::Joined::ReAdded { role } =>
-                        format!("role={role} recovery=bitmap"),
-                    nvraid_array::recovery::online::Joined::Recovering { role } =>
-                        format!("role={role} recovery=full"),
-                    nvraid_array::recovery::online::Joined::Spare => "spare=true".to_string(),
+                    Joined::ReAdded { role } => format!("role={role} recovery=bitmap"),
+                    Joined::Recovering { role } => format!("role={role} recovery=full"),
+                    Joined::Spare => "spare=true".to_string(),
                 }
             )),
             Err(e) => log(&format!(

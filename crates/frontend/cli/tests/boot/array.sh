@@ -6,7 +6,7 @@
 set -euo pipefail
 fail() {
 	echo "FAIL: $*"
-	journalctl -b --no-pager -u 'nvraid*' -u 'srv-data.mount' -u 'mdadm*' | tail -60 || true
+	journalctl -b --no-pager -u 'nvraid*' -u 'srv-data.mount' -u 'mdadm*' -u systemd-udevd | tail -80 || true
 	cat /proc/mdstat || true
 	exit 1
 }
@@ -212,11 +212,11 @@ back)
 	# nv2 is back: re-added by the bitmap at the start, recovered, in sync.
 	mounted
 	n=0
-	until journalctl -b --no-pager -u nvraid@data | grep 'event=re-add' > /dev/null; do
+	until journalctl -b --no-pager -u nvraid@data | grep -E 'event=re-add(ed|-refused)' > /dev/null; do
 		n=$((n + 1)); [ $n -lt 600 ] || fail "no re-add in the journal"
 		sleep 0.2
 	done
-	echo "READDED $(journalctl -b --no-pager -u nvraid@data | grep -o 'event=re-add.*' | head -1)"
+	echo "READDED $(journalctl -b --no-pager -u nvraid@data | grep -oE 'event=re-add(ed|-refused).*' | head -1)"
 	n=0
 	until metrics '^nvraid_array_members\{.*state="active"\} 4(\.0)?$' | grep . > /dev/null; do
 		n=$((n + 1)); [ $n -lt 1500 ] || fail "not every member active: $(status_json)"
