@@ -33,6 +33,20 @@ writer() {
 	wait_for -s /tmp/synced
 }
 
+# writer_goes_on BEFORE WHAT: the writer syncs files past BEFORE after
+# WHAT, then stops without an error; the page cache is dropped.
+writer_goes_on() {
+	n=0
+	while [ $(wc -l < /tmp/synced) -le $(($1 + 2)) ]; do
+		n=$((n + 1)); [ $n -lt 600 ] || fail "the writer did not continue after the $2"
+		sleep 0.1
+	done
+	touch /tmp/stop
+	wait $WRITER || fail "the writer failed across the $2"
+	sync
+	echo 3 > /proc/sys/vm/drop_caches
+}
+
 [ -c /dev/ublk-control ] || fail "no /dev/ublk-control"
 
 # 1. The RAID 5 becomes /dev/ublkb0, with the array's size and geometry.
@@ -87,15 +101,7 @@ SRV2=$!
 wait_log /tmp/srv2.log ublk-reattached
 t1=$(ms)
 echo "REATTACHED after $((t1 - t0)) ms: $(grep ublk-reattached /tmp/srv2.log)"
-n=0
-while [ $(wc -l < /tmp/synced) -le $((before + 2)) ]; do
-	n=$((n + 1)); [ $n -lt 600 ] || fail "the writer did not continue after the take-over"
-	sleep 0.1
-done
-touch /tmp/stop
-wait $WRITER || fail "the writer failed"
-sync
-echo 3 > /proc/sys/vm/drop_caches
+writer_goes_on $before take-over
 i=1
 while [ $i -le 20 ]; do
 	pattern verify -s $i -n 1048576 /mnt/f$i > /dev/null || fail "f$i differs after the take-over"
@@ -134,15 +140,7 @@ $N serve --ublk 0 --ublk-record /run/nvraid/ublk/data --control /tmp/ctl $R5 2> 
 SRV2=$!
 wait_log /tmp/srv5.log ublk-reattached
 before=$(wc -l < /tmp/synced)
-n=0
-while [ $(wc -l < /tmp/synced) -le $((before + 2)) ]; do
-	n=$((n + 1)); [ $n -lt 600 ] || fail "the writer did not continue after the restart"
-	sleep 0.1
-done
-touch /tmp/stop
-wait $WRITER || fail "the writer failed across the restart"
-sync
-echo 3 > /proc/sys/vm/drop_caches
+writer_goes_on $before restart
 count=0
 for i in $(cat /tmp/synced); do
 	pattern verify -s $i -n 262144 /mnt/w$i > /dev/null || fail "w$i differs after the restart"
