@@ -114,15 +114,9 @@ fn control(dir: &Path) -> String {
     dir.join("md.ctl").display().to_string()
 }
 
-fn stop(mut server: Served, limit: Duration) {
+fn stop(server: Served, limit: Duration) {
     let started = Instant::now();
-    Command::new("kill")
-        .arg("-INT")
-        .arg(server.id().to_string())
-        .status()
-        .unwrap();
-    let status = server.wait().unwrap();
-    assert!(status.success(), "serve exited with {status}");
+    server.interrupt();
     assert!(
         started.elapsed() < limit,
         "serve took {:?} to stop",

@@ -36,14 +36,8 @@ fn wait_rebuilt(dir: &Path, limit: Duration) -> serde_json::Value {
     }
 }
 
-fn stop(mut server: Served) {
-    Command::new("kill")
-        .arg("-INT")
-        .arg(server.id().to_string())
-        .status()
-        .unwrap();
-    let status = server.wait().unwrap();
-    assert!(status.success(), "serve exited with {status}");
+fn stop(server: Served) {
+    server.interrupt();
 }
 
 fn control(dir: &Path) -> String {

@@ -243,6 +243,19 @@ impl std::ops::DerefMut for Served {
     }
 }
 
+impl Served {
+    /// SIGINT, then wait: the server must exit 0 (flushed, marked clean).
+    pub fn interrupt(mut self) {
+        Command::new("kill")
+            .arg("-INT")
+            .arg(self.id().to_string())
+            .status()
+            .unwrap();
+        let status = self.wait().unwrap();
+        assert!(status.success(), "serve exited with {status}");
+    }
+}
+
 impl Drop for Served {
     fn drop(&mut self) {
         if matches!(self.0.try_wait(), Ok(None)) {
