@@ -214,6 +214,26 @@ fn a_failed_member_raises_fail_and_degraded_and_its_rebuild_is_reported_and_meas
         128.0,
         "{text}"
     );
+    // Every one of those writes is in the latency histogram, once.
+    let nbd_write = ["export=\"nbd\"", "op=\"write\""];
+    let duration = "nvraid_export_request_duration_seconds";
+    assert_eq!(
+        sample(&text, &format!("{duration}_count"), &nbd_write),
+        128.0,
+        "{text}"
+    );
+    let all = [nbd_write[0], nbd_write[1], "le=\"+Inf\""];
+    assert_eq!(
+        sample(&text, &format!("{duration}_bucket"), &all),
+        128.0,
+        "{text}"
+    );
+    let sum = sample(&text, &format!("{duration}_sum"), &nbd_write);
+    assert!(sum > 0.0 && sum < 128.0 * 5.0, "{sum}\n{text}");
+    assert_eq!(
+        sample(&text, &format!("{duration}_count"), &["op=\"read\""]),
+        0.0
+    );
     assert!(get(&address, "/").starts_with("HTTP/1.1 404"));
     assert!(
         events(d).is_empty(),

@@ -16,11 +16,13 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use nvraid_serve::stats::{CountersSnapshot, ExportTotals};
+use nvraid_serve::stats::{CountersSnapshot, Export, ExportTotals, Histogram, LatencyOp};
 use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use crate::event::{Progress, Snapshot};
@@ -254,6 +256,30 @@ fn counters(registry: &mut Registry, name: &str, help: &str) -> Family<Labels, C
     family
 }
 
+/// Histograms counted elsewhere (the serve workers' latency shards),
+/// exposed as they are at the scrape.
+#[derive(Debug, Default)]
+struct Histograms(Vec<(Labels, Histogram)>);
+
+impl EncodeMetric for Histograms {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        for (labels, h) in &self.0 {
+            let sum_s = h.sum_ns as f64 / 1e9;
+            encoder.encode_family(labels)?.encode_histogram::<Labels>(
+                sum_s,
+                h.count(),
+                &h.buckets(),
+                None,
+            )?;
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
+
 fn int(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
@@ -440,6 +466,24 @@ pub fn render(s: &Snapshot, totals: Option<&ExportTotals>) -> String {
         if let Some(ublk) = &totals.ublk {
             export("ublk", ublk);
         }
+        let mut latency = Histograms::default();
+        let exports = [
+            (Export::Nbd, "nbd", true),
+            (Export::Ublk, "ublk", totals.ublk.is_some()),
+        ];
+        for (export, name, present) in exports {
+            for op in LatencyOp::ALL.into_iter().filter(|_| present) {
+                let l = with(&[("export", name), ("op", op.name())]);
+                latency.0.push((l, *totals.latency.get(export, op)));
+            }
+        }
+        registry.register_with_unit(
+            "nvraid_export_request_duration",
+            "Time from a request's submission to the array (a write's payload received) until \
+             the array answered it, by export and operation (other: flush, trim, write zeroes)",
+            prometheus_client::registry::Unit::Seconds,
+            latency,
+        );
     }
 
     let mut out = String::new();
@@ -490,6 +534,17 @@ mod tests {
         }
     }
 
+    /// Three NBD reads: 5 µs, 1 ms and 20 s.
+    fn latencies() -> nvraid_serve::stats::Latencies {
+        let mut l = nvraid_serve::stats::Latencies::default();
+        let read = &mut l.0[Export::Nbd as usize][LatencyOp::Read as usize];
+        read.counts[0] = 1;
+        read.counts[6] = 1;
+        read.counts[19] = 1;
+        read.sum_ns = 20_001_005_000;
+        l
+    }
+
     #[test]
     fn the_exposition_names_the_array_its_members_and_their_states() {
         let totals = ExportTotals {
@@ -499,6 +554,7 @@ mod tests {
                 ..CountersSnapshot::default()
             },
             ublk: None,
+            latency: latencies(),
         };
         let text = render(&snapshot(), Some(&totals));
         for line in [
@@ -513,6 +569,12 @@ mod tests {
             "nvraid_array_progress_ratio{array=\"a\",uuid=\"u\",operation=\"rebuild\"} 0.25",
             "nvraid_export_requests_total{array=\"a\",uuid=\"u\",export=\"nbd\",op=\"read\"} 3",
             "nvraid_export_read_bytes_total{array=\"a\",uuid=\"u\",export=\"nbd\"} 12288",
+            "# TYPE nvraid_export_request_duration_seconds histogram",
+            "nvraid_export_request_duration_seconds_bucket{le=\"0.00001\",array=\"a\",uuid=\"u\",export=\"nbd\",op=\"read\"} 1",
+            "nvraid_export_request_duration_seconds_bucket{le=\"0.001\",array=\"a\",uuid=\"u\",export=\"nbd\",op=\"read\"} 2",
+            "nvraid_export_request_duration_seconds_bucket{le=\"+Inf\",array=\"a\",uuid=\"u\",export=\"nbd\",op=\"read\"} 3",
+            "nvraid_export_request_duration_seconds_count{array=\"a\",uuid=\"u\",export=\"nbd\",op=\"read\"} 3",
+            "nvraid_export_request_duration_seconds_sum{array=\"a\",uuid=\"u\",export=\"nbd\",op=\"read\"} 20.001005",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing from\n{text}");
         }

@@ -65,4 +65,8 @@ pub(crate) struct Job {
     /// Bytes reserved against the connection's in-flight budget.
     pub permit_bytes: u64,
     pub command: nvraid_nbd::Command,
+    /// A whole client request (its time goes into the latency
+    /// histograms); false for the parts of an unaligned request and the
+    /// server's own flushes.
+    pub timed: bool,
 }

@@ -730,6 +730,7 @@ impl Owned {
                 Work::Read => Command::Read,
                 _ => Command::Write,
             },
+            timed: false,
         });
     }
 
@@ -1086,5 +1087,6 @@ fn job(conn: &Owned, request: &RequestHeader, work: Work, buffer: Vec<u8>, permi
         buffer,
         permit_bytes: permit,
         command: request.command,
+        timed: true,
     }
 }

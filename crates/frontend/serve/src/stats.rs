@@ -167,6 +167,9 @@ pub struct TotalsProbe(Arc<Mutex<Option<Weak<crate::shared::Shared>>>>);
 pub struct ExportTotals {
     pub nbd: CountersSnapshot,
     pub ublk: Option<CountersSnapshot>,
+    /// Request latencies: from a request's submission to the array (its
+    /// payload received) until the array answered it.
+    pub latency: Latencies,
 }
 
 impl std::fmt::Debug for TotalsProbe {
@@ -200,6 +203,208 @@ impl TotalsProbe {
             },
             None => all,
         };
-        Some(ExportTotals { nbd, ublk })
+        Some(ExportTotals {
+            nbd,
+            ublk,
+            latency: shared.workers.latencies(),
+        })
+    }
+}
+
+/// Upper bounds (seconds) of the request latency histogram's buckets, a
+/// 1-2.5-5 series from 10 µs to 10 s; a last bucket takes the rest.
+pub const LATENCY_BOUNDS_S: [f64; 19] = [
+    10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3,
+    250e-3, 500e-3, 1.0, 2.5, 5.0, 10.0,
+];
+const LATENCY_BOUNDS_NS: [u64; 19] = [
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_500_000_000,
+    5_000_000_000,
+    10_000_000_000,
+];
+const BUCKETS: usize = LATENCY_BOUNDS_S.len() + 1;
+
+/// Which frontend a request came through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Export {
+    Nbd = 0,
+    Ublk = 1,
+}
+
+/// What a request did, as the latency histograms split it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LatencyOp {
+    Read = 0,
+    Write = 1,
+    /// Flush, trim, write zeroes.
+    Other = 2,
+}
+
+impl LatencyOp {
+    pub const ALL: [LatencyOp; 3] = [LatencyOp::Read, LatencyOp::Write, LatencyOp::Other];
+
+    pub(crate) fn of(command: nvraid_nbd::Command) -> LatencyOp {
+        match command {
+            nvraid_nbd::Command::Read => LatencyOp::Read,
+            nvraid_nbd::Command::Write => LatencyOp::Write,
+            _ => LatencyOp::Other,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            LatencyOp::Read => "read",
+            LatencyOp::Write => "write",
+            LatencyOp::Other => "other",
+        }
+    }
+}
+
+/// One histogram's counts, written by one thread only.
+#[derive(Debug)]
+struct LatencyCells {
+    counts: [AtomicU64; BUCKETS],
+    sum_ns: AtomicU64,
+}
+
+impl Default for LatencyCells {
+    fn default() -> LatencyCells {
+        LatencyCells {
+            counts: std::array::from_fn(|_| AtomicU64::new(0)),
+            sum_ns: AtomicU64::new(0),
+        }
+    }
+}
+
+/// A worker's request latency histograms, per export and operation. Only
+/// its worker writes them (a plain load and store, no locked add); any
+/// thread may read them.
+#[derive(Debug, Default)]
+pub(crate) struct LatencyShard {
+    cells: [[LatencyCells; 3]; 2],
+}
+
+fn bump(cell: &AtomicU64, by: u64) {
+    cell.store(
+        cell.load(Ordering::Relaxed).wrapping_add(by),
+        Ordering::Relaxed,
+    );
+}
+
+impl LatencyShard {
+    /// One request of `op` through `export` took `nanos`.
+    pub(crate) fn record(&self, export: Export, op: LatencyOp, nanos: u64) {
+        let cells = &self.cells[export as usize][op as usize];
+        let bucket = LATENCY_BOUNDS_NS.partition_point(|&bound| bound < nanos);
+        bump(&cells.counts[bucket], 1);
+        bump(&cells.sum_ns, nanos);
+    }
+
+    fn add_to(&self, export: Export, op: LatencyOp, into: &mut Histogram) {
+        let cells = &self.cells[export as usize][op as usize];
+        for (total, cell) in into.counts.iter_mut().zip(&cells.counts) {
+            *total += cell.load(Ordering::Relaxed);
+        }
+        into.sum_ns += cells.sum_ns.load(Ordering::Relaxed);
+    }
+}
+
+/// A latency histogram at one moment: counts per bucket of
+/// [`LATENCY_BOUNDS_S`] (not cumulative), the last one past 10 s.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Histogram {
+    pub counts: [u64; BUCKETS],
+    pub sum_ns: u64,
+}
+
+impl Histogram {
+    pub fn count(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// `(upper bound in seconds, requests in that bucket)` per bucket,
+    /// not cumulative (the exposition adds them up); the last bound is
+    /// `f64::MAX`, which the exposition writes as +Inf.
+    pub fn buckets(&self) -> Vec<(f64, u64)> {
+        self.counts
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (LATENCY_BOUNDS_S.get(i).copied().unwrap_or(f64::MAX), *n))
+            .collect()
+    }
+}
+
+/// Every worker's histograms summed, per export and operation (indexed
+/// by [`Export`] and [`LatencyOp`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Latencies(pub [[Histogram; 3]; 2]);
+
+impl Latencies {
+    pub(crate) fn sum<'a>(shards: impl Iterator<Item = &'a LatencyShard>) -> Latencies {
+        let mut all = Latencies::default();
+        for shard in shards {
+            for export in [Export::Nbd, Export::Ublk] {
+                for op in LatencyOp::ALL {
+                    shard.add_to(export, op, &mut all.0[export as usize][op as usize]);
+                }
+            }
+        }
+        all
+    }
+
+    pub fn get(&self, export: Export, op: LatencyOp) -> &Histogram {
+        &self.0[export as usize][op as usize]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_latency_goes_into_the_first_bucket_whose_bound_it_does_not_pass() {
+        let shard = LatencyShard::default();
+        for nanos in [
+            0,
+            10_000,
+            10_001,
+            999_999,
+            1_000_000,
+            10_000_000_000,
+            11_000_000_000,
+        ] {
+            shard.record(Export::Ublk, LatencyOp::Write, nanos);
+        }
+        shard.record(Export::Nbd, LatencyOp::Read, 42);
+        let all = Latencies::sum([&shard, &shard].into_iter());
+        let write = all.get(Export::Ublk, LatencyOp::Write);
+        let mut expected = [0u64; BUCKETS];
+        expected[0] = 4; // 0 and 10 µs, twice
+        expected[1] = 2; // 10.001 µs
+        expected[6] = 4; // 999.999 µs and 1 ms (le 1 ms)
+        expected[18] = 2; // 10 s
+        expected[19] = 2; // 11 s: past every bound
+        assert_eq!(write.counts, expected);
+        assert_eq!(write.count(), 14);
+        assert_eq!(write.sum_ns, 2 * 21_002_020_000);
+        assert_eq!(all.get(Export::Nbd, LatencyOp::Read).count(), 2);
+        assert_eq!(all.get(Export::Nbd, LatencyOp::Write).count(), 0);
+        assert_eq!(write.buckets().last(), Some(&(f64::MAX, 2)));
     }
 }

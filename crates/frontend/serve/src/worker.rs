@@ -36,6 +36,7 @@ use crate::error::Error;
 use crate::job::{Finish, Job, Work};
 use crate::reactor::{Handoff, Owned};
 use crate::slots::Slots;
+use crate::stats::{Latencies, LatencyShard};
 use crate::ublk::{WorkerUblk, WorkerUblkPlan};
 
 /// What the pool knows of one worker.
@@ -47,6 +48,8 @@ struct Handle {
     handoffs: Mutex<Vec<Handoff>>,
     /// Connections it owns (to hand a new one to the least loaded).
     owned: AtomicUsize,
+    /// Its requests' latencies (written by the worker only).
+    latency: Arc<LatencyShard>,
 }
 
 impl Handle {
@@ -108,6 +111,7 @@ impl WorkerPool {
                 sleeping: AtomicBool::new(false),
                 handoffs: Mutex::new(Vec::new()),
                 owned: AtomicUsize::new(0),
+                latency: Arc::new(LatencyShard::default()),
             });
             pool.handles.push(Arc::clone(&handle));
             let target = Arc::clone(target);
@@ -122,7 +126,9 @@ impl WorkerPool {
                 .name(format!("nbd-worker-{index}"))
                 .spawn(move || {
                     let mut worker = match target.open_queue(depth + tags, io_max_bytes) {
-                        Ok(queue) => Worker::new(queue, inbox, io_max_bytes),
+                        Ok(queue) => {
+                            Worker::new(queue, inbox, io_max_bytes, Arc::clone(&handle.latency))
+                        }
                         Err(e) => return drop(opened_tx.send(Err(Error::OpenQueue(e)))),
                     };
                     if let Some(plan) = ublk {
@@ -144,6 +150,11 @@ impl WorkerPool {
             }
         }
         Ok(pool)
+    }
+
+    /// Every worker's request latencies, summed.
+    pub(crate) fn latencies(&self) -> Latencies {
+        Latencies::sum(self.handles.iter().map(|h| &*h.latency))
     }
 
     /// Wake every worker that sleeps.
@@ -181,6 +192,7 @@ impl WorkerPool {
                 buffer: Vec::new(),
                 permit_bytes: 0,
                 command: nvraid_nbd::Command::Flush,
+                timed: false,
             };
             handle.post(Some(job)).map_err(|_| ErrorCode::Shutdown)?;
         }
@@ -226,10 +238,15 @@ pub(crate) struct Worker {
 }
 
 impl Worker {
-    fn new(queue: Box<dyn Queue>, inbox: Receiver<Option<Job>>, slot_bytes: u32) -> Worker {
+    fn new(
+        queue: Box<dyn Queue>,
+        inbox: Receiver<Option<Job>>,
+        slot_bytes: u32,
+        latency: Arc<LatencyShard>,
+    ) -> Worker {
         Worker {
             ublk: None,
-            slots: Slots::new(queue, slot_bytes),
+            slots: Slots::new(queue, slot_bytes, latency),
             inbox,
             owned: Vec::new(),
             open: true,
@@ -240,6 +257,8 @@ impl Worker {
     /// The loop of a pool worker.
     fn run_pool(mut self, handle: &Handle) {
         loop {
+            // One clock read per round stamps what the round submits.
+            self.slots.tick();
             let mut progress = self.take_jobs();
             progress |= self.adopt(handle);
             progress |= self.pump_all();
