@@ -107,6 +107,7 @@ fn the_udev_rules_run_nvraid_commands_that_parse() {
         commands,
         [
             "/usr/bin/nvraid assemble --incremental $devnode",
+            "/usr/bin/nvraid assemble --incremental $devnode --removed",
             "/usr/bin/nvraid ublk name %k"
         ]
     );
@@ -122,6 +123,8 @@ fn the_udev_rules_run_nvraid_commands_that_parse() {
             .unwrap()
     };
     let out = run(&["assemble", "--incremental", "/dev/null"]);
+    assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
+    let out = run(&["assemble", "--incremental", "/dev/null", "--removed"]);
     assert!(out.status.success() && out.stderr.is_empty(), "{out:?}");
     let out = run(&["ublk", "name", "ublkb0"]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");

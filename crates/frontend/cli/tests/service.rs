@@ -633,3 +633,171 @@ fn serve_tells_systemd_ready_once_listening_and_stopping_at_shutdown() {
     let status = served.0.wait().unwrap();
     assert!(status.success(), "{}", m.text("serve.log"));
 }
+
+/// The member states of the array `nvraid run data` serves, by role.
+fn running_states(m: &Machine) -> Vec<String> {
+    let control = m.path("run/data.ctl").display().to_string();
+    let out = m.ok(&["status", "--socket", &control, "--json"]);
+    let status: serde_json::Value = serde_json::from_str(&out).unwrap();
+    status["array"]["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            format!(
+                "{}:{}",
+                m["path"]
+                    .as_str()
+                    .unwrap_or("-")
+                    .rsplit('/')
+                    .next()
+                    .unwrap(),
+                m["state"].as_str().unwrap_or("?")
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_member_unplugged_and_back_while_its_array_runs_is_failed_then_re_added_by_the_bitmap() {
+    let m = Machine::new();
+    let members: Vec<String> = ["a", "b", "c"]
+        .iter()
+        .map(|n| m.path("m").join(n).display().to_string())
+        .collect();
+    let mut create = vec![
+        "create",
+        "-l",
+        "5",
+        "-z",
+        "32M",
+        "-N",
+        "data",
+        "--bitmap-chunk",
+        "1M",
+    ];
+    create.extend(members.iter().map(String::as_str));
+    m.ok(&create);
+    let export = format!("nbd:unix:{}", m.path("md.sock").display());
+    m.ok(&[
+        "config",
+        "add",
+        &members[0],
+        "--export",
+        &export,
+        "--mdadm-conf",
+        "etc/mdadm/mdadm.conf",
+    ]);
+    // The service's start: `nvraid run data` execs the daemon.
+    let mut daemon = common::Served(
+        Command::new(env!("CARGO_BIN_EXE_nvraid"))
+            .args(["run", "data"])
+            .current_dir(&m.root)
+            .env("NVRAID_CONF", m.path("etc/nvraid.conf"))
+            .env("NVRAID_RUN_DIR", m.path("run"))
+            .env("NVRAID_SYSTEMCTL", m.path("systemctl"))
+            .env("NVRAID_DEV_DIR", m.path("m"))
+            .env("NVRAID_JOURNAL_SOCKET", m.path("no-journal.socket"))
+            .env_remove("NOTIFY_SOCKET")
+            .stderr(std::fs::File::create(m.path("daemon.log")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !(m.path("md.sock").exists() && m.path("run/data.ctl").exists()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no daemon: {}",
+            m.text("daemon.log")
+        );
+        assert!(
+            daemon.0.try_wait().unwrap().is_none(),
+            "daemon died: {}",
+            m.text("daemon.log")
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // udev reports the members the daemon serves: nothing is started, and
+    // nothing is added twice.
+    for member in &members {
+        let out = m.run(&["assemble", "--incremental", member]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(stderr.contains("already a working member"), "{stderr}");
+    }
+    assert!(m.calls().is_empty(), "{:?}", m.calls());
+    // Unplugged: udev's remove event fails and removes it in the daemon.
+    let out = m.run(&["assemble", "--incremental", &members[1], "--removed"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("went away: removed"), "{stderr}");
+    let states = running_states(&m);
+    assert!(!states.iter().any(|s| s.starts_with("b:")), "{states:?}");
+    // Written while it is away: the bitmap records where.
+    common::tool("fio");
+    let out = common::fio_nbd(&m.root, "away")
+        .args([
+            "--rw=randwrite",
+            "--bs=4k",
+            "--size=4m",
+            "--offset=8m",
+            "--verify=crc32c",
+        ])
+        .args(["--do_verify=0", "--randseed=7", "--output-format=terse"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "fio: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Plugged back: re-added by the bitmap, and in sync again.
+    let out = m.run(&["assemble", "--incremental", &members[1]]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("re-added (bitmap)"), "{stderr}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let states = running_states(&m);
+        if states.iter().filter(|s| s.ends_with(":active")).count() == 3 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{states:?}\n{}",
+            m.text("daemon.log")
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(m.calls().is_empty(), "{:?}", m.calls());
+    // 4 MiB of the array at 8 MiB are member rows 4 to 6 MiB (RAID 5 of
+    // 3): bitmap chunks 4 and 5, and nothing else, are copied.
+    let control = m.path("run/data.ctl").display().to_string();
+    let status: serde_json::Value =
+        serde_json::from_str(&m.ok(&["status", "--socket", &control, "--json"])).unwrap();
+    assert_eq!(
+        status["array"]["recovery"]["rebuild"]["copied_bytes"],
+        2u64 << 20,
+        "{status}"
+    );
+    // What was written while it was away reads back (through the member
+    // that came back too: the parity check below reads every byte).
+    let out = common::fio_nbd(&m.root, "away")
+        .args([
+            "--rw=randread",
+            "--bs=4k",
+            "--size=4m",
+            "--offset=8m",
+            "--verify=crc32c",
+        ])
+        .args(["--randseed=7", "--verify_fatal=1", "--output-format=terse"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "fio verify: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    daemon.interrupt();
+    common::assert_checks_clean(&m.root, &members, "after the re-add");
+}

@@ -4,7 +4,7 @@
 //! are skipped, keywords are in capitals.
 //!
 //! ```text
-//! ARRAY <name> UUID=<uuid> [export=ublk|ublk:<id>|nbd:<address>|none] [degraded-after=<seconds>]
+//! ARRAY <name> UUID=<uuid> [export=ublk|ublk:<id>|nbd:<address>|none] [degraded-after=<seconds>] [metrics=<host:port>]
 //! PROGRAM <path>
 //! MAILADDR <address>
 //! MAILFROM <address>
@@ -14,6 +14,12 @@
 //! A line that does not parse is an error with its number and reason; it
 //! refuses only what it names (its array), and the other lines still
 //! count. Two ARRAY lines for one UUID or one name refuse both arrays.
+//!
+//! Each array's daemon serves its own metrics endpoint: `METRICS` is the
+//! address of the one array without a `metrics=` of its own. An address
+//! two arrays would share is an error naming the lines; those arrays start
+//! without metrics (a second listener on an address cannot start, and an
+//! array must not stay down for its metrics).
 
 use nvraid_metadata::format_uuid;
 use serde::Serialize;
@@ -112,6 +118,8 @@ pub struct ArrayEntry {
     pub export: Export,
     /// Seconds to wait for missing members before a degraded start.
     pub degraded_after: u32,
+    /// Its daemon's metrics address (`metrics=`), when it has its own.
+    pub metrics: Option<String>,
     /// The line it was read from (1-based; 0 for one not read from a file).
     pub line: usize,
 }
@@ -129,6 +137,9 @@ impl ArrayEntry {
         }
         if self.degraded_after != DEFAULT_DEGRADED_AFTER {
             line.push_str(&format!(" degraded-after={}", self.degraded_after));
+        }
+        if let Some(metrics) = &self.metrics {
+            line.push_str(&format!(" metrics={metrics}"));
         }
         line
     }
@@ -292,6 +303,11 @@ impl Config {
             }
         }
         refuse_duplicates(&mut config.arrays, &mut errors);
+        let metrics_line = settings
+            .iter()
+            .find(|(_, k)| *k == "METRICS")
+            .map(|(n, _)| *n);
+        share_no_metrics(&mut config, metrics_line, &mut errors);
         errors.sort_by_key(|e| e.lines[0]);
         (config, errors)
     }
@@ -312,6 +328,92 @@ impl Config {
 
     pub fn by_uuid(&self, uuid: &[u8; 16]) -> Option<&ArrayEntry> {
         self.arrays.iter().find(|a| &a.uuid == uuid)
+    }
+
+    /// Where `entry`'s daemon serves metrics: its own `metrics=`, else
+    /// `METRICS` (which parsing keeps only while one array uses it).
+    pub fn metrics_of(&self, entry: &ArrayEntry) -> Option<String> {
+        entry
+            .metrics
+            .clone()
+            .or_else(|| self.alerts.metrics.clone())
+    }
+}
+
+/// No two arrays' daemons get one metrics address: `METRICS` used by two
+/// or more arrays (those without `metrics=`) is dropped, and two arrays
+/// naming one address lose it both; each case an error naming the lines.
+/// The arrays themselves still start.
+fn share_no_metrics(
+    config: &mut Config,
+    metrics_line: Option<usize>,
+    errors: &mut Vec<ConfigError>,
+) {
+    if let (Some(global), Some(line)) = (config.alerts.metrics.clone(), metrics_line) {
+        let users: Vec<&ArrayEntry> = config
+            .arrays
+            .iter()
+            .filter(|a| a.metrics.is_none())
+            .collect();
+        let named: Vec<&ArrayEntry> = config
+            .arrays
+            .iter()
+            .filter(|a| a.metrics.as_deref() == Some(global.as_str()))
+            .collect();
+        if users.len() + named.len() >= 2 {
+            let names: Vec<&str> = users
+                .iter()
+                .chain(&named)
+                .map(|a| a.name.as_str())
+                .collect();
+            let mut lines = vec![line];
+            lines.extend(users.iter().chain(&named).map(|a| a.line));
+            errors.push(ConfigError {
+                lines,
+                array: None,
+                reason: format!(
+                    "METRICS {global} would be the address of {} arrays ({}), and each array's \
+                     daemon listens on its own: give each ARRAY line its own metrics=HOST:PORT; \
+                     until then these arrays start without metrics",
+                    names.len(),
+                    names.join(", ")
+                ),
+            });
+            config.alerts.metrics = None;
+            for entry in config.arrays.iter_mut() {
+                if entry.metrics.as_deref() == Some(global.as_str()) {
+                    entry.metrics = None;
+                }
+            }
+        }
+    }
+    let mut clash = vec![false; config.arrays.len()];
+    for i in 0..config.arrays.len() {
+        for j in i + 1..config.arrays.len() {
+            let (a, b) = (&config.arrays[i], &config.arrays[j]);
+            let (Some(address), Some(other)) = (&a.metrics, &b.metrics) else {
+                continue;
+            };
+            if address != other {
+                continue;
+            }
+            clash[i] = true;
+            clash[j] = true;
+            errors.push(ConfigError {
+                lines: vec![a.line, b.line],
+                array: None,
+                reason: format!(
+                    "metrics={address} on two arrays ({} and {}), and each array's daemon \
+                     listens on its own: both start without metrics until one is changed",
+                    a.name, b.name
+                ),
+            });
+        }
+    }
+    for (entry, clashes) in config.arrays.iter_mut().zip(clash) {
+        if clashes {
+            entry.metrics = None;
+        }
     }
 }
 
@@ -352,6 +454,7 @@ fn parse_array(words: &[&str], line: usize) -> Result<ArrayEntry, (Option<String
     let mut uuid = None;
     let mut export = None;
     let mut degraded_after = None;
+    let mut metrics = None;
     for option in options {
         let Some((key, value)) = option.split_once('=') else {
             return Err(fail(format!("{option:?} is not KEY=VALUE")));
@@ -360,9 +463,10 @@ fn parse_array(words: &[&str], line: usize) -> Result<ArrayEntry, (Option<String
             "UUID" | "uuid" => uuid.is_some(),
             "export" => export.is_some(),
             "degraded-after" => degraded_after.is_some(),
+            "metrics" => metrics.is_some(),
             other => {
                 return Err(fail(format!(
-                    "unknown option {other:?} (expected UUID=, export=, degraded-after=)"
+                    "unknown option {other:?} (expected UUID=, export=, degraded-after=, metrics=)"
                 )))
             }
         };
@@ -378,6 +482,11 @@ fn parse_array(words: &[&str], line: usize) -> Result<ArrayEntry, (Option<String
                 })?)
             }
             "export" => export = Some(Export::parse(value).map_err(&fail)?),
+            "metrics" => {
+                setting("METRICS", value)
+                    .map_err(|_| fail(format!("metrics={value}: expected HOST:PORT")))?;
+                metrics = Some(value.to_string());
+            }
             _ => {
                 degraded_after = Some(value.parse::<u32>().map_err(|_| {
                     fail(format!("degraded-after={value} is not a number of seconds"))
@@ -391,6 +500,7 @@ fn parse_array(words: &[&str], line: usize) -> Result<ArrayEntry, (Option<String
         uuid,
         export: export.unwrap_or(Export::Ublk(None)),
         degraded_after: degraded_after.unwrap_or(DEFAULT_DEGRADED_AFTER),
+        metrics,
         line,
     })
 }
@@ -496,6 +606,7 @@ mod tests {
 
     const U1: &str = "0a1b2c3d:4e5f6071:8293a4b5:c6d7e8f9";
     const U2: &str = "11111111:22222222:33333333:44444444";
+    const U3: &str = "55555555:66666666:77777777:88888888";
 
     fn only_error(text: &str) -> ConfigError {
         let (_, errors) = Config::parse(text);
@@ -507,8 +618,8 @@ mod tests {
     fn a_full_file_parses_with_defaults_and_comments() {
         let text = format!(
             "# nvraid's arrays\n\nARRAY data UUID={U1}   # the RAID 5\n\
-             ARRAY scratch uuid=11111111-2222-3333-3333-444444444444 export=nbd:tcp:10809 degraded-after=120\n\
-             ARRAY quiet UUID={} export=none\n\
+             ARRAY scratch uuid=11111111-2222-3333-3333-444444444444 export=nbd:tcp:10809 degraded-after=120 metrics=127.0.0.1:9178\n\
+             ARRAY quiet UUID={} export=none metrics=localhost:9179\n\
              PROGRAM /usr/local/bin/alert\nMAILADDR root\nMAILFROM nvraid@example.org\nMETRICS 127.0.0.1:9177\n",
             U2.replace("1111", "5555")
         );
@@ -524,6 +635,11 @@ mod tests {
         assert_eq!(scratch.uuid_text(), "11111111:22223333:33334444:44444444");
         assert_eq!(scratch.export, Export::Nbd("tcp:10809".into()));
         assert_eq!(scratch.degraded_after, 120);
+        assert_eq!(
+            config.metrics_of(scratch).as_deref(),
+            Some("127.0.0.1:9178")
+        );
+        assert_eq!(config.metrics_of(data).as_deref(), Some("127.0.0.1:9177"));
         assert_eq!(config.by_name("quiet").unwrap().export, Export::None);
         assert_eq!(
             config.alerts.program,
@@ -566,6 +682,64 @@ mod tests {
             assert_eq!(e.array.as_deref(), Some("data"));
             assert!(e.to_string().contains("is not an md array UUID"), "{e}");
         }
+    }
+
+    #[test]
+    fn each_array_has_its_own_metrics_address_and_a_shared_one_is_refused_by_its_lines() {
+        // One array on METRICS, one on its own: both served.
+        let text = format!(
+            "METRICS 127.0.0.1:9177\nARRAY a UUID={U1}\nARRAY b UUID={U2} metrics=127.0.0.1:9178\n"
+        );
+        let (config, errors) = Config::parse(&text);
+        assert!(errors.is_empty(), "{errors:?}");
+        let [a, b] = [&config.arrays[0], &config.arrays[1]];
+        assert_eq!(config.metrics_of(a).as_deref(), Some("127.0.0.1:9177"));
+        assert_eq!(config.metrics_of(b).as_deref(), Some("127.0.0.1:9178"));
+        assert_eq!(
+            b.to_line(),
+            format!("ARRAY b UUID={U2} metrics=127.0.0.1:9178")
+        );
+        // METRICS for two arrays: an error naming its line and theirs; the
+        // arrays start, without metrics.
+        let text = format!("ARRAY a UUID={U1}\nMETRICS 127.0.0.1:9177\nARRAY b UUID={U2}\n");
+        let (config, errors) = Config::parse(&text);
+        assert_eq!(config.arrays.len(), 2);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].lines, vec![2, 1, 3]);
+        assert_eq!(errors[0].array, None);
+        assert!(
+            errors[0].reason.contains("2 arrays (a, b)"),
+            "{}",
+            errors[0]
+        );
+        assert!(config.arrays.iter().all(|a| config.metrics_of(a).is_none()));
+        // METRICS and an array naming the same address.
+        let text = format!(
+            "METRICS 127.0.0.1:9177\nARRAY a UUID={U1}\nARRAY b UUID={U2} metrics=127.0.0.1:9177\n"
+        );
+        let (config, errors) = Config::parse(&text);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(config.arrays.iter().all(|a| config.metrics_of(a).is_none()));
+        // Two arrays on one address of their own.
+        let text = format!(
+            "ARRAY a UUID={U1} metrics=[::1]:9 \nARRAY c UUID={U3}\nARRAY b UUID={U2} metrics=[::1]:9\n"
+        );
+        let (config, errors) = Config::parse(&text);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].lines, vec![1, 3]);
+        assert!(
+            errors[0]
+                .reason
+                .contains("metrics=[::1]:9 on two arrays (a and b)"),
+            "{}",
+            errors[0]
+        );
+        assert_eq!(config.arrays.len(), 3);
+        assert!(config.arrays.iter().all(|a| config.metrics_of(a).is_none()));
+        // A bad address refuses its array, by name.
+        let e = only_error(&format!("ARRAY a UUID={U1} metrics=9177\n"));
+        assert_eq!(e.array.as_deref(), Some("a"));
+        assert!(e.reason.contains("metrics=9177: expected HOST:PORT"), "{e}");
     }
 
     #[test]
@@ -641,6 +815,7 @@ mod tests {
             uuid: parse_uuid(U1).unwrap(),
             export: Export::Ublk(Some(3)),
             degraded_after: 45,
+            metrics: None,
             line: 0,
         };
         let start = "# mine\nMAILADDR root";

@@ -67,6 +67,30 @@ impl RunDir {
         Ok(true)
     }
 
+    /// Forget that `member` belongs to the array (udev saw it go); true if
+    /// it was recorded.
+    pub fn forget(&self, uuid: &[u8; 16], member: &str) -> io::Result<bool> {
+        let file = self.members_dir(uuid).join(member.replace('/', "!"));
+        match std::fs::remove_file(file) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The arrays (UUIDs) `member` is recorded for: a device that went
+    /// away can no longer be read to learn its array.
+    pub fn arrays_of(&self, member: &str) -> Vec<[u8; 16]> {
+        let Ok(entries) = std::fs::read_dir(self.root.join("incremental")) else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .filter_map(|e| crate::config::parse_uuid(&e.file_name().to_string_lossy()))
+            .filter(|uuid| self.recorded(uuid).iter().any(|m| m == member))
+            .collect()
+    }
+
     /// The members recorded for the array, sorted.
     pub fn recorded(&self, uuid: &[u8; 16]) -> Vec<String> {
         let Ok(entries) = std::fs::read_dir(self.members_dir(uuid)) else {

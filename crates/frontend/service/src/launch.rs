@@ -60,7 +60,7 @@ pub fn serve_args(
         args.push("--alert-mail".into());
         args.push(mail.clone());
     }
-    if let Some(metrics) = &alerts.metrics {
+    if let Some(metrics) = entry.metrics.as_ref().or(alerts.metrics.as_ref()) {
         args.push("--metrics".into());
         args.push(metrics.clone());
     }
@@ -81,6 +81,7 @@ mod tests {
             uuid: [1; 16],
             export,
             degraded_after: 30,
+            metrics: None,
             line: 1,
         }
     }
@@ -114,6 +115,16 @@ mod tests {
         assert_eq!(
             args.join(" "),
             "--listen tcp:0.0.0.0:10809 --control /run/nvraid/data.ctl --re-add -- /dev/vdb"
+        );
+        // An array's own address is its daemon's, whatever METRICS says.
+        let own = ArrayEntry {
+            metrics: Some("[::1]:9200".into()),
+            ..entry(Export::Nbd("unix:/s".into()))
+        };
+        let args = serve_args(&own, &alerts, &run, "auto", &members[..1]);
+        assert!(
+            args.join(" ").ends_with("--metrics [::1]:9200 -- /dev/vdb"),
+            "{args:?}"
         );
         let args = serve_args(
             &entry(Export::None),

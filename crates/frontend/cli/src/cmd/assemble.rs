@@ -22,6 +22,11 @@ pub struct AssembleArgs {
     /// else /etc/nvraid/nvraid.conf).
     #[arg(long, value_name = "FILE", requires = "incremental")]
     config: Option<std::path::PathBuf>,
+    /// With --incremental: DEV went away (udev's remove event). Its record
+    /// is dropped, and the array's running daemon fails and removes it,
+    /// so that its return is re-added by the bitmap.
+    #[arg(long, requires = "incremental")]
+    removed: bool,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -32,6 +37,9 @@ pub struct AssembleArgs {
 
 pub fn run(args: &AssembleArgs, direct: bool) -> Result<u8> {
     if let Some(device) = &args.incremental {
+        if args.removed {
+            return super::run::incremental_removed(device, args.config.as_deref());
+        }
         return super::run::incremental(device, args.config.as_deref());
     }
     if !args.scan {

@@ -37,6 +37,11 @@ enum ConfigCommand {
         /// Seconds to wait for a missing member before starting degraded.
         #[arg(long, value_name = "SECONDS", default_value_t = config::DEFAULT_DEGRADED_AFTER)]
         degraded_after: u32,
+        /// Where this array's daemon serves Prometheus metrics (HOST:PORT;
+        /// each array needs its own; without it, METRICS of the file when
+        /// only one array uses that).
+        #[arg(long, value_name = "HOST:PORT")]
+        metrics: Option<String>,
         /// mdadm's configuration, where the `ARRAY <ignore>` line goes
         /// (nothing is written when its directory does not exist: no mdadm).
         #[arg(long, value_name = "FILE", default_value = mdadm::DEFAULT_PATH)]
@@ -75,6 +80,7 @@ pub fn run(args: &ConfigArgs) -> Result<u8> {
             name,
             export,
             degraded_after,
+            metrics,
             mdadm_conf,
             json,
         } => add(
@@ -83,6 +89,7 @@ pub fn run(args: &ConfigArgs) -> Result<u8> {
             name.as_deref(),
             export,
             *degraded_after,
+            metrics.as_deref(),
             mdadm_conf,
             *json,
         ),
@@ -116,6 +123,7 @@ fn add(
     name: Option<&str>,
     export: &Export,
     degraded_after: u32,
+    metrics: Option<&str>,
     mdadm_conf: &Path,
     json: bool,
 ) -> Result<u8> {
@@ -197,6 +205,7 @@ fn add(
         uuid,
         export: export.clone(),
         degraded_after,
+        metrics: metrics.map(str::to_string),
         line: 0,
     };
     let new_text = config::with_array(&text, &entry);
@@ -350,8 +359,11 @@ fn list(path: &Path, json: bool) -> Result<u8> {
         println!("no arrays in {}", path.display());
     }
     for a in &config.arrays {
+        let metrics = config
+            .metrics_of(a)
+            .map_or_else(String::new, |m| format!(" metrics={m}"));
         println!(
-            "{:<16} {}  export={} degraded-after={}s  (line {})",
+            "{:<16} {}  export={} degraded-after={}s{metrics}  (line {})",
             a.name,
             a.uuid_text(),
             a.export,

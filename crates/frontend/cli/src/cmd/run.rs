@@ -230,6 +230,41 @@ pub fn incremental(device: &str, config_path: Option<&Path>) -> Result<u8> {
         // stopped array would come back by itself.
         return Ok(0);
     }
+    // The array runs already (started degraded without this member, or
+    // the member was unplugged and is back): its daemon takes the member
+    // back, by the bitmap when it can, as md's incremental assembly does.
+    let control = run.control(&entry.name);
+    if control.exists() {
+        let add = serde_json::json!({"command": "add", "member": device, "force": false});
+        match nvraid_serve::request(&control, &add) {
+            Ok(reply) => {
+                eprintln!(
+                    "nvraid: {}: {device} is back: {} role {} of the running array",
+                    entry.name,
+                    if reply["re_added"] == true {
+                        "re-added (bitmap) in"
+                    } else {
+                        "added in"
+                    },
+                    reply["role"]
+                );
+                return Ok(0);
+            }
+            Err(nvraid_serve::Error::Control(why))
+                if !why.contains(&control.display().to_string()) =>
+            {
+                // The daemon answered and refused (a working member
+                // already, or one it cannot take back): said, nothing else.
+                eprintln!(
+                    "nvraid: {}: {device}: the running array did not take it: {why}",
+                    entry.name
+                );
+                return Ok(0);
+            }
+            // No daemon behind the socket (a stale file): as at boot.
+            Err(_) => {}
+        }
+    }
     let recorded = run.recorded(&uuid);
     let array = incremental::judge(&uuid, &recorded);
     let systemctl = Systemctl::from_env();
@@ -250,6 +285,42 @@ pub fn incremental(device: &str, config_path: Option<&Path>) -> Result<u8> {
                 recorded.len()
             );
             systemctl.start(&unit)?;
+        }
+    }
+    Ok(0)
+}
+
+/// `nvraid assemble --incremental DEV --removed`: what udev runs when a
+/// member goes away. Its record is dropped (so that its return counts as
+/// new), and the array's running daemon fails it (unless its I/O did
+/// already) and removes it, leaving its role for the member's return.
+pub fn incremental_removed(device: &str, config_path: Option<&Path>) -> Result<u8> {
+    let path = config::path(config_path);
+    let config = Config::load(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?
+        .map(|(config, _)| config)
+        .unwrap_or_default();
+    let absolute = std::path::absolute(device)
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| device.to_string());
+    let device = absolute.as_str();
+    let run = RunDir::from_env();
+    for uuid in run.arrays_of(device) {
+        run.forget(&uuid, device)
+            .with_context(|| format!("cannot forget {device} in {}", run.root.display()))?;
+        let Some(entry) = config.by_uuid(&uuid) else {
+            continue;
+        };
+        let control = run.control(&entry.name);
+        if !control.exists() {
+            continue;
+        }
+        for (command, done) in [("fail", "failed"), ("remove", "removed")] {
+            let request = serde_json::json!({"command": command, "member": device});
+            match nvraid_serve::request(&control, &request) {
+                Ok(_) => eprintln!("nvraid: {}: {device} went away: {done}", entry.name),
+                Err(e) => eprintln!("nvraid: {}: {device} went away; {command}: {e}", entry.name),
+            }
         }
     }
     Ok(0)
