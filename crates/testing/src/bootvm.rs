@@ -43,6 +43,9 @@ pub struct Boot<'a> {
     pub env: Vec<(&'a str, String)>,
     /// Disks (by index) not attached this time.
     pub absent: Vec<usize>,
+    /// Disks (by index) the script may unplug and plug back while it runs
+    /// (bootvm's `--hotplug`: it prints `BOOTVM_UNPLUG_$BOOTVM_NONCE N`).
+    pub hotplug: Vec<usize>,
     /// A power cut: qemu is killed once a line of the script's output matches.
     pub cut: Option<&'a str>,
     /// Seconds before the VM is killed (default 400).
@@ -124,6 +127,9 @@ impl Machine {
         }
         for n in &how.absent {
             vm.arg("--absent").arg(n.to_string());
+        }
+        for n in &how.hotplug {
+            vm.arg("--hotplug").arg(n.to_string());
         }
         if let Some(cut) = how.cut {
             vm.arg("--cut").arg(cut);

@@ -54,6 +54,8 @@ impl Machine {
             .env("NVRAID_SYSTEMCTL", self.path("systemctl"))
             .env("NVRAID_SYSFS", self.path("sys"))
             .env("NVRAID_DEV_DIR", self.path("m"))
+            // what udev's commands log goes to stderr, not the host's journal
+            .env("NVRAID_JOURNAL_SOCKET", self.path("no-journal.socket"))
             .env_remove("NOTIFY_SOCKET")
             .output()
             .unwrap()

@@ -238,15 +238,16 @@ pub fn incremental(device: &str, config_path: Option<&Path>) -> Result<u8> {
         let add = serde_json::json!({"command": "add", "member": device, "force": false});
         match nvraid_serve::request(&control, &add) {
             Ok(reply) => {
-                eprintln!(
-                    "nvraid: {}: {device} is back: {} role {} of the running array",
-                    entry.name,
-                    if reply["re_added"] == true {
-                        "re-added (bitmap) in"
-                    } else {
-                        "added in"
-                    },
-                    reply["role"]
+                let how = if reply["re_added"] == true {
+                    "re-added (bitmap) in"
+                } else {
+                    "added in"
+                };
+                let role = &reply["role"];
+                udev_log(
+                    entry,
+                    device,
+                    &format!("{device} is back: {how} role {role} of the running array"),
                 );
                 return Ok(0);
             }
@@ -255,9 +256,10 @@ pub fn incremental(device: &str, config_path: Option<&Path>) -> Result<u8> {
             {
                 // The daemon answered and refused (a working member
                 // already, or one it cannot take back): said, nothing else.
-                eprintln!(
-                    "nvraid: {}: {device}: the running array did not take it: {why}",
-                    entry.name
+                udev_log(
+                    entry,
+                    device,
+                    &format!("{device}: the running array did not take it: {why}"),
                 );
                 return Ok(0);
             }
@@ -271,18 +273,20 @@ pub fn incremental(device: &str, config_path: Option<&Path>) -> Result<u8> {
     match incremental::decide(array.as_ref()) {
         incremental::Decision::Start => {
             let unit = incremental::service_unit(&entry.name);
-            eprintln!(
-                "nvraid: {}: {device} recorded; every member is here: starting {unit}",
-                entry.name
+            udev_log(
+                entry,
+                device,
+                &format!("{device} recorded; every member is here: starting {unit}"),
             );
             systemctl.start(&unit)?;
         }
         incremental::Decision::Wait { why } => {
             let unit = incremental::timer_unit(&entry.name);
-            eprintln!(
-                "nvraid: {}: {device} recorded ({} so far, {why}): {unit} armed",
-                entry.name,
-                recorded.len()
+            let so_far = recorded.len();
+            udev_log(
+                entry,
+                device,
+                &format!("{device} recorded ({so_far} so far, {why}): {unit} armed"),
             );
             systemctl.start(&unit)?;
         }
@@ -318,12 +322,31 @@ pub fn incremental_removed(device: &str, config_path: Option<&Path>) -> Result<u
         for (command, done) in [("fail", "failed"), ("remove", "removed")] {
             let request = serde_json::json!({"command": command, "member": device});
             match nvraid_serve::request(&control, &request) {
-                Ok(_) => eprintln!("nvraid: {}: {device} went away: {done}", entry.name),
-                Err(e) => eprintln!("nvraid: {}: {device} went away; {command}: {e}", entry.name),
+                Ok(_) => udev_log(entry, device, &format!("{device} went away: {done}")),
+                Err(e) => udev_log(
+                    entry,
+                    device,
+                    &format!("{device} went away; {command}: {e}"),
+                ),
             }
         }
     }
     Ok(0)
+}
+
+/// What the udev-run commands say: udev keeps no output of the programs
+/// its rules run, so it goes to the journal (standard error without one),
+/// with the array and member as fields: `journalctl -t nvraid`.
+fn udev_log(entry: &ArrayEntry, device: &str, message: &str) {
+    let message = format!("{}: {message}", entry.name);
+    nvraid_monitor::sink::Journal::from_env().log(
+        5,
+        &message,
+        &[
+            ("NVRAID_ARRAY", entry.name.as_str()),
+            ("NVRAID_MEMBER", device),
+        ],
+    );
 }
 
 /// The array UUID in `device`'s md superblock, if it has one.
