@@ -270,9 +270,17 @@ impl Array {
         self.intent().map(WriteIntent::info)
     }
 
-    /// The bitmap's chunk in bytes, when the array has one.
+    /// The bitmap's chunk in bytes, when the array has one: in the
+    /// bitmap's space, a member's data area for RAID 4/5/6 (what a
+    /// rebuild, walking a member, steps by), the array's otherwise.
     pub fn bitmap_chunk_bytes(&self) -> Option<u64> {
         self.intent().map(WriteIntent::chunk_bytes)
+    }
+
+    /// The array bytes a walk through the array (a resync) steps by to
+    /// cover whole bitmap bits, when the array has a bitmap.
+    pub fn bitmap_step_bytes(&self) -> Option<u64> {
+        self.intent().map(WriteIntent::array_step_bytes)
     }
 }
 

@@ -94,16 +94,18 @@ fn bitmap_chunk(
     let Some(requested) = bitmap_wanted(options, geometry)? else {
         return Ok(None);
     };
-    let array_bytes = geometry.array_bytes();
+    // What the bitmap counts bits over (md's: a member's data area for
+    // RAID 4/5/6, the array for RAID 1 and 10).
+    let space_bytes = geometry.bitmap_space_bytes();
     let chunk = match requested {
         None => bitmap::default_chunk_bytes(
-            array_bytes,
+            space_bytes,
             bitmap::default_room_bytes(geometry.member_used_bytes() / 512),
         ),
         Some(c) => checked_bitmap_chunk(c)?,
     };
     if check_space {
-        check_bitmap_space(chunk, array_bytes)?;
+        check_bitmap_space(chunk, space_bytes)?;
     }
     Ok(Some(chunk))
 }
@@ -156,7 +158,8 @@ fn checked_bitmap_chunk(c: u64) -> Result<u64> {
     Ok(c)
 }
 
-/// The bitmap of `chunk` over `array_bytes` fits the metadata area.
+/// The bitmap of `chunk` over `array_bytes` (its space: see
+/// `Geometry::bitmap_space_bytes`) fits the metadata area.
 fn check_bitmap_space(chunk: u64, array_bytes: u64) -> Result<()> {
     // Between the bitmap's start and the bad-block log below the data: the
     // data offset less the superblock's 4 KiB, the 4 KiB before it and the
@@ -759,7 +762,7 @@ fn bitmap_image(template: &Superblock, geometry: &Geometry, chunk: u64) -> nvrai
     let header = BitmapHeader::new(
         template.set_uuid,
         0,
-        geometry.array_bytes() / 512,
+        geometry.bitmap_space_bytes() / 512,
         chunk as u32,
     );
     let mut image = nvraid_io::AlignedBuf::zeroed(bitmap::storage_bytes(header.bits()) as usize);

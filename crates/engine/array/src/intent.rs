@@ -30,6 +30,7 @@
 use crate::error::{Error, Result};
 use crate::members::{Companion, Members};
 use nvraid_io::AlignedBuf;
+use nvraid_layout::Geometry;
 use nvraid_metadata::bitmap::{self, BitmapHeader};
 use nvraid_metadata::features;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -67,6 +68,9 @@ pub(crate) struct WriteIntent {
     /// Byte offset of the bitmap on each role's member (`super_offset +
     /// bitmap_offset`), the same on every member.
     at_bytes: u64,
+    /// The array's shape: a write's array bytes are put in the bitmap's
+    /// space through it (RAID 4/5/6: member rows, as md counts them).
+    geometry: Geometry,
 }
 
 /// What the bitmap says, for `detail`.
@@ -83,8 +87,8 @@ fn word_bit(chunk: u64) -> (usize, u64) {
 }
 
 impl WriteIntent {
-    fn new(header: BitmapHeader, storage: AlignedBuf, array_bytes: u64, at_bytes: u64) -> Self {
-        let chunks = bitmap::bits_for(array_bytes, header.chunk_bytes);
+    fn new(header: BitmapHeader, storage: AlignedBuf, geometry: &Geometry, at_bytes: u64) -> Self {
+        let chunks = bitmap::bits_for(geometry.bitmap_space_bytes(), header.chunk_bytes);
         let words = chunks.div_ceil(64) as usize;
         let mut durable: Box<[AtomicU64]> = (0..words).map(|_| AtomicU64::new(0)).collect();
         for chunk in 0..chunks {
@@ -105,15 +109,20 @@ impl WriteIntent {
                 last_pass: Instant::now(),
             }),
             at_bytes,
+            geometry: geometry.clone(),
         }
     }
 
+    /// The bits that array bytes `[offset, offset + len)` are under: for
+    /// RAID 4/5/6 those of their stripes' member rows (md's bitmap counts
+    /// member sectors there, the array's elsewhere).
     fn chunk_range(&self, offset: u64, len: u64) -> std::ops::Range<u64> {
-        let first = offset >> self.chunk_shift;
-        let end = if len == 0 {
+        let space = self.geometry.bitmap_range(offset, len);
+        let first = space.start >> self.chunk_shift;
+        let end = if space.is_empty() {
             first
         } else {
-            ((offset + len - 1) >> self.chunk_shift) + 1
+            ((space.end - 1) >> self.chunk_shift) + 1
         };
         first.min(self.chunks)..end.min(self.chunks)
     }
@@ -135,8 +144,14 @@ impl WriteIntent {
             .any(|c| bitmap::test_bit(&image.storage, c))
     }
 
+    /// The bitmap's chunk (in its space: member rows for RAID 4/5/6).
     pub(crate) fn chunk_bytes(&self) -> u64 {
         1 << self.chunk_shift
+    }
+
+    /// Array bytes a walk through the array steps by to cover whole bits.
+    pub(crate) fn array_step_bytes(&self) -> u64 {
+        self.geometry.bitmap_step_bytes(self.chunk_bytes())
     }
 
     pub(crate) fn info(&self) -> BitmapInfo {
@@ -219,7 +234,7 @@ struct MemberBitmap {
 fn read_member_bitmap(
     slot: &crate::slot::Slot,
     at: i64,
-    array_bytes: u64,
+    geometry: &Geometry,
     events: u64,
 ) -> Result<MemberBitmap> {
     let sb = &slot.superblock;
@@ -241,7 +256,7 @@ fn read_member_bitmap(
         .map_err(|e| Error::io(member.spec(), e))?;
     let header = BitmapHeader::decode(&page, &sb.set_uuid)
         .map_err(|e| bad(format!("an array whose {e}")))?;
-    let bits = bitmap::bits_for(array_bytes, header.chunk_bytes);
+    let bits = bitmap::bits_for(geometry.bitmap_space_bytes(), header.chunk_bytes);
     let len = bitmap::storage_bytes(bits);
     if at + len > data_start {
         return Err(bad(format!(
@@ -260,7 +275,12 @@ fn read_member_bitmap(
     member
         .read_at(&mut storage, at)
         .map_err(|e| Error::io(member.spec(), e))?;
-    let trusted = !header.is_stale() && header.events >= events;
+    // nvraid before 2026-11-27 counted a RAID 4/5/6 bitmap's bits in array
+    // bytes (its header's size is the array's, not a member's): those bits
+    // name other stripes than md's, so none of them is believed.
+    let array_space = geometry.bitmap_space_bytes() != geometry.array_bytes()
+        && header.sync_size_sectors * 512 == geometry.array_bytes();
+    let trusted = !header.is_stale() && header.events >= events && !array_space;
     if !trusted {
         for bit in 0..bits {
             bitmap::put_bit(&mut storage, bit, true);
@@ -273,14 +293,14 @@ fn read_member_bitmap(
     })
 }
 
-/// The union of two members' bitmaps over `array_bytes` (`spec` names the
+/// The union of two members' bitmaps over `space_bytes` (`spec` names the
 /// member `next` was read from): every bit set on either, the newer events
 /// of each kind. Bitmaps of another chunk or place are refused.
 fn merge_bitmaps(
     mut merged: MemberBitmap,
     next: MemberBitmap,
     spec: &str,
-    array_bytes: u64,
+    space_bytes: u64,
 ) -> Result<MemberBitmap> {
     if merged.header.chunk_bytes != next.header.chunk_bytes || merged.at != next.at {
         return Err(Error::Unsupported {
@@ -293,7 +313,7 @@ fn merge_bitmaps(
         next.storage.len(),
         "invariant: bitmaps of one chunk over one array hold the same bits"
     );
-    let bits = bitmap::bits_for(array_bytes, next.header.chunk_bytes);
+    let bits = bitmap::bits_for(space_bytes, next.header.chunk_bytes);
     for bit in 0..bits {
         if bitmap::test_bit(&next.storage, bit) {
             bitmap::put_bit(&mut merged.storage, bit, true);
@@ -312,7 +332,8 @@ impl WriteIntent {
     /// refused, naming the member and the reason. A writable array then
     /// maintains it ([`WriteIntent::publish`]).
     pub(crate) fn load(members: &Members) -> Result<Option<WriteIntent>> {
-        let array_bytes = members.size_bytes();
+        let geometry = members.geometry();
+        let space_bytes = geometry.bitmap_space_bytes();
         let events = members.events();
         let mut loaded: Option<MemberBitmap> = None;
         let mut any_without = None;
@@ -326,10 +347,10 @@ impl WriteIntent {
                 any_without = Some(slot.member.spec().to_string());
                 continue;
             };
-            let read = read_member_bitmap(slot, at, array_bytes, events)?;
+            let read = read_member_bitmap(slot, at, geometry, events)?;
             loaded = Some(match loaded.take() {
                 None => read,
-                Some(merged) => merge_bitmaps(merged, read, slot.member.spec(), array_bytes)?,
+                Some(merged) => merge_bitmaps(merged, read, slot.member.spec(), space_bytes)?,
             });
         }
         let Some(loaded) = loaded else {
@@ -341,23 +362,23 @@ impl WriteIntent {
                 what: "a member without the md bitmap its array's other members have".into(),
             });
         }
-        Ok(Some(Self::install(loaded, array_bytes, events)))
+        Ok(Some(Self::install(loaded, geometry, events)))
     }
 
     /// Bring the merged bitmap's header up to date, as md brings it, and
     /// make it the array's write intent. Bits past the array's end (mdadm
     /// fills them with ones) stay as they are.
-    fn install(loaded: MemberBitmap, array_bytes: u64, events: u64) -> WriteIntent {
+    fn install(loaded: MemberBitmap, geometry: &Geometry, events: u64) -> WriteIntent {
         let MemberBitmap {
             mut header,
             mut storage,
             at,
         } = loaded;
         header.state &= !bitmap::STATE_STALE;
-        header.sync_size_sectors = array_bytes / 512;
+        header.sync_size_sectors = geometry.bitmap_space_bytes() / 512;
         header.events = header.events.max(events);
         header.encode(&mut storage);
-        WriteIntent::new(header, storage, array_bytes, at)
+        WriteIntent::new(header, storage, geometry, at)
     }
 
     /// nvraid now owns the bitmap: every member gets the merged image. A

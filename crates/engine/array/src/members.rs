@@ -99,8 +99,9 @@ pub struct Members {
     /// and md reads the first in-sync copy until resync has passed, so one
     /// block never gives two answers).
     unsynced: AtomicBool,
-    /// Where the last resync stopped, in array bytes (md's resync_offset);
-    /// moves as a resync checkpoints.
+    /// Where the last resync stopped, in array bytes (md's resync_offset,
+    /// which counts member rows for RAID 4/5/6); moves as a resync
+    /// checkpoints.
     resync_at: AtomicU64,
     /// Some member has a read limit (recovery, bad blocks).
     read_limited: AtomicBool,
@@ -182,11 +183,15 @@ impl Members {
             .max(512);
         let assembled_dirty = present().any(|s| !s.superblock.is_clean());
         let events = present().map(|s| s.superblock.events).max().unwrap_or(0);
+        // md counts it in the bitmap's space (member sectors for RAID
+        // 4/5/6): kept here as the array byte of that stripe.
         let resync_from = present()
             .map(|s| s.superblock.resync_offset)
             .min()
-            .unwrap_or(RESYNC_CLEAN)
-            .saturating_mul(512);
+            .filter(|&sectors| sectors != RESYNC_CLEAN)
+            .map_or(u64::MAX, |sectors| {
+                geometry.array_offset_of_sync(sectors.saturating_mul(512))
+            });
         let read_limited = present().any(|s| !s.read_limit.is_none());
         let table = present()
             .next()
@@ -419,10 +424,20 @@ impl Members {
         if self.dirty.load(Ordering::Acquire) {
             0
         } else if self.unsynced.load(Ordering::Acquire) {
-            self.resync_at.load(Ordering::Acquire) / 512
+            self.resync_position()
         } else {
             RESYNC_CLEAN
         }
+    }
+
+    /// Where the resync got to, as md's `resync_offset` counts it
+    /// (sectors of the bitmap's space: member rows for RAID 4/5/6).
+    fn resync_position(&self) -> u64 {
+        let at = self
+            .resync_at
+            .load(Ordering::Acquire)
+            .min(self.size_bytes());
+        self.geometry.sync_position_of(at) / 512
     }
 
     /// Whether `role`'s member may be read at `[offset, offset + len)` of
@@ -984,7 +999,7 @@ impl Members {
             // What is left to resync is what the resync had not reached
             // (md writes its checkpoint when the array goes clean).
             let resync_offset = if self.unsynced.load(Ordering::Acquire) {
-                self.resync_at.load(Ordering::Acquire) / 512
+                self.resync_position()
             } else {
                 RESYNC_CLEAN
             };

@@ -685,7 +685,14 @@ fn a_parity_resync_after_a_crash_visits_only_the_dirty_chunks() {
         assert_eq!(array.bitmap_info().unwrap().dirty_chunks, 1, "{level}");
         let found = scrub(&array, Mode::Repair, &mut |_| {}).unwrap();
         assert!(found.resynced, "{level}");
-        assert_eq!(found.bytes, bit, "{level}: only the dirty chunk");
+        // One bit stands for `bit` bytes of rows on every member (md's
+        // space for RAID 4/5/6): the stripes of those rows, `bit` times the
+        // data chunks per stripe of array bytes.
+        assert_eq!(
+            found.bytes,
+            bit * data,
+            "{level}: only the dirty chunk's stripes"
+        );
         assert_eq!(found.mismatch_sectors, 8, "{level}: the torn 4 KiB of P");
         let check = scrub(&array, Mode::Check, &mut |_| {}).unwrap();
         assert_eq!(check.mismatch_sectors, 1, "{level}: {check:?}");

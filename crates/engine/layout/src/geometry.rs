@@ -491,6 +491,75 @@ impl Geometry {
         self.member_used_bytes
     }
 
+    /// The space md's write-intent bitmap counts its bits in, in bytes:
+    /// for RAID 4/5/6 each member's data area (md's bit `k` stands for the
+    /// same member rows on every member, so for every stripe with a row
+    /// there), for RAID 1 and 10 the array.
+    pub fn bitmap_space_bytes(&self) -> u64 {
+        if self.level.parity_chunks() > 0 {
+            self.member_used_bytes
+        } else {
+            self.array_bytes
+        }
+    }
+
+    /// Where array bytes `[offset, offset + len)` lie in the bitmap's space
+    /// ([`Geometry::bitmap_space_bytes`]): for RAID 4/5/6 the member rows of
+    /// every stripe they touch (whole chunk rows: a write changes its
+    /// stripe's parity), otherwise the same bytes.
+    pub fn bitmap_range(&self, offset: u64, len: u64) -> std::ops::Range<u64> {
+        let data_columns = u64::from(self.members - self.level.parity_chunks());
+        if self.level.parity_chunks() == 0 {
+            return offset..offset + len;
+        }
+        let width = self.chunk_bytes * data_columns;
+        let first = offset / width;
+        if len == 0 {
+            return first * self.chunk_bytes..first * self.chunk_bytes;
+        }
+        let end = (offset + len - 1) / width + 1;
+        first * self.chunk_bytes..end * self.chunk_bytes
+    }
+
+    /// md's resync position (`resync_offset`) in the space it counts in
+    /// (the bitmap's: member rows for RAID 4/5/6), for array byte
+    /// `offset`: the start of its stripe's rows, so that nothing before it
+    /// is left out.
+    pub fn sync_position_of(&self, offset: u64) -> u64 {
+        if self.level.parity_chunks() == 0 {
+            return offset;
+        }
+        let data_columns = u64::from(self.members - self.level.parity_chunks());
+        offset / (self.chunk_bytes * data_columns) * self.chunk_bytes
+    }
+
+    /// The array byte md's resync position `position` (bytes in the
+    /// bitmap's space, see [`Geometry::sync_position_of`]) stands for: the
+    /// first byte of the stripe whose rows it is in.
+    pub fn array_offset_of_sync(&self, position: u64) -> u64 {
+        if self.level.parity_chunks() == 0 {
+            return position;
+        }
+        let data_columns = u64::from(self.members - self.level.parity_chunks());
+        (position / self.chunk_bytes).saturating_mul(self.chunk_bytes * data_columns)
+    }
+
+    /// The array bytes a walk through the array (a resync) steps by so that
+    /// each step covers whole bits of a bitmap of `bitmap_chunk` bytes: the
+    /// chunk itself, or for RAID 4/5/6 the stripes whose rows one bit (at
+    /// least one chunk row) covers.
+    pub fn bitmap_step_bytes(&self, bitmap_chunk: u64) -> u64 {
+        if self.level.parity_chunks() == 0 {
+            return bitmap_chunk;
+        }
+        let data_columns = u64::from(self.members - self.level.parity_chunks());
+        bitmap_chunk
+            .max(self.chunk_bytes)
+            .div_ceil(self.chunk_bytes)
+            * self.chunk_bytes
+            * data_columns
+    }
+
     /// How many copies of each byte the array keeps (parity levels: one;
     /// their redundancy is parity, not copies).
     pub fn copies(&self) -> u32 {
@@ -728,6 +797,58 @@ mod tests {
     /// `present` for `members` members with those in `missing` absent.
     fn present(members: u32, missing: &[u32]) -> Vec<bool> {
         (0..members).map(|m| !missing.contains(&m)).collect()
+    }
+
+    #[test]
+    fn a_parity_bitmap_counts_member_rows_and_a_mirror_bitmap_array_bytes() {
+        let layout = ParityLayout::LeftSymmetric;
+        // RAID 5 of 4 (3 data chunks per stripe), 40 chunks per member.
+        let raid5 = geometry(Level::Raid5 { layout }, 4);
+        assert_eq!(raid5.bitmap_space_bytes(), 40 * CHUNK);
+        assert_eq!(raid5.array_bytes(), 120 * CHUNK);
+        // Any byte of stripe 5 (array bytes 15..18 chunks) is row 5.
+        assert_eq!(raid5.bitmap_range(15 * CHUNK, 1), 5 * CHUNK..6 * CHUNK);
+        assert_eq!(
+            raid5.bitmap_range(18 * CHUNK - 512, 512),
+            5 * CHUNK..6 * CHUNK
+        );
+        // Across stripes 5 and 6.
+        assert_eq!(
+            raid5.bitmap_range(17 * CHUNK, 2 * CHUNK),
+            5 * CHUNK..7 * CHUNK
+        );
+        assert_eq!(
+            raid5.bitmap_range(120 * CHUNK - 1, 1),
+            39 * CHUNK..40 * CHUNK
+        );
+        // md's resync position counts member rows too.
+        assert_eq!(raid5.sync_position_of(17 * CHUNK + 512), 5 * CHUNK);
+        assert_eq!(raid5.array_offset_of_sync(5 * CHUNK + 4096), 15 * CHUNK);
+        assert_eq!(
+            raid5.array_offset_of_sync(raid5.sync_position_of(18 * CHUNK)),
+            18 * CHUNK
+        );
+        // One bit of 4 chunk rows is 4 stripes of the array; a bit smaller
+        // than a chunk still steps a whole stripe.
+        assert_eq!(raid5.bitmap_step_bytes(4 * CHUNK), 12 * CHUNK);
+        assert_eq!(raid5.bitmap_step_bytes(CHUNK / 4), 3 * CHUNK);
+        let raid6 = geometry(Level::Raid6 { layout }, 5);
+        assert_eq!(
+            raid6.bitmap_range(6 * CHUNK, 3 * CHUNK),
+            2 * CHUNK..3 * CHUNK
+        );
+        assert_eq!(raid6.bitmap_space_bytes(), 40 * CHUNK);
+        // RAID 1 and 10: the array's own bytes.
+        for mirror in [
+            geometry(Level::Raid1, 2),
+            geometry(Level::Raid10 { near: 2 }, 4),
+        ] {
+            assert_eq!(mirror.bitmap_space_bytes(), mirror.array_bytes());
+            assert_eq!(mirror.bitmap_range(12345, 678), 12345..13023);
+            assert_eq!(mirror.bitmap_step_bytes(1 << 20), 1 << 20);
+            assert_eq!(mirror.sync_position_of(12345), 12345);
+            assert_eq!(mirror.array_offset_of_sync(12345), 12345);
+        }
     }
 
     #[test]

@@ -245,7 +245,8 @@ pub fn default_room_bytes(member_sectors: u64) -> u64 {
     }
 }
 
-/// mdadm's default chunk for an internal bitmap over `array_bytes` with
+/// mdadm's default chunk for an internal bitmap over `array_bytes` (the space
+/// its bits count: a member's data area for RAID 4/5/6, the array otherwise) with
 /// `room_bytes` of space: the smallest power of two (from 4 KiB) whose bits
 /// fit in the room, and never below 64 MiB.
 pub fn default_chunk_bytes(array_bytes: u64, room_bytes: u64) -> u64 {

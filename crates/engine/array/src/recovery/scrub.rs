@@ -120,7 +120,7 @@ fn check_scrubbable(array: &Array, mode: Mode) -> Result<()> {
 /// Where the bitmap chunk holding `at` ends (at most `limit`; `limit`
 /// itself on an array without a bitmap).
 fn next_bitmap_chunk(array: &Array, at: u64, limit: u64) -> u64 {
-    match array.bitmap_chunk_bytes() {
+    match array.bitmap_step_bytes() {
         Some(chunk) => ((at / chunk + 1) * chunk).min(limit),
         None => limit,
     }
@@ -130,7 +130,7 @@ fn next_bitmap_chunk(array: &Array, at: u64, limit: u64) -> u64 {
 /// run of marked chunks from `at` (at most `limit`), or `None` when the
 /// chunk at `at` is not marked. Without a bitmap, all of `[at, limit)`.
 fn marked_run(array: &Array, at: u64, limit: u64) -> Option<u64> {
-    if array.bitmap_chunk_bytes().is_none() {
+    if array.bitmap_step_bytes().is_none() {
         return Some(limit);
     }
     let next = |from: u64| next_bitmap_chunk(array, from, limit);
