@@ -298,6 +298,80 @@ fn kernel_md_resyncs_the_stripe_nvraid_marked_in_its_bitmap() {
     assert!(bitmap.ends_with(" dirty=1"), "{bitmap}");
 }
 
+/// md's RAID 4/5/6 resync position (`resync_offset`) counts member rows
+/// too. nvraid's resync of a dirty RAID 5 is stopped part-way (past array
+/// byte 4 MiB, before 9 MiB); a stripe at 9 MiB of the array (rows at 3
+/// MiB) has spoiled parity. The kernel resumes the resync at the position
+/// nvraid recorded: in rows, before 3 MiB, so the stripe is resynced and the
+/// check finds nothing. (Recorded in array bytes, the kernel started past
+/// it, and the check found the spoiled parity.)
+#[test]
+fn kernel_md_resumes_a_raid5_resync_where_nvraid_stopped_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let name = "k-resync-rows";
+    let options = ["--chunk", "64K", "--bitmap", "none"];
+    let (members, size) = created(d, name, "5", 4, &options);
+    let all: Vec<&str> = members.iter().map(String::as_str).collect();
+    let data = write_pattern(d, name, size, &all);
+    // Dirty: a write (the same bytes) and a kill.
+    let server = serve_with(d, &members, &[]);
+    let uri = format!("nbd+unix:///?socket={}", d.join("md.sock").display());
+    let first = d.join("first.bin");
+    std::fs::write(&first, &data[..4096]).unwrap();
+    let written = Command::new("/usr/bin/python3")
+        .arg("-c")
+        .arg(format!(
+            "import nbd\nh = nbd.NBD()\nh.connect_uri({uri:?})\n\
+             h.pwrite(open({:?}, 'rb').read(), 0)\nh.flush()\n",
+            first.display().to_string()
+        ))
+        .output()
+        .unwrap();
+    assert!(written.status.success(), "{written:?}");
+    drop(server); // SIGKILL
+                  // Stripe 48 (array bytes 9 MiB, rows 3 MiB): parity on role 3 - 48 % 4.
+    let stripe = 48u64;
+    let parity = d.join(&members[3 - (stripe % 4) as usize]);
+    let mut bytes = std::fs::read(&parity).unwrap();
+    let sb = nvraid_metadata::Superblock::decode(&bytes[4096..8192]).unwrap();
+    assert!(!sb.is_clean(), "the array was left dirty");
+    let row = (sb.data_offset_sectors * 512 + stripe * 65536) as usize;
+    bytes[row + 100] ^= 0x5a;
+    std::fs::write(&parity, bytes).unwrap();
+    // nvraid's resync at 1 MB/s, stopped between 4 and 9 MiB.
+    let server = serve_with(d, &members, &["--resync-speed", "1"]);
+    let started = std::time::Instant::now();
+    let done = loop {
+        let out = ok(&["status", "--socket", "md.ctl", "--json"], d);
+        let status: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let done = status["array"]["resync"]["done_bytes"]
+            .as_u64()
+            .unwrap_or(0);
+        if done >= 4 << 20 {
+            break done;
+        }
+        assert!(started.elapsed().as_secs() < 60, "{status}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    server.interrupt();
+    let sb = nvraid_metadata::Superblock::decode(
+        &std::fs::read(d.join(&members[0])).unwrap()[4096..8192],
+    )
+    .unwrap();
+    let position = sb.resync_offset * 512;
+    assert!(
+        done < 9 << 20 && position < 3 << 20 && position > 0,
+        "stopped at array byte {done}, recorded {position} (member rows)"
+    );
+    kernel_reads(&[Made {
+        name: name.to_string(),
+        level: "5",
+        members: members.iter().map(|m| d.join(m)).collect(),
+        sha256: sha(&data),
+    }]);
+}
+
 /// A PPL RAID 5 of 3 members filled with the pattern through `nvraid
 /// serve` (nbdcopy), the server then killed; logged parity spoiled.
 fn crashed_ppl(dir: &Path, name: &str) -> Made {
