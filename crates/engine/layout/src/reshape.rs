@@ -166,7 +166,7 @@ impl Reshape {
         let unit = reshape.position_unit();
         // The array's end is a position too: where a backwards reshape
         // starts and a forwards one ends.
-        if position % unit != 0 && position != array_bytes {
+        if !position.is_multiple_of(unit) && position != array_bytes {
             return Err(ReshapeError::NotOnBoundary { position, unit });
         }
         Ok(reshape)

@@ -81,7 +81,7 @@ fn reshape() -> impl Strategy<Value = (Reshape, u64)> {
 
 /// The byte the array holds at `logical`.
 fn byte(logical: u64) -> u8 {
-    (logical / 7 ^ logical >> 12) as u8
+    ((logical / 7) ^ (logical >> 12)) as u8
 }
 
 /// Members of `bytes` each.
