@@ -87,7 +87,7 @@ pub enum ReshapeError {
     OldOffsets { members: u32, offsets: usize },
     #[error("the new shape has {members} members but {offsets} new data offsets were given")]
     NewOffsets { members: u32, offsets: usize },
-    #[error("reshape position {position} bytes is past the end of the array ({array_bytes} bytes) while it reshapes")]
+    #[error("reshape position {position} bytes is past the end of the larger shape ({array_bytes} bytes)")]
     PastEnd { position: u64, array_bytes: u64 },
     #[error("reshape position {position} bytes is not on a boundary of {unit} bytes (a whole stripe of the new shape in chunks of the larger chunk size), as md requires")]
     NotOnBoundary { position: u64, unit: u64 },
@@ -156,17 +156,20 @@ impl Reshape {
             old_offsets,
             new_offsets,
         };
+        // A grow's position runs on past the old shape's end, through the
+        // new shape's rows beyond it (md fills them with zeros and parity).
         let array_bytes = reshape.array_bytes();
-        if position > array_bytes {
+        let end = reshape.old.array_bytes().max(reshape.new.array_bytes());
+        if position > end {
             return Err(ReshapeError::PastEnd {
                 position,
-                array_bytes,
+                array_bytes: end,
             });
         }
         let unit = reshape.position_unit();
         // The array's end is a position too: where a backwards reshape
         // starts and a forwards one ends.
-        if !position.is_multiple_of(unit) && position != array_bytes {
+        if !position.is_multiple_of(unit) && position != array_bytes && position != end {
             return Err(ReshapeError::NotOnBoundary { position, unit });
         }
         Ok(reshape)
@@ -335,8 +338,14 @@ impl Reshape {
         let members = self.old.members().min(self.new.members());
         match self.direction {
             Direction::Forwards => {
-                if to < p || to > self.array_bytes() {
+                let end = self.old.array_bytes().max(self.new.array_bytes());
+                if to < p || to > end {
                     return false;
+                }
+                if p >= self.old.array_bytes() {
+                    // Every byte of the old shape has moved: the rows left
+                    // hold nothing live.
+                    return true;
                 }
                 let (_, new_end) = self.rows_of(Shape::New, 0, to);
                 let (old_first, _) = self.rows_of(Shape::Old, p, self.old.array_bytes());
@@ -359,6 +368,39 @@ impl Reshape {
                     written_start >= live_end
                 })
             }
+        }
+    }
+}
+
+impl Reshape {
+    /// Whether md would continue this reshape from its recorded position:
+    /// the kernel's raid5 refuses to assemble a reshape whose next stripe
+    /// write would land on a stripe it still has to read ("reshape_position
+    /// too early for auto-recovery"), counted in rows of the larger chunk,
+    /// with the smallest move of a data offset between the shapes. A
+    /// reshape that keeps the member count (md then uses a backup) is not
+    /// judged here.
+    pub fn md_can_continue(&self) -> bool {
+        if self.old.level().parity_chunks() == 0 || self.old.members() == self.new.members() {
+            return true;
+        }
+        let chunk = self
+            .old
+            .chunk_bytes()
+            .unwrap_or(1)
+            .max(self.new.chunk_bytes().unwrap_or(1));
+        let data = |g: &Geometry| u64::from(g.members() - g.level().parity_chunks());
+        let here_new = self.position / (chunk * data(&self.new));
+        let here_old = self.position / (chunk * data(&self.old));
+        let both = self.old.members().min(self.new.members());
+        let min_diff = (0..both)
+            .map(|r| self.new_offsets[r as usize] as i128 - self.old_offsets[r as usize] as i128)
+            .min()
+            .unwrap_or(0);
+        let (new_at, old_at) = ((here_new * chunk) as i128, (here_old * chunk) as i128);
+        match self.direction {
+            Direction::Forwards => new_at < old_at - min_diff,
+            Direction::Backwards => new_at + min_diff > old_at,
         }
     }
 }
@@ -477,7 +519,7 @@ mod tests {
             Reshape::new(
                 r5(4),
                 r5(5),
-                46 * M,
+                61 * M,
                 Direction::Forwards,
                 vec![M; 4],
                 vec![M; 5]
@@ -514,6 +556,35 @@ mod tests {
         let later = moved.at(12 * M).unwrap();
         assert!(later.step_is_safe(12 * M + 17 * 4 * 64 * K));
         assert!(!later.step_is_safe(12 * M + 18 * 4 * 64 * K));
+    }
+
+    #[test]
+    fn md_continues_the_kernels_own_mid_grow() {
+        // tests/fixtures/md-states/reshape_r5_grow: 12 MiB, offset down 256 KiB.
+        let r = Reshape::new(
+            r5(4),
+            r5(5),
+            12 * M,
+            Direction::Forwards,
+            vec![M; 4],
+            vec![M - 256 * K; 5],
+        )
+        .unwrap();
+        assert!(r.md_can_continue());
+        // With both shapes at one offset, md refuses position 0 (it needs
+        // the backup file there) and accepts it once the rows have parted.
+        let same =
+            Reshape::new(r5(4), r5(5), 0, Direction::Forwards, vec![M; 4], vec![M; 5]).unwrap();
+        assert!(!same.md_can_continue());
+        assert!(same.at(4 * M).unwrap().md_can_continue());
+    }
+
+    #[test]
+    fn a_grow_runs_on_past_the_old_end_through_the_new_rows() {
+        let r = grow(45 * M);
+        assert!(r.step_is_safe(60 * M));
+        assert!(r.at(60 * M).is_ok());
+        assert!(matches!(r.at(61 * M), Err(ReshapeError::PastEnd { .. })));
     }
 
     #[test]
