@@ -7,6 +7,7 @@
 //! parity of whichever shape holds them, which nvraid does not do yet.
 
 use super::record::{is_reshaping, reshape_of};
+use super::step::read_through;
 use crate::decision::{decide_reshaping, SetAside};
 use crate::error::{Error, Result};
 use crate::slot::read_superblock;
@@ -202,17 +203,8 @@ impl MidReshape {
                 sector_bytes: self.sector_bytes,
             });
         }
-        let mut at = 0usize;
-        for piece in self.reshape.pieces(offset, len) {
-            let place = self.reshape.locate(&piece, 0);
-            let member = &self.members[place.member as usize];
-            let part = &mut buf[at..at + piece.len as usize];
-            member
-                .read_at(part, place.member_offset)
-                .map_err(|e| Error::io(member.spec(), e))?;
-            at += piece.len as usize;
-        }
-        Ok(())
+        let members: Vec<&Member> = self.members.iter().collect();
+        read_through(&self.reshape, &members, buf, offset)
     }
 
     /// What `detail` shows.
