@@ -253,6 +253,36 @@ fn a_raid5_the_kernel_left_mid_grow_reads_every_byte() {
 }
 
 #[test]
+fn nvraid_finishes_a_raid5_grow_the_kernel_left_mid_way() {
+    // `grow --continue` takes the kernel's record (12 MiB, data offset
+    // moving 2048 -> 1536 sectors) and finishes the reshape: the kernel's
+    // 45 MiB come back, the parity checks clean, and the kernel's md then
+    // assembles the 5-member array nvraid finished and reads it.
+    let dir = tempfile::tempdir().unwrap();
+    let m = unpack("reshape_r5_grow", dir.path());
+    let mut args = vec!["grow", "--continue", "--json"];
+    args.extend(m.iter().map(String::as_str));
+    let grown: serde_json::Value = serde_json::from_str(&ok(&args, dir.path())).unwrap();
+    assert_eq!(grown["raid_disks"], 5, "{grown}");
+    assert_eq!(grown["size_bytes"], 60 << 20, "{grown}");
+    assert_eq!(grown["data_offset_bytes"], 1536 * 512, "{grown}");
+    let d = detail(dir.path(), &m);
+    assert_eq!(d["state"], "clean", "{d}");
+    let all = read_all(dir.path(), &m);
+    assert_eq!(all.len(), 60 << 20);
+    assert_eq!(sha(&all[..45 << 20]), kernel_sha("reshape_r5_grow"));
+    assert!(
+        all[45 << 20..].iter().all(|&b| b == 0),
+        "the grown space is not zeros"
+    );
+    let mut args = vec!["check"];
+    args.extend(m.iter().map(String::as_str));
+    ok(&args, dir.path());
+    let images: Vec<PathBuf> = m.iter().map(|name| dir.path().join(name)).collect();
+    kernel_reads(&images, &[sha(&all)]);
+}
+
+#[test]
 fn a_raid5_the_kernel_left_mid_shrink_reads_every_byte() {
     // raid5 of 5 members (12 MiB used of each) shrinking to 4, backwards
     // (delta_disks -1), stopped half-way at 18 MiB: from there on the bytes

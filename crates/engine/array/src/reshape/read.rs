@@ -72,7 +72,8 @@ pub struct ReshapeDetail {
     /// `forwards` (the bytes below the position are in the new shape) or
     /// `backwards` (those from the position on are).
     pub direction: &'static str,
-    /// How much of the array is in the new shape, 0 to 100.
+    /// How far the reshape has come, 0 to 100 (a grow counts to the end of
+    /// the larger new shape, as md's progress does).
     pub percent_done: f64,
     pub old: ShapeDetail,
     pub new: ShapeDetail,
@@ -212,9 +213,14 @@ impl MidReshape {
         let r = &self.reshape;
         let sb = &self.superblocks[0];
         let size = r.array_bytes();
-        let moved = match r.direction() {
-            Direction::Forwards => r.position(),
-            Direction::Backwards => size - r.position().min(size),
+        // How far the reshape has come: a grow runs on to the end of the
+        // larger new shape, a shrink from the end of the smaller one.
+        let (moved, span) = match r.direction() {
+            Direction::Forwards => {
+                let end = r.old().array_bytes().max(r.new_shape().array_bytes());
+                (r.position().min(end), end)
+            }
+            Direction::Backwards => (size - r.position().min(size), size),
         };
         let mut members: Vec<ReshapeMember> = self
             .members
@@ -252,7 +258,7 @@ impl MidReshape {
                 Direction::Forwards => "forwards",
                 Direction::Backwards => "backwards",
             },
-            percent_done: 100.0 * moved as f64 / size.max(1) as f64,
+            percent_done: 100.0 * moved as f64 / span.max(1) as f64,
             old: shape_detail(r.old()),
             new: shape_detail(r.new_shape()),
             members,

@@ -121,7 +121,7 @@ fn print_reshape(d: &ReshapeDetail) {
     println!("     Old Shape : {}", shape_text(&d.old));
     println!("     New Shape : {}", shape_text(&d.new));
     println!(
-        " Reshape Pos'n : {} ({}; {:.1}% in the new shape)",
+        " Reshape Pos'n : {} ({}; {:.1}% done)",
         bytes_text(d.position_bytes),
         d.direction,
         d.percent_done
