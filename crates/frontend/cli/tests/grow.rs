@@ -194,6 +194,65 @@ fn a_grow_killed_at_any_write_reads_back_and_continues_from_its_record() {
     }
 }
 
+/// The superblock events counter of member `name`.
+fn events(dir: &Path, name: &str) -> u64 {
+    let out = ok(&["examine", "--json", name], dir);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    v[0]["superblock"]["events"].as_u64().unwrap()
+}
+
+#[test]
+fn a_grow_killed_while_its_end_is_recorded_is_finished_by_continue() {
+    // How many superblock writes a whole grow makes (5 for the record, 5 per
+    // checkpoint, 5 for the end), from a run to the end; the same grow is
+    // then killed after 3 of the 5 writes of its end: those members carry
+    // the finished shape (the new data offset), the others the reshape.
+    let scratch = tempfile::tempdir().unwrap();
+    let (m, _) = filled(scratch.path(), "5", 4);
+    let before = events(scratch.path(), "d0");
+    let new = blank(scratch.path(), "d4");
+    let out = ok(
+        &with(
+            &["grow", "-n", "5", "--add", &new, "--step", "1M", "--json"],
+            &m,
+        ),
+        scratch.path(),
+    );
+    let grown: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let writes = 5 * (grown["events"].as_u64().unwrap() - before);
+    let dir = tempfile::tempdir().unwrap();
+    let (mut m, data) = filled(dir.path(), "5", 4);
+    let new = blank(dir.path(), "d4");
+    grow_killed_at(
+        dir.path(),
+        &m,
+        &new,
+        &format!("reshape-superblock:{}", writes - 2),
+    );
+    m.push(new);
+    let d0 = ok(&["examine", "d0"], dir.path());
+    let d4 = ok(&["examine", "d4"], dir.path());
+    assert!(
+        !d0.contains("Reshape Pos'n") && d0.contains("Data Offset : 1536"),
+        "{d0}"
+    );
+    assert!(
+        d4.contains("Reshape Pos'n") && d4.contains("Data Offset : 2048"),
+        "{d4}"
+    );
+    ok(&with(&["grow", "--continue"], &m), dir.path());
+    for name in &m {
+        let e = ok(&["examine", name], dir.path());
+        assert!(
+            !e.contains("Reshape Pos'n") && e.contains("Data Offset : 1536"),
+            "{e}"
+        );
+    }
+    let got = read(dir.path(), &m, 4 * PER);
+    assert!(got[..data.len()] == data[..]);
+    ok(&with(&["check"], &m), dir.path());
+}
+
 #[test]
 fn a_degraded_array_is_not_grown_and_nothing_is_written() {
     let dir = tempfile::tempdir().unwrap();

@@ -261,6 +261,40 @@ pub fn continue_grow(
         )));
     }
     let mut placed: Vec<Placed> = by_role.into_iter().map(|p| p.expect("checked")).collect();
+    // A member fresher than the record that records no reshape got the
+    // finished shape: every byte had moved before that was written, so
+    // the finish is written on the others (their record would otherwise
+    // be put back over it, with its old data offset).
+    if let Some(done) = placed
+        .iter()
+        .filter(|p| !is_reshaping(&p.sb) && p.sb.events > reference.events)
+        .map(|p| p.sb.events)
+        .max()
+    {
+        let reshape = reshape_of(&reference, placed[0].member.spec(), &[])?;
+        for p in placed.iter_mut() {
+            if is_reshaping(&p.sb) {
+                finish_record(&mut p.sb);
+            }
+            p.sb.events = done + 1;
+            p.sb.utime = Timestamp::now();
+        }
+        write_superblocks(&placed, &(0..placed.len()).collect::<Vec<_>>())?;
+        progress(GrowProgress {
+            position_bytes: reshape.new_shape().array_bytes(),
+            end_bytes: reshape.new_shape().array_bytes(),
+        });
+        return Ok(Grown {
+            raid_disks_before: reshape.old().members(),
+            raid_disks: reshape.new_shape().members(),
+            size_bytes_before: reshape.old().array_bytes(),
+            size_bytes: reshape.new_shape().array_bytes(),
+            data_offset_bytes: placed[0].sb.data_offset_sectors * 512,
+            moved_bytes: 0,
+            seconds: 0.0,
+            events: done + 1,
+        });
+    }
     let events = reference.events + 1;
     for p in placed.iter_mut() {
         let own = p.sb.clone();
@@ -380,18 +414,7 @@ fn run(
     let raid_disks_before = reshape.old().members();
     let size_bytes_before = reshape.old().array_bytes();
     for p in placed.iter_mut() {
-        let moved = i64::from(p.sb.new_offset as i32);
-        let new_offset = (p.sb.data_offset_sectors as i64 + moved) as u64;
-        p.sb.data_size_sectors = (p.sb.data_size_sectors as i64 - moved) as u64;
-        p.sb.data_offset_sectors = new_offset;
-        p.sb.feature_map &=
-            !(features::RESHAPE_ACTIVE | features::NEW_OFFSET | features::RESHAPE_BACKWARDS);
-        p.sb.new_offset = 0;
-        p.sb.delta_disks = 0;
-        p.sb.reshape_position = 0;
-        p.sb.new_level = 0;
-        p.sb.new_layout = 0;
-        p.sb.new_chunk = 0;
+        finish_record(&mut p.sb);
         p.sb.events += 1;
         p.sb.utime = Timestamp::now();
     }
@@ -406,6 +429,22 @@ fn run(
         seconds: started.elapsed().as_secs_f64(),
         events: placed[0].sb.events,
     })
+}
+
+/// The finished shape in a member's superblock: its data at the new
+/// offset (the data area that much larger), the reshape's fields cleared.
+fn finish_record(sb: &mut Superblock) {
+    let moved = i64::from(sb.new_offset as i32);
+    sb.data_offset_sectors = (sb.data_offset_sectors as i64 + moved) as u64;
+    sb.data_size_sectors = (sb.data_size_sectors as i64 - moved) as u64;
+    sb.feature_map &=
+        !(features::RESHAPE_ACTIVE | features::NEW_OFFSET | features::RESHAPE_BACKWARDS);
+    sb.new_offset = 0;
+    sb.delta_disks = 0;
+    sb.reshape_position = 0;
+    sb.new_level = 0;
+    sb.new_layout = 0;
+    sb.new_chunk = 0;
 }
 
 /// Write and flush the superblocks of `placed` in `order`, a crash point

@@ -128,7 +128,7 @@ impl MidReshape {
         if !is_reshaping(ref_sb) {
             return Err(Error::Unsupported {
                 spec: ref_member.spec().into(),
-                what: "a member recording a reshape beside a fresher one that records none (a reshape that ended or never started on every member)".into(),
+                what: "a member recording a reshape beside a fresher one that records none (the end of a reshape was cut short: `nvraid grow --continue` with every member writes it on the others)".into(),
             });
         }
         if let Some(role) = decision.roles.iter().position(Option::is_none) {
