@@ -283,6 +283,25 @@ fn nvraid_finishes_a_raid5_grow_the_kernel_left_mid_way() {
 }
 
 #[test]
+fn a_reshape_nvraid_does_not_continue_is_refused_with_nothing_written() {
+    // The kernel's RAID 10 grow and RAID 5 shrink: `grow --continue` names
+    // what it found and leaves every member as it was.
+    for (state, needle) in [
+        (
+            "reshape",
+            "raid10 (near=2) of 4 members to raid10 (near=2) of 5",
+        ),
+        ("reshape_r5_shrink", "backwards"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let m = unpack(state, dir.path());
+        let mut args = vec!["grow", "--continue"];
+        args.extend(m.iter().map(String::as_str));
+        refused(&args, dir.path(), &[needle, "let the kernel finish it"]);
+    }
+}
+
+#[test]
 fn a_raid5_the_kernel_left_mid_shrink_reads_every_byte() {
     // raid5 of 5 members (12 MiB used of each) shrinking to 4, backwards
     // (delta_disks -1), stopped half-way at 18 MiB: from there on the bytes
