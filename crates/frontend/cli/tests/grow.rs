@@ -367,31 +367,52 @@ done
 #[test]
 fn the_kernel_reads_a_grown_array_and_finishes_one_nvraid_left_mid_reshape() {
     let dir = tempfile::tempdir().unwrap();
-    // One grown to the end; one killed part-way (a step recorded, the
-    // next written and not yet recorded).
-    let done = dir.path().join("done");
-    let mid = dir.path().join("mid");
+    // One grown to the end (which also counts the superblock writes of a
+    // whole grow); then three killed part-way: with the record written and
+    // nothing moved (position 0), early (a step recorded, the next written
+    // and not recorded), and late (a checkpoint past the old shape's end,
+    // in the rows md fills with zeros, half written).
     let mut images = Vec::new();
-    for (sub, point) in [(&done, None), (&mid, Some("reshape-write:30"))] {
-        std::fs::create_dir(sub).unwrap();
-        let name = sub.file_name().unwrap().to_str().unwrap();
-        let (mut m, _) = filled_named(sub, "5", 4, name);
-        let new = blank(sub, "d4");
-        match point {
+    let mut add = |name: &str, point: Option<String>| -> Option<u64> {
+        let sub = dir.path().join(name);
+        std::fs::create_dir(&sub).unwrap();
+        let (mut m, _) = filled_named(&sub, "5", 4, name);
+        let before = events(&sub, "d0");
+        let new = blank(&sub, "d4");
+        let writes = match point {
             None => {
-                ok(&with(&["grow", "-n", "5", "--add", &new], &m), sub);
+                let out = ok(
+                    &with(
+                        &["grow", "-n", "5", "--add", &new, "--step", "1M", "--json"],
+                        &m,
+                    ),
+                    &sub,
+                );
+                let grown: serde_json::Value = serde_json::from_str(&out).unwrap();
+                Some(5 * (grown["events"].as_u64().unwrap() - before))
             }
-            Some(point) => grow_killed_at(sub, &m, &new, point),
-        }
+            Some(point) => {
+                grow_killed_at(&sub, &m, &new, &point);
+                None
+            }
+        };
         m.push(new);
         images.extend(m.iter().map(|name| sub.join(name)));
-    }
+        writes
+    };
+    let writes = add("done", None).unwrap();
+    add("start", Some("reshape-superblock:5".into()));
+    add("early", Some("reshape-write:30".into()));
+    add(
+        "late",
+        Some(format!("reshape-superblock:{}", writes - 5 - 2)),
+    );
     let report = kernel_finishes(&images, 3 * PER);
     let lines: Vec<&str> = report
         .lines()
         .filter(|l| l.starts_with("KERNEL "))
         .collect();
-    assert_eq!(lines.len(), 2, "two arrays expected:\n{report}");
+    assert_eq!(lines.len(), 4, "four arrays expected:\n{report}");
     for line in lines {
         assert!(
             line.contains("disks=5")
