@@ -523,7 +523,7 @@ fn check_array(
     }
     if reference.feature_map & features::BITMAP_OFFSET != 0 {
         return Err(refuse(
-            "growing an array with a write-intent bitmap (nvraid does not resize the bitmap yet; mdadm's --grow --bitmap=none removes it)".into(),
+            "growing an array with a write-intent bitmap (md grows it and keeps the bitmap; nvraid does not yet keep the bitmap in step with the reshape): remove it first (mdadm --grow --bitmap=none), or create arrays to be grown with --bitmap none".into(),
         ));
     }
     if reference.resync_offset != RESYNC_CLEAN {
