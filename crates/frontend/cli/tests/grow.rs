@@ -127,6 +127,24 @@ fn a_raid6_grows_by_two_members_with_p_and_q_right() {
     assert!(read(dir.path(), &degraded, data.len() as u64) == data);
 }
 
+#[test]
+fn a_raid4_grows_from_3_to_4_members() {
+    // Parity-last: the new member is a data member, the parity stays on
+    // the last role of the new shape.
+    let dir = tempfile::tempdir().unwrap();
+    let (mut m, data) = filled(dir.path(), "4", 3);
+    let new = blank(dir.path(), "d3");
+    ok(&with(&["grow", "-n", "4", "--add", &new], &m), dir.path());
+    m.push(new);
+    let d: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["detail", "--json"], &m), dir.path())).unwrap();
+    assert_eq!(d["layout"], "parity-last", "{d}");
+    assert_eq!(d["size_bytes"], 3 * PER, "{d}");
+    let got = read(dir.path(), &m, 3 * PER);
+    assert!(got[..data.len()] == data[..]);
+    ok(&with(&["check"], &m), dir.path());
+}
+
 /// Run `grow` with a crash point armed; it must die there.
 fn grow_killed_at(dir: &Path, members: &[String], new: &str, point: &str) {
     let out = Command::new(env!("CARGO_BIN_EXE_nvraid"))
