@@ -121,7 +121,7 @@ pub struct Decision {
 const REFUSED: [(u32, &str); 4] = [
     (
         features::RESHAPE_ACTIVE,
-        "a reshape is in progress; let the kernel finish it (mdadm --assemble, or mdadm --grow --continue) before nvraid uses the array",
+        "a reshape is in progress; nvraid reads such an array (`nvraid read`, `detail`) but does not write or serve it: let the kernel finish it first (mdadm --assemble, or mdadm --grow --continue)",
     ),
     (
         features::RESHAPE_BACKWARDS,
@@ -139,13 +139,21 @@ const REFUSED: [(u32, &str); 4] = [
 
 /// The fields that describe the array's geometry, each the same on every
 /// member (mdadm's comparison of superblocks at assembly): name and value.
-fn geometry_fields(sb: &Superblock) -> [(&'static str, String); 5] {
+fn geometry_fields(sb: &Superblock, reshapes: bool) -> [(&'static str, String); 9] {
+    // When a reshape is read, its new shape is geometry too (md keeps these
+    // fields only while one is recorded).
+    let reshaping = reshapes && sb.feature_map & features::RESHAPE_ACTIVE != 0;
+    let new = |value: String| if reshaping { value } else { String::new() };
     [
         ("level", sb.level.to_string()),
         ("layout", format!("{:#x}", sb.layout)),
         ("chunk_size", format!("{} sectors", sb.chunk_sectors)),
         ("raid_disks", sb.raid_disks.to_string()),
         ("size", format!("{} sectors", sb.size_sectors)),
+        ("new_level", new(sb.new_level.to_string())),
+        ("new_layout", new(format!("{:#x}", sb.new_layout))),
+        ("new_chunk", new(format!("{} sectors", sb.new_chunk))),
+        ("delta_disks", new((sb.delta_disks as i32).to_string())),
     ]
 }
 
@@ -153,8 +161,11 @@ fn geometry_fields(sb: &Superblock) -> [(&'static str, String); 5] {
 /// naming a member whose value most of the others do not share, and one
 /// that holds the value most do (on a tie, the first given's value counts
 /// as the most held; the message names both members and both values).
-fn disagreement(found: &[(&str, &Superblock)]) -> Result<()> {
-    let fields: Vec<_> = found.iter().map(|(_, sb)| geometry_fields(sb)).collect();
+fn disagreement(found: &[(&str, &Superblock)], reshapes: bool) -> Result<()> {
+    let fields: Vec<_> = found
+        .iter()
+        .map(|(_, sb)| geometry_fields(sb, reshapes))
+        .collect();
     for (f, &(field, _)) in fields[0].iter().enumerate() {
         let value = |i: usize| &fields[i][f].1;
         let count = |v: &String| (0..found.len()).filter(|&i| value(i) == v).count();
@@ -197,16 +208,36 @@ fn thinks_active(sb: &Superblock) -> bool {
 /// the order the user gave them. The rules run in the order md applies
 /// them; the first that refuses the array gives the error.
 pub fn decide(found: &[(&str, &Superblock)]) -> Result<Decision> {
+    decide_with(found, 0)
+}
+
+/// The reshape's bits (`RESHAPE_ACTIVE`, `RESHAPE_BACKWARDS`,
+/// `NEW_OFFSET`): what [`decide_reshaping`] lets through.
+pub const RESHAPE_BITS: u32 =
+    features::RESHAPE_ACTIVE | features::RESHAPE_BACKWARDS | features::NEW_OFFSET;
+
+/// [`decide`] for an array read part-way through a reshape (nvraid's
+/// `reshape` module): the same rules, the reshape's bits allowed, the
+/// reshape's record (new level, layout, chunk, member count change) the
+/// same on every member as the geometry must be, and as many roles as the
+/// larger of the two shapes has (a reshape removing members keeps them in
+/// the old shape until it ends).
+pub fn decide_reshaping(found: &[(&str, &Superblock)]) -> Result<Decision> {
+    decide_with(found, RESHAPE_BITS)
+}
+
+fn decide_with(found: &[(&str, &Superblock)], allowed: u32) -> Result<Decision> {
     if found.is_empty() {
         return Err(Error::NoMembers);
     }
     one_array(found)?; // Rule 1: one array, a role table its count fits.
-    disagreement(found)?; // Rule 1: one geometry.
-    no_refused_feature(found)?; // Rule 4.
+    let reshapes = allowed & features::RESHAPE_ACTIVE != 0;
+    disagreement(found, reshapes)?; // Rule 1: one geometry.
+    no_refused_feature(found, allowed)?; // Rule 4.
     let reference = freshest(found)?; // Rule 2.
     no_mutual_faults(found)?; // Rule 3.
-    let decision = place(found, reference)?; // Rules 5 to 8.
-    check_placement(found, &decision);
+    let decision = place(found, reference, reshapes)?; // Rules 5 to 8.
+    check_placement(found, &decision, reshapes);
     Ok(decision)
 }
 
@@ -243,10 +274,10 @@ fn one_array(found: &[(&str, &Superblock)]) -> Result<()> {
 /// Rule 4, on every member (array-wide bits are on all of them): no
 /// feature nvraid cannot honour, and a write journal on RAID 4/5/6 only
 /// (md keeps one there only).
-fn no_refused_feature(found: &[(&str, &Superblock)]) -> Result<()> {
+fn no_refused_feature(found: &[(&str, &Superblock)], allowed: u32) -> Result<()> {
     for &(spec, sb) in found {
         for (bit, why) in REFUSED {
-            if sb.feature_map & bit != 0 {
+            if sb.feature_map & bit & !allowed != 0 {
                 return Err(Error::Unsupported {
                     spec: spec.into(),
                     what: format!("{} ({why})", features::names(bit).join(", ")),
@@ -311,13 +342,26 @@ fn no_mutual_faults(found: &[(&str, &Superblock)]) -> Result<()> {
     Ok(())
 }
 
+/// How many roles the array has: the reference's `raid_disks`; while a
+/// reshape that removes members (`delta_disks` < 0) is read, the old
+/// shape's count, which still holds them in the roles past the new count.
+fn role_count(ref_sb: &Superblock, reshapes: bool) -> usize {
+    let raid_disks = ref_sb.raid_disks as usize;
+    if reshapes && ref_sb.feature_map & features::RESHAPE_ACTIVE != 0 {
+        let old = i64::from(ref_sb.raid_disks) - i64::from(ref_sb.delta_disks as i32);
+        raid_disks.max(old.clamp(0, i64::from(ref_sb.max_dev)) as usize)
+    } else {
+        raid_disks
+    }
+}
+
 /// Rules 5 to 8: each member's role from the reference's role table; the
 /// members not placed set aside with the reason, the fresh journal kept.
-fn place(found: &[(&str, &Superblock)], reference: usize) -> Result<Decision> {
+fn place(found: &[(&str, &Superblock)], reference: usize, reshapes: bool) -> Result<Decision> {
     let ref_sb = found[reference].1;
     let freshest = ref_sb.events;
     let behind = |sb: &Superblock| sb.events + EVENTS_MARGIN < freshest;
-    let raid_disks = ref_sb.raid_disks as usize;
+    let raid_disks = role_count(ref_sb, reshapes);
     let mut roles: Vec<Option<usize>> = vec![None; raid_disks];
     let mut set_aside = Vec::new();
     let mut journal = None;
@@ -374,7 +418,7 @@ fn place(found: &[(&str, &Superblock)], reference: usize) -> Result<Decision> {
 /// placed member and the journal are fresh, each placed member holds the
 /// role the reference table gives it, and every member given is placed,
 /// set aside or the journal, exactly once.
-fn check_placement(found: &[(&str, &Superblock)], decision: &Decision) {
+fn check_placement(found: &[(&str, &Superblock)], decision: &Decision, reshapes: bool) {
     let ref_sb = found[decision.reference].1;
     assert!(
         found.iter().all(|(_, sb)| sb.events <= ref_sb.events),
@@ -383,7 +427,7 @@ fn check_placement(found: &[(&str, &Superblock)], decision: &Decision) {
     let behind = |sb: &Superblock| sb.events + EVENTS_MARGIN < ref_sb.events;
     assert_eq!(
         decision.roles.len(),
-        ref_sb.raid_disks as usize,
+        role_count(ref_sb, reshapes),
         "invariant: one role per member of the reference's count"
     );
     let mut seen = vec![0u32; found.len()];
@@ -550,6 +594,38 @@ mod tests {
         // Same events, different tables.
         let e = run(&[member(0, 9, &[0, 1]), member(1, 9, &[FAULTY, 1])]).unwrap_err();
         assert!(e.to_string().contains("same events counter"), "{e}");
+    }
+
+    #[test]
+    fn a_shrinking_reshape_keeps_the_leaving_member_in_its_role() {
+        // Three members shrinking to two (delta_disks -1): the third is
+        // still in the old shape. Read as a reshape it holds role 2; the
+        // plain decision refuses the reshape, naming it.
+        let shrinking = |dev: u32| {
+            let mut sb = member(dev, 5, &[0, 1, 2]);
+            sb.feature_map = features::RESHAPE_ACTIVE;
+            sb.delta_disks = (-1i32) as u32;
+            sb.new_level = 1;
+            sb
+        };
+        let members = [shrinking(2), shrinking(0), shrinking(1)];
+        let found: Vec<(&str, &Superblock)> =
+            ["a", "b", "c"].into_iter().zip(members.iter()).collect();
+        let d = decide_reshaping(&found).unwrap();
+        assert_eq!(d.roles, vec![Some(1), Some(2), Some(0)]);
+        assert!(d.set_aside.is_empty());
+        let e = decide(&found).unwrap_err();
+        assert!(e.to_string().contains("RESHAPE_ACTIVE"), "{e}");
+        // Members that disagree on the reshape's record are refused, naming
+        // the field.
+        let mut odd = shrinking(1);
+        odd.new_level = 5;
+        let found = [("a", &members[0]), ("b", &members[1]), ("c", &odd)];
+        let e = decide_reshaping(&found).unwrap_err();
+        assert!(
+            e.to_string().contains("new_level") && e.to_string().contains('c'),
+            "{e}"
+        );
     }
 
     #[test]

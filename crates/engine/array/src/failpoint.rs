@@ -7,6 +7,8 @@
 //! |---|---|
 //! | `stripe-write` | a RAID 4/5/6 member write has been issued (psync: done) and the next is not |
 //! | `add-journal-superblock` | `add_journal` has written and flushed one more superblock (the journal's first, then each member's) |
+//! | `reshape-write` | a grow's step has written one more member's rows (then once more after every member was flushed) |
+//! | `reshape-superblock` | a grow has written and flushed one more superblock (the reshape's record: new members first; each checkpoint; the finished shape) |
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;

@@ -31,6 +31,7 @@ mod ops;
 mod parity;
 mod personality;
 pub mod recovery;
+pub mod reshape;
 mod scan;
 mod signature;
 mod slot;

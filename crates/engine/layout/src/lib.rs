@@ -47,6 +47,8 @@
 mod geometry;
 mod md;
 pub mod parity;
+mod reshape;
 
 pub use geometry::{Geometry, GeometryError, Level, Location, Piece, Pieces, Raid0Layout};
 pub use md::MdLevelError;
+pub use reshape::{Direction, Reshape, ReshapeError, ReshapePiece, Shape};

@@ -69,6 +69,8 @@ enum Command {
     Add(cmd::manage::AddArgs),
     /// Give a RAID 4/5/6 md's write journal on a member of its own (mdadm's --add-journal).
     AddJournal(cmd::manage::AddJournalArgs),
+    /// Add members to a RAID 4/5/6 and reshape it in md's format (offline; --continue resumes one).
+    Grow(cmd::grow::GrowArgs),
     /// Finish the rebuild of members whose recovery was cut short.
     Rebuild(cmd::manage::RebuildArgs),
     /// Take a member of a redundant array out and rebuild a new one in its place.
@@ -143,6 +145,7 @@ fn main() -> ExitCode {
         Command::Write(args) => cmd::io::write(args, direct),
         Command::Add(args) => cmd::manage::add(args, direct),
         Command::AddJournal(args) => cmd::manage::add_journal(args, direct),
+        Command::Grow(args) => cmd::grow::run(args, direct),
         Command::Rebuild(args) => cmd::manage::rebuild(args, direct),
         Command::Fail(args) => cmd::manage::fail(args, direct),
         Command::Remove(args) => cmd::manage::remove(args),

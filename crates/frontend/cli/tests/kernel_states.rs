@@ -157,17 +157,177 @@ fn halves_that_ran_apart_are_refused_and_each_half_still_reads() {
     }
 }
 
+/// md's test pattern (tools/mdvm/pattern.c): 4 KiB block N holds the
+/// little-endian u64 N, repeated.
+fn pattern(bytes: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes as usize);
+    for block in 0..bytes / 4096 {
+        for _ in 0..512 {
+            out.extend_from_slice(&block.to_le_bytes());
+        }
+    }
+    out
+}
+
+/// The first block where `got` and the pattern differ (`None`: none).
+fn first_wrong_block(got: &[u8]) -> Option<usize> {
+    let want = pattern(got.len() as u64);
+    (0..got.len() / 4096).find(|&b| got[b * 4096..(b + 1) * 4096] != want[b * 4096..(b + 1) * 4096])
+}
+
 #[test]
-fn a_reshape_in_progress_is_refused_by_name() {
+fn a_reshape_in_progress_refuses_writes_by_name() {
+    // nvraid reads an array the kernel left mid-reshape, but writes to it
+    // stay refused (and nothing is written) until nvraid continues reshapes.
     let dir = tempfile::tempdir().unwrap();
     let m = unpack("reshape", dir.path());
-    let mut args = vec!["read", "--length", "4K"];
+    std::fs::write(dir.path().join("in"), vec![7u8; 4096]).unwrap();
+    let mut args = vec!["write", "--input", "in"];
     args.extend(m.iter().map(String::as_str));
-    let err = refusal(&args, dir.path());
-    assert!(
-        err.contains("RESHAPE_ACTIVE") && err.contains("reshape is in progress"),
-        "{err}"
+    refused(
+        &args,
+        dir.path(),
+        &["RESHAPE_ACTIVE", "reshape is in progress"],
     );
+}
+
+#[test]
+fn a_raid10_the_kernel_left_mid_reshape_reads_every_byte() {
+    // raid10 near=2 growing from 4 to 5 members, stopped at 448 KiB with
+    // the data offset moving down (NEW_OFFSET): below the position the
+    // bytes are in the new shape at the new offset, above it in the old.
+    let dir = tempfile::tempdir().unwrap();
+    let m = unpack("reshape", dir.path());
+    let d = detail(dir.path(), &m);
+    assert_eq!(d["state"], "reshaping", "{d}");
+    assert_eq!(d["position_bytes"], 448 * 1024, "{d}");
+    assert_eq!(d["direction"], "forwards", "{d}");
+    assert_eq!(d["old"]["raid_disks"], 4, "{d}");
+    assert_eq!(d["new"]["raid_disks"], 5, "{d}");
+    // While reshaping, the array is the old shape's 30 MiB, as md gives it.
+    assert_eq!(d["size_bytes"], 30 << 20, "{d}");
+    assert_eq!(
+        member(&d, &m[4])["new_data_offset_bytes"],
+        1920 * 512,
+        "{d}"
+    );
+    let got = read_all(dir.path(), &m);
+    assert_eq!(got.len(), 30 << 20);
+    assert_eq!(first_wrong_block(&got), None);
+}
+
+#[test]
+fn a_raid5_the_kernel_left_mid_grow_reads_every_byte() {
+    // raid5 left-symmetric growing from 4 to 5 members, held by the kernel
+    // at 12 MiB of the array and stopped there, its data offset moving down
+    // 512 sectors: the first 12 MiB are only in the new shape (the old rows
+    // under them were overwritten), the rest only in the old.
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = unpack("reshape_r5_grow", dir.path());
+    m.rotate_left(2); // roles decide, not the order given
+    let d = detail(dir.path(), &m);
+    assert_eq!(d["state"], "reshaping", "{d}");
+    assert_eq!(d["position_bytes"], 12 << 20, "{d}");
+    assert_eq!(d["direction"], "forwards", "{d}");
+    assert_eq!(d["old"]["level"], "raid5", "{d}");
+    assert_eq!(d["old"]["raid_disks"], 4, "{d}");
+    assert_eq!(d["new"]["raid_disks"], 5, "{d}");
+    assert_eq!(d["size_bytes"], 45 << 20, "{d}");
+    for path in &m {
+        assert_eq!(member(&d, path)["new_data_offset_bytes"], 1536 * 512, "{d}");
+    }
+    let got = read_all(dir.path(), &m);
+    assert_eq!(first_wrong_block(&got), None);
+    // What the kernel reads of those 45 MiB once it has finished the reshape.
+    assert_eq!(sha(&got), kernel_sha("reshape_r5_grow"));
+    // A read across the position, not from its start.
+    let part = ok_bytes(
+        &[
+            &["read", "--offset", "12580864", "--length", "8192"][..],
+            &m.iter().map(String::as_str).collect::<Vec<_>>()[..],
+        ]
+        .concat(),
+        dir.path(),
+    );
+    assert_eq!(part, got[12580864..12580864 + 8192]);
+}
+
+#[test]
+fn nvraid_finishes_a_raid5_grow_the_kernel_left_mid_way() {
+    // `grow --continue` takes the kernel's record (12 MiB, data offset
+    // moving 2048 -> 1536 sectors) and finishes the reshape: the kernel's
+    // 45 MiB come back, the parity checks clean, and the kernel's md then
+    // assembles the 5-member array nvraid finished and reads it.
+    let dir = tempfile::tempdir().unwrap();
+    let m = unpack("reshape_r5_grow", dir.path());
+    let mut args = vec!["grow", "--continue", "--json"];
+    args.extend(m.iter().map(String::as_str));
+    let grown: serde_json::Value = serde_json::from_str(&ok(&args, dir.path())).unwrap();
+    assert_eq!(grown["raid_disks"], 5, "{grown}");
+    assert_eq!(grown["size_bytes"], 60 << 20, "{grown}");
+    assert_eq!(grown["data_offset_bytes"], 1536 * 512, "{grown}");
+    let d = detail(dir.path(), &m);
+    assert_eq!(d["state"], "clean", "{d}");
+    let all = read_all(dir.path(), &m);
+    assert_eq!(all.len(), 60 << 20);
+    assert_eq!(sha(&all[..45 << 20]), kernel_sha("reshape_r5_grow"));
+    assert!(
+        all[45 << 20..].iter().all(|&b| b == 0),
+        "the grown space is not zeros"
+    );
+    let mut args = vec!["check"];
+    args.extend(m.iter().map(String::as_str));
+    ok(&args, dir.path());
+    let images: Vec<PathBuf> = m.iter().map(|name| dir.path().join(name)).collect();
+    kernel_reads(&images, &[sha(&all)]);
+}
+
+#[test]
+fn a_reshape_nvraid_does_not_continue_is_refused_with_nothing_written() {
+    // The kernel's RAID 10 grow and RAID 5 shrink: `grow --continue` names
+    // what it found and leaves every member as it was.
+    for (state, needle) in [
+        (
+            "reshape",
+            "raid10 (near=2) of 4 members to raid10 (near=2) of 5",
+        ),
+        ("reshape_r5_shrink", "backwards"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let m = unpack(state, dir.path());
+        let mut args = vec!["grow", "--continue"];
+        args.extend(m.iter().map(String::as_str));
+        refused(&args, dir.path(), &[needle, "let the kernel finish it"]);
+    }
+}
+
+#[test]
+fn a_raid5_the_kernel_left_mid_shrink_reads_every_byte() {
+    // raid5 of 5 members (12 MiB used of each) shrinking to 4, backwards
+    // (delta_disks -1), stopped half-way at 18 MiB: from there on the bytes
+    // are in the new 4-member shape, below it in the old 5-member one, whose
+    // fifth member (leaving, past the new member count) is still read.
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = unpack("reshape_r5_shrink", dir.path());
+    m.reverse();
+    let d = detail(dir.path(), &m);
+    assert_eq!(d["state"], "reshaping", "{d}");
+    assert_eq!(d["direction"], "backwards", "{d}");
+    assert_eq!(d["position_bytes"], 18 << 20, "{d}");
+    assert_eq!(d["old"]["raid_disks"], 5, "{d}");
+    assert_eq!(d["new"]["raid_disks"], 4, "{d}");
+    assert_eq!(d["size_bytes"], 36 << 20, "{d}");
+    let leaving = member(&d, &m[0]);
+    assert_eq!(leaving["role"], 4, "{d}");
+    assert_eq!(
+        leaving["new_data_offset_bytes"],
+        serde_json::Value::Null,
+        "{d}"
+    );
+    let got = read_all(dir.path(), &m);
+    assert_eq!(got.len(), 36 << 20);
+    assert_eq!(first_wrong_block(&got), None);
+    assert_eq!(sha(&got), kernel_sha("reshape_r5_shrink"));
 }
 
 #[test]

@@ -3,6 +3,7 @@
 use super::{bytes_text, time_text};
 use anyhow::Result;
 use clap::Args;
+use nvraid_array::reshape::{MidReshape, ReshapeDetail, ShapeDetail};
 use nvraid_array::{assemble, info};
 
 #[derive(Args, Debug)]
@@ -16,6 +17,15 @@ pub struct DetailArgs {
 }
 
 pub fn run(args: &DetailArgs, direct: bool) -> Result<u8> {
+    if let Some(mid) = MidReshape::open(&args.members, direct)? {
+        let detail = mid.detail();
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&detail)?);
+        } else {
+            print_reshape(&detail);
+        }
+        return Ok(0);
+    }
     let array = assemble(&args.members, super::read_only(direct))?;
     let detail = info::detail(&array);
     if args.json {
@@ -76,6 +86,61 @@ pub fn print_text(d: &info::ArrayDetail) {
             m.state,
             m.path.as_deref().unwrap_or("(missing)"),
             member_notes(m)
+        );
+    }
+}
+
+/// One shape of a reshape, as `raid5 (left-symmetric), 64 KiB chunks, 4
+/// members, 45.0 MiB`.
+fn shape_text(s: &ShapeDetail) -> String {
+    let mut text = s.level.clone();
+    if let Some(layout) = &s.layout {
+        text += &format!(" ({layout})");
+    }
+    if let Some(chunk) = s.chunk_bytes {
+        text += &format!(", {} chunks", bytes_text(chunk));
+    }
+    format!(
+        "{text}, {} members, {}",
+        s.raid_disks,
+        bytes_text(s.size_bytes)
+    )
+}
+
+/// `detail` of an array part-way through a reshape.
+fn print_reshape(d: &ReshapeDetail) {
+    println!("          UUID : {}", d.uuid);
+    println!("          Name : {}", d.name);
+    println!("    Array Size : {}", bytes_text(d.size_bytes));
+    println!("   Sector Size : {}", d.sector_bytes);
+    println!(
+        "         State : {} (read-only until the reshape is finished)",
+        d.state
+    );
+    println!("        Events : {}", d.events);
+    println!("     Old Shape : {}", shape_text(&d.old));
+    println!("     New Shape : {}", shape_text(&d.new));
+    println!(
+        " Reshape Pos'n : {} ({}; {:.1}% done)",
+        bytes_text(d.position_bytes),
+        d.direction,
+        d.percent_done
+    );
+    println!();
+    println!(
+        "  {:>4}  {:<10}  {:>8}  {:>12}  {:>12}  path",
+        "role", "state", "events", "old offset", "new offset"
+    );
+    for m in &d.members {
+        let role = m.role.map_or("-".into(), |r| r.to_string());
+        let offset = |o: Option<u64>| o.map_or("-".into(), bytes_text);
+        println!(
+            "  {role:>4}  {:<10}  {:>8}  {:>12}  {:>12}  {}",
+            m.state,
+            m.events,
+            offset(m.data_offset_bytes),
+            offset(m.new_data_offset_bytes),
+            m.path
         );
     }
 }

@@ -74,8 +74,33 @@ fn print_text(r: &info::Examine) {
     if sb.resync_offset != nvraid_metadata::RESYNC_CLEAN {
         println!("  Resync Offset : {} sectors", sb.resync_offset);
     }
+    if sb.feature_map & nvraid_metadata::features::NEW_OFFSET != 0 {
+        println!(
+            "     New Offset : {} sectors",
+            sb.data_offset_sectors as i64 + i64::from(sb.new_offset as i32)
+        );
+    }
     println!("          State : {}", r.state);
     println!("    Device UUID : {}", format_uuid(&sb.device_uuid));
+    if sb.feature_map & nvraid_metadata::features::RESHAPE_ACTIVE != 0 {
+        let delta = sb.delta_disks as i32;
+        let old = i64::from(sb.raid_disks) - i64::from(delta);
+        println!(
+            "  Reshape Pos'n : {} sectors ({})",
+            sb.reshape_position,
+            bytes_text(sb.reshape_position.saturating_mul(512))
+        );
+        println!("  Delta Devices : {delta} ({old}->{})", sb.raid_disks);
+        if sb.new_level as i32 != sb.level {
+            println!("      New Level : raid{}", sb.new_level as i32);
+        }
+        if sb.new_layout != sb.layout {
+            println!("     New Layout : {:#x}", sb.new_layout);
+        }
+        if sb.new_chunk != sb.chunk_sectors {
+            println!("      New Chunk : {}K", sb.new_chunk / 2);
+        }
+    }
     println!("    Update Time : {}", time_text(sb.utime.seconds));
     println!("       Checksum : {} - correct", r.checksum);
     println!("         Events : {}", sb.events);

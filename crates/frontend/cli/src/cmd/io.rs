@@ -9,6 +9,7 @@
 use super::size_arg;
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use nvraid_array::reshape::MidReshape;
 use nvraid_array::{assemble, Array, AssembleOptions};
 use nvraid_io::AlignedBuf;
 use std::fs::File;
@@ -158,8 +159,20 @@ fn copy_in(array: &Array, input: &mut File, offset: u64, len: u64) -> Result<()>
 }
 
 pub fn read(args: &ReadArgs, direct: bool) -> Result<u8> {
+    // An array part-way through a reshape is read through its reshape's map.
+    if let Some(mid) = MidReshape::open(&args.members, direct)? {
+        let read = |buf: &mut [u8], at: u64| mid.read_at(buf, at);
+        return read_out(args, mid.size_bytes(), mid.sector_bytes(), &read);
+    }
     let array = assemble(&args.members, super::read_only(direct))?;
-    let size = array.size_bytes();
+    let read = |buf: &mut [u8], at: u64| array.read_at(buf, at);
+    read_out(args, array.size_bytes(), array.sector_bytes(), &read)
+}
+
+/// How `read` reads the array: `buf.len()` bytes at an array offset.
+type ReadFn<'a> = dyn Fn(&mut [u8], u64) -> nvraid_array::Result<()> + 'a;
+
+fn read_out(args: &ReadArgs, size: u64, sector_bytes: u32, read: &ReadFn) -> Result<u8> {
     if args.offset > size {
         bail!(
             "offset {} is past the end of the array ({size} bytes)",
@@ -179,13 +192,19 @@ pub fn read(args: &ReadArgs, direct: bool) -> Result<u8> {
         }
         None => Box::new(io::stdout().lock()),
     };
-    copy_out(&array, &mut out, args.offset, len)?;
+    copy_out(read, sector_bytes, &mut out, args.offset, len)?;
     out.flush()?;
     Ok(0)
 }
 
-fn copy_out(array: &Array, out: &mut dyn Write, offset: u64, len: u64) -> Result<()> {
-    let sector = u64::from(array.sector_bytes());
+fn copy_out(
+    read: &ReadFn,
+    sector_bytes: u32,
+    out: &mut dyn Write,
+    offset: u64,
+    len: u64,
+) -> Result<()> {
+    let sector = u64::from(sector_bytes);
     // Read whole sectors around an unaligned range, and hand out the part asked for.
     let start = offset / sector * sector;
     let end = (offset + len).next_multiple_of(sector);
@@ -193,7 +212,7 @@ fn copy_out(array: &Array, out: &mut dyn Write, offset: u64, len: u64) -> Result
     let mut at = start;
     while at < end {
         let n = (end - at).min(BLOCK_BYTES as u64) as usize;
-        array.read_at(&mut buf[..n], at)?;
+        read(&mut buf[..n], at)?;
         let from = offset.saturating_sub(at).min(n as u64) as usize;
         let to = ((offset + len).min(at + n as u64) - at) as usize;
         out.write_all(&buf[from..to]).context("writing output")?;

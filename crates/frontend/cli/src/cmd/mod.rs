@@ -6,6 +6,7 @@ pub mod config;
 pub mod create;
 pub mod detail;
 pub mod examine;
+pub mod grow;
 pub mod io;
 pub mod manage;
 pub mod manual;

@@ -1,0 +1,701 @@
+//! `grow`: add members to a RAID 4/5/6, offline, in md's format, the way
+//! md reshapes with v1.2 metadata and no backup file.
+//!
+//! 1. Every check comes first (a whole, clean array of a parity level
+//!    without bitmap, PPL or journal; new members large enough and blank;
+//!    room before the data to move it); a refusal writes nothing.
+//! 2. The reshape is recorded: each new member gets an empty bad-block log
+//!    and the array's superblock with its role, then every member's
+//!    superblock gets `RESHAPE_ACTIVE | NEW_OFFSET`, the new member count
+//!    (`raid_disks`, `delta_disks`), the new shape (`new_level`,
+//!    `new_layout`, `new_chunk`, the same as the old), `reshape_position`
+//!    0 and `new_offset`: the data offset moves down by the room found
+//!    (at most 4 MiB), so the new shape's rows are written below the old
+//!    shape's live rows and no backup is needed.
+//! 3. Steps: each moves whole new stripes (`step::move_rows`), as large as
+//!    `Reshape::step_is_safe` allows and md would continue from
+//!    (`Reshape::md_can_continue`), at most `step_bytes`; the members are
+//!    flushed, then the new position is written to every superblock
+//!    (events + 1). A crash anywhere leaves a position whose bytes are all
+//!    in place: `grow --continue` (or the kernel's md) resumes there.
+//! 4. Past the old shape's end the new rows get zeros and their parity (md
+//!    does the same); then the superblocks record the finished shape: the
+//!    data offset is the new one, the data area that much larger, the
+//!    reshape fields cleared.
+
+use super::record::{is_reshaping, reshape_of};
+use super::step::move_rows;
+use crate::assemble::{check_distinct_specs, member_data_bytes};
+use crate::decision::{decide, SetAside};
+use crate::error::{Error, Result};
+use crate::slot::{read_superblock, write_superblock};
+use nvraid_layout::{Direction, Geometry, Reshape};
+use nvraid_member::{Member, OpenOptions};
+use nvraid_metadata::{features, Role, Superblock, Timestamp, RESYNC_CLEAN};
+use serde::Serialize;
+
+/// The most the data offset is moved: four chunks, at least 256 KiB (as
+/// mdadm moves it), leaving the rest of the room for later reshapes. The
+/// first step moves as many stripes as the offset moved by chunks; the
+/// steps grow from there, as the new shape's rows fall behind the old's.
+fn move_max_bytes(chunk_bytes: u64) -> u64 {
+    (4 * chunk_bytes).max(256 << 10)
+}
+
+/// How to grow.
+#[derive(Clone, Debug)]
+pub struct GrowOptions {
+    /// The member count after the grow (mdadm's `--raid-devices`).
+    pub raid_devices: u32,
+    /// The members to add, in the order their roles are given.
+    pub add: Vec<String>,
+    /// Open the members with O_DIRECT.
+    pub direct: bool,
+    /// Use new members that carry a filesystem or another array.
+    pub force: bool,
+    /// The most array bytes one step moves (default 16 MiB).
+    pub step_bytes: u64,
+}
+
+/// Where a reshape stands, for progress reports.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct GrowProgress {
+    /// The recorded position (array bytes in the new shape).
+    pub position_bytes: u64,
+    /// Where the reshape ends (the new shape's size).
+    pub end_bytes: u64,
+}
+
+/// What [`grow`] or [`continue_grow`] did.
+#[derive(Clone, Debug, Serialize)]
+pub struct Grown {
+    pub raid_disks_before: u32,
+    pub raid_disks: u32,
+    /// The array's size before and after.
+    pub size_bytes_before: u64,
+    pub size_bytes: u64,
+    /// Where the data starts on each member now (bytes).
+    pub data_offset_bytes: u64,
+    /// Bytes of the array this run moved (from where it started).
+    pub moved_bytes: u64,
+    pub seconds: f64,
+    pub events: u64,
+}
+
+/// A member in the reshape, by role.
+struct Placed {
+    member: Member,
+    sb: Superblock,
+}
+
+/// Add `options.add` to the RAID 4/5/6 on `members` (every active member,
+/// any order) and reshape it to `options.raid_devices` members.
+pub fn grow(
+    members: &[String],
+    options: &GrowOptions,
+    progress: &mut dyn FnMut(GrowProgress),
+) -> Result<Grown> {
+    let all: Vec<String> = members.iter().chain(&options.add).cloned().collect();
+    check_distinct_specs(&all)?;
+    let open = OpenOptions {
+        write: true,
+        create_bytes: None,
+        direct: options.direct,
+        ..Default::default()
+    };
+    let mut found = Vec::with_capacity(members.len());
+    for spec in members {
+        let member = Member::open(spec, open)?;
+        let sb = read_superblock(&member)?;
+        found.push((member, sb));
+    }
+    if let Some((member, sb)) = found.iter().find(|(_, sb)| is_reshaping(sb)) {
+        return Err(Error::Unsupported {
+            spec: member.spec().into(),
+            what: format!(
+                "a second reshape while one is in progress (at {} of {} members): finish it first with `nvraid grow --continue`",
+                sb.reshape_position * 512,
+                sb.raid_disks
+            ),
+        });
+    }
+    let (reference, old_roles) = check_array(&found, options)?;
+    let old_geometry = old_shape(&reference, found[0].0.spec())?;
+    let new_geometry = Geometry::new(
+        old_geometry.level(),
+        options.raid_devices,
+        old_geometry
+            .chunk_bytes()
+            .expect("parity levels have chunks"),
+        member_data_bytes(&reference),
+    )?;
+    let mut adding = Vec::with_capacity(options.add.len());
+    for spec in &options.add {
+        let member = Member::open(spec, open)?;
+        check_new_member(&member, &reference, &old_geometry, options.force)?;
+        adding.push(member);
+    }
+    let moved_sectors = room_to_move(&found, &reference, &old_geometry)?;
+    // Members by role: the old ones, then the new ones.
+    let mut slots: Vec<Option<(Member, Superblock)>> = found.into_iter().map(Some).collect();
+    let mut placed: Vec<Placed> = old_roles
+        .iter()
+        .map(|&i| {
+            let (member, sb) = slots[i].take().expect("one member per role");
+            Placed { member, sb }
+        })
+        .collect();
+    move_logs(&mut placed)?;
+    let mut reference = reference;
+    reference.bblog_offset = placed[0].sb.bblog_offset;
+    let events = reference.events + 1;
+    let free_slots = free_dev_numbers(&reference, adding.len())?;
+    let old_count = old_geometry.members();
+    let mut table = reference.roles_raw.clone();
+    for (k, dev) in free_slots.iter().enumerate() {
+        table[*dev as usize] = Role::Active((old_count as usize + k) as u16).to_raw();
+    }
+    let record = |sb: &mut Superblock| {
+        sb.feature_map |= features::RESHAPE_ACTIVE | features::NEW_OFFSET;
+        sb.raid_disks = options.raid_devices;
+        sb.delta_disks = (options.raid_devices - old_count) as i32 as u32;
+        sb.new_level = sb.level as u32;
+        sb.new_layout = sb.layout;
+        sb.new_chunk = sb.chunk_sectors;
+        sb.reshape_position = 0;
+        sb.new_offset = (-(moved_sectors as i64)) as i32 as u32;
+        sb.roles_raw = table.clone();
+        sb.events = events;
+        sb.utime = Timestamp::now();
+    };
+    for (member, dev) in adding.into_iter().zip(free_slots) {
+        let mut sb = new_member_superblock(&member, &reference, dev)?;
+        record(&mut sb);
+        placed.push(Placed { member, sb });
+    }
+    for p in placed.iter_mut().take(old_count as usize) {
+        record(&mut p.sb);
+    }
+    // New members first: a crash before the old members are recorded
+    // leaves them one event ahead, which `grow --continue` finishes.
+    for p in placed[old_count as usize..].iter() {
+        crate::badlog::write_empty(&p.member, &p.sb)?;
+    }
+    let order: Vec<usize> = (old_count as usize..placed.len())
+        .chain(0..old_count as usize)
+        .collect();
+    write_superblocks(&placed, &order)?;
+    let reshape = reshape_at(&placed, 0)?;
+    debug_assert_eq!(reshape.new_shape(), &new_geometry);
+    run(placed, reshape, options.step_bytes, progress)
+}
+
+/// Continue the reshape recorded on `members` (every member of both
+/// shapes, any order): from the freshest recorded position, after putting
+/// the freshest record on every member (a crash while the record was
+/// written leaves some members one event behind it).
+pub fn continue_grow(
+    members: &[String],
+    direct: bool,
+    step_bytes: u64,
+    progress: &mut dyn FnMut(GrowProgress),
+) -> Result<Grown> {
+    check_distinct_specs(members)?;
+    let open = OpenOptions {
+        write: true,
+        create_bytes: None,
+        direct,
+        ..Default::default()
+    };
+    let mut found = Vec::with_capacity(members.len());
+    for spec in members {
+        let member = Member::open(spec, open)?;
+        let sb = read_superblock(&member)?;
+        found.push((member, sb));
+    }
+    let Some(reference) = found
+        .iter()
+        .filter(|(_, sb)| is_reshaping(sb))
+        .max_by_key(|(_, sb)| sb.events)
+        .map(|(_, sb)| sb.clone())
+    else {
+        return Err(Error::BadOption {
+            option: "--continue".into(),
+            why: "no member records a reshape in progress".into(),
+        });
+    };
+    let roles = {
+        let old = i64::from(reference.raid_disks) - i64::from(reference.delta_disks as i32);
+        reference.raid_disks.max(old.max(0) as u32) as usize
+    };
+    let mut by_role: Vec<Option<Placed>> = (0..roles).map(|_| None).collect();
+    for (member, sb) in found {
+        let role = reference
+            .roles_raw
+            .get(sb.dev_number as usize)
+            .map(|&raw| Role::from_raw(raw));
+        let fresh = sb.set_uuid == reference.set_uuid && sb.events + 1 >= reference.events;
+        match role {
+            Some(Role::Active(r)) if fresh && (r as usize) < roles => {
+                if by_role[r as usize].is_some() {
+                    return Err(Error::SameRole {
+                        spec: member.spec().into(),
+                        other: by_role[r as usize].as_ref().expect("placed").member.spec().into(),
+                        role: r,
+                    });
+                }
+                by_role[r as usize] = Some(Placed { member, sb });
+            }
+            _ => {
+                return Err(Error::NotStartable(format!(
+                    "{} takes no part in the reshape recorded on the others (not an active member of array {}, or more than one event behind)",
+                    member.spec(),
+                    nvraid_metadata::format_uuid(&reference.set_uuid)
+                )))
+            }
+        }
+    }
+    if let Some(role) = by_role.iter().position(Option::is_none) {
+        return Err(Error::NotStartable(format!(
+            "role {role} is missing; nvraid continues a reshape only with every member"
+        )));
+    }
+    let mut placed: Vec<Placed> = by_role.into_iter().map(|p| p.expect("checked")).collect();
+    // A member fresher than the record that records no reshape got the
+    // finished shape: every byte had moved before that was written, so
+    // the finish is written on the others (their record would otherwise
+    // be put back over it, with its old data offset).
+    if let Some(done) = placed
+        .iter()
+        .filter(|p| !is_reshaping(&p.sb) && p.sb.events > reference.events)
+        .map(|p| p.sb.events)
+        .max()
+    {
+        let reshape = reshape_of(&reference, placed[0].member.spec(), &[])?;
+        for p in placed.iter_mut() {
+            if is_reshaping(&p.sb) {
+                finish_record(&mut p.sb);
+            }
+            p.sb.events = done + 1;
+            p.sb.utime = Timestamp::now();
+        }
+        write_superblocks(&placed, &(0..placed.len()).collect::<Vec<_>>())?;
+        progress(GrowProgress {
+            position_bytes: reshape.new_shape().array_bytes(),
+            end_bytes: reshape.new_shape().array_bytes(),
+        });
+        return Ok(Grown {
+            raid_disks_before: reshape.old().members(),
+            raid_disks: reshape.new_shape().members(),
+            size_bytes_before: reshape.old().array_bytes(),
+            size_bytes: reshape.new_shape().array_bytes(),
+            data_offset_bytes: placed[0].sb.data_offset_sectors * 512,
+            moved_bytes: 0,
+            seconds: 0.0,
+            events: done + 1,
+        });
+    }
+    let events = reference.events + 1;
+    for p in placed.iter_mut() {
+        let own = p.sb.clone();
+        p.sb = reference.clone();
+        // Each member keeps what is its own. One the crash left without
+        // the record takes the record's new offset and bad-block log place
+        // (`grow` copied every log there before writing any record).
+        p.sb.dev_number = own.dev_number;
+        p.sb.device_uuid = own.device_uuid;
+        p.sb.data_offset_sectors = own.data_offset_sectors;
+        p.sb.data_size_sectors = own.data_size_sectors;
+        if is_reshaping(&own) {
+            p.sb.new_offset = own.new_offset;
+            p.sb.bblog_offset = own.bblog_offset;
+            p.sb.bblog_size = own.bblog_size;
+            p.sb.bblog_shift = own.bblog_shift;
+        }
+        p.sb.feature_map = (reference.feature_map & !features::BAD_BLOCKS)
+            | (own.feature_map & features::BAD_BLOCKS);
+        p.sb.events = events;
+        p.sb.utime = Timestamp::now();
+    }
+    let reshape = reshape_at(&placed, reference.reshape_position * 512)?;
+    if reshape.direction() != Direction::Forwards
+        || reshape.old().level().parity_chunks() == 0
+        || reshape.old().level() != reshape.new_shape().level()
+        || reshape.old().chunk_bytes() != reshape.new_shape().chunk_bytes()
+    {
+        return Err(Error::Unsupported {
+            spec: placed[0].member.spec().into(),
+            what: format!(
+                "continuing this reshape ({} of {} members to {} of {}, {}): nvraid continues a RAID 4/5/6 that gains members; let the kernel finish it (mdadm --assemble)",
+                reshape.old().level(),
+                reshape.old().members(),
+                reshape.new_shape().level(),
+                reshape.new_shape().members(),
+                match reshape.direction() {
+                    Direction::Forwards => "forwards",
+                    Direction::Backwards => "backwards",
+                }
+            ),
+        });
+    }
+    write_superblocks(&placed, &(0..placed.len()).collect::<Vec<_>>())?;
+    run(placed, reshape, step_bytes, progress)
+}
+
+/// The reshape the members' superblocks record, at `position`.
+fn reshape_at(placed: &[Placed], position: u64) -> Result<Reshape> {
+    let reference = &placed[0].sb;
+    let mut sb = reference.clone();
+    sb.reshape_position = position / 512;
+    let by_role: Vec<Option<&Superblock>> = placed.iter().map(|p| Some(&p.sb)).collect();
+    reshape_of(&sb, placed[0].member.spec(), &by_role)
+}
+
+/// The steps, the checkpoints and the end.
+fn run(
+    mut placed: Vec<Placed>,
+    mut reshape: Reshape,
+    step_bytes: u64,
+    progress: &mut dyn FnMut(GrowProgress),
+) -> Result<Grown> {
+    let started = std::time::Instant::now();
+    let start = reshape.position();
+    let end = reshape.new_shape().array_bytes();
+    let unit = reshape.position_unit();
+    let step_bytes = step_bytes.max(unit);
+    let kernel = nvraid_parity::Kernel::best();
+    progress(GrowProgress {
+        position_bytes: reshape.position(),
+        end_bytes: end,
+    });
+    while reshape.position() < end {
+        let p = reshape.position();
+        let mut to = (p + step_bytes).min(end);
+        if to < end {
+            to = to / unit * unit;
+        }
+        loop {
+            let kernel_ok = to == end || reshape.at(to).is_ok_and(|r| r.md_can_continue());
+            if to > p && reshape.step_is_safe(to) && kernel_ok {
+                break;
+            }
+            if to <= p + unit {
+                return Err(Error::NotStartable(format!(
+                    "no step from {p} is safe (the data offset moved too little); nothing past it was written"
+                )));
+            }
+            to = if to == end {
+                (end - 1) / unit * unit
+            } else {
+                to - unit
+            };
+        }
+        let members: Vec<&Member> = placed.iter().map(|p| &p.member).collect();
+        move_rows(&reshape, &members, to, kernel, &|| {
+            crate::failpoint::hit("reshape-write")
+        })?;
+        if to < end {
+            for p in placed.iter_mut() {
+                p.sb.reshape_position = to / 512;
+                p.sb.events += 1;
+                p.sb.utime = Timestamp::now();
+            }
+            write_superblocks(&placed, &(0..placed.len()).collect::<Vec<_>>())?;
+        }
+        reshape = reshape
+            .at(to)
+            .map_err(|e| Error::NotStartable(e.to_string()))?;
+        progress(GrowProgress {
+            position_bytes: to,
+            end_bytes: end,
+        });
+    }
+    // The finished shape.
+    let raid_disks_before = reshape.old().members();
+    let size_bytes_before = reshape.old().array_bytes();
+    for p in placed.iter_mut() {
+        finish_record(&mut p.sb);
+        p.sb.events += 1;
+        p.sb.utime = Timestamp::now();
+    }
+    write_superblocks(&placed, &(0..placed.len()).collect::<Vec<_>>())?;
+    Ok(Grown {
+        raid_disks_before,
+        raid_disks: reshape.new_shape().members(),
+        size_bytes_before,
+        size_bytes: end,
+        data_offset_bytes: placed[0].sb.data_offset_sectors * 512,
+        moved_bytes: end - start,
+        seconds: started.elapsed().as_secs_f64(),
+        events: placed[0].sb.events,
+    })
+}
+
+/// The finished shape in a member's superblock: its data at the new
+/// offset (the data area that much larger), the reshape's fields cleared.
+fn finish_record(sb: &mut Superblock) {
+    let moved = i64::from(sb.new_offset as i32);
+    sb.data_offset_sectors = (sb.data_offset_sectors as i64 + moved) as u64;
+    sb.data_size_sectors = (sb.data_size_sectors as i64 - moved) as u64;
+    sb.feature_map &=
+        !(features::RESHAPE_ACTIVE | features::NEW_OFFSET | features::RESHAPE_BACKWARDS);
+    sb.new_offset = 0;
+    sb.delta_disks = 0;
+    sb.reshape_position = 0;
+    sb.new_level = 0;
+    sb.new_layout = 0;
+    sb.new_chunk = 0;
+}
+
+/// Write and flush the superblocks of `placed` in `order`, a crash point
+/// after each.
+fn write_superblocks(placed: &[Placed], order: &[usize]) -> Result<()> {
+    for &i in order {
+        let p = &placed[i];
+        write_superblock(&p.member, &p.sb)?;
+        p.member
+            .flush()
+            .map_err(|e| Error::io(p.member.spec(), e))?;
+        crate::failpoint::hit("reshape-superblock");
+    }
+    Ok(())
+}
+
+/// The old shape the reference records.
+fn old_shape(reference: &Superblock, spec: &str) -> Result<Geometry> {
+    crate::assemble::geometry_of(reference, spec)
+}
+
+/// Check that the array can grow as asked. Returns the reference
+/// superblock and the index of the member in each role.
+fn check_array(
+    found: &[(Member, Superblock)],
+    options: &GrowOptions,
+) -> Result<(Superblock, Vec<usize>)> {
+    let listed: Vec<(&str, &Superblock)> = found.iter().map(|(m, sb)| (m.spec(), sb)).collect();
+    let decision = decide(&listed)?;
+    let (ref_member, reference) = &found[decision.reference];
+    let spec = ref_member.spec();
+    let refuse = |what: String| Error::Unsupported {
+        spec: spec.into(),
+        what,
+    };
+    let level = crate::assemble::level_of(reference, spec)?;
+    if level.parity_chunks() == 0 {
+        return Err(refuse(format!(
+            "growing a {level} (nvraid grows RAID 4, 5 and 6 so far)"
+        )));
+    }
+    if let Some(role) = decision.roles.iter().position(Option::is_none) {
+        return Err(Error::NotStartable(format!(
+            "the array is degraded (role {role} is missing); nvraid grows only a whole array: rebuild it first (`nvraid add`)"
+        )));
+    }
+    if let Some((index, why)) = decision.set_aside.first() {
+        let why = match why {
+            SetAside::Spare => {
+                "a spare: give only the active members, and the new ones with --add".into()
+            }
+            other => other.reason(),
+        };
+        return Err(Error::NotStartable(format!(
+            "{} takes no part in the array ({why}); nvraid grows only a whole array",
+            found[*index].0.spec()
+        )));
+    }
+    for (member, sb) in found {
+        if sb.feature_map & (features::RECOVERY_OFFSET | features::RECOVERY_BITMAP) != 0 {
+            return Err(Error::NotStartable(format!(
+                "{} is being rebuilt; finish the rebuild first (`nvraid rebuild`)",
+                member.spec()
+            )));
+        }
+    }
+    if reference.feature_map & (features::PPL | features::MULTIPLE_PPLS) != 0 {
+        return Err(refuse(
+            "growing an array with md's partial parity log (md refuses to reshape it too; switch the consistency policy to resync first)".into(),
+        ));
+    }
+    if reference.feature_map & features::JOURNAL != 0 {
+        return Err(refuse(
+            "growing an array with md's write journal (md refuses to reshape it too)".into(),
+        ));
+    }
+    if reference.feature_map & features::BITMAP_OFFSET != 0 {
+        return Err(refuse(
+            "growing an array with a write-intent bitmap (md grows it and keeps the bitmap; nvraid does not yet keep the bitmap in step with the reshape): remove it first (mdadm --grow --bitmap=none), or create arrays to be grown with --bitmap none".into(),
+        ));
+    }
+    if reference.resync_offset != RESYNC_CLEAN {
+        return Err(Error::NotStartable(
+            "the array is not clean (a resync is due); run `nvraid repair` first".into(),
+        ));
+    }
+    let old = reference.raid_disks;
+    let want = old as usize + options.add.len();
+    if options.add.is_empty() || options.raid_devices as usize != want {
+        return Err(Error::BadOption {
+            option: "--raid-devices".into(),
+            why: format!(
+                "{} with {} member(s) added to {old}: give one --add per new member, {} in all",
+                options.raid_devices,
+                options.add.len(),
+                want
+            ),
+        });
+    }
+    let roles = decision.roles.iter().map(|i| i.expect("checked")).collect();
+    Ok((reference.clone(), roles))
+}
+
+/// A new member must hold the data area the others use, at the same data
+/// offset, and carry nothing (unless forced).
+fn check_new_member(
+    member: &Member,
+    reference: &Superblock,
+    old: &Geometry,
+    force: bool,
+) -> Result<()> {
+    let min_bytes = reference.data_offset_sectors * 512 + old.member_used_bytes();
+    if member.size_bytes() < min_bytes {
+        return Err(Error::TooSmall {
+            spec: member.spec().into(),
+            size_bytes: member.size_bytes(),
+            min_bytes,
+            reason: format!(
+                "the array's members use {} bytes from a data offset of {} bytes",
+                old.member_used_bytes(),
+                reference.data_offset_sectors * 512
+            ),
+        });
+    }
+    if !force && member.is_persistent() {
+        if let Some(what) =
+            crate::detect_signature(member).map_err(|e| Error::io(member.spec(), e))?
+        {
+            return Err(Error::InUse {
+                spec: member.spec().into(),
+                what,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Where md lets a moved data offset start at the lowest: 36 KiB past
+/// the superblock's start (its `super_1_allow_new_offset`), in sectors
+/// from the superblock.
+const FLOOR_SECTORS: u64 = 72;
+
+/// Where a bad-block log in the way of the move goes: right after the
+/// superblock's 4 KiB, where mdadm puts it (`bblog_offset`, sectors from
+/// the superblock).
+const LOG_MOVED_TO: u32 = 8;
+
+/// How far (sectors) the data offset can move down on every member: from
+/// the data down to md's floor (36 KiB past the superblock) or the end of
+/// a bad-block log below that floor, at most [`move_max_bytes`], in whole
+/// 4 KiB; refused below one chunk (a step could then not write one row).
+/// A bad-block log above the floor (nvraid puts it right below the data)
+/// moves to just after the superblock ([`move_logs`]).
+fn room_to_move(
+    found: &[(Member, Superblock)],
+    reference: &Superblock,
+    old: &Geometry,
+) -> Result<u64> {
+    let chunk_bytes = old.chunk_bytes().expect("parity levels have chunks");
+    let mut room = move_max_bytes(chunk_bytes) / 512;
+    for (_, sb) in found {
+        let sb_start = sb.super_offset_sectors;
+        let mut floor = sb_start + FLOOR_SECTORS;
+        if let Some((start, len)) = log_sectors(sb) {
+            if start < floor {
+                floor = floor.max(start + len);
+            }
+        }
+        room = room.min(sb.data_offset_sectors.saturating_sub(floor));
+    }
+    let room = room / 8 * 8;
+    let chunk_sectors = old.chunk_bytes().expect("parity levels have chunks") / 512;
+    if room < chunk_sectors {
+        return Err(Error::NotStartable(format!(
+            "the members have {} bytes free before the data (from a data offset of {} bytes), less than one chunk of {} bytes: nvraid moves the data offset instead of keeping a backup file, and cannot here",
+            room * 512,
+            reference.data_offset_sectors * 512,
+            chunk_sectors * 512
+        )));
+    }
+    Ok(room)
+}
+
+/// A member's bad-block log: first sector and length (device sectors).
+fn log_sectors(sb: &Superblock) -> Option<(u64, u64)> {
+    if sb.bblog_size == 0 || sb.bblog_offset == 0 {
+        return None;
+    }
+    let start = sb.super_offset_sectors as i64 + i64::from(sb.bblog_offset as i32);
+    Some((start.max(0) as u64, u64::from(sb.bblog_size)))
+}
+
+/// Move each bad-block log that sits above md's floor (where the data
+/// will move) to just after the superblock: its contents copied and
+/// flushed there, its superblock's `bblog_offset` changed in `placed` (for
+/// the record written next; until then the old place is the one used).
+fn move_logs(placed: &mut [Placed]) -> Result<()> {
+    for p in placed.iter_mut() {
+        let Some((start, len)) = log_sectors(&p.sb) else {
+            continue;
+        };
+        if start < p.sb.super_offset_sectors + FLOOR_SECTORS {
+            continue;
+        }
+        let mut log = nvraid_io::AlignedBuf::zeroed((len * 512).next_multiple_of(4096) as usize);
+        let log = &mut log[..(len * 512) as usize];
+        p.member
+            .read_at(log, start * 512)
+            .map_err(|e| Error::io(p.member.spec(), e))?;
+        let to = p.sb.super_offset_sectors + u64::from(LOG_MOVED_TO);
+        p.member
+            .write_at(log, to * 512)
+            .map_err(|e| Error::io(p.member.spec(), e))?;
+        p.member
+            .flush()
+            .map_err(|e| Error::io(p.member.spec(), e))?;
+        p.sb.bblog_offset = LOG_MOVED_TO;
+    }
+    Ok(())
+}
+
+/// `count` unused device slots of the role table (after the highest used).
+fn free_dev_numbers(reference: &Superblock, count: usize) -> Result<Vec<u32>> {
+    let table = &reference.roles_raw;
+    let free: Vec<u32> = (0..table.len() as u32)
+        .filter(|&d| Role::from_raw(table[d as usize]) == Role::Spare)
+        .filter(|&d| d >= reference.raid_disks)
+        .take(count)
+        .collect();
+    if free.len() < count {
+        return Err(Error::NotStartable(format!(
+            "the role table has room for {} more members, not {count}",
+            free.len()
+        )));
+    }
+    Ok(free)
+}
+
+/// A new member's superblock: the reference's, with its own device slot,
+/// UUID and data area, no bad blocks and no recovery.
+fn new_member_superblock(member: &Member, reference: &Superblock, dev: u32) -> Result<Superblock> {
+    let mut sb = reference.clone();
+    sb.dev_number = dev;
+    sb.device_uuid = crate::create::random_uuid()?;
+    sb.feature_map &= !(features::BAD_BLOCKS
+        | features::RECOVERY_OFFSET
+        | features::RECOVERY_BITMAP
+        | features::REPLACEMENT);
+    sb.recovery_offset = 0;
+    sb.cnt_corrected_read = 0;
+    sb.devflags = 0;
+    sb.data_size_sectors = (member.size_bytes() / 512).saturating_sub(sb.data_offset_sectors);
+    Ok(sb)
+}

@@ -1,0 +1,28 @@
+//! Arrays part-way through a reshape, in md's format.
+//!
+//! - `record`: md's record of a reshape in the superblocks (the old and
+//!   the new shape, the position, the direction, each member's old and new
+//!   data offset) read into nvraid-layout's [`Reshape`], and refused with
+//!   the field named when nvraid cannot honour it;
+//! - `step`: the member I/O: reading through a reshape's map, and one step
+//!   of a grow (old rows read, whole new stripes with their parity written
+//!   at the new data offset, every member flushed);
+//! - `read`: [`MidReshape`], such an array opened read-only: every byte
+//!   read from the shape the position puts it in, and what `detail` shows;
+//! - `grow`: [`grow`] and [`continue_grow`], nvraid's own reshape of a
+//!   RAID 4/5/6 gaining members: the checks, md's record written, the
+//!   steps with a checkpoint after each, the finished shape recorded.
+//!
+//! `record` and `step` are the floor; `read` and `grow` stand on them and
+//! not on each other.
+//!
+//! [`Reshape`]: nvraid_layout::Reshape
+
+mod grow;
+mod read;
+mod record;
+mod step;
+
+pub use grow::{continue_grow, grow, GrowOptions, GrowProgress, Grown};
+pub use read::{MidReshape, ReshapeDetail, ReshapeMember, ShapeDetail};
+pub use record::{is_reshaping, reshape_of};

@@ -1,0 +1,126 @@
+//! One step of a reshape, and reading through a reshape: the member I/O.
+//!
+//! A step moves the array bytes from the recorded position to a new one
+//! (forwards): it reads them from the old shape, lays whole stripes of the
+//! new shape out in memory (data, then P, and Q for RAID 6; bytes past the
+//! old shape's end are zeros, as md fills them), writes each member's rows
+//! at the new shape's data offset, and flushes every member. Only then may
+//! the caller record the new position. `Reshape::step_is_safe` says which
+//! steps leave every byte of the old shape not yet recorded as moved
+//! intact, so a crash anywhere inside a step loses nothing.
+
+use crate::error::{Error, Result};
+use nvraid_io::AlignedBuf;
+use nvraid_layout::{Direction, Reshape};
+use nvraid_member::Member;
+use nvraid_parity::Kernel;
+
+/// Read `buf.len()` array bytes at `offset` through `reshape`'s map from
+/// `members` (by role; copy 0 of each piece).
+pub(crate) fn read_through(
+    reshape: &Reshape,
+    members: &[&Member],
+    buf: &mut [u8],
+    offset: u64,
+) -> Result<()> {
+    let mut at = 0usize;
+    for piece in reshape.pieces(offset, buf.len() as u64) {
+        let place = reshape.locate(&piece, 0);
+        let member = members[place.member as usize];
+        member
+            .read_at(&mut buf[at..at + piece.len as usize], place.member_offset)
+            .map_err(|e| Error::io(member.spec(), e))?;
+        at += piece.len as usize;
+    }
+    Ok(())
+}
+
+/// Move the array bytes from `reshape`'s position to `to` (a forwards
+/// parity reshape; the caller checked `step_is_safe(to)`): read them from
+/// the old shape, write whole new stripes, flush every member. `hit` is
+/// called after each member write and after the flushes (the caller's
+/// crash points).
+pub(crate) fn move_rows(
+    reshape: &Reshape,
+    members: &[&Member],
+    to: u64,
+    kernel: Kernel,
+    hit: &dyn Fn(),
+) -> Result<()> {
+    assert_eq!(
+        reshape.direction(),
+        Direction::Forwards,
+        "invariant: steps move forwards"
+    );
+    let new = reshape.new_shape();
+    let map = new
+        .level()
+        .stripe_map(new.members())
+        .expect("invariant: a parity reshape");
+    let chunk = new.chunk_bytes().expect("parity levels have chunks");
+    let data_per = u64::from(map.data_per_stripe());
+    let unit = chunk * data_per;
+    let from = reshape.position();
+    assert!(
+        from.is_multiple_of(unit),
+        "invariant: steps start on a stripe"
+    );
+    let first = from / unit;
+    let rows = to.div_ceil(unit) - first;
+    let old_end = reshape.old().array_bytes();
+    // The stripes' data, in array order; zeros past the old shape's end.
+    let mut data = AlignedBuf::zeroed((rows * unit) as usize);
+    let readable = old_end.min(from + rows * unit).saturating_sub(from);
+    if readable > 0 {
+        read_through(reshape, members, &mut data[..readable as usize], from)?;
+    }
+    let c = chunk as usize;
+    let mut out: Vec<AlignedBuf> = (0..new.members())
+        .map(|_| AlignedBuf::zeroed(rows as usize * c))
+        .collect();
+    let mut p = vec![0u8; c];
+    let mut q = vec![0u8; c];
+    for row in 0..rows {
+        let stripe = first + row;
+        let blocks = map.stripe(stripe);
+        let base = (row * unit) as usize;
+        let chunk_of = |d: usize| &data[base + d * c..base + (d + 1) * c];
+        for (d, &member) in blocks.data.iter().enumerate() {
+            out[member as usize][row as usize * c..(row as usize + 1) * c]
+                .copy_from_slice(chunk_of(d));
+        }
+        match blocks.q {
+            None => {
+                let all: Vec<&[u8]> = (0..blocks.data.len()).map(chunk_of).collect();
+                nvraid_parity::gen_p(kernel, &all, &mut p);
+            }
+            Some(q_member) => {
+                // md's Q sums the data in its own order of the members.
+                let mut ordered: Vec<&[u8]> = vec![&[]; blocks.data.len()];
+                for d in 0..blocks.data.len() {
+                    ordered[map.q_slot(stripe, d as u32)] = chunk_of(d);
+                }
+                nvraid_parity::gen_pq(kernel, &ordered, &mut p, &mut q);
+                out[q_member as usize][row as usize * c..(row as usize + 1) * c]
+                    .copy_from_slice(&q);
+            }
+        }
+        out[blocks.p as usize][row as usize * c..(row as usize + 1) * c].copy_from_slice(&p);
+    }
+    for (role, rows_out) in out.iter().enumerate() {
+        let member = members[role];
+        let at = reshape
+            .data_offset(nvraid_layout::Shape::New, role as u32)
+            .expect("a new shape's member")
+            + first * chunk;
+        member
+            .write_at(rows_out, at)
+            .map_err(|e| Error::io(member.spec(), e))?;
+        hit();
+    }
+    for member in members {
+        member.flush().map_err(|e| Error::io(member.spec(), e))?;
+    }
+    hit();
+    Ok(())
+}

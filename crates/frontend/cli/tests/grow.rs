@@ -1,0 +1,444 @@
+//! `nvraid grow`: a RAID 4/5/6 gains members offline, in md's format
+//! (docs/reshape.md). Every byte reads back and the parity is right after
+//! the grow; a grow killed at any member write or superblock write reads
+//! back mid-way and `grow --continue` finishes it; bad input is refused
+//! with nothing written; the kernel's md reads the grown array, and
+//! finishes an array nvraid left mid-reshape.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const MIB: u64 = 1 << 20;
+
+/// md's test pattern (tools/mdvm/pattern.c): 4 KiB block N holds the
+/// little-endian u64 N, repeated.
+fn pattern(bytes: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes as usize);
+    for block in 0..bytes / 4096 {
+        for _ in 0..512 {
+            out.extend_from_slice(&block.to_le_bytes());
+        }
+    }
+    out
+}
+
+/// Data bytes each member holds (15 MiB files less 1 MiB of metadata).
+const PER: u64 = 14 * MIB;
+
+/// A RAID `level` of `count` members of 15 MiB, no bitmap, named `name`,
+/// filled with the pattern; the members' names and the bytes written.
+fn filled_named(dir: &Path, level: &str, count: usize, name: &str) -> (Vec<String>, Vec<u8>) {
+    let names: Vec<String> = (0..count).map(|i| format!("d{i}")).collect();
+    let mut args = vec![
+        "create", "--level", level, "--bitmap", "none", "--size", "15M", "--name", name,
+    ];
+    args.extend(names.iter().map(String::as_str));
+    ok(&args, dir);
+    let parity = if level == "6" { 2 } else { 1 };
+    let data = pattern((count as u64 - parity) * PER);
+    std::fs::write(dir.join("data"), &data).unwrap();
+    let mut args = vec!["write", "--input", "data"];
+    args.extend(names.iter().map(String::as_str));
+    ok(&args, dir);
+    std::fs::remove_file(dir.join("data")).unwrap();
+    (names, data)
+}
+
+fn filled(dir: &Path, level: &str, count: usize) -> (Vec<String>, Vec<u8>) {
+    filled_named(dir, level, count, "grow")
+}
+
+/// A blank 16 MiB member file.
+fn blank(dir: &Path, name: &str) -> String {
+    let f = std::fs::File::create(dir.join(name)).unwrap();
+    f.set_len(16 * MIB).unwrap();
+    name.into()
+}
+
+fn with<'a>(head: &[&'a str], members: &'a [String]) -> Vec<&'a str> {
+    let mut args = head.to_vec();
+    args.extend(members.iter().map(String::as_str));
+    args
+}
+
+/// Read `len` bytes of the array.
+fn read(dir: &Path, members: &[String], len: u64) -> Vec<u8> {
+    let len = len.to_string();
+    ok_bytes(&with(&["read", "--length", &len], members), dir)
+}
+
+#[test]
+fn a_raid5_grows_from_4_to_5_members_and_every_byte_reads_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut m, data) = filled(dir.path(), "5", 4);
+    let new = blank(dir.path(), "d4");
+    let out = ok(
+        &with(
+            &["grow", "--raid-devices", "5", "--add", &new, "--json"],
+            &m,
+        ),
+        dir.path(),
+    );
+    let grown: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(grown["raid_disks_before"], 4, "{grown}");
+    assert_eq!(grown["raid_disks"], 5, "{grown}");
+    assert_eq!(grown["size_bytes"], 4 * PER, "{grown}");
+    // md's move: 256 KiB down from 1 MiB.
+    assert_eq!(grown["data_offset_bytes"], 768 * 1024, "{grown}");
+    m.push(new);
+    let d: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["detail", "--json"], &m), dir.path())).unwrap();
+    assert_eq!(d["raid_disks"], 5, "{d}");
+    assert_eq!(d["state"], "clean", "{d}");
+    let got = read(dir.path(), &m, 4 * PER);
+    assert!(got[..data.len()] == data[..], "the old bytes moved wrong");
+    assert!(
+        got[data.len()..].iter().all(|&b| b == 0),
+        "the new space is not zeros"
+    );
+    let check = ok(&with(&["check", "--json"], &m), dir.path());
+    let check: serde_json::Value = serde_json::from_str(&check).unwrap();
+    assert_eq!(check["mismatch_sectors"], 0, "{check}");
+}
+
+#[test]
+fn a_raid6_grows_by_two_members_with_p_and_q_right() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut m, data) = filled(dir.path(), "6", 4);
+    let (a, b) = (blank(dir.path(), "d4"), blank(dir.path(), "d5"));
+    ok(
+        &with(
+            &["grow", "-n", "6", "--add", &a, "--add", &b, "--step", "1M"],
+            &m,
+        ),
+        dir.path(),
+    );
+    m.extend([a, b]);
+    let got = read(dir.path(), &m, 4 * PER);
+    assert!(got[..data.len()] == data[..]);
+    let check = ok(&with(&["check", "--json"], &m), dir.path());
+    let check: serde_json::Value = serde_json::from_str(&check).unwrap();
+    assert_eq!(check["mismatch_sectors"], 0, "{check}");
+    // Q is right too: with two members gone, the bytes come back.
+    let degraded: Vec<String> = m[2..].to_vec();
+    assert!(read(dir.path(), &degraded, data.len() as u64) == data);
+}
+
+#[test]
+fn a_raid4_grows_from_3_to_4_members() {
+    // Parity-last: the new member is a data member, the parity stays on
+    // the last role of the new shape.
+    let dir = tempfile::tempdir().unwrap();
+    let (mut m, data) = filled(dir.path(), "4", 3);
+    let new = blank(dir.path(), "d3");
+    ok(&with(&["grow", "-n", "4", "--add", &new], &m), dir.path());
+    m.push(new);
+    let d: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["detail", "--json"], &m), dir.path())).unwrap();
+    assert_eq!(d["layout"], "parity-last", "{d}");
+    assert_eq!(d["size_bytes"], 3 * PER, "{d}");
+    let got = read(dir.path(), &m, 3 * PER);
+    assert!(got[..data.len()] == data[..]);
+    ok(&with(&["check"], &m), dir.path());
+}
+
+/// Run `grow` with a crash point armed; it must die there.
+fn grow_killed_at(dir: &Path, members: &[String], new: &str, point: &str) {
+    let out = Command::new(env!("CARGO_BIN_EXE_nvraid"))
+        .current_dir(dir)
+        .env("NVRAID_FAILPOINT", point)
+        .args(with(
+            &["grow", "--raid-devices", "5", "--add", new, "--step", "1M"],
+            members,
+        ))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("failpoint"),
+        "grow did not stop at {point}: {stderr}"
+    );
+}
+
+#[test]
+fn a_grow_killed_at_any_write_reads_back_and_continues_from_its_record() {
+    // Every member write of a step (5 members, then the flush) and every
+    // superblock write, early and late in the reshape: after the crash the
+    // array reads back every byte through the recorded position, and
+    // `grow --continue` finishes it.
+    let points = [
+        "reshape-superblock:1", // the new member recorded, the old ones not
+        "reshape-superblock:3",
+        "reshape-superblock:5", // every member recorded, nothing moved
+        "reshape-write:1",
+        "reshape-write:3",
+        "reshape-write:6", // a step written and flushed, not recorded
+        "reshape-superblock:8",
+        "reshape-write:40",
+        "reshape-superblock:60",
+        "reshape-write:200",
+    ];
+    for point in points {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut m, data) = filled(dir.path(), "5", 4);
+        let new = blank(dir.path(), "d4");
+        grow_killed_at(dir.path(), &m, &new, point);
+        m.push(new);
+        // The new member is recorded first.
+        let examine = ok(&["examine", "d4"], dir.path());
+        assert!(examine.contains("Reshape Pos'n"), "{point}: {examine}");
+        // Readable mid-way when every member carries the record (a crash
+        // inside the first record has members disagree; --continue mends it).
+        if point != "reshape-superblock:1" && point != "reshape-superblock:3" {
+            let got = read(dir.path(), &m, data.len() as u64);
+            assert!(got == data, "{point}: the bytes read mid-reshape differ");
+        }
+        let out = ok(
+            &with(&["grow", "--continue", "--step", "1M"], &m),
+            dir.path(),
+        );
+        assert!(out.contains("to 5 members"), "{point}: {out}");
+        let got = read(dir.path(), &m, 4 * PER);
+        assert!(
+            got[..data.len()] == data[..],
+            "{point}: the bytes differ after --continue"
+        );
+        let check = ok(&with(&["check", "--json"], &m), dir.path());
+        let check: serde_json::Value = serde_json::from_str(&check).unwrap();
+        assert_eq!(check["mismatch_sectors"], 0, "{point}: {check}");
+    }
+}
+
+/// The superblock events counter of member `name`.
+fn events(dir: &Path, name: &str) -> u64 {
+    let out = ok(&["examine", "--json", name], dir);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    v[0]["superblock"]["events"].as_u64().unwrap()
+}
+
+#[test]
+fn a_grow_killed_while_its_end_is_recorded_is_finished_by_continue() {
+    // How many superblock writes a whole grow makes (5 for the record, 5 per
+    // checkpoint, 5 for the end), from a run to the end; the same grow is
+    // then killed after 3 of the 5 writes of its end: those members carry
+    // the finished shape (the new data offset), the others the reshape.
+    let scratch = tempfile::tempdir().unwrap();
+    let (m, _) = filled(scratch.path(), "5", 4);
+    let before = events(scratch.path(), "d0");
+    let new = blank(scratch.path(), "d4");
+    let out = ok(
+        &with(
+            &["grow", "-n", "5", "--add", &new, "--step", "1M", "--json"],
+            &m,
+        ),
+        scratch.path(),
+    );
+    let grown: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let writes = 5 * (grown["events"].as_u64().unwrap() - before);
+    let dir = tempfile::tempdir().unwrap();
+    let (mut m, data) = filled(dir.path(), "5", 4);
+    let new = blank(dir.path(), "d4");
+    grow_killed_at(
+        dir.path(),
+        &m,
+        &new,
+        &format!("reshape-superblock:{}", writes - 2),
+    );
+    m.push(new);
+    let d0 = ok(&["examine", "d0"], dir.path());
+    let d4 = ok(&["examine", "d4"], dir.path());
+    assert!(
+        !d0.contains("Reshape Pos'n") && d0.contains("Data Offset : 1536"),
+        "{d0}"
+    );
+    assert!(
+        d4.contains("Reshape Pos'n") && d4.contains("Data Offset : 2048"),
+        "{d4}"
+    );
+    ok(&with(&["grow", "--continue"], &m), dir.path());
+    for name in &m {
+        let e = ok(&["examine", name], dir.path());
+        assert!(
+            !e.contains("Reshape Pos'n") && e.contains("Data Offset : 1536"),
+            "{e}"
+        );
+    }
+    let got = read(dir.path(), &m, 4 * PER);
+    assert!(got[..data.len()] == data[..]);
+    ok(&with(&["check"], &m), dir.path());
+}
+
+#[test]
+fn a_degraded_array_is_not_grown_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = filled(dir.path(), "5", 4);
+    let new = blank(dir.path(), "d4");
+    refused(
+        &with(&["grow", "--raid-devices", "4", "--add", &new], &m[..3]),
+        dir.path(),
+        &["degraded", "role 3 is missing"],
+    );
+}
+
+#[test]
+fn a_new_member_too_small_or_carrying_a_signature_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = filled(dir.path(), "5", 4);
+    let small = "small".to_string();
+    std::fs::File::create(dir.path().join(&small))
+        .unwrap()
+        .set_len(8 * MIB)
+        .unwrap();
+    refused(
+        &with(&["grow", "--raid-devices", "5", "--add", &small], &m),
+        dir.path(),
+        &["small", "too small"],
+    );
+    // A member of another array.
+    ok(
+        &["create", "--level", "1", "--size", "15M", "o0", "o1"],
+        dir.path(),
+    );
+    refused(
+        &with(&["grow", "--raid-devices", "5", "--add", "o1"], &m),
+        dir.path(),
+        &["o1", "already carries"],
+    );
+    // A count that does not match the members added.
+    let new = blank(dir.path(), "d4");
+    refused(
+        &with(&["grow", "--raid-devices", "6", "--add", &new], &m),
+        dir.path(),
+        &["--raid-devices", "one --add per new member"],
+    );
+}
+
+#[test]
+fn a_second_reshape_while_one_is_recorded_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut m, _) = filled(dir.path(), "5", 4);
+    let new = blank(dir.path(), "d4");
+    grow_killed_at(dir.path(), &m, &new, "reshape-superblock:8");
+    m.push(new);
+    let more = blank(dir.path(), "d5");
+    refused(
+        &with(&["grow", "--raid-devices", "6", "--add", &more], &m),
+        dir.path(),
+        &["second reshape", "grow --continue"],
+    );
+}
+
+#[test]
+fn an_array_with_a_bitmap_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let m: Vec<String> = (0..4).map(|i| format!("d{i}")).collect();
+    ok(
+        &with(&["create", "--level", "5", "--size", "15M"], &m),
+        dir.path(),
+    );
+    let new = blank(dir.path(), "d4");
+    refused(
+        &with(&["grow", "--raid-devices", "5", "--add", &new], &m),
+        dir.path(),
+        &["write-intent bitmap"],
+    );
+}
+
+/// In a VM: the kernel assembles every array on the images, lets any
+/// reshape finish, then reports per array its size, whether the first
+/// `bytes` hold the pattern, and md's parity check.
+fn kernel_finishes(images: &[PathBuf], bytes: u64) -> String {
+    let script = images[0].parent().unwrap().join("check.sh");
+    std::fs::write(
+        &script,
+        format!(
+            r#"set +e
+mdadm --assemble --scan --run 2>&1
+echo 200000 > /proc/sys/dev/raid/speed_limit_min
+echo 2000000 > /proc/sys/dev/raid/speed_limit_max
+cat /proc/mdstat
+i=0; while grep -q -e reshape -e resync -e recovery /proc/mdstat && [ $i -lt 240 ]; do sleep 1; i=$((i+1)); done
+cat /proc/mdstat
+for sys in /sys/block/md*; do
+  md=/dev/${{sys##*/}}
+  echo check > $sys/md/sync_action; sleep 1; mdadm --wait $md >/dev/null 2>&1
+  if pattern verify -n {bytes} $md; then pv=ok; else pv=FAILED; fi
+  echo "KERNEL md=$md disks=$(cat $sys/md/raid_disks) size=$(blockdev --getsize64 $md) pattern=$pv mismatch=$(cat $sys/md/mismatch_cnt) offset=$(cat $sys/md/dev-*/offset | sort -u | tr '\n' ,)"
+done
+"#
+        ),
+    )
+    .unwrap();
+    let out = mdvm_on("mdvm", "6.1", &[])
+        .arg("--snapshot")
+        .arg("--script")
+        .arg(&script)
+        .args(images)
+        .output()
+        .expect("tools/mdvm/mdvm (./test.sh installs its tools)");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_kernel_reads_a_grown_array_and_finishes_one_nvraid_left_mid_reshape() {
+    let dir = tempfile::tempdir().unwrap();
+    // One grown to the end (which also counts the superblock writes of a
+    // whole grow); then three killed part-way: with the record written and
+    // nothing moved (position 0), early (a step recorded, the next written
+    // and not recorded), and late (a checkpoint past the old shape's end,
+    // in the rows md fills with zeros, half written).
+    let mut images = Vec::new();
+    let mut add = |name: &str, point: Option<String>| -> Option<u64> {
+        let sub = dir.path().join(name);
+        std::fs::create_dir(&sub).unwrap();
+        let (mut m, _) = filled_named(&sub, "5", 4, name);
+        let before = events(&sub, "d0");
+        let new = blank(&sub, "d4");
+        let writes = match point {
+            None => {
+                let out = ok(
+                    &with(
+                        &["grow", "-n", "5", "--add", &new, "--step", "1M", "--json"],
+                        &m,
+                    ),
+                    &sub,
+                );
+                let grown: serde_json::Value = serde_json::from_str(&out).unwrap();
+                Some(5 * (grown["events"].as_u64().unwrap() - before))
+            }
+            Some(point) => {
+                grow_killed_at(&sub, &m, &new, &point);
+                None
+            }
+        };
+        m.push(new);
+        images.extend(m.iter().map(|name| sub.join(name)));
+        writes
+    };
+    let writes = add("done", None).unwrap();
+    add("start", Some("reshape-superblock:5".into()));
+    add("early", Some("reshape-write:30".into()));
+    add(
+        "late",
+        Some(format!("reshape-superblock:{}", writes - 5 - 2)),
+    );
+    let report = kernel_finishes(&images, 3 * PER);
+    let lines: Vec<&str> = report
+        .lines()
+        .filter(|l| l.starts_with("KERNEL "))
+        .collect();
+    assert_eq!(lines.len(), 4, "four arrays expected:\n{report}");
+    for line in lines {
+        assert!(
+            line.contains("disks=5")
+                && line.contains(&format!("size={}", 4 * PER))
+                && line.contains("pattern=ok")
+                && line.contains("mismatch=0")
+                && line.contains("offset=1536,"),
+            "{line}\n{report}"
+        );
+    }
+}
