@@ -4,7 +4,8 @@
 //! Zeroes, pipelining), and the hostile peer: a wrong subsystem NQN, an
 //! ICResp with an unsupported PDU format version, a bad data digest, a
 //! C2HData past the command or for a command never sent, a target that
-//! stops answering, a connection dropped under a read. Each ends with a
+//! stops answering, a connection dropped under a read or in the middle of
+//! an R2T, a target restarted with its namespace shrunk. Each ends with a
 //! clear error or the data intact, and nothing hangs.
 
 mod common;
@@ -231,4 +232,39 @@ fn an_unaligned_operation_is_refused_without_touching_the_target() {
         .to_string();
     assert!(err.contains("not inside the namespace"), "{err}");
     assert!(t.data.lock().unwrap().iter().all(|&b| b == 0));
+}
+
+/// The target sends R2T for a write and closes the connection instead of
+/// taking the data: the write fails with the reason (a sent write is not
+/// retried), at once, and the bytes on the target are unchanged.
+#[test]
+fn a_target_that_drops_the_connection_mid_r2t_fails_the_write() {
+    let t = serve(SIZE, Misbehave::DropMidR2T);
+    let export = NvmeExport::open(&t.uri(""), options()).unwrap();
+    let start = Instant::now();
+    let err = export
+        .write_at(&pattern(65536, 3), 65536)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("closed the connection"), "{err}");
+    assert!(start.elapsed() < Duration::from_secs(3));
+    assert!(t.data.lock().unwrap().iter().all(|&b| b == 0));
+}
+
+/// The target restarts (its controllers forgotten) with the namespace at
+/// half its size: the next I/O queue finds its controller id refused,
+/// connects a new admin queue, sees the namespace shrank and refuses it;
+/// the read fails naming that, and nothing is read from it.
+#[test]
+fn a_namespace_that_shrank_across_a_target_restart_is_refused() {
+    let t = serve(SIZE, Misbehave::RestartSmaller);
+    let export = NvmeExport::open(&t.uri(""), options()).unwrap();
+    let mut b = vec![0x11u8; 4096];
+    let err = export.read_at(&mut b, 8192).unwrap_err().to_string();
+    assert!(
+        err.contains("the namespace shrank from 4194304 to 2097152 bytes"),
+        "{err}"
+    );
+    assert!(b.iter().all(|&x| x == 0x11));
+    assert_eq!(t.generation.load(Ordering::SeqCst), 1);
 }

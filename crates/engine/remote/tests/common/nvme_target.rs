@@ -32,6 +32,12 @@ pub enum Misbehave {
     Silent,
     /// The first I/O connection is closed at its first read.
     DropFirstRead,
+    /// A write that needs R2T: the R2T is sent, then the connection closed.
+    DropMidR2T,
+    /// At the first read the target "restarts": every connection ends, its
+    /// controllers are forgotten, and the namespace comes back at half its
+    /// size.
+    RestartSmaller,
 }
 
 pub struct FakeTarget {
@@ -41,6 +47,9 @@ pub struct FakeTarget {
     /// TCP connections accepted so far.
     pub connections: Arc<AtomicU32>,
     pub io_connects: Arc<AtomicU32>,
+    /// Restarts so far (RestartSmaller): controller ids of earlier ones are
+    /// refused, and the namespace is halved for each.
+    pub generation: Arc<AtomicU32>,
 }
 
 pub const BLOCK: usize = 512;
@@ -56,7 +65,9 @@ pub fn serve(size: usize, how: Misbehave) -> FakeTarget {
     let data = Arc::new(Mutex::new(vec![0u8; size]));
     let connections = Arc::new(AtomicU32::new(0));
     let io_connects = Arc::new(AtomicU32::new(0));
+    let generation = Arc::new(AtomicU32::new(0));
     let t = FakeTarget {
+        generation: Arc::clone(&generation),
         port,
         nqn: nqn.clone(),
         data: Arc::clone(&data),
@@ -68,8 +79,9 @@ pub fn serve(size: usize, how: Misbehave) -> FakeTarget {
             let Ok(stream) = stream else { return };
             let n = connections.fetch_add(1, Ordering::SeqCst);
             let (nqn, data, io) = (nqn.clone(), Arc::clone(&data), Arc::clone(&io_connects));
+            let generation = Arc::clone(&generation);
             std::thread::spawn(move || {
-                let _ = connection(stream, how, &nqn, &data, &io, n);
+                let _ = connection(stream, how, &nqn, &data, &io, &generation, n);
             });
         }
     });
@@ -183,8 +195,10 @@ fn connection(
     nqn: &str,
     store: &Mutex<Vec<u8>>,
     io_connects: &AtomicU32,
+    generation: &AtomicU32,
     _n: u32,
 ) -> Result<(), String> {
+    let born = generation.load(Ordering::SeqCst);
     stream.set_nodelay(true).unwrap();
     let mut ic = [0u8; IC_BYTES];
     recv(&mut stream, &mut ic).map_err(|e| e.to_string())?;
@@ -237,7 +251,11 @@ fn connection(
                 fctype::CONNECT => {
                     let c = ConnectData::parse(&data).map_err(|e| e.to_string())?;
                     qid = u16::from_le_bytes([sqe.0[42], sqe.0[43]]);
-                    if c.subnqn != nqn {
+                    let now = generation.load(Ordering::SeqCst);
+                    // The controller id of this target's life.
+                    let cntlid = 1 + now as u16;
+                    let stale = qid > 0 && c.cntlid != cntlid;
+                    if c.subnqn != nqn || stale {
                         respond(&mut stream, d, cid, Status::new(1, 0x82, true), 0);
                         continue;
                     }
@@ -245,7 +263,7 @@ fn connection(
                         io_connects.fetch_add(1, Ordering::SeqCst);
                         reader = PduReader::new(Role::Controller, d, 1 << 20, IN_CAPSULE);
                     }
-                    respond(&mut stream, d, cid, ok, 1);
+                    respond(&mut stream, d, cid, ok, u64::from(cntlid));
                 }
                 fctype::PROPERTY_GET => {
                     let v = match sqe.cdw(11) {
@@ -273,7 +291,8 @@ fn connection(
                     let ioccsz = (64 + IN_CAPSULE) / 16;
                     b[1792..1796].copy_from_slice(&ioccsz.to_le_bytes());
                 } else if sqe.nsid() == 1 {
-                    let blocks = (store.lock().unwrap().len() / BLOCK) as u64;
+                    let shift = generation.load(Ordering::SeqCst);
+                    let blocks = (store.lock().unwrap().len() / BLOCK) as u64 >> shift;
                     b[0..8].copy_from_slice(&blocks.to_le_bytes());
                     b[8..16].copy_from_slice(&blocks.to_le_bytes());
                     b[128 + 2] = 9;
@@ -292,6 +311,10 @@ fn connection(
                     Misbehave::Silent => continue,
                     Misbehave::DropFirstRead if io_connects.load(Ordering::SeqCst) == 1 => {
                         return Ok(())
+                    }
+                    Misbehave::RestartSmaller if born == 0 => {
+                        generation.store(1, Ordering::SeqCst);
+                        return Ok(());
                     }
                     Misbehave::C2HPastLength => {
                         let bytes = vec![0xee; len + 512];
@@ -351,6 +374,18 @@ fn connection(
                 let (slba, blocks) = sqe.lba_range();
                 let at = slba as usize * BLOCK;
                 let len = blocks as usize * BLOCK;
+                if data.is_empty() && how == Misbehave::DropMidR2T {
+                    let mut b = Vec::new();
+                    let h = DataHeader {
+                        cid,
+                        ttag: 1,
+                        offset: 0,
+                        length: len as u32,
+                    };
+                    encode_r2t(&mut b, &h, d);
+                    let _ = stream.write_all(&b);
+                    return Ok(());
+                }
                 if data.is_empty() {
                     *pending.lock().unwrap() = Some((cid, len as u32, 0));
                     let mut b = Vec::new();
