@@ -5,7 +5,8 @@
 //! ICResp with an unsupported PDU format version, a bad data digest, a
 //! C2HData past the command or for a command never sent, a target that
 //! stops answering, a connection dropped under a read or in the middle of
-//! an R2T, a target restarted with its namespace shrunk. Each ends with a
+//! an R2T, a target restarted with its namespace shrunk, Keep Alive never
+//! answered. Each ends with a
 //! clear error or the data intact, and nothing hangs.
 
 mod common;
@@ -267,4 +268,26 @@ fn a_namespace_that_shrank_across_a_target_restart_is_refused() {
     );
     assert!(b.iter().all(|&x| x == 0x11));
     assert_eq!(t.generation.load(Ordering::SeqCst), 1);
+}
+
+/// A controller that stops answering Keep Alive is taken as gone: the
+/// admin queue is dropped and the I/O queue connected to it ends, so the
+/// next read goes on a new controller (new admin queue, new I/O queue) and
+/// still returns the data.
+#[test]
+fn a_target_that_never_answers_keep_alive_is_left_for_a_new_controller() {
+    let t = serve(SIZE, Misbehave::NoKeepAlive);
+    t.data.lock().unwrap()[8192..12288].copy_from_slice(&pattern(4096, 5));
+    let export = NvmeExport::open(&t.uri(""), options()).unwrap();
+    let mut b = vec![0u8; 4096];
+    export.read_at(&mut b, 8192).unwrap();
+    assert_eq!(t.io_connects.load(Ordering::SeqCst), 1);
+    // Keep Alive goes every 0.75 s (half the request timeout), its answer
+    // due within as long.
+    std::thread::sleep(Duration::from_millis(2000));
+    let mut b = vec![0u8; 4096];
+    export.read_at(&mut b, 8192).unwrap();
+    assert_eq!(b, pattern(4096, 5));
+    assert_eq!(t.io_connects.load(Ordering::SeqCst), 2);
+    assert!(t.connections.load(Ordering::SeqCst) >= 4);
 }

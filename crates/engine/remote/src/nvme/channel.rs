@@ -116,6 +116,8 @@ impl OpRec {
 struct Live {
     conn: Conn,
     qid: u16,
+    /// The controller's generation when the queue connected.
+    generation: u64,
 }
 
 /// A pipelined NVMe/TCP I/O queue owned by one worker.
@@ -272,6 +274,7 @@ impl NvmeChannel {
             .options
             .connect_timeout
             .min(first.saturating_duration_since(now) / 2);
+        let generation = self.target.generation();
         match self.target.connect_io(now + timeout) {
             Ok((conn, qid)) => {
                 if let Err(e) = conn.stream.set_nonblocking(true) {
@@ -282,7 +285,11 @@ impl NvmeChannel {
                 }
                 let _ = conn.stream.set_read_timeout(None);
                 let _ = conn.stream.set_write_timeout(None);
-                self.live = Some(Live { conn, qid });
+                self.live = Some(Live {
+                    conn,
+                    qid,
+                    generation,
+                });
                 self.down = None;
                 self.backoff = BACKOFF_MIN;
             }
@@ -703,6 +710,17 @@ impl Channel for NvmeChannel {
     }
 
     fn progress(&mut self, on_complete: &mut dyn FnMut(u64, i32)) -> u32 {
+        let gone = self
+            .live
+            .as_ref()
+            .is_some_and(|l| l.generation != self.target.generation());
+        if gone {
+            let reason = format!(
+                "its controller is gone ({}); the I/O queue ends",
+                self.target.gone_reason()
+            );
+            self.connection_lost(reason, libc::EIO);
+        }
         for _ in 0..2 {
             self.ensure_connected();
             self.issue();

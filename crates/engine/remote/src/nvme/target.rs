@@ -10,11 +10,13 @@ use crate::identity::Identity;
 use nvraid_nvme_tcp::command::{property, ConnectData, Sqe};
 use nvraid_nvme_tcp::identify::{Controller, Namespace, IDENTIFY_BYTES};
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 /// The controller's keep-alive timeout nvraid asks for, and how often it
-/// sends Keep Alive.
+/// sends Keep Alive at most (more often with a request timeout under
+/// 10 s: every half of it, each answer due within the same).
 pub(crate) const KATO: Duration = Duration::from_secs(15);
 const KEEP_ALIVE_EVERY: Duration = Duration::from_secs(5);
 /// Admin queue entries (0's based): the transport's minimum admin depth.
@@ -64,6 +66,10 @@ pub(crate) struct Target {
     pub info: NvmeInfo,
     pub identity: Arc<Identity>,
     admin: Mutex<Option<Admin>>,
+    /// Bumped when the controller is found gone (Keep Alive unanswered):
+    /// every I/O queue connected before ends, with `gone_reason`.
+    generation: AtomicU64,
+    gone_reason: Mutex<String>,
     /// I/O queue ids free to use, the longest free first (a queue the
     /// target is still tearing down is not asked for again at once).
     free_qids: Mutex<VecDeque<u16>>,
@@ -119,6 +125,8 @@ impl Target {
             identity: Arc::new(Identity::default()),
             admin: Mutex::new(Some(admin)),
             free_qids: Mutex::new((1..=queues).collect()),
+            generation: AtomicU64::new(0),
+            gone_reason: Mutex::new(String::new()),
         });
         let weak = Arc::downgrade(&target);
         let _ = std::thread::Builder::new()
@@ -158,6 +166,20 @@ impl Target {
         let cntlid = fresh.cntlid;
         *admin = Some(fresh);
         Ok(cntlid)
+    }
+
+    /// The controller's generation: an I/O queue connected in an earlier
+    /// one belongs to a controller found gone.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Why the controller was last found gone.
+    pub(crate) fn gone_reason(&self) -> String {
+        self.gone_reason
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     fn drop_admin(&self) {
@@ -460,11 +482,20 @@ fn connect_admin(
     Ok((Admin { conn, cntlid }, info, granted))
 }
 
-/// Send Keep Alive on the admin queue while the target lives; a failure
-/// drops the admin queue (the next I/O queue connects a new one).
+/// Send Keep Alive on the admin queue while the target lives. One not
+/// answered in time (or the admin connection failing) means the
+/// controller is gone: the admin queue is dropped, and every I/O queue
+/// connected to it ends (the generation moves on), its reads going again
+/// on a new controller.
 fn keep_alive(target: Weak<Target>) {
-    let tick = Duration::from_millis(100);
-    let mut next = Instant::now() + KEEP_ALIVE_EVERY;
+    let tick = Duration::from_millis(50);
+    let every = match target.upgrade() {
+        Some(t) => KEEP_ALIVE_EVERY
+            .min(t.options.request_timeout / 2)
+            .max(Duration::from_millis(100)),
+        None => return,
+    };
+    let mut next = Instant::now() + every;
     loop {
         std::thread::sleep(tick);
         let Some(target) = target.upgrade() else {
@@ -473,18 +504,20 @@ fn keep_alive(target: Weak<Target>) {
         if Instant::now() < next {
             continue;
         }
-        next = Instant::now() + KEEP_ALIVE_EVERY;
+        next = Instant::now() + every;
         let mut admin = target.admin.lock().unwrap_or_else(|e| e.into_inner());
         let Some(a) = admin.as_mut() else {
             continue;
         };
         let cid = a.conn.cid();
-        let deadline = Instant::now() + KEEP_ALIVE_EVERY;
-        if a.conn
-            .command_ok(Sqe::keep_alive(cid), None, None, 0, deadline, "Keep Alive")
-            .is_err()
+        let deadline = Instant::now() + every;
+        if let Err(e) =
+            a.conn
+                .command_ok(Sqe::keep_alive(cid), None, None, 0, deadline, "Keep Alive")
         {
             *admin = None;
+            *target.gone_reason.lock().unwrap_or_else(|e| e.into_inner()) = e.to_string();
+            target.generation.fetch_add(1, Ordering::AcqRel);
         }
     }
 }

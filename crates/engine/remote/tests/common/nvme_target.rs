@@ -38,6 +38,8 @@ pub enum Misbehave {
     /// controllers are forgotten, and the namespace comes back at half its
     /// size.
     RestartSmaller,
+    /// Keep Alive is never answered.
+    NoKeepAlive,
 }
 
 pub struct FakeTarget {
@@ -299,6 +301,8 @@ fn connection(
                 }
                 send_data(&mut stream, d, cid, 0, &b[..4096], true);
             }
+            // Keep Alive never answered: the controller looks gone.
+            opcode::KEEP_ALIVE if how == Misbehave::NoKeepAlive => {}
             opcode::SET_FEATURES | opcode::KEEP_ALIVE if qid == 0 => {
                 respond(&mut stream, d, cid, ok, 3 | (3 << 16));
             }
