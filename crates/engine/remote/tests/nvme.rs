@@ -6,8 +6,8 @@
 //! C2HData past the command or for a command never sent, a target that
 //! stops answering, a connection dropped under a read or in the middle of
 //! an R2T, a target restarted with its namespace shrunk, Keep Alive never
-//! answered. Each ends with a
-//! clear error or the data intact, and nothing hangs.
+//! answered. Each ends with a clear error or the data intact, and nothing
+//! hangs.
 
 mod common;
 #[path = "common/nvme_target.rs"]
