@@ -8,12 +8,22 @@ use nvraid_nvme_tcp::pdu::Digests;
 use nvraid_nvme_tcp::reader::{Expect, PduReader, Role, Want};
 
 fn lookup(cid: u16) -> Option<Expect> {
-    (cid == 3).then_some(Expect { limit: 16384, next: 4096, to_host: false, ttag: 1 })
+    (cid == 3).then_some(Expect {
+        limit: 16384,
+        next: 4096,
+        to_host: false,
+        ttag: 1,
+    })
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&first, mut input)) = data.split_first() else { return };
-    let digests = Digests { header: first & 1 != 0, data: first & 2 != 0 };
+    let Some((&first, mut input)) = data.split_first() else {
+        return;
+    };
+    let digests = Digests {
+        header: first & 1 != 0,
+        data: first & 2 != 0,
+    };
     let mut reader = PduReader::new(Role::Controller, digests, 65536, 8192);
     while !input.is_empty() {
         let result = match reader.want() {

@@ -9,15 +9,30 @@ use nvraid_nvme_tcp::reader::{Event, Expect, PduReader, Role, Want};
 
 fn lookup(cid: u16) -> Option<Expect> {
     match cid {
-        7 => Some(Expect { limit: 8192, next: 0, to_host: true, ttag: 0 }),
-        8 => Some(Expect { limit: 4096, next: 0, to_host: false, ttag: 0 }),
+        7 => Some(Expect {
+            limit: 8192,
+            next: 0,
+            to_host: true,
+            ttag: 0,
+        }),
+        8 => Some(Expect {
+            limit: 4096,
+            next: 0,
+            to_host: false,
+            ttag: 0,
+        }),
         _ => None,
     }
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&first, mut input)) = data.split_first() else { return };
-    let digests = Digests { header: first & 1 != 0, data: first & 2 != 0 };
+    let Some((&first, mut input)) = data.split_first() else {
+        return;
+    };
+    let digests = Digests {
+        header: first & 1 != 0,
+        data: first & 2 != 0,
+    };
     let mut reader = PduReader::new(Role::Host, digests, 1 << 20, 0);
     let mut dest = vec![0u8; 8192];
     while !input.is_empty() {
@@ -45,7 +60,10 @@ fuzz_target!(|data: &[u8]| {
                 }
             }
         };
-        if let Some(Event::DataDone { cid, offset, len, .. }) = event {
+        if let Some(Event::DataDone {
+            cid, offset, len, ..
+        }) = event
+        {
             let e = lookup(cid).unwrap();
             assert!(u64::from(offset) + u64::from(len) <= u64::from(e.limit));
         }
