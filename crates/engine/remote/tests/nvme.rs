@@ -291,3 +291,55 @@ fn a_target_that_never_answers_keep_alive_is_left_for_a_new_controller() {
     assert_eq!(t.io_connects.load(Ordering::SeqCst), 2);
     assert!(t.connections.load(Ordering::SeqCst) >= 4);
 }
+
+/// What the array gives a member: every new connection must show 0xab in
+/// bytes 4096..4608 (a stand-in for the member's superblock).
+#[derive(Debug)]
+struct Marked;
+
+impl nvraid_io::remote::IdentityCheck for Marked {
+    fn probe(&self) -> (u64, usize) {
+        (4096, 512)
+    }
+    fn verify(&self, bytes: &[u8]) -> Result<(), String> {
+        match bytes.iter().all(|&b| b == 0xab) {
+            true => Ok(()),
+            false => Err("the mark is missing: another device answered".into()),
+        }
+    }
+}
+
+/// A namespace that does not carry the member's identity is refused on
+/// every new I/O queue before any other command is sent on it: the
+/// operation fails with ENXIO and the reason, nothing is written; the
+/// member's own data back at the address is accepted again.
+#[test]
+fn a_stranger_behind_an_nvme_members_address_is_refused() {
+    let t = serve(SIZE, Misbehave::None);
+    let export = NvmeExport::open(&t.uri(""), options()).unwrap();
+    export.set_identity_check(std::sync::Arc::new(Marked));
+    let err = export.write_at(&pattern(4096, 7), 65536).unwrap_err();
+    assert_eq!(err.raw_os_error(), None, "the reason is kept: {err}");
+    assert!(err.to_string().contains("the mark is missing"), "{err}");
+    assert_eq!(
+        export.identity_refused().as_deref(),
+        Some("the mark is missing: another device answered")
+    );
+    assert!(t.data.lock().unwrap().iter().all(|&b| b == 0));
+    // A worker's channel is refused the same way.
+    let mut channel = export.open_channel().unwrap();
+    let b = pattern(4096, 7);
+    let op = plain_op(MemberOpKind::Write, 65536, b.as_ptr().cast_mut(), 4096, 0);
+    unsafe { channel.push(&op) }.unwrap();
+    assert_eq!(wait(channel.as_mut(), 1), vec![-libc::ENXIO]);
+    assert!(t.data.lock().unwrap().iter().all(|&b| b == 0));
+    // The member's own bytes: accepted (after the backoff).
+    t.data.lock().unwrap()[4096..4608].fill(0xab);
+    std::thread::sleep(Duration::from_millis(600));
+    export.write_at(&pattern(4096, 7), 65536).unwrap();
+    assert_eq!(export.identity_refused(), None);
+    assert_eq!(
+        &t.data.lock().unwrap()[65536..65536 + 4096],
+        &pattern(4096, 7)[..]
+    );
+}
