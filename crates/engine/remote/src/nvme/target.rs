@@ -75,12 +75,21 @@ pub(crate) struct Target {
     free_qids: Mutex<VecDeque<u16>>,
 }
 
-/// The host NQN nvraid connects as by default: one for this machine.
+/// The host NQN and host id nvraid connects as by default: the machine's
+/// own (`/etc/nvme/hostnqn` and `/etc/nvme/hostid`, as nvme-cli keeps
+/// them), else ones made from `/etc/machine-id`.
 fn default_host() -> (String, [u8; 16]) {
-    let text = std::fs::read_to_string("/etc/machine-id")
-        .or_else(|_| std::fs::read_to_string("/proc/sys/kernel/random/boot_id"))
+    let read = |path: &str| {
+        std::fs::read_to_string(path)
+            .ok()
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty())
+    };
+    let machine = read("/etc/nvme/hostid")
+        .or_else(|| read("/etc/machine-id"))
+        .or_else(|| read("/proc/sys/kernel/random/boot_id"))
         .unwrap_or_default();
-    let hex: String = text
+    let hex: String = machine
         .chars()
         .filter(|c| c.is_ascii_hexdigit())
         .take(32)
@@ -91,6 +100,9 @@ fn default_host() -> (String, [u8; 16]) {
             .get(i * 2..i * 2 + 2)
             .and_then(|h| u8::from_str_radix(h, 16).ok())
             .unwrap_or(0);
+    }
+    if let Some(nqn) = read("/etc/nvme/hostnqn") {
+        return (nqn, id);
     }
     // A version 4 style UUID from the machine id.
     id[6] = (id[6] & 0x0f) | 0x40;

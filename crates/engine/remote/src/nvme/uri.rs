@@ -7,7 +7,8 @@
 //!   no `/`; write `%2F` if one must).
 //! - NSID: the namespace, 1 by default.
 //! - `?hostnqn=`: the host NQN nvraid connects as (the target's allow
-//!   list names it); by default one derived from this machine's id.
+//!   list names it); by default `/etc/nvme/hostnqn`, else one made from
+//!   this machine's id.
 //! - `?digest=header,data` (or `header`, `data`): ask for CRC32C digests.
 
 use crate::uri::{percent_decode, split_host_port, UriError};
