@@ -1,7 +1,7 @@
 //! NVMe/TCP members against the Linux kernel's own target.
 //!
 //! In the kernel VM (Linux 6.12, tools/mdvm `--kernel 6.12`, modules
-//! nvmet_tcp and null_blk; `NVRAID_MDVM` may name another mdvm with the
+//! nvmet_tcp, null_blk and ublk_drv; `NVRAID_MDVM` may name another mdvm with the
 //! same interface) the script `kernel_nvme_tcp.sh` beside this file sets
 //! up four nvmet subsystems through configfs on 127.0.0.1:4420, each one
 //! namespace on a memory-backed null_blk disk, and runs nvraid against
@@ -22,7 +22,9 @@
 //!    reads back;
 //! 6. `bench` (two workers, each with its own pipelined I/O queue per
 //!    member, random 4K reads and writes): the array stays clean and
-//!    `check` finds the parity right.
+//!    `check` finds the parity right;
+//! 7. `serve --ublk 0`: 16 MiB written to /dev/ublkb0 with O_DIRECT reads
+//!    back equal through the device and, after SIGTERM, from the members.
 
 mod common;
 
@@ -41,7 +43,7 @@ fn a_raid5_over_kernel_nvmet_tcp_members_degrades_keeps_its_data_and_rebuilds() 
     let inside = nvraid_testing::vm::ship(d, &[PathBuf::from(env!("CARGO_BIN_EXE_nvraid"))]);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kernel_nvme_tcp.sh");
     let console = run_vm_612(
-        &["nvmet_tcp", "null_blk"],
+        &["nvmet_tcp", "null_blk", "ublk_drv"],
         &inside,
         &script,
         &[d.join("unused.img")],
@@ -57,6 +59,7 @@ fn a_raid5_over_kernel_nvmet_tcp_members_degrades_keeps_its_data_and_rebuilds() 
         "REASSEMBLED degraded, stale member faulty",
         "REBUILT clean, parity checked",
         "BENCH fast path ok, parity checked",
+        "SERVED over ublk ok",
     ] {
         console_line(&console, step);
     }

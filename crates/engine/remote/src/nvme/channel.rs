@@ -313,7 +313,9 @@ impl NvmeChannel {
         {
             let piece = self.pending.pop_front().expect("checked non-empty");
             let slot = self.free_slots.pop().expect("checked non-empty");
-            self.generation = self.generation.wrapping_add(1) & (u16::MAX >> SLOT_BITS);
+            // Generations 0..=510: command id FFFFh is never used (the
+            // error log's "no command").
+            self.generation = (self.generation + 1) % (u16::MAX >> SLOT_BITS);
             let cid = (self.generation << SLOT_BITS) | slot;
             self.encode(slot, cid, piece);
         }
