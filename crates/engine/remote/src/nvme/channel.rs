@@ -7,8 +7,9 @@
 //! wait their turn. Write data goes in the capsule when the controller
 //! takes it there, else it is sent as H2CData when the controller asks
 //! with R2T; read data arrives as C2HData, checked by the codec's reader
-//! against the command (in range, in order) before it is copied into the
-//! operation's buffers. Everything runs on the thread that owns the
+//! against the command (in range, in order) before it lands in the
+//! operation's buffers (copied from the staging buffer, or, for the rest
+//! of a large read, received straight into them). Everything runs on the thread that owns the
 //! channel.
 //!
 //! The bad day, as for NBD members:
@@ -43,6 +44,9 @@ const SLOT_BITS: u16 = 7;
 const SLOT_MASK: u16 = (1 << SLOT_BITS) - 1;
 /// Bytes read per `recv`.
 const STAGING_BYTES: usize = 256 * 1024;
+/// Read data at least this long goes from the socket straight into the
+/// operation's buffer when the staging buffer holds none of it.
+const DIRECT_MIN_BYTES: u32 = 16 * 1024;
 /// New commands wait while this much is queued to send.
 const SEND_QUEUE_BYTES: usize = 4 << 20;
 const BACKOFF_MIN: Duration = Duration::from_millis(250);
@@ -430,11 +434,53 @@ impl NvmeChannel {
         let mut rx = std::mem::take(&mut self.rx);
         let result = (|| {
             for _ in 0..16 {
+                // Read data the staging buffer does not hold goes from the
+                // socket straight into the operation's buffer.
+                if let Want::Data { cid, offset, len } = live.conn.reader.want() {
+                    if len >= DIRECT_MIN_BYTES {
+                        let cmd = self.cmds[usize::from(cid & SLOT_MASK)];
+                        let rec = self.ops[cmd.piece.op as usize];
+                        let part = iovec_part(
+                            rec.iovecs(),
+                            (cmd.piece.at + offset) as usize,
+                            len as usize,
+                        );
+                        // SAFETY: `part` lies inside the read's buffer (the
+                        // reader checked the range against the command),
+                        // valid for writes until the operation completes;
+                        // nothing else refers to it meanwhile.
+                        let dest = unsafe {
+                            std::slice::from_raw_parts_mut(part.iov_base.cast::<u8>(), part.iov_len)
+                        };
+                        let k = match live.conn.stream.read(dest) {
+                            Ok(0) => return Err("the target closed the connection".to_string()),
+                            Ok(k) => k,
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => {
+                                return Err("the target closed the connection (reset)".to_string())
+                            }
+                            Err(e) => return Err(format!("receive failed: {e}")),
+                        };
+                        let event = live
+                            .conn
+                            .reader
+                            .data_moved(&dest[..k])
+                            .map_err(|e| format!("protocol error: {e}"))?;
+                        if let Some(event) = event {
+                            self.handle(live, event)?;
+                        }
+                        continue;
+                    }
+                }
                 let n = match live.conn.stream.read(&mut rx) {
                     Ok(0) => return Err("the target closed the connection".to_string()),
                     Ok(n) => n,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) if e.kind() == io::ErrorKind::ConnectionReset => {
+                        return Err("the target closed the connection (reset)".to_string())
+                    }
                     Err(e) => return Err(format!("receive failed: {e}")),
                 };
                 let mut at = 0;
@@ -824,6 +870,23 @@ fn copy_from_iovecs(iov: &[libc::iovec], mut start: usize, dst: &mut [u8]) {
         done += take;
         start = 0;
     }
+}
+
+/// The contiguous piece of `iov`'s concatenation that starts at byte
+/// `start`, at most `len` bytes (it ends where its iovec ends).
+fn iovec_part(iov: &[libc::iovec], mut start: usize, len: usize) -> libc::iovec {
+    for v in iov {
+        if start >= v.iov_len {
+            start -= v.iov_len;
+            continue;
+        }
+        return libc::iovec {
+            // Pointer arithmetic only: `start < iov_len`.
+            iov_base: v.iov_base.cast::<u8>().wrapping_add(start).cast(),
+            iov_len: (v.iov_len - start).min(len),
+        };
+    }
+    panic!("invariant: data for a read lies inside its buffers");
 }
 
 /// Copy `src` to byte `start` of `iov`'s concatenation.

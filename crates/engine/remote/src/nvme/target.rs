@@ -54,7 +54,12 @@ pub struct NvmeInfo {
 struct Admin {
     conn: Conn,
     cntlid: u16,
+    /// Which admin queue of the process this is (a controller id may come
+    /// back after a target restart; this does not).
+    serial: u64,
 }
+
+static ADMIN_SERIAL: AtomicU64 = AtomicU64::new(1);
 
 /// A namespace's controller, shared by the export and its channels.
 #[derive(Debug)]
@@ -65,7 +70,12 @@ pub(crate) struct Target {
     pub host_id: [u8; 16],
     pub info: NvmeInfo,
     pub identity: Arc<Identity>,
+    /// The admin queue's connection, for Keep Alive (taken out while one
+    /// is in flight, so that nothing waits on the network for this lock).
     admin: Mutex<Option<Admin>>,
+    /// The live controller's id (None: a new admin queue is needed). Held
+    /// while a new admin queue connects, so that only one does.
+    cntlid: Mutex<Option<(u16, u64)>>,
     /// Bumped when the controller is found gone (Keep Alive unanswered):
     /// every I/O queue connected before ends, with `gone_reason`.
     generation: AtomicU64,
@@ -135,6 +145,7 @@ impl Target {
             host_id,
             info,
             identity: Arc::new(Identity::default()),
+            cntlid: Mutex::new(Some((admin.cntlid, admin.serial))),
             admin: Mutex::new(Some(admin)),
             free_qids: Mutex::new((1..=queues).collect()),
             generation: AtomicU64::new(0),
@@ -151,9 +162,9 @@ impl Target {
     /// admin queue connected again first when it was lost (the namespace
     /// must still be the one the member was opened on).
     fn cntlid(&self, deadline: Instant) -> Result<u16, NvmeError> {
-        let mut admin = self.admin.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(a) = &*admin {
-            return Ok(a.cntlid);
+        let mut current = self.cntlid.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((cntlid, _)) = *current {
+            return Ok(cntlid);
         }
         let (fresh, info, _) = connect_admin(&self.uri, &self.hostnqn, self.host_id, deadline)?;
         let problem = if info.size_bytes < self.info.size_bytes {
@@ -176,7 +187,8 @@ impl Target {
             });
         }
         let cntlid = fresh.cntlid;
-        *admin = Some(fresh);
+        *current = Some((cntlid, fresh.serial));
+        *self.admin.lock().unwrap_or_else(|e| e.into_inner()) = Some(fresh);
         Ok(cntlid)
     }
 
@@ -195,6 +207,7 @@ impl Target {
     }
 
     fn drop_admin(&self) {
+        *self.cntlid.lock().unwrap_or_else(|e| e.into_inner()) = None;
         *self.admin.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
@@ -491,7 +504,12 @@ fn connect_admin(
         model: ctrl.model.clone(),
         serial: ctrl.serial.clone(),
     };
-    Ok((Admin { conn, cntlid }, info, granted))
+    let admin = Admin {
+        conn,
+        cntlid,
+        serial: ADMIN_SERIAL.fetch_add(1, Ordering::Relaxed),
+    };
+    Ok((admin, info, granted))
 }
 
 /// Send Keep Alive on the admin queue while the target lives. One not
@@ -517,19 +535,32 @@ fn keep_alive(target: Weak<Target>) {
             continue;
         }
         next = Instant::now() + every;
-        let mut admin = target.admin.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(a) = admin.as_mut() else {
+        // Out of the lock while the command is in flight.
+        let taken = target
+            .admin
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let Some(mut a) = taken else {
             continue;
         };
         let cid = a.conn.cid();
         let deadline = Instant::now() + every;
-        if let Err(e) =
+        let answered =
             a.conn
-                .command_ok(Sqe::keep_alive(cid), None, None, 0, deadline, "Keep Alive")
-        {
-            *admin = None;
-            *target.gone_reason.lock().unwrap_or_else(|e| e.into_inner()) = e.to_string();
-            target.generation.fetch_add(1, Ordering::AcqRel);
+                .command_ok(Sqe::keep_alive(cid), None, None, 0, deadline, "Keep Alive");
+        let mut current = target.cntlid.lock().unwrap_or_else(|e| e.into_inner());
+        if *current != Some((a.cntlid, a.serial)) {
+            // A new controller replaced this one meanwhile.
+            continue;
+        }
+        match answered {
+            Ok(_) => *target.admin.lock().unwrap_or_else(|e| e.into_inner()) = Some(a),
+            Err(e) => {
+                *current = None;
+                *target.gone_reason.lock().unwrap_or_else(|e| e.into_inner()) = e.to_string();
+                target.generation.fetch_add(1, Ordering::AcqRel);
+            }
         }
     }
 }
