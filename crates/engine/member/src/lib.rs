@@ -4,7 +4,10 @@
 //! `mem:SIZE` (RAM, backed by a memfd so the io_uring engine can use it like
 //! any file) or `null:SIZE` (reads return zeros, writes are dropped; for
 //! measuring the engine itself), or an NBD URI (`nbd://HOST[:PORT]/EXPORT`,
-//! `nbd+unix:///EXPORT?socket=PATH`: a remote export, see nvraid-remote). Files and block devices are opened with
+//! `nbd+unix:///EXPORT?socket=PATH`: a remote export, see nvraid-remote),
+//! or an NVMe/TCP URI (`nvme+tcp://HOST[:PORT]/SUBSYSTEM-NQN[/NSID]`: a
+//! namespace on an NVMe-oF target, see nvraid-remote's `nvme`). Files and
+//! block devices are opened with
 //! O_DIRECT when the kernel allows it, falling back to buffered I/O with the
 //! reason recorded ([`Member::direct_fallback`]).
 //!

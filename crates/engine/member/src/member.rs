@@ -2,7 +2,7 @@ use crate::claim;
 use crate::size::{parse_size, SizeError};
 use nvraid_io::remote::RemoteFile;
 use nvraid_io::{buf, sys, AlignedBuf};
-use nvraid_remote::{is_nbd_uri, RemoteExport, RemoteOptions};
+use nvraid_remote::{is_nbd_uri, is_nvme_uri, NvmeExport, RemoteExport, RemoteOptions};
 use std::fs::{File, OpenOptions as FsOpenOptions};
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
@@ -21,6 +21,9 @@ pub enum MemberKind {
     /// An NBD export (`nbd://`, `nbd+unix://`), reached with nvraid's own
     /// NBD client.
     Nbd,
+    /// An NVMe/TCP namespace (`nvme+tcp://`), reached with nvraid's own
+    /// NVMe/TCP initiator.
+    NvmeTcp,
 }
 
 /// How the fast engines reach a member.
@@ -58,6 +61,8 @@ pub enum MemberError {
     ClaimedHere { spec: String },
     #[error(transparent)]
     Remote(#[from] nvraid_remote::RemoteError),
+    #[error(transparent)]
+    Nvme(#[from] nvraid_remote::nvme::NvmeOpenError),
 }
 
 /// How to open a member.
@@ -111,7 +116,7 @@ pub struct Member {
     direct_fallback: Option<String>,
     writable: bool,
     identity: Option<(u64, u64)>,
-    remote: Option<Arc<RemoteExport>>,
+    remote: Option<Remote>,
     /// Requests in flight on this member (the read policy's load measure).
     inflight: AtomicU32,
 }
@@ -129,12 +134,57 @@ pub fn same_object(a: &str, b: &str) -> bool {
     if a == b {
         return true;
     }
-    if is_nbd_uri(a) || is_nbd_uri(b) {
+    if is_nbd_uri(a) || is_nbd_uri(b) || is_nvme_uri(a) || is_nvme_uri(b) {
         return false;
     }
     match (std::fs::metadata(a), std::fs::metadata(b)) {
         (Ok(x), Ok(y)) => (x.dev(), x.ino()) == (y.dev(), y.ino()),
         _ => false,
+    }
+}
+
+/// A member reached over the network: an NBD export or an NVMe/TCP
+/// namespace, each through nvraid's own client.
+#[derive(Debug)]
+enum Remote {
+    Nbd(Arc<RemoteExport>),
+    Nvme(Arc<NvmeExport>),
+}
+
+/// Call the same method on either kind of remote member.
+macro_rules! either {
+    ($self:expr, $r:ident => $call:expr) => {
+        match $self {
+            Remote::Nbd($r) => $call,
+            Remote::Nvme($r) => $call,
+        }
+    };
+}
+
+impl Remote {
+    fn file(&self) -> Arc<dyn RemoteFile> {
+        either!(self, r => Arc::clone(r) as Arc<dyn RemoteFile>)
+    }
+    fn close(&self) {
+        either!(self, r => r.close())
+    }
+    fn set_identity_check(&self, check: Arc<dyn nvraid_io::remote::IdentityCheck>) {
+        either!(self, r => r.set_identity_check(check))
+    }
+    fn identity_refused(&self) -> Option<String> {
+        either!(self, r => r.identity_refused())
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        either!(self, r => r.read_at(buf, offset))
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        either!(self, r => r.write_at(buf, offset))
+    }
+    fn flush(&self) -> io::Result<()> {
+        either!(self, r => r.flush())
+    }
+    fn zero(&self, offset: u64, len: u64) -> io::Result<()> {
+        either!(self, r => r.zero(offset, len))
     }
 }
 
@@ -172,6 +222,9 @@ impl Member {
         if is_nbd_uri(spec) {
             return Self::open_remote(spec, options);
         }
+        if is_nvme_uri(spec) {
+            return Self::open_nvme(spec, options);
+        }
         Self::open_path(spec, options)
     }
 
@@ -194,7 +247,33 @@ impl Member {
             Some(identity),
             options.write,
         );
-        member.remote = Some(Arc::new(export));
+        member.remote = Some(Remote::Nbd(Arc::new(export)));
+        Ok(member)
+    }
+
+    /// An NVMe/TCP namespace: its controller connected and identified now;
+    /// writes are made durable with FUA and Flush, which every controller
+    /// has (so `--unsafe-no-flush` does not apply).
+    fn open_nvme(spec: &str, options: OpenOptions) -> Result<Member, MemberError> {
+        let export = NvmeExport::open(spec, options.remote)?;
+        let info = export.info();
+        let logical = info.block_bytes.clamp(512, 64 * 1024);
+        let physical = info.preferred_bytes.clamp(logical, 1 << 20);
+        // Two specs for one namespace (same address, NQN, NSID) are one
+        // member.
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        std::hash::Hash::hash(&export.uri().to_string(), &mut hasher);
+        let identity = (u64::MAX - 1, std::hash::Hasher::finish(&hasher));
+        let mut member = Self::new(
+            spec,
+            MemberKind::NvmeTcp,
+            None,
+            info.size_bytes,
+            (logical, physical),
+            Some(identity),
+            options.write,
+        );
+        member.remote = Some(Remote::Nvme(Arc::new(export)));
         Ok(member)
     }
 
@@ -412,7 +491,7 @@ impl Member {
     pub fn is_persistent(&self) -> bool {
         matches!(
             self.kind,
-            MemberKind::File | MemberKind::BlockDevice | MemberKind::Nbd
+            MemberKind::File | MemberKind::BlockDevice | MemberKind::Nbd | MemberKind::NvmeTcp
         )
     }
 
@@ -460,9 +539,7 @@ impl Member {
 
     /// The export of a remote member, for opening worker channels.
     pub fn remote(&self) -> Option<Arc<dyn RemoteFile>> {
-        self.remote
-            .as_ref()
-            .map(|r| Arc::clone(r) as Arc<dyn RemoteFile>)
+        self.remote.as_ref().map(Remote::file)
     }
 
     /// A remote member: from now on every new connection to it must pass
@@ -481,9 +558,21 @@ impl Member {
         self.remote.as_ref().and_then(|r| r.identity_refused())
     }
 
-    /// What the NBD server agreed to, for a remote member.
+    /// What the NBD server agreed to, for an NBD member.
     pub fn remote_info(&self) -> Option<&nvraid_remote::ExportInfo> {
-        self.remote.as_ref().map(|r| r.info())
+        match &self.remote {
+            Some(Remote::Nbd(r)) => Some(r.info()),
+            _ => None,
+        }
+    }
+
+    /// What the namespace and its controller offer, for an NVMe/TCP
+    /// member.
+    pub fn nvme_info(&self) -> Option<&nvraid_remote::nvme::NvmeInfo> {
+        match &self.remote {
+            Some(Remote::Nvme(r)) => Some(r.info()),
+            _ => None,
+        }
     }
 
     /// Requests in flight on the member right now.

@@ -40,8 +40,14 @@ impl Identity {
             .clone()
     }
 
-    fn current(&self) -> Option<Arc<dyn IdentityCheck>> {
+    pub(crate) fn current(&self) -> Option<Arc<dyn IdentityCheck>> {
         self.check.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Keep why a new connection was refused (None: one passed), for
+    /// transports that run the probe themselves (NVMe/TCP).
+    pub(crate) fn note(&self, refused: Option<String>) {
+        *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = refused;
     }
 }
 

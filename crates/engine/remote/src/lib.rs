@@ -1,5 +1,5 @@
-//! nvraid-remote: NBD exports as array members, through nvraid's own NBD
-//! client.
+//! nvraid-remote: NBD exports and NVMe/TCP namespaces as array members,
+//! through nvraid's own NBD client and NVMe/TCP initiator.
 //!
 //! - [`uri`]: `nbd://`, `nbds://`, `nbd+unix://` URIs.
 //! - [`session`]: connecting and the handshake (TLS too), within a deadline.
@@ -14,13 +14,16 @@
 //!   connection, and new channels for workers.
 //! - [`identity::Identity`]: the member's proof of identity, checked on
 //!   every new connection before any request is sent on it.
+//! - [`nvme`]: NVMe/TCP namespaces as members (`nvme+tcp://`), through
+//!   nvraid's own initiator.
 //!
-//! Wire parsing is nvraid-nbd's (`reply::ReplyReader`); this crate moves
-//! bytes.
+//! Wire parsing is nvraid-nbd's (`reply::ReplyReader`) and nvraid-nvme-tcp's
+//! (`reader::PduReader`); this crate moves bytes.
 
 pub mod channel;
 pub mod export;
 pub mod identity;
+pub mod nvme;
 pub mod session;
 pub mod shared;
 pub mod tls;
@@ -29,5 +32,6 @@ pub mod uri;
 pub use channel::{NbdChannel, RemoteOptions};
 pub use export::{RemoteError, RemoteExport};
 pub use identity::Identity;
+pub use nvme::{is_nvme_uri, NvmeExport, NvmeUri};
 pub use session::{ConnectError, ExportInfo};
 pub use uri::{is_nbd_uri, NbdUri};

@@ -118,7 +118,7 @@ impl NbdUri {
     }
 }
 
-fn split_host_port(authority: &str) -> Option<(String, u16)> {
+pub(crate) fn split_host_port(authority: &str) -> Option<(String, u16)> {
     // [v6]:port, [v6], host:port, host
     if let Some(rest) = authority.strip_prefix('[') {
         let (host, after) = rest.split_once(']')?;
@@ -134,7 +134,7 @@ fn split_host_port(authority: &str) -> Option<(String, u16)> {
     }
 }
 
-fn percent_decode(text: &str) -> Option<String> {
+pub(crate) fn percent_decode(text: &str) -> Option<String> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

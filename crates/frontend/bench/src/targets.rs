@@ -91,7 +91,7 @@ fn completes_inline(member: &Member) -> bool {
     match member.kind() {
         // Remote members never reach the inner engine (their worker
         // channels do their I/O), so they do not ask for io_uring.
-        MemberKind::Mem | MemberKind::Null | MemberKind::Nbd => true,
+        MemberKind::Mem | MemberKind::Null | MemberKind::Nbd | MemberKind::NvmeTcp => true,
         MemberKind::File => member
             .path()
             .is_some_and(|p| nvraid_io::sys::is_on_tmpfs(&p)),

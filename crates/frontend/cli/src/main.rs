@@ -25,14 +25,15 @@ struct Cli {
     /// loses power, though the array reports them durable.
     #[arg(long, global = true)]
     unsafe_no_flush: bool,
-    /// NBD members: a request with no reply for this long ends its
-    /// connection and fails (a failed member operation marks the member
+    /// NBD and NVMe/TCP members: a request with no reply for this long
+    /// ends its connection and fails (a failed member operation marks the member
     /// faulty on redundant levels). Every member operation completes
     /// within this, reconnections included. E.g. 30s, 500ms.
     #[arg(long, global = true, value_name = "DURATION", default_value = "30s",
           value_parser = parse_duration)]
     nbd_timeout: std::time::Duration,
-    /// NBD members: connecting and the handshake must finish within this
+    /// NBD and NVMe/TCP members: connecting and the handshake (for
+    /// NVMe/TCP: the admin queue, Identify) must finish within this
     /// (a later connection, which operations wait for, within
     /// --nbd-timeout too).
     #[arg(long, global = true, value_name = "DURATION", default_value = "10s",

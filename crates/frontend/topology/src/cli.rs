@@ -51,7 +51,8 @@ pub struct TopologyArgs {
     pub dev_dir: PathBuf,
 
     /// Block devices (nvme0n1 or /dev/nvme0n1) to report on, measure or plan; all when omitted.
-    /// With --plan, NBD members (nbd://HOST/EXPORT) too: their ceiling is their network link's.
+    /// With --plan, NBD members (nbd://HOST/EXPORT) and NVMe/TCP members
+    /// (nvme+tcp://HOST/NQN) too: their ceiling is their network link's.
     #[arg(value_name = "DEV")]
     pub devices: Vec<String>,
 }
@@ -64,15 +65,17 @@ pub fn run(
     out: &mut dyn Write,
 ) -> Result<i32, Error> {
     let mut topology = scan(&args.sysfs_root)?;
-    // NBD members are planned by their network link (network.rs).
+    // NBD and NVMe/TCP members are planned by their network link
+    // (network.rs).
     let (remote, local): (Vec<String>, Vec<String>) = args
         .devices
         .iter()
         .cloned()
-        .partition(|d| nvraid_remote::is_nbd_uri(d));
+        .partition(|d| nvraid_remote::is_nbd_uri(d) || nvraid_remote::is_nvme_uri(d));
     if !remote.is_empty() && !args.plan {
         return Err(Error::Usage(
-            "NBD members (nbd://...) can only be planned: add --plan".into(),
+            "NBD and NVMe/TCP members (nbd://..., nvme+tcp://...) can only be planned: add --plan"
+                .into(),
         ));
     }
     let names = if local.is_empty() && !remote.is_empty() {

@@ -1,8 +1,8 @@
-//! Remote members: the network link an NBD member is reached through,
-//! turned into the planner's link ceiling.
+//! Remote members: the network link an NBD or NVMe/TCP member is reached
+//! through, turned into the planner's link ceiling.
 //!
-//! For `nbd://HOST[:PORT]/EXPORT`, the route to HOST (`ip -j route get`)
-//! names the interface. Its rate is the lower of a tbf shaper at its root
+//! For `nbd://HOST[:PORT]/EXPORT` and `nvme+tcp://HOST[:PORT]/NQN`, the
+//! route to HOST (`ip -j route get`) names the interface. Its rate is the lower of a tbf shaper at its root
 //! (`tc -j qdisc show dev`, the rate in bytes per second) and the speed the
 //! link reports (`/sys/class/net/DEV/speed`, Mbit/s; absent or -1 on many
 //! virtual links). What a member can move over it is that rate times the
@@ -127,11 +127,18 @@ pub fn link_to(host: &str) -> Result<NetworkLink, String> {
     })
 }
 
-/// Planner inputs for NBD URIs: each member's link, or the interface
-/// several share.
+/// Planner inputs for NBD and NVMe/TCP URIs: each member's link, or the
+/// interface several share.
 pub fn remote_members(uris: &[String]) -> Result<Vec<MemberInput>, Error> {
     let mut links = Vec::new();
     for uri in uris {
+        if nvraid_remote::is_nvme_uri(uri) {
+            let parsed =
+                nvraid_remote::NvmeUri::parse(uri).map_err(|e| Error::Usage(e.to_string()))?;
+            let link = link_to(&parsed.host).map_err(|e| Error::Usage(format!("{uri}: {e}")))?;
+            links.push((uri.clone(), Some(link)));
+            continue;
+        }
         let parsed = nvraid_remote::NbdUri::parse(uri).map_err(|e| Error::Usage(e.to_string()))?;
         let link = match parsed.address {
             nvraid_remote::uri::Address::Tcp { host, .. } => {

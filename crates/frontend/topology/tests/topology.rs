@@ -669,3 +669,31 @@ mod measure {
         assert_ne!(bottleneck, Bottleneck::LinkLimited);
     }
 }
+
+/// NVMe/TCP members are planned as NBD ones are, by the link their route
+/// uses (loopback here: no rate, so the ceiling stays unknown), and
+/// refused without --plan, naming the form.
+#[test]
+fn nvme_tcp_members_are_planned_by_their_network_link() {
+    let dir = fixture("z170");
+    let members = [
+        "nvme+tcp://127.0.0.1/nqn.2026-11.test:a",
+        "nvme+tcp://127.0.0.1:4421/nqn.2026-11.test:b/2",
+    ];
+    let (code, text) = run_to_string(&plan_args(dir.path(), Level::Raid0, &members), None);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains(
+            "plan: RAID 0 of nvme+tcp://127.0.0.1/nqn.2026-11.test:a, \
+             nvme+tcp://127.0.0.1:4421/nqn.2026-11.test:b/2"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("has no modelled link"), "{text}");
+    let mut unplanned = common::args(dir.path());
+    unplanned.devices = members.iter().map(|m| m.to_string()).collect();
+    let err = run(&unplanned, None, &mut Vec::new())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("nvme+tcp://") && err.contains("--plan"), "{err}");
+}

@@ -152,7 +152,11 @@ fn check_joinable(array: &Array, new: &Member) -> Result<()> {
     }
     if !matches!(
         new.kind(),
-        MemberKind::File | MemberKind::BlockDevice | MemberKind::Mem | MemberKind::Nbd
+        MemberKind::File
+            | MemberKind::BlockDevice
+            | MemberKind::Mem
+            | MemberKind::Nbd
+            | MemberKind::NvmeTcp
     ) {
         return Err(Error::Unsupported {
             spec,
