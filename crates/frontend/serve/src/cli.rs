@@ -115,6 +115,21 @@ pub struct ServeArgs {
     /// taken until `nvraid ublk delete ID`).
     #[arg(long, value_enum, value_name = "ON|OFF", default_value = "on")]
     pub ublk_recovery: Switch,
+    /// Also serve the array as an NVMe over TCP subsystem (namespace 1,
+    /// with a discovery controller) on HOST:PORT (HOST alone: port 4420),
+    /// for hosts that attach with `nvme connect -t tcp`. Without --listen,
+    /// no NBD socket is opened. docs/scale-out.md.
+    #[arg(long = "nvme-tcp", value_name = "HOST:PORT",
+          value_parser = crate::nvme::NvmeOptions::parse_listen)]
+    pub nvme_tcp: Option<String>,
+    /// With --nvme-tcp: the subsystem's NQN (default
+    /// nqn.2014-08.org.nvraid:uuid:<the array's UUID>).
+    #[arg(long, value_name = "NQN", requires = "nvme_tcp")]
+    pub nqn: Option<String>,
+    /// With --nvme-tcp: a host NQN allowed to connect (repeatable; default:
+    /// any host). Others are refused at Connect.
+    #[arg(long = "nvme-host", value_name = "NQN", requires = "nvme_tcp")]
+    pub nvme_host: Vec<String>,
 }
 
 /// `on` or `off`.
@@ -157,7 +172,7 @@ impl ServeArgs {
     /// `--tls on|require` without a certificate, or a certificate with
     /// `--tls off`, is refused.
     pub fn to_options(&self) -> Result<ServeOptions, String> {
-        let listen = if self.listen.is_empty() && self.ublk.is_some() {
+        let listen = if self.listen.is_empty() && (self.ublk.is_some() || self.nvme_tcp.is_some()) {
             Vec::new()
         } else if self.listen.is_empty() {
             vec![ListenAddress::Unix(PathBuf::from(DEFAULT_SOCKET))]
@@ -220,6 +235,15 @@ impl ServeArgs {
             recovery: self.ublk_recovery == Switch::On,
             ..UblkOptions::default()
         });
+        options.nvme = self
+            .nvme_tcp
+            .as_ref()
+            .map(|listen| crate::nvme::NvmeOptions {
+                listen: listen.clone(),
+                nqn: self.nqn.clone().unwrap_or_default(),
+                hosts: self.nvme_host.clone(),
+                ..crate::nvme::NvmeOptions::default()
+            });
         options.control_socket = self
             .control
             .clone()
