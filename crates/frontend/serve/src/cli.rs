@@ -297,6 +297,60 @@ mod tests {
     }
 
     #[test]
+    fn nvme_tcp_takes_port_4420_by_default_and_needs_no_nbd_listener() {
+        let options = parse(&["--nvme-tcp", "10.0.0.5"]).unwrap();
+        assert!(options.listen.is_empty(), "no NBD socket without --listen");
+        let nvme = options.nvme.unwrap();
+        assert_eq!(nvme.listen, "10.0.0.5:4420");
+        assert!(nvme.nqn.is_empty(), "the NQN is derived from the array");
+        let uuid = [0x12; 16];
+        assert_eq!(
+            crate::nvme::NvmeOptions {
+                namespace_uuid: uuid,
+                ..nvme
+            }
+            .subsystem_nqn(),
+            "nqn.2014-08.org.nvraid:uuid:12121212-1212-1212-1212-121212121212"
+        );
+        let options = parse(&[
+            "--nvme-tcp",
+            "[::1]:4421",
+            "--nqn",
+            "nqn.2014-08.org.example:data",
+            "--nvme-host",
+            "nqn.2014-08.org.example:h1",
+            "--listen",
+            "tcp:10809",
+        ])
+        .unwrap();
+        let nvme = options.nvme.unwrap();
+        assert_eq!(nvme.listen, "[::1]:4421");
+        assert_eq!(nvme.subsystem_nqn(), "nqn.2014-08.org.example:data");
+        assert_eq!(nvme.hosts, vec!["nqn.2014-08.org.example:h1".to_string()]);
+        assert_eq!(options.listen.len(), 1);
+    }
+
+    #[test]
+    fn bad_nvme_tcp_flags_are_refused_by_name() {
+        let err = parse(&["--nvme-tcp", "host:port"]).unwrap_err();
+        assert!(err.contains("--nvme-tcp"), "{err}");
+        let err = parse(&["--nvme-tcp", "127.0.0.1", "--nqn", "data"]).unwrap_err();
+        assert!(err.contains("--nqn \"data\": not an NQN"), "{err}");
+        let err = parse(&[
+            "--nvme-tcp",
+            "127.0.0.1",
+            "--nqn",
+            "nqn.2014-08.org.nvmexpress.discovery",
+        ])
+        .unwrap_err();
+        assert!(err.contains("discovery controller"), "{err}");
+        let err = parse(&["--nvme-tcp", "127.0.0.1", "--nvme-host", "me"]).unwrap_err();
+        assert!(err.contains("--nvme-host \"me\""), "{err}");
+        let err = parse(&["--nqn", "nqn.2014-08.org.example:x"]).unwrap_err();
+        assert!(err.contains("--nvme-tcp"), "--nqn alone: {err}");
+    }
+
+    #[test]
     fn tcp_without_host_binds_loopback() {
         let options = parse(&["--listen", "tcp:10809", "--listen", "unix:/tmp/x.sock"]).unwrap();
         assert_eq!(

@@ -206,12 +206,12 @@ impl Host {
 
     /// The next PDU: a response, data into `into`, an R2T, or a TermReq;
     /// `None` when the connection ended.
-    fn next(&mut self, cid: u16, into: &mut Vec<u8>) -> Option<Event> {
+    fn next(&mut self, cid: u16, into: &mut [u8]) -> Option<Event> {
         self.next_with(cid, into, 0)
     }
 
     /// As `next`, for a command of `write_limit` bytes to the target.
-    fn next_with(&mut self, cid: u16, into: &mut Vec<u8>, write_limit: u32) -> Option<Event> {
+    fn next_with(&mut self, cid: u16, into: &mut [u8], write_limit: u32) -> Option<Event> {
         let (limit, to_host) = if into.is_empty() {
             (write_limit, false)
         } else {
@@ -253,7 +253,7 @@ impl Host {
     }
 
     /// Run a command and return its completion (`into`: data to the host).
-    fn command(&mut self, sqe: Sqe, data: &[u8], into: &mut Vec<u8>) -> Cqe {
+    fn command(&mut self, sqe: Sqe, data: &[u8], into: &mut [u8]) -> Cqe {
         let cid = sqe.cid();
         self.send(sqe, data);
         match self.next(cid, into) {

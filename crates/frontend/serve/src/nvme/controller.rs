@@ -299,7 +299,7 @@ impl Subsystem {
                 ),
             ));
         }
-        if !self.hosts.is_empty() && !self.hosts.iter().any(|h| *h == data.hostnqn) {
+        if !self.hosts.is_empty() && !self.hosts.contains(&data.hostnqn) {
             return Err(refuse(
                 connect_status::INVALID_HOST,
                 connect_field::DATA_HOSTNQN,

@@ -76,10 +76,10 @@ pub(crate) fn identify_controller(subsystem: &Subsystem, cntlid: u16, discovery:
     b[261] = 1 << 2; // LPA: extended data for Get Log Page
     b[262] = 0; // ELPE: one error log entry
     put(&mut b, 320, &10u16.to_le_bytes()); // KAS: 1 s granularity
+    b[512] = 0x66; // SQES: 64 bytes
+    b[513] = 0x44; // CQES: 16 bytes
+    put(&mut b, 514, &subsystem.queue_depth.to_le_bytes()); // MAXCMD
     if !discovery {
-        b[512] = 0x66; // SQES: 64 bytes
-        b[513] = 0x44; // CQES: 16 bytes
-        put(&mut b, 514, &subsystem.queue_depth.to_le_bytes()); // MAXCMD
         put(&mut b, 516, &1u32.to_le_bytes()); // NN
         let mut oncs_bits = 0u16;
         if !subsystem.read_only {
