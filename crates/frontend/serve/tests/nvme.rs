@@ -649,3 +649,51 @@ fn connect_data_by_r2t_is_taken() {
         other => panic!("expected the Connect response, got {other:?}"),
     }
 }
+
+#[test]
+fn more_commands_than_the_queues_entries_end_the_connection() {
+    // Slow I/O keeps the first commands in flight while more arrive.
+    let target = Arc::new(
+        MemTarget::mem(8 * MIB)
+            .sector_bytes(4096)
+            .latency(Duration::from_millis(300)),
+    );
+    let server = TestServer::start_with(target, nvme);
+    let (_admin, cntlid) = Host::admin(&server, HOST, 0);
+    let mut io = Host::ic(&server);
+    // An I/O queue of 2 entries (SQSIZE 1).
+    let data = ConnectData {
+        host_id: [7; 16],
+        cntlid,
+        subnqn: NQN.into(),
+        hostnqn: HOST.into(),
+    }
+    .encode()
+    .unwrap();
+    let cid = io.next_cid();
+    let cqe = io.command(Sqe::connect(cid, 1, 1, 0, true), &data, &mut Vec::new());
+    assert!(cqe.status.is_success(), "{}", cqe.status);
+    for _ in 0..3 {
+        let cid = io.next_cid();
+        io.send(Sqe::read(cid, 1, 0, 1, 4096), &[]);
+    }
+    server.wait_log(&[
+        "event=nvme-disconnected",
+        "more commands in flight than the queue's 2 entries",
+    ]);
+    still_serves(&server);
+}
+
+#[test]
+fn connections_past_the_limit_are_refused_and_the_rest_go_on() {
+    let server = start(8 * MIB, |o| o.connections_max = 2);
+    let (mut admin, _) = Host::admin(&server, HOST, 0);
+    let _second = Host::ic(&server);
+    let mut third = Host::connect_tcp(&server);
+    assert!(third.ended(), "a third connection was kept");
+    server.wait_log(&["event=refused", "connection limit (2) reached"]);
+    // The admitted ones still work.
+    let cid = admin.next_cid();
+    let cqe = admin.command(Sqe::keep_alive(cid), &[], &mut Vec::new());
+    assert!(cqe.status.is_success());
+}
