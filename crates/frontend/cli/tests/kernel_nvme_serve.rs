@@ -15,7 +15,8 @@
 //!    512-byte blocks (the array's sector), 512 KiB commands and a volatile write cache; `nvraid
 //!    status` shows the host and its I/O queues;
 //! 5. 32 MiB of raw data read back equal after the page cache is dropped;
-//! 6. mkfs.ext4 and 20 files written and synced;
+//! 6. blkdiscard (Linux's Dataset Management carries 4 KiB of data for
+//!    one range), mkfs.ext4 and 20 files written and synced;
 //! 7. the kernel disconnects and the server sees the controller go;
 //! 8. connected again: e2fsck clean and every file verifies;
 //! 9. SIGTERM: the array is flushed and closed clean (checked on the
@@ -82,6 +83,7 @@ fn the_kernels_nvme_tcp_initiator_carries_ext4_across_a_reconnect() {
     );
     for step in [
         "RAW 32 MiB ok",
+        "DISCARDED 1 MiB",
         "FILES 20 written",
         "DISCONNECTED",
         "VERIFIED 20 files after reconnecting, fsck clean",

@@ -98,7 +98,11 @@ echo 3 > /proc/sys/vm/drop_caches
 pattern verify -n 33554432 $DEV || fail "the raw data read back differently"
 echo "RAW 32 MiB ok"
 
-# 6. ext4 (mkfs discards: Dataset Management), 20 files, synced.
+# 6. A discard (Dataset Management, 4 KiB of data for one range), then
+# ext4 (mkfs discards too), 20 files, synced.
+blkdiscard -o 1048576 -l 1048576 $DEV || fail "blkdiscard"
+echo "DISCARDED 1 MiB"
+
 $MDVM_IN/mkfs.ext4 -q -F $DEV > /tmp/mkfs.log 2>&1 || { cat /tmp/mkfs.log; fail "mkfs.ext4"; }
 mkdir -p /mnt
 mount -t ext4 $DEV /mnt

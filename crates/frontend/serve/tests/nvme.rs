@@ -435,6 +435,46 @@ fn dataset_management_deallocates_through_discard() {
     );
 }
 
+/// Linux sends Dataset Management with 4 KiB of data (room for 256
+/// ranges) whatever its range count: the ranges NR names are discarded,
+/// the rest of the data ignored; data beyond 4 KiB is refused.
+#[test]
+fn a_dsm_with_more_data_than_its_ranges_discards_its_ranges_only() {
+    let server = start(16 * MIB, |_| {});
+    let (_admin, cntlid) = Host::admin(&server, HOST, 0);
+    let mut io = Host::ic(&server);
+    assert!(io.connect(NQN, HOST, 1, cntlid, 0).status.is_success());
+    let discards = || {
+        server
+            .target
+            .counters()
+            .discards
+            .load(std::sync::atomic::Ordering::SeqCst)
+    };
+    let mut data = vec![0u8; 4096];
+    data[..16].copy_from_slice(&DsmRange { slba: 8, blocks: 8 }.encode());
+    // A second range in the data that NR (one range) does not count.
+    data[16..32].copy_from_slice(
+        &DsmRange {
+            slba: 64,
+            blocks: 8,
+        }
+        .encode(),
+    );
+    let cid = io.next_cid();
+    let cqe = io.command(Sqe::dsm_deallocate(cid, 1, 1, true), &data, &mut Vec::new());
+    assert!(cqe.status.is_success(), "{}", cqe.status);
+    assert_eq!(discards(), 1, "only the range NR names");
+    let cid = io.next_cid();
+    let cqe = io.command(
+        Sqe::dsm_deallocate(cid, 1, 1, true),
+        &vec![0u8; 4112],
+        &mut Vec::new(),
+    );
+    assert_eq!((cqe.status.code_type(), cqe.status.code()), (0, 0x0f));
+    assert_eq!(discards(), 1);
+}
+
 #[test]
 fn a_command_before_connect_ends_the_connection_with_a_term_req() {
     let server = start(8 * MIB, |_| {});

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use nvraid_nbd::ErrorCode;
 use nvraid_nvme_tcp::command::{
     fctype, opcode, property, sgl, ConnectData, Cqe, Sqe, Status, CONNECT_DATA_BYTES,
-    DSM_RANGE_BYTES,
+    DSM_MAX_RANGES, DSM_RANGE_BYTES,
 };
 use nvraid_nvme_tcp::error::fes;
 use nvraid_nvme_tcp::pdu::{
@@ -965,8 +965,12 @@ impl Queue {
         if self.subsystem.read_only {
             return Err(generic(sc::WRITE_PROTECTED));
         }
+        // The data holds at least the command's ranges; Linux always
+        // sends room for all 256 (4 KiB), whatever NR says. More than 256
+        // ranges' worth is refused.
         let ranges = (sqe.cdw(10) & 0xff) as usize + 1;
-        if len as usize != ranges * DSM_RANGE_BYTES {
+        let len = len as usize;
+        if len < ranges * DSM_RANGE_BYTES || len > DSM_MAX_RANGES * DSM_RANGE_BYTES {
             return Err(generic(sc::SGL_LENGTH_INVALID));
         }
         Ok(())
@@ -1045,8 +1049,9 @@ impl Queue {
                 if sqe.cdw(11) & (1 << 2) == 0 {
                     return self.answer(sqe, Status::SUCCESS, 0);
                 }
+                let count = (sqe.cdw(10) & 0xff) as usize + 1;
                 let mut jobs = Vec::new();
-                for range in ranges.chunks_exact(DSM_RANGE_BYTES) {
+                for range in ranges.chunks_exact(DSM_RANGE_BYTES).take(count) {
                     let blocks = u32::from_le_bytes([range[4], range[5], range[6], range[7]]);
                     let mut slba_bytes = [0u8; 8];
                     slba_bytes.copy_from_slice(&range[8..16]);
