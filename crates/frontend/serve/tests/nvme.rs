@@ -713,10 +713,19 @@ fn more_commands_than_the_queues_entries_end_the_connection() {
     let cid = io.next_cid();
     let cqe = io.command(Sqe::connect(cid, 1, 1, 0, true), &data, &mut Vec::new());
     assert!(cqe.status.is_success(), "{}", cqe.status);
+    // Three reads in one write: they arrive together, before any ends.
+    let mut b = Vec::new();
     for _ in 0..3 {
         let cid = io.next_cid();
-        io.send(Sqe::read(cid, 1, 0, 1, 4096), &[]);
+        encode_capsule_cmd(
+            &mut b,
+            &Sqe::read(cid, 1, 0, 1, 4096),
+            0,
+            Digests::default(),
+            0,
+        );
     }
+    io.stream.write_all(&b).unwrap();
     server.wait_log(&[
         "event=nvme-disconnected",
         "more commands in flight than the queue's 2 entries",

@@ -2,13 +2,15 @@
 //! namespace (the array), beside the NBD listeners and the ublk device.
 //!
 //! Threads: one accept thread; per TCP connection (one NVMe queue: the
-//! admin queue of a controller or one of its I/O queues) a reader thread,
-//! which does the setup (ICReq/ICResp and Fabrics Connect, within the
-//! handshake deadline), reads every PDU after it and runs admin commands
-//! itself, and a writer thread, which sends the queue's responses, R2Ts
-//! and read data. I/O commands become jobs of the server's workers (the
-//! same pool and queues NBD's connections use), spread over them, so a
-//! queue's commands run concurrently and complete out of order.
+//! admin queue of a controller or one of its I/O queues) a thread that
+//! does the setup (ICReq/ICResp and Fabrics Connect, within the handshake
+//! deadline) with a writer thread beside it. An admin queue stays there:
+//! its thread reads and runs admin commands, the writer sends the
+//! answers. An I/O queue, once connected, is handed to the worker owning
+//! fewest connections (as NBD's connections are), which from then on
+//! reads its PDUs, runs its commands as jobs in its own slots and writes
+//! the answers itself, without blocking; its commands run concurrently and
+//! complete out of order.
 //!
 //! - `controller.rs`: the subsystem, its controllers (host NQN, queues
 //!   granted and connected, CC/CSTS, keep-alive) and the Connect rules.
@@ -39,6 +41,7 @@ use crate::error::Error;
 use crate::shared::Shared;
 
 pub(crate) use controller::Subsystem;
+pub(crate) use queue::NvmeQueue;
 
 /// The well-known NQN of a discovery controller.
 pub const DISCOVERY_NQN: &str = "nqn.2014-08.org.nvmexpress.discovery";

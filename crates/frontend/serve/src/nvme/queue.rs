@@ -4,11 +4,15 @@
 //! The reader (this connection's thread) does the setup within the
 //! handshake deadline (ICReq/ICResp, then a Fabrics Connect, whose data
 //! may come in the capsule or by R2T), then reads PDUs through the codec's
-//! `PduReader`, which bounds and checks every header and data PDU. Admin
-//! commands are answered here; I/O commands become jobs of the server's
-//! workers, whose completions go to the writer thread, which alone sends
-//! on the socket: responses, C2HData (reads, Identify, log pages), R2Ts
-//! and the TermReq that ends a connection whose host broke the protocol.
+//! `PduReader`, which bounds and checks every header and data PDU. On an
+//! admin queue it goes on doing so and answers admin commands; a writer
+//! thread alone sends on the socket: responses, C2HData (Identify, log
+//! pages), R2Ts and the TermReq that ends a connection whose host broke
+//! the protocol. An I/O queue, once connected, becomes an [`NvmeQueue`]
+//! that a worker owns: the writer ends after the Connect response, the
+//! socket turns non-blocking, and the worker's `pump` reads, runs the same
+//! steps, starts the commands' jobs in its slots and writes the encoded
+//! answers (reads' data in C2HData) as the socket takes them.
 //!
 //! Writes whose data does not come in the capsule get an R2T for all of
 //! it once their command is checked (a refused command moves no data);
@@ -128,6 +132,11 @@ impl Inflight {
         state.1 -= bytes;
         self.changed.notify_all();
     }
+    /// Count `bytes` without waiting (a worker's queue: bounded by its
+    /// entries times MDTS instead).
+    fn add(&self, bytes: u64) {
+        self.state.lock().expect("inflight").1 += bytes;
+    }
     fn wait_empty(&self) {
         let mut state = self.state.lock().expect("inflight");
         while !state.0.is_empty() {
@@ -177,10 +186,15 @@ pub(crate) fn run(
     let _ = stream.set_nodelay(true);
     let local = stream.local_addr().unwrap_or(subsystem.local);
     match Queue::open(&shared, &subsystem, stream, &client, local) {
-        Ok(mut queue) => {
-            let ending = queue.serve();
-            queue.finish(ending);
-        }
+        Ok(mut queue) => match queue.serve() {
+            Some(ending) => queue.finish(ending),
+            // An I/O queue, connected: a worker owns it from now on, and
+            // gives its admission slot back when it ends.
+            None => match queue.prepare_for_worker() {
+                Ok(()) => return shared.workers.adopt_nvme(NvmeQueue(queue)),
+                Err(ending) => queue.finish(ending),
+            },
+        },
         Err(ending) => {
             shared.log(&format!(
                 "client={client} event=nvme-refused reason=\"{}\"",
@@ -189,6 +203,24 @@ pub(crate) fn run(
         }
     }
     shared.finished();
+}
+
+/// An I/O queue a worker owns (see `worker.rs`): read, answered and
+/// written without blocking, its commands' jobs run in that worker's
+/// slots.
+pub(crate) struct NvmeQueue(Queue);
+
+/// A worker's queue: what is to be sent, written as the socket takes it.
+struct OwnedIo {
+    rx: Receiver<Out>,
+    out: Vec<u8>,
+    sent: usize,
+    /// Jobs for the worker's slots.
+    jobs: Vec<Job>,
+    /// Since when answers have waited and the host has taken none.
+    out_since: Option<Instant>,
+    reading: bool,
+    broken: bool,
 }
 
 struct Queue {
@@ -202,6 +234,10 @@ struct Queue {
     inflight: Arc<Inflight>,
     reader: PduReader,
     digests: Digests,
+    hpda: u8,
+    /// Owned by a worker (I/O queues after Connect); `None`: on this
+    /// connection's threads.
+    owned: Option<OwnedIo>,
     rx: Box<[u8]>,
     rx_start: usize,
     rx_end: usize,
@@ -289,6 +325,8 @@ impl Queue {
                 subsystem.in_capsule_bytes.max(8192),
             ),
             digests,
+            hpda,
+            owned: None,
             rx: vec![0u8; RX_BYTES].into_boxed_slice(),
             rx_start: 0,
             rx_end: 0,
@@ -317,17 +355,18 @@ impl Queue {
         }
     }
 
-    /// Read and run PDUs until the connection ends.
-    fn serve(&mut self) -> Ending {
+    /// Read and run PDUs until the connection ends, or (`None`) until
+    /// an I/O queue is connected and goes to a worker.
+    fn serve(&mut self) -> Option<Ending> {
         loop {
             if let Some(ending) = self.check_time() {
-                return ending;
+                return Some(ending);
             }
             if self.rx_start == self.rx_end {
                 self.rx_start = 0;
                 self.rx_end = 0;
                 match self.stream.read(&mut self.rx) {
-                    Ok(0) => return Ending::quiet("the host closed the connection"),
+                    Ok(0) => return Some(Ending::quiet("the host closed the connection")),
                     Ok(n) => self.rx_end = n,
                     Err(e)
                         if matches!(
@@ -339,15 +378,43 @@ impl Queue {
                     {
                         continue
                     }
-                    Err(e) => return Ending::quiet(format!("reading failed: {e}")),
+                    Err(e) => return Some(Ending::quiet(format!("reading failed: {e}"))),
                 }
             }
             while self.rx_start < self.rx_end {
                 if let Err(ending) = self.step() {
-                    return ending;
+                    return Some(ending);
+                }
+                if self.qid > 0 && self.controller.is_some() {
+                    return None;
                 }
             }
         }
+    }
+
+    /// From this connection's threads to a worker: the writer sends the
+    /// Connect response and ends; the socket turns non-blocking. Bytes
+    /// the host sent after Connect stay in the receive buffer.
+    fn prepare_for_worker(&mut self) -> Result<(), Ending> {
+        self.stream
+            .set_nonblocking(true)
+            .map_err(|e| Ending::quiet(format!("cannot make the socket non-blocking: {e}")))?;
+        self.tx = None;
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.join();
+        }
+        let (tx, rx) = mpsc::channel();
+        self.tx = Some(tx);
+        self.owned = Some(OwnedIo {
+            rx,
+            out: Vec::new(),
+            sent: 0,
+            jobs: Vec::new(),
+            out_since: None,
+            reading: true,
+            broken: false,
+        });
+        Ok(())
     }
 
     /// The deadlines: setup, a half-read PDU or write data, keep-alive;
@@ -1089,8 +1156,12 @@ impl Queue {
             .filter(|j| matches!(j.0, Work::Read | Work::Write))
             .map(|j| u64::from(j.2))
             .sum();
-        self.inflight
-            .reserve(bytes, self.shared.options.inflight_max_bytes);
+        if self.owned.is_some() {
+            self.inflight.add(bytes);
+        } else {
+            self.inflight
+                .reserve(bytes, self.shared.options.inflight_max_bytes);
+        }
         let done = Arc::new(Done {
             tx: Mutex::new(tx),
             cqe: self.cqe(sqe, Status::SUCCESS, 0),
@@ -1114,6 +1185,10 @@ impl Queue {
                 permit_bytes: 0,
                 command: nvraid_nbd::Command::Read,
             };
+            if let Some(owned) = self.owned.as_mut() {
+                owned.jobs.push(job);
+                continue;
+            }
             let index = self.next_worker.fetch_add(1, Ordering::Relaxed);
             if let Err(job) = self.shared.workers.post_job(index, job) {
                 done.finish(job, Err(ErrorCode::Shutdown));
@@ -1155,6 +1230,190 @@ impl Queue {
                 controller.io_queue_gone(self.qid);
             }
         }
+    }
+}
+
+impl Queue {
+    /// A worker's queue stops reading: the TermReq (if any) goes after
+    /// what is queued, every command taken is still answered.
+    fn end_owned(&mut self, ending: Ending) {
+        if let Some(fes) = ending.term {
+            self.send(Out::Term {
+                fes,
+                fei: 0,
+                quote: Vec::new(),
+            });
+        }
+        self.log(&format!(
+            "event=nvme-disconnected queue={} reason=\"{}\"",
+            self.qid, ending.reason
+        ));
+        if let Some(owned) = self.owned.as_mut() {
+            owned.reading = false;
+        }
+        let _ = self.stream.shutdown(Shutdown::Read);
+        for cid in self.incoming.keys().copied().collect::<Vec<_>>() {
+            self.inflight.answered(cid, 0);
+        }
+        for sqe in std::mem::take(&mut self.waiting_r2t) {
+            self.inflight.answered(sqe.cid(), 0);
+        }
+        self.incoming.clear();
+    }
+
+    /// Encode what was answered, and write what the socket takes.
+    fn flush_owned(&mut self) -> bool {
+        let mut progress = false;
+        let transfer = self.shared.options.transfer_timeout;
+        let Some(owned) = self.owned.as_mut() else {
+            return false;
+        };
+        while let Ok(out) = owned.rx.try_recv() {
+            encode(&mut owned.out, out, self.digests, self.hpda, &self.inflight);
+            progress = true;
+        }
+        let mut failed = None;
+        while owned.sent < owned.out.len() && !owned.broken {
+            match (&self.stream).write(&owned.out[owned.sent..]) {
+                Ok(n) => {
+                    owned.sent += n;
+                    owned.out_since = Some(Instant::now());
+                    progress = true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    owned.out_since.get_or_insert_with(Instant::now);
+                    break;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    owned.broken = true;
+                    failed = Some(format!("sending failed: {e}"));
+                }
+            }
+        }
+        if owned.sent == owned.out.len() || owned.broken {
+            owned.out.clear();
+            owned.sent = 0;
+            owned.out_since = None;
+        } else if owned
+            .out_since
+            .is_some_and(|since| since.elapsed() > transfer)
+        {
+            owned.broken = true;
+            failed = Some(format!(
+                "the host took none of its answers within the transfer time ({} s)",
+                transfer.as_secs()
+            ));
+        }
+        if let Some(reason) = failed {
+            let _ = self.stream.shutdown(Shutdown::Both);
+            if self.owned.as_ref().is_some_and(|o| o.reading) {
+                self.end_owned(Ending::quiet(reason));
+            }
+            progress = true;
+        }
+        progress
+    }
+}
+
+impl NvmeQueue {
+    /// Read and run what the host sent, hand the jobs to `slots`, send
+    /// the answers; true if anything moved.
+    pub(crate) fn pump(&mut self, slots: &mut crate::slots::Slots) -> bool {
+        let q = &mut self.0;
+        let mut progress = false;
+        if q.owned.as_ref().is_some_and(|o| o.reading) {
+            if let Some(ending) = q.check_time() {
+                q.end_owned(ending);
+                progress = true;
+            }
+        }
+        // A bounded number of reads per turn: the worker's other
+        // connections get theirs.
+        for _ in 0..8 {
+            if !q.owned.as_ref().is_some_and(|o| o.reading) {
+                break;
+            }
+            if q.rx_start == q.rx_end {
+                q.rx_start = 0;
+                q.rx_end = 0;
+                match q.stream.read(&mut q.rx) {
+                    Ok(0) => {
+                        q.end_owned(Ending::quiet("the host closed the connection"));
+                        progress = true;
+                        break;
+                    }
+                    Ok(n) => {
+                        q.rx_end = n;
+                        progress = true;
+                    }
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                        ) =>
+                    {
+                        break
+                    }
+                    Err(e) => {
+                        q.end_owned(Ending::quiet(format!("reading failed: {e}")));
+                        progress = true;
+                        break;
+                    }
+                }
+            }
+            while q.rx_start < q.rx_end && q.owned.as_ref().is_some_and(|o| o.reading) {
+                if let Err(ending) = q.step() {
+                    q.end_owned(ending);
+                }
+            }
+        }
+        if let Some(owned) = q.owned.as_mut() {
+            for job in owned.jobs.drain(..) {
+                slots.start(job);
+                progress = true;
+            }
+        }
+        progress | q.flush_owned()
+    }
+
+    /// What the worker's poll(2) waits for on this queue's socket.
+    pub(crate) fn poll_fd(&self) -> Option<libc::pollfd> {
+        use std::os::fd::AsRawFd;
+        let owned = self.0.owned.as_ref()?;
+        let mut events = 0;
+        if owned.reading {
+            events |= libc::POLLIN;
+        }
+        if owned.sent < owned.out.len() && !owned.broken {
+            events |= libc::POLLOUT;
+        }
+        (events != 0).then(|| libc::pollfd {
+            fd: self.0.stream.as_raw_fd(),
+            events,
+            revents: 0,
+        })
+    }
+
+    /// Reading stopped, every command answered and its answer sent (or
+    /// the socket broken).
+    pub(crate) fn has_ended(&mut self) -> bool {
+        self.0.flush_owned();
+        let Some(owned) = self.0.owned.as_ref() else {
+            return true;
+        };
+        !owned.reading && self.0.inflight.count() == 0 && owned.out.is_empty()
+    }
+
+    /// Close the socket, leave the controller, give the admission slot
+    /// back.
+    pub(crate) fn close(mut self) {
+        let q = &mut self.0;
+        let _ = q.stream.shutdown(Shutdown::Both);
+        if let Some(controller) = q.controller.take() {
+            controller.io_queue_gone(q.qid);
+        }
+        q.shared.finished();
     }
 }
 
