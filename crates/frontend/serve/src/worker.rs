@@ -185,15 +185,6 @@ impl WorkerPool {
         handle.poke();
     }
 
-    /// Hand a job to worker `index` (modulo their number); it comes back
-    /// when the workers are gone. The job's owner is told when it is done.
-    pub(crate) fn post_job(&self, index: usize, job: Job) -> Result<(), Job> {
-        let handle = &self.handles[index % self.handles.len()];
-        handle
-            .post(Some(job))
-            .map_err(|message| message.expect("invariant: the message posted was a job"))
-    }
-
     /// Flush through every worker's queue and wait; the first error wins.
     pub(crate) fn flush_all(&self) -> Result<(), ErrorCode> {
         let (sender, results) = mpsc::sync_channel(self.handles.len());

@@ -18,13 +18,13 @@
 //! it once their command is checked (a refused command moves no data);
 //! the data of writes waiting for theirs is bounded per connection, and
 //! the R2Ts of further writes wait until it is free again. Read data and
-//! write data in the workers are bounded by the queue's size times MDTS
-//! and by the connection's in-flight byte budget.
+//! write data in the worker are bounded by the queue's entries times MDTS
+//! (128 x 512 KiB by default).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -117,14 +117,6 @@ impl Inflight {
     fn take(&self, cid: u16) {
         self.state.lock().expect("inflight").0.insert(cid);
     }
-    /// Wait until `bytes` more fit the budget (or nothing is held).
-    fn reserve(&self, bytes: u64, budget: u64) {
-        let mut state = self.state.lock().expect("inflight");
-        while state.1 > 0 && state.1 + bytes > budget {
-            state = self.changed.wait(state).expect("inflight");
-        }
-        state.1 += bytes;
-    }
     /// `cid` is answered (its bytes, if any, given back).
     fn answered(&self, cid: u16, bytes: u64) {
         let mut state = self.state.lock().expect("inflight");
@@ -132,8 +124,8 @@ impl Inflight {
         state.1 -= bytes;
         self.changed.notify_all();
     }
-    /// Count `bytes` without waiting (a worker's queue: bounded by its
-    /// entries times MDTS instead).
+    /// Count the bytes of commands handed to the worker (bounded by the
+    /// queue's entries times MDTS).
     fn add(&self, bytes: u64) {
         self.state.lock().expect("inflight").1 += bytes;
     }
@@ -258,8 +250,6 @@ struct Queue {
     last_admin: Instant,
     /// Since when a PDU has been half read.
     pdu_since: Option<Instant>,
-    /// Worker to hand the next job to.
-    next_worker: Arc<AtomicUsize>,
 }
 
 impl Queue {
@@ -341,7 +331,6 @@ impl Queue {
             controller: None,
             last_admin: Instant::now(),
             pdu_since: None,
-            next_worker: Arc::new(AtomicUsize::new(0)),
         })
     }
 
@@ -1148,20 +1137,17 @@ impl Queue {
     /// Hand a command's jobs to the workers (round robin); the last to
     /// finish answers it.
     fn submit(&mut self, sqe: &Sqe, jobs: Vec<(Work, u64, u32, bool, Vec<u8>)>, read: bool) {
-        let Some(tx) = self.tx.clone() else {
-            return;
+        // I/O commands run only on queues a worker owns (an I/O queue goes
+        // to its worker right after Connect).
+        let (Some(tx), true) = (self.tx.clone(), self.owned.is_some()) else {
+            return self.answer(sqe, Status::new(0, sc::INTERNAL, false), 0);
         };
         let bytes: u64 = jobs
             .iter()
             .filter(|j| matches!(j.0, Work::Read | Work::Write))
             .map(|j| u64::from(j.2))
             .sum();
-        if self.owned.is_some() {
-            self.inflight.add(bytes);
-        } else {
-            self.inflight
-                .reserve(bytes, self.shared.options.inflight_max_bytes);
-        }
+        self.inflight.add(bytes);
         let done = Arc::new(Done {
             tx: Mutex::new(tx),
             cqe: self.cqe(sqe, Status::SUCCESS, 0),
@@ -1187,11 +1173,6 @@ impl Queue {
             };
             if let Some(owned) = self.owned.as_mut() {
                 owned.jobs.push(job);
-                continue;
-            }
-            let index = self.next_worker.fetch_add(1, Ordering::Relaxed);
-            if let Err(job) = self.shared.workers.post_job(index, job) {
-                done.finish(job, Err(ErrorCode::Shutdown));
             }
         }
     }
