@@ -4,10 +4,11 @@
 //! once), by hand-made PDUs for what the initiator never does (discovery,
 //! Dataset Management) and for the hostile host: a command before Connect,
 //! a Connect for an unknown subsystem or from a host not allowed, more I/O
-//! queues than granted, a giant in-capsule length, H2CData for a command
-//! never sent, a setup that trickles (slow-loris), a host that stops
-//! sending Keep Alive. Each gets its refusal or termination, and the
-//! server goes on serving.
+//! queues than granted, more commands than the queue's entries, more
+//! connections than allowed, a giant in-capsule length, H2CData for a
+//! command never sent, a PDU out of order, a bad data digest, a setup that
+//! trickles (slow-loris), a host that stops sending Keep Alive. Each gets
+//! its refusal or termination, and the server goes on serving.
 
 mod common;
 
@@ -19,8 +20,8 @@ use std::time::{Duration, Instant};
 use common::TestServer;
 use nvraid_nvme_tcp::command::{ConnectData, Cqe, DsmRange, Sqe, CONNECT_DATA_BYTES};
 use nvraid_nvme_tcp::pdu::{
-    encode_capsule_cmd, encode_h2c_data, pdu_type, DataHeader, Digests, Header, IcReq, IcResp,
-    IC_BYTES,
+    data_digest_trailer, encode_capsule_cmd, encode_h2c_data, pdu_type, DataHeader, Digests,
+    Header, IcReq, IcResp, IC_BYTES,
 };
 use nvraid_nvme_tcp::reader::{Event, Expect, PduReader, Role, Want};
 use nvraid_remote::nvme::NvmeExport;
@@ -173,11 +174,16 @@ impl Host {
     }
 
     fn ic(server: &TestServer) -> Host {
+        Host::ic_with(server, Digests::default())
+    }
+
+    /// ICReq asking for `digests`; the target grants them.
+    fn ic_with(server: &TestServer, digests: Digests) -> Host {
         let mut host = Host::connect_tcp(server);
         let req = IcReq {
             pfv: 0,
             hpda: 0,
-            digests: Digests::default(),
+            digests,
             maxr2t: 0,
         };
         host.stream.write_all(&req.encode()).unwrap();
@@ -185,6 +191,9 @@ impl Host {
         host.stream.read_exact(&mut b).unwrap();
         let resp = IcResp::parse(&b).unwrap();
         assert_eq!(resp.maxh2cdata, 128 << 10);
+        assert_eq!(resp.digests, digests);
+        host.digests = digests;
+        host.reader = PduReader::new(Role::Host, digests, 16 << 20, 0);
         host
     }
 
@@ -201,6 +210,9 @@ impl Host {
         let mut b = Vec::new();
         encode_capsule_cmd(&mut b, &sqe, data.len(), self.digests, 0);
         b.extend_from_slice(data);
+        if self.digests.data && !data.is_empty() {
+            b.extend_from_slice(&data_digest_trailer(&[data]));
+        }
         self.stream.write_all(&b).unwrap();
     }
 
@@ -745,4 +757,87 @@ fn connections_past_the_limit_are_refused_and_the_rest_go_on() {
     let cid = admin.next_cid();
     let cqe = admin.command(Sqe::keep_alive(cid), &[], &mut Vec::new());
     assert!(cqe.status.is_success());
+}
+
+/// A write whose in-capsule data does not match its data digest: the
+/// connection ends with a TermReq and not a byte of it is written.
+#[test]
+fn a_write_with_a_bad_data_digest_ends_the_connection_and_writes_nothing() {
+    let server = start(8 * MIB, |_| {});
+    let both = Digests {
+        header: true,
+        data: true,
+    };
+    let mut admin = Host::ic_with(&server, both);
+    let cqe = admin.connect(NQN, HOST, 0, 0xffff, 0);
+    assert!(cqe.status.is_success(), "{}", cqe.status);
+    let cntlid = cqe.result as u16;
+    let cid = admin.next_cid();
+    let cc = 1 | 6 << 16 | 4 << 20;
+    let cqe = admin.command(Sqe::property_set(cid, 0x14, cc), &[], &mut Vec::new());
+    assert!(cqe.status.is_success());
+    let mut io = Host::ic_with(&server, both);
+    assert!(io.connect(NQN, HOST, 1, cntlid, 0).status.is_success());
+    // A good digested write first: it lands.
+    let good = pattern(4096, 3);
+    let cid = io.next_cid();
+    let cqe = io.command(
+        Sqe::write(cid, 1, 0, 1, 4096, true, false),
+        &good,
+        &mut Vec::new(),
+    );
+    assert!(cqe.status.is_success(), "{}", cqe.status);
+    assert!(server.target.contents()[..4096] == good[..]);
+    // Then one whose trailer is wrong.
+    let bad = pattern(4096, 4);
+    let cid = io.next_cid();
+    let mut sqe = Sqe::write(cid, 1, 1, 1, 4096, true, false);
+    sqe.set_sgl(4096, true);
+    let mut b = Vec::new();
+    encode_capsule_cmd(&mut b, &sqe, 4096, both, 0);
+    b.extend_from_slice(&bad);
+    let mut trailer = data_digest_trailer(&[&bad]);
+    trailer[0] ^= 0xff;
+    b.extend_from_slice(&trailer);
+    io.stream.write_all(&b).unwrap();
+    assert!(io.term_req(), "no C2HTermReq");
+    assert!(io.ended());
+    server.wait_log(&["event=nvme-disconnected", "digest"]);
+    assert!(
+        server.target.contents()[4096..8192].iter().all(|b| *b == 0),
+        "the write with the bad digest reached the target"
+    );
+    still_serves(&server);
+}
+
+/// An ICReq after the setup, or a PDU type only a controller sends, is out
+/// of order: TermReq, the connection ends, the server goes on.
+#[test]
+fn a_pdu_out_of_order_ends_the_connection() {
+    let server = start(8 * MIB, |_| {});
+    let (_admin, cntlid) = Host::admin(&server, HOST, 0);
+    for (qid, pdu) in (1u16..).zip([
+        IcReq {
+            pfv: 0,
+            hpda: 0,
+            digests: Digests::default(),
+            maxr2t: 0,
+        }
+        .encode()
+        .to_vec(),
+        // An R2T (controller to host) sent by the host.
+        {
+            let mut b = vec![pdu_type::R2T, 0, 24, 0, 24, 0, 0, 0];
+            b.resize(24, 0);
+            b
+        },
+    ]) {
+        let mut io = Host::ic(&server);
+        assert!(io.connect(NQN, HOST, qid, cntlid, 0).status.is_success());
+        io.stream.write_all(&pdu).unwrap();
+        assert!(io.term_req(), "no C2HTermReq");
+        assert!(io.ended());
+    }
+    server.wait_log(&["event=nvme-disconnected", "protocol error"]);
+    still_serves(&server);
 }
