@@ -180,4 +180,12 @@ fn bad_nvme_tcp_flags_are_refused_before_the_array_is_assembled() {
         d,
         &["discovery controller's NQN"],
     );
+    // An address another process listens on.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    refused(
+        &["serve", "--nvme-tcp", &address, "m0", "m1"],
+        d,
+        &[&format!("nvme-tcp:{address}")],
+    );
 }

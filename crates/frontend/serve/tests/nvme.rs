@@ -841,3 +841,27 @@ fn a_pdu_out_of_order_ends_the_connection() {
     server.wait_log(&["event=nvme-disconnected", "protocol error"]);
     still_serves(&server);
 }
+
+/// A host that sends reads and never takes their data cannot hold the
+/// worker's memory: past the transfer time the queue is ended.
+#[test]
+fn a_host_that_never_reads_its_answers_is_cut_at_the_transfer_deadline() {
+    let server = start(64 * MIB, |o| o.transfer_timeout = Duration::from_secs(1));
+    let (_admin, cntlid) = Host::admin(&server, HOST, 0);
+    let mut io = Host::ic(&server);
+    assert!(io.connect(NQN, HOST, 1, cntlid, 0).status.is_success());
+    let mut b = Vec::new();
+    // 31 reads of 512 KiB (the queue has 32 entries): more than the
+    // sockets hold.
+    for i in 0..31u64 {
+        let cid = io.next_cid();
+        let sqe = Sqe::read(cid, 1, i * 128, 128, 512 << 10);
+        encode_capsule_cmd(&mut b, &sqe, 0, Digests::default(), 0);
+    }
+    io.stream.write_all(&b).unwrap();
+    server.wait_log(&[
+        "event=nvme-disconnected",
+        "took none of its answers within the transfer time",
+    ]);
+    still_serves(&server);
+}
