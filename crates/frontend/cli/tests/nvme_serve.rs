@@ -77,7 +77,9 @@ fn serve_nvme_tcp_exports_the_array_under_its_uuids_nqn_to_the_allowed_host() {
         &format!("nvme+tcp://{address}/{nqn}?hostnqn=nqn.2014-08.org.example:other"),
         options(),
     );
-    let refused = stranger.err().expect("a host not in --nvme-host got in");
+    let Err(refused) = stranger else {
+        panic!("a host not in --nvme-host got in");
+    };
     assert!(refused.to_string().contains("host"), "{refused}");
     // The allowed host writes and reads back.
     let export = NvmeExport::open(
