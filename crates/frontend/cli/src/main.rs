@@ -95,7 +95,7 @@ enum Command {
     /// Draw bench, tune and topology JSON results as one HTML page.
     Report(cmd::report::ReportArgs),
     /// Export the array over NBD and/or as a ublk block device until SIGINT/SIGTERM.
-    Serve(cmd::serve::ServeCmd),
+    Serve(Box<cmd::serve::ServeCmd>),
     /// Show a running server's array, connections and rates.
     Status(cmd::serve::StatusArgs),
     /// List ublk devices, delete one whose server is gone, or name one's array.

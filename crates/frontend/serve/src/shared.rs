@@ -43,6 +43,8 @@ pub(crate) struct Shared {
     pub(crate) ublk: Mutex<Option<crate::ublk::Device>>,
     /// Its requests' counters (in the totals).
     pub(crate) ublk_counters: Option<Arc<Counters>>,
+    /// `--nvme-tcp`: the subsystem (its controllers, for the status).
+    pub(crate) nvme: Option<Arc<crate::nvme::Subsystem>>,
 }
 
 impl Shared {
