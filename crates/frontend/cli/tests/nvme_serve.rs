@@ -65,10 +65,21 @@ fn serve_nvme_tcp_exports_the_array_under_its_uuids_nqn_to_the_allowed_host() {
         &hex[16..20],
         &hex[20..32]
     );
+    let metrics = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap().to_string()
+    };
     let served = serve_with(
         d,
         &members,
-        &["--nvme-tcp", "127.0.0.1:0", "--nvme-host", HOST],
+        &[
+            "--nvme-tcp",
+            "127.0.0.1:0",
+            "--nvme-host",
+            HOST,
+            "--metrics",
+            &metrics,
+        ],
     );
     let (address, nqn) = listening(d);
     assert_eq!(nqn, expected);
@@ -123,6 +134,37 @@ fn serve_nvme_tcp_exports_the_array_under_its_uuids_nqn_to_the_allowed_host() {
             && text.contains(&format!("host {HOST}"))
             && text.contains("io_queues=1"),
         "{text}"
+    );
+    // /metrics counts the commands as the nvme export's, and times them.
+    let scrape = {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(&metrics).unwrap();
+        stream.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut text = String::new();
+        stream.read_to_string(&mut text).unwrap();
+        text
+    };
+    let sample = |name: &str, labels: &[&str]| -> f64 {
+        scrape
+            .lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")))
+            .find(|l| labels.iter().all(|want| l.contains(want)))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} {labels:?} in\n{scrape}"))
+    };
+    let nvme_write = ["export=\"nvme\"", "op=\"write\""];
+    let writes = sample("nvraid_export_requests_total", &nvme_write);
+    assert!(writes >= 1.0, "{scrape}");
+    let timed = sample("nvraid_export_request_duration_seconds_count", &nvme_write);
+    assert_eq!(timed, writes, "{scrape}");
+    let reads = ["export=\"nvme\"", "op=\"read\""];
+    assert!(sample("nvraid_export_request_duration_seconds_count", &reads) >= 1.0);
+    let nbd = ["export=\"nbd\"", "op=\"write\""];
+    assert_eq!(
+        sample("nvraid_export_requests_total", &nbd),
+        0.0,
+        "{scrape}"
     );
     export.close();
     served.interrupt();

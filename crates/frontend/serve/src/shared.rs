@@ -45,6 +45,8 @@ pub(crate) struct Shared {
     pub(crate) ublk_counters: Option<Arc<Counters>>,
     /// `--nvme-tcp`: the subsystem (its controllers, for the status).
     pub(crate) nvme: Option<Arc<crate::nvme::Subsystem>>,
+    /// Its commands' counters (in the totals).
+    pub(crate) nvme_counters: Counters,
 }
 
 impl Shared {
@@ -83,6 +85,7 @@ impl Shared {
         let live = connections.values().map(|c| c.counters.snapshot());
         let ublk = self.ublk_counters.iter().map(|c| c.snapshot());
         live.chain(ublk)
+            .chain(std::iter::once(self.nvme_counters.snapshot()))
             .fold(self.closed_totals.snapshot(), |sum, c| sum.plus(&c))
     }
 

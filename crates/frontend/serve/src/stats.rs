@@ -167,6 +167,8 @@ pub struct TotalsProbe(Arc<Mutex<Option<Weak<crate::shared::Shared>>>>);
 pub struct ExportTotals {
     pub nbd: CountersSnapshot,
     pub ublk: Option<CountersSnapshot>,
+    /// `--nvme-tcp`'s commands.
+    pub nvme: Option<CountersSnapshot>,
     /// Request latencies: from a request's submission to the array (its
     /// payload received) until the array answered it.
     pub latency: Latencies,
@@ -188,24 +190,29 @@ impl TotalsProbe {
         let shared = self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()?;
         let shared = shared.upgrade()?;
         let ublk = shared.ublk_counters.as_ref().map(|c| c.snapshot());
-        let all = shared.totals();
-        let nbd = match ublk {
-            Some(u) => CountersSnapshot {
-                reads: all.reads - u.reads,
-                writes: all.writes - u.writes,
-                flushes: all.flushes - u.flushes,
-                trims: all.trims - u.trims,
-                zeroes: all.zeroes - u.zeroes,
-                other: all.other - u.other,
-                read_bytes: all.read_bytes - u.read_bytes,
-                written_bytes: all.written_bytes - u.written_bytes,
-                errors: all.errors - u.errors,
-            },
-            None => all,
+        let nvme = shared
+            .nvme
+            .is_some()
+            .then(|| shared.nvme_counters.snapshot());
+        let minus = |a: CountersSnapshot, b: &CountersSnapshot| CountersSnapshot {
+            reads: a.reads - b.reads,
+            writes: a.writes - b.writes,
+            flushes: a.flushes - b.flushes,
+            trims: a.trims - b.trims,
+            zeroes: a.zeroes - b.zeroes,
+            other: a.other - b.other,
+            read_bytes: a.read_bytes - b.read_bytes,
+            written_bytes: a.written_bytes - b.written_bytes,
+            errors: a.errors - b.errors,
         };
+        let nbd = [ublk, Some(shared.nvme_counters.snapshot())]
+            .iter()
+            .flatten()
+            .fold(shared.totals(), minus);
         Some(ExportTotals {
             nbd,
             ublk,
+            nvme,
             latency: shared.workers.latencies(),
         })
     }
@@ -245,6 +252,20 @@ const BUCKETS: usize = LATENCY_BOUNDS_S.len() + 1;
 pub enum Export {
     Nbd = 0,
     Ublk = 1,
+    Nvme = 2,
+}
+
+impl Export {
+    pub const ALL: [Export; 3] = [Export::Nbd, Export::Ublk, Export::Nvme];
+
+    /// Its `export` label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Export::Nbd => "nbd",
+            Export::Ublk => "ublk",
+            Export::Nvme => "nvme",
+        }
+    }
 }
 
 /// What a request did, as the latency histograms split it.
@@ -297,7 +318,7 @@ impl Default for LatencyCells {
 /// thread may read them.
 #[derive(Debug, Default)]
 pub(crate) struct LatencyShard {
-    cells: [[LatencyCells; 3]; 2],
+    cells: [[LatencyCells; 3]; 3],
 }
 
 fn bump(cell: &AtomicU64, by: u64) {
@@ -353,13 +374,13 @@ impl Histogram {
 /// Every worker's histograms summed, per export and operation (indexed
 /// by [`Export`] and [`LatencyOp`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Latencies(pub [[Histogram; 3]; 2]);
+pub struct Latencies(pub [[Histogram; 3]; 3]);
 
 impl Latencies {
     pub(crate) fn sum<'a>(shards: impl Iterator<Item = &'a LatencyShard>) -> Latencies {
         let mut all = Latencies::default();
         for shard in shards {
-            for export in [Export::Nbd, Export::Ublk] {
+            for export in Export::ALL {
                 for op in LatencyOp::ALL {
                     shard.add_to(export, op, &mut all.0[export as usize][op as usize]);
                 }

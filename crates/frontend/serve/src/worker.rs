@@ -211,7 +211,7 @@ impl WorkerPool {
                 buffer: Vec::new(),
                 permit_bytes: 0,
                 command: nvraid_nbd::Command::Flush,
-                timed: false,
+                timed: None,
             };
             handle.post(Some(job)).map_err(|_| ErrorCode::Shutdown)?;
         }

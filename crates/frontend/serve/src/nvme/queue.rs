@@ -1037,7 +1037,7 @@ impl Queue {
         let s = Arc::clone(&self.subsystem);
         let bb = u64::from(s.block_bytes);
         let shared = Arc::clone(&self.shared);
-        let counters = &shared.closed_totals;
+        let counters = &shared.nvme_counters;
         let fua = sqe.cdw(12) & (1 << 30) != 0;
         match sqe.opcode() {
             opcode::READ => match self.check_rw(sqe, false) {
@@ -1159,6 +1159,9 @@ impl Queue {
             inflight: Arc::clone(&self.inflight),
             errors: Arc::clone(&self.shared),
         });
+        // A command of one job is timed (its latency is the job's); one of
+        // several (a DSM of many ranges) is not.
+        let timed = (jobs.len() == 1).then_some(crate::stats::Export::Nvme);
         for (work, offset, length, fua, buffer) in jobs {
             let job = Job {
                 owner: done.clone(),
@@ -1169,7 +1172,8 @@ impl Queue {
                 fua,
                 buffer,
                 permit_bytes: 0,
-                command: nvraid_nbd::Command::Read,
+                command: work.command(),
+                timed,
             };
             if let Some(owned) = self.owned.as_mut() {
                 owned.jobs.push(job);
@@ -1442,7 +1446,7 @@ impl Finish for Done {
         let mut cqe = self.cqe;
         if let Some(code) = error {
             self.errors
-                .closed_totals
+                .nvme_counters
                 .errors
                 .fetch_add(1, Ordering::Relaxed);
             cqe.status = status_of(code, self.read, self.write);
