@@ -171,7 +171,9 @@ pub fn start(
         options,
     });
     if let Some(probe) = &shared.options.totals {
-        probe.attach(&shared);
+        let weak = Arc::downgrade(&shared);
+        let source: std::sync::Weak<dyn crate::stats::TotalsSource> = weak;
+        probe.attach(source);
     }
     let control = match &shared.options.control_socket {
         Some(path) => Some(control::ControlServer::start(path, Arc::clone(&shared))?),
