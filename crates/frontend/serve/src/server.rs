@@ -167,7 +167,7 @@ pub fn start(
         ublk: Mutex::new(device),
         ublk_counters,
         nvme: nvme.as_ref().map(|n| Arc::clone(&n.subsystem)),
-        nvme_counters: Counters::default(),
+        nvme_counters: Arc::new(Counters::default()),
         options,
     });
     if let Some(probe) = &shared.options.totals {

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use nvraid_nbd::{BlockSizes, ServerConfig};
 
 use crate::connection::Connection;
+use crate::nvme::controller::Subsystem;
 use crate::options::{ListenAddress, ServeOptions};
 use crate::shutdown::ShutdownHandle;
 use crate::stats::{Counters, CountersSnapshot, ExportTotals, RateMeter, TotalsSource};
@@ -44,9 +45,9 @@ pub(crate) struct Shared {
     /// Its requests' counters (in the totals).
     pub(crate) ublk_counters: Option<Arc<Counters>>,
     /// `--nvme-tcp`: the subsystem (its controllers, for the status).
-    pub(crate) nvme: Option<Arc<crate::nvme::Subsystem>>,
+    pub(crate) nvme: Option<Arc<Subsystem>>,
     /// Its commands' counters (in the totals).
-    pub(crate) nvme_counters: Counters,
+    pub(crate) nvme_counters: Arc<Counters>,
 }
 
 impl Shared {

@@ -12,12 +12,28 @@
 //! the answers itself, without blocking; its commands run concurrently and
 //! complete out of order.
 //!
+//! The files stack one way (none imports a file above it):
+//! - `options.rs`: what the server is told (`--nvme-tcp`, NQNs, hosts).
+//! - `record.rs`: what a queue knows of the server (log, shutdown,
+//!   deadlines, counters, its admission slot), built by `setup.rs`.
 //! - `controller.rs`: the subsystem, its controllers (host NQN, queues
 //!   granted and connected, CC/CSTS, keep-alive) and the Connect rules.
 //! - `data.rs`: the bytes the controller reports (Identify, log pages,
 //!   properties).
-//! - `queue.rs`: one connection: setup, the PDU loop, commands, and the
-//!   writer.
+//! - `queue.rs`: one queue past ICReq: the PDU loop, commands, the
+//!   writer, and `NvmeQueue` (an I/O queue a worker owns). It uses the
+//!   record, `job.rs`, `slots.rs`, `stats.rs` and the codec, never the
+//!   server (`Shared`) or the worker pool.
+//! - `setup.rs`: the server's side: the accept loop, a connection's
+//!   thread (ICReq/ICResp, the record, the queue until Connect) and the
+//!   hand-over to a worker (`WorkerPool::adopt_nvme`).
+//! - this file: the listener (`NvmeTarget`, whose accept thread runs
+//!   `setup.rs`) and the status report.
+//!
+//! Only `setup.rs` and this file use the server's `Shared`. `shared.rs`
+//! takes `Subsystem` from `controller.rs` and `worker.rs` takes
+//! `NvmeQueue` from `queue.rs`: nothing those import leads back to
+//! `shared.rs` or `worker.rs`.
 //!
 //! Bounds: connections count against the server's connection limit;
 //! every length from the wire is bounded (the PDU reader bounds PDUs and
@@ -26,13 +42,14 @@
 //! handshake time, leaves a PDU half sent for the transfer time, or sends
 //! nothing on the admin queue for its keep-alive timeout is disconnected.
 
-mod controller;
+pub(crate) mod controller;
 mod data;
 pub(crate) mod options;
-mod queue;
+pub(crate) mod queue;
+mod record;
+mod setup;
 
 use std::net::{SocketAddr, TcpListener};
-use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -41,9 +58,8 @@ use serde_json::{json, Value};
 use crate::error::Error;
 use crate::shared::Shared;
 
-pub(crate) use controller::Subsystem;
+use controller::Subsystem;
 pub use options::{NvmeOptions, DEFAULT_PORT, DISCOVERY_NQN};
-pub(crate) use queue::NvmeQueue;
 
 /// The running NVMe/TCP target: its listener and subsystem.
 pub(crate) struct NvmeTarget {
@@ -90,51 +106,7 @@ impl NvmeTarget {
     pub(crate) fn spawn(self, shared: Arc<Shared>) -> std::io::Result<JoinHandle<()>> {
         std::thread::Builder::new()
             .name("nvme-accept".into())
-            .spawn(move || accept_loop(&shared, &self.subsystem, &self.listener))
-    }
-}
-
-fn accept_loop(shared: &Arc<Shared>, subsystem: &Arc<Subsystem>, listener: &TcpListener) {
-    let fd = listener.as_raw_fd();
-    while !shared.shutdown.is_triggered() {
-        let mut fds = [libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        }];
-        if nvraid_io::sys::poll(&mut fds, 200) == 0 {
-            continue;
-        }
-        let (stream, peer) = match listener.accept() {
-            Ok(pair) => pair,
-            Err(e) => {
-                shared.log(&format!("event=nvme-accept-failed error=\"{e}\""));
-                std::thread::sleep(std::time::Duration::from_millis(50));
-                continue;
-            }
-        };
-        if shared.shutdown.is_triggered() {
-            return;
-        }
-        let id = shared
-            .next_id
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let client = format!("nvme-tcp:{peer}#{id}");
-        if !shared.admit() {
-            shared.log(&format!(
-                "client={client} event=refused reason=\"connection limit ({}) reached\"",
-                shared.options.connections_max
-            ));
-            continue;
-        }
-        let conn_shared = Arc::clone(shared);
-        let conn_subsystem = Arc::clone(subsystem);
-        let spawned = std::thread::Builder::new()
-            .name(format!("nvme-conn-{id}"))
-            .spawn(move || queue::run(conn_shared, conn_subsystem, stream, client));
-        if spawned.is_err() {
-            shared.finished();
-        }
+            .spawn(move || setup::accept_loop(&shared, &self.subsystem, &self.listener))
     }
 }
 
