@@ -120,7 +120,7 @@ pub struct ServeArgs {
     /// for hosts that attach with `nvme connect -t tcp`. Without --listen,
     /// no NBD socket is opened. docs/scale-out.md.
     #[arg(long = "nvme-tcp", value_name = "HOST:PORT",
-          value_parser = crate::nvme::NvmeOptions::parse_listen)]
+          value_parser = crate::nvme::options::NvmeOptions::parse_listen)]
     pub nvme_tcp: Option<String>,
     /// With --nvme-tcp: the subsystem's NQN (default
     /// nqn.2014-08.org.nvraid:uuid:<the array's UUID>).

@@ -195,7 +195,7 @@ pub struct ServeOptions {
     /// `--ublk`: also (or only) a block device.
     pub ublk: Option<UblkOptions>,
     /// `--nvme-tcp`: also (or only) an NVMe/TCP target.
-    pub nvme: Option<crate::nvme::NvmeOptions>,
+    pub nvme: Option<crate::nvme::options::NvmeOptions>,
     /// Filled with the server's request counters when it starts (for
     /// `--metrics`).
     pub totals: Option<crate::stats::TotalsProbe>,

@@ -167,11 +167,13 @@ pub fn start(
         ublk: Mutex::new(device),
         ublk_counters,
         nvme: nvme.as_ref().map(|n| Arc::clone(&n.subsystem)),
-        nvme_counters: Counters::default(),
+        nvme_counters: Arc::new(Counters::default()),
         options,
     });
     if let Some(probe) = &shared.options.totals {
-        probe.attach(&shared);
+        let weak = Arc::downgrade(&shared);
+        let source: std::sync::Weak<dyn crate::stats::TotalsSource> = weak;
+        probe.attach(source);
     }
     let control = match &shared.options.control_socket {
         Some(path) => Some(control::ControlServer::start(path, Arc::clone(&shared))?),

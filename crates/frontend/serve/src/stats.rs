@@ -155,14 +155,20 @@ impl RateMeter {
     }
 }
 
+/// What a [`TotalsProbe`] reads: the running server (`Shared`), through
+/// this trait so that the counters need not know the server.
+pub(crate) trait TotalsSource: Send + Sync {
+    fn export_totals(&self) -> ExportTotals;
+}
+
 /// A running server's request counters, read from another thread (the
 /// metrics endpoint): given in [`crate::ServeOptions::totals`], attached
 /// when the server starts, empty before and after.
 #[derive(Clone, Default)]
-pub struct TotalsProbe(Arc<Mutex<Option<Weak<crate::shared::Shared>>>>);
+pub struct TotalsProbe(Arc<Mutex<Option<Weak<dyn TotalsSource>>>>);
 
 /// What a [`TotalsProbe`] reads: NBD's requests (every connection, past
-/// and present) and the ublk device's.
+/// and present), the ublk device's and NVMe/TCP's, and their latencies.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ExportTotals {
     pub nbd: CountersSnapshot,
@@ -181,40 +187,31 @@ impl std::fmt::Debug for TotalsProbe {
 }
 
 impl TotalsProbe {
-    pub(crate) fn attach(&self, shared: &Arc<crate::shared::Shared>) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::downgrade(shared));
+    pub(crate) fn attach(&self, source: Weak<dyn TotalsSource>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(source);
     }
 
     /// The counters now; `None` while no server runs.
     pub fn read(&self) -> Option<ExportTotals> {
-        let shared = self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()?;
-        let shared = shared.upgrade()?;
-        let ublk = shared.ublk_counters.as_ref().map(|c| c.snapshot());
-        let nvme = shared
-            .nvme
-            .is_some()
-            .then(|| shared.nvme_counters.snapshot());
-        let minus = |a: CountersSnapshot, b: &CountersSnapshot| CountersSnapshot {
-            reads: a.reads - b.reads,
-            writes: a.writes - b.writes,
-            flushes: a.flushes - b.flushes,
-            trims: a.trims - b.trims,
-            zeroes: a.zeroes - b.zeroes,
-            other: a.other - b.other,
-            read_bytes: a.read_bytes - b.read_bytes,
-            written_bytes: a.written_bytes - b.written_bytes,
-            errors: a.errors - b.errors,
-        };
-        let nbd = [ublk, Some(shared.nvme_counters.snapshot())]
-            .iter()
-            .flatten()
-            .fold(shared.totals(), minus);
-        Some(ExportTotals {
-            nbd,
-            ublk,
-            nvme,
-            latency: shared.workers.latencies(),
-        })
+        let source = self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()?;
+        Some(source.upgrade()?.export_totals())
+    }
+}
+
+impl CountersSnapshot {
+    /// `self` less `other`'s counts (a part of the totals taken out).
+    pub(crate) fn minus(&self, other: &CountersSnapshot) -> CountersSnapshot {
+        CountersSnapshot {
+            reads: self.reads - other.reads,
+            writes: self.writes - other.writes,
+            flushes: self.flushes - other.flushes,
+            trims: self.trims - other.trims,
+            zeroes: self.zeroes - other.zeroes,
+            other: self.other - other.other,
+            read_bytes: self.read_bytes - other.read_bytes,
+            written_bytes: self.written_bytes - other.written_bytes,
+            errors: self.errors - other.errors,
+        }
     }
 }
 

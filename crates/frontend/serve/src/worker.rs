@@ -34,7 +34,7 @@ use nvraid_nbd::ErrorCode;
 
 use crate::error::Error;
 use crate::job::{Finish, Job, Work};
-use crate::nvme::NvmeQueue;
+use crate::nvme::queue::NvmeQueue;
 use crate::reactor::{Handoff, Owned};
 use crate::slots::Slots;
 use crate::stats::{Latencies, LatencyShard};

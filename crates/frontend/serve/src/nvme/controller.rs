@@ -11,7 +11,7 @@ use std::time::Instant;
 use nvraid_nvme_tcp::command::{ConnectData, Status};
 use serde_json::{json, Value};
 
-use super::{NvmeOptions, DISCOVERY_NQN};
+use super::options::{NvmeOptions, DISCOVERY_NQN};
 
 /// Connect refusals: status code type 1 (command specific).
 pub(crate) mod connect_status {

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use nvraid_nvme_tcp::identify::{oncs, IDENTIFY_BYTES};
 
 use super::controller::Subsystem;
-use super::DISCOVERY_NQN;
+use super::options::DISCOVERY_NQN;
 
 /// NVMe version reported: 1.3 (namespace descriptors, no command-set
 /// specific Identify).

@@ -1,18 +1,21 @@
-//! One NVMe/TCP connection: one queue (a controller's admin queue or one
-//! of its I/O queues).
+//! One NVMe/TCP queue (a controller's admin queue or one of its I/O
+//! queues) past ICReq/ICResp: the PDU loop, the commands and the writer.
+//! It knows the server only through its record (`record.rs`: log,
+//! shutdown, deadlines, counters, admission slot), which the setup side
+//! (`setup.rs`) builds; it imports neither `Shared` nor the worker pool.
 //!
-//! The reader (this connection's thread) does the setup within the
-//! handshake deadline (ICReq/ICResp, then a Fabrics Connect, whose data
-//! may come in the capsule or by R2T), then reads PDUs through the codec's
-//! `PduReader`, which bounds and checks every header and data PDU. On an
-//! admin queue it goes on doing so and answers admin commands; a writer
-//! thread alone sends on the socket: responses, C2HData (Identify, log
-//! pages), R2Ts and the TermReq that ends a connection whose host broke
-//! the protocol. An I/O queue, once connected, becomes an [`NvmeQueue`]
-//! that a worker owns: the writer ends after the Connect response, the
-//! socket turns non-blocking, and the worker's `pump` reads, runs the same
-//! steps, starts the commands' jobs in its slots and writes the encoded
-//! answers (reads' data in C2HData) as the socket takes them.
+//! On its connection's thread (`serve`, within the handshake deadline
+//! until Fabrics Connect, whose data may come in the capsule or by R2T)
+//! it reads PDUs through the codec's `PduReader`, which bounds and checks
+//! every header and data PDU. On an admin queue it goes on doing so and
+//! answers admin commands; a writer thread alone sends on the socket:
+//! responses, C2HData (Identify, log pages), R2Ts and the TermReq that
+//! ends a connection whose host broke the protocol. An I/O queue, once
+//! connected, becomes an [`NvmeQueue`] that a worker owns: the writer
+//! ends after the Connect response, the socket turns non-blocking, and
+//! the worker's `pump` reads, runs the same steps, starts the commands'
+//! jobs in its slots and writes the encoded answers (reads' data in
+//! C2HData) as the socket takes them.
 //!
 //! Writes whose data does not come in the capsule get an R2T for all of
 //! it once their command is checked (a refused command moves no data);
@@ -37,17 +40,19 @@ use nvraid_nvme_tcp::command::{
 use nvraid_nvme_tcp::error::fes;
 use nvraid_nvme_tcp::pdu::{
     data_digest_trailer, encode_c2h_data, encode_capsule_resp, encode_r2t, encode_term_req,
-    DataHeader, Digests, Header, IcReq, IcResp, IC_BYTES,
+    DataHeader, Digests, Header, IcReq,
 };
 use nvraid_nvme_tcp::reader::{Event, Expect, PduReader, Role, Want};
 
 use super::controller::{Controller, Subsystem};
 use super::data;
+use super::record::QueueRecord;
 use crate::job::{Finish, Job, Work};
-use crate::shared::Shared;
+use crate::slots::Slots;
+use crate::stats::{Counters, Export};
 
 /// Most data one H2CData PDU carries (ICResp's MAXH2CDATA).
-const MAX_H2C_DATA: u32 = 128 << 10;
+pub(super) const MAX_H2C_DATA: u32 = 128 << 10;
 /// Most data one C2HData PDU carries.
 const C2H_CHUNK: usize = 128 << 10;
 /// Bytes read from the socket at once.
@@ -147,13 +152,13 @@ struct Incoming {
 }
 
 /// Why the connection ended, and the TermReq to send first, if any.
-struct Ending {
-    reason: String,
-    term: Option<u16>,
+pub(super) struct Ending {
+    pub reason: String,
+    pub term: Option<u16>,
 }
 
 impl Ending {
-    fn quiet(reason: impl Into<String>) -> Ending {
+    pub(super) fn quiet(reason: impl Into<String>) -> Ending {
         Ending {
             reason: reason.into(),
             term: None,
@@ -167,40 +172,10 @@ impl Ending {
     }
 }
 
-/// Serve one accepted connection until it ends; give its admission slot
-/// back.
-pub(crate) fn run(
-    shared: Arc<Shared>,
-    subsystem: Arc<Subsystem>,
-    stream: TcpStream,
-    client: String,
-) {
-    let _ = stream.set_nodelay(true);
-    let local = stream.local_addr().unwrap_or(subsystem.local);
-    match Queue::open(&shared, &subsystem, stream, &client, local) {
-        Ok(mut queue) => match queue.serve() {
-            Some(ending) => queue.finish(ending),
-            // An I/O queue, connected: a worker owns it from now on, and
-            // gives its admission slot back when it ends.
-            None => match queue.prepare_for_worker() {
-                Ok(()) => return shared.workers.adopt_nvme(NvmeQueue(queue)),
-                Err(ending) => queue.finish(ending),
-            },
-        },
-        Err(ending) => {
-            shared.log(&format!(
-                "client={client} event=nvme-refused reason=\"{}\"",
-                ending.reason
-            ));
-        }
-    }
-    shared.finished();
-}
-
 /// An I/O queue a worker owns (see `worker.rs`): read, answered and
 /// written without blocking, its commands' jobs run in that worker's
 /// slots.
-pub(crate) struct NvmeQueue(Queue);
+pub(crate) struct NvmeQueue(pub(super) Queue);
 
 /// A worker's queue: what is to be sent, written as the socket takes it.
 struct OwnedIo {
@@ -215,8 +190,8 @@ struct OwnedIo {
     broken: bool,
 }
 
-struct Queue {
-    shared: Arc<Shared>,
+pub(super) struct Queue {
+    record: Arc<QueueRecord>,
     subsystem: Arc<Subsystem>,
     stream: TcpStream,
     client: String,
@@ -253,37 +228,18 @@ struct Queue {
 }
 
 impl Queue {
-    /// ICReq/ICResp within the handshake deadline; the writer starts.
-    fn open(
-        shared: &Arc<Shared>,
+    /// A queue on a connection past ICReq/ICResp (the host asked for
+    /// `req`'s digests and alignment); its Connect is due by `deadline`.
+    /// The writer starts.
+    pub(super) fn start(
+        record: Arc<QueueRecord>,
         subsystem: &Arc<Subsystem>,
-        mut stream: TcpStream,
+        stream: TcpStream,
         client: &str,
         local: SocketAddr,
+        req: &IcReq,
+        deadline: Instant,
     ) -> Result<Queue, Ending> {
-        let deadline = Instant::now() + shared.options.handshake_timeout;
-        let mut ic = [0u8; IC_BYTES];
-        read_exact_by(&mut stream, &mut ic, deadline, "ICReq")?;
-        let req = match IcReq::parse(&ic) {
-            Ok(req) => req,
-            Err(e) => {
-                let mut out = Vec::new();
-                encode_term_req(&mut out, false, e.fes(), 0, &ic);
-                let _ = stream.write_all(&out);
-                let _ = stream.shutdown(Shutdown::Both);
-                return Err(Ending::quiet(format!("bad ICReq: {e}")));
-            }
-        };
-        let resp = IcResp {
-            pfv: 0,
-            cpda: 0,
-            digests: req.digests,
-            maxh2cdata: MAX_H2C_DATA,
-        };
-        let _ = stream.set_write_timeout(Some(shared.options.transfer_timeout));
-        stream
-            .write_all(&resp.encode())
-            .map_err(|e| Ending::quiet(format!("sending ICResp: {e}")))?;
         let _ = stream.set_read_timeout(Some(TICK));
         let (tx, rx) = mpsc::channel();
         let inflight = Arc::new(Inflight::default());
@@ -298,7 +254,7 @@ impl Queue {
             .spawn(move || writer(writer_stream, rx, digests, hpda, &writer_inflight))
             .map_err(|e| Ending::quiet(format!("cannot start the writer: {e}")))?;
         Ok(Queue {
-            shared: Arc::clone(shared),
+            record,
             subsystem: Arc::clone(subsystem),
             stream,
             client: client.to_string(),
@@ -335,7 +291,7 @@ impl Queue {
     }
 
     fn log(&self, event: &str) {
-        self.shared.log(&format!("client={} {event}", self.client));
+        self.record.log(&format!("client={} {event}", self.client));
     }
 
     fn send(&self, out: Out) {
@@ -346,7 +302,7 @@ impl Queue {
 
     /// Read and run PDUs until the connection ends, or (`None`) until
     /// an I/O queue is connected and goes to a worker.
-    fn serve(&mut self) -> Option<Ending> {
+    pub(super) fn serve(&mut self) -> Option<Ending> {
         loop {
             if let Some(ending) = self.check_time() {
                 return Some(ending);
@@ -384,7 +340,7 @@ impl Queue {
     /// From this connection's threads to a worker: the writer sends the
     /// Connect response and ends; the socket turns non-blocking. Bytes
     /// the host sent after Connect stay in the receive buffer.
-    fn prepare_for_worker(&mut self) -> Result<(), Ending> {
+    pub(super) fn prepare_for_worker(&mut self) -> Result<(), Ending> {
         self.stream
             .set_nonblocking(true)
             .map_err(|e| Ending::quiet(format!("cannot make the socket non-blocking: {e}")))?;
@@ -410,14 +366,14 @@ impl Queue {
     /// and the server's shutdown, the controller's end.
     fn check_time(&mut self) -> Option<Ending> {
         let now = Instant::now();
-        if self.shared.shutdown.is_triggered() {
+        if self.record.shutdown.is_triggered() {
             return Some(Ending::quiet("the server is stopping"));
         }
         let Some(controller) = &self.controller else {
             if now >= self.setup_deadline {
                 return Some(Ending::quiet(format!(
                     "no Connect within the handshake time ({} s)",
-                    self.shared.options.handshake_timeout.as_secs()
+                    self.record.handshake_timeout.as_secs()
                 )));
             }
             return None;
@@ -428,7 +384,7 @@ impl Queue {
                 controller.cntlid
             )));
         }
-        let transfer = self.shared.options.transfer_timeout;
+        let transfer = self.record.transfer_timeout;
         let oldest_data = self.incoming.values().map(|i| i.since).min();
         let stuck = [self.pdu_since, oldest_data]
             .into_iter()
@@ -448,7 +404,7 @@ impl Queue {
             let limit = if kato > 0 {
                 Some(Duration::from_millis(u64::from(kato)) + KEEP_ALIVE_GRACE)
             } else {
-                self.shared.options.idle_timeout
+                self.record.idle_timeout
             };
             if let Some(limit) = limit {
                 if now.duration_since(self.last_admin) > limit {
@@ -1036,8 +992,8 @@ impl Queue {
     fn io(&mut self, sqe: &Sqe, data: Option<Vec<u8>>) {
         let s = Arc::clone(&self.subsystem);
         let bb = u64::from(s.block_bytes);
-        let shared = Arc::clone(&self.shared);
-        let counters = &shared.nvme_counters;
+        let record = Arc::clone(&self.record);
+        let counters = &record.counters;
         let fua = sqe.cdw(12) & (1 << 30) != 0;
         match sqe.opcode() {
             opcode::READ => match self.check_rw(sqe, false) {
@@ -1157,11 +1113,11 @@ impl Queue {
             remaining: AtomicU32::new(jobs.len() as u32),
             error: Mutex::new(None),
             inflight: Arc::clone(&self.inflight),
-            errors: Arc::clone(&self.shared),
+            counters: Arc::clone(&self.record.counters),
         });
         // A command of one job is timed (its latency is the job's); one of
         // several (a DSM of many ranges) is not.
-        let timed = (jobs.len() == 1).then_some(crate::stats::Export::Nvme);
+        let timed = (jobs.len() == 1).then_some(Export::Nvme);
         for (work, offset, length, fua, buffer) in jobs {
             let job = Job {
                 owner: done.clone(),
@@ -1183,7 +1139,7 @@ impl Queue {
 
     /// Stop: send the TermReq if any, let every command taken be answered,
     /// close; the controller goes with its admin queue.
-    fn finish(&mut self, ending: Ending) {
+    pub(super) fn finish(&mut self, ending: Ending) {
         let quote = Vec::new();
         if let Some(fes) = ending.term {
             self.send(Out::Term { fes, fei: 0, quote });
@@ -1249,7 +1205,7 @@ impl Queue {
     /// Encode what was answered, and write what the socket takes.
     fn flush_owned(&mut self) -> bool {
         let mut progress = false;
-        let transfer = self.shared.options.transfer_timeout;
+        let transfer = self.record.transfer_timeout;
         let Some(owned) = self.owned.as_mut() else {
             return false;
         };
@@ -1304,7 +1260,7 @@ impl Queue {
 impl NvmeQueue {
     /// Read and run what the host sent, hand the jobs to `slots`, send
     /// the answers; true if anything moved.
-    pub(crate) fn pump(&mut self, slots: &mut crate::slots::Slots) -> bool {
+    pub(crate) fn pump(&mut self, slots: &mut Slots) -> bool {
         let q = &mut self.0;
         let mut progress = false;
         if q.owned.as_ref().is_some_and(|o| o.reading) {
@@ -1398,7 +1354,7 @@ impl NvmeQueue {
         if let Some(controller) = q.controller.take() {
             controller.io_queue_gone(q.qid);
         }
-        q.shared.finished();
+        q.record.release_slot();
     }
 }
 
@@ -1431,7 +1387,8 @@ struct Done {
     remaining: AtomicU32,
     error: Mutex<Option<ErrorCode>>,
     inflight: Arc<Inflight>,
-    errors: Arc<Shared>,
+    /// The NVMe counters (a failed command counts as an error).
+    counters: Arc<Counters>,
 }
 
 impl Finish for Done {
@@ -1445,10 +1402,7 @@ impl Finish for Done {
         let error = *self.error.lock().expect("error");
         let mut cqe = self.cqe;
         if let Some(code) = error {
-            self.errors
-                .nvme_counters
-                .errors
-                .fetch_add(1, Ordering::Relaxed);
+            self.counters.errors.fetch_add(1, Ordering::Relaxed);
             cqe.status = status_of(code, self.read, self.write);
         }
         // The command leaves the in-flight set before its answer is on
@@ -1559,36 +1513,4 @@ fn release(inflight: &Inflight, cid: u16) {
     if state.0.remove(&cid) {
         inflight.changed.notify_all();
     }
-}
-
-/// Read `buf` whole by `deadline`.
-fn read_exact_by(
-    stream: &mut TcpStream,
-    buf: &mut [u8],
-    deadline: Instant,
-    what: &str,
-) -> Result<(), Ending> {
-    let mut at = 0;
-    while at < buf.len() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(Ending::quiet(format!(
-                "no whole {what} within the handshake time"
-            )));
-        }
-        let _ = stream.set_read_timeout(Some(left));
-        match stream.read(&mut buf[at..]) {
-            Ok(0) => return Err(Ending::quiet(format!("the host closed before its {what}"))),
-            Ok(n) => at += n,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) => {}
-            Err(e) => return Err(Ending::quiet(format!("reading the {what}: {e}"))),
-        }
-    }
-    Ok(())
 }
