@@ -31,9 +31,20 @@ const PER: u64 = 14 * MIB;
 /// A RAID `level` of `count` members of 15 MiB, no bitmap, named `name`,
 /// filled with the pattern; the members' names and the bytes written.
 fn filled_named(dir: &Path, level: &str, count: usize, name: &str) -> (Vec<String>, Vec<u8>) {
+    filled_with(dir, level, count, name, "none")
+}
+
+/// As [`filled_named`], with `--bitmap bitmap` (`none` or `internal`).
+fn filled_with(
+    dir: &Path,
+    level: &str,
+    count: usize,
+    name: &str,
+    bitmap: &str,
+) -> (Vec<String>, Vec<u8>) {
     let names: Vec<String> = (0..count).map(|i| format!("d{i}")).collect();
     let mut args = vec![
-        "create", "--level", level, "--bitmap", "none", "--size", "15M", "--name", name,
+        "create", "--level", level, "--bitmap", bitmap, "--size", "15M", "--name", name,
     ];
     args.extend(names.iter().map(String::as_str));
     ok(&args, dir);
@@ -331,20 +342,66 @@ fn a_second_reshape_while_one_is_recorded_is_refused() {
     );
 }
 
+/// The array's bitmap as `detail --json` shows it.
+fn bitmap_of(dir: &Path, members: &[String]) -> serde_json::Value {
+    let d: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["detail", "--json"], members), dir)).unwrap();
+    d["bitmap"].clone()
+}
+
 #[test]
-fn an_array_with_a_bitmap_is_refused_by_name() {
+fn a_raid5_with_a_bitmap_grows_and_keeps_its_bitmap_believed() {
+    // md grows a RAID 5 keeping its bitmap (its bits count member rows,
+    // which adding members does not change). The new member gets the
+    // bitmap, and every member's bitmap header keeps up with its
+    // superblock's events: a header left behind is taken as all dirty.
     let dir = tempfile::tempdir().unwrap();
-    let m: Vec<String> = (0..4).map(|i| format!("d{i}")).collect();
-    ok(
-        &with(&["create", "--level", "5", "--size", "15M"], &m),
-        dir.path(),
-    );
+    let (mut m, data) = filled_with(dir.path(), "5", 4, "grow", "internal");
+    let before = bitmap_of(dir.path(), &m);
+    assert!(before["chunks"].as_u64().unwrap() > 0, "{before}");
+    assert_eq!(before["dirty_chunks"], 0, "{before}");
     let new = blank(dir.path(), "d4");
-    refused(
-        &with(&["grow", "--raid-devices", "5", "--add", &new], &m),
+    ok(
+        &with(&["grow", "-n", "5", "--add", &new, "--step", "1M"], &m),
         dir.path(),
-        &["write-intent bitmap"],
     );
+    m.push(new);
+    // `detail` reads every member's bitmap (the new one's included: one
+    // without it, or with a header older than its superblock, would show
+    // as refused or all dirty).
+    let after = bitmap_of(dir.path(), &m);
+    assert_eq!(after, before, "the bitmap changed in the grow");
+    let got = read(dir.path(), &m, 4 * PER);
+    assert!(got[..data.len()] == data[..], "the old bytes moved wrong");
+    let check = ok(&with(&["check", "--json"], &m), dir.path());
+    let check: serde_json::Value = serde_json::from_str(&check).unwrap();
+    assert_eq!(check["mismatch_sectors"], 0, "{check}");
+}
+
+#[test]
+fn a_bitmap_grow_killed_mid_way_continues_with_its_bitmap_believed() {
+    for point in [
+        "reshape-superblock:1",
+        "reshape-superblock:2",
+        "reshape-write:3",
+        "reshape-superblock:12",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut m, data) = filled_with(dir.path(), "5", 4, "grow", "internal");
+        let before = bitmap_of(dir.path(), &m);
+        let new = blank(dir.path(), "d4");
+        grow_killed_at(dir.path(), &m, &new, point);
+        m.push(new);
+        ok(
+            &with(&["grow", "--continue", "--step", "1M"], &m),
+            dir.path(),
+        );
+        let after = bitmap_of(dir.path(), &m);
+        assert_eq!(after, before, "{point}: the bitmap changed in the grow");
+        let got = read(dir.path(), &m, 4 * PER);
+        assert!(got[..data.len()] == data[..], "{point}: the bytes differ");
+        ok(&with(&["check"], &m), dir.path());
+    }
 }
 
 /// In a VM: the kernel assembles every array on the images, lets any
@@ -360,14 +417,16 @@ mdadm --assemble --scan --run 2>&1
 echo 200000 > /proc/sys/dev/raid/speed_limit_min
 echo 2000000 > /proc/sys/dev/raid/speed_limit_max
 cat /proc/mdstat
+echo "ASSEMBLED $(grep -c -e resync -e recovery /proc/mdstat)"
 i=0; while grep -q -e reshape -e resync -e recovery /proc/mdstat && [ $i -lt 240 ]; do sleep 1; i=$((i+1)); done
 cat /proc/mdstat
 for sys in /sys/block/md*; do
   md=/dev/${{sys##*/}}
   echo check > $sys/md/sync_action; sleep 1; mdadm --wait $md >/dev/null 2>&1
   if pattern verify -n {bytes} $md; then pv=ok; else pv=FAILED; fi
-  echo "KERNEL md=$md disks=$(cat $sys/md/raid_disks) size=$(blockdev --getsize64 $md) pattern=$pv mismatch=$(cat $sys/md/mismatch_cnt) offset=$(cat $sys/md/dev-*/offset | sort -u | tr '\n' ,)"
+  echo "KERNEL md=$md disks=$(cat $sys/md/raid_disks) size=$(blockdev --getsize64 $md) pattern=$pv mismatch=$(cat $sys/md/mismatch_cnt) offset=$(cat $sys/md/dev-*/offset | sort -u | tr '\n' ,) bitmap=$(cat $sys/md/bitmap/location 2>/dev/null || echo none)"
 done
+echo "STALE_BITMAPS $(dmesg | grep -c 'out of date')"
 "#
         ),
     )
@@ -438,6 +497,60 @@ fn the_kernel_reads_a_grown_array_and_finishes_one_nvraid_left_mid_reshape() {
                 && line.contains("pattern=ok")
                 && line.contains("mismatch=0")
                 && line.contains("offset=1536,"),
+            "{line}\n{report}"
+        );
+    }
+}
+
+#[test]
+fn the_kernel_assembles_a_grown_bitmap_array_clean_and_finishes_one_left_mid_grow() {
+    // RAID 5 arrays with md's internal bitmap: one grown by nvraid to the
+    // end, one killed early in the grow (a step recorded, the next written
+    // and not recorded). md assembles both without a resync (every
+    // bitmap header is as fresh as its superblock: md forces a full
+    // resync of a bitmap it finds out of date), keeps the bitmap where it
+    // was, finishes the second, reads the pattern, finds no mismatch.
+    let dir = tempfile::tempdir().unwrap();
+    let mut images = Vec::new();
+    for (name, point) in [("bdone", None), ("bearly", Some("reshape-write:30"))] {
+        let sub = dir.path().join(name);
+        std::fs::create_dir(&sub).unwrap();
+        let (mut m, _) = filled_with(&sub, "5", 4, name, "internal");
+        let new = blank(&sub, "d4");
+        match point {
+            None => {
+                ok(
+                    &with(&["grow", "-n", "5", "--add", &new, "--step", "1M"], &m),
+                    &sub,
+                );
+            }
+            Some(point) => grow_killed_at(&sub, &m, &new, point),
+        }
+        m.push(new);
+        images.extend(m.iter().map(|name| sub.join(name)));
+    }
+    let report = kernel_finishes(&images, 3 * PER);
+    assert!(
+        report.contains("ASSEMBLED 0"),
+        "md resynced or recovered on assembly:\n{report}"
+    );
+    assert!(
+        report.contains("STALE_BITMAPS 0"),
+        "md found a bitmap out of date:\n{report}"
+    );
+    let lines: Vec<&str> = report
+        .lines()
+        .filter(|l| l.starts_with("KERNEL "))
+        .collect();
+    assert_eq!(lines.len(), 2, "two arrays expected:\n{report}");
+    for line in lines {
+        assert!(
+            line.contains("disks=5")
+                && line.contains(&format!("size={}", 4 * PER))
+                && line.contains("pattern=ok")
+                && line.contains("mismatch=0")
+                && line.contains("offset=1536,")
+                && line.contains("bitmap=+8"),
             "{line}\n{report}"
         );
     }

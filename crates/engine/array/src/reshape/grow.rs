@@ -2,8 +2,9 @@
 //! md reshapes with v1.2 metadata and no backup file.
 //!
 //! 1. Every check comes first (a whole, clean array of a parity level
-//!    without bitmap, PPL or journal; new members large enough and blank;
-//!    room before the data to move it); a refusal writes nothing.
+//!    without PPL or journal; new members large enough and blank; room
+//!    before the data to move it, above a write-intent bitmap); a refusal
+//!    writes nothing.
 //! 2. The reshape is recorded: each new member gets an empty bad-block log
 //!    and the array's superblock with its role, then every member's
 //!    superblock gets `RESHAPE_ACTIVE | NEW_OFFSET`, the new member count
@@ -12,6 +13,15 @@
 //!    0 and `new_offset`: the data offset moves down by the room found
 //!    (at most 4 MiB), so the new shape's rows are written below the old
 //!    shape's live rows and no backup is needed.
+//!
+//! A write-intent bitmap is kept, as md keeps it: for RAID 4/5/6 its bits
+//! count member rows, and adding members changes neither a member's rows
+//! nor the bitmap's size. Each new member gets the bitmap (the union of
+//! the members' bits) before its superblock, and every superblock write
+//! is preceded by the bitmap header's with the same events count, so md
+//! and nvraid believe the bits after any crash. The reshape's own writes
+//! set no bits (md's do not either): a step is redone from the old shape
+//! after a crash, and each new stripe's parity is computed whole.
 //! 3. Steps: each moves whole new stripes (`step::move_rows`), as large as
 //!    `Reshape::step_is_safe` allows and md would continue from
 //!    (`Reshape::md_can_continue`), at most `step_bytes`; the members are
@@ -28,6 +38,7 @@ use super::step::move_rows;
 use crate::assemble::{check_distinct_specs, member_data_bytes};
 use crate::decision::{decide, SetAside};
 use crate::error::{Error, Result};
+use crate::intent::{bitmap_at, merge_bitmaps, read_member_bitmap, MemberBitmap};
 use crate::slot::{read_superblock, write_superblock};
 use nvraid_layout::{Direction, Geometry, Reshape};
 use nvraid_member::{Member, OpenOptions};
@@ -121,6 +132,8 @@ pub fn grow(
     }
     let (reference, old_roles) = check_array(&found, options)?;
     let old_geometry = old_shape(&reference, found[0].0.spec())?;
+    let mut bitmap = kept_bitmap(found.iter().map(|(m, sb)| (m, sb)), &old_geometry)?;
+    let bitmap_bytes = bitmap.as_ref().map(|b| b.storage.len() as u64);
     let new_geometry = Geometry::new(
         old_geometry.level(),
         options.raid_devices,
@@ -135,7 +148,7 @@ pub fn grow(
         check_new_member(&member, &reference, &old_geometry, options.force)?;
         adding.push(member);
     }
-    let moved_sectors = room_to_move(&found, &reference, &old_geometry)?;
+    let moved_sectors = room_to_move(&found, &reference, &old_geometry, bitmap_bytes)?;
     // Members by role: the old ones, then the new ones.
     let mut slots: Vec<Option<(Member, Superblock)>> = found.into_iter().map(Some).collect();
     let mut placed: Vec<Placed> = old_roles
@@ -145,7 +158,7 @@ pub fn grow(
             Placed { member, sb }
         })
         .collect();
-    move_logs(&mut placed)?;
+    move_logs(&mut placed, bitmap_bytes)?;
     let mut reference = reference;
     reference.bblog_offset = placed[0].sb.bblog_offset;
     let events = reference.events + 1;
@@ -184,10 +197,13 @@ pub fn grow(
     let order: Vec<usize> = (old_count as usize..placed.len())
         .chain(0..old_count as usize)
         .collect();
-    write_superblocks(&placed, &order)?;
+    if let Some(b) = bitmap.as_mut() {
+        publish_bitmap(&placed, &order, b, events)?;
+    }
+    write_superblocks(&placed, &order, bitmap.as_mut())?;
     let reshape = reshape_at(&placed, 0)?;
     debug_assert_eq!(reshape.new_shape(), &new_geometry);
-    run(placed, reshape, options.step_bytes, progress)
+    run(placed, reshape, options.step_bytes, bitmap, progress)
 }
 
 /// Continue the reshape recorded on `members` (every member of both
@@ -272,6 +288,7 @@ pub fn continue_grow(
         .max()
     {
         let reshape = reshape_of(&reference, placed[0].member.spec(), &[])?;
+        let mut bitmap = kept_bitmap(placed.iter().map(|p| (&p.member, &p.sb)), reshape.old())?;
         for p in placed.iter_mut() {
             if is_reshaping(&p.sb) {
                 finish_record(&mut p.sb);
@@ -279,7 +296,11 @@ pub fn continue_grow(
             p.sb.events = done + 1;
             p.sb.utime = Timestamp::now();
         }
-        write_superblocks(&placed, &(0..placed.len()).collect::<Vec<_>>())?;
+        let all: Vec<usize> = (0..placed.len()).collect();
+        if let Some(b) = bitmap.as_mut() {
+            publish_bitmap(&placed, &all, b, done + 1)?;
+        }
+        write_superblocks(&placed, &all, bitmap.as_mut())?;
         progress(GrowProgress {
             position_bytes: reshape.new_shape().array_bytes(),
             end_bytes: reshape.new_shape().array_bytes(),
@@ -296,6 +317,12 @@ pub fn continue_grow(
         });
     }
     let events = reference.events + 1;
+    // The bitmap as the members hold it, each read against its own
+    // superblock (one a step behind holds its bitmap of then).
+    let bitmap_geometry = reshape_of(&reference, placed[0].member.spec(), &[])?
+        .old()
+        .clone();
+    let mut bitmap = kept_bitmap(placed.iter().map(|p| (&p.member, &p.sb)), &bitmap_geometry)?;
     for p in placed.iter_mut() {
         let own = p.sb.clone();
         p.sb = reference.clone();
@@ -338,8 +365,12 @@ pub fn continue_grow(
             ),
         });
     }
-    write_superblocks(&placed, &(0..placed.len()).collect::<Vec<_>>())?;
-    run(placed, reshape, step_bytes, progress)
+    let all: Vec<usize> = (0..placed.len()).collect();
+    if let Some(b) = bitmap.as_mut() {
+        publish_bitmap(&placed, &all, b, events)?;
+    }
+    write_superblocks(&placed, &all, bitmap.as_mut())?;
+    run(placed, reshape, step_bytes, bitmap, progress)
 }
 
 /// The reshape the members' superblocks record, at `position`.
@@ -356,6 +387,7 @@ fn run(
     mut placed: Vec<Placed>,
     mut reshape: Reshape,
     step_bytes: u64,
+    mut bitmap: Option<MemberBitmap>,
     progress: &mut dyn FnMut(GrowProgress),
 ) -> Result<Grown> {
     let started = std::time::Instant::now();
@@ -400,7 +432,11 @@ fn run(
                 p.sb.events += 1;
                 p.sb.utime = Timestamp::now();
             }
-            write_superblocks(&placed, &(0..placed.len()).collect::<Vec<_>>())?;
+            write_superblocks(
+                &placed,
+                &(0..placed.len()).collect::<Vec<_>>(),
+                bitmap.as_mut(),
+            )?;
         }
         reshape = reshape
             .at(to)
@@ -418,7 +454,11 @@ fn run(
         p.sb.events += 1;
         p.sb.utime = Timestamp::now();
     }
-    write_superblocks(&placed, &(0..placed.len()).collect::<Vec<_>>())?;
+    write_superblocks(
+        &placed,
+        &(0..placed.len()).collect::<Vec<_>>(),
+        bitmap.as_mut(),
+    )?;
     Ok(Grown {
         raid_disks_before,
         raid_disks: reshape.new_shape().members(),
@@ -448,15 +488,101 @@ fn finish_record(sb: &mut Superblock) {
 }
 
 /// Write and flush the superblocks of `placed` in `order`, a crash point
-/// after each.
-fn write_superblocks(placed: &[Placed], order: &[usize]) -> Result<()> {
+/// after each. With a bitmap, each member's bitmap header (its first page)
+/// goes first, carrying the events count of the superblock that follows:
+/// a bitmap older than its superblock would be taken as all dirty (md
+/// forces a full resync then), one newer is believed.
+fn write_superblocks(
+    placed: &[Placed],
+    order: &[usize],
+    mut bitmap: Option<&mut MemberBitmap>,
+) -> Result<()> {
     for &i in order {
         let p = &placed[i];
+        if let Some(b) = bitmap.as_deref_mut() {
+            write_bitmap(p, b, p.sb.events, PAGE)?;
+        }
         write_superblock(&p.member, &p.sb)?;
         p.member
             .flush()
             .map_err(|e| Error::io(p.member.spec(), e))?;
         crate::failpoint::hit("reshape-superblock");
+    }
+    Ok(())
+}
+
+/// The bitmap's page: md reads and writes it in 4 KiB pages.
+const PAGE: usize = 4096;
+
+/// The array's write-intent bitmap to keep through the reshape: the union
+/// of the bits of every member (each read against its own superblock: one
+/// older than it, or marked stale, counts as all set, as md counts it),
+/// over the bitmap's space of `geometry` (member rows for RAID 4/5/6, the
+/// same in the old and the new shape). `None` when the members have none;
+/// refused when only some have one, or theirs differ in chunk or place.
+fn kept_bitmap<'a>(
+    members: impl Iterator<Item = (&'a Member, &'a Superblock)>,
+    geometry: &Geometry,
+) -> Result<Option<MemberBitmap>> {
+    let mut kept: Option<MemberBitmap> = None;
+    let mut with = None;
+    let mut without = None;
+    for (member, sb) in members {
+        let Some(at) = bitmap_at(sb) else {
+            without = Some(member.spec().to_string());
+            continue;
+        };
+        with = Some(member.spec().to_string());
+        let read = read_member_bitmap(member, sb, at, geometry, sb.events)?;
+        kept = Some(match kept.take() {
+            None => read,
+            Some(merged) => {
+                merge_bitmaps(merged, read, member.spec(), geometry.bitmap_space_bytes())?
+            }
+        });
+    }
+    if let (Some(spec), Some(other)) = (without, with) {
+        return Err(Error::Unsupported {
+            spec,
+            what: format!(
+                "a member without the md bitmap its array's other members have ({other} has one)"
+            ),
+        });
+    }
+    Ok(kept.map(|mut b| {
+        b.header.state &= !nvraid_metadata::bitmap::STATE_STALE;
+        b.header.sync_size_sectors = geometry.bitmap_space_bytes() / 512;
+        b
+    }))
+}
+
+/// Write the first `len` bytes of the bitmap image, its header carrying
+/// `events`, at the bitmap's place on `p`'s member (not flushed).
+fn write_bitmap(p: &Placed, bitmap: &mut MemberBitmap, events: u64, len: usize) -> Result<()> {
+    bitmap.header.events = events;
+    bitmap.header.encode(&mut bitmap.storage);
+    let at = bitmap_at(&p.sb).expect("invariant: every member of a bitmap array has one") as u64;
+    let len = len.min(bitmap.storage.len());
+    p.member
+        .write_at(&bitmap.storage[..len], at)
+        .map_err(|e| Error::io(p.member.spec(), e))
+}
+
+/// The whole bitmap image, its header carrying `events`, to the members
+/// of `placed` in `order` (the new ones have none yet), flushed; before
+/// any of them records `events`.
+fn publish_bitmap(
+    placed: &[Placed],
+    order: &[usize],
+    bitmap: &mut MemberBitmap,
+    events: u64,
+) -> Result<()> {
+    for &i in order {
+        let p = &placed[i];
+        write_bitmap(p, bitmap, events, usize::MAX)?;
+        p.member
+            .flush()
+            .map_err(|e| Error::io(p.member.spec(), e))?;
     }
     Ok(())
 }
@@ -521,11 +647,6 @@ fn check_array(
             "growing an array with md's write journal (md refuses to reshape it too)".into(),
         ));
     }
-    if reference.feature_map & features::BITMAP_OFFSET != 0 {
-        return Err(refuse(
-            "growing an array with a write-intent bitmap (md grows it and keeps the bitmap; nvraid does not yet keep the bitmap in step with the reshape): remove it first (mdadm --grow --bitmap=none), or create arrays to be grown with --bitmap none".into(),
-        ));
-    }
     if reference.resync_offset != RESYNC_CLEAN {
         return Err(Error::NotStartable(
             "the array is not clean (a resync is due); run `nvraid repair` first".into(),
@@ -587,41 +708,71 @@ fn check_new_member(
 /// from the superblock.
 const FLOOR_SECTORS: u64 = 72;
 
-/// Where a bad-block log in the way of the move goes: right after the
-/// superblock's 4 KiB, where mdadm puts it (`bblog_offset`, sectors from
-/// the superblock).
-const LOG_MOVED_TO: u32 = 8;
+/// Where a bad-block log in the way of the move goes (sectors from the
+/// superblock): right after the superblock's 4 KiB, where mdadm puts it,
+/// or right after a write-intent bitmap there (`bitmap_bytes`, its
+/// whole pages).
+fn log_moved_to(sb: &Superblock, bitmap_bytes: Option<u64>) -> u64 {
+    match (bitmap_bytes, bitmap_at(sb)) {
+        (Some(len), Some(at)) => {
+            let end = (at as u64 + len) / 512 - sb.super_offset_sectors;
+            end.max(8)
+        }
+        _ => 8,
+    }
+}
+
+/// Where the moved data may start on `sb`'s member at the lowest (device
+/// sectors), md's `super_1_allow_new_offset`: 36 KiB past the
+/// superblock's start, past the write-intent bitmap's pages, past the
+/// bad-block log, which stays where it is when it lies below that, and
+/// otherwise moves to just past the superblock or the bitmap
+/// ([`log_moved_to`]; `Some(to)`).
+fn floor_of(sb: &Superblock, bitmap_bytes: Option<u64>) -> (u64, Option<u64>) {
+    let sb_start = sb.super_offset_sectors;
+    let mut floor = sb_start + FLOOR_SECTORS;
+    if let (Some(len), Some(at)) = (bitmap_bytes, bitmap_at(sb)) {
+        floor = floor.max((at as u64 + len).div_ceil(512));
+    }
+    let Some((start, len)) = log_sectors(sb) else {
+        return (floor, None);
+    };
+    let to = sb_start + log_moved_to(sb, bitmap_bytes);
+    if start < floor || (to < start + len && start < to + len) {
+        // Below the floor, or where moving it would overwrite it: it stays.
+        (floor.max(start + len), None)
+    } else {
+        (floor.max(to + len), Some(to))
+    }
+}
 
 /// How far (sectors) the data offset can move down on every member: from
-/// the data down to md's floor (36 KiB past the superblock) or the end of
-/// a bad-block log below that floor, at most [`move_max_bytes`], in whole
-/// 4 KiB; refused below one chunk (a step could then not write one row).
-/// A bad-block log above the floor (nvraid puts it right below the data)
-/// moves to just after the superblock ([`move_logs`]).
+/// the data down to md's floor ([`floor_of`]), at most
+/// [`move_max_bytes`], in whole 4 KiB; refused below one chunk (a step
+/// could then not write one row).
 fn room_to_move(
     found: &[(Member, Superblock)],
     reference: &Superblock,
     old: &Geometry,
+    bitmap_bytes: Option<u64>,
 ) -> Result<u64> {
     let chunk_bytes = old.chunk_bytes().expect("parity levels have chunks");
     let mut room = move_max_bytes(chunk_bytes) / 512;
     for (_, sb) in found {
-        let sb_start = sb.super_offset_sectors;
-        let mut floor = sb_start + FLOOR_SECTORS;
-        if let Some((start, len)) = log_sectors(sb) {
-            if start < floor {
-                floor = floor.max(start + len);
-            }
-        }
+        let (floor, _) = floor_of(sb, bitmap_bytes);
         room = room.min(sb.data_offset_sectors.saturating_sub(floor));
     }
     let room = room / 8 * 8;
     let chunk_sectors = old.chunk_bytes().expect("parity levels have chunks") / 512;
     if room < chunk_sectors {
         return Err(Error::NotStartable(format!(
-            "the members have {} bytes free before the data (from a data offset of {} bytes), less than one chunk of {} bytes: nvraid moves the data offset instead of keeping a backup file, and cannot here",
+            "the members have {} bytes free before the data (from a data offset of {} bytes{}), less than one chunk of {} bytes: nvraid moves the data offset instead of keeping a backup file, and cannot here",
             room * 512,
             reference.data_offset_sectors * 512,
+            match bitmap_bytes {
+                Some(len) => format!(", above a write-intent bitmap of {len} bytes"),
+                None => String::new(),
+            },
             chunk_sectors * 512
         )));
     }
@@ -638,15 +789,18 @@ fn log_sectors(sb: &Superblock) -> Option<(u64, u64)> {
 }
 
 /// Move each bad-block log that sits above md's floor (where the data
-/// will move) to just after the superblock: its contents copied and
-/// flushed there, its superblock's `bblog_offset` changed in `placed` (for
-/// the record written next; until then the old place is the one used).
-fn move_logs(placed: &mut [Placed]) -> Result<()> {
+/// will move) to just after the superblock or the bitmap: its contents
+/// copied and flushed there, its superblock's `bblog_offset` changed in
+/// `placed` (for the record written next; until then the old place is the
+/// one used).
+fn move_logs(placed: &mut [Placed], bitmap_bytes: Option<u64>) -> Result<()> {
     for p in placed.iter_mut() {
-        let Some((start, len)) = log_sectors(&p.sb) else {
+        let (Some((start, len)), (_, Some(to))) =
+            (log_sectors(&p.sb), floor_of(&p.sb, bitmap_bytes))
+        else {
             continue;
         };
-        if start < p.sb.super_offset_sectors + FLOOR_SECTORS {
+        if to == start {
             continue;
         }
         let mut log = nvraid_io::AlignedBuf::zeroed((len * 512).next_multiple_of(4096) as usize);
@@ -654,14 +808,13 @@ fn move_logs(placed: &mut [Placed]) -> Result<()> {
         p.member
             .read_at(log, start * 512)
             .map_err(|e| Error::io(p.member.spec(), e))?;
-        let to = p.sb.super_offset_sectors + u64::from(LOG_MOVED_TO);
         p.member
             .write_at(log, to * 512)
             .map_err(|e| Error::io(p.member.spec(), e))?;
         p.member
             .flush()
             .map_err(|e| Error::io(p.member.spec(), e))?;
-        p.sb.bblog_offset = LOG_MOVED_TO;
+        p.sb.bblog_offset = (to - p.sb.super_offset_sectors) as u32;
     }
     Ok(())
 }
