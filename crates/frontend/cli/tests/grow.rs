@@ -48,8 +48,13 @@ fn filled_with(
     ];
     args.extend(names.iter().map(String::as_str));
     ok(&args, dir);
-    let parity = if level == "6" { 2 } else { 1 };
-    let data = pattern((count as u64 - parity) * PER);
+    let data_members = match level {
+        "0" => count as u64,
+        "1" => 1,
+        "6" => count as u64 - 2,
+        _ => count as u64 - 1,
+    };
+    let data = pattern(data_members * PER);
     std::fs::write(dir.join("data"), &data).unwrap();
     let mut args = vec!["write", "--input", "data"];
     args.extend(names.iter().map(String::as_str));
@@ -342,6 +347,48 @@ fn a_second_reshape_while_one_is_recorded_is_refused() {
     );
 }
 
+#[test]
+fn a_raid1_gains_a_mirror_that_holds_every_byte() {
+    // md's `--grow --raid-devices 3 --add NEW` on a RAID 1: the member
+    // count raised, the new member rebuilt; it alone then reads back the
+    // whole array.
+    let dir = tempfile::tempdir().unwrap();
+    let (mut m, data) = filled_with(dir.path(), "1", 2, "mirror", "internal");
+    let new = blank(dir.path(), "d2");
+    let out = ok(
+        &with(&["grow", "-n", "3", "--add", &new, "--json"], &m),
+        dir.path(),
+    );
+    let grown: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(grown["raid_disks_before"], 2, "{grown}");
+    assert_eq!(grown["raid_disks"], 3, "{grown}");
+    assert_eq!(grown["size_bytes"], PER, "{grown}");
+    assert_eq!(grown["moved_bytes"], PER, "{grown}");
+    m.push(new.clone());
+    let d: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["detail", "--json"], &m), dir.path())).unwrap();
+    assert_eq!(d["raid_disks"], 3, "{d}");
+    assert_eq!(d["state"], "clean", "{d}");
+    assert_eq!(d["bitmap"]["dirty_chunks"], 0, "{d}");
+    let alone = vec![new];
+    assert!(
+        read(dir.path(), &alone, PER) == data,
+        "the new mirror differs"
+    );
+    let check = ok(&with(&["check", "--json"], &m), dir.path());
+    let check: serde_json::Value = serde_json::from_str(&check).unwrap();
+    assert_eq!(check["mismatch_sectors"], 0, "{check}");
+    // A RAID 0 is still refused by name, with nothing written.
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = filled_with(dir.path(), "0", 2, "stripes", "none");
+    let new = blank(dir.path(), "d2");
+    refused(
+        &with(&["grow", "-n", "3", "--add", &new], &m),
+        dir.path(),
+        &["growing a raid0", "RAID 1, 4, 5 and 6"],
+    );
+}
+
 /// The array's bitmap as `detail --json` shows it.
 fn bitmap_of(dir: &Path, members: &[String]) -> serde_json::Value {
     let d: serde_json::Value =
@@ -554,4 +601,33 @@ fn the_kernel_assembles_a_grown_bitmap_array_clean_and_finishes_one_left_mid_gro
             "{line}\n{report}"
         );
     }
+}
+
+#[test]
+fn the_kernel_reads_a_raid1_nvraid_gave_a_mirror() {
+    // md assembles the widened RAID 1 whole (three members, none
+    // recovering), reads the pattern, finds no mismatch between the copies.
+    let dir = tempfile::tempdir().unwrap();
+    let (mut m, _) = filled_with(dir.path(), "1", 2, "mirror", "internal");
+    let new = blank(dir.path(), "d2");
+    ok(&with(&["grow", "-n", "3", "--add", &new], &m), dir.path());
+    m.push(new);
+    let images: Vec<PathBuf> = m.iter().map(|name| dir.path().join(name)).collect();
+    let report = kernel_finishes(&images, PER);
+    assert!(
+        report.contains("ASSEMBLED 0") && report.contains("STALE_BITMAPS 0"),
+        "md recovered, resynced or found a bitmap out of date:\n{report}"
+    );
+    let line = report
+        .lines()
+        .find(|l| l.starts_with("KERNEL "))
+        .unwrap_or_else(|| panic!("no array assembled:\n{report}"));
+    assert!(
+        line.contains("disks=3")
+            && line.contains(&format!("size={PER}"))
+            && line.contains("pattern=ok")
+            && line.contains("mismatch=0")
+            && line.contains("bitmap=+8"),
+        "{line}\n{report}"
+    );
 }

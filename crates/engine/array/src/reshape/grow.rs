@@ -40,7 +40,7 @@ use crate::decision::{decide, SetAside};
 use crate::error::{Error, Result};
 use crate::intent::{bitmap_at, merge_bitmaps, read_member_bitmap, MemberBitmap};
 use crate::slot::{read_superblock, write_superblock};
-use nvraid_layout::{Direction, Geometry, Reshape};
+use nvraid_layout::{Direction, Geometry, Level, Reshape};
 use nvraid_member::{Member, OpenOptions};
 use nvraid_metadata::{features, Role, Superblock, Timestamp, RESYNC_CLEAN};
 use serde::Serialize;
@@ -94,9 +94,9 @@ pub struct Grown {
 }
 
 /// A member in the reshape, by role.
-struct Placed {
-    member: Member,
-    sb: Superblock,
+pub(super) struct Placed {
+    pub(super) member: Member,
+    pub(super) sb: Superblock,
 }
 
 /// Add `options.add` to the RAID 4/5/6 on `members` (every active member,
@@ -132,6 +132,16 @@ pub fn grow(
     }
     let (reference, old_roles) = check_array(&found, options)?;
     let old_geometry = old_shape(&reference, found[0].0.spec())?;
+    if old_geometry.level() == Level::Raid1 {
+        return super::mirror::add_mirrors(
+            members,
+            found,
+            &reference,
+            &old_geometry,
+            options,
+            progress,
+        );
+    }
     let mut bitmap = kept_bitmap(found.iter().map(|(m, sb)| (m, sb)), &old_geometry)?;
     let bitmap_bytes = bitmap.as_ref().map(|b| b.storage.len() as u64);
     let new_geometry = Geometry::new(
@@ -492,7 +502,7 @@ fn finish_record(sb: &mut Superblock) {
 /// goes first, carrying the events count of the superblock that follows:
 /// a bitmap older than its superblock would be taken as all dirty (md
 /// forces a full resync then), one newer is believed.
-fn write_superblocks(
+pub(super) fn write_superblocks(
     placed: &[Placed],
     order: &[usize],
     mut bitmap: Option<&mut MemberBitmap>,
@@ -520,7 +530,7 @@ const PAGE: usize = 4096;
 /// over the bitmap's space of `geometry` (member rows for RAID 4/5/6, the
 /// same in the old and the new shape). `None` when the members have none;
 /// refused when only some have one, or theirs differ in chunk or place.
-fn kept_bitmap<'a>(
+pub(super) fn kept_bitmap<'a>(
     members: impl Iterator<Item = (&'a Member, &'a Superblock)>,
     geometry: &Geometry,
 ) -> Result<Option<MemberBitmap>> {
@@ -607,9 +617,9 @@ fn check_array(
         what,
     };
     let level = crate::assemble::level_of(reference, spec)?;
-    if level.parity_chunks() == 0 {
+    if level.parity_chunks() == 0 && level != Level::Raid1 {
         return Err(refuse(format!(
-            "growing a {level} (nvraid grows RAID 4, 5 and 6 so far)"
+            "growing a {level} (nvraid grows RAID 1, 4, 5 and 6 so far)"
         )));
     }
     if let Some(role) = decision.roles.iter().position(Option::is_none) {
@@ -671,7 +681,7 @@ fn check_array(
 
 /// A new member must hold the data area the others use, at the same data
 /// offset, and carry nothing (unless forced).
-fn check_new_member(
+pub(super) fn check_new_member(
     member: &Member,
     reference: &Superblock,
     old: &Geometry,

@@ -11,7 +11,9 @@
 //!   read from the shape the position puts it in, and what `detail` shows;
 //! - `grow`: [`grow`] and [`continue_grow`], nvraid's own reshape of a
 //!   RAID 4/5/6 gaining members: the checks, md's record written, the
-//!   steps with a checkpoint after each, the finished shape recorded.
+//!   steps with a checkpoint after each, the finished shape recorded;
+//! - `mirror`: `grow` of a RAID 1 (another mirror): the member count
+//!   raised in every superblock, the new member added and rebuilt.
 //!
 //! `record` and `step` are the floor; `read` and `grow` stand on them and
 //! not on each other.
@@ -19,6 +21,7 @@
 //! [`Reshape`]: nvraid_layout::Reshape
 
 mod grow;
+mod mirror;
 mod read;
 mod record;
 mod step;

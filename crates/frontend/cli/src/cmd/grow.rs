@@ -1,6 +1,6 @@
 //! `nvraid grow`: add members to a RAID 4/5/6 and reshape it, offline, in
-//! md's format (docs/reshape.md); `--continue` resumes a reshape a crash
-//! or an interrupted run left part-way.
+//! md's format (docs/reshape.md), or mirrors to a RAID 1; `--continue`
+//! resumes a reshape a crash or an interrupted run left part-way.
 
 use super::{bytes_text, size_arg};
 use anyhow::{bail, Result};
