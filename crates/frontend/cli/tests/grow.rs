@@ -51,6 +51,7 @@ fn filled_with(
     let data_members = match level {
         "0" => count as u64,
         "1" => 1,
+        "10" => count as u64 / 2,
         "6" => count as u64 - 2,
         _ => count as u64 - 1,
     };
@@ -378,14 +379,116 @@ fn a_raid1_gains_a_mirror_that_holds_every_byte() {
     let check = ok(&with(&["check", "--json"], &m), dir.path());
     let check: serde_json::Value = serde_json::from_str(&check).unwrap();
     assert_eq!(check["mismatch_sectors"], 0, "{check}");
-    // A RAID 0 is still refused by name, with nothing written.
+}
+
+#[test]
+fn a_raid10_near_grows_from_4_to_5_members_and_every_byte_reads_back() {
     let dir = tempfile::tempdir().unwrap();
+    let (mut m, data) = filled_with(dir.path(), "10", 4, "r10", "none");
+    assert_eq!(data.len() as u64, 2 * PER);
+    let new = blank(dir.path(), "d4");
+    let out = ok(
+        &with(
+            &["grow", "-n", "5", "--add", &new, "--step", "1M", "--json"],
+            &m,
+        ),
+        dir.path(),
+    );
+    let grown: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(grown["size_bytes_before"], 2 * PER, "{grown}");
+    // 5 members of 14 MiB, two copies: 35 MiB.
+    assert_eq!(grown["size_bytes"], 5 * PER / 2, "{grown}");
+    assert_eq!(grown["data_offset_bytes"], 768 * 1024, "{grown}");
+    m.push(new);
+    let got = read(dir.path(), &m, 5 * PER / 2);
+    assert!(got[..data.len()] == data[..], "the old bytes moved wrong");
+    assert!(
+        got[data.len()..].iter().all(|&b| b == 0),
+        "the new space is not zeros"
+    );
+    let check = ok(&with(&["check", "--json"], &m), dir.path());
+    let check: serde_json::Value = serde_json::from_str(&check).unwrap();
+    assert_eq!(check["mismatch_sectors"], 0, "{check}");
+    // Both copies are right: without any one member every byte reads.
+    for gone in 0..5 {
+        let rest: Vec<String> = (0..5)
+            .filter(|&i| i != gone)
+            .map(|i| m[i].clone())
+            .collect();
+        assert!(
+            read(dir.path(), &rest, data.len() as u64) == data,
+            "without d{gone}: the copies differ"
+        );
+    }
+}
+
+#[test]
+fn a_raid10_grow_killed_mid_way_reads_back_and_continues() {
+    for point in [
+        "reshape-superblock:5",
+        "reshape-write:4",
+        "reshape-write:20",
+        "reshape-superblock:17",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut m, data) = filled_with(dir.path(), "10", 4, "r10", "none");
+        let new = blank(dir.path(), "d4");
+        grow_killed_at(dir.path(), &m, &new, point);
+        m.push(new);
+        let got = read(dir.path(), &m, data.len() as u64);
+        assert!(got == data, "{point}: the bytes read mid-reshape differ");
+        ok(
+            &with(&["grow", "--continue", "--step", "1M"], &m),
+            dir.path(),
+        );
+        let got = read(dir.path(), &m, 5 * PER / 2);
+        assert!(
+            got[..data.len()] == data[..],
+            "{point}: the bytes differ after --continue"
+        );
+        let check = ok(&with(&["check", "--json"], &m), dir.path());
+        let check: serde_json::Value = serde_json::from_str(&check).unwrap();
+        assert_eq!(check["mismatch_sectors"], 0, "{point}: {check}");
+    }
+}
+
+#[test]
+fn a_raid0_a_far_raid10_and_a_raid10_with_a_bitmap_are_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let new = blank(dir.path(), "n0");
     let (m, _) = filled_with(dir.path(), "0", 2, "stripes", "none");
-    let new = blank(dir.path(), "d2");
     refused(
         &with(&["grow", "-n", "3", "--add", &new], &m),
         dir.path(),
-        &["growing a raid0", "RAID 1, 4, 5 and 6"],
+        &["growing a raid0", "degraded RAID 4"],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let new = blank(dir.path(), "n0");
+    let names: Vec<String> = (0..4).map(|i| format!("d{i}")).collect();
+    ok(
+        &with(
+            &[
+                "create", "--level", "10", "--layout", "f2", "--bitmap", "none", "--size", "15M",
+            ],
+            &names,
+        ),
+        dir.path(),
+    );
+    refused(
+        &with(&["grow", "-n", "5", "--add", &new], &names),
+        dir.path(),
+        &["md reshapes only the near layout"],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let new = blank(dir.path(), "n0");
+    ok(
+        &with(&["create", "--level", "10", "--size", "15M"], &names),
+        dir.path(),
+    );
+    refused(
+        &with(&["grow", "-n", "5", "--add", &new], &names),
+        dir.path(),
+        &["write-intent bitmap", "md resizes the bitmap"],
     );
 }
 
@@ -630,4 +733,52 @@ fn the_kernel_reads_a_raid1_nvraid_gave_a_mirror() {
             && line.contains("bitmap=+8"),
         "{line}\n{report}"
     );
+}
+
+#[test]
+fn the_kernel_reads_a_raid10_nvraid_grew_and_finishes_one_left_mid_grow() {
+    // RAID 10 near=2 from 4 to 5 members: one grown to the end, one killed
+    // early (a step recorded, the next written and not recorded), one late
+    // (at 32 MiB of 35, past the old shape's end of 28 MiB). md assembles
+    // all three, finishes the two,
+    // reads the pattern and finds the copies equal.
+    let dir = tempfile::tempdir().unwrap();
+    let mut images = Vec::new();
+    for (name, point) in [
+        ("tdone", None),
+        ("tearly", Some("reshape-write:20")),
+        ("tlate", Some("reshape-superblock:170")),
+    ] {
+        let sub = dir.path().join(name);
+        std::fs::create_dir(&sub).unwrap();
+        let (mut m, _) = filled_with(&sub, "10", 4, name, "none");
+        let new = blank(&sub, "d4");
+        match point {
+            None => {
+                ok(
+                    &with(&["grow", "-n", "5", "--add", &new, "--step", "1M"], &m),
+                    &sub,
+                );
+            }
+            Some(point) => grow_killed_at(&sub, &m, &new, point),
+        }
+        m.push(new);
+        images.extend(m.iter().map(|name| sub.join(name)));
+    }
+    let report = kernel_finishes(&images, 2 * PER);
+    let lines: Vec<&str> = report
+        .lines()
+        .filter(|l| l.starts_with("KERNEL "))
+        .collect();
+    assert_eq!(lines.len(), 3, "three arrays expected:\n{report}");
+    for line in lines {
+        assert!(
+            line.contains("disks=5")
+                && line.contains(&format!("size={}", 5 * PER / 2))
+                && line.contains("pattern=ok")
+                && line.contains("mismatch=0")
+                && line.contains("offset=1536,"),
+            "{line}\n{report}"
+        );
+    }
 }

@@ -1,8 +1,10 @@
-//! `grow`: add members to a RAID 4/5/6, offline, in md's format, the way
-//! md reshapes with v1.2 metadata and no backup file.
+//! `grow`: add members to a RAID 4/5/6 or a RAID 10 near, offline, in
+//! md's format, the way md reshapes with v1.2 metadata and no backup file
+//! (a RAID 1's new mirrors: `mirror`).
 //!
 //! 1. Every check comes first (a whole, clean array of a parity level
-//!    without PPL or journal; new members large enough and blank; room
+//!    or RAID 10 near (without a bitmap: md resizes a RAID 10's), without
+//!    PPL or journal; new members large enough and blank; room
 //!    before the data to move it, above a write-intent bitmap); a refusal
 //!    writes nothing.
 //! 2. The reshape is recorded: each new member gets an empty bad-block log
@@ -149,7 +151,7 @@ pub fn grow(
         options.raid_devices,
         old_geometry
             .chunk_bytes()
-            .expect("parity levels have chunks"),
+            .expect("parity levels and RAID 10 have chunks"),
         member_data_bytes(&reference),
     )?;
     let mut adding = Vec::with_capacity(options.add.len());
@@ -298,7 +300,10 @@ pub fn continue_grow(
         .max()
     {
         let reshape = reshape_of(&reference, placed[0].member.spec(), &[])?;
-        let mut bitmap = kept_bitmap(placed.iter().map(|p| (&p.member, &p.sb)), reshape.old())?;
+        let mut bitmap = kept_bitmap(
+            placed.iter().map(|p| (&p.member, &p.sb)),
+            reshape.new_shape(),
+        )?;
         for p in placed.iter_mut() {
             if is_reshaping(&p.sb) {
                 finish_record(&mut p.sb);
@@ -355,15 +360,20 @@ pub fn continue_grow(
         p.sb.utime = Timestamp::now();
     }
     let reshape = reshape_at(&placed, reference.reshape_position * 512)?;
+    // A RAID 10's bitmap counts array bytes: md resized it for the new
+    // shape when its grow started, which nvraid does not do yet.
+    let grows = |level: Level| {
+        level.parity_chunks() > 0 || (matches!(level, Level::Raid10 { .. }) && bitmap.is_none())
+    };
     if reshape.direction() != Direction::Forwards
-        || reshape.old().level().parity_chunks() == 0
+        || !grows(reshape.old().level())
         || reshape.old().level() != reshape.new_shape().level()
         || reshape.old().chunk_bytes() != reshape.new_shape().chunk_bytes()
     {
         return Err(Error::Unsupported {
             spec: placed[0].member.spec().into(),
             what: format!(
-                "continuing this reshape ({} of {} members to {} of {}, {}): nvraid continues a RAID 4/5/6 that gains members; let the kernel finish it (mdadm --assemble)",
+                "continuing this reshape ({} of {} members to {} of {}, {}): nvraid continues a RAID 4/5/6, or a RAID 10 near without a write-intent bitmap, that gains members; let the kernel finish it (mdadm --assemble)",
                 reshape.old().level(),
                 reshape.old().members(),
                 reshape.new_shape().level(),
@@ -617,10 +627,23 @@ fn check_array(
         what,
     };
     let level = crate::assemble::level_of(reference, spec)?;
-    if level.parity_chunks() == 0 && level != Level::Raid1 {
-        return Err(refuse(format!(
-            "growing a {level} (nvraid grows RAID 1, 4, 5 and 6 so far)"
-        )));
+    match level {
+        Level::Raid0 => {
+            return Err(refuse(format!(
+                "growing a {level} (md grows a RAID 0 by taking it over as a degraded RAID 4 and back; nvraid grows RAID 1, 4, 5, 6 and 10 near so far)"
+            )))
+        }
+        Level::Raid10Far { .. } => {
+            return Err(refuse(format!(
+                "growing a {level} (md reshapes only the near layout of RAID 10)"
+            )))
+        }
+        Level::Raid10 { .. } if reference.feature_map & features::BITMAP_OFFSET != 0 => {
+            return Err(refuse(format!(
+                "growing a {level} with a write-intent bitmap (its bits count array bytes, and md resizes the bitmap for the larger array when the grow starts; nvraid does not yet): remove it first (mdadm --grow --bitmap=none), or create arrays to be grown with --bitmap none"
+            )))
+        }
+        _ => {}
     }
     if let Some(role) = decision.roles.iter().position(Option::is_none) {
         return Err(Error::NotStartable(format!(
@@ -766,14 +789,19 @@ fn room_to_move(
     old: &Geometry,
     bitmap_bytes: Option<u64>,
 ) -> Result<u64> {
-    let chunk_bytes = old.chunk_bytes().expect("parity levels have chunks");
+    let chunk_bytes = old
+        .chunk_bytes()
+        .expect("the levels grown by moving rows have chunks");
     let mut room = move_max_bytes(chunk_bytes) / 512;
     for (_, sb) in found {
         let (floor, _) = floor_of(sb, bitmap_bytes);
         room = room.min(sb.data_offset_sectors.saturating_sub(floor));
     }
     let room = room / 8 * 8;
-    let chunk_sectors = old.chunk_bytes().expect("parity levels have chunks") / 512;
+    let chunk_sectors = old
+        .chunk_bytes()
+        .expect("the levels grown by moving rows have chunks")
+        / 512;
     if room < chunk_sectors {
         return Err(Error::NotStartable(format!(
             "the members have {} bytes free before the data (from a data offset of {} bytes{}), less than one chunk of {} bytes: nvraid moves the data offset instead of keeping a backup file, and cannot here",

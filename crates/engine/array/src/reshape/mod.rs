@@ -10,7 +10,7 @@
 //! - `read`: [`MidReshape`], such an array opened read-only: every byte
 //!   read from the shape the position puts it in, and what `detail` shows;
 //! - `grow`: [`grow`] and [`continue_grow`], nvraid's own reshape of a
-//!   RAID 4/5/6 gaining members: the checks, md's record written, the
+//!   RAID 4/5/6 or RAID 10 near gaining members: the checks, md's record written, the
 //!   steps with a checkpoint after each, the finished shape recorded;
 //! - `mirror`: `grow` of a RAID 1 (another mirror): the member count
 //!   raised in every superblock, the new member added and rebuilt.

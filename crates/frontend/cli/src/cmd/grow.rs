@@ -1,4 +1,4 @@
-//! `nvraid grow`: add members to a RAID 4/5/6 and reshape it, offline, in
+//! `nvraid grow`: add members to a RAID 4/5/6 or RAID 10 near and reshape it, offline, in
 //! md's format (docs/reshape.md), or mirrors to a RAID 1; `--continue`
 //! resumes a reshape a crash or an interrupted run left part-way.
 
