@@ -492,6 +492,113 @@ fn a_raid0_a_far_raid10_and_a_raid10_with_a_bitmap_are_refused_by_name() {
     );
 }
 
+#[test]
+fn a_raid5_parity_last_becomes_md_raid4_and_back_with_no_byte_moved() {
+    // md's takeover: RAID 4 and RAID 5 parity-last put every byte at the
+    // same place; only the superblocks change. (nvraid's own RAID 4 is md
+    // level 5 with the parity-last layout; mdadm's is level 4.)
+    let dir = tempfile::tempdir().unwrap();
+    let (m, data) = filled_with(dir.path(), "4", 3, "takeover", "internal");
+    let images = |dir: &Path| -> Vec<Vec<u8>> {
+        m.iter()
+            .map(|name| std::fs::read(dir.join(name)).unwrap()[1 << 20..].to_vec())
+            .collect()
+    };
+    let levels = |dir: &Path| -> Vec<String> {
+        m.iter()
+            .map(|name| {
+                let e = ok(&["examine", name], dir);
+                e.lines()
+                    .find(|l| l.contains("Raid Level"))
+                    .unwrap()
+                    .trim()
+                    .to_string()
+            })
+            .collect()
+    };
+    assert_eq!(levels(dir.path()), vec!["Raid Level : raid5"; 3]);
+    let before = images(dir.path());
+    let out = ok(&with(&["grow", "--level", "4", "--json"], &m), dir.path());
+    let changed: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(changed["md_level_before"], 5, "{changed}");
+    assert_eq!(changed["md_level"], 4, "{changed}");
+    assert_eq!(levels(dir.path()), vec!["Raid Level : raid4"; 3]);
+    let d: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["detail", "--json"], &m), dir.path())).unwrap();
+    assert_eq!(d["layout"], "parity-last", "{d}");
+    assert_eq!(d["state"], "clean", "{d}");
+    assert_eq!(d["bitmap"]["dirty_chunks"], 0, "{d}");
+    assert!(images(dir.path()) == before, "a data byte moved");
+    assert!(read(dir.path(), &m, data.len() as u64) == data);
+    ok(&with(&["grow", "--level", "5"], &m), dir.path());
+    assert_eq!(levels(dir.path()), vec!["Raid Level : raid5"; 3]);
+    let d: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["detail", "--json"], &m), dir.path())).unwrap();
+    assert_eq!(d["layout"], "parity-last", "{d}");
+    assert_eq!(d["bitmap"]["dirty_chunks"], 0, "{d}");
+    assert!(images(dir.path()) == before, "a data byte moved");
+}
+
+#[test]
+fn level_changes_md_makes_otherwise_are_refused_naming_its_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = filled_with(dir.path(), "5", 3, "r5", "internal");
+    refused(
+        &with(&["grow", "--level", "4"], &m),
+        dir.path(),
+        &["parity-last layout"],
+    );
+    refused(
+        &with(&["grow", "--level", "6"], &m),
+        dir.path(),
+        &["adds (or drops) a member for Q"],
+    );
+    refused(
+        &with(&["grow", "--level", "1"], &m),
+        dir.path(),
+        &["only with two members"],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = filled_with(dir.path(), "1", 2, "r1", "internal");
+    refused(
+        &with(&["grow", "--level", "5"], &m),
+        dir.path(),
+        &["two-member RAID 5", "does not lay out"],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = filled_with(dir.path(), "0", 2, "r0", "none");
+    refused(
+        &with(&["grow", "--level", "10"], &m),
+        dir.path(),
+        &["member 2i"],
+    );
+}
+
+#[test]
+fn the_kernel_assembles_as_raid4_what_nvraid_took_over_from_raid5_parity_last() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = filled_with(dir.path(), "4", 3, "takeover", "internal");
+    ok(&with(&["grow", "--level", "4"], &m), dir.path());
+    let images: Vec<PathBuf> = m.iter().map(|name| dir.path().join(name)).collect();
+    let report = kernel_finishes(&images, 2 * PER);
+    assert!(
+        report.contains("ASSEMBLED 0") && report.contains("STALE_BITMAPS 0"),
+        "md resynced or found a bitmap out of date:\n{report}"
+    );
+    let line = report
+        .lines()
+        .find(|l| l.starts_with("KERNEL "))
+        .unwrap_or_else(|| panic!("no array assembled:\n{report}"));
+    assert!(
+        line.contains("level=raid4")
+            && line.contains("disks=3")
+            && line.contains(&format!("size={}", 2 * PER))
+            && line.contains("pattern=ok")
+            && line.contains("mismatch=0"),
+        "{line}\n{report}"
+    );
+}
+
 /// The array's bitmap as `detail --json` shows it.
 fn bitmap_of(dir: &Path, members: &[String]) -> serde_json::Value {
     let d: serde_json::Value =
@@ -574,7 +681,7 @@ for sys in /sys/block/md*; do
   md=/dev/${{sys##*/}}
   echo check > $sys/md/sync_action; sleep 1; mdadm --wait $md >/dev/null 2>&1
   if pattern verify -n {bytes} $md; then pv=ok; else pv=FAILED; fi
-  echo "KERNEL md=$md disks=$(cat $sys/md/raid_disks) size=$(blockdev --getsize64 $md) pattern=$pv mismatch=$(cat $sys/md/mismatch_cnt) offset=$(cat $sys/md/dev-*/offset | sort -u | tr '\n' ,) bitmap=$(cat $sys/md/bitmap/location 2>/dev/null || echo none)"
+  echo "KERNEL md=$md level=$(cat $sys/md/level) layout=$(cat $sys/md/layout) disks=$(cat $sys/md/raid_disks) size=$(blockdev --getsize64 $md) pattern=$pv mismatch=$(cat $sys/md/mismatch_cnt) offset=$(cat $sys/md/dev-*/offset | sort -u | tr '\n' ,) bitmap=$(cat $sys/md/bitmap/location 2>/dev/null || echo none)"
 done
 echo "STALE_BITMAPS $(dmesg | grep -c 'out of date')"
 "#

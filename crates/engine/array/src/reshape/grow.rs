@@ -618,15 +618,13 @@ fn check_array(
     found: &[(Member, Superblock)],
     options: &GrowOptions,
 ) -> Result<(Superblock, Vec<usize>)> {
-    let listed: Vec<(&str, &Superblock)> = found.iter().map(|(m, sb)| (m.spec(), sb)).collect();
-    let decision = decide(&listed)?;
-    let (ref_member, reference) = &found[decision.reference];
-    let spec = ref_member.spec();
+    let (reference, roles) = check_whole(found, "grows", "growing")?;
+    let spec = found[roles[0]].0.spec();
     let refuse = |what: String| Error::Unsupported {
         spec: spec.into(),
         what,
     };
-    let level = crate::assemble::level_of(reference, spec)?;
+    let level = crate::assemble::level_of(&reference, spec)?;
     match level {
         Level::Raid0 => {
             return Err(refuse(format!(
@@ -645,46 +643,6 @@ fn check_array(
         }
         _ => {}
     }
-    if let Some(role) = decision.roles.iter().position(Option::is_none) {
-        return Err(Error::NotStartable(format!(
-            "the array is degraded (role {role} is missing); nvraid grows only a whole array: rebuild it first (`nvraid add`)"
-        )));
-    }
-    if let Some((index, why)) = decision.set_aside.first() {
-        let why = match why {
-            SetAside::Spare => {
-                "a spare: give only the active members, and the new ones with --add".into()
-            }
-            other => other.reason(),
-        };
-        return Err(Error::NotStartable(format!(
-            "{} takes no part in the array ({why}); nvraid grows only a whole array",
-            found[*index].0.spec()
-        )));
-    }
-    for (member, sb) in found {
-        if sb.feature_map & (features::RECOVERY_OFFSET | features::RECOVERY_BITMAP) != 0 {
-            return Err(Error::NotStartable(format!(
-                "{} is being rebuilt; finish the rebuild first (`nvraid rebuild`)",
-                member.spec()
-            )));
-        }
-    }
-    if reference.feature_map & (features::PPL | features::MULTIPLE_PPLS) != 0 {
-        return Err(refuse(
-            "growing an array with md's partial parity log (md refuses to reshape it too; switch the consistency policy to resync first)".into(),
-        ));
-    }
-    if reference.feature_map & features::JOURNAL != 0 {
-        return Err(refuse(
-            "growing an array with md's write journal (md refuses to reshape it too)".into(),
-        ));
-    }
-    if reference.resync_offset != RESYNC_CLEAN {
-        return Err(Error::NotStartable(
-            "the array is not clean (a resync is due); run `nvraid repair` first".into(),
-        ));
-    }
     let old = reference.raid_disks;
     let want = old as usize + options.add.len();
     if options.add.is_empty() || options.raid_devices as usize != want {
@@ -697,6 +655,67 @@ fn check_array(
                 want
             ),
         });
+    }
+    Ok((reference, roles))
+}
+
+/// The checks every change of shape makes first (`verb`: "grows",
+/// `doing`: "growing", for the messages): the members make a whole array
+/// (no role missing, none set aside, none being rebuilt), clean, without
+/// md's partial parity log or write journal. Returns the reference
+/// superblock and the index of the member in each role.
+pub(super) fn check_whole(
+    found: &[(Member, Superblock)],
+    verb: &str,
+    doing: &str,
+) -> Result<(Superblock, Vec<usize>)> {
+    let listed: Vec<(&str, &Superblock)> = found.iter().map(|(m, sb)| (m.spec(), sb)).collect();
+    let decision = decide(&listed)?;
+    let (ref_member, reference) = &found[decision.reference];
+    let spec = ref_member.spec();
+    let refuse = |what: String| Error::Unsupported {
+        spec: spec.into(),
+        what,
+    };
+    if let Some(role) = decision.roles.iter().position(Option::is_none) {
+        return Err(Error::NotStartable(format!(
+            "the array is degraded (role {role} is missing); nvraid {verb} only a whole array: rebuild it first (`nvraid add`)"
+        )));
+    }
+    if let Some((index, why)) = decision.set_aside.first() {
+        let why = match why {
+            SetAside::Spare => {
+                "a spare: give only the active members, and the new ones with --add".into()
+            }
+            other => other.reason(),
+        };
+        return Err(Error::NotStartable(format!(
+            "{} takes no part in the array ({why}); nvraid {verb} only a whole array",
+            found[*index].0.spec()
+        )));
+    }
+    for (member, sb) in found {
+        if sb.feature_map & (features::RECOVERY_OFFSET | features::RECOVERY_BITMAP) != 0 {
+            return Err(Error::NotStartable(format!(
+                "{} is being rebuilt; finish the rebuild first (`nvraid rebuild`)",
+                member.spec()
+            )));
+        }
+    }
+    if reference.feature_map & (features::PPL | features::MULTIPLE_PPLS) != 0 {
+        return Err(refuse(format!(
+            "{doing} an array with md's partial parity log (md refuses to reshape it too; switch the consistency policy to resync first)"
+        )));
+    }
+    if reference.feature_map & features::JOURNAL != 0 {
+        return Err(refuse(format!(
+            "{doing} an array with md's write journal (md refuses to reshape it too)"
+        )));
+    }
+    if reference.resync_offset != RESYNC_CLEAN {
+        return Err(Error::NotStartable(
+            "the array is not clean (a resync is due); run `nvraid repair` first".into(),
+        ));
     }
     let roles = decision.roles.iter().map(|i| i.expect("checked")).collect();
     Ok((reference.clone(), roles))

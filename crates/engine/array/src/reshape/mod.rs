@@ -12,6 +12,8 @@
 //! - `grow`: [`grow`] and [`continue_grow`], nvraid's own reshape of a
 //!   RAID 4/5/6 or RAID 10 near gaining members: the checks, md's record written, the
 //!   steps with a checkpoint after each, the finished shape recorded;
+//! - `level`: `grow --level`, md's level changes that move no byte
+//!   (RAID 1 of two <-> RAID 5, RAID 4 <-> RAID 5 parity-last);
 //! - `mirror`: `grow` of a RAID 1 (another mirror): the member count
 //!   raised in every superblock, the new member added and rebuilt.
 //!
@@ -21,11 +23,13 @@
 //! [`Reshape`]: nvraid_layout::Reshape
 
 mod grow;
+mod level;
 mod mirror;
 mod read;
 mod record;
 mod step;
 
 pub use grow::{continue_grow, grow, GrowOptions, GrowProgress, Grown};
+pub use level::{change_level, LevelChanged};
 pub use read::{MidReshape, ReshapeDetail, ReshapeMember, ShapeDetail};
 pub use record::{is_reshaping, reshape_of};

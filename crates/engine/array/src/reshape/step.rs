@@ -35,6 +35,56 @@ pub(crate) fn read_through(
     Ok(())
 }
 
+/// Read `buf.len()` array bytes at `offset`, all in the old shape (at or
+/// past a forwards reshape's position), with one read per old member: the
+/// member rows that hold them, read whole, then each chunk copied out of
+/// its member's rows (parity chunks in those rows are read and skipped).
+/// A step's reads are a few large sequential ones, not one per chunk.
+fn read_old_rows(
+    reshape: &Reshape,
+    members: &[&Member],
+    buf: &mut [u8],
+    offset: u64,
+) -> Result<()> {
+    let old = reshape.old();
+    let end = offset + buf.len() as u64;
+    assert!(
+        reshape.direction() == Direction::Forwards && offset >= reshape.position(),
+        "invariant: the bytes read are all in the old shape"
+    );
+    assert!(end <= old.array_bytes(), "invariant: within the old shape");
+    let chunk = old.chunk_bytes().expect("the levels reshaped have chunks");
+    // Member rows are in array order: the first byte's row starts them,
+    // the last byte's row ends them.
+    let first_row = old.locate(offset, 0).member_offset / chunk * chunk;
+    let last_row = old.locate(end - 1, 0).member_offset / chunk * chunk;
+    let span = (last_row + chunk - first_row) as usize;
+    let mut rows: Vec<AlignedBuf> = Vec::with_capacity(old.members() as usize);
+    for role in 0..old.members() {
+        let member = members[role as usize];
+        let at = reshape
+            .data_offset(nvraid_layout::Shape::Old, role)
+            .expect("an old shape's member")
+            + first_row;
+        let mut r = AlignedBuf::zeroed(span);
+        member
+            .read_at(&mut r, at)
+            .map_err(|e| Error::io(member.spec(), e))?;
+        rows.push(r);
+    }
+    let mut at = offset;
+    while at < end {
+        let len = (chunk - at % chunk).min(end - at);
+        let place = old.locate(at, 0);
+        let from = (place.member_offset - first_row) as usize;
+        let to = (at - offset) as usize;
+        buf[to..to + len as usize]
+            .copy_from_slice(&rows[place.member as usize][from..from + len as usize]);
+        at += len;
+    }
+    Ok(())
+}
+
 /// Move the array bytes from `reshape`'s position to `to` (a forwards
 /// reshape of a parity level or RAID 10 near; the caller checked
 /// `step_is_safe(to)`): read them from the old shape, write whole new
@@ -76,7 +126,7 @@ pub(crate) fn move_rows(
     let mut data = AlignedBuf::zeroed((rows * unit) as usize);
     let readable = old_end.min(from + rows * unit).saturating_sub(from);
     if readable > 0 {
-        read_through(reshape, members, &mut data[..readable as usize], from)?;
+        read_old_rows(reshape, members, &mut data[..readable as usize], from)?;
     }
     let c = chunk as usize;
     let mut out: Vec<AlignedBuf> = (0..new.members())
