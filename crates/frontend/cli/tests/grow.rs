@@ -599,6 +599,49 @@ fn the_kernel_assembles_as_raid4_what_nvraid_took_over_from_raid5_parity_last() 
     );
 }
 
+#[test]
+fn a_mirror_grow_killed_while_the_count_is_written_is_finished_by_running_it_again() {
+    // Killed after the first member recorded the new count (the members
+    // then disagree, one event apart) and after both did (a degraded RAID 1
+    // of three): the same command finishes either, and the new mirror alone
+    // reads back the array.
+    for point in ["reshape-superblock:1", "reshape-superblock:2"] {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut m, data) = filled_with(dir.path(), "1", 2, "mirror", "internal");
+        let new = blank(dir.path(), "d2");
+        let out = Command::new(env!("CARGO_BIN_EXE_nvraid"))
+            .current_dir(dir.path())
+            .env("NVRAID_FAILPOINT", point)
+            .args(with(&["grow", "-n", "3", "--add", &new], &m))
+            .output()
+            .unwrap();
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("failpoint"),
+            "{point}: grow did not stop there"
+        );
+        ok(&with(&["grow", "-n", "3", "--add", &new], &m), dir.path());
+        m.push(new.clone());
+        let d: serde_json::Value =
+            serde_json::from_str(&ok(&with(&["detail", "--json"], &m), dir.path())).unwrap();
+        assert_eq!(d["raid_disks"], 3, "{point}: {d}");
+        assert_eq!(d["state"], "clean", "{point}: {d}");
+        assert_eq!(d["bitmap"]["dirty_chunks"], 0, "{point}: {d}");
+        assert!(
+            read(dir.path(), &[new], PER) == data,
+            "{point}: the new mirror differs"
+        );
+    }
+    // A RAID 1 already whole at the count asked: refused, nothing written.
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = filled_with(dir.path(), "1", 2, "mirror", "internal");
+    let new = blank(dir.path(), "d2");
+    refused(
+        &with(&["grow", "-n", "2", "--add", &new], &m),
+        dir.path(),
+        &["--raid-devices", "one --add per new member"],
+    );
+}
+
 /// The array's bitmap as `detail --json` shows it.
 fn bitmap_of(dir: &Path, members: &[String]) -> serde_json::Value {
     let d: serde_json::Value =

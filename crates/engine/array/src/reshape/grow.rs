@@ -132,6 +132,10 @@ pub fn grow(
             ),
         });
     }
+    let found = match super::mirror::widened_before(found, options)? {
+        Ok(widened) => return super::mirror::fill_mirrors(members, widened, options, progress),
+        Err(found) => found,
+    };
     let (reference, old_roles) = check_array(&found, options)?;
     let old_geometry = old_shape(&reference, found[0].0.spec())?;
     if old_geometry.level() == Level::Raid1 {

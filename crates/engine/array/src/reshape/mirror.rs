@@ -16,6 +16,14 @@
 //!    role (`recovery::add_member`: its superblock first, then the
 //!    others' role tables), and the rebuild copies the array onto it,
 //!    recording its progress as any rebuild does.
+//!
+//! The same command run again after a crash finishes it
+//! ([`widened_before`]): a crash while the count was written leaves some
+//! members with the new count one event ahead of the others (md's
+//! assembly would take the fresher and re-add the others by bitmap); the
+//! others then get the new count too, and the missing roles are filled as
+//! in step 3. A crash after the count was written leaves a degraded RAID 1
+//! of the new count, filled the same way (or by `nvraid add`).
 
 use super::grow::{
     check_new_member, kept_bitmap, write_superblocks, GrowOptions, GrowProgress, Grown, Placed,
@@ -25,7 +33,7 @@ use crate::error::{Error, Result};
 use crate::recovery::{self, Added};
 use nvraid_layout::Geometry;
 use nvraid_member::{Member, OpenOptions};
-use nvraid_metadata::{Superblock, Timestamp};
+use nvraid_metadata::{Role, Superblock, Timestamp};
 
 /// Add `options.add` as mirrors to the RAID 1 on `found` (every member,
 /// checked whole and clean; `reference` the freshest superblock).
@@ -67,6 +75,117 @@ pub(super) fn add_mirrors(
         bitmap.as_mut(),
     )?;
     placed.clear();
+    fill(members, adding, geometry, options, started, progress)
+}
+
+/// A RAID 1 this grow already widened (all or part): `Ok` with the new
+/// members opened and checked once every member records the new count (the
+/// ones a crash left one event behind brought up to it); `Err` with the
+/// members untouched when the array is not such a RAID 1 (the grow's
+/// ordinary checks then judge it).
+pub(super) fn widened_before(
+    found: Vec<(Member, Superblock)>,
+    options: &GrowOptions,
+) -> Result<std::result::Result<Widened, Vec<(Member, Superblock)>>> {
+    let n = options.raid_devices;
+    let Some(top) = found
+        .iter()
+        .map(|(_, sb)| sb)
+        .max_by_key(|sb| sb.events)
+        .cloned()
+    else {
+        return Ok(Err(found));
+    };
+    let part_of = |sb: &Superblock| {
+        sb.level == 1
+            && sb.set_uuid == top.set_uuid
+            && sb.roles_raw == top.roles_raw
+            && ((sb.raid_disks == n && sb.events == top.events)
+                || (sb.raid_disks < n && sb.events + 1 == top.events))
+    };
+    // Roles the table gives a member, below the new count: the others are
+    // what the new members fill, one each.
+    let held = (0..n)
+        .filter(|&r| {
+            top.roles_raw
+                .iter()
+                .any(|&raw| Role::from_raw(raw) == Role::Active(r as u16))
+        })
+        .count();
+    if top.level != 1
+        || top.raid_disks != n
+        || n as usize - held != options.add.len()
+        || !found.iter().all(|(_, sb)| part_of(sb))
+    {
+        return Ok(Err(found));
+    }
+    let geometry = crate::assemble::geometry_of(&top, found[0].0.spec())?;
+    let open = OpenOptions {
+        write: true,
+        create_bytes: None,
+        direct: options.direct,
+        ..Default::default()
+    };
+    let mut adding = Vec::with_capacity(options.add.len());
+    for spec in &options.add {
+        let member = Member::open(spec, open)?;
+        check_new_member(&member, &top, &geometry, options.force)?;
+        adding.push(member);
+    }
+    let mut bitmap = kept_bitmap(found.iter().map(|(m, sb)| (m, sb)), &geometry)?;
+    let lagging: Vec<Placed> = found
+        .into_iter()
+        .filter(|(_, sb)| sb.raid_disks != n)
+        .map(|(member, mut sb)| {
+            sb.raid_disks = n;
+            sb.events = top.events;
+            sb.utime = Timestamp::now();
+            Placed { member, sb }
+        })
+        .collect();
+    write_superblocks(
+        &lagging,
+        &(0..lagging.len()).collect::<Vec<_>>(),
+        bitmap.as_mut(),
+    )?;
+    Ok(Ok(Widened { adding, geometry }))
+}
+
+/// A RAID 1 every member of which records the new count, and the members
+/// that fill its missing roles.
+pub(super) struct Widened {
+    adding: Vec<Member>,
+    geometry: Geometry,
+}
+
+/// Fill the missing roles of a RAID 1 [`widened_before`] found.
+pub(super) fn fill_mirrors(
+    members: &[String],
+    widened: Widened,
+    options: &GrowOptions,
+    progress: &mut dyn FnMut(GrowProgress),
+) -> Result<Grown> {
+    let Widened { adding, geometry } = widened;
+    fill(
+        members,
+        adding,
+        &geometry,
+        options,
+        std::time::Instant::now(),
+        progress,
+    )
+}
+
+/// Assemble the widened RAID 1, put each of `adding` in a missing role
+/// and rebuild them.
+fn fill(
+    members: &[String],
+    adding: Vec<Member>,
+    geometry: &Geometry,
+    options: &GrowOptions,
+    started: std::time::Instant,
+    progress: &mut dyn FnMut(GrowProgress),
+) -> Result<Grown> {
     let array = assemble(
         members,
         AssembleOptions {
@@ -117,13 +236,14 @@ pub(super) fn add_mirrors(
             ..Default::default()
         },
     )?;
-    let events = crate::slot::read_superblock(&first)?.events;
+    let sb = crate::slot::read_superblock(&first)?;
+    let (events, data_offset_sectors) = (sb.events, sb.data_offset_sectors);
     Ok(Grown {
         raid_disks_before: options.raid_devices - options.add.len() as u32,
         raid_disks: options.raid_devices,
         size_bytes_before: end,
         size_bytes: end,
-        data_offset_bytes: reference.data_offset_sectors * 512,
+        data_offset_bytes: data_offset_sectors * 512,
         moved_bytes: rebuilt.iter().map(|r| r.bytes).sum(),
         seconds: started.elapsed().as_secs_f64(),
         events,
