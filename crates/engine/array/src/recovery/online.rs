@@ -168,6 +168,11 @@ impl Online {
         }
     }
 
+    /// Whether [`Online::stop`] was called (the server is stopping).
+    pub fn is_stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
     /// Wakes the recovery thread (a request changed the array).
     pub fn wake(&self) {
         self.wake.notify_all();

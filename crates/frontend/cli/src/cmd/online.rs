@@ -33,14 +33,72 @@ pub fn command(online: &Arc<Online>, request: &Value) -> Option<Value> {
     Some(result.unwrap_or_else(|e| json!({"error": e})))
 }
 
-fn add(online: &Online, request: &Value) -> Result<Value, String> {
+fn add(online: &Arc<Online>, request: &Value) -> Result<Value, String> {
     let spec = field(request, "member")?;
     let force = request["force"].as_bool().unwrap_or(false);
-    Ok(match online.add(spec, force)? {
+    let joined = match online.add(spec, force) {
+        Ok(joined) => joined,
+        // udev's add event (`assemble --incremental`) asks while udev
+        // itself still holds the new device (it locks a disk while it
+        // handles its event, and the event waits for its command): the
+        // server takes it once it is free, on a thread of its own.
+        Err(e) if request["when_free"] == true && e.contains("in use by") => {
+            add_when_free(online, spec.to_string(), force);
+            return Ok(json!({"pending": true, "reason": e}));
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(joined_json(&joined))
+}
+
+fn joined_json(joined: &Joined) -> Value {
+    match joined {
         Joined::ReAdded { role } => json!({"role": role, "re_added": true}),
         Joined::Recovering { role } => json!({"role": role}),
         Joined::Spare => json!({"spare": true}),
-    })
+    }
+}
+
+/// Seconds [`add_when_free`] goes on asking.
+const WHEN_FREE_TRIES: u32 = 60;
+
+/// Add `spec` once no other process holds it: asked again every second,
+/// for up to a minute, until the server stops; the outcome logged (the
+/// service's journal) as `--re-add` logs its own.
+fn add_when_free(online: &Arc<Online>, spec: String, force: bool) {
+    let online = Arc::clone(online);
+    let member = spec.clone();
+    let spawned = std::thread::Builder::new()
+        .name("nvraid-add-when-free".into())
+        .spawn(move || {
+            for _ in 0..WHEN_FREE_TRIES {
+                std::thread::sleep(std::time::Duration::from_secs(1));
+                if online.is_stopping() {
+                    return;
+                }
+                match online.add(&spec, force) {
+                    Err(e) if e.contains("in use by") => continue,
+                    Ok(joined) => {
+                        let how = match joined {
+                            Joined::ReAdded { role } => format!("role={role} recovery=bitmap"),
+                            Joined::Recovering { role } => format!("role={role} recovery=full"),
+                            Joined::Spare => "spare=true".to_string(),
+                        };
+                        eprintln!("nvraid: event=re-added member={spec} {how}");
+                        online.wake();
+                        return;
+                    }
+                    Err(e) => {
+                        eprintln!("nvraid: event=re-add-refused member={spec} reason=\"{e}\"");
+                        return;
+                    }
+                }
+            }
+            eprintln!("nvraid: event=re-add-refused member={spec} reason=\"still in use after {WHEN_FREE_TRIES} s\"");
+        });
+    if let Err(e) = spawned {
+        eprintln!("nvraid: event=re-add-refused member={member} reason=\"no thread: {e}\"");
+    }
 }
 
 fn remove(online: &Online, request: &Value) -> Result<Value, String> {

@@ -246,8 +246,19 @@ pub fn incremental(device: &str, config_path: Option<&Path>) -> Result<u8> {
     // back, by the bitmap when it can, as md's incremental assembly does.
     let control = run.control(&entry.name);
     if control.exists() {
-        let add = serde_json::json!({"command": "add", "member": device, "force": false});
+        let add = serde_json::json!({"command": "add", "member": device, "force": false, "when_free": true});
         match nvraid_serve::request(&control, &add) {
+            Ok(reply) if reply["pending"] == true => {
+                udev_log(
+                    entry,
+                    device,
+                    &format!(
+                        "{device} is back: handed to the running array, which takes it once udev lets \
+                         go of it (its journal says event=re-added)"
+                    ),
+                );
+                return Ok(0);
+            }
             Ok(reply) => {
                 let how = if reply["re_added"] == true {
                     "re-added (bitmap) in"

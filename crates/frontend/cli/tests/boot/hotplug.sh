@@ -32,7 +32,7 @@ members_in() {
 wait_members() {
 	local n=0
 	until [ "$(members_in "$1")" = "$2" ] || [ "$(members_in "$1")" = "$2.0" ]; do
-		n=$((n + 1)); [ $n -lt 1200 ] || fail "$1 members not $2: $(status_json)"
+		n=$((n + 1)); [ $n -lt 600 ] || fail "$1 members not $2: $(status_json)"
 		sleep 0.2
 	done
 }
@@ -67,7 +67,8 @@ wait_for 60 -e "$(disk 1)"
 wait_members active 3
 copied=$(status_json | grep -o '"rebuild":{[^}]*}' | grep -o '"copied_bytes":[0-9]*' || true)
 echo "REPLUGGED active again, $copied of $(blockdev --getsize64 "$(disk 1)") bytes"
-echo "UDEV-SAID $(journalctl -b --no-pager -t nvraid -o cat | grep -oE 'went away: [a-z]+|went away; [a-z]+|is back: [^,]*' | tr '\n' ';')"
+echo "UDEV-SAID $(journalctl -b --no-pager -t nvraid -o cat | grep -oE 'went away: [a-z]+|went away; [a-z]+|is back: [^,(]*' | tr '\n' ';')"
+echo "READDED $(journalctl -b --no-pager -u nvraid@hp -o cat | grep -oE 'event=re-add(ed|-refused).*' | tail -1)"
 # Every byte written reads back, through the member that came back too:
 # read again with each other member failed in turn would need a restart;
 # the host checks the parity of the whole array after the poweroff.
