@@ -8,9 +8,9 @@
 //! udev's remove event runs `nvraid assemble --incremental DEV --removed`,
 //! whose daemon fails and removes it (`/metrics` shows it missing). 2 MiB are
 //! written; nv1 is plugged back (`device_add`, same serial): udev's add event
-//! hands it to the running daemon, which re-adds it by the bitmap (the
-//! journal says so, and the rebuild copied a bitmap chunk's rows, not the
-//! member). Every byte written reads back; after the poweroff the host finds
+//! hands it to the running daemon, which re-adds it by the bitmap once udev
+//! lets go of the disk (the journal says so, and the rebuild copied a few
+//! bitmap chunks' rows, not the member). Every byte written reads back; after the poweroff the host finds
 //! the members clean and the parity right.
 
 use crate::common::*;
@@ -66,9 +66,18 @@ fn a_member_pulled_and_plugged_back_while_its_array_runs_is_re_added_by_the_bitm
             .and_then(|t| t.parse().ok())
             .unwrap_or_else(|| panic!("no {key} in {replugged}"))
     };
-    // 2 MiB at 16 MiB of the array are member rows 8 to 9 MiB (RAID 5 of 3):
-    // one 1 MiB bitmap chunk of rows, not the member's 63 MiB.
-    assert_eq!(number("\"copied_bytes\":"), 1 << 20, "{replugged}");
+    // Copied by the bitmap, whole 1 MiB chunks of rows, not the member's 63
+    // MiB: the 2 MiB at 16 MiB of the array written while nv1 was away are
+    // rows 8 to 9 MiB (RAID 5 of 3), one chunk; the 4 MiB written at 0 just
+    // before the pull (rows 0 to 2 MiB) may still have had their two bits
+    // set when the member failed (the daemon clears a bit after seconds of
+    // quiet), and a member that failed keeps every bit set since.
+    let copied = number("\"copied_bytes\":");
+    assert!(
+        (1 << 20..=3 << 20).contains(&copied) && copied % (1 << 20) == 0,
+        "{replugged}"
+    );
+    assert_eq!(number(" of "), 64 << 20, "{replugged}");
     // udev's add event finds the daemon; the daemon takes the disk at once
     // or, while udev still holds it (it locks a disk during its event), as
     // soon as udev lets go.
