@@ -5,8 +5,8 @@
 //! ICResp with an unsupported PDU format version, a bad data digest, a
 //! C2HData past the command or for a command never sent, a target that
 //! stops answering, a connection dropped under a read or in the middle of
-//! an R2T, a target restarted with its namespace shrunk, Keep Alive never
-//! answered. Each ends with a clear error or the data intact, and nothing
+//! an R2T, a write answered before its data was sent, a target restarted
+//! with its namespace shrunk, Keep Alive never answered. Each ends with a clear error or the data intact, and nothing
 //! hangs.
 
 mod common;
@@ -249,6 +249,23 @@ fn a_target_that_drops_the_connection_mid_r2t_fails_the_write() {
         .to_string();
     assert!(err.contains("closed the connection"), "{err}");
     assert!(start.elapsed() < Duration::from_secs(3));
+    assert!(t.data.lock().unwrap().iter().all(|&b| b == 0));
+}
+
+/// The target answers a write (R2T for all of it and a successful
+/// CapsuleResp in one segment) before it could have had a byte of its
+/// data: the write fails naming that (its data was still queued to send,
+/// from the caller's buffer, which must stay in use until it is sent),
+/// and nothing reached the target.
+#[test]
+fn a_write_answered_before_its_data_was_sent_fails() {
+    let t = serve(SIZE, Misbehave::AnswerBeforeData);
+    let export = NvmeExport::open(&t.uri(""), options()).unwrap();
+    let err = export
+        .write_at(&pattern(65536, 4), 65536)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("answered before all of it was sent"), "{err}");
     assert!(t.data.lock().unwrap().iter().all(|&b| b == 0));
 }
 

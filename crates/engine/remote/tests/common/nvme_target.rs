@@ -40,6 +40,9 @@ pub enum Misbehave {
     RestartSmaller,
     /// Keep Alive is never answered.
     NoKeepAlive,
+    /// A write that needs R2T: the R2T and a successful CapsuleResp are
+    /// sent together, before any of the data arrived; nothing more is read.
+    AnswerBeforeData,
 }
 
 pub struct FakeTarget {
@@ -378,6 +381,30 @@ fn connection(
                 let (slba, blocks) = sqe.lba_range();
                 let at = slba as usize * BLOCK;
                 let len = blocks as usize * BLOCK;
+                if data.is_empty() && how == Misbehave::AnswerBeforeData {
+                    let mut b = Vec::new();
+                    let h = DataHeader {
+                        cid,
+                        ttag: 1,
+                        offset: 0,
+                        length: len as u32,
+                    };
+                    encode_r2t(&mut b, &h, d);
+                    encode_capsule_resp(
+                        &mut b,
+                        &Cqe {
+                            result: 0,
+                            sq_head: 0,
+                            sq_id: 0,
+                            cid,
+                            status: ok,
+                        },
+                        d,
+                    );
+                    let _ = stream.write_all(&b);
+                    std::thread::sleep(std::time::Duration::from_secs(2));
+                    return Ok(());
+                }
                 if data.is_empty() && how == Misbehave::DropMidR2T {
                     let mut b = Vec::new();
                     let h = DataHeader {
