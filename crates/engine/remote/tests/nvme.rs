@@ -111,6 +111,34 @@ fn a_worker_channel_pipelines_more_commands_than_its_queue_holds() {
     assert!(back == bufs, "pipelined reads returned other data");
 }
 
+/// Reads pushed together that continue one another on the namespace (the
+/// array's chunks of one sequential read) go as one Read command, and the
+/// data is spread over their buffers in order.
+#[test]
+fn contiguous_reads_pushed_together_go_as_one_command() {
+    let t = serve(SIZE, Misbehave::None);
+    let data = pattern(16 * 8192, 5);
+    t.data.lock().unwrap()[65536..65536 + data.len()].copy_from_slice(&data);
+    let export = NvmeExport::open(&t.uri(""), options()).unwrap();
+    let mut channel = export.open_channel().unwrap();
+    let before = t.read_commands.load(Ordering::SeqCst);
+    let mut back: Vec<Vec<u8>> = (0..16).map(|_| vec![0u8; 8192]).collect();
+    for (i, b) in back.iter_mut().enumerate() {
+        let op = plain_op(
+            MemberOpKind::Read,
+            65536 + (i * 8192) as u64,
+            b.as_mut_ptr(),
+            8192,
+            i as u64,
+        );
+        unsafe { channel.push(&op) }.unwrap();
+    }
+    let results = wait(channel.as_mut(), 16);
+    assert!(results.iter().all(|&r| r == 8192), "{results:?}");
+    assert!(back.concat() == data, "merged reads returned other data");
+    assert_eq!(t.read_commands.load(Ordering::SeqCst) - before, 1);
+}
+
 fn wait(channel: &mut dyn Channel, n: usize) -> Vec<i32> {
     let start = Instant::now();
     let mut results: Vec<Option<i32>> = vec![None; n];

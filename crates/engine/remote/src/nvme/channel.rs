@@ -63,6 +63,8 @@ const LARGE_READ_BYTES: u32 = 64 * 1024;
 const STAGING_SMALL_BYTES: usize = 1024;
 /// Iovecs in one receive (a read's buffers, then the staging buffer).
 const RECV_IOVECS: usize = 64;
+/// Pieces one merged Read command may serve.
+const MERGE_PIECES: usize = 32;
 /// New commands wait while this much is queued to send.
 const SEND_QUEUE_BYTES: u64 = 4 << 20;
 /// Iovecs in one send.
@@ -115,7 +117,12 @@ impl Seg {
 
 #[derive(Clone, Copy, Debug)]
 struct Cmd {
+    /// The command's first piece; a read may carry more (`NvmeChannel::
+    /// merged`), contiguous on the namespace, `len` bytes in all.
     piece: Piece,
+    len: u32,
+    /// The earliest deadline of its pieces' operations.
+    deadline: Instant,
     cid: u16,
     /// Data received (reads) or asked for by R2T (writes) so far.
     next: u32,
@@ -176,6 +183,8 @@ pub struct NvmeChannel {
     free_ops: Vec<u32>,
     cmds: Vec<Cmd>,
     free_slots: Vec<u16>,
+    /// Per slot: the pieces of a merged read after its first.
+    merged: Vec<Vec<Piece>>,
     generation: u16,
     pending: VecDeque<Piece>,
     /// The send queue: `segs` in order, `head_sent` bytes of the first
@@ -221,6 +230,8 @@ impl NvmeChannel {
                         fua: false,
                         resent: false,
                     },
+                    len: 0,
+                    deadline: Instant::now(),
                     cid: 0,
                     next: 0,
                     r2t: false,
@@ -231,6 +242,7 @@ impl NvmeChannel {
                 usize::from(depth)
             ],
             free_slots: (0..depth).rev().collect(),
+            merged: vec![Vec::new(); usize::from(depth)],
             generation: 0,
             pending: VecDeque::new(),
             segs: VecDeque::new(),
@@ -370,11 +382,86 @@ impl NvmeChannel {
             // error log's "no command").
             self.generation = (self.generation + 1) % (u16::MAX >> SLOT_BITS);
             let cid = (self.generation << SLOT_BITS) | slot;
-            self.encode(slot, cid, piece);
+            let len = self.merge_reads(slot, piece);
+            self.encode(slot, cid, piece, len);
         }
     }
 
-    fn encode(&mut self, slot: u16, cid: u16, piece: Piece) {
+    /// Reads waiting behind `piece` (a read) that continue it on the
+    /// namespace join its command, up to the controller's transfer limit
+    /// and `MERGE_PIECES` pieces: the array's chunks of one sequential
+    /// stream reach the target as fewer, larger commands. Returns the
+    /// command's length.
+    fn merge_reads(&mut self, slot: u16, piece: Piece) -> u32 {
+        let mut len = piece.len;
+        if piece.kind != PieceKind::Read || piece.resent {
+            return len;
+        }
+        let block = self.target.info.block_bytes;
+        let max = self
+            .target
+            .info
+            .max_command_bytes
+            .min(65536u32.saturating_mul(block));
+        let mut end = self.ops[piece.op as usize].offset + u64::from(piece.at) + u64::from(len);
+        let extra = &mut self.merged[usize::from(slot)];
+        while let Some(&next) = self.pending.front() {
+            let start = self.ops[next.op as usize].offset + u64::from(next.at);
+            let fits = u64::from(len) + u64::from(next.len) <= u64::from(max);
+            if next.kind != PieceKind::Read
+                || next.resent
+                || start != end
+                || !fits
+                || extra.len() + 1 >= MERGE_PIECES
+            {
+                break;
+            }
+            self.pending.pop_front();
+            extra.push(next);
+            len += next.len;
+            end += u64::from(next.len);
+        }
+        len
+    }
+
+    /// The pieces of the command in `slot`, in order.
+    fn cmd_pieces(&self, slot: usize) -> impl Iterator<Item = Piece> + '_ {
+        std::iter::once(self.cmds[slot].piece).chain(self.merged[slot].iter().copied())
+    }
+
+    /// The memory of `[offset, offset + len)` of the command in `slot`'s
+    /// data (its pieces' buffers, in order), while `part` returns true.
+    fn for_each_cmd_part(
+        &self,
+        slot: usize,
+        offset: u32,
+        len: u32,
+        mut part: impl FnMut(libc::iovec) -> bool,
+    ) {
+        let (mut at, end) = (0u32, offset + len);
+        let mut more = true;
+        for p in self.cmd_pieces(slot) {
+            let (lo, hi) = (at.max(offset), (at + p.len).min(end));
+            if lo < hi && more {
+                let rec = &self.ops[p.op as usize];
+                for_each_part(
+                    rec.iovecs(),
+                    (p.at + lo - at) as usize,
+                    (hi - lo) as usize,
+                    |v| {
+                        more = part(v);
+                        more
+                    },
+                );
+            }
+            at += p.len;
+            if at >= end || !more {
+                return;
+            }
+        }
+    }
+
+    fn encode(&mut self, slot: u16, cid: u16, piece: Piece, len: u32) {
         let info = &self.target.info;
         let nsid = self.target.uri.nsid;
         let block = u64::from(info.block_bytes);
@@ -386,7 +473,10 @@ impl NvmeChannel {
         let mut r2t = false;
         let mut inline = 0;
         let sqe = match piece.kind {
-            PieceKind::Read => Sqe::read(cid, nsid, slba, blocks, piece.len),
+            PieceKind::Read => {
+                let blocks = (u64::from(len) / block) as u32;
+                Sqe::read(cid, nsid, slba, blocks, len)
+            }
             PieceKind::Write | PieceKind::ZeroWrite => {
                 let in_capsule = piece.len <= info.in_capsule_bytes;
                 r2t = !in_capsule;
@@ -405,8 +495,14 @@ impl NvmeChannel {
         if inline > 0 {
             self.queue_data(piece, 0, inline, digests.data);
         }
+        let deadline = self.merged[usize::from(slot)]
+            .iter()
+            .map(|p| self.ops[p.op as usize].deadline)
+            .fold(rec.deadline, Instant::min);
         self.cmds[usize::from(slot)] = Cmd {
             piece,
+            len,
+            deadline,
             cid,
             next: 0,
             r2t,
@@ -575,7 +671,7 @@ impl NvmeChannel {
         }
         let to_host = cmd.piece.kind == PieceKind::Read;
         (to_host || cmd.r2t).then_some(Expect {
-            limit: cmd.piece.len,
+            limit: cmd.len,
             next: cmd.next,
             to_host,
             ttag: 0,
@@ -601,7 +697,7 @@ impl NvmeChannel {
                 // little per call, so that most of its data is received
                 // straight into its buffer, not copied.
                 let large = self.cmds.iter().any(|c| {
-                    c.live && c.piece.kind == PieceKind::Read && c.piece.len >= LARGE_READ_BYTES
+                    c.live && c.piece.kind == PieceKind::Read && c.len >= LARGE_READ_BYTES
                 });
                 let take = if large { STAGING_SMALL_BYTES } else { rx.len() };
                 let mut iov = [libc::iovec {
@@ -614,10 +710,8 @@ impl NvmeChannel {
                 // socket straight into the operation's buffers; what
                 // follows it, into the staging buffer in the same call.
                 if let Want::Data { cid, offset, len } = live.conn.reader.want() {
-                    let cmd = self.cmds[usize::from(cid & SLOT_MASK)];
-                    let rec = &self.ops[cmd.piece.op as usize];
-                    let start = (cmd.piece.at + offset) as usize;
-                    for_each_part(rec.iovecs(), start, len as usize, |part| {
+                    let slot = usize::from(cid & SLOT_MASK);
+                    self.for_each_cmd_part(slot, offset, len, |part| {
                         if count == RECV_IOVECS - 1 {
                             return false;
                         }
@@ -693,14 +787,29 @@ impl NvmeChannel {
                 }
                 Want::Data { cid, offset, len } => {
                     let take = (len as usize).min(avail);
-                    let cmd = self.cmds[usize::from(cid & SLOT_MASK)];
-                    let rec = self.ops[cmd.piece.op as usize];
-                    copy_to_iovecs(
-                        rec.iovecs(),
-                        (cmd.piece.at + offset) as usize,
-                        &rx[at..at + take],
+                    let src = &rx[at..at + take];
+                    let mut from = 0;
+                    self.for_each_cmd_part(
+                        usize::from(cid & SLOT_MASK),
+                        offset,
+                        take as u32,
+                        |part| {
+                            // SAFETY: `part` lies inside a read's buffer (the
+                            // reader checked the range against the command),
+                            // valid for writes until the operation completes;
+                            // `src` is the staging buffer.
+                            unsafe {
+                                std::ptr::copy_nonoverlapping(
+                                    src[from..].as_ptr(),
+                                    part.iov_base.cast::<u8>(),
+                                    part.iov_len,
+                                )
+                            };
+                            from += part.iov_len;
+                            true
+                        },
                     );
-                    let e = live.conn.reader.data_moved(&rx[at..at + take]);
+                    let e = live.conn.reader.data_moved(src);
                     at += take;
                     e
                 }
@@ -729,6 +838,11 @@ impl NvmeChannel {
         self.cmds[slot].live = false;
         self.free_slots.push(slot as u16);
         self.finish_piece(cmd.piece, errno);
+        let mut extra = std::mem::take(&mut self.merged[slot]);
+        for piece in extra.drain(..) {
+            self.finish_piece(piece, errno);
+        }
+        self.merged[slot] = extra;
     }
 
     fn handle(&mut self, live: &mut Live, event: Event) -> Result<(), String> {
@@ -754,10 +868,10 @@ impl NvmeChannel {
                     return Ok(());
                 }
                 let moves_data = cmd.piece.kind == PieceKind::Read || cmd.r2t;
-                if moves_data && cmd.next != cmd.piece.len {
+                if moves_data && cmd.next != cmd.len {
                     return Err(format!(
                         "protocol error: command id {} completed after {} of its {} data bytes",
-                        cqe.cid, cmd.next, cmd.piece.len
+                        cqe.cid, cmd.next, cmd.len
                     ));
                 }
                 self.complete_cmd(slot, 0);
@@ -793,10 +907,10 @@ impl NvmeChannel {
                 self.cmds[slot].next += len;
                 if success {
                     let cmd = self.cmds[slot];
-                    if cmd.next != cmd.piece.len {
+                    if cmd.next != cmd.len {
                         return Err(format!(
                             "protocol error: command id {cid} reported success after {} of its {} bytes",
-                            cmd.next, cmd.piece.len
+                            cmd.next, cmd.len
                         ));
                     }
                     self.complete_cmd(slot, 0);
@@ -833,15 +947,19 @@ impl NvmeChannel {
             self.cmds[slot].live = false;
             self.free_slots.push(slot as u16);
             let unsent = self.sent_total <= cmd.wire_start;
-            let retry_read = cmd.piece.kind == PieceKind::Read && !cmd.piece.resent;
-            let in_time = self.ops[cmd.piece.op as usize].deadline > now;
-            if (unsent || retry_read) && in_time && errno != libc::ETIMEDOUT {
-                let mut piece = cmd.piece;
-                piece.resent |= !unsent;
-                again.push(piece);
-            } else {
-                self.finish_piece(cmd.piece, errno);
+            let mut extra = std::mem::take(&mut self.merged[slot]);
+            for piece in std::iter::once(cmd.piece).chain(extra.drain(..)) {
+                let retry_read = piece.kind == PieceKind::Read && !piece.resent;
+                let in_time = self.ops[piece.op as usize].deadline > now;
+                if (unsent || retry_read) && in_time && errno != libc::ETIMEDOUT {
+                    let mut piece = piece;
+                    piece.resent |= !unsent;
+                    again.push(piece);
+                } else {
+                    self.finish_piece(piece, errno);
+                }
             }
+            self.merged[slot] = extra;
         }
         self.queued_total = self.sent_total;
         for piece in again.into_iter().rev() {
@@ -851,10 +969,7 @@ impl NvmeChannel {
 
     fn check_deadlines(&mut self) {
         let now = Instant::now();
-        let expired = self
-            .cmds
-            .iter()
-            .any(|c| c.live && self.ops[c.piece.op as usize].deadline <= now);
+        let expired = self.cmds.iter().any(|c| c.live && c.deadline <= now);
         if expired {
             let reason = format!(
                 "a command had no completion within {:.1} s",
@@ -1027,7 +1142,7 @@ impl Channel for NvmeChannel {
         self.cmds
             .iter()
             .filter(|c| c.live)
-            .map(|c| self.ops[c.piece.op as usize].deadline)
+            .map(|c| c.deadline)
             .chain(
                 self.pending
                     .iter()
@@ -1073,32 +1188,5 @@ fn for_each_part(
         }
         start = 0;
         len -= take;
-    }
-}
-
-/// Copy `src` to byte `start` of `iov`'s concatenation.
-fn copy_to_iovecs(iov: &[libc::iovec], mut start: usize, src: &[u8]) {
-    let mut done = 0;
-    for v in iov {
-        if done == src.len() {
-            return;
-        }
-        if start >= v.iov_len {
-            start -= v.iov_len;
-            continue;
-        }
-        let take = (v.iov_len - start).min(src.len() - done);
-        // SAFETY: the range lies inside the caller's buffer (the reader
-        // checked it against the command), valid for writes until the
-        // operation completes; `src` is the staging buffer.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                src[done..].as_ptr(),
-                v.iov_base.cast::<u8>().add(start),
-                take,
-            )
-        };
-        done += take;
-        start = 0;
     }
 }
