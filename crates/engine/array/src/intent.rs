@@ -222,23 +222,23 @@ pub(crate) fn bitmap_at(sb: &nvraid_metadata::Superblock) -> Option<i64> {
 
 /// One member's bitmap as read: its header, its bits (all set when the
 /// bitmap is not to be trusted) and its byte offset on the member.
-struct MemberBitmap {
-    header: BitmapHeader,
-    storage: AlignedBuf,
-    at: u64,
+pub(crate) struct MemberBitmap {
+    pub(crate) header: BitmapHeader,
+    pub(crate) storage: AlignedBuf,
+    pub(crate) at: u64,
 }
 
-/// Read the bitmap at byte `at` of `slot`'s member, checking that it lies
-/// between the superblock and the data, clear of the bad-block log. A
-/// bitmap older than `events` or marked stale is taken as all set.
-fn read_member_bitmap(
-    slot: &crate::slot::Slot,
+/// Read the bitmap at byte `at` of `member` (whose superblock is `sb`),
+/// checking that it lies between the superblock and the data, clear of the
+/// bad-block log. A bitmap older than `events` or marked stale is taken as
+/// all set.
+pub(crate) fn read_member_bitmap(
+    member: &nvraid_member::Member,
+    sb: &nvraid_metadata::Superblock,
     at: i64,
     geometry: &Geometry,
     events: u64,
 ) -> Result<MemberBitmap> {
-    let sb = &slot.superblock;
-    let member = &slot.member;
     let bad = |what: String| Error::Unsupported {
         spec: member.spec().into(),
         what,
@@ -296,7 +296,7 @@ fn read_member_bitmap(
 /// The union of two members' bitmaps over `space_bytes` (`spec` names the
 /// member `next` was read from): every bit set on either, the newer events
 /// of each kind. Bitmaps of another chunk or place are refused.
-fn merge_bitmaps(
+pub(crate) fn merge_bitmaps(
     mut merged: MemberBitmap,
     next: MemberBitmap,
     spec: &str,
@@ -347,7 +347,7 @@ impl WriteIntent {
                 any_without = Some(slot.member.spec().to_string());
                 continue;
             };
-            let read = read_member_bitmap(slot, at, geometry, events)?;
+            let read = read_member_bitmap(&slot.member, &slot.superblock, at, geometry, events)?;
             loaded = Some(match loaded.take() {
                 None => read,
                 Some(merged) => merge_bitmaps(merged, read, slot.member.spec(), space_bytes)?,

@@ -70,7 +70,7 @@ enum Command {
     Add(cmd::manage::AddArgs),
     /// Give a RAID 4/5/6 md's write journal on a member of its own (mdadm's --add-journal).
     AddJournal(cmd::manage::AddJournalArgs),
-    /// Add members to a RAID 4/5/6 and reshape it in md's format (offline; --continue resumes one).
+    /// Add members to a RAID 4/5/6 or RAID 10 near and reshape it in md's format, or mirrors to a RAID 1 (offline; --continue resumes a reshape).
     Grow(cmd::grow::GrowArgs),
     /// Finish the rebuild of members whose recovery was cut short.
     Rebuild(cmd::manage::RebuildArgs),
@@ -95,7 +95,7 @@ enum Command {
     /// Draw bench, tune and topology JSON results as one HTML page.
     Report(cmd::report::ReportArgs),
     /// Export the array over NBD and/or as a ublk block device until SIGINT/SIGTERM.
-    Serve(cmd::serve::ServeCmd),
+    Serve(Box<cmd::serve::ServeCmd>),
     /// Show a running server's array, connections and rates.
     Status(cmd::serve::StatusArgs),
     /// List ublk devices, delete one whose server is gone, or name one's array.

@@ -10,5 +10,7 @@ mod common;
 mod array;
 #[path = "boot/bed.rs"]
 mod bed;
+#[path = "boot/hotplug.rs"]
+mod hotplug;
 #[path = "boot/package.rs"]
 mod package;

@@ -31,14 +31,31 @@ const PER: u64 = 14 * MIB;
 /// A RAID `level` of `count` members of 15 MiB, no bitmap, named `name`,
 /// filled with the pattern; the members' names and the bytes written.
 fn filled_named(dir: &Path, level: &str, count: usize, name: &str) -> (Vec<String>, Vec<u8>) {
+    filled_with(dir, level, count, name, "none")
+}
+
+/// As [`filled_named`], with `--bitmap bitmap` (`none` or `internal`).
+fn filled_with(
+    dir: &Path,
+    level: &str,
+    count: usize,
+    name: &str,
+    bitmap: &str,
+) -> (Vec<String>, Vec<u8>) {
     let names: Vec<String> = (0..count).map(|i| format!("d{i}")).collect();
     let mut args = vec![
-        "create", "--level", level, "--bitmap", "none", "--size", "15M", "--name", name,
+        "create", "--level", level, "--bitmap", bitmap, "--size", "15M", "--name", name,
     ];
     args.extend(names.iter().map(String::as_str));
     ok(&args, dir);
-    let parity = if level == "6" { 2 } else { 1 };
-    let data = pattern((count as u64 - parity) * PER);
+    let data_members = match level {
+        "0" => count as u64,
+        "1" => 1,
+        "10" => count as u64 / 2,
+        "6" => count as u64 - 2,
+        _ => count as u64 - 1,
+    };
+    let data = pattern(data_members * PER);
     std::fs::write(dir.join("data"), &data).unwrap();
     let mut args = vec!["write", "--input", "data"];
     args.extend(names.iter().map(String::as_str));
@@ -332,19 +349,359 @@ fn a_second_reshape_while_one_is_recorded_is_refused() {
 }
 
 #[test]
-fn an_array_with_a_bitmap_is_refused_by_name() {
+fn a_raid1_gains_a_mirror_that_holds_every_byte() {
+    // md's `--grow --raid-devices 3 --add NEW` on a RAID 1: the member
+    // count raised, the new member rebuilt; it alone then reads back the
+    // whole array.
     let dir = tempfile::tempdir().unwrap();
-    let m: Vec<String> = (0..4).map(|i| format!("d{i}")).collect();
-    ok(
-        &with(&["create", "--level", "5", "--size", "15M"], &m),
+    let (mut m, data) = filled_with(dir.path(), "1", 2, "mirror", "internal");
+    let new = blank(dir.path(), "d2");
+    let out = ok(
+        &with(&["grow", "-n", "3", "--add", &new, "--json"], &m),
         dir.path(),
     );
+    let grown: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(grown["raid_disks_before"], 2, "{grown}");
+    assert_eq!(grown["raid_disks"], 3, "{grown}");
+    assert_eq!(grown["size_bytes"], PER, "{grown}");
+    assert_eq!(grown["moved_bytes"], PER, "{grown}");
+    m.push(new.clone());
+    let d: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["detail", "--json"], &m), dir.path())).unwrap();
+    assert_eq!(d["raid_disks"], 3, "{d}");
+    assert_eq!(d["state"], "clean", "{d}");
+    assert_eq!(d["bitmap"]["dirty_chunks"], 0, "{d}");
+    let alone = vec![new];
+    assert!(
+        read(dir.path(), &alone, PER) == data,
+        "the new mirror differs"
+    );
+    let check = ok(&with(&["check", "--json"], &m), dir.path());
+    let check: serde_json::Value = serde_json::from_str(&check).unwrap();
+    assert_eq!(check["mismatch_sectors"], 0, "{check}");
+}
+
+#[test]
+fn a_raid10_near_grows_from_4_to_5_members_and_every_byte_reads_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut m, data) = filled_with(dir.path(), "10", 4, "r10", "none");
+    assert_eq!(data.len() as u64, 2 * PER);
     let new = blank(dir.path(), "d4");
-    refused(
-        &with(&["grow", "--raid-devices", "5", "--add", &new], &m),
+    let out = ok(
+        &with(
+            &["grow", "-n", "5", "--add", &new, "--step", "1M", "--json"],
+            &m,
+        ),
         dir.path(),
-        &["write-intent bitmap"],
     );
+    let grown: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(grown["size_bytes_before"], 2 * PER, "{grown}");
+    // 5 members of 14 MiB, two copies: 35 MiB.
+    assert_eq!(grown["size_bytes"], 5 * PER / 2, "{grown}");
+    assert_eq!(grown["data_offset_bytes"], 768 * 1024, "{grown}");
+    m.push(new);
+    let got = read(dir.path(), &m, 5 * PER / 2);
+    assert!(got[..data.len()] == data[..], "the old bytes moved wrong");
+    assert!(
+        got[data.len()..].iter().all(|&b| b == 0),
+        "the new space is not zeros"
+    );
+    let check = ok(&with(&["check", "--json"], &m), dir.path());
+    let check: serde_json::Value = serde_json::from_str(&check).unwrap();
+    assert_eq!(check["mismatch_sectors"], 0, "{check}");
+    // Both copies are right: without any one member every byte reads.
+    for gone in 0..5 {
+        let rest: Vec<String> = (0..5)
+            .filter(|&i| i != gone)
+            .map(|i| m[i].clone())
+            .collect();
+        assert!(
+            read(dir.path(), &rest, data.len() as u64) == data,
+            "without d{gone}: the copies differ"
+        );
+    }
+}
+
+#[test]
+fn a_raid10_grow_killed_mid_way_reads_back_and_continues() {
+    for point in [
+        "reshape-superblock:5",
+        "reshape-write:4",
+        "reshape-write:20",
+        "reshape-superblock:17",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut m, data) = filled_with(dir.path(), "10", 4, "r10", "none");
+        let new = blank(dir.path(), "d4");
+        grow_killed_at(dir.path(), &m, &new, point);
+        m.push(new);
+        let got = read(dir.path(), &m, data.len() as u64);
+        assert!(got == data, "{point}: the bytes read mid-reshape differ");
+        ok(
+            &with(&["grow", "--continue", "--step", "1M"], &m),
+            dir.path(),
+        );
+        let got = read(dir.path(), &m, 5 * PER / 2);
+        assert!(
+            got[..data.len()] == data[..],
+            "{point}: the bytes differ after --continue"
+        );
+        let check = ok(&with(&["check", "--json"], &m), dir.path());
+        let check: serde_json::Value = serde_json::from_str(&check).unwrap();
+        assert_eq!(check["mismatch_sectors"], 0, "{point}: {check}");
+    }
+}
+
+#[test]
+fn a_raid0_a_far_raid10_and_a_raid10_with_a_bitmap_are_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let new = blank(dir.path(), "n0");
+    let (m, _) = filled_with(dir.path(), "0", 2, "stripes", "none");
+    refused(
+        &with(&["grow", "-n", "3", "--add", &new], &m),
+        dir.path(),
+        &["growing a raid0", "degraded RAID 4"],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let new = blank(dir.path(), "n0");
+    let names: Vec<String> = (0..4).map(|i| format!("d{i}")).collect();
+    ok(
+        &with(
+            &[
+                "create", "--level", "10", "--layout", "f2", "--bitmap", "none", "--size", "15M",
+            ],
+            &names,
+        ),
+        dir.path(),
+    );
+    refused(
+        &with(&["grow", "-n", "5", "--add", &new], &names),
+        dir.path(),
+        &["md reshapes only the near layout"],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let new = blank(dir.path(), "n0");
+    ok(
+        &with(&["create", "--level", "10", "--size", "15M"], &names),
+        dir.path(),
+    );
+    refused(
+        &with(&["grow", "-n", "5", "--add", &new], &names),
+        dir.path(),
+        &["write-intent bitmap", "md resizes the bitmap"],
+    );
+}
+
+#[test]
+fn a_raid5_parity_last_becomes_md_raid4_and_back_with_no_byte_moved() {
+    // md's takeover: RAID 4 and RAID 5 parity-last put every byte at the
+    // same place; only the superblocks change. (nvraid's own RAID 4 is md
+    // level 5 with the parity-last layout; mdadm's is level 4.)
+    let dir = tempfile::tempdir().unwrap();
+    let (m, data) = filled_with(dir.path(), "4", 3, "takeover", "internal");
+    let images = |dir: &Path| -> Vec<Vec<u8>> {
+        m.iter()
+            .map(|name| std::fs::read(dir.join(name)).unwrap()[1 << 20..].to_vec())
+            .collect()
+    };
+    let levels = |dir: &Path| -> Vec<String> {
+        m.iter()
+            .map(|name| {
+                let e = ok(&["examine", name], dir);
+                e.lines()
+                    .find(|l| l.contains("Raid Level"))
+                    .unwrap()
+                    .trim()
+                    .to_string()
+            })
+            .collect()
+    };
+    assert_eq!(levels(dir.path()), vec!["Raid Level : raid5"; 3]);
+    let before = images(dir.path());
+    let out = ok(&with(&["grow", "--level", "4", "--json"], &m), dir.path());
+    let changed: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(changed["md_level_before"], 5, "{changed}");
+    assert_eq!(changed["md_level"], 4, "{changed}");
+    assert_eq!(levels(dir.path()), vec!["Raid Level : raid4"; 3]);
+    let d: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["detail", "--json"], &m), dir.path())).unwrap();
+    assert_eq!(d["layout"], "parity-last", "{d}");
+    assert_eq!(d["state"], "clean", "{d}");
+    assert_eq!(d["bitmap"]["dirty_chunks"], 0, "{d}");
+    assert!(images(dir.path()) == before, "a data byte moved");
+    assert!(read(dir.path(), &m, data.len() as u64) == data);
+    ok(&with(&["grow", "--level", "5"], &m), dir.path());
+    assert_eq!(levels(dir.path()), vec!["Raid Level : raid5"; 3]);
+    let d: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["detail", "--json"], &m), dir.path())).unwrap();
+    assert_eq!(d["layout"], "parity-last", "{d}");
+    assert_eq!(d["bitmap"]["dirty_chunks"], 0, "{d}");
+    assert!(images(dir.path()) == before, "a data byte moved");
+}
+
+#[test]
+fn level_changes_md_makes_otherwise_are_refused_naming_its_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = filled_with(dir.path(), "5", 3, "r5", "internal");
+    refused(
+        &with(&["grow", "--level", "4"], &m),
+        dir.path(),
+        &["parity-last layout"],
+    );
+    refused(
+        &with(&["grow", "--level", "6"], &m),
+        dir.path(),
+        &["adds (or drops) a member for Q"],
+    );
+    refused(
+        &with(&["grow", "--level", "1"], &m),
+        dir.path(),
+        &["only with two members"],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = filled_with(dir.path(), "1", 2, "r1", "internal");
+    refused(
+        &with(&["grow", "--level", "5"], &m),
+        dir.path(),
+        &["two-member RAID 5", "does not lay out"],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = filled_with(dir.path(), "0", 2, "r0", "none");
+    refused(
+        &with(&["grow", "--level", "10"], &m),
+        dir.path(),
+        &["member 2i"],
+    );
+}
+
+#[test]
+fn the_kernel_assembles_as_raid4_what_nvraid_took_over_from_raid5_parity_last() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = filled_with(dir.path(), "4", 3, "takeover", "internal");
+    ok(&with(&["grow", "--level", "4"], &m), dir.path());
+    let images: Vec<PathBuf> = m.iter().map(|name| dir.path().join(name)).collect();
+    let report = kernel_finishes(&images, 2 * PER);
+    assert!(
+        report.contains("ASSEMBLED 0") && report.contains("STALE_BITMAPS 0"),
+        "md resynced or found a bitmap out of date:\n{report}"
+    );
+    let line = report
+        .lines()
+        .find(|l| l.starts_with("KERNEL "))
+        .unwrap_or_else(|| panic!("no array assembled:\n{report}"));
+    assert!(
+        line.contains("level=raid4")
+            && line.contains("disks=3")
+            && line.contains(&format!("size={}", 2 * PER))
+            && line.contains("pattern=ok")
+            && line.contains("mismatch=0"),
+        "{line}\n{report}"
+    );
+}
+
+#[test]
+fn a_mirror_grow_killed_while_the_count_is_written_is_finished_by_running_it_again() {
+    // Killed after the first member recorded the new count (the members
+    // then disagree, one event apart) and after both did (a degraded RAID 1
+    // of three): the same command finishes either, and the new mirror alone
+    // reads back the array.
+    for point in ["reshape-superblock:1", "reshape-superblock:2"] {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut m, data) = filled_with(dir.path(), "1", 2, "mirror", "internal");
+        let new = blank(dir.path(), "d2");
+        let out = Command::new(env!("CARGO_BIN_EXE_nvraid"))
+            .current_dir(dir.path())
+            .env("NVRAID_FAILPOINT", point)
+            .args(with(&["grow", "-n", "3", "--add", &new], &m))
+            .output()
+            .unwrap();
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("failpoint"),
+            "{point}: grow did not stop there"
+        );
+        ok(&with(&["grow", "-n", "3", "--add", &new], &m), dir.path());
+        m.push(new.clone());
+        let d: serde_json::Value =
+            serde_json::from_str(&ok(&with(&["detail", "--json"], &m), dir.path())).unwrap();
+        assert_eq!(d["raid_disks"], 3, "{point}: {d}");
+        assert_eq!(d["state"], "clean", "{point}: {d}");
+        assert_eq!(d["bitmap"]["dirty_chunks"], 0, "{point}: {d}");
+        assert!(
+            read(dir.path(), &[new], PER) == data,
+            "{point}: the new mirror differs"
+        );
+    }
+    // A RAID 1 already whole at the count asked: refused, nothing written.
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = filled_with(dir.path(), "1", 2, "mirror", "internal");
+    let new = blank(dir.path(), "d2");
+    refused(
+        &with(&["grow", "-n", "2", "--add", &new], &m),
+        dir.path(),
+        &["--raid-devices", "one --add per new member"],
+    );
+}
+
+/// The array's bitmap as `detail --json` shows it.
+fn bitmap_of(dir: &Path, members: &[String]) -> serde_json::Value {
+    let d: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["detail", "--json"], members), dir)).unwrap();
+    d["bitmap"].clone()
+}
+
+#[test]
+fn a_raid5_with_a_bitmap_grows_and_keeps_its_bitmap_believed() {
+    // md grows a RAID 5 keeping its bitmap (its bits count member rows,
+    // which adding members does not change). The new member gets the
+    // bitmap, and every member's bitmap header keeps up with its
+    // superblock's events: a header left behind is taken as all dirty.
+    let dir = tempfile::tempdir().unwrap();
+    let (mut m, data) = filled_with(dir.path(), "5", 4, "grow", "internal");
+    let before = bitmap_of(dir.path(), &m);
+    assert!(before["chunks"].as_u64().unwrap() > 0, "{before}");
+    assert_eq!(before["dirty_chunks"], 0, "{before}");
+    let new = blank(dir.path(), "d4");
+    ok(
+        &with(&["grow", "-n", "5", "--add", &new, "--step", "1M"], &m),
+        dir.path(),
+    );
+    m.push(new);
+    // `detail` reads every member's bitmap (the new one's included: one
+    // without it, or with a header older than its superblock, would show
+    // as refused or all dirty).
+    let after = bitmap_of(dir.path(), &m);
+    assert_eq!(after, before, "the bitmap changed in the grow");
+    let got = read(dir.path(), &m, 4 * PER);
+    assert!(got[..data.len()] == data[..], "the old bytes moved wrong");
+    let check = ok(&with(&["check", "--json"], &m), dir.path());
+    let check: serde_json::Value = serde_json::from_str(&check).unwrap();
+    assert_eq!(check["mismatch_sectors"], 0, "{check}");
+}
+
+#[test]
+fn a_bitmap_grow_killed_mid_way_continues_with_its_bitmap_believed() {
+    for point in [
+        "reshape-superblock:1",
+        "reshape-superblock:2",
+        "reshape-write:3",
+        "reshape-superblock:12",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut m, data) = filled_with(dir.path(), "5", 4, "grow", "internal");
+        let before = bitmap_of(dir.path(), &m);
+        let new = blank(dir.path(), "d4");
+        grow_killed_at(dir.path(), &m, &new, point);
+        m.push(new);
+        ok(
+            &with(&["grow", "--continue", "--step", "1M"], &m),
+            dir.path(),
+        );
+        let after = bitmap_of(dir.path(), &m);
+        assert_eq!(after, before, "{point}: the bitmap changed in the grow");
+        let got = read(dir.path(), &m, 4 * PER);
+        assert!(got[..data.len()] == data[..], "{point}: the bytes differ");
+        ok(&with(&["check"], &m), dir.path());
+    }
 }
 
 /// In a VM: the kernel assembles every array on the images, lets any
@@ -360,14 +717,16 @@ mdadm --assemble --scan --run 2>&1
 echo 200000 > /proc/sys/dev/raid/speed_limit_min
 echo 2000000 > /proc/sys/dev/raid/speed_limit_max
 cat /proc/mdstat
+echo "ASSEMBLED $(grep -c -e resync -e recovery /proc/mdstat)"
 i=0; while grep -q -e reshape -e resync -e recovery /proc/mdstat && [ $i -lt 240 ]; do sleep 1; i=$((i+1)); done
 cat /proc/mdstat
 for sys in /sys/block/md*; do
   md=/dev/${{sys##*/}}
   echo check > $sys/md/sync_action; sleep 1; mdadm --wait $md >/dev/null 2>&1
   if pattern verify -n {bytes} $md; then pv=ok; else pv=FAILED; fi
-  echo "KERNEL md=$md disks=$(cat $sys/md/raid_disks) size=$(blockdev --getsize64 $md) pattern=$pv mismatch=$(cat $sys/md/mismatch_cnt) offset=$(cat $sys/md/dev-*/offset | sort -u | tr '\n' ,)"
+  echo "KERNEL md=$md level=$(cat $sys/md/level) layout=$(cat $sys/md/layout) disks=$(cat $sys/md/raid_disks) size=$(blockdev --getsize64 $md) pattern=$pv mismatch=$(cat $sys/md/mismatch_cnt) offset=$(cat $sys/md/dev-*/offset | sort -u | tr '\n' ,) bitmap=$(cat $sys/md/bitmap/location 2>/dev/null || echo none)"
 done
+echo "STALE_BITMAPS $(dmesg | grep -c 'out of date')"
 "#
         ),
     )
@@ -435,6 +794,137 @@ fn the_kernel_reads_a_grown_array_and_finishes_one_nvraid_left_mid_reshape() {
         assert!(
             line.contains("disks=5")
                 && line.contains(&format!("size={}", 4 * PER))
+                && line.contains("pattern=ok")
+                && line.contains("mismatch=0")
+                && line.contains("offset=1536,"),
+            "{line}\n{report}"
+        );
+    }
+}
+
+#[test]
+fn the_kernel_assembles_a_grown_bitmap_array_clean_and_finishes_one_left_mid_grow() {
+    // RAID 5 arrays with md's internal bitmap: one grown by nvraid to the
+    // end, one killed early in the grow (a step recorded, the next written
+    // and not recorded). md assembles both without a resync (every
+    // bitmap header is as fresh as its superblock: md forces a full
+    // resync of a bitmap it finds out of date), keeps the bitmap where it
+    // was, finishes the second, reads the pattern, finds no mismatch.
+    let dir = tempfile::tempdir().unwrap();
+    let mut images = Vec::new();
+    for (name, point) in [("bdone", None), ("bearly", Some("reshape-write:30"))] {
+        let sub = dir.path().join(name);
+        std::fs::create_dir(&sub).unwrap();
+        let (mut m, _) = filled_with(&sub, "5", 4, name, "internal");
+        let new = blank(&sub, "d4");
+        match point {
+            None => {
+                ok(
+                    &with(&["grow", "-n", "5", "--add", &new, "--step", "1M"], &m),
+                    &sub,
+                );
+            }
+            Some(point) => grow_killed_at(&sub, &m, &new, point),
+        }
+        m.push(new);
+        images.extend(m.iter().map(|name| sub.join(name)));
+    }
+    let report = kernel_finishes(&images, 3 * PER);
+    assert!(
+        report.contains("ASSEMBLED 0"),
+        "md resynced or recovered on assembly:\n{report}"
+    );
+    assert!(
+        report.contains("STALE_BITMAPS 0"),
+        "md found a bitmap out of date:\n{report}"
+    );
+    let lines: Vec<&str> = report
+        .lines()
+        .filter(|l| l.starts_with("KERNEL "))
+        .collect();
+    assert_eq!(lines.len(), 2, "two arrays expected:\n{report}");
+    for line in lines {
+        assert!(
+            line.contains("disks=5")
+                && line.contains(&format!("size={}", 4 * PER))
+                && line.contains("pattern=ok")
+                && line.contains("mismatch=0")
+                && line.contains("offset=1536,")
+                && line.contains("bitmap=+8"),
+            "{line}\n{report}"
+        );
+    }
+}
+
+#[test]
+fn the_kernel_reads_a_raid1_nvraid_gave_a_mirror() {
+    // md assembles the widened RAID 1 whole (three members, none
+    // recovering), reads the pattern, finds no mismatch between the copies.
+    let dir = tempfile::tempdir().unwrap();
+    let (mut m, _) = filled_with(dir.path(), "1", 2, "mirror", "internal");
+    let new = blank(dir.path(), "d2");
+    ok(&with(&["grow", "-n", "3", "--add", &new], &m), dir.path());
+    m.push(new);
+    let images: Vec<PathBuf> = m.iter().map(|name| dir.path().join(name)).collect();
+    let report = kernel_finishes(&images, PER);
+    assert!(
+        report.contains("ASSEMBLED 0") && report.contains("STALE_BITMAPS 0"),
+        "md recovered, resynced or found a bitmap out of date:\n{report}"
+    );
+    let line = report
+        .lines()
+        .find(|l| l.starts_with("KERNEL "))
+        .unwrap_or_else(|| panic!("no array assembled:\n{report}"));
+    assert!(
+        line.contains("disks=3")
+            && line.contains(&format!("size={PER}"))
+            && line.contains("pattern=ok")
+            && line.contains("mismatch=0")
+            && line.contains("bitmap=+8"),
+        "{line}\n{report}"
+    );
+}
+
+#[test]
+fn the_kernel_reads_a_raid10_nvraid_grew_and_finishes_one_left_mid_grow() {
+    // RAID 10 near=2 from 4 to 5 members: one grown to the end, one killed
+    // early (a step recorded, the next written and not recorded), one late
+    // (at 32 MiB of 35, past the old shape's end of 28 MiB). md assembles
+    // all three, finishes the two,
+    // reads the pattern and finds the copies equal.
+    let dir = tempfile::tempdir().unwrap();
+    let mut images = Vec::new();
+    for (name, point) in [
+        ("tdone", None),
+        ("tearly", Some("reshape-write:20")),
+        ("tlate", Some("reshape-superblock:170")),
+    ] {
+        let sub = dir.path().join(name);
+        std::fs::create_dir(&sub).unwrap();
+        let (mut m, _) = filled_with(&sub, "10", 4, name, "none");
+        let new = blank(&sub, "d4");
+        match point {
+            None => {
+                ok(
+                    &with(&["grow", "-n", "5", "--add", &new, "--step", "1M"], &m),
+                    &sub,
+                );
+            }
+            Some(point) => grow_killed_at(&sub, &m, &new, point),
+        }
+        m.push(new);
+        images.extend(m.iter().map(|name| sub.join(name)));
+    }
+    let report = kernel_finishes(&images, 2 * PER);
+    let lines: Vec<&str> = report
+        .lines()
+        .filter(|l| l.starts_with("KERNEL "))
+        .collect();
+    assert_eq!(lines.len(), 3, "three arrays expected:\n{report}");
+    for line in lines {
+        assert!(
+            line.contains("disks=5")
+                && line.contains(&format!("size={}", 5 * PER / 2))
                 && line.contains("pattern=ok")
                 && line.contains("mismatch=0")
                 && line.contains("offset=1536,"),

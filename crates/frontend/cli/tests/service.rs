@@ -803,3 +803,41 @@ fn a_member_unplugged_and_back_while_its_array_runs_is_failed_then_re_added_by_t
     daemon.interrupt();
     common::assert_checks_clean(&m.root, &members, "after the re-add");
 }
+
+#[test]
+fn run_starts_the_array_without_metrics_when_their_address_is_taken() {
+    let m = Machine::new();
+    let members = m.create("m", "data");
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = holder.local_addr().unwrap().to_string();
+    m.ok(&[
+        "config",
+        "add",
+        &members[0],
+        "--metrics",
+        &taken,
+        "--mdadm-conf",
+        "etc/mdadm/mdadm.conf",
+    ]);
+    let out = m.run(&["run", "data", "--dry-run"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let args = json["args"].to_string();
+    assert!(!args.contains("--metrics"), "{args}");
+    assert!(
+        stderr.contains(&format!("--metrics {taken}: the address is in use"))
+            && stderr.contains("the array starts without metrics"),
+        "{stderr}"
+    );
+    // Once free, the daemon gets it.
+    drop(holder);
+    let json: serde_json::Value =
+        serde_json::from_str(&m.ok(&["run", "data", "--dry-run"])).unwrap();
+    assert!(
+        json["args"]
+            .to_string()
+            .contains(&format!("\"--metrics\",\"{taken}\"")),
+        "{json}"
+    );
+}

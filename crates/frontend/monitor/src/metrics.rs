@@ -466,15 +466,19 @@ pub fn render(s: &Snapshot, totals: Option<&ExportTotals>) -> String {
         if let Some(ublk) = &totals.ublk {
             export("ublk", ublk);
         }
+        if let Some(nvme) = &totals.nvme {
+            export("nvme", nvme);
+        }
         let mut latency = Histograms::default();
-        let exports = [
-            (Export::Nbd, "nbd", true),
-            (Export::Ublk, "ublk", totals.ublk.is_some()),
-        ];
-        for (export, name, present) in exports {
+        for kind in Export::ALL {
+            let present = match kind {
+                Export::Nbd => true,
+                Export::Ublk => totals.ublk.is_some(),
+                Export::Nvme => totals.nvme.is_some(),
+            };
             for op in LatencyOp::ALL.into_iter().filter(|_| present) {
-                let l = with(&[("export", name), ("op", op.name())]);
-                latency.0.push((l, *totals.latency.get(export, op)));
+                let l = with(&[("export", kind.name()), ("op", op.name())]);
+                latency.0.push((l, *totals.latency.get(kind, op)));
             }
         }
         registry.register_with_unit(
@@ -554,6 +558,7 @@ mod tests {
                 ..CountersSnapshot::default()
             },
             ublk: None,
+            nvme: None,
             latency: latencies(),
         };
         let text = render(&snapshot(), Some(&totals));

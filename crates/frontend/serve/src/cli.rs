@@ -115,6 +115,21 @@ pub struct ServeArgs {
     /// taken until `nvraid ublk delete ID`).
     #[arg(long, value_enum, value_name = "ON|OFF", default_value = "on")]
     pub ublk_recovery: Switch,
+    /// Also serve the array as an NVMe over TCP subsystem (namespace 1,
+    /// with a discovery controller) on HOST:PORT (HOST alone: port 4420),
+    /// for hosts that attach with `nvme connect -t tcp`. Without --listen,
+    /// no NBD socket is opened. docs/scale-out.md.
+    #[arg(long = "nvme-tcp", value_name = "HOST:PORT",
+          value_parser = crate::nvme::options::NvmeOptions::parse_listen)]
+    pub nvme_tcp: Option<String>,
+    /// With --nvme-tcp: the subsystem's NQN (default
+    /// nqn.2014-08.org.nvraid:uuid:<the array's UUID>).
+    #[arg(long, value_name = "NQN", requires = "nvme_tcp")]
+    pub nqn: Option<String>,
+    /// With --nvme-tcp: a host NQN allowed to connect (repeatable; default:
+    /// any host). Others are refused at Connect.
+    #[arg(long = "nvme-host", value_name = "NQN", requires = "nvme_tcp")]
+    pub nvme_host: Vec<String>,
 }
 
 /// `on` or `off`.
@@ -157,7 +172,7 @@ impl ServeArgs {
     /// `--tls on|require` without a certificate, or a certificate with
     /// `--tls off`, is refused.
     pub fn to_options(&self) -> Result<ServeOptions, String> {
-        let listen = if self.listen.is_empty() && self.ublk.is_some() {
+        let listen = if self.listen.is_empty() && (self.ublk.is_some() || self.nvme_tcp.is_some()) {
             Vec::new()
         } else if self.listen.is_empty() {
             vec![ListenAddress::Unix(PathBuf::from(DEFAULT_SOCKET))]
@@ -220,6 +235,15 @@ impl ServeArgs {
             recovery: self.ublk_recovery == Switch::On,
             ..UblkOptions::default()
         });
+        options.nvme = self
+            .nvme_tcp
+            .as_ref()
+            .map(|listen| crate::nvme::NvmeOptions {
+                listen: listen.clone(),
+                nqn: self.nqn.clone().unwrap_or_default(),
+                hosts: self.nvme_host.clone(),
+                ..crate::nvme::NvmeOptions::default()
+            });
         options.control_socket = self
             .control
             .clone()
@@ -270,6 +294,60 @@ mod tests {
         assert_eq!(options.request_max_bytes, 32 << 20);
         assert_eq!(options.tls, TlsMode::Off);
         assert_eq!(options.transfer_timeout, std::time::Duration::from_secs(30));
+    }
+
+    #[test]
+    fn nvme_tcp_takes_port_4420_by_default_and_needs_no_nbd_listener() {
+        let options = parse(&["--nvme-tcp", "10.0.0.5"]).unwrap();
+        assert!(options.listen.is_empty(), "no NBD socket without --listen");
+        let nvme = options.nvme.unwrap();
+        assert_eq!(nvme.listen, "10.0.0.5:4420");
+        assert!(nvme.nqn.is_empty(), "the NQN is derived from the array");
+        let uuid = [0x12; 16];
+        assert_eq!(
+            crate::nvme::NvmeOptions {
+                namespace_uuid: uuid,
+                ..nvme
+            }
+            .subsystem_nqn(),
+            "nqn.2014-08.org.nvraid:uuid:12121212-1212-1212-1212-121212121212"
+        );
+        let options = parse(&[
+            "--nvme-tcp",
+            "[::1]:4421",
+            "--nqn",
+            "nqn.2014-08.org.example:data",
+            "--nvme-host",
+            "nqn.2014-08.org.example:h1",
+            "--listen",
+            "tcp:10809",
+        ])
+        .unwrap();
+        let nvme = options.nvme.unwrap();
+        assert_eq!(nvme.listen, "[::1]:4421");
+        assert_eq!(nvme.subsystem_nqn(), "nqn.2014-08.org.example:data");
+        assert_eq!(nvme.hosts, vec!["nqn.2014-08.org.example:h1".to_string()]);
+        assert_eq!(options.listen.len(), 1);
+    }
+
+    #[test]
+    fn bad_nvme_tcp_flags_are_refused_by_name() {
+        let err = parse(&["--nvme-tcp", "host:port"]).unwrap_err();
+        assert!(err.contains("--nvme-tcp"), "{err}");
+        let err = parse(&["--nvme-tcp", "127.0.0.1", "--nqn", "data"]).unwrap_err();
+        assert!(err.contains("--nqn \"data\": not an NQN"), "{err}");
+        let err = parse(&[
+            "--nvme-tcp",
+            "127.0.0.1",
+            "--nqn",
+            "nqn.2014-08.org.nvmexpress.discovery",
+        ])
+        .unwrap_err();
+        assert!(err.contains("discovery controller"), "{err}");
+        let err = parse(&["--nvme-tcp", "127.0.0.1", "--nvme-host", "me"]).unwrap_err();
+        assert!(err.contains("--nvme-host \"me\""), "{err}");
+        let err = parse(&["--nqn", "nqn.2014-08.org.example:x"]).unwrap_err();
+        assert!(err.contains("--nvme-tcp"), "--nqn alone: {err}");
     }
 
     #[test]

@@ -317,6 +317,10 @@ pub(crate) fn status(shared: &Shared) -> Value {
             .expect("ublk device")
             .as_ref()
             .map_or(Value::Null, |d| d.status()),
+        "nvme": shared
+            .nvme
+            .as_ref()
+            .map_or(Value::Null, |n| crate::nvme::status(n)),
         "array": array,
     })
 }
@@ -402,6 +406,30 @@ pub fn format_status(status: &Value) -> String {
             ublk["counters"]["flushes"],
             ublk["counters"]["errors"],
         );
+    }
+    let nvme = &status["nvme"];
+    if !nvme.is_null() {
+        let controllers = nvme["controllers"].as_array().cloned().unwrap_or_default();
+        out += &format!(
+            "nvme-tcp: {} nqn {} ({} controllers)\n",
+            nvme["listen"].as_str().unwrap_or("?"),
+            nvme["nqn"].as_str().unwrap_or("?"),
+            controllers.len()
+        );
+        for c in &controllers {
+            out += &format!(
+                "  controller {} host {} from {}{} io_queues={}\n",
+                c["cntlid"],
+                c["hostnqn"].as_str().unwrap_or("?"),
+                c["address"].as_str().unwrap_or("?"),
+                if c["discovery"] == true {
+                    " (discovery)"
+                } else {
+                    ""
+                },
+                c["io_queues"].as_array().map_or(0, Vec::len),
+            );
+        }
     }
     if !status["array"].is_null() {
         out += &format!("array: {}\n", status["array"]);

@@ -34,6 +34,19 @@ impl Work {
         }
     }
 
+    /// The NBD command that does this work (how the counters and the
+    /// latency histograms class it).
+    pub(crate) fn command(self) -> nvraid_nbd::Command {
+        use nvraid_nbd::Command as C;
+        match self {
+            Work::Read => C::Read,
+            Work::Write => C::Write,
+            Work::Zero => C::WriteZeroes,
+            Work::Discard => C::Trim,
+            Work::Flush => C::Flush,
+        }
+    }
+
     /// The target operation of one slot's piece (zeroing: a write of a
     /// zero-filled slot, see `Slots::prepare`).
     pub(crate) fn op(self) -> OpKind {
@@ -65,8 +78,8 @@ pub(crate) struct Job {
     /// Bytes reserved against the connection's in-flight budget.
     pub permit_bytes: u64,
     pub command: nvraid_nbd::Command,
-    /// A whole client request (its time goes into the latency
-    /// histograms); false for the parts of an unaligned request and the
-    /// server's own flushes.
-    pub timed: bool,
+    /// A whole client request of this export (its time goes into the
+    /// latency histograms); `None` for the parts of an unaligned request
+    /// and the server's own flushes.
+    pub timed: Option<crate::stats::Export>,
 }

@@ -24,6 +24,7 @@ mod connection;
 mod control;
 mod error;
 mod job;
+mod nvme;
 mod options;
 mod reactor;
 mod reply;
@@ -42,6 +43,7 @@ mod worker;
 pub use cli::UblkId;
 pub use control::{format_status, query_status, request};
 pub use error::Error;
+pub use nvme::{NvmeOptions, DEFAULT_PORT as NVME_DEFAULT_PORT, DISCOVERY_NQN};
 pub use options::{
     stderr_log, CommandHook, ListenAddress, LogSink, ServeOptions, StatusHook, TlsFiles, TlsMode,
     UblkOptions, UblkStop,

@@ -194,6 +194,8 @@ pub struct ServeOptions {
     pub command_hook: Option<CommandHook>,
     /// `--ublk`: also (or only) a block device.
     pub ublk: Option<UblkOptions>,
+    /// `--nvme-tcp`: also (or only) an NVMe/TCP target.
+    pub nvme: Option<crate::nvme::options::NvmeOptions>,
     /// Filled with the server's request counters when it starts (for
     /// `--metrics`).
     pub totals: Option<crate::stats::TotalsProbe>,
@@ -210,6 +212,7 @@ impl fmt::Debug for ServeOptions {
             .field("connections_max", &self.connections_max)
             .field("workers", &self.workers)
             .field("ublk", &self.ublk)
+            .field("nvme", &self.nvme)
             .finish_non_exhaustive()
     }
 }
@@ -245,6 +248,7 @@ impl Default for ServeOptions {
             status_hook: None,
             command_hook: None,
             ublk: None,
+            nvme: None,
             totals: None,
         }
     }
@@ -255,8 +259,8 @@ impl ServeOptions {
     pub fn validate(&self) -> Result<(), String> {
         let checks = [
             (
-                self.listen.is_empty() && self.ublk.is_none(),
-                "no listen address (and no --ublk)",
+                self.listen.is_empty() && self.ublk.is_none() && self.nvme.is_none(),
+                "no listen address (and no --ublk or --nvme-tcp)",
             ),
             (
                 self.ublk
@@ -294,6 +298,9 @@ impl ServeOptions {
         ];
         if let Some((_, reason)) = checks.iter().find(|(bad, _)| *bad) {
             return Err(reason.to_string());
+        }
+        if let Some(nvme) = &self.nvme {
+            nvme.validate()?;
         }
         if let Some(ublk) = &self.ublk {
             let pow2_or_0 = |n: u32| n == 0 || n.is_power_of_two();

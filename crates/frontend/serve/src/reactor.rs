@@ -730,7 +730,7 @@ impl Owned {
                 Work::Read => Command::Read,
                 _ => Command::Write,
             },
-            timed: false,
+            timed: None,
         });
     }
 
@@ -1087,6 +1087,6 @@ fn job(conn: &Owned, request: &RequestHeader, work: Work, buffer: Vec<u8>, permi
         buffer,
         permit_bytes: permit,
         command: request.command,
-        timed: true,
+        timed: Some(crate::stats::Export::Nbd),
     }
 }

@@ -41,6 +41,8 @@ pub struct ServerInfo {
     pub size_bytes: u64,
     pub block_sizes: BlockSizes,
     pub transmission_flags: u16,
+    /// `--nvme-tcp`: the address bound (port 0 resolved).
+    pub nvme_listening: Option<std::net::SocketAddr>,
 }
 
 /// Serve `target` until `shutdown` fires, then finish in-flight requests,
@@ -91,6 +93,16 @@ pub fn start(
     let listeners = bind_all(&options.listen)?;
     let listening = listeners.iter().map(|l| l.local()).collect();
     let read_only = options.read_only || !target.writable();
+    let nvme = match &options.nvme {
+        Some(nvme) => Some(crate::nvme::NvmeTarget::bind(
+            nvme,
+            target.size_bytes(),
+            target.sector_bytes().max(512),
+            read_only,
+            options.io_max_bytes,
+        )?),
+        None => None,
+    };
     let block_sizes = block_sizes(target.as_ref(), &options)?;
     let handshake = Arc::new(handshake_config(
         target.as_ref(),
@@ -154,10 +166,14 @@ pub fn start(
         next_id: AtomicU64::new(1),
         ublk: Mutex::new(device),
         ublk_counters,
+        nvme: nvme.as_ref().map(|n| Arc::clone(&n.subsystem)),
+        nvme_counters: Arc::new(Counters::default()),
         options,
     });
     if let Some(probe) = &shared.options.totals {
-        probe.attach(&shared);
+        let weak = Arc::downgrade(&shared);
+        let source: std::sync::Weak<dyn crate::stats::TotalsSource> = weak;
+        probe.attach(source);
     }
     let control = match &shared.options.control_socket {
         Some(path) => Some(control::ControlServer::start(path, Arc::clone(&shared))?),
@@ -171,6 +187,14 @@ pub fn start(
         control,
     };
     server.spawn_threads()?;
+    if let Some(nvme) = nvme {
+        let local = nvme.local();
+        let nqn = nvme.subsystem.nqn.clone();
+        server.threads.push(nvme.spawn(Arc::clone(&server.shared))?);
+        server.shared.log(&format!(
+            "event=listening-nvme-tcp address={local} nqn={nqn}"
+        ));
+    }
     log_listening(&server.shared);
     Ok(server)
 }
@@ -338,6 +362,7 @@ impl Server {
             size_bytes: self.shared.size_bytes,
             block_sizes: self.shared.block_sizes,
             transmission_flags: export.transmission_flags | tf::HAS_FLAGS,
+            nvme_listening: self.shared.nvme.as_ref().map(|n| n.local),
         }
     }
 

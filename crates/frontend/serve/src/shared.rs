@@ -10,9 +10,10 @@ use std::time::{Duration, Instant};
 use nvraid_nbd::{BlockSizes, ServerConfig};
 
 use crate::connection::Connection;
+use crate::nvme::controller::Subsystem;
 use crate::options::{ListenAddress, ServeOptions};
 use crate::shutdown::ShutdownHandle;
-use crate::stats::{Counters, CountersSnapshot, RateMeter};
+use crate::stats::{Counters, CountersSnapshot, ExportTotals, RateMeter, TotalsSource};
 use crate::unaligned::RangeLocks;
 use crate::worker::WorkerPool;
 
@@ -43,6 +44,10 @@ pub(crate) struct Shared {
     pub(crate) ublk: Mutex<Option<crate::ublk::Device>>,
     /// Its requests' counters (in the totals).
     pub(crate) ublk_counters: Option<Arc<Counters>>,
+    /// `--nvme-tcp`: the subsystem (its controllers, for the status).
+    pub(crate) nvme: Option<Arc<Subsystem>>,
+    /// Its commands' counters (in the totals).
+    pub(crate) nvme_counters: Arc<Counters>,
 }
 
 impl Shared {
@@ -81,6 +86,7 @@ impl Shared {
         let live = connections.values().map(|c| c.counters.snapshot());
         let ublk = self.ublk_counters.iter().map(|c| c.snapshot());
         live.chain(ublk)
+            .chain(std::iter::once(self.nvme_counters.snapshot()))
             .fold(self.closed_totals.snapshot(), |sum, c| sum.plus(&c))
     }
 
@@ -147,5 +153,24 @@ impl Shared {
         }
         *active += 1;
         true
+    }
+}
+
+impl TotalsSource for Shared {
+    /// NBD's share is what is left of the totals once the ublk device's
+    /// and NVMe/TCP's requests are taken out.
+    fn export_totals(&self) -> ExportTotals {
+        let ublk = self.ublk_counters.as_ref().map(|c| c.snapshot());
+        let nvme_counts = self.nvme_counters.snapshot();
+        let nbd = self
+            .totals()
+            .minus(&ublk.unwrap_or_default())
+            .minus(&nvme_counts);
+        ExportTotals {
+            nbd,
+            ublk,
+            nvme: self.nvme.is_some().then_some(nvme_counts),
+            latency: self.workers.latencies(),
+        }
     }
 }

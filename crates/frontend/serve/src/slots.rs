@@ -472,12 +472,8 @@ impl Slots {
             "invariant: active_count counts this job"
         );
         self.active_count -= 1;
-        if active.job.timed {
-            self.record_latency(
-                Export::Nbd,
-                LatencyOp::of(active.job.command),
-                active.started,
-            );
+        if let Some(export) = active.job.timed {
+            self.record_latency(export, LatencyOp::of(active.job.command), active.started);
         }
         let result = active.error.map_or(Ok(()), Err);
         let owner = Arc::clone(&active.job.owner);

@@ -155,18 +155,26 @@ impl RateMeter {
     }
 }
 
+/// What a [`TotalsProbe`] reads: the running server (`Shared`), through
+/// this trait so that the counters need not know the server.
+pub(crate) trait TotalsSource: Send + Sync {
+    fn export_totals(&self) -> ExportTotals;
+}
+
 /// A running server's request counters, read from another thread (the
 /// metrics endpoint): given in [`crate::ServeOptions::totals`], attached
 /// when the server starts, empty before and after.
 #[derive(Clone, Default)]
-pub struct TotalsProbe(Arc<Mutex<Option<Weak<crate::shared::Shared>>>>);
+pub struct TotalsProbe(Arc<Mutex<Option<Weak<dyn TotalsSource>>>>);
 
 /// What a [`TotalsProbe`] reads: NBD's requests (every connection, past
-/// and present) and the ublk device's.
+/// and present), the ublk device's and NVMe/TCP's, and their latencies.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ExportTotals {
     pub nbd: CountersSnapshot,
     pub ublk: Option<CountersSnapshot>,
+    /// `--nvme-tcp`'s commands.
+    pub nvme: Option<CountersSnapshot>,
     /// Request latencies: from a request's submission to the array (its
     /// payload received) until the array answered it.
     pub latency: Latencies,
@@ -179,35 +187,31 @@ impl std::fmt::Debug for TotalsProbe {
 }
 
 impl TotalsProbe {
-    pub(crate) fn attach(&self, shared: &Arc<crate::shared::Shared>) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::downgrade(shared));
+    pub(crate) fn attach(&self, source: Weak<dyn TotalsSource>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(source);
     }
 
     /// The counters now; `None` while no server runs.
     pub fn read(&self) -> Option<ExportTotals> {
-        let shared = self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()?;
-        let shared = shared.upgrade()?;
-        let ublk = shared.ublk_counters.as_ref().map(|c| c.snapshot());
-        let all = shared.totals();
-        let nbd = match ublk {
-            Some(u) => CountersSnapshot {
-                reads: all.reads - u.reads,
-                writes: all.writes - u.writes,
-                flushes: all.flushes - u.flushes,
-                trims: all.trims - u.trims,
-                zeroes: all.zeroes - u.zeroes,
-                other: all.other - u.other,
-                read_bytes: all.read_bytes - u.read_bytes,
-                written_bytes: all.written_bytes - u.written_bytes,
-                errors: all.errors - u.errors,
-            },
-            None => all,
-        };
-        Some(ExportTotals {
-            nbd,
-            ublk,
-            latency: shared.workers.latencies(),
-        })
+        let source = self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()?;
+        Some(source.upgrade()?.export_totals())
+    }
+}
+
+impl CountersSnapshot {
+    /// `self` less `other`'s counts (a part of the totals taken out).
+    pub(crate) fn minus(&self, other: &CountersSnapshot) -> CountersSnapshot {
+        CountersSnapshot {
+            reads: self.reads - other.reads,
+            writes: self.writes - other.writes,
+            flushes: self.flushes - other.flushes,
+            trims: self.trims - other.trims,
+            zeroes: self.zeroes - other.zeroes,
+            other: self.other - other.other,
+            read_bytes: self.read_bytes - other.read_bytes,
+            written_bytes: self.written_bytes - other.written_bytes,
+            errors: self.errors - other.errors,
+        }
     }
 }
 
@@ -245,6 +249,20 @@ const BUCKETS: usize = LATENCY_BOUNDS_S.len() + 1;
 pub enum Export {
     Nbd = 0,
     Ublk = 1,
+    Nvme = 2,
+}
+
+impl Export {
+    pub const ALL: [Export; 3] = [Export::Nbd, Export::Ublk, Export::Nvme];
+
+    /// Its `export` label.
+    pub fn name(self) -> &'static str {
+        match self {
+            Export::Nbd => "nbd",
+            Export::Ublk => "ublk",
+            Export::Nvme => "nvme",
+        }
+    }
 }
 
 /// What a request did, as the latency histograms split it.
@@ -297,7 +315,7 @@ impl Default for LatencyCells {
 /// thread may read them.
 #[derive(Debug, Default)]
 pub(crate) struct LatencyShard {
-    cells: [[LatencyCells; 3]; 2],
+    cells: [[LatencyCells; 3]; 3],
 }
 
 fn bump(cell: &AtomicU64, by: u64) {
@@ -353,13 +371,13 @@ impl Histogram {
 /// Every worker's histograms summed, per export and operation (indexed
 /// by [`Export`] and [`LatencyOp`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Latencies(pub [[Histogram; 3]; 2]);
+pub struct Latencies(pub [[Histogram; 3]; 3]);
 
 impl Latencies {
     pub(crate) fn sum<'a>(shards: impl Iterator<Item = &'a LatencyShard>) -> Latencies {
         let mut all = Latencies::default();
         for shard in shards {
-            for export in [Export::Nbd, Export::Ublk] {
+            for export in Export::ALL {
                 for op in LatencyOp::ALL {
                     shard.add_to(export, op, &mut all.0[export as usize][op as usize]);
                 }

@@ -34,6 +34,7 @@ use nvraid_nbd::ErrorCode;
 
 use crate::error::Error;
 use crate::job::{Finish, Job, Work};
+use crate::nvme::queue::NvmeQueue;
 use crate::reactor::{Handoff, Owned};
 use crate::slots::Slots;
 use crate::stats::{Latencies, LatencyShard};
@@ -46,6 +47,8 @@ struct Handle {
     wake: OwnedFd,
     sleeping: AtomicBool,
     handoffs: Mutex<Vec<Handoff>>,
+    /// NVMe/TCP I/O queues handed to it (see `nvme`).
+    nvme_handoffs: Mutex<Vec<NvmeQueue>>,
     /// Connections it owns (to hand a new one to the least loaded).
     owned: AtomicUsize,
     /// Its requests' latencies (written by the worker only).
@@ -110,6 +113,7 @@ impl WorkerPool {
                 wake: sys::eventfd()?,
                 sleeping: AtomicBool::new(false),
                 handoffs: Mutex::new(Vec::new()),
+                nvme_handoffs: Mutex::new(Vec::new()),
                 owned: AtomicUsize::new(0),
                 latency: Arc::new(LatencyShard::default()),
             });
@@ -177,6 +181,21 @@ impl WorkerPool {
         handle.poke();
     }
 
+    /// Give a connected NVMe/TCP I/O queue to the worker owning the
+    /// fewest connections.
+    pub(crate) fn adopt_nvme(&self, queue: NvmeQueue) {
+        let handle = self
+            .handles
+            .iter()
+            .min_by_key(|h| h.owned.load(Ordering::Relaxed));
+        let Some(handle) = handle else {
+            panic!("invariant: a worker pool has at least one worker");
+        };
+        handle.owned.fetch_add(1, Ordering::Relaxed);
+        handle.nvme_handoffs.lock().expect("handoffs").push(queue);
+        handle.poke();
+    }
+
     /// Flush through every worker's queue and wait; the first error wins.
     pub(crate) fn flush_all(&self) -> Result<(), ErrorCode> {
         let (sender, results) = mpsc::sync_channel(self.handles.len());
@@ -192,7 +211,7 @@ impl WorkerPool {
                 buffer: Vec::new(),
                 permit_bytes: 0,
                 command: nvraid_nbd::Command::Flush,
-                timed: false,
+                timed: None,
             };
             handle.post(Some(job)).map_err(|_| ErrorCode::Shutdown)?;
         }
@@ -229,6 +248,8 @@ pub(crate) struct Worker {
     inbox: Receiver<Option<Job>>,
     /// Connections this worker reads and answers itself.
     owned: Vec<Option<Owned>>,
+    /// NVMe/TCP I/O queues it reads and answers itself.
+    nvme: Vec<Option<NvmeQueue>>,
     /// Whether the inbox is still open.
     open: bool,
     /// When the worker must look again even if nothing happens (a
@@ -249,6 +270,7 @@ impl Worker {
             slots: Slots::new(queue, slot_bytes, latency),
             inbox,
             owned: Vec::new(),
+            nvme: Vec::new(),
             open: true,
             wake_by: None,
         }
@@ -262,6 +284,7 @@ impl Worker {
             let mut progress = self.take_jobs();
             progress |= self.adopt(handle);
             progress |= self.pump_all();
+            progress |= self.serve_nvme(handle);
             self.slots.submit_ready();
             progress |= self.reap(false);
             progress |= self.serve_ublk();
@@ -277,6 +300,7 @@ impl Worker {
             if !self.open
                 && self.slots.active_count == 0
                 && self.owned.iter().all(Option::is_none)
+                && self.nvme.iter().all(Option::is_none)
                 && self.ublk.is_none()
             {
                 break;
@@ -385,11 +409,24 @@ impl Worker {
         handle.sleeping.store(true, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         // Whatever was posted before `sleeping` was seen is looked at now.
-        let pending = self.take_jobs() || !handle.handoffs.lock().expect("handoffs").is_empty();
+        let pending = self.take_jobs()
+            || !handle.handoffs.lock().expect("handoffs").is_empty()
+            || !handle.nvme_handoffs.lock().expect("handoffs").is_empty();
         if !pending {
             let wake = handle.wake.as_raw_fd();
             let mut fds = self.poll_set(wake);
-            let timeout = self.wake_by.map_or(-1, |at| {
+            // NVMe/TCP queues look at their deadlines and the shutdown
+            // every 200 ms.
+            let nvme_tick = self
+                .nvme
+                .iter()
+                .any(Option::is_some)
+                .then(|| std::time::Instant::now() + std::time::Duration::from_millis(200));
+            let wake_by = match (self.wake_by, nvme_tick) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let timeout = wake_by.map_or(-1, |at| {
                 let left = at.saturating_duration_since(std::time::Instant::now());
                 // Rounded up: waking before the deadline would spin.
                 left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
@@ -421,6 +458,35 @@ impl Worker {
         for (index, conn) in self.owned.iter_mut().enumerate() {
             if let Some(conn) = conn {
                 progress |= conn.pump(&mut self.slots, index);
+            }
+        }
+        progress
+    }
+
+    /// Take the NVMe/TCP queues handed over, read and answer each, and
+    /// let go of those that ended with nothing in flight; true if
+    /// anything moved.
+    fn serve_nvme(&mut self, handle: &Handle) -> bool {
+        let handed = std::mem::take(&mut *handle.nvme_handoffs.lock().expect("handoffs"));
+        let mut progress = !handed.is_empty();
+        for queue in handed {
+            match self.nvme.iter().position(Option::is_none) {
+                Some(index) => self.nvme[index] = Some(queue),
+                None => self.nvme.push(Some(queue)),
+            }
+        }
+        for entry in self.nvme.iter_mut() {
+            let Some(queue) = entry.as_mut() else {
+                continue;
+            };
+            progress |= queue.pump(&mut self.slots);
+            if queue.has_ended() {
+                if let Some(queue) = entry.take() {
+                    queue.close();
+                }
+                let before = handle.owned.fetch_sub(1, Ordering::Relaxed);
+                assert!(before > 0, "invariant: the owned count counts this queue");
+                progress = true;
             }
         }
         progress
@@ -492,6 +558,7 @@ impl Worker {
         }];
         fds.extend(self.ublk.as_ref().map(WorkerUblk::poll_fd));
         fds.extend(self.owned.iter().flatten().filter_map(Owned::poll_fd));
+        fds.extend(self.nvme.iter().flatten().filter_map(NvmeQueue::poll_fd));
         fds
     }
 }

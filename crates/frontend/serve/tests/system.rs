@@ -59,9 +59,29 @@ impl LoopExport {
 
     fn detach(mut self) {
         run(Command::new("losetup").args(["-d", &self.device]));
-        run(Command::new(require("fusermount3", "fuse3"))
-            .arg("-u")
-            .arg(&self.mountpoint));
+        // The kernel lets go of a detached loop device's backing file a
+        // moment later (its release runs after `losetup -d` returns): until
+        // then the FUSE file is busy, and an unmount fails with EBUSY.
+        let fusermount = require("fusermount3", "fuse3");
+        let started = std::time::Instant::now();
+        loop {
+            let out = Command::new(&fusermount)
+                .arg("-u")
+                .arg(&self.mountpoint)
+                .output()
+                .unwrap();
+            if out.status.success() {
+                break;
+            }
+            let busy = String::from_utf8_lossy(&out.stderr).contains("busy");
+            assert!(
+                busy && started.elapsed() < std::time::Duration::from_secs(10),
+                "fusermount3 -u {}: {}",
+                self.mountpoint.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
         let _ = self.fuse.wait();
         self.device.clear();
     }

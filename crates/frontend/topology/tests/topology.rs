@@ -695,5 +695,8 @@ fn nvme_tcp_members_are_planned_by_their_network_link() {
     let err = run(&unplanned, None, &mut Vec::new())
         .unwrap_err()
         .to_string();
-    assert!(err.contains("nvme+tcp://") && err.contains("--plan"), "{err}");
+    assert!(
+        err.contains("nvme+tcp://") && err.contains("--plan"),
+        "{err}"
+    );
 }

@@ -7,8 +7,8 @@
 //! inside the capsule (an offset descriptor) or data moved by the
 //! transport (C2HData for reads, in-capsule or R2T/H2CData for writes).
 
+use crate::bytes::{le16, le32, le64, need};
 use crate::error::ParseError;
-use crate::pdu::{le16, le32, le64, need};
 
 pub const SQE_BYTES: usize = 64;
 pub const CQE_BYTES: usize = 16;

@@ -1,8 +1,8 @@
 //! The parts of Identify Controller (CNS 1) and Identify Namespace (CNS 0)
 //! nvraid needs, parsed from their 4 KiB data.
 
+use crate::bytes::{le16, le32, le64, need};
 use crate::error::ParseError;
-use crate::pdu::{le16, le32, le64, need};
 
 pub const IDENTIFY_BYTES: usize = 4096;
 

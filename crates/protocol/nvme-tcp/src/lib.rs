@@ -21,6 +21,7 @@
 //! Formats: the NVMe Base, NVMe over Fabrics and NVMe/TCP transport
 //! specifications.
 
+mod bytes;
 pub mod command;
 pub mod error;
 pub mod identify;

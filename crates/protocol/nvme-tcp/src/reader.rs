@@ -12,12 +12,13 @@
 //! reader's own buffer is a header with its digest, padding, or a TermReq's
 //! quote: never more than 256 bytes.
 
+use crate::bytes::le32;
 use crate::command::Sqe;
 use crate::error::ParseError;
 use crate::pdu::{
-    crc32c, crc32c_append, flags, le32, pdu_type, CommonHeader, DataHeader, Digests, Header,
-    TermReq, CAPSULE_CMD_HLEN, CAPSULE_RESP_HLEN, COMMON_HEADER_BYTES, DATA_HLEN, DIGEST_BYTES,
-    TERM_HLEN, TERM_MAX_DATA,
+    crc32c, crc32c_append, flags, pdu_type, CommonHeader, DataHeader, Digests, Header, TermReq,
+    CAPSULE_CMD_HLEN, CAPSULE_RESP_HLEN, COMMON_HEADER_BYTES, DATA_HLEN, DIGEST_BYTES, TERM_HLEN,
+    TERM_MAX_DATA,
 };
 
 /// Which end of the connection reads.

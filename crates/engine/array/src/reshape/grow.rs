@@ -1,9 +1,12 @@
-//! `grow`: add members to a RAID 4/5/6, offline, in md's format, the way
-//! md reshapes with v1.2 metadata and no backup file.
+//! `grow`: add members to a RAID 4/5/6 or a RAID 10 near, offline, in
+//! md's format, the way md reshapes with v1.2 metadata and no backup file
+//! (a RAID 1's new mirrors: `mirror`).
 //!
 //! 1. Every check comes first (a whole, clean array of a parity level
-//!    without bitmap, PPL or journal; new members large enough and blank;
-//!    room before the data to move it); a refusal writes nothing.
+//!    or RAID 10 near (without a bitmap: md resizes a RAID 10's), without
+//!    PPL or journal; new members large enough and blank; room
+//!    before the data to move it, above a write-intent bitmap); a refusal
+//!    writes nothing.
 //! 2. The reshape is recorded: each new member gets an empty bad-block log
 //!    and the array's superblock with its role, then every member's
 //!    superblock gets `RESHAPE_ACTIVE | NEW_OFFSET`, the new member count
@@ -12,6 +15,15 @@
 //!    0 and `new_offset`: the data offset moves down by the room found
 //!    (at most 4 MiB), so the new shape's rows are written below the old
 //!    shape's live rows and no backup is needed.
+//!
+//! A write-intent bitmap is kept, as md keeps it: for RAID 4/5/6 its bits
+//! count member rows, and adding members changes neither a member's rows
+//! nor the bitmap's size. Each new member gets the bitmap (the union of
+//! the members' bits) before its superblock, and every superblock write
+//! is preceded by the bitmap header's with the same events count, so md
+//! and nvraid believe the bits after any crash. The reshape's own writes
+//! set no bits (md's do not either): a step is redone from the old shape
+//! after a crash, and each new stripe's parity is computed whole.
 //! 3. Steps: each moves whole new stripes (`step::move_rows`), as large as
 //!    `Reshape::step_is_safe` allows and md would continue from
 //!    (`Reshape::md_can_continue`), at most `step_bytes`; the members are
@@ -28,8 +40,9 @@ use super::step::move_rows;
 use crate::assemble::{check_distinct_specs, member_data_bytes};
 use crate::decision::{decide, SetAside};
 use crate::error::{Error, Result};
+use crate::intent::{bitmap_at, merge_bitmaps, read_member_bitmap, MemberBitmap};
 use crate::slot::{read_superblock, write_superblock};
-use nvraid_layout::{Direction, Geometry, Reshape};
+use nvraid_layout::{Direction, Geometry, Level, Reshape};
 use nvraid_member::{Member, OpenOptions};
 use nvraid_metadata::{features, Role, Superblock, Timestamp, RESYNC_CLEAN};
 use serde::Serialize;
@@ -83,9 +96,9 @@ pub struct Grown {
 }
 
 /// A member in the reshape, by role.
-struct Placed {
-    member: Member,
-    sb: Superblock,
+pub(super) struct Placed {
+    pub(super) member: Member,
+    pub(super) sb: Superblock,
 }
 
 /// Add `options.add` to the RAID 4/5/6 on `members` (every active member,
@@ -119,14 +132,30 @@ pub fn grow(
             ),
         });
     }
+    let found = match super::mirror::widened_before(found, options)? {
+        Ok(widened) => return super::mirror::fill_mirrors(members, widened, options, progress),
+        Err(found) => found,
+    };
     let (reference, old_roles) = check_array(&found, options)?;
     let old_geometry = old_shape(&reference, found[0].0.spec())?;
+    if old_geometry.level() == Level::Raid1 {
+        return super::mirror::add_mirrors(
+            members,
+            found,
+            &reference,
+            &old_geometry,
+            options,
+            progress,
+        );
+    }
+    let mut bitmap = kept_bitmap(found.iter().map(|(m, sb)| (m, sb)), &old_geometry)?;
+    let bitmap_bytes = bitmap.as_ref().map(|b| b.storage.len() as u64);
     let new_geometry = Geometry::new(
         old_geometry.level(),
         options.raid_devices,
         old_geometry
             .chunk_bytes()
-            .expect("parity levels have chunks"),
+            .expect("parity levels and RAID 10 have chunks"),
         member_data_bytes(&reference),
     )?;
     let mut adding = Vec::with_capacity(options.add.len());
@@ -135,7 +164,7 @@ pub fn grow(
         check_new_member(&member, &reference, &old_geometry, options.force)?;
         adding.push(member);
     }
-    let moved_sectors = room_to_move(&found, &reference, &old_geometry)?;
+    let moved_sectors = room_to_move(&found, &reference, &old_geometry, bitmap_bytes)?;
     // Members by role: the old ones, then the new ones.
     let mut slots: Vec<Option<(Member, Superblock)>> = found.into_iter().map(Some).collect();
     let mut placed: Vec<Placed> = old_roles
@@ -145,7 +174,7 @@ pub fn grow(
             Placed { member, sb }
         })
         .collect();
-    move_logs(&mut placed)?;
+    move_logs(&mut placed, bitmap_bytes)?;
     let mut reference = reference;
     reference.bblog_offset = placed[0].sb.bblog_offset;
     let events = reference.events + 1;
@@ -184,10 +213,13 @@ pub fn grow(
     let order: Vec<usize> = (old_count as usize..placed.len())
         .chain(0..old_count as usize)
         .collect();
-    write_superblocks(&placed, &order)?;
+    if let Some(b) = bitmap.as_mut() {
+        publish_bitmap(&placed, &order, b, events)?;
+    }
+    write_superblocks(&placed, &order, bitmap.as_mut())?;
     let reshape = reshape_at(&placed, 0)?;
     debug_assert_eq!(reshape.new_shape(), &new_geometry);
-    run(placed, reshape, options.step_bytes, progress)
+    run(placed, reshape, options.step_bytes, bitmap, progress)
 }
 
 /// Continue the reshape recorded on `members` (every member of both
@@ -272,6 +304,10 @@ pub fn continue_grow(
         .max()
     {
         let reshape = reshape_of(&reference, placed[0].member.spec(), &[])?;
+        let mut bitmap = kept_bitmap(
+            placed.iter().map(|p| (&p.member, &p.sb)),
+            reshape.new_shape(),
+        )?;
         for p in placed.iter_mut() {
             if is_reshaping(&p.sb) {
                 finish_record(&mut p.sb);
@@ -279,7 +315,11 @@ pub fn continue_grow(
             p.sb.events = done + 1;
             p.sb.utime = Timestamp::now();
         }
-        write_superblocks(&placed, &(0..placed.len()).collect::<Vec<_>>())?;
+        let all: Vec<usize> = (0..placed.len()).collect();
+        if let Some(b) = bitmap.as_mut() {
+            publish_bitmap(&placed, &all, b, done + 1)?;
+        }
+        write_superblocks(&placed, &all, bitmap.as_mut())?;
         progress(GrowProgress {
             position_bytes: reshape.new_shape().array_bytes(),
             end_bytes: reshape.new_shape().array_bytes(),
@@ -296,6 +336,12 @@ pub fn continue_grow(
         });
     }
     let events = reference.events + 1;
+    // The bitmap as the members hold it, each read against its own
+    // superblock (one a step behind holds its bitmap of then).
+    let bitmap_geometry = reshape_of(&reference, placed[0].member.spec(), &[])?
+        .old()
+        .clone();
+    let mut bitmap = kept_bitmap(placed.iter().map(|p| (&p.member, &p.sb)), &bitmap_geometry)?;
     for p in placed.iter_mut() {
         let own = p.sb.clone();
         p.sb = reference.clone();
@@ -318,15 +364,20 @@ pub fn continue_grow(
         p.sb.utime = Timestamp::now();
     }
     let reshape = reshape_at(&placed, reference.reshape_position * 512)?;
+    // A RAID 10's bitmap counts array bytes: md resized it for the new
+    // shape when its grow started, which nvraid does not do yet.
+    let grows = |level: Level| {
+        level.parity_chunks() > 0 || (matches!(level, Level::Raid10 { .. }) && bitmap.is_none())
+    };
     if reshape.direction() != Direction::Forwards
-        || reshape.old().level().parity_chunks() == 0
+        || !grows(reshape.old().level())
         || reshape.old().level() != reshape.new_shape().level()
         || reshape.old().chunk_bytes() != reshape.new_shape().chunk_bytes()
     {
         return Err(Error::Unsupported {
             spec: placed[0].member.spec().into(),
             what: format!(
-                "continuing this reshape ({} of {} members to {} of {}, {}): nvraid continues a RAID 4/5/6 that gains members; let the kernel finish it (mdadm --assemble)",
+                "continuing this reshape ({} of {} members to {} of {}, {}): nvraid continues a RAID 4/5/6, or a RAID 10 near without a write-intent bitmap, that gains members; let the kernel finish it (mdadm --assemble)",
                 reshape.old().level(),
                 reshape.old().members(),
                 reshape.new_shape().level(),
@@ -338,8 +389,12 @@ pub fn continue_grow(
             ),
         });
     }
-    write_superblocks(&placed, &(0..placed.len()).collect::<Vec<_>>())?;
-    run(placed, reshape, step_bytes, progress)
+    let all: Vec<usize> = (0..placed.len()).collect();
+    if let Some(b) = bitmap.as_mut() {
+        publish_bitmap(&placed, &all, b, events)?;
+    }
+    write_superblocks(&placed, &all, bitmap.as_mut())?;
+    run(placed, reshape, step_bytes, bitmap, progress)
 }
 
 /// The reshape the members' superblocks record, at `position`.
@@ -356,6 +411,7 @@ fn run(
     mut placed: Vec<Placed>,
     mut reshape: Reshape,
     step_bytes: u64,
+    mut bitmap: Option<MemberBitmap>,
     progress: &mut dyn FnMut(GrowProgress),
 ) -> Result<Grown> {
     let started = std::time::Instant::now();
@@ -400,7 +456,11 @@ fn run(
                 p.sb.events += 1;
                 p.sb.utime = Timestamp::now();
             }
-            write_superblocks(&placed, &(0..placed.len()).collect::<Vec<_>>())?;
+            write_superblocks(
+                &placed,
+                &(0..placed.len()).collect::<Vec<_>>(),
+                bitmap.as_mut(),
+            )?;
         }
         reshape = reshape
             .at(to)
@@ -418,7 +478,11 @@ fn run(
         p.sb.events += 1;
         p.sb.utime = Timestamp::now();
     }
-    write_superblocks(&placed, &(0..placed.len()).collect::<Vec<_>>())?;
+    write_superblocks(
+        &placed,
+        &(0..placed.len()).collect::<Vec<_>>(),
+        bitmap.as_mut(),
+    )?;
     Ok(Grown {
         raid_disks_before,
         raid_disks: reshape.new_shape().members(),
@@ -448,15 +512,101 @@ fn finish_record(sb: &mut Superblock) {
 }
 
 /// Write and flush the superblocks of `placed` in `order`, a crash point
-/// after each.
-fn write_superblocks(placed: &[Placed], order: &[usize]) -> Result<()> {
+/// after each. With a bitmap, each member's bitmap header (its first page)
+/// goes first, carrying the events count of the superblock that follows:
+/// a bitmap older than its superblock would be taken as all dirty (md
+/// forces a full resync then), one newer is believed.
+pub(super) fn write_superblocks(
+    placed: &[Placed],
+    order: &[usize],
+    mut bitmap: Option<&mut MemberBitmap>,
+) -> Result<()> {
     for &i in order {
         let p = &placed[i];
+        if let Some(b) = bitmap.as_deref_mut() {
+            write_bitmap(p, b, p.sb.events, PAGE)?;
+        }
         write_superblock(&p.member, &p.sb)?;
         p.member
             .flush()
             .map_err(|e| Error::io(p.member.spec(), e))?;
         crate::failpoint::hit("reshape-superblock");
+    }
+    Ok(())
+}
+
+/// The bitmap's page: md reads and writes it in 4 KiB pages.
+const PAGE: usize = 4096;
+
+/// The array's write-intent bitmap to keep through the reshape: the union
+/// of the bits of every member (each read against its own superblock: one
+/// older than it, or marked stale, counts as all set, as md counts it),
+/// over the bitmap's space of `geometry` (member rows for RAID 4/5/6, the
+/// same in the old and the new shape). `None` when the members have none;
+/// refused when only some have one, or theirs differ in chunk or place.
+pub(super) fn kept_bitmap<'a>(
+    members: impl Iterator<Item = (&'a Member, &'a Superblock)>,
+    geometry: &Geometry,
+) -> Result<Option<MemberBitmap>> {
+    let mut kept: Option<MemberBitmap> = None;
+    let mut with = None;
+    let mut without = None;
+    for (member, sb) in members {
+        let Some(at) = bitmap_at(sb) else {
+            without = Some(member.spec().to_string());
+            continue;
+        };
+        with = Some(member.spec().to_string());
+        let read = read_member_bitmap(member, sb, at, geometry, sb.events)?;
+        kept = Some(match kept.take() {
+            None => read,
+            Some(merged) => {
+                merge_bitmaps(merged, read, member.spec(), geometry.bitmap_space_bytes())?
+            }
+        });
+    }
+    if let (Some(spec), Some(other)) = (without, with) {
+        return Err(Error::Unsupported {
+            spec,
+            what: format!(
+                "a member without the md bitmap its array's other members have ({other} has one)"
+            ),
+        });
+    }
+    Ok(kept.map(|mut b| {
+        b.header.state &= !nvraid_metadata::bitmap::STATE_STALE;
+        b.header.sync_size_sectors = geometry.bitmap_space_bytes() / 512;
+        b
+    }))
+}
+
+/// Write the first `len` bytes of the bitmap image, its header carrying
+/// `events`, at the bitmap's place on `p`'s member (not flushed).
+fn write_bitmap(p: &Placed, bitmap: &mut MemberBitmap, events: u64, len: usize) -> Result<()> {
+    bitmap.header.events = events;
+    bitmap.header.encode(&mut bitmap.storage);
+    let at = bitmap_at(&p.sb).expect("invariant: every member of a bitmap array has one") as u64;
+    let len = len.min(bitmap.storage.len());
+    p.member
+        .write_at(&bitmap.storage[..len], at)
+        .map_err(|e| Error::io(p.member.spec(), e))
+}
+
+/// The whole bitmap image, its header carrying `events`, to the members
+/// of `placed` in `order` (the new ones have none yet), flushed; before
+/// any of them records `events`.
+fn publish_bitmap(
+    placed: &[Placed],
+    order: &[usize],
+    bitmap: &mut MemberBitmap,
+    events: u64,
+) -> Result<()> {
+    for &i in order {
+        let p = &placed[i];
+        write_bitmap(p, bitmap, events, usize::MAX)?;
+        p.member
+            .flush()
+            .map_err(|e| Error::io(p.member.spec(), e))?;
     }
     Ok(())
 }
@@ -472,64 +622,30 @@ fn check_array(
     found: &[(Member, Superblock)],
     options: &GrowOptions,
 ) -> Result<(Superblock, Vec<usize>)> {
-    let listed: Vec<(&str, &Superblock)> = found.iter().map(|(m, sb)| (m.spec(), sb)).collect();
-    let decision = decide(&listed)?;
-    let (ref_member, reference) = &found[decision.reference];
-    let spec = ref_member.spec();
+    let (reference, roles) = check_whole(found, "grows", "growing")?;
+    let spec = found[roles[0]].0.spec();
     let refuse = |what: String| Error::Unsupported {
         spec: spec.into(),
         what,
     };
-    let level = crate::assemble::level_of(reference, spec)?;
-    if level.parity_chunks() == 0 {
-        return Err(refuse(format!(
-            "growing a {level} (nvraid grows RAID 4, 5 and 6 so far)"
-        )));
-    }
-    if let Some(role) = decision.roles.iter().position(Option::is_none) {
-        return Err(Error::NotStartable(format!(
-            "the array is degraded (role {role} is missing); nvraid grows only a whole array: rebuild it first (`nvraid add`)"
-        )));
-    }
-    if let Some((index, why)) = decision.set_aside.first() {
-        let why = match why {
-            SetAside::Spare => {
-                "a spare: give only the active members, and the new ones with --add".into()
-            }
-            other => other.reason(),
-        };
-        return Err(Error::NotStartable(format!(
-            "{} takes no part in the array ({why}); nvraid grows only a whole array",
-            found[*index].0.spec()
-        )));
-    }
-    for (member, sb) in found {
-        if sb.feature_map & (features::RECOVERY_OFFSET | features::RECOVERY_BITMAP) != 0 {
-            return Err(Error::NotStartable(format!(
-                "{} is being rebuilt; finish the rebuild first (`nvraid rebuild`)",
-                member.spec()
-            )));
+    let level = crate::assemble::level_of(&reference, spec)?;
+    match level {
+        Level::Raid0 => {
+            return Err(refuse(format!(
+                "growing a {level} (md grows a RAID 0 by taking it over as a degraded RAID 4 and back; nvraid grows RAID 1, 4, 5, 6 and 10 near so far)"
+            )))
         }
-    }
-    if reference.feature_map & (features::PPL | features::MULTIPLE_PPLS) != 0 {
-        return Err(refuse(
-            "growing an array with md's partial parity log (md refuses to reshape it too; switch the consistency policy to resync first)".into(),
-        ));
-    }
-    if reference.feature_map & features::JOURNAL != 0 {
-        return Err(refuse(
-            "growing an array with md's write journal (md refuses to reshape it too)".into(),
-        ));
-    }
-    if reference.feature_map & features::BITMAP_OFFSET != 0 {
-        return Err(refuse(
-            "growing an array with a write-intent bitmap (md grows it and keeps the bitmap; nvraid does not yet keep the bitmap in step with the reshape): remove it first (mdadm --grow --bitmap=none), or create arrays to be grown with --bitmap none".into(),
-        ));
-    }
-    if reference.resync_offset != RESYNC_CLEAN {
-        return Err(Error::NotStartable(
-            "the array is not clean (a resync is due); run `nvraid repair` first".into(),
-        ));
+        Level::Raid10Far { .. } => {
+            return Err(refuse(format!(
+                "growing a {level} (md reshapes only the near layout of RAID 10)"
+            )))
+        }
+        Level::Raid10 { .. } if reference.feature_map & features::BITMAP_OFFSET != 0 => {
+            return Err(refuse(format!(
+                "growing a {level} with a write-intent bitmap (its bits count array bytes, and md resizes the bitmap for the larger array when the grow starts; nvraid does not yet): remove it first (mdadm --grow --bitmap=none), or create arrays to be grown with --bitmap none"
+            )))
+        }
+        _ => {}
     }
     let old = reference.raid_disks;
     let want = old as usize + options.add.len();
@@ -544,13 +660,74 @@ fn check_array(
             ),
         });
     }
+    Ok((reference, roles))
+}
+
+/// The checks every change of shape makes first (`verb`: "grows",
+/// `doing`: "growing", for the messages): the members make a whole array
+/// (no role missing, none set aside, none being rebuilt), clean, without
+/// md's partial parity log or write journal. Returns the reference
+/// superblock and the index of the member in each role.
+pub(super) fn check_whole(
+    found: &[(Member, Superblock)],
+    verb: &str,
+    doing: &str,
+) -> Result<(Superblock, Vec<usize>)> {
+    let listed: Vec<(&str, &Superblock)> = found.iter().map(|(m, sb)| (m.spec(), sb)).collect();
+    let decision = decide(&listed)?;
+    let (ref_member, reference) = &found[decision.reference];
+    let spec = ref_member.spec();
+    let refuse = |what: String| Error::Unsupported {
+        spec: spec.into(),
+        what,
+    };
+    if let Some(role) = decision.roles.iter().position(Option::is_none) {
+        return Err(Error::NotStartable(format!(
+            "the array is degraded (role {role} is missing); nvraid {verb} only a whole array: rebuild it first (`nvraid add`)"
+        )));
+    }
+    if let Some((index, why)) = decision.set_aside.first() {
+        let why = match why {
+            SetAside::Spare => {
+                "a spare: give only the active members, and the new ones with --add".into()
+            }
+            other => other.reason(),
+        };
+        return Err(Error::NotStartable(format!(
+            "{} takes no part in the array ({why}); nvraid {verb} only a whole array",
+            found[*index].0.spec()
+        )));
+    }
+    for (member, sb) in found {
+        if sb.feature_map & (features::RECOVERY_OFFSET | features::RECOVERY_BITMAP) != 0 {
+            return Err(Error::NotStartable(format!(
+                "{} is being rebuilt; finish the rebuild first (`nvraid rebuild`)",
+                member.spec()
+            )));
+        }
+    }
+    if reference.feature_map & (features::PPL | features::MULTIPLE_PPLS) != 0 {
+        return Err(refuse(format!(
+            "{doing} an array with md's partial parity log (md refuses to reshape it too; switch the consistency policy to resync first)"
+        )));
+    }
+    if reference.feature_map & features::JOURNAL != 0 {
+        return Err(refuse(format!(
+            "{doing} an array with md's write journal (md refuses to reshape it too)"
+        )));
+    }
+    if reference.resync_offset != RESYNC_CLEAN {
+        return Err(Error::NotStartable(
+            "the array is not clean (a resync is due); run `nvraid repair` first".into(),
+        ));
+    }
     let roles = decision.roles.iter().map(|i| i.expect("checked")).collect();
     Ok((reference.clone(), roles))
 }
 
 /// A new member must hold the data area the others use, at the same data
 /// offset, and carry nothing (unless forced).
-fn check_new_member(
+pub(super) fn check_new_member(
     member: &Member,
     reference: &Superblock,
     old: &Geometry,
@@ -587,41 +764,76 @@ fn check_new_member(
 /// from the superblock.
 const FLOOR_SECTORS: u64 = 72;
 
-/// Where a bad-block log in the way of the move goes: right after the
-/// superblock's 4 KiB, where mdadm puts it (`bblog_offset`, sectors from
-/// the superblock).
-const LOG_MOVED_TO: u32 = 8;
+/// Where a bad-block log in the way of the move goes (sectors from the
+/// superblock): right after the superblock's 4 KiB, where mdadm puts it,
+/// or right after a write-intent bitmap there (`bitmap_bytes`, its
+/// whole pages).
+fn log_moved_to(sb: &Superblock, bitmap_bytes: Option<u64>) -> u64 {
+    match (bitmap_bytes, bitmap_at(sb)) {
+        (Some(len), Some(at)) => {
+            let end = (at as u64 + len) / 512 - sb.super_offset_sectors;
+            end.max(8)
+        }
+        _ => 8,
+    }
+}
+
+/// Where the moved data may start on `sb`'s member at the lowest (device
+/// sectors), md's `super_1_allow_new_offset`: 36 KiB past the
+/// superblock's start, past the write-intent bitmap's pages, past the
+/// bad-block log, which stays where it is when it lies below that, and
+/// otherwise moves to just past the superblock or the bitmap
+/// ([`log_moved_to`]; `Some(to)`).
+fn floor_of(sb: &Superblock, bitmap_bytes: Option<u64>) -> (u64, Option<u64>) {
+    let sb_start = sb.super_offset_sectors;
+    let mut floor = sb_start + FLOOR_SECTORS;
+    if let (Some(len), Some(at)) = (bitmap_bytes, bitmap_at(sb)) {
+        floor = floor.max((at as u64 + len).div_ceil(512));
+    }
+    let Some((start, len)) = log_sectors(sb) else {
+        return (floor, None);
+    };
+    let to = sb_start + log_moved_to(sb, bitmap_bytes);
+    if start < floor || (to < start + len && start < to + len) {
+        // Below the floor, or where moving it would overwrite it: it stays.
+        (floor.max(start + len), None)
+    } else {
+        (floor.max(to + len), Some(to))
+    }
+}
 
 /// How far (sectors) the data offset can move down on every member: from
-/// the data down to md's floor (36 KiB past the superblock) or the end of
-/// a bad-block log below that floor, at most [`move_max_bytes`], in whole
-/// 4 KiB; refused below one chunk (a step could then not write one row).
-/// A bad-block log above the floor (nvraid puts it right below the data)
-/// moves to just after the superblock ([`move_logs`]).
+/// the data down to md's floor ([`floor_of`]), at most
+/// [`move_max_bytes`], in whole 4 KiB; refused below one chunk (a step
+/// could then not write one row).
 fn room_to_move(
     found: &[(Member, Superblock)],
     reference: &Superblock,
     old: &Geometry,
+    bitmap_bytes: Option<u64>,
 ) -> Result<u64> {
-    let chunk_bytes = old.chunk_bytes().expect("parity levels have chunks");
+    let chunk_bytes = old
+        .chunk_bytes()
+        .expect("the levels grown by moving rows have chunks");
     let mut room = move_max_bytes(chunk_bytes) / 512;
     for (_, sb) in found {
-        let sb_start = sb.super_offset_sectors;
-        let mut floor = sb_start + FLOOR_SECTORS;
-        if let Some((start, len)) = log_sectors(sb) {
-            if start < floor {
-                floor = floor.max(start + len);
-            }
-        }
+        let (floor, _) = floor_of(sb, bitmap_bytes);
         room = room.min(sb.data_offset_sectors.saturating_sub(floor));
     }
     let room = room / 8 * 8;
-    let chunk_sectors = old.chunk_bytes().expect("parity levels have chunks") / 512;
+    let chunk_sectors = old
+        .chunk_bytes()
+        .expect("the levels grown by moving rows have chunks")
+        / 512;
     if room < chunk_sectors {
         return Err(Error::NotStartable(format!(
-            "the members have {} bytes free before the data (from a data offset of {} bytes), less than one chunk of {} bytes: nvraid moves the data offset instead of keeping a backup file, and cannot here",
+            "the members have {} bytes free before the data (from a data offset of {} bytes{}), less than one chunk of {} bytes: nvraid moves the data offset instead of keeping a backup file, and cannot here",
             room * 512,
             reference.data_offset_sectors * 512,
+            match bitmap_bytes {
+                Some(len) => format!(", above a write-intent bitmap of {len} bytes"),
+                None => String::new(),
+            },
             chunk_sectors * 512
         )));
     }
@@ -638,15 +850,18 @@ fn log_sectors(sb: &Superblock) -> Option<(u64, u64)> {
 }
 
 /// Move each bad-block log that sits above md's floor (where the data
-/// will move) to just after the superblock: its contents copied and
-/// flushed there, its superblock's `bblog_offset` changed in `placed` (for
-/// the record written next; until then the old place is the one used).
-fn move_logs(placed: &mut [Placed]) -> Result<()> {
+/// will move) to just after the superblock or the bitmap: its contents
+/// copied and flushed there, its superblock's `bblog_offset` changed in
+/// `placed` (for the record written next; until then the old place is the
+/// one used).
+fn move_logs(placed: &mut [Placed], bitmap_bytes: Option<u64>) -> Result<()> {
     for p in placed.iter_mut() {
-        let Some((start, len)) = log_sectors(&p.sb) else {
+        let (Some((start, len)), (_, Some(to))) =
+            (log_sectors(&p.sb), floor_of(&p.sb, bitmap_bytes))
+        else {
             continue;
         };
-        if start < p.sb.super_offset_sectors + FLOOR_SECTORS {
+        if to == start {
             continue;
         }
         let mut log = nvraid_io::AlignedBuf::zeroed((len * 512).next_multiple_of(4096) as usize);
@@ -654,14 +869,13 @@ fn move_logs(placed: &mut [Placed]) -> Result<()> {
         p.member
             .read_at(log, start * 512)
             .map_err(|e| Error::io(p.member.spec(), e))?;
-        let to = p.sb.super_offset_sectors + u64::from(LOG_MOVED_TO);
         p.member
             .write_at(log, to * 512)
             .map_err(|e| Error::io(p.member.spec(), e))?;
         p.member
             .flush()
             .map_err(|e| Error::io(p.member.spec(), e))?;
-        p.sb.bblog_offset = LOG_MOVED_TO;
+        p.sb.bblog_offset = (to - p.sb.super_offset_sectors) as u32;
     }
     Ok(())
 }

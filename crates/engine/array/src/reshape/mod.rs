@@ -10,8 +10,12 @@
 //! - `read`: [`MidReshape`], such an array opened read-only: every byte
 //!   read from the shape the position puts it in, and what `detail` shows;
 //! - `grow`: [`grow`] and [`continue_grow`], nvraid's own reshape of a
-//!   RAID 4/5/6 gaining members: the checks, md's record written, the
-//!   steps with a checkpoint after each, the finished shape recorded.
+//!   RAID 4/5/6 or RAID 10 near gaining members: the checks, md's record written, the
+//!   steps with a checkpoint after each, the finished shape recorded;
+//! - `level`: `grow --level`, md's level changes that move no byte
+//!   (RAID 1 of two <-> RAID 5, RAID 4 <-> RAID 5 parity-last);
+//! - `mirror`: `grow` of a RAID 1 (another mirror): the member count
+//!   raised in every superblock, the new member added and rebuilt.
 //!
 //! `record` and `step` are the floor; `read` and `grow` stand on them and
 //! not on each other.
@@ -19,10 +23,13 @@
 //! [`Reshape`]: nvraid_layout::Reshape
 
 mod grow;
+mod level;
+mod mirror;
 mod read;
 mod record;
 mod step;
 
 pub use grow::{continue_grow, grow, GrowOptions, GrowProgress, Grown};
+pub use level::{change_level, LevelChanged};
 pub use read::{MidReshape, ReshapeDetail, ReshapeMember, ShapeDetail};
 pub use record::{is_reshaping, reshape_of};

@@ -35,9 +35,60 @@ pub(crate) fn read_through(
     Ok(())
 }
 
+/// Read `buf.len()` array bytes at `offset`, all in the old shape (at or
+/// past a forwards reshape's position), with one read per old member: the
+/// member rows that hold them, read whole, then each chunk copied out of
+/// its member's rows (parity chunks in those rows are read and skipped).
+/// A step's reads are a few large sequential ones, not one per chunk.
+fn read_old_rows(
+    reshape: &Reshape,
+    members: &[&Member],
+    buf: &mut [u8],
+    offset: u64,
+) -> Result<()> {
+    let old = reshape.old();
+    let end = offset + buf.len() as u64;
+    assert!(
+        reshape.direction() == Direction::Forwards && offset >= reshape.position(),
+        "invariant: the bytes read are all in the old shape"
+    );
+    assert!(end <= old.array_bytes(), "invariant: within the old shape");
+    let chunk = old.chunk_bytes().expect("the levels reshaped have chunks");
+    // Member rows are in array order: the first byte's row starts them,
+    // the last byte's row ends them.
+    let first_row = old.locate(offset, 0).member_offset / chunk * chunk;
+    let last_row = old.locate(end - 1, 0).member_offset / chunk * chunk;
+    let span = (last_row + chunk - first_row) as usize;
+    let mut rows: Vec<AlignedBuf> = Vec::with_capacity(old.members() as usize);
+    for role in 0..old.members() {
+        let member = members[role as usize];
+        let at = reshape
+            .data_offset(nvraid_layout::Shape::Old, role)
+            .expect("an old shape's member")
+            + first_row;
+        let mut r = AlignedBuf::zeroed(span);
+        member
+            .read_at(&mut r, at)
+            .map_err(|e| Error::io(member.spec(), e))?;
+        rows.push(r);
+    }
+    let mut at = offset;
+    while at < end {
+        let len = (chunk - at % chunk).min(end - at);
+        let place = old.locate(at, 0);
+        let from = (place.member_offset - first_row) as usize;
+        let to = (at - offset) as usize;
+        buf[to..to + len as usize]
+            .copy_from_slice(&rows[place.member as usize][from..from + len as usize]);
+        at += len;
+    }
+    Ok(())
+}
+
 /// Move the array bytes from `reshape`'s position to `to` (a forwards
-/// parity reshape; the caller checked `step_is_safe(to)`): read them from
-/// the old shape, write whole new stripes, flush every member. `hit` is
+/// reshape of a parity level or RAID 10 near; the caller checked
+/// `step_is_safe(to)`): read them from the old shape, write whole new
+/// stripes (rows), flush every member. `hit` is
 /// called after each member write and after the flushes (the caller's
 /// crash points).
 pub(crate) fn move_rows(
@@ -53,6 +104,9 @@ pub(crate) fn move_rows(
         "invariant: steps move forwards"
     );
     let new = reshape.new_shape();
+    if new.level().parity_chunks() == 0 {
+        return move_copy_rows(reshape, members, to, hit);
+    }
     let map = new
         .level()
         .stripe_map(new.members())
@@ -72,7 +126,7 @@ pub(crate) fn move_rows(
     let mut data = AlignedBuf::zeroed((rows * unit) as usize);
     let readable = old_end.min(from + rows * unit).saturating_sub(from);
     if readable > 0 {
-        read_through(reshape, members, &mut data[..readable as usize], from)?;
+        read_old_rows(reshape, members, &mut data[..readable as usize], from)?;
     }
     let c = chunk as usize;
     let mut out: Vec<AlignedBuf> = (0..new.members())
@@ -115,6 +169,59 @@ pub(crate) fn move_rows(
             + first * chunk;
         member
             .write_at(rows_out, at)
+            .map_err(|e| Error::io(member.spec(), e))?;
+        hit();
+    }
+    for member in members {
+        member.flush().map_err(|e| Error::io(member.spec(), e))?;
+    }
+    hit();
+    Ok(())
+}
+
+/// [`move_rows`] for a RAID 10 near layout: the new shape's rows that
+/// hold the chunks from the position to `to` (whole rows: a row may also
+/// hold chunks just below the position, already in the new shape, and
+/// just past `to`, still in the old), each member's chunk slots filled
+/// from the array's bytes (md's near layout: chunk `c`'s copy `k` is slot
+/// `c * near + k`, on member `slot % members`, row `slot / members`),
+/// zeros past the old shape's end.
+fn move_copy_rows(reshape: &Reshape, members: &[&Member], to: u64, hit: &dyn Fn()) -> Result<()> {
+    let new = reshape.new_shape();
+    let chunk = new.chunk_bytes().expect("RAID 10 has chunks");
+    let n = u64::from(new.members());
+    let near = u64::from(new.copies());
+    let from = reshape.position();
+    let first_row = (from / chunk) * near / n;
+    let end_row = (to.div_ceil(chunk) * near).div_ceil(n);
+    let first_chunk = first_row * n / near;
+    let end_chunk = (end_row * n).div_ceil(near);
+    let start = first_chunk * chunk;
+    let mut data = AlignedBuf::zeroed(((end_chunk - first_chunk) * chunk) as usize);
+    let readable = reshape
+        .old()
+        .array_bytes()
+        .min(end_chunk * chunk)
+        .saturating_sub(start);
+    if readable > 0 {
+        read_through(reshape, members, &mut data[..readable as usize], start)?;
+    }
+    let c = chunk as usize;
+    for role in 0..n {
+        let mut rows_out = AlignedBuf::zeroed(((end_row - first_row) * chunk) as usize);
+        for row in first_row..end_row {
+            let slot_chunk = (row * n + role) / near;
+            let at = ((slot_chunk - first_chunk) * chunk) as usize;
+            let out = ((row - first_row) * chunk) as usize;
+            rows_out[out..out + c].copy_from_slice(&data[at..at + c]);
+        }
+        let member = members[role as usize];
+        let at = reshape
+            .data_offset(nvraid_layout::Shape::New, role as u32)
+            .expect("a new shape's member")
+            + first_row * chunk;
+        member
+            .write_at(&rows_out, at)
             .map_err(|e| Error::io(member.spec(), e))?;
         hit();
     }

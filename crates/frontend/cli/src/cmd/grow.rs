@@ -1,11 +1,12 @@
-//! `nvraid grow`: add members to a RAID 4/5/6 and reshape it, offline, in
-//! md's format (docs/reshape.md); `--continue` resumes a reshape a crash
-//! or an interrupted run left part-way.
+//! `nvraid grow`: add members to a RAID 4/5/6 or RAID 10 near and reshape it, offline, in
+//! md's format (docs/reshape.md), or mirrors to a RAID 1; `--level`
+//! changes the level where md does it without moving data; `--continue`
+//! resumes a reshape a crash or an interrupted run left part-way.
 
 use super::{bytes_text, size_arg};
 use anyhow::{bail, Result};
 use clap::Args;
-use nvraid_array::reshape::{continue_grow, grow, GrowOptions, GrowProgress, Grown};
+use nvraid_array::reshape::{change_level, continue_grow, grow, GrowOptions, GrowProgress, Grown};
 use nvraid_member::format_size;
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
@@ -14,7 +15,12 @@ use std::time::{Duration, Instant};
 pub struct GrowArgs {
     /// The member count after the grow (mdadm's --raid-devices): the
     /// array's members plus one --add for each new one.
-    #[arg(long, short = 'n', value_name = "N", required_unless_present = "cont")]
+    #[arg(
+        long,
+        short = 'n',
+        value_name = "N",
+        required_unless_present_any = ["cont", "level"]
+    )]
     raid_devices: Option<u32>,
     /// A member to add (repeat for several); it must be blank (or --force)
     /// and at least as large as the others' data area.
@@ -22,8 +28,13 @@ pub struct GrowArgs {
     add: Vec<String>,
     /// Continue a reshape recorded on the members (every member, the added
     /// ones included), from the recorded position.
-    #[arg(long = "continue", conflicts_with_all = ["raid_devices", "add"])]
+    #[arg(long = "continue", conflicts_with_all = ["raid_devices", "add", "level"])]
     cont: bool,
+    /// Change the level where md does it without moving data (its
+    /// takeovers): 4 <-> 5 with the parity-last layout. md's other level
+    /// changes are refused, naming md's path.
+    #[arg(long, value_name = "LEVEL", conflicts_with_all = ["raid_devices", "add"])]
+    level: Option<i32>,
     /// Use new members that carry a filesystem or another array.
     #[arg(long, short = 'f')]
     force: bool,
@@ -39,6 +50,23 @@ pub struct GrowArgs {
 }
 
 pub fn run(args: &GrowArgs, direct: bool) -> Result<u8> {
+    if let Some(level) = args.level {
+        let changed = change_level(&args.members, level, direct)?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&changed)?);
+        } else {
+            println!(
+                "level changed from {} (md level {}) to {} (md level {}); {} unchanged, no byte moved; events {}",
+                changed.level_before,
+                changed.md_level_before,
+                changed.level,
+                changed.md_level,
+                bytes_text(changed.size_bytes),
+                changed.events
+            );
+        }
+        return Ok(0);
+    }
     let mut progress = progress_printer();
     let grown = if args.cont {
         continue_grow(&args.members, direct, args.step, &mut progress)?

@@ -96,12 +96,23 @@ pub fn run(args: &RunArgs, direct: bool) -> Result<u8> {
     if !direct {
         serve_args.insert(0, "--buffered".into());
     }
+    // The array must not stay down for its metrics: an address another
+    // process holds (which `nvraid serve --metrics` refuses) is said loudly
+    // and left out; the array starts without its endpoint.
+    let mut alerts = config.alerts.clone();
+    let mut launched = entry.clone();
+    if let Some(address) = config.metrics_of(entry) {
+        if let Err(why) = nvraid_monitor::metrics::bind(&address) {
+            eprintln!(
+                "nvraid: {}: warning: {why}; the array starts without metrics",
+                entry.name
+            );
+            alerts.metrics = None;
+            launched.metrics = None;
+        }
+    }
     serve_args.extend(launch::serve_args(
-        entry,
-        &config.alerts,
-        &run,
-        &ublk,
-        &members,
+        &launched, &alerts, &run, &ublk, &members,
     ));
     let program = std::env::current_exe().context("cannot find this program's path")?;
     eprintln!(

@@ -529,6 +529,10 @@ fn configure(
     if let Some(ublk) = options.ublk.as_mut() {
         ublk_geometry(ublk, array);
     }
+    if let Some(nvme) = options.nvme.as_mut() {
+        // The namespace's UUID (and the default NQN) is the array's.
+        nvme.namespace_uuid = array_uuid(array);
+    }
     let command_array = array.clone();
     let command_online = online.clone();
     options.command_hook = Some(Arc::new(move |request| {
@@ -563,6 +567,25 @@ fn configure(
         }
         value
     }));
+}
+
+/// The array's UUID as 16 bytes (from `detail`'s text form).
+fn array_uuid(array: &Array) -> [u8; 16] {
+    let detail = serde_json::to_value(info::detail(array)).unwrap_or_default();
+    let hex: Vec<u8> = detail["uuid"]
+        .as_str()
+        .unwrap_or_default()
+        .chars()
+        .filter_map(|c| c.to_digit(16))
+        .map(|d| d as u8)
+        .collect();
+    let mut uuid = [0u8; 16];
+    for (i, byte) in uuid.iter_mut().enumerate() {
+        if let (Some(hi), Some(lo)) = (hex.get(2 * i), hex.get(2 * i + 1)) {
+            *byte = hi << 4 | lo;
+        }
+    }
+    uuid
 }
 
 /// A control command that would write the array (its superblocks, or a

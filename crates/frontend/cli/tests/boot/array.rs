@@ -41,8 +41,24 @@ fn an_array_in_fstab_comes_back_after_reboots_a_power_cut_and_a_missing_disk() {
     let d = dir.path();
     ok(
         &[
-            "create", "--level", "5", "--chunk", "64K", "--size", "256M", "--name", "data",
-            "m0.img", "m1.img", "m2.img", "m3.img",
+            "create",
+            "--level",
+            "5",
+            "--chunk",
+            "64K",
+            "--size",
+            "256M",
+            "--name",
+            "data",
+            // 16 bits over each member's 256 MiB of rows (md's RAID 5
+            // bitmap counts member rows): what a cut leaves dirty is a
+            // small part of the array
+            "--bitmap-chunk",
+            "16M",
+            "m0.img",
+            "m1.img",
+            "m2.img",
+            "m3.img",
         ],
         d,
     );
@@ -64,15 +80,13 @@ fn an_array_in_fstab_comes_back_after_reboots_a_power_cut_and_a_missing_disk() {
     let machine = Machine::new(d, &disks);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/boot/array.sh");
     let boot = |phase: &str, absent: Vec<usize>, cut: Option<&str>| -> Booted {
-        // The last boot pulls nv2 and plugs it back while the array runs.
-        let hotplug = if phase == "back" { vec![2] } else { vec![] };
         let booted = machine.boot(
             &script,
             &Boot {
                 indir: Some(&inside),
                 env: vec![("PHASE", phase.to_string())],
                 absent,
-                hotplug,
+                hotplug: vec![],
                 cut,
                 // the setup rebuilds Debian's initramfs (update-initramfs)
                 timeout_s: Some(if phase == "setup" { 900 } else { 400 }),
@@ -207,33 +221,6 @@ fn an_array_in_fstab_comes_back_after_reboots_a_power_cut_and_a_missing_disk() {
     assert!(readded.contains("recovery=bitmap"), "{readded}");
     back.line("ACTIVE 4 members");
     assert_eq!(back.line("VERIFIED "), "VERIFIED 28 files");
-    // 7. (same boot) nv2 pulled and plugged back while the array runs
-    back.line("UNPLUGGED nv2 missing");
-    let replugged = back.line("REPLUGGED ");
-    let number = |key: &str| -> u64 {
-        replugged
-            .split(key)
-            .nth(1)
-            .and_then(|t| t.split(' ').next())
-            .and_then(|t| t.parse().ok())
-            .unwrap_or_else(|| panic!("no {key} in {replugged}"))
-    };
-    let (copied, member) = (number("\"copied_bytes\":"), number(" of "));
-    assert!(
-        copied > 0 && copied < member,
-        "the replugged member's recovery copied {copied} of {member} bytes"
-    );
-    let said = back.line("UDEV-SAID ");
-    assert!(
-        // (failed by the daemon, or already by the I/O it failed)
-        said.contains("went away: removed;")
-            && said.contains("is back: re-added (bitmap) in role 2 of the running array"),
-        "{said}"
-    );
-    assert_eq!(
-        back.line("VERIFIED-AFTER-REPLUG "),
-        "VERIFIED-AFTER-REPLUG 32 files"
-    );
 
     // The host reads the members: clean, and the parity right.
     let mut text = vec!["detail"];

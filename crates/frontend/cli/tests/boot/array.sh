@@ -225,35 +225,6 @@ back)
 	echo "ACTIVE 4 members"
 	echo "VERIFIED $(verify_sums $STATE/sums) files"
 	echo "ALERTS $(tr '\n' ';' < /var/log/nvraid-alerts 2> /dev/null || true)"
-	# nv2 pulled while the array runs (bootvm unplugs it through qemu):
-	# udev's remove event has the daemon fail and remove it; files written
-	# meanwhile; plugged back, udev's add event has the daemon re-add it by
-	# the bitmap. No reboot, nothing done by hand.
-	echo "BOOTVM_UNPLUG_${BOOTVM_NONCE} 2"
-	wait_for 60 ! -e "$(disk 2)"
-	n=0
-	until metrics '^nvraid_array_members\{.*state="missing"\} 1(\.0)?$' | grep . > /dev/null; do
-		n=$((n + 1)); [ $n -lt 600 ] || fail "nv2 unplugged, but not missing: $(status_json)"
-		sleep 0.2
-	done
-	echo "UNPLUGGED nv2 missing from the running array"
-	for i in $(seq 1 4); do
-		head -c 262144 /dev/urandom > /srv/data/h$i
-	done
-	(cd /srv/data && sha256sum h*) >> $STATE/sums
-	sync
-	echo "BOOTVM_PLUG_${BOOTVM_NONCE} 2"
-	wait_for 60 -e "$(disk 2)"
-	n=0
-	until metrics '^nvraid_array_members\{.*state="active"\} 4(\.0)?$' | grep . > /dev/null; do
-		n=$((n + 1)); [ $n -lt 1500 ] || fail "nv2 plugged back, not active again: $(status_json)"
-		sleep 0.2
-	done
-	copied=$(status_json | tr -d ' \n' | grep -o '"rebuild":{[^}]*}' | grep -o '"copied_bytes":[0-9]*' || true)
-	echo "REPLUGGED active again, $copied of $(blockdev --getsize64 "$(disk 2)") bytes"
-	# what udev's commands said (journalctl -t nvraid)
-	echo "UDEV-SAID $(journalctl -b --no-pager -t nvraid -o cat | grep -oE 'went away: [a-z]+|is back: [^,]*' | tr '\n' ';')"
-	echo "VERIFIED-AFTER-REPLUG $(verify_sums $STATE/sums) files"
 	;;
 *) fail "PHASE $PHASE?" ;;
 esac

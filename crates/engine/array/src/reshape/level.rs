@@ -1,0 +1,166 @@
+//! `grow --level`: the level changes md makes without moving a byte (its
+//! "takeovers"), offline, in md's format. RAID 4 → RAID 5 with the
+//! parity-last layout (md's `ALGORITHM_PARITY_N`: parity on the last
+//! member, as RAID 4 keeps it), and back: both levels put every byte at
+//! the same place, so only the superblocks change.
+//!
+//! md's other takeovers are refused naming md's path: RAID 1 of two ↔
+//! RAID 5 (a two-member RAID 5, whose parity is a copy of its one data
+//! chunk; nvraid does not lay out a two-member RAID 5 yet), 5 ↔ 6 (a
+//! member added or dropped for Q) and 0 ↔ 10 (members doubled).
+//!
+//! The checks of any change of shape come first (a whole, clean array
+//! without PPL or journal); a change md makes only through a reshape or an
+//! added member is refused naming md's path. Then every member's
+//! superblock records the new level, layout and chunk (events + 1; a
+//! write-intent bitmap's header first, with the same events: its bits mean
+//! the same rows in both levels, a two-member RAID 5's member rows being
+//! its array bytes).
+
+use super::grow::{check_whole, kept_bitmap, write_superblocks, Placed};
+use super::record::is_reshaping;
+use crate::assemble::check_distinct_specs;
+use crate::error::{Error, Result};
+use nvraid_layout::parity::ParityLayout;
+use nvraid_layout::Level;
+use nvraid_member::{Member, OpenOptions};
+use nvraid_metadata::Timestamp;
+use serde::Serialize;
+
+/// What [`change_level`] did.
+#[derive(Clone, Debug, Serialize)]
+pub struct LevelChanged {
+    /// md's level number and nvraid's name of the level, before and after.
+    pub md_level_before: i32,
+    pub level_before: String,
+    pub md_level: i32,
+    pub level: String,
+    pub chunk_bytes: u64,
+    pub size_bytes: u64,
+    pub events: u64,
+}
+
+/// The level as md names it: `raid4` for md's level 4 (which nvraid lays
+/// out as RAID 5 parity-last), nvraid's name otherwise.
+fn md_name(md_level: i32, level: Level) -> String {
+    if md_level == 4 {
+        "raid4".into()
+    } else {
+        level.to_string()
+    }
+}
+
+/// Change the array on `members` (every member, any order) to md level
+/// `to`, where md does it without moving data (RAID 4 ↔ 5 parity-last).
+pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelChanged> {
+    check_distinct_specs(members)?;
+    let open = OpenOptions {
+        write: true,
+        create_bytes: None,
+        direct,
+        ..Default::default()
+    };
+    let mut found = Vec::with_capacity(members.len());
+    for spec in members {
+        let member = Member::open(spec, open)?;
+        let sb = crate::slot::read_superblock(&member)?;
+        found.push((member, sb));
+    }
+    if let Some((member, _)) = found.iter().find(|(_, sb)| is_reshaping(sb)) {
+        return Err(Error::Unsupported {
+            spec: member.spec().into(),
+            what: "a level change while a reshape is in progress: finish it first with `nvraid grow --continue`".into(),
+        });
+    }
+    let (reference, _) = check_whole(&found, "changes the level of", "changing the level of")?;
+    let spec = found[0].0.spec().to_string();
+    let level = crate::assemble::level_of(&reference, &spec)?;
+    let geometry = crate::assemble::geometry_of(&reference, &spec)?;
+    let n = reference.raid_disks;
+    let refuse = |what: String| Error::Unsupported {
+        spec: spec.clone(),
+        what,
+    };
+    let from = reference.level;
+    // (level, layout, chunk sectors) after the change.
+    let (md_level, layout, chunk_sectors) = match (from, to) {
+        (f, t) if f == t => {
+            return Err(Error::BadOption {
+                option: "--level".into(),
+                why: format!("the array already is a {level}"),
+            })
+        }
+        (1, 5) if n == 2 => {
+            return Err(refuse(
+                "a RAID 1 of two members as a RAID 5: md makes it a two-member RAID 5 (the same bytes, parity a copy of the data), which nvraid does not lay out yet".into(),
+            ))
+        }
+        (1, 5) => {
+            return Err(refuse(format!(
+                "a RAID 1 of {n} members as a RAID 5: md changes a RAID 1 to RAID 5 only with two members (make it two first: `mdadm --grow --raid-devices 2`), then grows the RAID 5"
+            )))
+        }
+        (5, 1) => {
+            return Err(refuse(format!(
+                "a RAID 5 of {n} members as a RAID 1: md changes a RAID 5 to RAID 1 only with two members (shrink it to two first, a reshape nvraid does not do yet)"
+            )))
+        }
+        (4, 5) => (5, ParityLayout::ParityLast.to_md(), reference.chunk_sectors),
+        (5, 4) if level == (Level::Raid5 { layout: ParityLayout::ParityLast }) => {
+            (4, 0, reference.chunk_sectors)
+        }
+        (5, 4) => {
+            return Err(refuse(format!(
+                "a {level} as a RAID 4: md takes a RAID 5 over as RAID 4 only with the parity-last layout (change the layout first, a reshape nvraid does not do yet)"
+            )))
+        }
+        (5, 6) | (6, 5) => {
+            return Err(refuse(format!(
+                "a {level} as a RAID {to}: md adds (or drops) a member for Q with it (`mdadm --grow --level {to} --raid-devices N`), which nvraid does not do yet"
+            )))
+        }
+        (0, 10) | (10, 0) => {
+            return Err(refuse(format!(
+                "a {level} as a RAID {to}: md doubles (or halves) the members with it, RAID 0 member i becoming RAID 10 near=2 member 2i, which nvraid does not do yet"
+            )))
+        }
+        _ => {
+            return Err(refuse(format!(
+                "a {level} as a RAID {to}: md's level changes between these levels are 1 (two members) <-> 5, 4 <-> 5 (parity-last), 5 <-> 6 and 0 <-> 10 (near=2); nvraid makes 4 <-> 5"
+            )))
+        }
+    };
+    let mut bitmap = kept_bitmap(found.iter().map(|(m, sb)| (m, sb)), &geometry)?;
+    let events = reference.events + 1;
+    let placed: Vec<Placed> = found
+        .into_iter()
+        .map(|(member, mut sb)| {
+            sb.level = md_level;
+            sb.layout = layout;
+            sb.chunk_sectors = chunk_sectors;
+            sb.events = events;
+            sb.utime = Timestamp::now();
+            Placed { member, sb }
+        })
+        .collect();
+    let after = crate::assemble::geometry_of(&placed[0].sb, &spec)?;
+    assert_eq!(
+        after.array_bytes(),
+        geometry.array_bytes(),
+        "invariant: a takeover keeps the array's size"
+    );
+    write_superblocks(
+        &placed,
+        &(0..placed.len()).collect::<Vec<_>>(),
+        bitmap.as_mut(),
+    )?;
+    Ok(LevelChanged {
+        md_level_before: from,
+        level_before: md_name(from, level),
+        md_level,
+        level: md_name(md_level, after.level()),
+        chunk_bytes: u64::from(chunk_sectors) * 512,
+        size_bytes: after.array_bytes(),
+        events,
+    })
+}
