@@ -5,8 +5,8 @@
 //! ICResp with an unsupported PDU format version, a bad data digest, a
 //! C2HData past the command or for a command never sent, a target that
 //! stops answering, a connection dropped under a read or in the middle of
-//! an R2T, a target restarted with its namespace shrunk, Keep Alive never
-//! answered. Each ends with a clear error or the data intact, and nothing
+//! an R2T, a write answered before its data was sent, a target restarted
+//! with its namespace shrunk, Keep Alive never answered. Each ends with a clear error or the data intact, and nothing
 //! hangs.
 
 mod common;
@@ -109,6 +109,34 @@ fn a_worker_channel_pipelines_more_commands_than_its_queue_holds() {
     let results = wait(channel.as_mut(), n);
     assert!(results.iter().all(|&r| r == 8192), "{results:?}");
     assert!(back == bufs, "pipelined reads returned other data");
+}
+
+/// Reads pushed together that continue one another on the namespace (the
+/// array's chunks of one sequential read) go as one Read command, and the
+/// data is spread over their buffers in order.
+#[test]
+fn contiguous_reads_pushed_together_go_as_one_command() {
+    let t = serve(SIZE, Misbehave::None);
+    let data = pattern(16 * 8192, 5);
+    t.data.lock().unwrap()[65536..65536 + data.len()].copy_from_slice(&data);
+    let export = NvmeExport::open(&t.uri(""), options()).unwrap();
+    let mut channel = export.open_channel().unwrap();
+    let before = t.read_commands.load(Ordering::SeqCst);
+    let mut back: Vec<Vec<u8>> = (0..16).map(|_| vec![0u8; 8192]).collect();
+    for (i, b) in back.iter_mut().enumerate() {
+        let op = plain_op(
+            MemberOpKind::Read,
+            65536 + (i * 8192) as u64,
+            b.as_mut_ptr(),
+            8192,
+            i as u64,
+        );
+        unsafe { channel.push(&op) }.unwrap();
+    }
+    let results = wait(channel.as_mut(), 16);
+    assert!(results.iter().all(|&r| r == 8192), "{results:?}");
+    assert!(back.concat() == data, "merged reads returned other data");
+    assert_eq!(t.read_commands.load(Ordering::SeqCst) - before, 1);
 }
 
 fn wait(channel: &mut dyn Channel, n: usize) -> Vec<i32> {
@@ -249,6 +277,23 @@ fn a_target_that_drops_the_connection_mid_r2t_fails_the_write() {
         .to_string();
     assert!(err.contains("closed the connection"), "{err}");
     assert!(start.elapsed() < Duration::from_secs(3));
+    assert!(t.data.lock().unwrap().iter().all(|&b| b == 0));
+}
+
+/// The target answers a write (R2T for all of it and a successful
+/// CapsuleResp in one segment) before it could have had a byte of its
+/// data: the write fails naming that (its data was still queued to send,
+/// from the caller's buffer, which must stay in use until it is sent),
+/// and nothing reached the target.
+#[test]
+fn a_write_answered_before_its_data_was_sent_fails() {
+    let t = serve(SIZE, Misbehave::AnswerBeforeData);
+    let export = NvmeExport::open(&t.uri(""), options()).unwrap();
+    let err = export
+        .write_at(&pattern(65536, 4), 65536)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("answered before all of it was sent"), "{err}");
     assert!(t.data.lock().unwrap().iter().all(|&b| b == 0));
 }
 

@@ -6,10 +6,21 @@
 //! stale or invented id is recognised. Commands beyond the queue's depth
 //! wait their turn. Write data goes in the capsule when the controller
 //! takes it there, else it is sent as H2CData when the controller asks
-//! with R2T; read data arrives as C2HData, checked by the codec's reader
-//! against the command (in range, in order) before it lands in the
-//! operation's buffers (copied from the staging buffer, or, for the rest
-//! of a large read, received straight into them). Everything runs on the thread that owns the
+//! with R2T.
+//!
+//! No copies of the data: the send queue is a list of segments, PDU
+//! headers and digests in a small buffer and the data itself as the
+//! operation's own buffers, sent with vectored, non-blocking sends; a
+//! command's answer is not believed before all of it was sent (the queue
+//! refers to the caller's buffers until then). Read data arrives as
+//! C2HData, checked by the codec's reader against the command (in range,
+//! in order); data the staging buffer does not already hold is received
+//! straight into the operation's buffers (readv, the staging buffer last
+//! for the PDUs after it), and while a large read is in flight the staging
+//! buffer takes little per call, so most of its data lands directly.
+//! Small reads that arrive together, header and data, in one receive are
+//! copied out of the staging buffer (one call for many PDUs costs less
+//! than one call for each). Everything runs on the thread that owns the
 //! channel.
 //!
 //! The bad day, as for NBD members:
@@ -35,20 +46,33 @@ use nvraid_nvme_tcp::pdu::{
 use nvraid_nvme_tcp::reader::{Event, Expect, Want};
 use nvraid_nvme_tcp::ParseError;
 use std::collections::VecDeque;
-use std::io::{self, Read, Write};
+use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const SLOT_BITS: u16 = 7;
 const SLOT_MASK: u16 = (1 << SLOT_BITS) - 1;
-/// Bytes read per `recv`.
+/// Bytes received per call into the staging buffer (many PDUs at once;
+/// data that arrives in it behind its header is copied out).
 const STAGING_BYTES: usize = 256 * 1024;
-/// Read data at least this long goes from the socket straight into the
-/// operation's buffer when the staging buffer holds none of it.
-const DIRECT_MIN_BYTES: u32 = 16 * 1024;
+/// Reads at least this long are *large*: while one is in flight, the
+/// staging buffer takes at most `STAGING_SMALL_BYTES` per call, so that
+/// most of its data goes straight to its buffers.
+const LARGE_READ_BYTES: u32 = 64 * 1024;
+const STAGING_SMALL_BYTES: usize = 1024;
+/// Iovecs in one receive (a read's buffers, then the staging buffer).
+const RECV_IOVECS: usize = 64;
+/// Pieces one merged Read command may serve.
+const MERGE_PIECES: usize = 32;
 /// New commands wait while this much is queued to send.
-const SEND_QUEUE_BYTES: usize = 4 << 20;
+const SEND_QUEUE_BYTES: u64 = 4 << 20;
+/// Iovecs in one send.
+const SEND_IOVECS: usize = 64;
+/// Sent bytes of the send queue's header buffer are dropped past this.
+const OUT_COMPACT_BYTES: usize = 256 * 1024;
+/// What a Write Zeroes the controller lacks sends as its data.
+static ZEROS: [u8; 65536] = [0; 65536];
 const BACKOFF_MIN: Duration = Duration::from_millis(250);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
@@ -73,16 +97,43 @@ struct Piece {
     resent: bool,
 }
 
+/// A run of bytes on the send queue: PDU headers, digests and padding
+/// (in `out`), an operation's own data (sent from its buffers), or zeros.
+#[derive(Clone, Copy, Debug)]
+enum Seg {
+    Bytes { start: usize, len: usize },
+    Data { op: u32, at: u32, len: u32 },
+    Zeros { len: u32 },
+}
+
+impl Seg {
+    fn len(&self) -> usize {
+        match *self {
+            Seg::Bytes { len, .. } => len,
+            Seg::Data { len, .. } | Seg::Zeros { len } => len as usize,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Cmd {
+    /// The command's first piece; a read may carry more (`NvmeChannel::
+    /// merged`), contiguous on the namespace, `len` bytes in all.
     piece: Piece,
+    len: u32,
+    /// The earliest deadline of its pieces' operations.
+    deadline: Instant,
     cid: u16,
     /// Data received (reads) or asked for by R2T (writes) so far.
     next: u32,
     /// The controller fetches the data with R2T.
     r2t: bool,
-    /// The first byte of the command on the wire (in bytes queued).
+    /// The first byte of the command on the wire (in bytes queued), and
+    /// the end of the last one queued for it so far (capsule, H2CData). A
+    /// command is not answered before all of it was sent: the send queue
+    /// refers to its operation's buffers until then.
     wire_start: u64,
+    wire_end: u64,
     live: bool,
 }
 
@@ -132,10 +183,15 @@ pub struct NvmeChannel {
     free_ops: Vec<u32>,
     cmds: Vec<Cmd>,
     free_slots: Vec<u16>,
+    /// Per slot: the pieces of a merged read after its first.
+    merged: Vec<Vec<Piece>>,
     generation: u16,
     pending: VecDeque<Piece>,
+    /// The send queue: `segs` in order, `head_sent` bytes of the first
+    /// already sent; `out` holds the bytes of its `Seg::Bytes`.
+    segs: VecDeque<Seg>,
+    head_sent: usize,
     out: Vec<u8>,
-    out_pos: usize,
     queued_total: u64,
     sent_total: u64,
     rx: Vec<u8>,
@@ -174,19 +230,24 @@ impl NvmeChannel {
                         fua: false,
                         resent: false,
                     },
+                    len: 0,
+                    deadline: Instant::now(),
                     cid: 0,
                     next: 0,
                     r2t: false,
                     wire_start: 0,
+                    wire_end: 0,
                     live: false,
                 };
                 usize::from(depth)
             ],
             free_slots: (0..depth).rev().collect(),
+            merged: vec![Vec::new(); usize::from(depth)],
             generation: 0,
             pending: VecDeque::new(),
+            segs: VecDeque::new(),
+            head_sent: 0,
             out: Vec::new(),
-            out_pos: 0,
             queued_total: 0,
             sent_total: 0,
             rx: vec![0; STAGING_BYTES],
@@ -313,7 +374,7 @@ impl NvmeChannel {
         while self.live.is_some()
             && !self.pending.is_empty()
             && !self.free_slots.is_empty()
-            && self.out.len() - self.out_pos < SEND_QUEUE_BYTES
+            && self.queued_total - self.sent_total < SEND_QUEUE_BYTES
         {
             let piece = self.pending.pop_front().expect("checked non-empty");
             let slot = self.free_slots.pop().expect("checked non-empty");
@@ -321,11 +382,86 @@ impl NvmeChannel {
             // error log's "no command").
             self.generation = (self.generation + 1) % (u16::MAX >> SLOT_BITS);
             let cid = (self.generation << SLOT_BITS) | slot;
-            self.encode(slot, cid, piece);
+            let len = self.merge_reads(slot, piece);
+            self.encode(slot, cid, piece, len);
         }
     }
 
-    fn encode(&mut self, slot: u16, cid: u16, piece: Piece) {
+    /// Reads waiting behind `piece` (a read) that continue it on the
+    /// namespace join its command, up to the controller's transfer limit
+    /// and `MERGE_PIECES` pieces: the array's chunks of one sequential
+    /// stream reach the target as fewer, larger commands. Returns the
+    /// command's length.
+    fn merge_reads(&mut self, slot: u16, piece: Piece) -> u32 {
+        let mut len = piece.len;
+        if piece.kind != PieceKind::Read || piece.resent {
+            return len;
+        }
+        let block = self.target.info.block_bytes;
+        let max = self
+            .target
+            .info
+            .max_command_bytes
+            .min(65536u32.saturating_mul(block));
+        let mut end = self.ops[piece.op as usize].offset + u64::from(piece.at) + u64::from(len);
+        let extra = &mut self.merged[usize::from(slot)];
+        while let Some(&next) = self.pending.front() {
+            let start = self.ops[next.op as usize].offset + u64::from(next.at);
+            let fits = u64::from(len) + u64::from(next.len) <= u64::from(max);
+            if next.kind != PieceKind::Read
+                || next.resent
+                || start != end
+                || !fits
+                || extra.len() + 1 >= MERGE_PIECES
+            {
+                break;
+            }
+            self.pending.pop_front();
+            extra.push(next);
+            len += next.len;
+            end += u64::from(next.len);
+        }
+        len
+    }
+
+    /// The pieces of the command in `slot`, in order.
+    fn cmd_pieces(&self, slot: usize) -> impl Iterator<Item = Piece> + '_ {
+        std::iter::once(self.cmds[slot].piece).chain(self.merged[slot].iter().copied())
+    }
+
+    /// The memory of `[offset, offset + len)` of the command in `slot`'s
+    /// data (its pieces' buffers, in order), while `part` returns true.
+    fn for_each_cmd_part(
+        &self,
+        slot: usize,
+        offset: u32,
+        len: u32,
+        mut part: impl FnMut(libc::iovec) -> bool,
+    ) {
+        let (mut at, end) = (0u32, offset + len);
+        let mut more = true;
+        for p in self.cmd_pieces(slot) {
+            let (lo, hi) = (at.max(offset), (at + p.len).min(end));
+            if lo < hi && more {
+                let rec = &self.ops[p.op as usize];
+                for_each_part(
+                    rec.iovecs(),
+                    (p.at + lo - at) as usize,
+                    (hi - lo) as usize,
+                    |v| {
+                        more = part(v);
+                        more
+                    },
+                );
+            }
+            at += p.len;
+            if at >= end || !more {
+                return;
+            }
+        }
+    }
+
+    fn encode(&mut self, slot: u16, cid: u16, piece: Piece, len: u32) {
         let info = &self.target.info;
         let nsid = self.target.uri.nsid;
         let block = u64::from(info.block_bytes);
@@ -337,7 +473,10 @@ impl NvmeChannel {
         let mut r2t = false;
         let mut inline = 0;
         let sqe = match piece.kind {
-            PieceKind::Read => Sqe::read(cid, nsid, slba, blocks, piece.len),
+            PieceKind::Read => {
+                let blocks = (u64::from(len) / block) as u32;
+                Sqe::read(cid, nsid, slba, blocks, len)
+            }
             PieceKind::Write | PieceKind::ZeroWrite => {
                 let in_capsule = piece.len <= info.in_capsule_bytes;
                 r2t = !in_capsule;
@@ -350,60 +489,179 @@ impl NvmeChannel {
             PieceKind::WriteZeroes => Sqe::write_zeroes(cid, nsid, slba, blocks, false, piece.fua),
         };
         let wire_start = self.queued_total;
-        let before = self.out.len();
+        let start = self.out.len();
         encode_capsule_cmd(&mut self.out, &sqe, inline as usize, digests, cpda);
+        self.queue_bytes(start);
         if inline > 0 {
-            let crc = self.append_data(piece, 0, inline);
-            if digests.data {
-                self.out.extend_from_slice(&crc.to_le_bytes());
-            }
+            self.queue_data(piece, 0, inline, digests.data);
         }
-        self.queued_total += (self.out.len() - before) as u64;
+        let deadline = self.merged[usize::from(slot)]
+            .iter()
+            .map(|p| self.ops[p.op as usize].deadline)
+            .fold(rec.deadline, Instant::min);
         self.cmds[usize::from(slot)] = Cmd {
             piece,
+            len,
+            deadline,
             cid,
             next: 0,
             r2t,
             wire_start,
+            wire_end: self.queued_total,
             live: true,
         };
     }
 
-    /// Append `[at, at + len)` of the piece's data (the operation's
-    /// buffers, or zeros) to the send queue; returns its CRC32C.
-    fn append_data(&mut self, piece: Piece, at: u32, len: u32) -> u32 {
-        let start = self.out.len();
-        self.out.resize(start + len as usize, 0);
-        if piece.kind != PieceKind::ZeroWrite {
-            let rec = self.ops[piece.op as usize];
-            copy_from_iovecs(
-                rec.iovecs(),
-                (piece.at + at) as usize,
-                &mut self.out[start..],
-            );
-        }
-        crc32c_append(0, &self.out[start..])
-    }
-
-    fn flush_send(&mut self) -> io::Result<()> {
-        let Some(live) = self.live.as_mut() else {
-            return Ok(());
-        };
-        while self.out_pos < self.out.len() {
-            match live.conn.stream.write(&self.out[self.out_pos..]) {
-                Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
-                Ok(n) => {
-                    self.out_pos += n;
-                    self.sent_total += n as u64;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
+    /// Queue the bytes of `out` from `start` on (just encoded) to send.
+    fn queue_bytes(&mut self, start: usize) {
+        let len = self.out.len() - start;
+        self.queued_total += len as u64;
+        if let Some(Seg::Bytes { start: s, len: l }) = self.segs.back_mut() {
+            if *s + *l == start {
+                *l += len;
+                return;
             }
         }
+        self.segs.push_back(Seg::Bytes { start, len });
+    }
+
+    /// Queue `[at, at + len)` of the piece's data to send from the
+    /// operation's own buffers (zeros for a ZeroWrite), then its data
+    /// digest if `digest`.
+    fn queue_data(&mut self, piece: Piece, at: u32, len: u32, digest: bool) {
+        let seg = if piece.kind == PieceKind::ZeroWrite {
+            Seg::Zeros { len }
+        } else {
+            Seg::Data {
+                op: piece.op,
+                at: piece.at + at,
+                len,
+            }
+        };
+        self.segs.push_back(seg);
+        self.queued_total += u64::from(len);
+        if digest {
+            let mut crc = 0;
+            self.for_each_seg_part(seg, 0, |part| {
+                // SAFETY: `part` lies inside the operation's buffer (valid
+                // for reads until it completes) or in ZEROS.
+                let bytes =
+                    unsafe { std::slice::from_raw_parts(part.iov_base.cast::<u8>(), part.iov_len) };
+                crc = crc32c_append(crc, bytes);
+                true
+            });
+            let start = self.out.len();
+            self.out.extend_from_slice(&crc.to_le_bytes());
+            self.queue_bytes(start);
+        }
+    }
+
+    /// The memory of `seg` past its first `skip` bytes, in pieces, while
+    /// `part` returns true.
+    fn for_each_seg_part(&self, seg: Seg, skip: usize, mut part: impl FnMut(libc::iovec) -> bool) {
+        match seg {
+            Seg::Bytes { start, len } => {
+                part(libc::iovec {
+                    iov_base: self.out[start + skip..].as_ptr().cast_mut().cast(),
+                    iov_len: len - skip,
+                });
+            }
+            Seg::Data { op, at, len } => {
+                let rec = &self.ops[op as usize];
+                for_each_part(rec.iovecs(), at as usize + skip, len as usize - skip, part);
+            }
+            Seg::Zeros { len } => {
+                let mut left = len as usize - skip;
+                while left > 0 {
+                    let n = left.min(ZEROS.len());
+                    let more = part(libc::iovec {
+                        iov_base: ZEROS.as_ptr().cast_mut().cast(),
+                        iov_len: n,
+                    });
+                    if !more {
+                        return;
+                    }
+                    left -= n;
+                }
+            }
+        }
+    }
+
+    /// Send what the queue holds, vectored, without copying: headers from
+    /// `out`, data from the operations' buffers.
+    fn flush_send(&mut self) -> io::Result<()> {
+        let Some(live) = self.live.as_ref() else {
+            return Ok(());
+        };
+        let fd = live.conn.stream.as_raw_fd();
+        while !self.segs.is_empty() {
+            let mut iov = [libc::iovec {
+                iov_base: std::ptr::null_mut(),
+                iov_len: 0,
+            }; SEND_IOVECS];
+            let mut count = 0;
+            let mut skip = self.head_sent;
+            for &seg in &self.segs {
+                self.for_each_seg_part(seg, skip, |part| {
+                    if count == SEND_IOVECS {
+                        return false;
+                    }
+                    iov[count] = part;
+                    count += 1;
+                    true
+                });
+                skip = 0;
+                if count == SEND_IOVECS {
+                    break;
+                }
+            }
+            // SAFETY: the iovecs point into `out` (not touched during the
+            // call), into ZEROS and into operations' buffers, valid for
+            // reads until the operations complete, which they do not
+            // before their bytes are sent (`wire_end`) or the queue is
+            // dropped (`connection_lost`).
+            let sent = match unsafe { nvraid_io::sys::send_vectored(fd, &iov[..count]) } {
+                Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            self.sent_total += sent as u64;
+            let mut sent = sent;
+            while let Some(seg) = self.segs.front() {
+                let left = seg.len() - self.head_sent;
+                if sent < left {
+                    self.head_sent += sent;
+                    break;
+                }
+                sent -= left;
+                self.head_sent = 0;
+                self.segs.pop_front();
+            }
+            self.compact_out();
+        }
         self.out.clear();
-        self.out_pos = 0;
         Ok(())
+    }
+
+    /// Drop the bytes of `out` already sent once they are many (a queue
+    /// that never empties would otherwise keep them all).
+    fn compact_out(&mut self) {
+        let first = self.segs.iter().find_map(|seg| match *seg {
+            Seg::Bytes { start, .. } => Some(start),
+            _ => None,
+        });
+        let sent = first.unwrap_or(self.out.len());
+        if sent < OUT_COMPACT_BYTES {
+            return;
+        }
+        self.out.drain(..sent);
+        for seg in self.segs.iter_mut() {
+            if let Seg::Bytes { start, .. } = seg {
+                *start -= sent;
+            }
+        }
     }
 
     fn lookup(&self, cid: u16) -> Option<Expect> {
@@ -413,7 +671,7 @@ impl NvmeChannel {
         }
         let to_host = cmd.piece.kind == PieceKind::Read;
         (to_host || cmd.r2t).then_some(Expect {
-            limit: cmd.piece.len,
+            limit: cmd.len,
             next: cmd.next,
             to_host,
             ttag: 0,
@@ -433,47 +691,47 @@ impl NvmeChannel {
     fn receive_on(&mut self, live: &mut Live) -> Result<(), String> {
         let mut rx = std::mem::take(&mut self.rx);
         let result = (|| {
+            let fd = live.conn.stream.as_raw_fd();
             for _ in 0..16 {
+                // While a large read is in flight, the staging buffer takes
+                // little per call, so that most of its data is received
+                // straight into its buffer, not copied.
+                let large = self.cmds.iter().any(|c| {
+                    c.live && c.piece.kind == PieceKind::Read && c.len >= LARGE_READ_BYTES
+                });
+                let take = if large { STAGING_SMALL_BYTES } else { rx.len() };
+                let mut iov = [libc::iovec {
+                    iov_base: std::ptr::null_mut(),
+                    iov_len: 0,
+                }; RECV_IOVECS];
+                let mut count = 0;
+                let mut direct = 0;
                 // Read data the staging buffer does not hold goes from the
-                // socket straight into the operation's buffer.
+                // socket straight into the operation's buffers; what
+                // follows it, into the staging buffer in the same call.
                 if let Want::Data { cid, offset, len } = live.conn.reader.want() {
-                    if len >= DIRECT_MIN_BYTES {
-                        let cmd = self.cmds[usize::from(cid & SLOT_MASK)];
-                        let rec = self.ops[cmd.piece.op as usize];
-                        let part = iovec_part(
-                            rec.iovecs(),
-                            (cmd.piece.at + offset) as usize,
-                            len as usize,
-                        );
-                        // SAFETY: `part` lies inside the read's buffer (the
-                        // reader checked the range against the command),
-                        // valid for writes until the operation completes;
-                        // nothing else refers to it meanwhile.
-                        let dest = unsafe {
-                            std::slice::from_raw_parts_mut(part.iov_base.cast::<u8>(), part.iov_len)
-                        };
-                        let k = match live.conn.stream.read(dest) {
-                            Ok(0) => return Err("the target closed the connection".to_string()),
-                            Ok(k) => k,
-                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => {
-                                return Err("the target closed the connection (reset)".to_string())
-                            }
-                            Err(e) => return Err(format!("receive failed: {e}")),
-                        };
-                        let event = live
-                            .conn
-                            .reader
-                            .data_moved(&dest[..k])
-                            .map_err(|e| format!("protocol error: {e}"))?;
-                        if let Some(event) = event {
-                            self.handle(live, event)?;
+                    let slot = usize::from(cid & SLOT_MASK);
+                    self.for_each_cmd_part(slot, offset, len, |part| {
+                        if count == RECV_IOVECS - 1 {
+                            return false;
                         }
-                        continue;
-                    }
+                        iov[count] = part;
+                        count += 1;
+                        direct += part.iov_len;
+                        true
+                    });
                 }
-                let n = match live.conn.stream.read(&mut rx) {
+                iov[count] = libc::iovec {
+                    iov_base: rx.as_mut_ptr().cast(),
+                    iov_len: take,
+                };
+                count += 1;
+                // SAFETY: the first iovecs lie inside a read's buffers (the
+                // reader checked the range against the command), valid for
+                // writes until the operation completes, with nothing else
+                // referring to them meanwhile; the last is the staging
+                // buffer.
+                let n = match unsafe { nvraid_io::sys::readv(fd, &iov[..count]) } {
                     Ok(0) => return Err("the target closed the connection".to_string()),
                     Ok(n) => n,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
@@ -483,36 +741,28 @@ impl NvmeChannel {
                     }
                     Err(e) => return Err(format!("receive failed: {e}")),
                 };
-                let mut at = 0;
-                while at < n {
-                    let avail = n - at;
-                    let event = match live.conn.reader.want() {
-                        Want::Bytes(k) => {
-                            let take = k.min(avail);
-                            live.conn.reader.buffer()[..take].copy_from_slice(&rx[at..at + take]);
-                            at += take;
-                            live.conn.reader.filled(take, &|cid| self.lookup(cid))
-                        }
-                        Want::Data { cid, offset, len } => {
-                            let take = (len as usize).min(avail);
-                            let cmd = self.cmds[usize::from(cid & SLOT_MASK)];
-                            let rec = self.ops[cmd.piece.op as usize];
-                            copy_to_iovecs(
-                                rec.iovecs(),
-                                (cmd.piece.at + offset) as usize,
-                                &rx[at..at + take],
-                            );
-                            let e = live.conn.reader.data_moved(&rx[at..at + take]);
-                            at += take;
-                            e
-                        }
-                    };
-                    let event = event.map_err(|e| format!("protocol error: {e}"))?;
+                let mut left = n.min(direct);
+                for part in &iov[..count - 1] {
+                    if left == 0 {
+                        break;
+                    }
+                    let k = part.iov_len.min(left);
+                    left -= k;
+                    // SAFETY: `readv` filled these bytes of the part.
+                    let bytes =
+                        unsafe { std::slice::from_raw_parts(part.iov_base.cast::<u8>(), k) };
+                    let event = live
+                        .conn
+                        .reader
+                        .data_moved(bytes)
+                        .map_err(|e| format!("protocol error: {e}"))?;
                     if let Some(event) = event {
                         self.handle(live, event)?;
                     }
                 }
-                if n < rx.len() {
+                let staged = n - n.min(direct);
+                self.take_staged(live, &rx[..staged])?;
+                if n < direct + take {
                     return Ok(());
                 }
             }
@@ -520,6 +770,56 @@ impl NvmeChannel {
         })();
         self.rx = rx;
         result
+    }
+
+    /// Pass received bytes through the PDU reader; read data is copied
+    /// to its operation's buffers.
+    fn take_staged(&mut self, live: &mut Live, rx: &[u8]) -> Result<(), String> {
+        let mut at = 0;
+        while at < rx.len() {
+            let avail = rx.len() - at;
+            let event = match live.conn.reader.want() {
+                Want::Bytes(k) => {
+                    let take = k.min(avail);
+                    live.conn.reader.buffer()[..take].copy_from_slice(&rx[at..at + take]);
+                    at += take;
+                    live.conn.reader.filled(take, &|cid| self.lookup(cid))
+                }
+                Want::Data { cid, offset, len } => {
+                    let take = (len as usize).min(avail);
+                    let src = &rx[at..at + take];
+                    let mut from = 0;
+                    self.for_each_cmd_part(
+                        usize::from(cid & SLOT_MASK),
+                        offset,
+                        take as u32,
+                        |part| {
+                            // SAFETY: `part` lies inside a read's buffer (the
+                            // reader checked the range against the command),
+                            // valid for writes until the operation completes;
+                            // `src` is the staging buffer.
+                            unsafe {
+                                std::ptr::copy_nonoverlapping(
+                                    src[from..].as_ptr(),
+                                    part.iov_base.cast::<u8>(),
+                                    part.iov_len,
+                                )
+                            };
+                            from += part.iov_len;
+                            true
+                        },
+                    );
+                    let e = live.conn.reader.data_moved(src);
+                    at += take;
+                    e
+                }
+            };
+            let event = event.map_err(|e| format!("protocol error: {e}"))?;
+            if let Some(event) = event {
+                self.handle(live, event)?;
+            }
+        }
+        Ok(())
     }
 
     fn cmd_for(&self, cid: u16, pdu: &'static str) -> Result<usize, String> {
@@ -538,6 +838,11 @@ impl NvmeChannel {
         self.cmds[slot].live = false;
         self.free_slots.push(slot as u16);
         self.finish_piece(cmd.piece, errno);
+        let mut extra = std::mem::take(&mut self.merged[slot]);
+        for piece in extra.drain(..) {
+            self.finish_piece(piece, errno);
+        }
+        self.merged[slot] = extra;
     }
 
     fn handle(&mut self, live: &mut Live, event: Event) -> Result<(), String> {
@@ -545,6 +850,15 @@ impl NvmeChannel {
             Event::Header(Header::CapsuleResp { cqe }) => {
                 let slot = self.cmd_for(cqe.cid, "CapsuleResp")?;
                 let cmd = self.cmds[slot];
+                if self.sent_total < cmd.wire_end {
+                    // Its data is still on the send queue (which refers to
+                    // the operation's buffers): the target cannot have it.
+                    return Err(format!(
+                        "protocol error: command id {} was answered before all of it was sent ({} of its bytes still queued)",
+                        cqe.cid,
+                        cmd.wire_end - self.sent_total.max(cmd.wire_start)
+                    ));
+                }
                 if !cqe.status.is_success() {
                     self.last_failure = Some(format!(
                         "{}: command {:?} at +{} failed: {}",
@@ -554,10 +868,10 @@ impl NvmeChannel {
                     return Ok(());
                 }
                 let moves_data = cmd.piece.kind == PieceKind::Read || cmd.r2t;
-                if moves_data && cmd.next != cmd.piece.len {
+                if moves_data && cmd.next != cmd.len {
                     return Err(format!(
                         "protocol error: command id {} completed after {} of its {} data bytes",
-                        cqe.cid, cmd.next, cmd.piece.len
+                        cqe.cid, cmd.next, cmd.len
                     ));
                 }
                 self.complete_cmd(slot, 0);
@@ -572,7 +886,7 @@ impl NvmeChannel {
                 let end = data.offset + data.length;
                 while at < end {
                     let n = (end - at).min(max);
-                    let before = self.out.len();
+                    let start = self.out.len();
                     let h = DataHeader {
                         cid: data.cid,
                         ttag: data.ttag,
@@ -580,13 +894,11 @@ impl NvmeChannel {
                         length: n,
                     };
                     encode_h2c_data(&mut self.out, &h, at + n == end, digests, cpda);
-                    let crc = self.append_data(piece, at, n);
-                    if digests.data {
-                        self.out.extend_from_slice(&crc.to_le_bytes());
-                    }
-                    self.queued_total += (self.out.len() - before) as u64;
+                    self.queue_bytes(start);
+                    self.queue_data(piece, at, n, digests.data);
                     at += n;
                 }
+                self.cmds[slot].wire_end = self.queued_total;
             }
             Event::DataDone {
                 cid, len, success, ..
@@ -595,10 +907,10 @@ impl NvmeChannel {
                 self.cmds[slot].next += len;
                 if success {
                     let cmd = self.cmds[slot];
-                    if cmd.next != cmd.piece.len {
+                    if cmd.next != cmd.len {
                         return Err(format!(
                             "protocol error: command id {cid} reported success after {} of its {} bytes",
-                            cmd.next, cmd.piece.len
+                            cmd.next, cmd.len
                         ));
                     }
                     self.complete_cmd(slot, 0);
@@ -621,8 +933,10 @@ impl NvmeChannel {
             let _ = live.conn.stream.shutdown(std::net::Shutdown::Both);
             self.target.release_qid(live.qid);
         }
+        // The send queue goes first: it refers to operations' buffers.
+        self.segs.clear();
+        self.head_sent = 0;
         self.out.clear();
-        self.out_pos = 0;
         let now = Instant::now();
         let mut again = Vec::new();
         for slot in 0..self.cmds.len() {
@@ -633,15 +947,19 @@ impl NvmeChannel {
             self.cmds[slot].live = false;
             self.free_slots.push(slot as u16);
             let unsent = self.sent_total <= cmd.wire_start;
-            let retry_read = cmd.piece.kind == PieceKind::Read && !cmd.piece.resent;
-            let in_time = self.ops[cmd.piece.op as usize].deadline > now;
-            if (unsent || retry_read) && in_time && errno != libc::ETIMEDOUT {
-                let mut piece = cmd.piece;
-                piece.resent |= !unsent;
-                again.push(piece);
-            } else {
-                self.finish_piece(cmd.piece, errno);
+            let mut extra = std::mem::take(&mut self.merged[slot]);
+            for piece in std::iter::once(cmd.piece).chain(extra.drain(..)) {
+                let retry_read = piece.kind == PieceKind::Read && !piece.resent;
+                let in_time = self.ops[piece.op as usize].deadline > now;
+                if (unsent || retry_read) && in_time && errno != libc::ETIMEDOUT {
+                    let mut piece = piece;
+                    piece.resent |= !unsent;
+                    again.push(piece);
+                } else {
+                    self.finish_piece(piece, errno);
+                }
             }
+            self.merged[slot] = extra;
         }
         self.queued_total = self.sent_total;
         for piece in again.into_iter().rev() {
@@ -651,10 +969,7 @@ impl NvmeChannel {
 
     fn check_deadlines(&mut self) {
         let now = Instant::now();
-        let expired = self
-            .cmds
-            .iter()
-            .any(|c| c.live && self.ops[c.piece.op as usize].deadline <= now);
+        let expired = self.cmds.iter().any(|c| c.live && c.deadline <= now);
         if expired {
             let reason = format!(
                 "a command had no completion within {:.1} s",
@@ -810,7 +1125,7 @@ impl Channel for NvmeChannel {
             return;
         }
         let mut events = libc::POLLIN;
-        if self.out_pos < self.out.len() {
+        if !self.segs.is_empty() {
             events |= libc::POLLOUT;
         }
         out.push(libc::pollfd {
@@ -827,7 +1142,7 @@ impl Channel for NvmeChannel {
         self.cmds
             .iter()
             .filter(|c| c.live)
-            .map(|c| self.ops[c.piece.op as usize].deadline)
+            .map(|c| c.deadline)
             .chain(
                 self.pending
                     .iter()
@@ -846,72 +1161,32 @@ impl Drop for NvmeChannel {
     }
 }
 
-/// Copy `dst.len()` bytes from byte `start` of `iov`'s concatenation.
-fn copy_from_iovecs(iov: &[libc::iovec], mut start: usize, dst: &mut [u8]) {
-    let mut done = 0;
+/// The pieces of `iov`'s concatenation in `[start, start + len)`, in
+/// order, while `part` returns true.
+fn for_each_part(
+    iov: &[libc::iovec],
+    mut start: usize,
+    mut len: usize,
+    mut part: impl FnMut(libc::iovec) -> bool,
+) {
     for v in iov {
-        if done == dst.len() {
+        if len == 0 {
             return;
         }
         if start >= v.iov_len {
             start -= v.iov_len;
             continue;
         }
-        let take = (v.iov_len - start).min(dst.len() - done);
-        // SAFETY: the range lies inside the caller's buffer (valid for
-        // reads until the operation completes); `dst` is the send queue.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                v.iov_base.cast::<u8>().add(start),
-                dst[done..].as_mut_ptr(),
-                take,
-            )
-        };
-        done += take;
-        start = 0;
-    }
-}
-
-/// The contiguous piece of `iov`'s concatenation that starts at byte
-/// `start`, at most `len` bytes (it ends where its iovec ends).
-fn iovec_part(iov: &[libc::iovec], mut start: usize, len: usize) -> libc::iovec {
-    for v in iov {
-        if start >= v.iov_len {
-            start -= v.iov_len;
-            continue;
-        }
-        return libc::iovec {
+        let take = (v.iov_len - start).min(len);
+        let piece = libc::iovec {
             // Pointer arithmetic only: `start < iov_len`.
             iov_base: v.iov_base.cast::<u8>().wrapping_add(start).cast(),
-            iov_len: (v.iov_len - start).min(len),
+            iov_len: take,
         };
-    }
-    panic!("invariant: data for a read lies inside its buffers");
-}
-
-/// Copy `src` to byte `start` of `iov`'s concatenation.
-fn copy_to_iovecs(iov: &[libc::iovec], mut start: usize, src: &[u8]) {
-    let mut done = 0;
-    for v in iov {
-        if done == src.len() {
+        if !part(piece) {
             return;
         }
-        if start >= v.iov_len {
-            start -= v.iov_len;
-            continue;
-        }
-        let take = (v.iov_len - start).min(src.len() - done);
-        // SAFETY: the range lies inside the caller's buffer (the reader
-        // checked it against the command), valid for writes until the
-        // operation completes; `src` is the staging buffer.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                src[done..].as_ptr(),
-                v.iov_base.cast::<u8>().add(start),
-                take,
-            )
-        };
-        done += take;
         start = 0;
+        len -= take;
     }
 }

@@ -40,6 +40,9 @@ pub enum Misbehave {
     RestartSmaller,
     /// Keep Alive is never answered.
     NoKeepAlive,
+    /// A write that needs R2T: the R2T and a successful CapsuleResp are
+    /// sent together, before any of the data arrived; nothing more is read.
+    AnswerBeforeData,
 }
 
 pub struct FakeTarget {
@@ -49,6 +52,8 @@ pub struct FakeTarget {
     /// TCP connections accepted so far.
     pub connections: Arc<AtomicU32>,
     pub io_connects: Arc<AtomicU32>,
+    /// Read commands received so far.
+    pub read_commands: Arc<AtomicU32>,
     /// Restarts so far (RestartSmaller): controller ids of earlier ones are
     /// refused, and the namespace is halved for each.
     pub generation: Arc<AtomicU32>,
@@ -68,7 +73,9 @@ pub fn serve(size: usize, how: Misbehave) -> FakeTarget {
     let connections = Arc::new(AtomicU32::new(0));
     let io_connects = Arc::new(AtomicU32::new(0));
     let generation = Arc::new(AtomicU32::new(0));
+    let read_commands = Arc::new(AtomicU32::new(0));
     let t = FakeTarget {
+        read_commands: Arc::clone(&read_commands),
         generation: Arc::clone(&generation),
         port,
         nqn: nqn.clone(),
@@ -79,11 +86,12 @@ pub fn serve(size: usize, how: Misbehave) -> FakeTarget {
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(stream) = stream else { return };
-            let n = connections.fetch_add(1, Ordering::SeqCst);
+            connections.fetch_add(1, Ordering::SeqCst);
             let (nqn, data, io) = (nqn.clone(), Arc::clone(&data), Arc::clone(&io_connects));
             let generation = Arc::clone(&generation);
+            let reads = Arc::clone(&read_commands);
             std::thread::spawn(move || {
-                let _ = connection(stream, how, &nqn, &data, &io, &generation, n);
+                let _ = connection(stream, how, &nqn, &data, &io, &generation, &reads);
             });
         }
     });
@@ -198,7 +206,7 @@ fn connection(
     store: &Mutex<Vec<u8>>,
     io_connects: &AtomicU32,
     generation: &AtomicU32,
-    _n: u32,
+    read_commands: &AtomicU32,
 ) -> Result<(), String> {
     let born = generation.load(Ordering::SeqCst);
     stream.set_nodelay(true).unwrap();
@@ -311,6 +319,7 @@ fn connection(
                 let at = slba as usize * BLOCK;
                 let len = blocks as usize * BLOCK;
                 io_index += 1;
+                read_commands.fetch_add(1, Ordering::SeqCst);
                 match how {
                     Misbehave::Silent => continue,
                     Misbehave::DropFirstRead if io_connects.load(Ordering::SeqCst) == 1 => {
@@ -378,6 +387,30 @@ fn connection(
                 let (slba, blocks) = sqe.lba_range();
                 let at = slba as usize * BLOCK;
                 let len = blocks as usize * BLOCK;
+                if data.is_empty() && how == Misbehave::AnswerBeforeData {
+                    let mut b = Vec::new();
+                    let h = DataHeader {
+                        cid,
+                        ttag: 1,
+                        offset: 0,
+                        length: len as u32,
+                    };
+                    encode_r2t(&mut b, &h, d);
+                    encode_capsule_resp(
+                        &mut b,
+                        &Cqe {
+                            result: 0,
+                            sq_head: 0,
+                            sq_id: 0,
+                            cid,
+                            status: ok,
+                        },
+                        d,
+                    );
+                    let _ = stream.write_all(&b);
+                    std::thread::sleep(std::time::Duration::from_secs(2));
+                    return Ok(());
+                }
                 if data.is_empty() && how == Misbehave::DropMidR2T {
                     let mut b = Vec::new();
                     let h = DataHeader {

@@ -1,0 +1,266 @@
+#!/usr/bin/env python3
+"""RAID 0 over NVMe/TCP members next to fio on the kernel initiator's devices
+for the same namespaces, in one run, in tools/mdvm's Linux 6.12 VM (issue
+34's first target; this host's kernel has no nvmet).
+
+In one boot (TCG unless the host has KVM; 2 vCPUs):
+
+  four nvmet-tcp subsystems of the guest kernel on 127.0.0.1:4420, each one
+  namespace on a memory-backed null_blk disk (512-byte blocks), configured
+  through configfs; the kernel initiator (nvme_tcp) attached to all four
+  through /dev/nvme-fabrics (no nvme-cli), giving /dev/nvmeXn1;
+  four nbdkit servers (file plugin) on 127.0.0.1:10810.. over the same
+  null_blk disks: the NBD members on the same storage;
+  an nvraid RAID 0 (64 KiB chunks) over the four nvme+tcp:// members.
+
+Then, alternating in each repetition, for 4K random read (QD 32, target
+>= 1.0), 4K random write (QD 32, >= 0.95) and 1 MiB sequential read (QD 8,
+>= 0.95):
+
+  fio      io_uring, O_DIRECT, one job per /dev/nvmeXn1 (the namespaces as
+           JBOD) at QD/4 each, past each namespace's first MiB
+  nvraid   nvraid bench on the RAID 0 of the nvme+tcp:// members, 2 workers
+           at QD/2 each
+  before   the same with the binary given by --before (e.g. the commit
+           before a change: a before/after measurement in the same boot)
+  nbd      nvraid bench on the same RAID 0 reached through the nbd://
+           members (nbdkit over the same disks): the NVMe/TCP member vs the
+           NBD member on the same storage
+
+Reported per row: the median over the repetitions of nvraid / fio (the
+verdict against the target), nvraid / before, and nvme / nbd.
+
+With --profile ROWS, perf (the host's, shipped into the guest) records
+nvraid bench on those rows afterwards (cpu-clock: TCG has no PMU) and the
+flat profile is printed.
+
+Usage: bench/nvme-tcp-vm.py [--reps 3] [--runtime 4] [--before BIN]
+                            [--rows randread,randwrite,read] [--json out.json]
+                            [--profile randread,...]
+Environment: NVRAID (the binary; default: cargo build --release).
+"""
+import argparse, importlib.util, json, os, re, shutil, statistics, subprocess, sys, tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+spec = importlib.util.spec_from_file_location("vsfio", os.path.join(ROOT, "bench", "vs-fio.py"))
+vsfio = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(vsfio)
+
+ROWS = {
+    "randread": ("4k", 32, 1.0, "4K random read, QD 32"),
+    "randwrite": ("4k", 32, 0.95, "4K random write, QD 32"),
+    "read": ("1M", 8, 0.95, "1 MiB sequential read, QD 8"),
+}
+NQN = "nqn.2026-11.io.nvraid.bench"
+DISK_MB = 256
+
+
+def nvraid_binary():
+    if os.environ.get("NVRAID"):
+        return os.environ["NVRAID"]
+    subprocess.run(["cargo", "build", "--release", "-q", "-p", "nvraid"], cwd=ROOT, check=True)
+    target = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
+    return os.path.join(target, "release", "nvraid")
+
+
+def ship(indir, path, name):
+    """Copy an executable and the libraries it needs (not libc: the
+    guest's) into the VM's directory."""
+    shutil.copy(path, os.path.join(indir, name))
+    out = subprocess.run(["ldd", path], capture_output=True, text=True).stdout
+    for m in re.finditer(r"=> (\S+)", out):
+        lib = m.group(1)
+        dest = os.path.join(indir, os.path.basename(lib))
+        if "/libc.so" not in lib and not os.path.exists(dest):
+            shutil.copy(lib, dest)
+
+
+def guest_script(rows, reps, runtime, before, profile):
+    runs = []
+    for rw in rows:
+        bs, depth, _, _ = ROWS[rw]
+        runs.append(f"""
+	fio_run {rw} {bs} {depth // 4}
+	bench_run nvraid nvraid {rw} {bs} {depth // 2} "$M"
+	{f'bench_run before nvraid-before {rw} {bs} {depth // 2} "$M"' if before else ''}
+	bench_run nbd nvraid {rw} {bs} {depth // 2} "$B"
+""")
+    profiles = ""
+    for rw in profile:
+        bs, depth, _, _ = ROWS[rw]
+        profiles += f"""
+# A flat profile (cpu-clock samples: no PMU under TCG) of nvraid bench.
+$MDVM_IN/perf record -q -e cpu-clock -F 2000 -o /tmp/perf.data -- $MDVM_IN/nvraid bench --rw {rw} \\
+	--bs {bs} --iodepth {depth // 2} --numjobs 2 --runtime {runtime}s --destructive $M \\
+	> /tmp/perf-bench.log 2>&1 || {{ cat /tmp/perf-bench.log; exit 1; }}
+echo "PROFILE {rw}"
+$MDVM_IN/perf report -i /tmp/perf.data --stdio --no-children --sort dso,sym 2> /dev/null \\
+	| grep -v '^#' | grep -v '^$' | head -45
+echo "PROFILE END"
+"""
+    return f"""set -e
+export LD_LIBRARY_PATH=$MDVM_IN
+ip link set lo up 2> /dev/null || ifconfig lo 127.0.0.1 up
+[ -d /sys/kernel/config/nvmet ] || mount -t configfs none /sys/kernel/config
+NB=/sys/kernel/config/nullb
+C=/sys/kernel/config/nvmet
+NQN={NQN}
+M=""
+B=""
+for i in 0 1 2 3; do
+	mkdir $NB/nvr$i
+	echo 1 > $NB/nvr$i/memory_backed
+	echo 512 > $NB/nvr$i/blocksize
+	echo {DISK_MB} > $NB/nvr$i/size
+	echo 1 > $NB/nvr$i/power
+	n=0; while [ ! -b /dev/nvr$i ]; do n=$((n + 1)); [ $n -lt 100 ] || exit 1; sleep 0.1; done
+	S=$C/subsystems/$NQN:d$i
+	mkdir $S
+	echo 1 > $S/attr_allow_any_host
+	mkdir $S/namespaces/1
+	echo /dev/nvr$i > $S/namespaces/1/device_path
+	echo 1 > $S/namespaces/1/enable
+	M="$M nvme+tcp://127.0.0.1/$NQN:d$i"
+	B="$B nbd://127.0.0.1:1081$i"
+	$MDVM_IN/nbdkit -f -i 127.0.0.1 -p 1081$i $MDVM_IN/nbdkit-file-plugin.so file=/dev/nvr$i > /tmp/nbdkit$i.log 2>&1 &
+done
+P=$C/ports/1
+mkdir $P
+echo tcp > $P/addr_trtype
+echo ipv4 > $P/addr_adrfam
+echo 127.0.0.1 > $P/addr_traddr
+echo 4420 > $P/addr_trsvcid
+for i in 0 1 2 3; do ln -s $C/subsystems/$NQN:d$i $P/subsystems/$NQN:d$i; done
+$MDVM_IN/nvraid create --level 0 --chunk 64K --force $M > /tmp/create.log 2>&1 || {{ cat /tmp/create.log; exit 1; }}
+# The kernel's initiator on the same four namespaces.
+for i in 0 1 2 3; do
+	echo "transport=tcp,traddr=127.0.0.1,trsvcid=4420,nqn=$NQN:d$i" > /dev/nvme-fabrics
+done
+n=0
+while [ $(ls /dev/nvme*n1 2> /dev/null | wc -l) -lt 4 ]; do n=$((n + 1)); [ $n -lt 100 ] || exit 1; sleep 0.1; done
+DEVS=$(ls /dev/nvme*n1)
+echo "KERNEL namespaces:" $DEVS
+fio_run() {{ # ROW BS QD_PER_JOB
+	args=""
+	k=0
+	for d in $DEVS; do args="$args --name=ns$k --filename=$d"; k=$((k + 1)); done
+	$MDVM_IN/fio --ioengine=io_uring --direct=1 --rw=$1 --bs=$2 --iodepth=$3 --offset=1M \\
+		--time_based --runtime={runtime} --ramp_time=1 --norandommap --randrepeat=0 \\
+		--group_reporting --output-format=json --output=/tmp/out.json $args > /tmp/fio.log 2>&1 \\
+		|| {{ cat /tmp/fio.log; exit 1; }}
+	echo "BEGIN fio $1 $rep"; cat /tmp/out.json; echo "END"
+}}
+bench_run() {{ # WHO BINARY ROW BS QD_PER_WORKER MEMBERS
+	$MDVM_IN/$2 --nbd-timeout 30s --nbd-connect-timeout 20s bench --json --rw $3 --bs $4 \\
+		--iodepth $5 --numjobs 2 --runtime {runtime}s --ramp 1s --destructive $6 > /tmp/out.json 2> /tmp/bench.log \\
+		|| {{ cat /tmp/bench.log; exit 1; }}
+	echo "BEGIN $1 $3 $rep"; cat /tmp/out.json; echo "END"
+}}
+rep=1
+while [ $rep -le {reps} ]; do
+{''.join(runs)}
+	rep=$((rep + 1))
+done
+{profiles}
+echo DONE
+"""
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--runtime", type=int, default=4)
+    ap.add_argument("--before", help="a second nvraid binary, benched beside the first")
+    ap.add_argument("--rows", default="randread,randwrite,read")
+    ap.add_argument("--json")
+    ap.add_argument("--profile", default="",
+                    help="rows to profile with perf after the runs (comma-separated)")
+    a = ap.parse_args()
+    profile = [r for r in a.profile.split(",") if r]
+    rows = a.rows.split(",")
+    for r in rows + profile:
+        if r not in ROWS:
+            sys.exit(f"unknown row {r!r} (one of {', '.join(ROWS)})")
+    nbdkit = shutil.which("nbdkit")
+    plugin = "/usr/lib/x86_64-linux-gnu/nbdkit/plugins/nbdkit-file-plugin.so"
+    if not nbdkit or not os.path.exists(plugin):
+        sys.exit("needs nbdkit and its file plugin (apt-get install nbdkit)")
+    work = tempfile.mkdtemp(prefix="nvme-tcp-vm-")
+    try:
+        indir = os.path.join(work, "in")
+        os.mkdir(indir)
+        fio = subprocess.run([os.path.join(ROOT, "tools/mdvm/build-fio")], capture_output=True,
+                             text=True, check=True).stdout.strip()
+        shutil.copy(fio, os.path.join(indir, "fio"))
+        ship(indir, nvraid_binary(), "nvraid")
+        if a.before:
+            ship(indir, a.before, "nvraid-before")
+        ship(indir, nbdkit, "nbdkit")
+        ship(indir, plugin, "nbdkit-file-plugin.so")
+        if profile:
+            perf = shutil.which("perf")
+            if not perf:
+                sys.exit("--profile needs perf (apt-get install linux-perf)")
+            ship(indir, perf, "perf")
+        with open(os.path.join(work, "unused.img"), "wb") as f:
+            f.truncate(16 << 20)
+        script = os.path.join(work, "guest.sh")
+        with open(script, "w") as f:
+            f.write(guest_script(rows, a.reps, a.runtime, a.before, profile))
+        per_rep = len(rows) * (4 if a.before else 3) * (a.runtime + 15) + len(profile) * 60
+        r = subprocess.run([os.path.join(ROOT, "tools/mdvm/mdvm"), "--kernel", "6.12", "--modules",
+                            "nvmet_tcp nvme_tcp null_blk", "--smp", "2", "--mem", "3G",
+                            "--timeout", str(120 + a.reps * per_rep), "--indir", indir,
+                            "--script", script, os.path.join(work, "unused.img")],
+                           capture_output=True, text=True)
+        console = r.stdout
+        if r.returncode != 0 or "DONE" not in console:
+            sys.stderr.write(console[-4000:] + r.stderr[-2000:])
+            sys.exit(f"the VM run failed (exit {r.returncode})")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    results = {}
+    for m in re.finditer(r"^BEGIN (\S+) (\S+) (\d+)\n(.*?)^END$", console, re.S | re.M):
+        who, rw, rep = m.group(1), m.group(2), int(m.group(3))
+        text = m.group(4)
+        text = text[text.index("{"):]
+        results.setdefault(rw, {}).setdefault(who, {})[rep] = vsfio.summarize(
+            json.loads(text)["jobs"][0])
+    for line in console.splitlines():
+        if line.startswith("KERNEL"):
+            print(line)
+    for m in re.finditer(r"^PROFILE (\S+)\n(.*?)^PROFILE END$", console, re.S | re.M):
+        print(f"perf profile of nvraid bench, {ROWS[m.group(1)][3]} (in the guest):")
+        print(m.group(2), end="")
+    report = {}
+    for rw in rows:
+        bs, depth, target, label = ROWS[rw]
+        got = results.get(rw, {})
+        for who in sorted(got):
+            for rep, s in sorted(got[who].items()):
+                print(f"{label}: {who:7} rep {rep}: {s['iops']:.0f} IOPS "
+                      f"{s['bw_bytes'] / 1e6:.1f} MB/s cpu {s['cpu_cores']:.2f}")
+
+        def ratio(a_, b_):
+            pairs = [(got[a_][k]["iops"], got[b_][k]["iops"]) for k in got.get(a_, {})
+                     if k in got.get(b_, {})]
+            return vsfio.median_ratio(pairs) if pairs else None
+        vs_fio = ratio("nvraid", "fio")
+        row = {"vs_fio": vs_fio, "target": target, "vs_before": ratio("nvraid", "before"),
+               "nvme_vs_nbd": ratio("nvraid", "nbd"), "runs": got}
+        report[rw] = row
+        verdict = "met" if vs_fio is not None and vs_fio >= target else "NOT met"
+        print(f"{label}: nvraid/fio = {vs_fio:.3f} (target >= {target}) {verdict}")
+        if row["vs_before"] is not None:
+            print(f"{label}: nvraid/before = {row['vs_before']:.3f}")
+        print(f"{label}: nvme+tcp/nbd member = {row['nvme_vs_nbd']:.3f}")
+    print(f"host: {os.cpu_count()} CPUs, "
+          f"{open('/proc/cpuinfo').read().split('model name')[1].split(':')[1].splitlines()[0].strip()}, "
+          f"{os.uname().release}; guest: Linux 6.12 (tools/mdvm --kernel 6.12), 2 vCPUs")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(report, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
