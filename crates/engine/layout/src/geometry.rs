@@ -491,15 +491,25 @@ impl Geometry {
         self.member_used_bytes
     }
 
+    /// RAID 4/5/6: the chunk and the array bytes of one stripe's data
+    /// (`None` for the other levels, whose md bitmap and resync position
+    /// count array bytes).
+    fn parity_stripe(&self) -> Option<(u64, u64)> {
+        let parity = self.level.parity_chunks();
+        (parity > 0).then(|| {
+            let data_columns = u64::from(self.members - parity);
+            (self.chunk_bytes, self.chunk_bytes * data_columns)
+        })
+    }
+
     /// The space md's write-intent bitmap counts its bits in, in bytes:
     /// for RAID 4/5/6 each member's data area (md's bit `k` stands for the
     /// same member rows on every member, so for every stripe with a row
     /// there), for RAID 1 and 10 the array.
     pub fn bitmap_space_bytes(&self) -> u64 {
-        if self.level.parity_chunks() > 0 {
-            self.member_used_bytes
-        } else {
-            self.array_bytes
+        match self.parity_stripe() {
+            Some(_) => self.member_used_bytes,
+            None => self.array_bytes,
         }
     }
 
@@ -508,17 +518,15 @@ impl Geometry {
     /// every stripe they touch (whole chunk rows: a write changes its
     /// stripe's parity), otherwise the same bytes.
     pub fn bitmap_range(&self, offset: u64, len: u64) -> std::ops::Range<u64> {
-        let data_columns = u64::from(self.members - self.level.parity_chunks());
-        if self.level.parity_chunks() == 0 {
+        let Some((chunk, width)) = self.parity_stripe() else {
             return offset..offset + len;
-        }
-        let width = self.chunk_bytes * data_columns;
+        };
         let first = offset / width;
         if len == 0 {
-            return first * self.chunk_bytes..first * self.chunk_bytes;
+            return first * chunk..first * chunk;
         }
         let end = (offset + len - 1) / width + 1;
-        first * self.chunk_bytes..end * self.chunk_bytes
+        first * chunk..end * chunk
     }
 
     /// md's resync position (`resync_offset`) in the space it counts in
@@ -526,22 +534,20 @@ impl Geometry {
     /// `offset`: the start of its stripe's rows, so that nothing before it
     /// is left out.
     pub fn sync_position_of(&self, offset: u64) -> u64 {
-        if self.level.parity_chunks() == 0 {
-            return offset;
+        match self.parity_stripe() {
+            Some((chunk, width)) => offset / width * chunk,
+            None => offset,
         }
-        let data_columns = u64::from(self.members - self.level.parity_chunks());
-        offset / (self.chunk_bytes * data_columns) * self.chunk_bytes
     }
 
     /// The array byte md's resync position `position` (bytes in the
     /// bitmap's space, see [`Geometry::sync_position_of`]) stands for: the
     /// first byte of the stripe whose rows it is in.
     pub fn array_offset_of_sync(&self, position: u64) -> u64 {
-        if self.level.parity_chunks() == 0 {
-            return position;
+        match self.parity_stripe() {
+            Some((chunk, width)) => (position / chunk).saturating_mul(width),
+            None => position,
         }
-        let data_columns = u64::from(self.members - self.level.parity_chunks());
-        (position / self.chunk_bytes).saturating_mul(self.chunk_bytes * data_columns)
     }
 
     /// The array bytes a walk through the array (a resync) steps by so that
@@ -549,15 +555,10 @@ impl Geometry {
     /// chunk itself, or for RAID 4/5/6 the stripes whose rows one bit (at
     /// least one chunk row) covers.
     pub fn bitmap_step_bytes(&self, bitmap_chunk: u64) -> u64 {
-        if self.level.parity_chunks() == 0 {
-            return bitmap_chunk;
+        match self.parity_stripe() {
+            Some((chunk, width)) => bitmap_chunk.max(chunk).div_ceil(chunk) * width,
+            None => bitmap_chunk,
         }
-        let data_columns = u64::from(self.members - self.level.parity_chunks());
-        bitmap_chunk
-            .max(self.chunk_bytes)
-            .div_ceil(self.chunk_bytes)
-            * self.chunk_bytes
-            * data_columns
     }
 
     /// How many copies of each byte the array keeps (parity levels: one;

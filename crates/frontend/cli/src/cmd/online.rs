@@ -63,38 +63,68 @@ fn joined_json(joined: &Joined) -> Value {
 const WHEN_FREE_TRIES: u32 = 60;
 
 /// Add `spec` once no other process holds it: asked again every second,
-/// for up to a minute, until the server stops; the outcome logged (the
-/// service's journal) as `--re-add` logs its own.
+/// up to `tries` times, while `stopped` says no (`waiting` is told the
+/// first refusal). `None` when stopped first; the last answer otherwise.
+/// Shared by udev's add event ([`add_when_free`]) and `serve --re-add`.
+pub fn add_retrying_while_busy(
+    online: &Online,
+    spec: &str,
+    force: bool,
+    tries: u32,
+    stopped: &dyn Fn() -> bool,
+    waiting: &dyn Fn(&str),
+) -> Option<Result<Joined, String>> {
+    let mut tried = 0;
+    loop {
+        tried += 1;
+        match online.add(spec, force) {
+            Err(e) if e.contains("in use by") && tried < tries => {
+                if tried == 1 {
+                    waiting(&e);
+                }
+                std::thread::sleep(std::time::Duration::from_secs(1));
+                if stopped() {
+                    return None;
+                }
+            }
+            other => return Some(other),
+        }
+    }
+}
+
+/// The log line of a re-add's outcome (`event=re-added ...` or
+/// `event=re-add-refused ...`).
+pub fn re_add_line(spec: &str, outcome: &Result<Joined, String>) -> String {
+    match outcome {
+        Ok(joined) => format!(
+            "nvraid: event=re-added member={spec} {}",
+            match joined {
+                Joined::ReAdded { role } => format!("role={role} recovery=bitmap"),
+                Joined::Recovering { role } => format!("role={role} recovery=full"),
+                Joined::Spare => "spare=true".to_string(),
+            }
+        ),
+        Err(e) => format!("nvraid: event=re-add-refused member={spec} reason=\"{e}\""),
+    }
+}
+
+/// Add `spec` once udev lets go of it, on a thread of its own, for up to
+/// [`WHEN_FREE_TRIES`] seconds or until the server stops; the outcome
+/// logged (the service's journal) as `--re-add` logs its own.
 fn add_when_free(online: &Arc<Online>, spec: String, force: bool) {
     let online = Arc::clone(online);
     let member = spec.clone();
     let spawned = std::thread::Builder::new()
         .name("nvraid-add-when-free".into())
         .spawn(move || {
-            for _ in 0..WHEN_FREE_TRIES {
-                std::thread::sleep(std::time::Duration::from_secs(1));
-                if online.is_stopping() {
-                    return;
-                }
-                match online.add(&spec, force) {
-                    Err(e) if e.contains("in use by") => continue,
-                    Ok(joined) => {
-                        let how = match joined {
-                            Joined::ReAdded { role } => format!("role={role} recovery=bitmap"),
-                            Joined::Recovering { role } => format!("role={role} recovery=full"),
-                            Joined::Spare => "spare=true".to_string(),
-                        };
-                        eprintln!("nvraid: event=re-added member={spec} {how}");
-                        online.wake();
-                        return;
-                    }
-                    Err(e) => {
-                        eprintln!("nvraid: event=re-add-refused member={spec} reason=\"{e}\"");
-                        return;
-                    }
-                }
+            let stopped = || online.is_stopping();
+            // The first refusal is the caller's answer already.
+            let outcome =
+                add_retrying_while_busy(&online, &spec, force, WHEN_FREE_TRIES, &stopped, &|_| {});
+            if let Some(outcome) = outcome {
+                eprintln!("{}", re_add_line(&spec, &outcome));
+                online.wake();
             }
-            eprintln!("nvraid: event=re-add-refused member={spec} reason=\"still in use after {WHEN_FREE_TRIES} s\"");
         });
     if let Err(e) = spawned {
         eprintln!("nvraid: event=re-add-refused member={member} reason=\"no thread: {e}\"");

@@ -347,7 +347,6 @@ fn serve_with_helpers(
 /// appears (its worker holds the device for that moment) just when the
 /// array starts at boot.
 const RE_ADD_TRIES: u32 = 30;
-const RE_ADD_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// `--re-add` (on its own thread, beside the server): every member given
 /// that assembly set aside as stale or faulty goes back to its role through
@@ -355,7 +354,6 @@ const RE_ADD_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
 /// the reason), logged either way. A member held by another process is
 /// tried again for up to [`RE_ADD_TRIES`] seconds; the shutdown ends it.
 fn re_add_set_aside(array: &Array, online: &Arc<Online>, log: &Log, shutdown: &ShutdownHandle) {
-    use nvraid_array::recovery::online::Joined;
     let candidates: Vec<String> = array
         .set_aside()
         .iter()
@@ -368,37 +366,23 @@ fn re_add_set_aside(array: &Array, online: &Arc<Online>, log: &Log, shutdown: &S
         .map(|m| m.spec.clone())
         .collect();
     for spec in candidates {
-        let mut tries = 0;
-        let outcome = loop {
-            tries += 1;
-            match online.add(&spec, false) {
-                Err(e) if e.contains("in use by") && tries < RE_ADD_TRIES => {
-                    if tries == 1 {
-                        log(&format!(
-                            "nvraid: event=re-add-waiting member={spec} reason=\"{e}\""
-                        ));
-                    }
-                    std::thread::sleep(RE_ADD_PAUSE);
-                    if shutdown.is_triggered() {
-                        return;
-                    }
-                }
-                other => break other,
-            }
+        let waiting = |e: &str| {
+            log(&format!(
+                "nvraid: event=re-add-waiting member={spec} reason=\"{e}\""
+            ))
         };
-        match outcome {
-            Ok(joined) => log(&format!(
-                "nvraid: event=re-added member={spec} {}",
-                match joined {
-                    Joined::ReAdded { role } => format!("role={role} recovery=bitmap"),
-                    Joined::Recovering { role } => format!("role={role} recovery=full"),
-                    Joined::Spare => "spare=true".to_string(),
-                }
-            )),
-            Err(e) => log(&format!(
-                "nvraid: event=re-add-refused member={spec} reason=\"{e}\""
-            )),
-        }
+        let stopped = || shutdown.is_triggered();
+        let Some(outcome) = crate::cmd::online::add_retrying_while_busy(
+            online,
+            &spec,
+            false,
+            RE_ADD_TRIES,
+            &stopped,
+            &waiting,
+        ) else {
+            return;
+        };
+        log(&crate::cmd::online::re_add_line(&spec, &outcome));
         online.wake();
     }
 }
