@@ -5,18 +5,21 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// The barrier between client writes and a resync (md's barrier, in
-/// regions): a resync copies one region of the array at a time, and while it
-/// does, no client write to that region is in flight or starts. Writers
-/// count themselves in per-bucket counters (a region's bucket is its number
-/// modulo [`BARRIER_BUCKETS`]); the resync raises its region, waits for that
-/// bucket's count to drain, copies, and lowers it. A writer that finds the
-/// raised region's bucket among its own waits (so a busy bucket cannot
+/// regions): a resync copies one region of the array at a time (or a few
+/// neighbouring ones), and while it does, no client write to them is in
+/// flight or starts. Writers count themselves in per-bucket counters (a
+/// region's bucket is its number modulo [`BARRIER_BUCKETS`]); the resync
+/// raises its regions, waits for their buckets' counts to drain, copies,
+/// and lowers them. A writer that finds a raised region's bucket among its
+/// own waits (so a busy bucket cannot
 /// starve the resync). The protocol is Dekker's: each side publishes, then
 /// reads the other's (sequentially consistent atomics).
 #[derive(Debug)]
 pub(crate) struct Barrier {
     counts: Vec<Bucket>,
-    /// The raised region's number + 1; 0 when none.
+    /// The raised regions: 0 when none, else `(first + 1) << 8 | span`,
+    /// the regions `first .. first + span` (`span` at most
+    /// [`BARRIER_BUCKETS`]: more would hold every bucket anyway).
     raised: AtomicU64,
     lock: Mutex<()>,
     lowered: std::sync::Condvar,
@@ -53,8 +56,7 @@ impl Barrier {
             self.counts[b].0.fetch_add(1, Ordering::SeqCst);
         }
         let raised = self.raised.load(Ordering::SeqCst);
-        let blocked = raised != 0
-            && Self::buckets(offset, len).any(|b| b as u64 == (raised - 1) % BARRIER_BUCKETS);
+        let blocked = raised != 0 && Self::buckets(offset, len).any(|b| Self::holds(raised, b));
         if blocked {
             self.leave(offset, len);
             return Err(raised);
@@ -81,13 +83,25 @@ impl Barrier {
         }
     }
 
-    /// Hold region `region` (its number): returns once no client write to
-    /// its bucket is in flight; new ones wait until [`Barrier::lower`].
-    pub(crate) fn raise(&self, region: u64) {
-        self.raised.store(region + 1, Ordering::SeqCst);
-        let bucket = (region % BARRIER_BUCKETS) as usize;
-        while self.counts[bucket].0.load(Ordering::SeqCst) != 0 {
-            std::thread::sleep(std::time::Duration::from_micros(20));
+    /// Whether the `raised` value holds bucket `bucket`.
+    fn holds(raised: u64, bucket: usize) -> bool {
+        let (first, span) = ((raised >> 8) - 1, raised & 0xff);
+        (bucket as u64 + BARRIER_BUCKETS - first % BARRIER_BUCKETS) % BARRIER_BUCKETS < span
+    }
+
+    /// Hold regions `first..=last` (their numbers): returns once no client
+    /// write to their buckets is in flight; new ones wait until
+    /// [`Barrier::lower`]. A stripe of a RAID 4/5/6 can cross the edge of
+    /// a region, and whatever copies it must hold both.
+    pub(crate) fn raise(&self, first: u64, last: u64) {
+        debug_assert!(first <= last);
+        let span = (last - first + 1).min(BARRIER_BUCKETS);
+        self.raised.store((first + 1) << 8 | span, Ordering::SeqCst);
+        for region in first..first + span {
+            let bucket = (region % BARRIER_BUCKETS) as usize;
+            while self.counts[bucket].0.load(Ordering::SeqCst) != 0 {
+                std::thread::sleep(std::time::Duration::from_micros(20));
+            }
         }
     }
 
@@ -106,3 +120,36 @@ impl Barrier {
 #[derive(Debug, Default)]
 #[repr(align(64))]
 struct Bucket(AtomicU32);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raised_regions_hold_exactly_their_buckets() {
+        let barrier = Barrier::new();
+        barrier.raise(3, 5);
+        let region = |r: u64| r * BARRIER_REGION_BYTES;
+        for r in [3, 4, 5, 3 + BARRIER_BUCKETS] {
+            assert!(barrier.try_enter(region(r), 4096).is_err(), "region {r}");
+        }
+        for r in [2, 6] {
+            assert!(barrier.try_enter(region(r), 4096).is_ok(), "region {r}");
+            barrier.leave(region(r), 4096);
+        }
+        // A write reaching into a held region from a free one waits.
+        assert!(barrier.try_enter(region(6) - 4096, 8192).is_err());
+        barrier.lower();
+        assert!(barrier.try_enter(region(4), 4096).is_ok());
+        barrier.leave(region(4), 4096);
+        // Regions wrapping around the buckets, and more regions than buckets.
+        barrier.raise(BARRIER_BUCKETS - 1, BARRIER_BUCKETS);
+        assert!(barrier.try_enter(region(0), 4096).is_err());
+        assert!(barrier.try_enter(region(1), 4096).is_ok());
+        barrier.leave(region(1), 4096);
+        barrier.lower();
+        barrier.raise(0, 2 * BARRIER_BUCKETS);
+        assert!((0..BARRIER_BUCKETS).all(|r| barrier.try_enter(region(r), 1).is_err()));
+        barrier.lower();
+    }
+}

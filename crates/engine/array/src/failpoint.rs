@@ -9,6 +9,16 @@
 //! | `add-journal-superblock` | `add_journal` has written and flushed one more superblock (the journal's first, then each member's) |
 //! | `reshape-write` | a grow's step has written one more member's rows (then once more after every member was flushed) |
 //! | `reshape-superblock` | a grow has written and flushed one more superblock (the reshape's record: new members first; each checkpoint; the finished shape) |
+//!
+//! Pause points hold a thread still instead, so that a test can act in
+//! the window: `NVRAID_PAUSE=NAME:OFFSET:MS` sleeps MS milliseconds the
+//! first time the thread passes NAME for a member range holding byte
+//! OFFSET, after saying so on stderr (`nvraid: pause point NAME reached at
+//! OFFSET`). The points:
+//!
+//! | name | where |
+//! |---|---|
+//! | `rebuild-write` | a rebuild beside clients has read and computed a step of the new member's bytes, and is about to write them |
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -27,6 +37,28 @@ pub(crate) fn hit(name: &str) {
         if point == name && PASSED.fetch_add(1, Ordering::SeqCst) + 1 == *count {
             eprintln!("nvraid: failpoint {name} reached: aborting");
             std::process::abort();
+        }
+    }
+}
+
+static PAUSE: OnceLock<Option<(String, u64, u64)>> = OnceLock::new();
+static PAUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Pass the pause point called `name` for member bytes `[at, at + len)`.
+pub(crate) fn pause(name: &str, at: u64, len: u64) {
+    let armed = PAUSE.get_or_init(|| {
+        let spec = std::env::var("NVRAID_PAUSE").ok()?;
+        let mut parts = spec.split(':');
+        let point = parts.next()?.to_string();
+        let offset = parts.next()?.parse().ok()?;
+        let ms = parts.next()?.parse().ok()?;
+        Some((point, offset, ms))
+    });
+    if let Some((point, offset, ms)) = armed {
+        if point == name && (at..at + len).contains(offset) && !PAUSED.swap(true, Ordering::SeqCst)
+        {
+            eprintln!("nvraid: pause point {name} reached at {offset}");
+            std::thread::sleep(std::time::Duration::from_millis(*ms));
         }
     }
 }

@@ -363,8 +363,19 @@ impl Members {
     /// client write to it is in flight or starts meanwhile. One holder at a
     /// time (a resync and a rebuild running together take turns).
     pub(crate) fn hold_region(&self, region: u64) -> RegionHold<'_> {
+        self.hold_regions(region, region)
+    }
+
+    /// Hold every region that array bytes `[offset, offset + len)` touch,
+    /// as [`Members::hold_region`] holds one.
+    pub(crate) fn hold_bytes(&self, offset: u64, len: u64) -> RegionHold<'_> {
+        let region = crate::barrier::BARRIER_REGION_BYTES;
+        self.hold_regions(offset / region, (offset + len.max(1) - 1) / region)
+    }
+
+    fn hold_regions(&self, first: u64, last: u64) -> RegionHold<'_> {
         let turn = self.barrier_turn.lock().unwrap_or_else(|p| p.into_inner());
-        self.barrier.raise(region);
+        self.barrier.raise(first, last);
         RegionHold {
             members: self,
             _turn: turn,

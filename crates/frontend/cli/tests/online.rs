@@ -459,3 +459,92 @@ fn serve_re_add_puts_a_member_missing_at_the_last_start_back_by_the_bitmap() {
     assert_eq!(ok_bytes(&degraded_read, d), data);
     assert_checks_clean(d, &four, "after the re-add");
 }
+
+/// A RAID 5 stripe can cross the edge of a barrier region (4 MiB of the
+/// array): with three 64 KiB data chunks, stripe 21 holds array bytes
+/// [4032 KiB, 4224 KiB). A rebuild step beside clients must hold every
+/// region its stripe touches from its reads to its write of the new
+/// member; holding only the first let a client write to the stripe's far
+/// side land on the new member in between, and the step's write then put
+/// the old bytes back (the array read the old data there, and its parity
+/// no longer matched). The rebuild pauses between reading stripe 21 and
+/// writing it while the client writes there.
+#[test]
+fn a_client_write_across_a_barrier_region_edge_waits_for_the_rebuild_step_of_its_stripe() {
+    tool("fio");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let members: Vec<String> = (0..4).map(|i| format!("m{i}")).collect();
+    let mut create = vec![
+        "create", "--level", "5", "--chunk", "64K", "--bitmap", "none", "--size", "16M",
+    ];
+    create.extend(members.iter().map(String::as_str));
+    ok(&create, d);
+    let size = {
+        let mut args = vec!["detail", "--json"];
+        args.extend(members.iter().map(String::as_str));
+        let detail: serde_json::Value = serde_json::from_slice(&ok_bytes(&args, d)).unwrap();
+        detail["size_bytes"].as_u64().unwrap() as usize
+    };
+    let mut data: Vec<u8> = (0..size as u32).map(|i| (i % 251) as u8 ^ 0x5c).collect();
+    std::fs::write(d.join("data.bin"), &data).unwrap();
+    let mut write = vec!["write", "--input", "data.bin"];
+    write.extend(members.iter().map(String::as_str));
+    ok(&write, d);
+    std::fs::File::create(d.join("new"))
+        .unwrap()
+        .set_len(16 << 20)
+        .unwrap();
+    // Stripe 21's data chunk 1 (array bytes [4096 KiB, 4160 KiB)) is on
+    // role 0 (left-symmetric: parity on role 2, data from role 3 on), the
+    // role the new member takes; its member offset is 21 chunks.
+    let stripe_21 = (21u64 * 64 * 1024).to_string();
+    let pause = format!("rebuild-write:{stripe_21}:3000");
+    let server = serve_env(d, &members, &[], &[("NVRAID_PAUSE", &pause)]);
+    ok(&["fail", "--socket", &control(d), "--member", "m0"], d);
+    ok(&["remove", "--socket", &control(d), "--member", "m0"], d);
+    ok(&["add", "--socket", &control(d), "--new", "new"], d);
+    let started = Instant::now();
+    while !std::fs::read_to_string(d.join("serve.log"))
+        .unwrap()
+        .contains("pause point rebuild-write reached")
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the rebuild never reached stripe 21: {}",
+            std::fs::read_to_string(d.join("serve.log")).unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The client writes the stripe's part in the second region.
+    let (at, len) = (4096usize << 10, 128usize << 10);
+    let wrote = fio_nbd(d, "edge")
+        .args([
+            "--rw=write",
+            "--bs=128k",
+            "--buffer_pattern=0xa5",
+            "--fsync=1",
+        ])
+        .arg(format!("--offset={at}"))
+        .arg(format!("--size={len}"))
+        .output()
+        .expect("fio (apt-get install fio)");
+    assert!(
+        wrote.status.success(),
+        "{}",
+        String::from_utf8_lossy(&wrote.stderr)
+    );
+    data[at..at + len].fill(0xa5);
+    wait_rebuilt(d, Duration::from_secs(60));
+    stop(server);
+    let now: Vec<String> = ["new", "m1", "m2", "m3"].map(String::from).to_vec();
+    let mut read = vec!["read"];
+    read.extend(now.iter().map(String::as_str));
+    let back = ok_bytes(&read, d);
+    assert!(
+        back[at..at + len] == data[at..at + len],
+        "the client's write was undone by the rebuild"
+    );
+    assert_eq!(sha(&back), sha(&data));
+    assert_checks_clean(d, &now, "after the rebuild");
+}

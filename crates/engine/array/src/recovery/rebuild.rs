@@ -564,11 +564,15 @@ fn rebuild_stepwise(
         let (logical, logical_len) = array.personality.array_bytes_of(geometry, role, at, len);
         if !only_marked || array.resync_wanted(logical, logical_len) {
             let piece = &mut buf[..len as usize];
-            let hold =
-                online.then(|| array.hold_region(logical / crate::barrier::BARRIER_REGION_BYTES));
+            // Every region the step's array bytes touch: a RAID 4/5/6
+            // stripe can cross a region's edge, and a client write to its
+            // far side must not land on the new member between this
+            // step's reads and its write.
+            let hold = online.then(|| array.hold_bytes(logical, logical_len));
             array
                 .personality
                 .rebuild_piece(array, role, at, logical, piece)?;
+            crate::failpoint::pause("rebuild-write", at, len);
             target
                 .member
                 .write_at(piece, target.data_offset_bytes() + at)
