@@ -1,12 +1,15 @@
 //! `nvraid grow`: add members to a RAID 4/5/6 or RAID 10 near and reshape it, offline, in
 //! md's format (docs/reshape.md), or mirrors to a RAID 1; `--level`
-//! changes the level where md does it without moving data; `--continue`
+//! changes the level where md does it without moving data; `--chunk` and
+//! `--layout` restripe it in place; `--continue`
 //! resumes a reshape a crash or an interrupted run left part-way.
 
 use super::{bytes_text, size_arg};
 use anyhow::{bail, Result};
 use clap::Args;
-use nvraid_array::reshape::{change_level, continue_grow, grow, GrowOptions, GrowProgress, Grown};
+use nvraid_array::reshape::{
+    change_level, change_shape, continue_grow, grow, GrowOptions, GrowProgress, Grown, ShapeOptions,
+};
 use nvraid_member::format_size;
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
@@ -19,7 +22,7 @@ pub struct GrowArgs {
         long,
         short = 'n',
         value_name = "N",
-        required_unless_present_any = ["cont", "level"]
+        required_unless_present_any = ["cont", "level", "chunk", "layout"]
     )]
     raid_devices: Option<u32>,
     /// A member to add (repeat for several); it must be blank (or --force)
@@ -28,13 +31,24 @@ pub struct GrowArgs {
     add: Vec<String>,
     /// Continue a reshape recorded on the members (every member, the added
     /// ones included), from the recorded position.
-    #[arg(long = "continue", conflicts_with_all = ["raid_devices", "add", "level"])]
+    #[arg(long = "continue", conflicts_with_all = ["raid_devices", "add", "level", "chunk", "layout"])]
     cont: bool,
     /// Change the level where md does it without moving data (its
     /// takeovers): 4 <-> 5 with the parity-last layout. md's other level
     /// changes are refused, naming md's path.
     #[arg(long, value_name = "LEVEL", conflicts_with_all = ["raid_devices", "add"])]
     level: Option<i32>,
+    /// Restripe the array in chunks of this size (RAID 4/5/6, RAID 10
+    /// near; a power of two from 4K), keeping its members and size: the
+    /// data offset moves down or up, where there is room (md's new_offset).
+    #[arg(long, short = 'c', value_parser = size_arg, conflicts_with_all = ["raid_devices", "add", "level"])]
+    chunk: Option<u64>,
+    /// Restripe the array to this layout (md's names: RAID 5/6
+    /// left-symmetric, left-asymmetric, right-symmetric, right-asymmetric,
+    /// parity-first, parity-last, RAID 6 also the -6 forms), keeping its
+    /// members and size.
+    #[arg(long, short = 'p', value_name = "LAYOUT", conflicts_with_all = ["raid_devices", "add", "level"])]
+    layout: Option<String>,
     /// Use new members that carry a filesystem or another array.
     #[arg(long, short = 'f')]
     force: bool,
@@ -68,7 +82,15 @@ pub fn run(args: &GrowArgs, direct: bool) -> Result<u8> {
         return Ok(0);
     }
     let mut progress = progress_printer();
-    let grown = if args.cont {
+    let grown = if args.chunk.is_some() || args.layout.is_some() {
+        let options = ShapeOptions {
+            chunk_bytes: args.chunk,
+            layout: args.layout.clone(),
+            direct,
+            step_bytes: args.step,
+        };
+        change_shape(&args.members, &options, &mut progress)?
+    } else if args.cont {
         continue_grow(&args.members, direct, args.step, &mut progress)?
     } else {
         let Some(raid_devices) = args.raid_devices else {
@@ -92,13 +114,21 @@ pub fn run(args: &GrowArgs, direct: bool) -> Result<u8> {
 }
 
 fn print_text(g: &Grown) {
-    println!(
-        "grown from {} to {} members: {} -> {}",
-        g.raid_disks_before,
-        g.raid_disks,
-        bytes_text(g.size_bytes_before),
-        bytes_text(g.size_bytes)
-    );
+    if g.raid_disks_before == g.raid_disks {
+        println!(
+            "restriped in place over {} members: {} unchanged",
+            g.raid_disks,
+            bytes_text(g.size_bytes)
+        );
+    } else {
+        println!(
+            "grown from {} to {} members: {} -> {}",
+            g.raid_disks_before,
+            g.raid_disks,
+            bytes_text(g.size_bytes_before),
+            bytes_text(g.size_bytes)
+        );
+    }
     println!(
         "moved {} in {:.1} s; data offset now {}; events {}",
         bytes_text(g.moved_bytes),
