@@ -357,6 +357,11 @@ pub fn continue_grow(
             p.sb.bblog_offset = own.bblog_offset;
             p.sb.bblog_size = own.bblog_size;
             p.sb.bblog_shift = own.bblog_shift;
+        } else if (reference.new_offset as i32) > 0 {
+            // Moving the offset up, the record raised each data area to
+            // what the device holds (`shape`): so for this one.
+            let held = (p.member.size_bytes() / 512).saturating_sub(own.data_offset_sectors);
+            p.sb.data_size_sectors = own.data_size_sectors.max(held);
         }
         p.sb.feature_map = (reference.feature_map & !features::BAD_BLOCKS)
             | (own.feature_map & features::BAD_BLOCKS);
