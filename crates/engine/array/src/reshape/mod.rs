@@ -17,6 +17,9 @@
 //! - `shape`: `grow --chunk`/`--layout`, a RAID 4/5/6 or RAID 10 near
 //!   restriped with its members kept, the data offset moved down or up
 //!   (the steps backwards are its own);
+//! - `size`: `grow --size`, how much of each member the array uses
+//!   (`max` after the members grew, the new region resynced; smaller with
+//!   `--force`); nothing moves;
 //! - `mirror`: `grow` of a RAID 1 (another mirror): the member count
 //!   raised in every superblock, the new member added and rebuilt.
 //!
@@ -31,6 +34,7 @@ mod mirror;
 mod read;
 mod record;
 mod shape;
+mod size;
 mod step;
 
 pub use grow::{continue_grow, grow, GrowOptions, GrowProgress, Grown};
@@ -38,3 +42,4 @@ pub use level::{change_level, LevelChanged};
 pub use read::{MidReshape, ReshapeDetail, ReshapeMember, ShapeDetail};
 pub use record::{is_reshaping, reshape_of};
 pub use shape::{change_shape, ShapeOptions};
+pub use size::{resize, Resized, SizeOptions, SizeTarget};

@@ -8,7 +8,8 @@ use super::{bytes_text, size_arg};
 use anyhow::{bail, Result};
 use clap::Args;
 use nvraid_array::reshape::{
-    change_level, change_shape, continue_grow, grow, GrowOptions, GrowProgress, Grown, ShapeOptions,
+    change_level, change_shape, continue_grow, grow, resize, GrowOptions, GrowProgress, Grown,
+    ShapeOptions, SizeOptions, SizeTarget,
 };
 use nvraid_member::format_size;
 use std::io::{IsTerminal, Write};
@@ -22,7 +23,7 @@ pub struct GrowArgs {
         long,
         short = 'n',
         value_name = "N",
-        required_unless_present_any = ["cont", "level", "chunk", "layout"]
+        required_unless_present_any = ["cont", "level", "chunk", "layout", "size"]
     )]
     raid_devices: Option<u32>,
     /// A member to add (repeat for several); it must be blank (or --force)
@@ -49,7 +50,14 @@ pub struct GrowArgs {
     /// members and size.
     #[arg(long, short = 'p', value_name = "LAYOUT", conflicts_with_all = ["raid_devices", "add", "level"])]
     layout: Option<String>,
-    /// Use new members that carry a filesystem or another array.
+    /// How much of each member the array uses (mdadm's --size): `max`
+    /// after every member grew (the new region is resynced, as md does),
+    /// or SIZE; a smaller size cuts the array's end off and is refused
+    /// without --force (shrink the filesystem first). Nothing moves.
+    #[arg(long, short = 'z', value_name = "max|SIZE", conflicts_with_all = ["raid_devices", "add", "level", "chunk", "layout", "cont"])]
+    size: Option<String>,
+    /// Use new members that carry a filesystem or another array; with
+    /// --size, shrink the array.
     #[arg(long, short = 'f')]
     force: bool,
     /// The most array bytes moved between two checkpoints of the position.
@@ -78,6 +86,40 @@ pub fn run(args: &GrowArgs, direct: bool) -> Result<u8> {
                 bytes_text(changed.size_bytes),
                 changed.events
             );
+        }
+        return Ok(0);
+    }
+    if let Some(size) = &args.size {
+        let target = if size == "max" {
+            SizeTarget::Max
+        } else {
+            SizeTarget::MemberBytes(
+                size_arg(size).map_err(|e| anyhow::anyhow!("--size {size}: {e}"))?,
+            )
+        };
+        let options = SizeOptions {
+            target,
+            force: args.force,
+            direct,
+        };
+        let r = resize(&args.members, &options)?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&r)?);
+        } else {
+            println!(
+                "resized from {} to {} ({} to {} of each member); events {}",
+                bytes_text(r.size_bytes_before),
+                bytes_text(r.size_bytes),
+                bytes_text(r.member_bytes_before),
+                bytes_text(r.member_bytes),
+                r.events
+            );
+            if let Some(from) = r.resync_from_bytes {
+                println!(
+                    "the new region is to be resynced from {} (`nvraid repair`, or `serve` in the background)",
+                    bytes_text(from)
+                );
+            }
         }
         return Ok(0);
     }
