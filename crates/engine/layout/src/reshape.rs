@@ -373,30 +373,60 @@ impl Reshape {
 }
 
 impl Reshape {
-    /// Whether md would continue this reshape from its recorded position:
-    /// the kernel's raid5 refuses to assemble a reshape whose next stripe
-    /// write would land on a stripe it still has to read ("reshape_position
-    /// too early for auto-recovery"), counted in rows of the larger chunk,
-    /// with the smallest move of a data offset between the shapes. A
-    /// reshape that keeps the member count (md then uses a backup) is not
-    /// judged here.
-    pub fn md_can_continue(&self) -> bool {
-        if self.old.level().parity_chunks() == 0 || self.old.members() == self.new.members() {
-            return true;
+    /// The kernel's `min_offset_diff`: of each member's move of its data
+    /// offset (new minus old, bytes), the one nearest zero in the
+    /// reshape's direction (forwards the offsets move down, so the
+    /// largest; backwards the smallest). Members only one shape has are
+    /// not counted.
+    fn min_offset_diff(&self) -> i128 {
+        let both = self.old.members().min(self.new.members()) as usize;
+        let diffs = (0..both)
+            .map(|r| self.new_offsets[r] as i128 - self.old_offsets[r] as i128);
+        match self.direction {
+            Direction::Forwards => diffs.max(),
+            Direction::Backwards => diffs.min(),
         }
+        .unwrap_or(0)
+    }
+
+    /// Whether md would continue this reshape from its recorded position.
+    /// - RAID 4/5/6 changing the member count: the kernel's raid5 refuses
+    ///   to assemble a reshape whose next stripe write would land on a
+    ///   stripe it still has to read ("reshape_position too early for
+    ///   auto-recovery"), counted in rows of the larger chunk, with the
+    ///   smallest move of a data offset between the shapes.
+    /// - RAID 4/5/6 keeping the member count (a chunk or layout change):
+    ///   every row holds the same array bytes in both shapes, so the gap
+    ///   between them never widens; the kernel continues one only when the
+    ///   data offset moved by at least the larger of the two chunks (any
+    ///   less, and mdadm must back the stripes up: the kernel then wants
+    ///   the array started read-only).
+    /// - RAID 10: the offset moved by at least the larger chunk in the
+    ///   reshape's direction (raid10's "offset difference not enough to
+    ///   continue reshape").
+    pub fn md_can_continue(&self) -> bool {
         let chunk = self
             .old
             .chunk_bytes()
             .unwrap_or(1)
             .max(self.new.chunk_bytes().unwrap_or(1));
+        let min_diff = self.min_offset_diff();
+        let toward = match self.direction {
+            Direction::Forwards => -min_diff,
+            Direction::Backwards => min_diff,
+        };
+        if self.old.level().parity_chunks() == 0 {
+            return match self.old.level() {
+                crate::Level::Raid10 { .. } => toward >= chunk as i128,
+                _ => true,
+            };
+        }
+        if self.old.members() == self.new.members() {
+            return min_diff.unsigned_abs() >= u128::from(chunk);
+        }
         let data = |g: &Geometry| u64::from(g.members() - g.level().parity_chunks());
         let here_new = self.position / (chunk * data(&self.new));
         let here_old = self.position / (chunk * data(&self.old));
-        let both = self.old.members().min(self.new.members());
-        let min_diff = (0..both)
-            .map(|r| self.new_offsets[r as usize] as i128 - self.old_offsets[r as usize] as i128)
-            .min()
-            .unwrap_or(0);
         let (new_at, old_at) = ((here_new * chunk) as i128, (here_old * chunk) as i128);
         match self.direction {
             Direction::Forwards => new_at < old_at - min_diff,
@@ -577,6 +607,81 @@ mod tests {
             Reshape::new(r5(4), r5(5), 0, Direction::Forwards, vec![M; 4], vec![M; 5]).unwrap();
         assert!(!same.md_can_continue());
         assert!(same.at(4 * M).unwrap().md_can_continue());
+    }
+
+    fn r5_chunk(members: u32, chunk: u64) -> Geometry {
+        Geometry::new(
+            Level::Raid5 {
+                layout: ParityLayout::LeftSymmetric,
+            },
+            members,
+            chunk,
+            14 * M,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_chunk_change_steps_no_further_than_the_offset_moved_in_either_direction() {
+        // 4 members, 64 KiB -> 256 KiB chunks: each row holds the same
+        // array bytes in both shapes, so a step may move at most the
+        // offset's move (512 KiB of member rows, 1.5 MiB of the array).
+        let unit = 3 * 256 * K;
+        let fwd = Reshape::new(
+            r5_chunk(4, 64 * K),
+            r5_chunk(4, 256 * K),
+            6 * unit,
+            Direction::Forwards,
+            vec![M; 4],
+            vec![M - 512 * K; 4],
+        )
+        .unwrap();
+        assert!(fwd.step_is_safe(8 * unit));
+        assert!(!fwd.step_is_safe(9 * unit));
+        assert!(fwd.md_can_continue());
+        // Backwards (the offset moved up), from the array's end.
+        let end = 3 * 14 * M;
+        let back = Reshape::new(
+            r5_chunk(4, 256 * K),
+            r5_chunk(4, 64 * K),
+            end,
+            Direction::Backwards,
+            vec![M; 4],
+            vec![M + 512 * K; 4],
+        )
+        .unwrap();
+        assert!(back.step_is_safe(end - 2 * unit));
+        assert!(!back.step_is_safe(end - 3 * unit));
+        assert!(back.md_can_continue());
+    }
+
+    #[test]
+    fn md_continues_a_chunk_change_only_with_the_offset_moved_by_the_larger_chunk() {
+        let moved = |by: u64| {
+            Reshape::new(
+                r5_chunk(4, 64 * K),
+                r5_chunk(4, 256 * K),
+                0,
+                Direction::Forwards,
+                vec![M; 4],
+                vec![M - by; 4],
+            )
+            .unwrap()
+        };
+        assert!(moved(256 * K).md_can_continue());
+        assert!(!moved(128 * K).md_can_continue(), "less than the new chunk");
+        assert!(!moved(0).md_can_continue(), "in place: md needs a backup");
+        // The member that moved least counts.
+        let mixed = Reshape::new(
+            r5_chunk(4, 64 * K),
+            r5_chunk(4, 256 * K),
+            0,
+            Direction::Forwards,
+            vec![M; 4],
+            vec![M - 512 * K, M - 512 * K, M - 128 * K, M - 512 * K],
+        )
+        .unwrap();
+        assert!(!mixed.md_can_continue());
     }
 
     #[test]

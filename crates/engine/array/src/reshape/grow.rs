@@ -357,6 +357,11 @@ pub fn continue_grow(
             p.sb.bblog_offset = own.bblog_offset;
             p.sb.bblog_size = own.bblog_size;
             p.sb.bblog_shift = own.bblog_shift;
+        } else if (reference.new_offset as i32) > 0 {
+            // Moving the offset up, the record raised each data area to
+            // what the device holds (`shape`): so for this one.
+            let held = (p.member.size_bytes() / 512).saturating_sub(own.data_offset_sectors);
+            p.sb.data_size_sectors = own.data_size_sectors.max(held);
         }
         p.sb.feature_map = (reference.feature_map & !features::BAD_BLOCKS)
             | (own.feature_map & features::BAD_BLOCKS);
@@ -366,18 +371,22 @@ pub fn continue_grow(
     let reshape = reshape_at(&placed, reference.reshape_position * 512)?;
     // A RAID 10's bitmap counts array bytes: md resized it for the new
     // shape when its grow started, which nvraid does not do yet.
+    // A chunk or layout change (`shape`) keeps the array's size, and so
+    // a RAID 10's bitmap too; it may run either way.
+    let in_place = super::shape::is_in_place(&reshape);
     let grows = |level: Level| {
-        level.parity_chunks() > 0 || (matches!(level, Level::Raid10 { .. }) && bitmap.is_none())
+        level.parity_chunks() > 0
+            || (matches!(level, Level::Raid10 { .. }) && (bitmap.is_none() || in_place))
     };
-    if reshape.direction() != Direction::Forwards
+    let same_shape = reshape.old().level() == reshape.new_shape().level()
+        && reshape.old().chunk_bytes() == reshape.new_shape().chunk_bytes();
+    if !(in_place || reshape.direction() == Direction::Forwards && same_shape)
         || !grows(reshape.old().level())
-        || reshape.old().level() != reshape.new_shape().level()
-        || reshape.old().chunk_bytes() != reshape.new_shape().chunk_bytes()
     {
         return Err(Error::Unsupported {
             spec: placed[0].member.spec().into(),
             what: format!(
-                "continuing this reshape ({} of {} members to {} of {}, {}): nvraid continues a RAID 4/5/6, or a RAID 10 near without a write-intent bitmap, that gains members; let the kernel finish it (mdadm --assemble)",
+                "continuing this reshape ({} of {} members to {} of {}, {}): nvraid continues a RAID 4/5/6, or a RAID 10 near without a write-intent bitmap, that gains members, and a chunk or layout change of either; let the kernel finish it (mdadm --assemble)",
                 reshape.old().level(),
                 reshape.old().members(),
                 reshape.new_shape().level(),
@@ -394,11 +403,14 @@ pub fn continue_grow(
         publish_bitmap(&placed, &all, b, events)?;
     }
     write_superblocks(&placed, &all, bitmap.as_mut())?;
+    if reshape.direction() == Direction::Backwards {
+        return super::shape::run_backwards(placed, reshape, step_bytes, bitmap, progress);
+    }
     run(placed, reshape, step_bytes, bitmap, progress)
 }
 
 /// The reshape the members' superblocks record, at `position`.
-fn reshape_at(placed: &[Placed], position: u64) -> Result<Reshape> {
+pub(super) fn reshape_at(placed: &[Placed], position: u64) -> Result<Reshape> {
     let reference = &placed[0].sb;
     let mut sb = reference.clone();
     sb.reshape_position = position / 512;
@@ -407,7 +419,7 @@ fn reshape_at(placed: &[Placed], position: u64) -> Result<Reshape> {
 }
 
 /// The steps, the checkpoints and the end.
-fn run(
+pub(super) fn run(
     mut placed: Vec<Placed>,
     mut reshape: Reshape,
     step_bytes: u64,
@@ -496,9 +508,13 @@ fn run(
 }
 
 /// The finished shape in a member's superblock: its data at the new
-/// offset (the data area that much larger), the reshape's fields cleared.
-fn finish_record(sb: &mut Superblock) {
+/// offset (the data area that much larger), the new level, layout and
+/// chunk taken as the array's, the reshape's fields cleared.
+pub(super) fn finish_record(sb: &mut Superblock) {
     let moved = i64::from(sb.new_offset as i32);
+    sb.level = sb.new_level as i32;
+    sb.layout = sb.new_layout;
+    sb.chunk_sectors = sb.new_chunk;
     sb.data_offset_sectors = (sb.data_offset_sectors as i64 + moved) as u64;
     sb.data_size_sectors = (sb.data_size_sectors as i64 - moved) as u64;
     sb.feature_map &=
@@ -595,7 +611,7 @@ fn write_bitmap(p: &Placed, bitmap: &mut MemberBitmap, events: u64, len: usize) 
 /// The whole bitmap image, its header carrying `events`, to the members
 /// of `placed` in `order` (the new ones have none yet), flushed; before
 /// any of them records `events`.
-fn publish_bitmap(
+pub(super) fn publish_bitmap(
     placed: &[Placed],
     order: &[usize],
     bitmap: &mut MemberBitmap,
@@ -612,7 +628,7 @@ fn publish_bitmap(
 }
 
 /// The old shape the reference records.
-fn old_shape(reference: &Superblock, spec: &str) -> Result<Geometry> {
+pub(super) fn old_shape(reference: &Superblock, spec: &str) -> Result<Geometry> {
     crate::assemble::geometry_of(reference, spec)
 }
 
@@ -784,7 +800,7 @@ fn log_moved_to(sb: &Superblock, bitmap_bytes: Option<u64>) -> u64 {
 /// bad-block log, which stays where it is when it lies below that, and
 /// otherwise moves to just past the superblock or the bitmap
 /// ([`log_moved_to`]; `Some(to)`).
-fn floor_of(sb: &Superblock, bitmap_bytes: Option<u64>) -> (u64, Option<u64>) {
+pub(super) fn floor_of(sb: &Superblock, bitmap_bytes: Option<u64>) -> (u64, Option<u64>) {
     let sb_start = sb.super_offset_sectors;
     let mut floor = sb_start + FLOOR_SECTORS;
     if let (Some(len), Some(at)) = (bitmap_bytes, bitmap_at(sb)) {
@@ -854,7 +870,7 @@ fn log_sectors(sb: &Superblock) -> Option<(u64, u64)> {
 /// copied and flushed there, its superblock's `bblog_offset` changed in
 /// `placed` (for the record written next; until then the old place is the
 /// one used).
-fn move_logs(placed: &mut [Placed], bitmap_bytes: Option<u64>) -> Result<()> {
+pub(super) fn move_logs(placed: &mut [Placed], bitmap_bytes: Option<u64>) -> Result<()> {
     for p in placed.iter_mut() {
         let (Some((start, len)), (_, Some(to))) =
             (log_sectors(&p.sb), floor_of(&p.sb, bitmap_bytes))

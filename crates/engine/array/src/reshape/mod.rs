@@ -14,6 +14,12 @@
 //!   steps with a checkpoint after each, the finished shape recorded;
 //! - `level`: `grow --level`, md's level changes that move no byte
 //!   (RAID 1 of two <-> RAID 5, RAID 4 <-> RAID 5 parity-last);
+//! - `shape`: `grow --chunk`/`--layout`, a RAID 4/5/6 or RAID 10 near
+//!   restriped with its members kept, the data offset moved down or up
+//!   (the steps backwards are its own);
+//! - `size`: `grow --size`, how much of each member the array uses
+//!   (`max` after the members grew, the new region resynced; smaller with
+//!   `--force`); nothing moves;
 //! - `mirror`: `grow` of a RAID 1 (another mirror): the member count
 //!   raised in every superblock, the new member added and rebuilt.
 //!
@@ -27,9 +33,13 @@ mod level;
 mod mirror;
 mod read;
 mod record;
+mod shape;
+mod size;
 mod step;
 
 pub use grow::{continue_grow, grow, GrowOptions, GrowProgress, Grown};
 pub use level::{change_level, LevelChanged};
 pub use read::{MidReshape, ReshapeDetail, ReshapeMember, ShapeDetail};
 pub use record::{is_reshaping, reshape_of};
+pub use shape::{change_shape, ShapeOptions};
+pub use size::{resize, Resized, SizeOptions, SizeTarget};

@@ -128,6 +128,33 @@ pub(crate) fn move_rows(
     if readable > 0 {
         read_old_rows(reshape, members, &mut data[..readable as usize], from)?;
     }
+    write_stripes(reshape, members, first, &data, kernel, hit)
+}
+
+/// Lay `data` (whole stripes of the new shape's data, in array order, from
+/// stripe `first` on) out as the new shape's stripes with their parity,
+/// write each member's rows at the new data offset, flush every member.
+/// `hit` as in [`move_rows`].
+pub(crate) fn write_stripes(
+    reshape: &Reshape,
+    members: &[&Member],
+    first: u64,
+    data: &[u8],
+    kernel: Kernel,
+    hit: &dyn Fn(),
+) -> Result<()> {
+    let new = reshape.new_shape();
+    let map = new
+        .level()
+        .stripe_map(new.members())
+        .expect("invariant: a parity reshape");
+    let chunk = new.chunk_bytes().expect("parity levels have chunks");
+    let unit = chunk * u64::from(map.data_per_stripe());
+    assert!(
+        (data.len() as u64).is_multiple_of(unit),
+        "invariant: whole stripes"
+    );
+    let rows = data.len() as u64 / unit;
     let c = chunk as usize;
     let mut out: Vec<AlignedBuf> = (0..new.members())
         .map(|_| AlignedBuf::zeroed(rows as usize * c))

@@ -1,12 +1,16 @@
 //! `nvraid grow`: add members to a RAID 4/5/6 or RAID 10 near and reshape it, offline, in
 //! md's format (docs/reshape.md), or mirrors to a RAID 1; `--level`
-//! changes the level where md does it without moving data; `--continue`
+//! changes the level where md does it without moving data; `--chunk` and
+//! `--layout` restripe it in place; `--continue`
 //! resumes a reshape a crash or an interrupted run left part-way.
 
 use super::{bytes_text, size_arg};
 use anyhow::{bail, Result};
 use clap::Args;
-use nvraid_array::reshape::{change_level, continue_grow, grow, GrowOptions, GrowProgress, Grown};
+use nvraid_array::reshape::{
+    change_level, change_shape, continue_grow, grow, resize, GrowOptions, GrowProgress, Grown,
+    ShapeOptions, SizeOptions, SizeTarget,
+};
 use nvraid_member::format_size;
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
@@ -19,7 +23,7 @@ pub struct GrowArgs {
         long,
         short = 'n',
         value_name = "N",
-        required_unless_present_any = ["cont", "level"]
+        required_unless_present_any = ["cont", "level", "chunk", "layout", "size"]
     )]
     raid_devices: Option<u32>,
     /// A member to add (repeat for several); it must be blank (or --force)
@@ -28,14 +32,32 @@ pub struct GrowArgs {
     add: Vec<String>,
     /// Continue a reshape recorded on the members (every member, the added
     /// ones included), from the recorded position.
-    #[arg(long = "continue", conflicts_with_all = ["raid_devices", "add", "level"])]
+    #[arg(long = "continue", conflicts_with_all = ["raid_devices", "add", "level", "chunk", "layout"])]
     cont: bool,
     /// Change the level where md does it without moving data (its
     /// takeovers): 4 <-> 5 with the parity-last layout. md's other level
     /// changes are refused, naming md's path.
     #[arg(long, value_name = "LEVEL", conflicts_with_all = ["raid_devices", "add"])]
     level: Option<i32>,
-    /// Use new members that carry a filesystem or another array.
+    /// Restripe the array in chunks of this size (RAID 4/5/6, RAID 10
+    /// near; a power of two from 4K), keeping its members and size: the
+    /// data offset moves down or up, where there is room (md's new_offset).
+    #[arg(long, short = 'c', value_parser = size_arg, conflicts_with_all = ["raid_devices", "add", "level"])]
+    chunk: Option<u64>,
+    /// Restripe the array to this layout (md's names: RAID 5/6
+    /// left-symmetric, left-asymmetric, right-symmetric, right-asymmetric,
+    /// parity-first, parity-last, RAID 6 also the -6 forms), keeping its
+    /// members and size.
+    #[arg(long, short = 'p', value_name = "LAYOUT", conflicts_with_all = ["raid_devices", "add", "level"])]
+    layout: Option<String>,
+    /// How much of each member the array uses (mdadm's --size): `max`
+    /// after every member grew (the new region is resynced, as md does),
+    /// or SIZE; a smaller size cuts the array's end off and is refused
+    /// without --force (shrink the filesystem first). Nothing moves.
+    #[arg(long, short = 'z', value_name = "max|SIZE", conflicts_with_all = ["raid_devices", "add", "level", "chunk", "layout", "cont"])]
+    size: Option<String>,
+    /// Use new members that carry a filesystem or another array; with
+    /// --size, shrink the array.
     #[arg(long, short = 'f')]
     force: bool,
     /// The most array bytes moved between two checkpoints of the position.
@@ -67,8 +89,50 @@ pub fn run(args: &GrowArgs, direct: bool) -> Result<u8> {
         }
         return Ok(0);
     }
+    if let Some(size) = &args.size {
+        let target = if size == "max" {
+            SizeTarget::Max
+        } else {
+            SizeTarget::MemberBytes(
+                size_arg(size).map_err(|e| anyhow::anyhow!("--size {size}: {e}"))?,
+            )
+        };
+        let options = SizeOptions {
+            target,
+            force: args.force,
+            direct,
+        };
+        let r = resize(&args.members, &options)?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&r)?);
+        } else {
+            println!(
+                "resized from {} to {} ({} to {} of each member); events {}",
+                bytes_text(r.size_bytes_before),
+                bytes_text(r.size_bytes),
+                bytes_text(r.member_bytes_before),
+                bytes_text(r.member_bytes),
+                r.events
+            );
+            if let Some(from) = r.resync_from_bytes {
+                println!(
+                    "the new region is to be resynced from {} (`nvraid repair`, or `serve` in the background)",
+                    bytes_text(from)
+                );
+            }
+        }
+        return Ok(0);
+    }
     let mut progress = progress_printer();
-    let grown = if args.cont {
+    let grown = if args.chunk.is_some() || args.layout.is_some() {
+        let options = ShapeOptions {
+            chunk_bytes: args.chunk,
+            layout: args.layout.clone(),
+            direct,
+            step_bytes: args.step,
+        };
+        change_shape(&args.members, &options, &mut progress)?
+    } else if args.cont {
         continue_grow(&args.members, direct, args.step, &mut progress)?
     } else {
         let Some(raid_devices) = args.raid_devices else {
@@ -92,13 +156,21 @@ pub fn run(args: &GrowArgs, direct: bool) -> Result<u8> {
 }
 
 fn print_text(g: &Grown) {
-    println!(
-        "grown from {} to {} members: {} -> {}",
-        g.raid_disks_before,
-        g.raid_disks,
-        bytes_text(g.size_bytes_before),
-        bytes_text(g.size_bytes)
-    );
+    if g.raid_disks_before == g.raid_disks {
+        println!(
+            "restriped in place over {} members: {} unchanged",
+            g.raid_disks,
+            bytes_text(g.size_bytes)
+        );
+    } else {
+        println!(
+            "grown from {} to {} members: {} -> {}",
+            g.raid_disks_before,
+            g.raid_disks,
+            bytes_text(g.size_bytes_before),
+            bytes_text(g.size_bytes)
+        );
+    }
     println!(
         "moved {} in {:.1} s; data offset now {}; events {}",
         bytes_text(g.moved_bytes),

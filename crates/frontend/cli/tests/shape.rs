@@ -1,0 +1,458 @@
+//! `nvraid grow --chunk` / `--layout`: an array restriped in place with
+//! its members kept, in md's format (docs/reshape.md). Every byte reads
+//! back after, with the parity right; a restripe killed at member and
+//! superblock writes reads back mid-way and `grow --continue` finishes it
+//! (the data offset moved down, forwards, and up, backwards); what md
+//! refuses is refused by name with nothing written; the kernel's md
+//! assembles a restriped array and finishes ones nvraid left mid-way.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const MIB: u64 = 1 << 20;
+/// Data bytes each member holds (`--size 15M` less 1 MiB of metadata).
+const PER: u64 = 14 * MIB;
+
+/// md's test pattern (tools/mdvm/pattern.c): 4 KiB block N holds the
+/// little-endian u64 N, repeated.
+fn pattern(bytes: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes as usize);
+    for block in 0..bytes / 4096 {
+        for _ in 0..512 {
+            out.extend_from_slice(&block.to_le_bytes());
+        }
+    }
+    out
+}
+
+fn with<'a>(head: &[&'a str], members: &'a [String]) -> Vec<&'a str> {
+    let mut args = head.to_vec();
+    args.extend(members.iter().map(String::as_str));
+    args
+}
+
+/// A RAID `level` of `count` members (`file_mib` MiB files, 15 MiB of
+/// each used), `extra` create options, made clean and filled with the
+/// pattern; the members' names and the bytes written.
+fn filled(
+    dir: &Path,
+    level: &str,
+    count: usize,
+    file_mib: u64,
+    extra: &[&str],
+) -> (Vec<String>, Vec<u8>) {
+    let names: Vec<String> = (0..count).map(|i| format!("d{i}")).collect();
+    for name in &names {
+        let f = std::fs::File::create(dir.join(name)).unwrap();
+        f.set_len(file_mib * MIB).unwrap();
+    }
+    let mut args = vec!["create", "--level", level, "--size", "15M", "--force"];
+    args.extend_from_slice(extra);
+    args.extend(names.iter().map(String::as_str));
+    ok(&args, dir);
+    // Members that were there already: the parity is made right first.
+    ok(&with(&["repair"], &names), dir);
+    let data_members = match level {
+        "10" => count as u64 / 2,
+        "6" => count as u64 - 2,
+        _ => count as u64 - 1,
+    };
+    let data = pattern(data_members * PER);
+    std::fs::write(dir.join("data"), &data).unwrap();
+    ok(&with(&["write", "--input", "data"], &names), dir);
+    std::fs::remove_file(dir.join("data")).unwrap();
+    (names, data)
+}
+
+fn read(dir: &Path, members: &[String], len: u64) -> Vec<u8> {
+    let len = len.to_string();
+    ok_bytes(&with(&["read", "--length", &len], members), dir)
+}
+
+fn detail(dir: &Path, members: &[String]) -> serde_json::Value {
+    serde_json::from_str(&ok(&with(&["detail", "--json"], members), dir)).unwrap()
+}
+
+fn no_mismatch(dir: &Path, members: &[String], what: &str) {
+    let check = ok(&with(&["check", "--json"], members), dir);
+    let check: serde_json::Value = serde_json::from_str(&check).unwrap();
+    assert_eq!(check["mismatch_sectors"], 0, "{what}: {check}");
+}
+
+#[test]
+fn a_raid5_chunk_grows_then_shrinks_and_every_byte_reads_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, data) = filled(dir.path(), "5", 4, 15, &["--bitmap", "none"]);
+    let out = ok(
+        &with(&["grow", "--chunk", "256K", "--step", "1M", "--json"], &m),
+        dir.path(),
+    );
+    let grown: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(grown["size_bytes"], 3 * PER, "{grown}");
+    assert_eq!(grown["raid_disks"], 4, "{grown}");
+    // Room only below the data (15 MiB files): the offset moved down, by
+    // at least the larger chunk.
+    let offset = grown["data_offset_bytes"].as_u64().unwrap();
+    assert!(offset <= MIB - 256 * 1024, "{grown}");
+    let d = detail(dir.path(), &m);
+    assert_eq!(d["chunk_bytes"], 256 * 1024, "{d}");
+    assert_eq!(d["layout"], "left-symmetric", "{d}");
+    assert_eq!(d["state"], "clean", "{d}");
+    assert!(read(dir.path(), &m, 3 * PER) == data, "64K -> 256K");
+    no_mismatch(dir.path(), &m, "64K -> 256K");
+    // And down to 16 KiB chunks with a layout change, in the room left
+    // (about as much now above the data as below it): the offset moves
+    // by at least the larger chunk, either way.
+    ok(
+        &with(&["grow", "-c", "16K", "-p", "right-asymmetric"], &m),
+        dir.path(),
+    );
+    let d = detail(dir.path(), &m);
+    assert_eq!(d["chunk_bytes"], 16 * 1024, "{d}");
+    assert_eq!(d["layout"], "right-asymmetric", "{d}");
+    assert!(
+        d["data_offset_bytes"].as_u64().unwrap().abs_diff(offset) >= 256 * 1024,
+        "{d}"
+    );
+    assert!(read(dir.path(), &m, 3 * PER) == data, "256K -> 16K ra");
+    no_mismatch(dir.path(), &m, "256K -> 16K ra");
+}
+
+#[test]
+fn a_raid6_restriped_with_room_only_after_the_data_moves_it_up_and_reads_back() {
+    // 17 MiB files of which 15 are used: more room after the data than
+    // before it, so the data offset moves up and the reshape runs
+    // backwards, as mdadm would run it. With a write-intent bitmap.
+    let dir = tempfile::tempdir().unwrap();
+    let (m, data) = filled(dir.path(), "6", 5, 17, &["--bitmap", "internal"]);
+    let out = ok(
+        &with(
+            &[
+                "grow",
+                "--chunk",
+                "128K",
+                "--layout",
+                "left-symmetric-6",
+                "--step",
+                "1M",
+                "--json",
+            ],
+            &m,
+        ),
+        dir.path(),
+    );
+    let grown: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        grown["data_offset_bytes"].as_u64().unwrap() >= MIB + 128 * 1024,
+        "{grown}"
+    );
+    let d = detail(dir.path(), &m);
+    assert_eq!(d["layout"], "left-symmetric-6", "{d}");
+    assert_eq!(d["chunk_bytes"], 128 * 1024, "{d}");
+    assert!(read(dir.path(), &m, 3 * PER) == data);
+    no_mismatch(dir.path(), &m, "raid6 backwards");
+    // P and Q both right: any two members gone, the bytes come back.
+    assert!(read(dir.path(), &m[2..], 3 * PER) == data, "without 0, 1");
+    assert!(read(dir.path(), &m[..3], 3 * PER) == data, "without 3, 4");
+    let bitmap = detail(dir.path(), &m)["bitmap"].clone();
+    assert!(bitmap.is_object(), "the bitmap is kept: {bitmap}");
+    eprintln!("{bitmap}");
+}
+
+#[test]
+fn a_raid10_near_chunk_change_reads_back_with_equal_copies() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, data) = filled(dir.path(), "10", 4, 15, &["--bitmap", "internal"]);
+    ok(
+        &with(&["grow", "--chunk", "32K", "--step", "1M"], &m),
+        dir.path(),
+    );
+    let d = detail(dir.path(), &m);
+    assert_eq!(d["chunk_bytes"], 32 * 1024, "{d}");
+    assert_eq!(d["layout"], "near=2", "{d}");
+    assert!(read(dir.path(), &m, 2 * PER) == data);
+    no_mismatch(dir.path(), &m, "raid10 64K -> 32K");
+    // Each half of the pairs alone holds every byte.
+    let seconds = vec![m[1].clone(), m[3].clone()];
+    assert!(read(dir.path(), &seconds, 2 * PER) == data, "second copies");
+}
+
+/// Run `args` with a crash point armed; it must die there.
+fn killed_at(dir: &Path, args: &[&str], point: &str) {
+    let out = Command::new(env!("CARGO_BIN_EXE_nvraid"))
+        .current_dir(dir)
+        .env("NVRAID_FAILPOINT", point)
+        .args(args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("failpoint"),
+        "{args:?} did not stop at {point}: {stderr}"
+    );
+}
+
+#[test]
+fn a_restripe_killed_at_any_write_reads_back_and_continues_either_way() {
+    // Moving down (15 MiB files) and up (17 MiB files): killed while the
+    // record is written (some members one event behind), inside a step
+    // (rows written, not recorded), after a step's flush, at checkpoints,
+    // and while the end is written; the bytes read back mid-way whenever
+    // every member carries the record, and `grow --continue` finishes.
+    let points = [
+        "reshape-superblock:2",
+        "reshape-superblock:4",
+        "reshape-write:1",
+        "reshape-write:3",
+        "reshape-write:5", // a step written and flushed, not recorded
+        "reshape-superblock:9",
+        "reshape-write:23",
+        "reshape-superblock:30",
+        "reshape-write:61",
+    ];
+    for file_mib in [15, 17] {
+        for point in points {
+            let what = format!("{file_mib} MiB files, {point}");
+            let dir = tempfile::tempdir().unwrap();
+            let (m, data) = filled(dir.path(), "5", 4, file_mib, &["--bitmap", "internal"]);
+            killed_at(
+                dir.path(),
+                &with(&["grow", "--chunk", "128K", "--step", "1M"], &m),
+                point,
+            );
+            let examine = ok(&["examine", "d0"], dir.path());
+            let recorded = examine.contains("Reshape Pos'n");
+            if point != "reshape-superblock:2" {
+                assert!(recorded, "{what}: {examine}");
+                let got = read(dir.path(), &m, 3 * PER);
+                assert!(got == data, "{what}: the bytes read mid-way differ");
+            }
+            ok(
+                &with(&["grow", "--continue", "--step", "1M"], &m),
+                dir.path(),
+            );
+            let d = detail(dir.path(), &m);
+            assert_eq!(d["chunk_bytes"], 128 * 1024, "{what}: {d}");
+            let got = read(dir.path(), &m, 3 * PER);
+            assert!(got == data, "{what}: the bytes differ after --continue");
+            no_mismatch(dir.path(), &m, &what);
+        }
+    }
+}
+
+#[test]
+fn chunk_and_layout_changes_md_refuses_are_refused_by_name_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let r0: Vec<String> = (0..3).map(|i| format!("z{i}")).collect();
+    ok(
+        &with(&["create", "--level", "0", "--size", "15M"], &r0),
+        dir.path(),
+    );
+    refused(
+        &with(&["grow", "--chunk", "128K"], &r0),
+        dir.path(),
+        &["raid0", "taking the RAID 0 over as a RAID 4"],
+    );
+    let r1: Vec<String> = (0..2).map(|i| format!("m{i}")).collect();
+    ok(
+        &with(&["create", "--level", "1", "--size", "15M"], &r1),
+        dir.path(),
+    );
+    refused(
+        &with(&["grow", "--chunk", "128K"], &r1),
+        dir.path(),
+        &["raid1", "neither"],
+    );
+    let r10: Vec<String> = (0..4).map(|i| format!("t{i}")).collect();
+    ok(
+        &with(&["create", "--level", "10", "--size", "15M"], &r10),
+        dir.path(),
+    );
+    refused(
+        &with(&["grow", "--layout", "n3"], &r10),
+        dir.path(),
+        &["number of copies"],
+    );
+    refused(
+        &with(&["grow", "--layout", "f2"], &r10),
+        dir.path(),
+        &["far layout", "md refuses"],
+    );
+    let f2: Vec<String> = (0..4).map(|i| format!("f{i}")).collect();
+    ok(
+        &with(
+            &["create", "--level", "10", "--layout", "f2", "--size", "15M"],
+            &f2,
+        ),
+        dir.path(),
+    );
+    refused(
+        &with(&["grow", "--chunk", "128K"], &f2),
+        dir.path(),
+        &["far=2", "only the near layout"],
+    );
+    let r5: Vec<String> = (0..4).map(|i| format!("p{i}")).collect();
+    ok(
+        &with(
+            &[
+                "create", "--level", "5", "--bitmap", "none", "--size", "15M",
+            ],
+            &r5,
+        ),
+        dir.path(),
+    );
+    // 14 MiB per member is no whole number of 4 MiB chunks.
+    refused(
+        &with(&["grow", "--chunk", "4M"], &r5),
+        dir.path(),
+        &["would shrink", "multiple of the new chunk"],
+    );
+    refused(
+        &with(&["grow", "--chunk", "64K"], &r5),
+        dir.path(),
+        &["nothing to change"],
+    );
+    refused(
+        &with(&["grow", "--chunk", "48K"], &r5),
+        dir.path(),
+        &["--chunk"],
+    );
+    refused(
+        &with(&["grow", "--layout", "sideways"], &r5),
+        dir.path(),
+        &["--layout", "sideways"],
+    );
+    refused(
+        &with(&["grow", "--chunk", "128K"], &r5[..3]),
+        dir.path(),
+        &["degraded", "role 3 is missing"],
+    );
+}
+
+#[test]
+fn a_restripe_with_no_room_on_either_side_is_refused_and_nothing_is_written() {
+    // 1 MiB chunks over 15 MiB files: the room before the data (below 1
+    // MiB, above the superblock and bitmap) is less than the chunk, and
+    // nothing is free after it.
+    let dir = tempfile::tempdir().unwrap();
+    let m: Vec<String> = (0..4).map(|i| format!("d{i}")).collect();
+    ok(
+        &with(
+            &["create", "--level", "5", "--chunk", "1M", "--size", "15M"],
+            &m,
+        ),
+        dir.path(),
+    );
+    refused(
+        &with(&["grow", "--chunk", "512K"], &m),
+        dir.path(),
+        &["free before the data", "larger chunk", "backup file"],
+    );
+}
+
+/// In a VM: the kernel assembles every array on the images, lets any
+/// reshape finish, and reports per array its chunk, layout, size, the
+/// pattern over `bytes` and md's parity check.
+fn kernel_finishes(images: &[PathBuf], bytes: u64) -> String {
+    let script = images[0].parent().unwrap().join("check.sh");
+    std::fs::write(
+        &script,
+        format!(
+            r#"set +e
+mdadm --assemble --scan --run 2>&1
+echo 200000 > /proc/sys/dev/raid/speed_limit_min
+echo 2000000 > /proc/sys/dev/raid/speed_limit_max
+cat /proc/mdstat
+echo "ASSEMBLED $(grep -c -e resync -e recovery /proc/mdstat)"
+i=0; while grep -q -e reshape -e resync -e recovery /proc/mdstat && [ $i -lt 240 ]; do sleep 1; i=$((i+1)); done
+cat /proc/mdstat
+for sys in /sys/block/md*; do
+  md=/dev/${{sys##*/}}
+  echo check > $sys/md/sync_action; sleep 1; mdadm --wait $md >/dev/null 2>&1
+  if pattern verify -n {bytes} $md; then pv=ok; else pv=FAILED; fi
+  echo "KERNEL md=$md level=$(cat $sys/md/level) layout=$(cat $sys/md/layout) chunk=$(cat $sys/md/chunk_size) disks=$(cat $sys/md/raid_disks) size=$(blockdev --getsize64 $md) pattern=$pv mismatch=$(cat $sys/md/mismatch_cnt) reshape=$(cat $sys/md/reshape_position)"
+done
+dmesg | grep -i -e 'md/raid' -e reshape | tail -20
+"#
+        ),
+    )
+    .unwrap();
+    let out = mdvm_on("mdvm", "6.1", &[])
+        .arg("--snapshot")
+        .arg("--script")
+        .arg(&script)
+        .args(images)
+        .output()
+        .expect("tools/mdvm/mdvm (./test.sh installs its tools)");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_kernel_assembles_a_restriped_array_and_finishes_ones_nvraid_left_mid_way() {
+    // RAID 5 of 4 members, 64K -> 128K chunks and left-symmetric ->
+    // right-asymmetric: one restriped to the end, one left mid-way moving
+    // its data offset down (forwards), one mid-way moving it up
+    // (backwards, 17 MiB files). md assembles all three, finishes the two,
+    // reads the pattern and finds no mismatch, in the new shape.
+    let dir = tempfile::tempdir().unwrap();
+    let mut images = Vec::new();
+    for (name, file_mib, point) in [
+        ("done", 15, None),
+        ("down", 15, Some("reshape-write:23")),
+        ("up", 17, Some("reshape-write:23")),
+    ] {
+        let sub = dir.path().join(name);
+        std::fs::create_dir(&sub).unwrap();
+        let (m, _) = filled(
+            &sub,
+            "5",
+            4,
+            file_mib,
+            &["--bitmap", "none", "--name", name],
+        );
+        let args = with(
+            &[
+                "grow",
+                "--chunk",
+                "128K",
+                "--layout",
+                "right-asymmetric",
+                "--step",
+                "1M",
+            ],
+            &m,
+        );
+        match point {
+            None => {
+                ok(&args, &sub);
+            }
+            Some(point) => {
+                killed_at(&sub, &args, point);
+                let examine = ok(&["examine", "d0"], &sub);
+                assert!(examine.contains("Reshape Pos'n"), "{name}: {examine}");
+            }
+        }
+        images.extend(m.iter().map(|n| sub.join(n)));
+    }
+    let report = kernel_finishes(&images, 3 * PER);
+    let lines: Vec<&str> = report
+        .lines()
+        .filter(|l| l.starts_with("KERNEL "))
+        .collect();
+    assert_eq!(lines.len(), 3, "three arrays expected:\n{report}");
+    for line in lines {
+        assert!(
+            line.contains("level=raid5")
+                && line.contains("layout=1 ")
+                && line.contains("chunk=131072")
+                && line.contains(&format!("size={}", 3 * PER))
+                && line.contains("pattern=ok")
+                && line.contains("mismatch=0")
+                && line.contains("reshape=none"),
+            "{line}\n{report}"
+        );
+    }
+}
