@@ -91,20 +91,41 @@ impl Personality {
 
     /// Fill `piece` with what `role` holds at `at` of its data area (array
     /// bytes from `logical`, see [`Personality::array_bytes_of`]): one step
-    /// of a rebuild that goes a step at a time.
+    /// of a rebuild that goes a step at a time (copies: within a chunk;
+    /// parity: whole stripes or part of one). `sources` is the parity
+    /// family's buffers for the other members' bytes, kept between steps.
     pub(crate) fn rebuild_piece(
         &self,
         array: &Array,
         role: usize,
-        at: u64,
-        logical: u64,
+        (at, logical): (u64, u64),
         piece: &mut [u8],
+        sources: &mut Vec<AlignedBuf>,
     ) -> Result<()> {
         match self {
             Personality::Copies(_) => {
                 crate::copies::scrub::read_other_copy(array, role, logical, piece)
             }
-            Personality::Parity(_) => array.rebuild_block(role, at, piece),
+            Personality::Parity(parity) => crate::parity::scrub::rebuild_from_parity(
+                array,
+                parity,
+                role,
+                at,
+                at + piece.len() as u64,
+                piece,
+                sources,
+            ),
+        }
+    }
+
+    /// The most bytes of a member one step of a rebuild beside clients may
+    /// copy for the family: a chunk for the copies (a member's next chunk
+    /// may hold array bytes far from this one's), unlimited for parity
+    /// (a member's rows are whole stripes, contiguous in the array).
+    pub(crate) fn rebuild_step_limit(&self, geometry: &nvraid_layout::Geometry) -> Option<u64> {
+        match self {
+            Personality::Copies(_) => geometry.chunk_bytes(),
+            Personality::Parity(_) => None,
         }
     }
 

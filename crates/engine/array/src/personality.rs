@@ -116,7 +116,11 @@ impl Personality {
             }
             Personality::Parity(parity) => {
                 let width = parity.shape.stripe_data_bytes();
-                (at / parity.shape.chunk * width, width)
+                let (first, last) = (
+                    at / parity.shape.chunk,
+                    (at + len.max(1) - 1) / parity.shape.chunk,
+                );
+                (first * width, (last - first + 1) * width)
             }
         }
     }

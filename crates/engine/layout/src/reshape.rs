@@ -380,8 +380,7 @@ impl Reshape {
     /// not counted.
     fn min_offset_diff(&self) -> i128 {
         let both = self.old.members().min(self.new.members()) as usize;
-        let diffs = (0..both)
-            .map(|r| self.new_offsets[r] as i128 - self.old_offsets[r] as i128);
+        let diffs = (0..both).map(|r| self.new_offsets[r] as i128 - self.old_offsets[r] as i128);
         match self.direction {
             Direction::Forwards => diffs.max(),
             Direction::Backwards => diffs.min(),

@@ -99,7 +99,7 @@ fn assert_in_sync(dir: &Path, members: &[&str]) -> String {
 #[test]
 fn a_member_replaced_through_the_control_socket_is_rebuilt_while_fio_verifies() {
     tool("fio");
-    for level in ["1", "10"] {
+    for level in ["1", "10", "5", "6"] {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
         let count = if level == "1" { 2 } else { 4 };

@@ -545,7 +545,7 @@ fn rebuild_stepwise(
         }
     };
     let step = step_bytes(array, only_marked);
-    let mut buf = AlignedBuf::zeroed(step as usize);
+    let mut buffers = StepBuffers::new(step);
     let started = Instant::now();
     let mut checkpoints = Checkpoints::start();
     let mut window = PaceWindow::open(array, pace, online);
@@ -563,20 +563,24 @@ fn rebuild_stepwise(
         // the data of their stripe, for any block of it).
         let (logical, logical_len) = array.personality.array_bytes_of(geometry, role, at, len);
         if !only_marked || array.resync_wanted(logical, logical_len) {
-            let piece = &mut buf[..len as usize];
             // Every region the step's array bytes touch: a RAID 4/5/6
             // stripe can cross a region's edge, and a client write to its
             // far side must not land on the new member between this
             // step's reads and its write.
             let hold = online.then(|| array.hold_bytes(logical, logical_len));
-            array
-                .personality
-                .rebuild_piece(array, role, at, logical, piece)?;
-            crate::failpoint::pause("rebuild-write", at, len);
-            target
-                .member
-                .write_at(piece, target.data_offset_bytes() + at)
-                .map_err(target_error)?;
+            copy_step(
+                array,
+                role,
+                (at, logical, len),
+                &mut buffers,
+                &|piece, piece_at| {
+                    crate::failpoint::pause("rebuild-write", piece_at, piece.len() as u64);
+                    target
+                        .member
+                        .write_at(piece, target.data_offset_bytes() + piece_at)
+                        .map_err(target_error)
+                },
+            )?;
             drop(hold);
             copied += len;
             window.copied(array, pace, len);
@@ -608,14 +612,111 @@ fn rebuild_stepwise(
     })
 }
 
+/// The most bytes of a step read (or written) at once: a step longer than
+/// this is copied piece by piece, the reads of the next piece overlapping
+/// the write of the last.
+const PIECE_BYTES: u64 = 1 << 20;
+
+/// The buffers a step-by-step rebuild reuses: the pieces a step is read
+/// into and written from, and the parity family's buffers for the other
+/// members' bytes.
+struct StepBuffers {
+    pieces: Vec<AlignedBuf>,
+    sources: Vec<AlignedBuf>,
+}
+
+impl StepBuffers {
+    fn new(step: u64) -> StepBuffers {
+        let piece = step.min(PIECE_BYTES) as usize;
+        let count = if step > PIECE_BYTES { 3 } else { 1 };
+        StepBuffers {
+            pieces: (0..count).map(|_| AlignedBuf::zeroed(piece)).collect(),
+            sources: Vec::new(),
+        }
+    }
+}
+
+/// Copy one step of a rebuild: `len` bytes of `role`'s data area at `at`
+/// (array bytes from `logical`), rebuilt from the other members and handed
+/// to `write` with their member offset, in order. A step longer than a
+/// piece is read on a second thread a piece ahead of the writes.
+fn copy_step(
+    array: &Array,
+    role: usize,
+    (at, logical, len): (u64, u64, u64),
+    buffers: &mut StepBuffers,
+    write: &(dyn Fn(&[u8], u64) -> Result<()> + Sync),
+) -> Result<()> {
+    let piece_bytes = buffers.pieces[0].len() as u64;
+    let read = |piece_at: u64, buf: &mut [u8], sources: &mut Vec<AlignedBuf>| {
+        let logical = logical + (piece_at - at);
+        array
+            .personality
+            .rebuild_piece(array, role, (piece_at, logical), buf, sources)
+    };
+    if len <= piece_bytes {
+        let piece = &mut buffers.pieces[0][..len as usize];
+        read(at, piece, &mut buffers.sources)?;
+        return write(piece, at);
+    }
+    let count = buffers.pieces.len();
+    let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<Result<(u64, AlignedBuf)>>(count);
+    let (empty_tx, empty_rx) = std::sync::mpsc::channel::<AlignedBuf>();
+    for buf in buffers.pieces.drain(..) {
+        empty_tx.send(buf).expect("receiver alive");
+    }
+    let sources = &mut buffers.sources;
+    let end = at + len;
+    let mut back = Vec::with_capacity(count);
+    let outcome = std::thread::scope(|scope| {
+        let reader = scope.spawn(move || {
+            let mut piece_at = at;
+            while piece_at < end {
+                let Ok(mut buf) = empty_rx.recv() else { break };
+                let n = piece_bytes.min(end - piece_at);
+                let got = read(piece_at, &mut buf[..n as usize], sources);
+                let failed = got.is_err();
+                if full_tx.send(got.map(|()| (piece_at, buf))).is_err() || failed {
+                    break;
+                }
+                piece_at += n;
+            }
+            empty_rx
+        });
+        let mut outcome = Ok(());
+        for piece in &full_rx {
+            outcome = piece.and_then(|(piece_at, buf)| {
+                let n = piece_bytes.min(end - piece_at) as usize;
+                let written = write(&buf[..n], piece_at);
+                // After the last piece the reader is gone; its pool is
+                // still there (it hands it back).
+                let _ = empty_tx.send(buf);
+                written
+            });
+            if outcome.is_err() {
+                break;
+            }
+        }
+        // A reader blocked handing on a piece gives up.
+        drop(full_rx);
+        let empty_rx = reader.join().expect("a rebuild's reader does not panic");
+        back.extend(empty_rx.try_iter());
+        outcome
+    });
+    // Buffers lost with a failed piece are made again.
+    back.resize_with(count, || AlignedBuf::zeroed(piece_bytes as usize));
+    buffers.pieces = back;
+    outcome
+}
+
 /// A step of a rebuild that goes a step at a time: at most a rebuild
-/// region, a barrier region, a chunk, and (copying only what the bitmap
-/// marks) a bitmap chunk.
+/// region, a barrier region, what the family allows (the copies: a chunk),
+/// and (copying only what the bitmap marks) a bitmap chunk.
 fn step_bytes(array: &Array, only_marked: bool) -> u64 {
     [
         Some(REGION_BYTES),
         Some(crate::barrier::BARRIER_REGION_BYTES),
-        array.geometry().chunk_bytes(),
+        array.personality.rebuild_step_limit(array.geometry()),
         array.bitmap_chunk_bytes().filter(|_| only_marked),
     ]
     .into_iter()

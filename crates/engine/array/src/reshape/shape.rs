@@ -147,10 +147,7 @@ pub fn change_shape(
         let sb = read_superblock(&member)?;
         found.push((member, sb));
     }
-    if let Some((member, sb)) = found
-        .iter()
-        .find(|(_, sb)| super::record::is_reshaping(sb))
-    {
+    if let Some((member, sb)) = found.iter().find(|(_, sb)| super::record::is_reshaping(sb)) {
         return Err(Error::Unsupported {
             spec: member.spec().into(),
             what: format!(
@@ -184,16 +181,13 @@ pub fn change_shape(
             ),
         });
     }
-    let new = Geometry::new(
-        level,
-        old.members(),
-        chunk,
-        member_data_bytes(&reference),
-    )
-    .map_err(|e| Error::BadOption {
-        option: "--chunk".into(),
-        why: e.to_string(),
-    })?;
+    let new =
+        Geometry::new(level, old.members(), chunk, member_data_bytes(&reference)).map_err(|e| {
+            Error::BadOption {
+                option: "--chunk".into(),
+                why: e.to_string(),
+            }
+        })?;
     if new.array_bytes() != old.array_bytes() {
         return Err(Error::Unsupported {
             spec,

@@ -81,10 +81,7 @@ pub fn resize(members: &[String], options: &SizeOptions) -> Result<Resized> {
         let sb = read_superblock(&member)?;
         found.push((member, sb));
     }
-    if let Some((member, _)) = found
-        .iter()
-        .find(|(_, sb)| super::record::is_reshaping(sb))
-    {
+    if let Some((member, _)) = found.iter().find(|(_, sb)| super::record::is_reshaping(sb)) {
         return Err(Error::Unsupported {
             spec: member.spec().into(),
             what: "a size change while a reshape is in progress: finish it first with `nvraid grow --continue`".into(),
@@ -100,7 +97,9 @@ pub fn resize(members: &[String], options: &SizeOptions) -> Result<Resized> {
         });
     }
     // What each member holds past its data offset.
-    let held = |m: &Member, sb: &Superblock| (m.size_bytes() / 512).saturating_sub(sb.data_offset_sectors) * 512;
+    let held = |m: &Member, sb: &Superblock| {
+        (m.size_bytes() / 512).saturating_sub(sb.data_offset_sectors) * 512
+    };
     let (smallest, smallest_spec) = found
         .iter()
         .map(|(m, sb)| (held(m, sb), m.spec().to_string()))
@@ -121,10 +120,11 @@ pub fn resize(members: &[String], options: &SizeOptions) -> Result<Resized> {
         }
     };
     let chunk = old.chunk_bytes().unwrap_or(0);
-    let new = Geometry::new(old.level(), old.members(), chunk, want).map_err(|e| Error::BadOption {
-        option: "--size".into(),
-        why: e.to_string(),
-    })?;
+    let new =
+        Geometry::new(old.level(), old.members(), chunk, want).map_err(|e| Error::BadOption {
+            option: "--size".into(),
+            why: e.to_string(),
+        })?;
     let (before, after) = (old.member_used_bytes(), new.member_used_bytes());
     if after == before {
         return Err(Error::BadOption {
