@@ -68,18 +68,24 @@ pub(crate) struct NvmeTarget {
 }
 
 impl NvmeTarget {
-    /// Bind the listener (a refused address fails the server's start).
-    pub(crate) fn bind(
+    /// Bind the listener (a refused address fails the server's start;
+    /// `nvraid serve` binds it before it assembles the array).
+    pub(crate) fn listen(options: &NvmeOptions) -> Result<TcpListener, Error> {
+        TcpListener::bind(&options.listen).map_err(|source| Error::Listen {
+            address: format!("nvme-tcp:{}", options.listen),
+            source,
+        })
+    }
+
+    /// The target on a bound listener, serving a namespace of `size_bytes`.
+    pub(crate) fn new(
+        listener: TcpListener,
         options: &NvmeOptions,
         size_bytes: u64,
         block_bytes: u32,
         read_only: bool,
         io_max_bytes: u32,
     ) -> Result<NvmeTarget, Error> {
-        let listener = TcpListener::bind(&options.listen).map_err(|source| Error::Listen {
-            address: format!("nvme-tcp:{}", options.listen),
-            source,
-        })?;
         let local = listener.local_addr().map_err(|source| Error::Listen {
             address: format!("nvme-tcp:{}", options.listen),
             source,
