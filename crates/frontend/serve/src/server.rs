@@ -133,6 +133,7 @@ pub fn start_bound(
         (Some(nvme), Some(listener)) => Some(crate::nvme::NvmeTarget::new(
             listener,
             nvme,
+            Some(Arc::downgrade(&target)),
             target.size_bytes(),
             target.sector_bytes().max(512),
             read_only,

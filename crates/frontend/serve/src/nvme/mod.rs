@@ -50,8 +50,10 @@ mod record;
 mod setup;
 
 use std::net::{SocketAddr, TcpListener};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
+
+use nvraid_io::queue::Target;
 
 use serde_json::{json, Value};
 
@@ -78,9 +80,11 @@ impl NvmeTarget {
     }
 
     /// The target on a bound listener, serving a namespace of `size_bytes`.
+    /// Its size is `watched`'s, looked at again while it serves.
     pub(crate) fn new(
         listener: TcpListener,
         options: &NvmeOptions,
+        watched: Option<Weak<dyn Target>>,
         size_bytes: u64,
         block_bytes: u32,
         read_only: bool,
@@ -93,6 +97,7 @@ impl NvmeTarget {
         let subsystem = Arc::new(Subsystem::new(
             options,
             local,
+            watched,
             size_bytes,
             block_bytes,
             read_only,
