@@ -34,9 +34,23 @@ With --profile ROWS, perf (the host's, shipped into the guest) records
 nvraid bench on those rows afterwards (cpu-clock: TCG has no PMU) and the
 flat profile is printed.
 
+With --trace ROWS, the guest kernel's tracepoints (tracefs, the whole
+guest) are recorded while fio and then nvraid run each of those rows once
+more, and the script prints, per side: the commands the target (nvmet) received,
+their mean size, the I/O queues they came on and how many commands were
+executing at the target on the same queue when each arrived (nvmet's
+trace completes a command when its backend does, before its data is sent:
+on null_blk that is at once, so this is not the host's queue depth), socket
+copies to their destination (skb_copy_datagram_iovec: the kernel
+initiator's and nvraid's alike) with their mean size, context switches,
+and the guest's CPU ticks (/proc/stat: user, system, softirq, idle), per
+MiB through the target; for nvraid also its read calls and the bytes they
+returned (/proc/PID/io) and its threads' context switches. (Syscall
+tracepoints are asked for too but recorded nothing in this guest.)
+
 Usage: bench/nvme-tcp-vm.py [--reps 3] [--runtime 4] [--before BIN]
                             [--rows randread,randwrite,read] [--json out.json]
-                            [--profile randread,...]
+                            [--profile randread,...] [--trace read,...]
 Environment: NVRAID (the binary; default: cargo build --release).
 """
 import argparse, importlib.util, json, os, re, shutil, statistics, subprocess, sys, tempfile
@@ -75,7 +89,77 @@ def ship(indir, path, name):
             shutil.copy(lib, dest)
 
 
-def guest_script(rows, reps, runtime, before, profile):
+TRACE_EVENTS = ["nvmet:nvmet_req_init", "nvmet:nvmet_req_complete", "syscalls:sys_exit_readv",
+                "syscalls:sys_exit_recvmsg", "syscalls:sys_exit_recvfrom",
+                "syscalls:sys_enter_poll", "syscalls:sys_enter_ppoll",
+                "syscalls:sys_enter_io_uring_enter", "skb:skb_copy_datagram_iovec",
+                "sched:sched_switch"]
+
+# Summarises the guest's trace of the traced run (tracefs; busybox awk):
+# per event, the count; nvmet commands' size (their `len` is blocks - 1,
+# of 512 bytes here) and the commands already in flight on their queue
+# (per controller and qid) when each arrived; bytes returned by receive
+# syscalls; bytes per socket copy.
+TRACE_AWK = r"""
+BEGIN {
+	n = split("EVENTS", all, " ")
+	for (k = 1; k <= n; k++) { e = all[k]; sub(/^[a-z_]+:/, "", e); known[e ":"] = all[k] }
+}
+function hex(t,    v, k) {
+	gsub(/[^0-9a-fA-F]/, "", t); t = tolower(t); v = 0
+	for (k = 1; k <= length(t); k++) v = v * 16 + index("0123456789abcdef", substr(t, k, 1)) - 1
+	return v
+}
+{
+	ev = ""
+	for (i = 1; i <= NF; i++) if (($i ":") ~ /^[a-z_0-9]+::$/ && ($i in known)) { ev = known[$i]; break }
+	if (ev == "") next
+	count[ev]++
+	if (!(ev in sample)) sample[ev] = $0
+	if (ev == "nvmet:nvmet_req_init" || ev == "nvmet:nvmet_req_complete") {
+		ctrl = ""; qid = ""
+		# Formatted (nvmetN: ... qid=Q, ...) or raw (ctrl=0x... qid=Q ...:
+		# a reader without nvmet's print helpers, e.g. perf's libtraceevent).
+		for (j = i + 1; j <= NF; j++) {
+			if (ctrl == "" && ($j ~ /^nvmet[0-9]/ || $j ~ /^ctrl=/)) ctrl = $j
+			if (qid == "" && $j ~ /^qid=/) { qid = $j; sub(/,$/, "", qid) }
+		}
+		key = ctrl qid
+		if (qid == "qid=0") next
+		if (ev == "nvmet:nvmet_req_init") {
+			if (!(key in seen)) { seen[key] = 1; queues++ }
+			depth += inflight[key]; cmds++
+			inflight[key]++
+			if (match($0, /len=[0-9]+/)) { lens += substr($0, RSTART + 4, RLENGTH - 4) + 1; nlen++ }
+			else if (match($0, /cdw10=ARRAY\[[^]]*\]/)) {
+				# Raw: CDW10..15 as bytes; a Read's NLB is CDW12's low half.
+				n = split(substr($0, RSTART + 12, RLENGTH - 13), by, ",")
+				if (n >= 10) { lens += hex(by[9]) + 256 * hex(by[10]) + 1; nlen++ }
+			}
+		} else if (inflight[key] > 0) inflight[key]--
+	}
+	if (ev ~ /sys_exit_(readv|recvmsg|recvfrom)/ && match($0, /0x[0-9a-f]+$/)) {
+		v = 0; h = substr($0, RSTART + 2, RLENGTH - 2)
+		for (k = 1; k <= length(h); k++) v = v * 16 + index("0123456789abcdef", substr(h, k, 1)) - 1
+		if (v < 1099511627776) { rbytes += v; recvs++ }
+	}
+	if (ev == "skb:skb_copy_datagram_iovec" && match($0, /len=[0-9]+/)) {
+		cbytes += substr($0, RSTART + 4, RLENGTH - 4); copies++
+	}
+}
+END {
+	for (e in count) printf "EVENT %s %d\n", e, count[e]
+	for (e in sample) printf "SAMPLE %s\n", sample[e]
+	printf "QUEUES %d\n", queues
+	if (cmds) printf "DEPTH %.2f\n", depth / cmds
+	if (nlen) printf "CMDBYTES %.0f\n", lens * 512 / nlen
+	if (recvs) printf "RECVBYTES %.0f %d\n", rbytes / recvs, recvs
+	if (copies) printf "COPYBYTES %.0f\n", cbytes / copies
+}
+"""
+
+
+def guest_script(rows, reps, runtime, before, profile, trace=()):
     runs = []
     for rw in rows:
         bs, depth, _, _ = ROWS[rw]
@@ -98,8 +182,55 @@ $MDVM_IN/perf report -i /tmp/perf.data --stdio --no-children --sort dso,sym 2> /
 	| grep -v '^#' | grep -v '^$' | head -45
 echo "PROFILE END"
 """
+    traces = ""
+    events = " ".join(e.replace(":", "/") for e in TRACE_EVENTS)
+    for rw in trace:
+        bs, depth, _, _ = ROWS[rw]
+        for who, cmd in (("fio", f"fio_run {rw} {bs} {depth // 4}"),
+                         ("nvraid", f'bench_run nvraid nvraid {rw} {bs} {depth // 2} "$M"')):
+            traces += f"""
+rep=trace
+T=/sys/kernel/tracing
+echo 0 > $T/tracing_on
+echo 65536 > $T/buffer_size_kb
+echo > $T/trace
+for e in {events}; do echo 1 > $T/events/$e/enable 2> /dev/null || echo "TRACEMISS $e" >> /tmp/trace-miss; done
+S0=$(head -1 /proc/stat)
+echo 1 > $T/tracing_on
+rm -f /tmp/proc.last
+{cmd} > /dev/null &
+W=$!
+# nvraid's own counters, read until it exits: read(v) calls and the bytes
+# they returned (/proc/PID/io, every thread), and its threads' context
+# switches.
+while kill -0 $W 2> /dev/null; do
+	P=$(pidof nvraid 2> /dev/null | cut -d' ' -f1)
+	if [ -n "$P" ]; then
+		{{ cat /proc/$P/io; cat /proc/$P/task/*/status | grep ctxt_switches; }} > /tmp/proc.now 2> /dev/null \
+			&& mv /tmp/proc.now /tmp/proc.last
+	fi
+	sleep 0.2
+done
+wait $W
+echo 0 > $T/tracing_on
+S1=$(head -1 /proc/stat)
+for e in {events}; do echo 0 > $T/events/$e/enable 2> /dev/null || true; done
+echo "TRACE {who} {rw}"
+echo "STAT0 $S0"
+echo "STAT1 $S1"
+[ -f /tmp/proc.last ] && awk '{{ k = $1; sub(/:$/, "", k); sum[k] += $2 }} END {{ for (k in sum) print "PROC", k, sum[k] }}' /tmp/proc.last
+cat /tmp/trace-miss 2> /dev/null || true
+rm -f /tmp/trace-miss
+awk -f /tmp/trace.awk $T/trace
+echo "TRACE END"
+"""
     return f"""set -e
 export LD_LIBRARY_PATH=$MDVM_IN
+mountpoint -q /sys/kernel/tracing 2> /dev/null || mount -t tracefs nodev /sys/kernel/tracing 2> /dev/null || true
+mountpoint -q /sys/kernel/debug 2> /dev/null || mount -t debugfs nodev /sys/kernel/debug 2> /dev/null || true
+cat > /tmp/trace.awk << 'AWKEOF'
+{TRACE_AWK.replace("EVENTS", " ".join(TRACE_EVENTS))}
+AWKEOF
 ip link set lo up 2> /dev/null || ifconfig lo 127.0.0.1 up
 [ -d /sys/kernel/config/nvmet ] || mount -t configfs none /sys/kernel/config
 NB=/sys/kernel/config/nullb
@@ -162,6 +293,7 @@ while [ $rep -le {reps} ]; do
 	rep=$((rep + 1))
 done
 {profiles}
+{traces}
 echo DONE
 """
 
@@ -175,10 +307,13 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--profile", default="",
                     help="rows to profile with perf after the runs (comma-separated)")
+    ap.add_argument("--trace", default="",
+                    help="rows to trace (the guest's tracepoints) after the runs")
     a = ap.parse_args()
     profile = [r for r in a.profile.split(",") if r]
+    trace = [r for r in a.trace.split(",") if r]
     rows = a.rows.split(",")
-    for r in rows + profile:
+    for r in rows + profile + trace:
         if r not in ROWS:
             sys.exit(f"unknown row {r!r} (one of {', '.join(ROWS)})")
     nbdkit = shutil.which("nbdkit")
@@ -206,8 +341,8 @@ def main():
             f.truncate(16 << 20)
         script = os.path.join(work, "guest.sh")
         with open(script, "w") as f:
-            f.write(guest_script(rows, a.reps, a.runtime, a.before, profile))
-        per_rep = len(rows) * (4 if a.before else 3) * (a.runtime + 15) + len(profile) * 60
+            f.write(guest_script(rows, a.reps, a.runtime, a.before, profile, trace))
+        per_rep = len(rows) * (4 if a.before else 3) * (a.runtime + 15) + (len(profile) + 2 * len(trace)) * 90
         r = subprocess.run([os.path.join(ROOT, "tools/mdvm/mdvm"), "--kernel", "6.12", "--modules",
                             "nvmet_tcp nvme_tcp null_blk", "--smp", "2", "--mem", "3G",
                             "--timeout", str(120 + a.reps * per_rep), "--indir", indir,
@@ -232,6 +367,53 @@ def main():
     for m in re.finditer(r"^PROFILE (\S+)\n(.*?)^PROFILE END$", console, re.S | re.M):
         print(f"perf profile of nvraid bench, {ROWS[m.group(1)][3]} (in the guest):")
         print(m.group(2), end="")
+    traced = {}
+    for m in re.finditer(r"^TRACE (\S+) (\S+)\n(.*?)^TRACE END$", console, re.S | re.M):
+        who, rw, text = m.group(1), m.group(2), m.group(3)
+        t = {"events": {}}
+        stat = {}
+        for line in text.splitlines():
+            f = line.split()
+            if f and f[0] in ("STAT0", "STAT1"):
+                # cpu user nice system idle iowait irq softirq steal ...
+                stat[f[0]] = [int(x) for x in f[2:]]
+            if f and f[0] == "PROC":
+                t.setdefault("proc", {})[f[1]] = int(f[2])
+            if f and f[0] == "EVENT":
+                t["events"][f[1]] = int(f[2])
+            elif f and f[0] in ("QUEUES", "DEPTH", "CMDBYTES", "COPYBYTES"):
+                t[f[0].lower()] = float(f[1])
+            elif f and f[0] == "RECVBYTES":
+                t["recvbytes"], t["recvs"] = float(f[1]), int(f[2])
+        traced.setdefault(rw, {})[who] = t
+        for line in text.splitlines():
+            if line.startswith(("SAMPLE", "TRACEMISS")):
+                print(f"trace {who} {rw}: {line}")
+        print(f"trace {who} {rw}: events {t['events']}")
+        ev = t["events"]
+        mib = ev.get("nvmet:nvmet_req_init", 0) * t.get("cmdbytes", 0) / (1 << 20)
+        if "STAT0" in stat and "STAT1" in stat:
+            d = [b - a for a, b in zip(stat["STAT0"], stat["STAT1"])]
+            idle = d[3] + d[4]
+            t["busy_ticks"], t["idle_ticks"] = sum(d[:8]) - idle, idle
+            pr = t.get("proc")
+            if pr and pr.get("syscr"):
+                print(f"trace {who} {rw}: nvraid's read calls {pr['syscr']} returning "
+                      f"{pr.get('rchar', 0) / pr['syscr'] / 1024:.1f} KiB each on average, "
+                      f"{pr.get('rchar', 0) / (1 << 20):.0f} MiB in all; its threads' context "
+                      f"switches: voluntary {pr.get('voluntary_ctxt_switches', 0)}, involuntary "
+                      f"{pr.get('nonvoluntary_ctxt_switches', 0)} (sampled every 0.2 s until it exited)")
+            print(f"trace {who} {rw}: guest CPU over the run (both vCPUs, USER_HZ ticks): "
+                  f"user {d[0]}, system {d[2]}, softirq {d[6]}, idle {idle}; "
+                  f"busy per MiB through nvmet {t['busy_ticks'] / mib if mib else float('nan'):.2f}")
+        per = (lambda n: n / mib) if mib else (lambda n: float("nan"))
+        print(f"trace {ROWS[rw][3]}, {who}: {mib:.0f} MiB through nvmet in "
+              f"{ev.get('nvmet:nvmet_req_init', 0)} commands of {t.get('cmdbytes', 0) / 1024:.0f} KiB "
+              f"on {t.get('queues', 0):.0f} I/O queues ({t.get('depth', 0):.2f} executing at the "
+              f"target on the same queue at each arrival); per MiB: "
+              f"socket copies {per(ev.get('skb:skb_copy_datagram_iovec', 0)):.1f} "
+              f"(mean {t.get('copybytes', 0) / 1024:.1f} KiB), "
+              f"context switches {per(ev.get('sched:sched_switch', 0)):.1f}")
     report = {}
     for rw in rows:
         bs, depth, target, label = ROWS[rw]
@@ -258,6 +440,8 @@ def main():
           f"{open('/proc/cpuinfo').read().split('model name')[1].split(':')[1].splitlines()[0].strip()}, "
           f"{os.uname().release}; guest: Linux 6.12 (tools/mdvm --kernel 6.12), 2 vCPUs")
     if a.json:
+        if traced:
+            report["trace"] = traced
         with open(a.json, "w") as f:
             json.dump(report, f, indent=1)
 

@@ -101,9 +101,7 @@ struct OpRec {
     kind: MemberOpKind,
     offset: u64,
     len: u32,
-    single: libc::iovec,
-    iov: *const libc::iovec,
-    iov_count: u32,
+    memory: OpMemory,
     parts_left: u32,
     errno: i32,
     /// Durable on completion without FUA: a FLUSH follows the write.
@@ -114,19 +112,56 @@ struct OpRec {
     live: bool,
 }
 
+/// An operation's memory as its caller gave it (one buffer, or a list of
+/// iovecs), kept by NBD's and NVMe/TCP's channels while it is in flight.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OpMemory {
+    single: libc::iovec,
+    iov: *const libc::iovec,
+    iov_count: u32,
+}
+
 // SAFETY: the pointers are the caller's buffers, valid until completion
 // (the `Channel::push` contract); the channel moves with its worker.
-unsafe impl Send for OpRec {}
+unsafe impl Send for OpMemory {}
 
-impl OpRec {
-    fn iovecs(&self) -> &[libc::iovec] {
+impl OpMemory {
+    /// `op`'s memory and its length in bytes.
+    ///
+    /// # Safety
+    /// `op`'s iovecs (when it has some) are valid (`Channel::push`'s
+    /// contract), here and until the operation completes.
+    pub(crate) unsafe fn of(op: &MemberOp) -> (OpMemory, u32) {
+        let memory = OpMemory {
+            single: libc::iovec {
+                iov_base: op.buf.cast(),
+                iov_len: op.len as usize,
+            },
+            iov: op.iov,
+            iov_count: op.iov_count,
+        };
+        let len = if op.iov_count > 0 {
+            memory.iovecs().iter().map(|v| v.iov_len as u32).sum()
+        } else {
+            op.len
+        };
+        (memory, len)
+    }
+
+    pub(crate) fn iovecs(&self) -> &[libc::iovec] {
         if self.iov_count == 0 {
             std::slice::from_ref(&self.single)
         } else {
             // SAFETY: `push`'s caller keeps `iov_count` iovecs at `iov`
-            // valid until the operation completes.
+            // valid until the operation completes (`OpMemory::of`).
             unsafe { std::slice::from_raw_parts(self.iov, self.iov_count as usize) }
         }
+    }
+}
+
+impl OpRec {
+    fn iovecs(&self) -> &[libc::iovec] {
+        self.memory.iovecs()
     }
 }
 
@@ -1148,25 +1183,14 @@ impl Drop for NbdChannel {
 /// # Safety
 /// `op`'s iovecs, if any, are valid (the `Channel::push` contract).
 unsafe fn op_record(op: &MemberOp, fua: bool, deadline: Instant) -> OpRec {
+    // SAFETY: the caller's iovecs are valid (push contract).
+    let (memory, len) = unsafe { OpMemory::of(op) };
     OpRec {
         user_data: op.user_data,
         kind: op.kind,
         offset: op.offset,
-        len: if op.iov_count > 0 {
-            // SAFETY: the caller's iovecs are valid (push contract).
-            unsafe { std::slice::from_raw_parts(op.iov, op.iov_count as usize) }
-                .iter()
-                .map(|v| v.iov_len as u32)
-                .sum()
-        } else {
-            op.len
-        },
-        single: libc::iovec {
-            iov_base: op.buf.cast(),
-            iov_len: op.len as usize,
-        },
-        iov: op.iov,
-        iov_count: op.iov_count,
+        len,
+        memory,
         parts_left: 0,
         errno: 0,
         flush_after: op.dsync
@@ -1266,8 +1290,9 @@ fn check_same_export(
 }
 
 /// Call `part` with each piece of `[start, start + len)` of `iov`'s
-/// concatenation, in order, until it returns false.
-fn for_each_part(
+/// concatenation, in order, until it returns false (NBD's and NVMe/TCP's
+/// channels alike).
+pub(crate) fn for_each_part(
     iov: &[libc::iovec],
     mut start: usize,
     mut len: usize,
@@ -1292,6 +1317,30 @@ fn for_each_part(
         }
         start = 0;
         len -= take;
+    }
+}
+
+/// An operation on one buffer of `len` bytes at `offset` of a member, for
+/// the simple path's waited-for calls (NBD's and NVMe/TCP's exports, the
+/// identity check).
+pub(crate) fn single_op(
+    kind: MemberOpKind,
+    offset: u64,
+    buf: *mut u8,
+    len: usize,
+    dsync: bool,
+) -> MemberOp {
+    MemberOp {
+        kind,
+        file: 0,
+        offset,
+        buf,
+        len: len as u32,
+        iov: std::ptr::null(),
+        iov_count: 0,
+        buf_index: 0,
+        dsync,
+        user_data: 1,
     }
 }
 

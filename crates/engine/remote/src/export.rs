@@ -2,12 +2,12 @@
 //! connection the simple (synchronous) path uses, and new channels for
 //! the fast path's workers.
 
-use crate::channel::{NbdChannel, RemoteOptions};
+use crate::channel::{single_op, NbdChannel, RemoteOptions};
 use crate::identity::Identity;
 use crate::session::{ConnectError, ExportInfo};
 use crate::shared::{SharedConnection, SharedHandle};
 use crate::uri::{NbdUri, UriError};
-use nvraid_io::engine::{MemberOp, MemberOpKind};
+use nvraid_io::engine::MemberOpKind;
 use nvraid_io::remote::{Channel, IdentityCheck, RemoteFile};
 use std::io;
 use std::sync::{Arc, Mutex};
@@ -144,18 +144,7 @@ impl RemoteExport {
         offset: u64,
         dsync: bool,
     ) -> io::Result<()> {
-        let op = MemberOp {
-            kind,
-            file: 0,
-            offset,
-            buf,
-            len: len as u32,
-            iov: std::ptr::null(),
-            iov_count: 0,
-            buf_index: 0,
-            dsync,
-            user_data: 1,
-        };
+        let op = single_op(kind, offset, buf, len, dsync);
         let mut result = None;
         if let Some((_, handle)) = &self.shared {
             let mut handle = handle.lock().unwrap_or_else(|e| e.into_inner());

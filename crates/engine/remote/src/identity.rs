@@ -9,10 +9,10 @@
 //! with `ENXIO`, and the reason is kept here for the array, which marks
 //! the member faulty with it.
 
-use crate::channel::{ConnectionProof, NbdChannel, RemoteOptions};
+use crate::channel::{single_op, ConnectionProof, NbdChannel, RemoteOptions};
 use crate::session::{ConnectError, Session};
 use crate::uri::NbdUri;
-use nvraid_io::engine::{MemberOp, MemberOpKind};
+use nvraid_io::engine::MemberOpKind;
 use nvraid_io::remote::IdentityCheck;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -125,18 +125,7 @@ fn read_on_session(
         session,
     );
     let mut buf = vec![0u8; len];
-    let op = MemberOp {
-        kind: MemberOpKind::Read,
-        file: 0,
-        offset,
-        buf: buf.as_mut_ptr(),
-        len: len as u32,
-        iov: std::ptr::null(),
-        iov_count: 0,
-        buf_index: 0,
-        dsync: false,
-        user_data: 1,
-    };
+    let op = single_op(MemberOpKind::Read, offset, buf.as_mut_ptr(), len, false);
     let mut result = None;
     // SAFETY: `buf` outlives the call, which waits for the read.
     let pushed = unsafe { nvraid_io::remote::Channel::push(&mut channel, &op) };

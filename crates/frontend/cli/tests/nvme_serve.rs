@@ -233,3 +233,40 @@ fn bad_nvme_tcp_flags_are_refused_before_the_array_is_assembled() {
         &[&format!("nvme-tcp:{address}")],
     );
 }
+
+/// `serve` binds its listening sockets (`--nvme-tcp`, `--listen`) before
+/// it assembles the array: an address in use is refused by name even when
+/// the members could not be assembled at all (before, the members were
+/// assembled first and the bind failed after), and the refusal of a real
+/// array changes no byte on any member.
+#[test]
+fn a_busy_nvme_tcp_port_is_refused_before_the_array_is_assembled() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    // No array at all: the port is what is refused, not the members.
+    refused(
+        &["serve", "--nvme-tcp", &address, "absent0", "absent1"],
+        d,
+        &[&format!("nvme-tcp:{address}")],
+    );
+    refused(
+        &[
+            "serve",
+            "--listen",
+            &format!("tcp:{address}"),
+            "absent0",
+            "absent1",
+        ],
+        d,
+        &[&address],
+    );
+    // A mirror: nothing on its members changes.
+    ok(&["create", "--level", "1", "--size", "8M", "m0", "m1"], d);
+    refused(
+        &["serve", "--nvme-tcp", &address, "m0", "m1"],
+        d,
+        &[&format!("nvme-tcp:{address}")],
+    );
+}

@@ -8,7 +8,15 @@
 //! (the bed returns once the node answers an NVMe/TCP ICReq), the pattern
 //! reads back and more is written and read.
 //!
-//! Needs root and iproute2 (ip, tc); `./test.sh` installs them.
+//! The same with the kernel's own target: `--backend kernel-nvmet` makes
+//! each node a VM (tools/mdvm, Linux 6.12) in the node's namespace, whose
+//! `nvmet-tcp` serves the VM's disk (a file on /dev/shm) on 0.0.0.0:4420,
+//! reached through qemu's user network forwarding 10.77.I.2:4420; beside
+//! the link going down and back, node 1 is killed and started again (its
+//! VM boots anew) and the data is still there.
+//!
+//! Needs root and iproute2 (ip, tc); `./test.sh` installs them, and for the
+//! kernel nodes qemu and the 6.12 kernel (tools/mdvm/fetch-kernel).
 
 mod common;
 
@@ -16,15 +24,21 @@ use common::*;
 use std::path::Path;
 use std::process::Command;
 
-/// The test's own bed (its own name prefix: the NBD bed's test, or a bed a
-/// developer has up, are left alone); brought down on drop.
-struct Bed;
+/// A test's own bed (its own name prefix: the NBD bed's test, the other
+/// test here, or a bed a developer has up, are left alone); brought down
+/// on drop.
+struct Bed(&'static str);
 
 const PREFIX: &str = "nvsanv";
+const KERNEL_PREFIX: &str = "nvsank";
 
 fn san(args: &[&str]) -> String {
+    san_in(PREFIX, args)
+}
+
+fn san_in(prefix: &str, args: &[&str]) -> String {
     let out = Command::new(repo().join("bench/san"))
-        .env("NVRAID_SAN_PREFIX", PREFIX)
+        .env("NVRAID_SAN_PREFIX", prefix)
         .env("NVRAID", env!("CARGO_BIN_EXE_nvraid"))
         .args(args)
         .output()
@@ -39,21 +53,32 @@ fn san(args: &[&str]) -> String {
 
 impl Drop for Bed {
     fn drop(&mut self) {
-        san(&["down"]);
+        san_in(self.0, &["down"]);
     }
 }
 
 fn head_nvraid(args: &[String], dir: &Path) -> std::process::Output {
+    head_nvraid_in(PREFIX, ("5s", "2s"), args, dir)
+}
+
+/// `nvraid ARGS` in bed `prefix`'s head namespace, with (request,
+/// connect) timeouts for its members.
+fn head_nvraid_in(
+    prefix: &str,
+    (request, connect): (&str, &str),
+    args: &[String],
+    dir: &Path,
+) -> std::process::Output {
     Command::new("ip")
         .args([
             "netns",
             "exec",
-            &format!("{PREFIX}-head"),
+            &format!("{prefix}-head"),
             env!("CARGO_BIN_EXE_nvraid"),
             "--nbd-timeout",
-            "5s",
+            request,
             "--nbd-connect-timeout",
-            "2s",
+            connect,
         ])
         .args(args)
         .current_dir(dir)
@@ -100,7 +125,7 @@ fn a_raid1_over_nvme_tcp_nodes_on_the_bed_keeps_its_data_through_a_link_down() {
         "--rate",
         "1gbit",
     ]);
-    let bed = Bed;
+    let bed = Bed(PREFIX);
     let uris: Vec<String> = out.lines().map(str::to_string).collect();
     assert_eq!(
         uris,
@@ -146,6 +171,109 @@ fn a_raid1_over_nvme_tcp_nodes_on_the_bed_keeps_its_data_through_a_link_down() {
     run(&["read", "--length", "4194304", "-o", "r1"]);
     assert!(std::fs::read(d.join("r1")).unwrap() == first);
     let second = pattern(2 << 20, 2);
+    std::fs::write(d.join("p2"), &second).unwrap();
+    run(&["write", "--offset", "4M", "-i", "p2"]);
+    run(&["read", "--offset", "4M", "--length", "2097152", "-o", "r2"]);
+    assert!(std::fs::read(d.join("r2")).unwrap() == second);
+    drop(bed);
+}
+
+/// Kernel `nvmet-tcp` nodes on the bed (one VM per node, its port on
+/// 0.0.0.0 behind qemu's forwarding): a RAID 1 over two of them keeps its
+/// data through node 2's link going down and back, and through node 1's VM
+/// being killed and booted again.
+#[test]
+fn a_raid1_over_kernel_nvmet_nodes_on_the_bed_keeps_its_data_through_a_link_down_and_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let san = |args: &[&str]| san_in(KERNEL_PREFIX, args);
+    san(&["down"]);
+    let out = san(&[
+        "up",
+        "2",
+        "--backend",
+        "kernel-nvmet",
+        "--size",
+        "64M",
+        "--rate",
+        "1gbit",
+    ]);
+    let bed = Bed(KERNEL_PREFIX);
+    let uris: Vec<String> = out.lines().map(str::to_string).collect();
+    assert_eq!(
+        uris,
+        [
+            "nvme+tcp://10.77.1.2/nqn.2026-11.io.nvraid.san:node1",
+            "nvme+tcp://10.77.2.2/nqn.2026-11.io.nvraid.san:node2"
+        ]
+    );
+    // The nodes are VMs (tools/mdvm) whose script sets up the kernel's
+    // target, not nvraid.
+    let state: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(format!("/run/nvraid-san-{KERNEL_PREFIX}/state.json")).unwrap(),
+    )
+    .unwrap();
+    for i in 1..=2 {
+        let pid = &state["pids"][i.to_string()];
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        assert!(
+            cmdline.contains("tools/mdvm/mdvm") && cmdline.contains("nvmet_tcp virtio_net"),
+            "node {i}: {cmdline}"
+        );
+        let script =
+            std::fs::read_to_string(format!("/run/nvraid-san-{KERNEL_PREFIX}/node{i}-guest.sh"))
+                .unwrap();
+        assert!(
+            script.contains("echo 0.0.0.0 > $C/ports/1/addr_traddr"),
+            "{script}"
+        );
+    }
+    let head = |args: &[&str]| {
+        // The nodes' VMs are emulated: more time than on the other bed.
+        let args: Vec<String> = args
+            .iter()
+            .map(|s| s.to_string())
+            .chain(uris.iter().cloned())
+            .collect();
+        head_nvraid_in(KERNEL_PREFIX, ("30s", "10s"), &args, d)
+    };
+    let run = |args: &[&str]| {
+        let out = head(args);
+        assert!(
+            out.status.success(),
+            "nvraid {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&["create", "--level", "1"]);
+    let first = pattern(4 << 20, 3);
+    std::fs::write(d.join("p1"), &first).unwrap();
+    run(&["write", "-i", "p1"]);
+    run(&["read", "--length", "4194304", "-o", "r1"]);
+    assert!(std::fs::read(d.join("r1")).unwrap() == first);
+
+    // Node 2's link goes down: opening the array fails, naming it.
+    san(&["link", "2", "down"]);
+    let out = head(&["read", "--length", "4194304", "-o", "r1"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "read with node 2 unreachable: {err}");
+    assert!(
+        err.contains("nvme+tcp://10.77.2.2:4420/nqn.2026-11.io.nvraid.san:node2")
+            && err.contains("cannot reach the target"),
+        "{err}"
+    );
+    san(&["link", "2", "up"]);
+    run(&["read", "--length", "4194304", "-o", "r1"]);
+    assert!(std::fs::read(d.join("r1")).unwrap() == first);
+
+    // Node 1's VM killed and booted again (`start` returns once its
+    // target answers): its disk kept the data; more is written and read.
+    san(&["kill", "1"]);
+    san(&["start", "1"]);
+    run(&["read", "--length", "4194304", "-o", "r1"]);
+    assert!(std::fs::read(d.join("r1")).unwrap() == first);
+    let second = pattern(2 << 20, 4);
     std::fs::write(d.join("p2"), &second).unwrap();
     run(&["write", "--offset", "4M", "-i", "p2"]);
     run(&["read", "--offset", "4M", "--length", "2097152", "-o", "r2"]);

@@ -48,6 +48,6 @@ pub use options::{
     stderr_log, CommandHook, ListenAddress, LogSink, ServeOptions, StatusHook, TlsFiles, TlsMode,
     UblkOptions, UblkStop,
 };
-pub use server::{preflight, serve, start, Server, ServerInfo};
+pub use server::{bind, preflight, serve, start, start_bound, Bound, Server, ServerInfo};
 pub use shutdown::ShutdownHandle;
 pub use ublk::{list as ublk_devices, release as release_ublk, DeviceStatus as UblkDevice};

@@ -79,10 +79,43 @@ pub fn preflight(options: &ServeOptions) -> Result<(), Error> {
     Ok(())
 }
 
+/// The server's listening sockets (`--listen` and `--nvme-tcp`), bound
+/// before there is anything to serve: `nvraid serve` binds them before it
+/// assembles the array, so that an address in use is refused before any
+/// member changes, and hands them to `start_bound`.
+pub struct Bound {
+    listeners: Vec<Arc<Listener>>,
+    nvme: Option<std::net::TcpListener>,
+}
+
+/// Bind every listening socket `options` names (its options checked
+/// first); nothing else starts.
+pub fn bind(options: &ServeOptions) -> Result<Bound, Error> {
+    options.validate().map_err(Error::Options)?;
+    let listeners = bind_all(&options.listen)?;
+    let nvme = match &options.nvme {
+        Some(nvme) => Some(crate::nvme::NvmeTarget::listen(nvme)?),
+        None => None,
+    };
+    Ok(Bound { listeners, nvme })
+}
+
 /// Start serving in background threads.
 pub fn start(
     target: Arc<dyn Target>,
     options: ServeOptions,
+    shutdown: ShutdownHandle,
+) -> Result<Server, Error> {
+    let bound = bind(&options)?;
+    start_bound(target, options, bound, shutdown)
+}
+
+/// Start serving in background threads on the sockets `bind` bound for
+/// the same options.
+pub fn start_bound(
+    target: Arc<dyn Target>,
+    options: ServeOptions,
+    bound: Bound,
     shutdown: ShutdownHandle,
 ) -> Result<Server, Error> {
     options.validate().map_err(Error::Options)?;
@@ -90,18 +123,28 @@ pub fn start(
         (TlsMode::Off, _) | (_, None) => None,
         (_, Some(files)) => Some(crate::transport::tls_config(files)?),
     };
-    let listeners = bind_all(&options.listen)?;
+    let Bound {
+        listeners,
+        nvme: nvme_listener,
+    } = bound;
     let listening = listeners.iter().map(|l| l.local()).collect();
     let read_only = options.read_only || !target.writable();
-    let nvme = match &options.nvme {
-        Some(nvme) => Some(crate::nvme::NvmeTarget::bind(
+    let nvme = match (&options.nvme, nvme_listener) {
+        (Some(nvme), Some(listener)) => Some(crate::nvme::NvmeTarget::new(
+            listener,
             nvme,
+            Some(Arc::downgrade(&target)),
             target.size_bytes(),
             target.sector_bytes().max(512),
             read_only,
             options.io_max_bytes,
         )?),
-        None => None,
+        (None, None) => None,
+        _ => {
+            return Err(Error::Options(
+                "--nvme-tcp: the sockets were bound for other options".into(),
+            ))
+        }
     };
     let block_sizes = block_sizes(target.as_ref(), &options)?;
     let handshake = Arc::new(handshake_config(

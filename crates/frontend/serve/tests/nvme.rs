@@ -8,7 +8,8 @@
 //! connections than allowed, a giant in-capsule length, H2CData for a
 //! command never sent, a PDU out of order, a bad data digest, a setup that
 //! trickles (slow-loris), a host that stops sending Keep Alive. Each gets
-//! its refusal or termination, and the server goes on serving.
+//! its refusal or termination, and the server goes on serving. A served
+//! target that grows is announced by an asynchronous event.
 
 mod common;
 
@@ -18,6 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::TestServer;
+use nvraid_io::queue::Target;
 use nvraid_nvme_tcp::command::{ConnectData, Cqe, DsmRange, Sqe, CONNECT_DATA_BYTES};
 use nvraid_nvme_tcp::pdu::{
     data_digest_trailer, encode_capsule_cmd, encode_h2c_data, pdu_type, DataHeader, Digests,
@@ -161,7 +163,11 @@ struct Host {
 
 impl Host {
     fn connect_tcp(server: &TestServer) -> Host {
-        let stream = TcpStream::connect(addr(server)).unwrap();
+        Host::connect_addr(addr(server))
+    }
+
+    fn connect_addr(address: SocketAddr) -> Host {
+        let stream = TcpStream::connect(address).unwrap();
         stream
             .set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
@@ -179,7 +185,11 @@ impl Host {
 
     /// ICReq asking for `digests`; the target grants them.
     fn ic_with(server: &TestServer, digests: Digests) -> Host {
-        let mut host = Host::connect_tcp(server);
+        Host::ic_at(addr(server), digests)
+    }
+
+    fn ic_at(address: SocketAddr, digests: Digests) -> Host {
+        let mut host = Host::connect_addr(address);
         let req = IcReq {
             pfv: 0,
             hpda: 0,
@@ -290,7 +300,11 @@ impl Host {
 
     /// Connect the admin queue and enable the controller; its id.
     fn admin(server: &TestServer, hostnqn: &str, kato: u32) -> (Host, u16) {
-        let mut host = Host::ic(server);
+        Host::admin_at(addr(server), hostnqn, kato)
+    }
+
+    fn admin_at(address: SocketAddr, hostnqn: &str, kato: u32) -> (Host, u16) {
+        let mut host = Host::ic_at(address, Digests::default());
         let cqe = host.connect(NQN, hostnqn, 0, 0xffff, kato);
         assert!(cqe.status.is_success(), "Connect: {}", cqe.status);
         let cntlid = cqe.result as u16;
@@ -864,4 +878,157 @@ fn a_host_that_never_reads_its_answers_is_cut_at_the_transfer_deadline() {
         "took none of its answers within the transfer time",
     ]);
     still_serves(&server);
+}
+
+/// A memory target whose reported size the test changes (an array that
+/// grew while served); its memory is the largest size from the start.
+struct Growing {
+    inner: Arc<MemTarget>,
+    size: std::sync::atomic::AtomicU64,
+}
+
+impl Target for Growing {
+    fn size_bytes(&self) -> u64 {
+        self.size.load(std::sync::atomic::Ordering::Acquire)
+    }
+    fn sector_bytes(&self) -> u32 {
+        Target::sector_bytes(self.inner.as_ref())
+    }
+    fn writable(&self) -> bool {
+        Target::writable(self.inner.as_ref())
+    }
+    fn describe(&self) -> String {
+        format!("growing {}", self.inner.describe())
+    }
+    fn open_queue(
+        &self,
+        depth: u32,
+        max_io_bytes: u32,
+    ) -> std::io::Result<Box<dyn nvraid_io::queue::Queue>> {
+        Target::open_queue(self.inner.as_ref(), depth, max_io_bytes)
+    }
+}
+
+/// A Get Log Page command for `lid`, 4 KiB.
+fn get_log_page(cid: u16, lid: u8) -> Sqe {
+    let mut sqe = Sqe::identify(cid, 0, 0);
+    sqe.0[0] = 0x02;
+    sqe.0[40..44].copy_from_slice(&(u32::from(lid) | 1023 << 16).to_le_bytes());
+    sqe
+}
+
+/// The served array grows: the controller raises Namespace Attribute
+/// Changed on the Asynchronous Event Request its host holds there (once:
+/// masked until the host reads the Changed Namespace List, which names
+/// NSID 1 and is empty when read again), Identify Namespace reports the new
+/// size, and I/O past the old end is served.
+#[test]
+fn a_namespace_that_grows_is_announced_by_an_async_event_with_its_changed_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let logs = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut opts = common::options(dir.path(), &logs);
+    nvme(&mut opts);
+    let target = Arc::new(Growing {
+        inner: MemTarget::new(16 * MIB, 4096),
+        size: std::sync::atomic::AtomicU64::new(8 * MIB),
+    });
+    let shutdown = nvraid_serve::ShutdownHandle::new();
+    let served: Arc<dyn Target> = target.clone();
+    let server = nvraid_serve::start(served, opts, shutdown.clone()).unwrap();
+    let address = server.info().nvme_listening.unwrap();
+    let waiting = std::thread::spawn(move || server.wait());
+    let (mut host, _) = Host::admin_at(address, HOST, 0);
+    // The controller offers Namespace Attribute Notices (OAES bit 8).
+    let cid = host.next_cid();
+    let mut id = vec![0u8; 4096];
+    assert!(host
+        .command(Sqe::identify(cid, 1, 0), &[], &mut id)
+        .status
+        .is_success());
+    assert_ne!(
+        u32::from_le_bytes(id[92..96].try_into().unwrap()) & 1 << 8,
+        0,
+        "OAES"
+    );
+    // The host asks for them, and leaves an Asynchronous Event Request.
+    let cid = host.next_cid();
+    let mut sqe = Sqe::set_queue_count(cid, 1);
+    sqe.0[40..44].copy_from_slice(&0x0bu32.to_le_bytes());
+    sqe.0[44..48].copy_from_slice(&(1u32 << 8).to_le_bytes());
+    assert!(host.command(sqe, &[], &mut Vec::new()).status.is_success());
+    let aer = host.next_cid();
+    let mut sqe = Sqe::keep_alive(aer);
+    sqe.0[0] = 0x0c;
+    host.send(sqe, &[]);
+    let aer2 = host.next_cid();
+    sqe.set_cid(aer2);
+    host.send(sqe, &[]);
+    // Nothing has changed: a Keep Alive is answered, the requests held.
+    let cid = host.next_cid();
+    let cqe = host.command(Sqe::keep_alive(cid), &[], &mut Vec::new());
+    assert_eq!(cqe.cid, cid, "an event request answered before any event");
+
+    target
+        .size
+        .store(16 * MIB, std::sync::atomic::Ordering::Release);
+    let cqe = match host.next(aer, &mut []) {
+        Some(Event::Header(Header::CapsuleResp { cqe })) => cqe,
+        other => panic!("expected the event, got {other:?}"),
+    };
+    assert_eq!(cqe.cid, aer);
+    assert!(cqe.status.is_success(), "{}", cqe.status);
+    assert_eq!(
+        cqe.result & 0xff_ffff,
+        0x04_00_02,
+        "Notice, NS changed, log 04h"
+    );
+
+    // The Changed Namespace List names NSID 1, then nothing.
+    let mut log = vec![0u8; 4096];
+    let cid = host.next_cid();
+    assert!(host
+        .command(get_log_page(cid, 0x04), &[], &mut log)
+        .status
+        .is_success());
+    assert_eq!(u32::from_le_bytes(log[..4].try_into().unwrap()), 1);
+    let cid = host.next_cid();
+    assert!(host
+        .command(get_log_page(cid, 0x04), &[], &mut log)
+        .status
+        .is_success());
+    assert!(log.iter().all(|&b| b == 0), "read twice, the list is empty");
+    // Identify Namespace: the new size.
+    let cid = host.next_cid();
+    assert!(host
+        .command(Sqe::identify(cid, 0, 1), &[], &mut id)
+        .status
+        .is_success());
+    assert_eq!(
+        u64::from_le_bytes(id[..8].try_into().unwrap()),
+        16 * MIB / 4096,
+        "NSZE"
+    );
+    // The second request is still held (the event was reported once).
+    let cid = host.next_cid();
+    let cqe = host.command(Sqe::keep_alive(cid), &[], &mut Vec::new());
+    assert_eq!(cqe.cid, cid, "the event reported twice");
+    // Past the old end, the namespace is served.
+    let export = NvmeExport::open(&format!("nvme+tcp://{address}/{NQN}"), remote()).unwrap();
+    assert_eq!(export.info().size_bytes, 16 * MIB);
+    let data = pattern(8192, 3);
+    export.write_at(&data, 12 * MIB).unwrap();
+    let mut back = vec![0u8; 8192];
+    export.read_at(&mut back, 12 * MIB).unwrap();
+    assert_eq!(back, data);
+    export.close();
+    assert!(
+        logs.lock().unwrap().iter().any(
+            |l| l.contains("event=nvme-namespace-resized old_bytes=8388608 new_bytes=16777216")
+        ),
+        "{:?}",
+        logs.lock().unwrap()
+    );
+    drop(host);
+    shutdown.trigger();
+    waiting.join().unwrap().unwrap();
 }

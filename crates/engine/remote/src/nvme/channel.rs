@@ -37,6 +37,7 @@
 
 use super::setup::Conn;
 use super::target::Target;
+use crate::channel::{for_each_part, OpMemory};
 use nvraid_io::engine::{MemberOp, MemberOpKind};
 use nvraid_io::remote::Channel;
 use nvraid_nvme_tcp::command::Sqe;
@@ -143,28 +144,16 @@ struct OpRec {
     kind: MemberOpKind,
     offset: u64,
     len: u32,
-    single: libc::iovec,
-    iov: *const libc::iovec,
-    iov_count: u32,
+    memory: OpMemory,
     parts_left: u32,
     errno: i32,
     deadline: Instant,
     live: bool,
 }
 
-// SAFETY: the pointers are the caller's buffers, valid until completion
-// (the `Channel::push` contract); the channel moves with its worker.
-unsafe impl Send for OpRec {}
-
 impl OpRec {
     fn iovecs(&self) -> &[libc::iovec] {
-        if self.iov_count == 0 {
-            std::slice::from_ref(&self.single)
-        } else {
-            // SAFETY: the caller keeps `iov_count` iovecs at `iov` valid
-            // until the operation completes.
-            unsafe { std::slice::from_raw_parts(self.iov, self.iov_count as usize) }
-        }
+        self.memory.iovecs()
     }
 }
 
@@ -994,26 +983,14 @@ impl Channel for NvmeChannel {
     unsafe fn push(&mut self, op: &MemberOp) -> io::Result<()> {
         let deadline = Instant::now() + self.target.options.request_timeout;
         let info = &self.target.info;
-        let len: u32 = if op.iov_count > 0 {
-            // SAFETY: the caller's iovecs are valid (push contract).
-            unsafe { std::slice::from_raw_parts(op.iov, op.iov_count as usize) }
-                .iter()
-                .map(|v| v.iov_len as u32)
-                .sum()
-        } else {
-            op.len
-        };
+        // SAFETY: the caller's iovecs are valid (push contract).
+        let (memory, len) = unsafe { OpMemory::of(op) };
         let rec = OpRec {
             user_data: op.user_data,
             kind: op.kind,
             offset: op.offset,
             len,
-            single: libc::iovec {
-                iov_base: op.buf.cast(),
-                iov_len: op.len as usize,
-            },
-            iov: op.iov,
-            iov_count: op.iov_count,
+            memory,
             parts_left: 0,
             errno: 0,
             deadline,
@@ -1158,35 +1135,5 @@ impl Drop for NvmeChannel {
             let _ = live.conn.stream.shutdown(std::net::Shutdown::Both);
             self.target.release_qid(live.qid);
         }
-    }
-}
-
-/// The pieces of `iov`'s concatenation in `[start, start + len)`, in
-/// order, while `part` returns true.
-fn for_each_part(
-    iov: &[libc::iovec],
-    mut start: usize,
-    mut len: usize,
-    mut part: impl FnMut(libc::iovec) -> bool,
-) {
-    for v in iov {
-        if len == 0 {
-            return;
-        }
-        if start >= v.iov_len {
-            start -= v.iov_len;
-            continue;
-        }
-        let take = (v.iov_len - start).min(len);
-        let piece = libc::iovec {
-            // Pointer arithmetic only: `start < iov_len`.
-            iov_base: v.iov_base.cast::<u8>().wrapping_add(start).cast(),
-            iov_len: take,
-        };
-        if !part(piece) {
-            return;
-        }
-        start = 0;
-        len -= take;
     }
 }

@@ -5,9 +5,9 @@ use super::channel::NvmeChannel;
 use super::setup::NvmeError;
 use super::target::{NvmeInfo, Target};
 use super::uri::NvmeUri;
-use crate::channel::RemoteOptions;
+use crate::channel::{single_op, RemoteOptions};
 use crate::uri::UriError;
-use nvraid_io::engine::{MemberOp, MemberOpKind};
+use nvraid_io::engine::MemberOpKind;
 use nvraid_io::remote::{Channel, IdentityCheck, RemoteFile};
 use std::io;
 use std::sync::{Arc, Mutex};
@@ -83,18 +83,7 @@ impl NvmeExport {
     }
 
     fn sync_op(&self, kind: MemberOpKind, buf: *mut u8, len: usize, offset: u64) -> io::Result<()> {
-        let op = MemberOp {
-            kind,
-            file: 0,
-            offset,
-            buf,
-            len: len as u32,
-            iov: std::ptr::null(),
-            iov_count: 0,
-            buf_index: 0,
-            dsync: false,
-            user_data: 1,
-        };
+        let op = single_op(kind, offset, buf, len, false);
         let mut guard = self.sync.lock().unwrap_or_else(|e| e.into_inner());
         let channel = guard.get_or_insert_with(|| NvmeChannel::new(Arc::clone(&self.target)));
         let mut result = None;

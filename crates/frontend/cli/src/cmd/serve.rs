@@ -106,6 +106,9 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
     check_cache_flags(args, writable)?;
     // --metrics is bound here, before the array is assembled.
     let monitor = args.monitor.prepare().map_err(anyhow::Error::msg)?;
+    // So are the listening sockets (--listen, --nvme-tcp): an address in
+    // use is refused before any member changes.
+    let bound = nvraid_serve::bind(&options)?;
     let (members, journal) = settle_md_journal(args, direct)?;
     let md_journal = args.cache == CacheChoice::Journal && cache::has_md_journal(&members, direct);
     let journal_member =
@@ -141,7 +144,7 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
         resync: &resync,
         log: &log,
     };
-    let served = serve_with_helpers(args, helpers, writable, target, options, shutdown);
+    let served = serve_with_helpers(args, helpers, writable, target, bound, options, shutdown);
     monitor.stop();
     // Cached writes go to the members (and the journal is emptied) before
     // the array can be marked clean.
@@ -296,6 +299,7 @@ fn serve_with_helpers(
     helpers: Helpers<'_>,
     writable: bool,
     target: Arc<dyn Target>,
+    bound: nvraid_serve::Bound,
     options: ServeOptions,
     shutdown: ShutdownHandle,
 ) -> Result<(), nvraid_serve::Error> {
@@ -323,10 +327,11 @@ fn serve_with_helpers(
             (array.clone(), online.clone(), log.clone(), shutdown.clone());
         std::thread::spawn(move || re_add_set_aside(&array, &online, &log, &shutdown))
     });
-    let served = nvraid_serve::start(target, options, shutdown.clone()).and_then(|server| {
-        tell_systemd(&server, &shutdown);
-        server.wait()
-    });
+    let served =
+        nvraid_serve::start_bound(target, options, bound, shutdown.clone()).and_then(|server| {
+            tell_systemd(&server, &shutdown);
+            server.wait()
+        });
     if let Some(thread) = re_adding {
         let _ = thread.join();
     }

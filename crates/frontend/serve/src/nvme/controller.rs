@@ -4,10 +4,11 @@
 
 use std::collections::BTreeMap;
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
+use nvraid_io::queue::Target;
 use nvraid_nvme_tcp::command::{ConnectData, Status};
 use serde_json::{json, Value};
 
@@ -35,7 +36,10 @@ pub(crate) struct Subsystem {
     pub nqn: String,
     pub hosts: Vec<String>,
     pub local: SocketAddr,
-    pub size_bytes: u64,
+    /// The namespace's size: the served target's, looked at again by
+    /// `check_size` (an array that grew while served).
+    size_bytes: AtomicU64,
+    watched: Option<Weak<dyn Target>>,
     pub block_bytes: u32,
     pub read_only: bool,
     pub namespace_uuid: [u8; 16],
@@ -74,7 +78,29 @@ pub(crate) struct ControllerState {
     pub io_queues: BTreeMap<u16, TcpStream>,
     /// Asynchronous event configuration (Set Features 0x0b).
     pub async_config: u32,
+    /// The namespace changed since the host last read the Changed
+    /// Namespace List log page: the page lists NSID 1.
+    pub ns_changed: bool,
+    /// Where the Namespace Attribute Changed notice stands.
+    pub ns_notice: Notice,
 }
+
+/// An asynchronous event of one type, as the specification masks it: raised,
+/// reported on a held Asynchronous Event Request (and masked until the host
+/// reads its log page), or none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Notice {
+    None,
+    Raised,
+    Reported,
+}
+
+/// Asynchronous event configuration bit: Namespace Attribute Notices.
+pub(crate) const AEN_NS_ATTRIBUTE: u32 = 1 << 8;
+/// The completion of an Asynchronous Event Request that reports a
+/// namespace attribute change: type Notice (2), information 0 (Namespace
+/// Attribute Changed), log page 04h (Changed Namespace List).
+pub(crate) const AEN_NS_CHANGED_RESULT: u64 = 0x04 << 16 | 0x02;
 
 /// Why a Connect was refused: its status and the result (which field).
 pub(crate) struct Refusal {
@@ -95,6 +121,7 @@ impl Subsystem {
     pub(crate) fn new(
         options: &NvmeOptions,
         local: SocketAddr,
+        watched: Option<Weak<dyn Target>>,
         size_bytes: u64,
         block_bytes: u32,
         read_only: bool,
@@ -107,7 +134,8 @@ impl Subsystem {
             nqn: options.subsystem_nqn(),
             hosts: options.hosts.clone(),
             local,
-            size_bytes,
+            size_bytes: AtomicU64::new(size_bytes),
+            watched,
             block_bytes,
             read_only,
             namespace_uuid: options.namespace_uuid,
@@ -122,7 +150,33 @@ impl Subsystem {
 
     /// Blocks in the namespace.
     pub(crate) fn blocks(&self) -> u64 {
-        self.size_bytes / u64::from(self.block_bytes)
+        self.size_bytes() / u64::from(self.block_bytes)
+    }
+
+    pub(crate) fn size_bytes(&self) -> u64 {
+        self.size_bytes.load(Ordering::Acquire)
+    }
+
+    /// Look at the served target's size again: when it changed, the
+    /// namespace takes the new size and every I/O controller gets a
+    /// Namespace Attribute Changed notice, sent by its admin queue on a
+    /// held Asynchronous Event Request (`Queue::raise_events`). The old
+    /// and new sizes, when they differ.
+    pub(crate) fn check_size(&self) -> Option<(u64, u64)> {
+        let now = self.watched.as_ref()?.upgrade()?.size_bytes();
+        let old = self.size_bytes.swap(now, Ordering::AcqRel);
+        if old == now {
+            return None;
+        }
+        let controllers = self.controllers.lock().expect("controllers");
+        for controller in controllers.values().filter(|c| !c.discovery) {
+            let mut state = controller.state.lock().expect("controller state");
+            state.ns_changed = true;
+            if state.ns_notice == Notice::None {
+                state.ns_notice = Notice::Raised;
+            }
+        }
+        Some((old, now))
     }
 
     /// A Connect on an admin queue: a new controller, or why not.
@@ -183,6 +237,8 @@ impl Subsystem {
                 queues_granted: if discovery { 0 } else { self.queues_max },
                 io_queues: BTreeMap::new(),
                 async_config: 0,
+                ns_changed: false,
+                ns_notice: Notice::None,
             }),
             dead: AtomicBool::new(false),
         });

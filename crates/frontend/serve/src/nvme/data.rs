@@ -69,6 +69,11 @@ pub(crate) fn identify_controller(subsystem: &Subsystem, cntlid: u16, discovery:
     }
     put(&mut b, 78, &cntlid.to_le_bytes());
     put(&mut b, 80, &VERSION.to_le_bytes());
+    if !discovery {
+        // OAES: Namespace Attribute Notices (the array's size changed),
+        // with the Changed Namespace List log page.
+        put(&mut b, 92, &(1u32 << 8).to_le_bytes());
+    }
     b[111] = if discovery { 2 } else { 1 }; // CNTRLTYPE
     b[258] = 3; // ACL: 4 aborts
     b[259] = (AER_MAX - 1) as u8; // AERL

@@ -50,8 +50,10 @@ mod record;
 mod setup;
 
 use std::net::{SocketAddr, TcpListener};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
+
+use nvraid_io::queue::Target;
 
 use serde_json::{json, Value};
 
@@ -68,18 +70,26 @@ pub(crate) struct NvmeTarget {
 }
 
 impl NvmeTarget {
-    /// Bind the listener (a refused address fails the server's start).
-    pub(crate) fn bind(
+    /// Bind the listener (a refused address fails the server's start;
+    /// `nvraid serve` binds it before it assembles the array).
+    pub(crate) fn listen(options: &NvmeOptions) -> Result<TcpListener, Error> {
+        TcpListener::bind(&options.listen).map_err(|source| Error::Listen {
+            address: format!("nvme-tcp:{}", options.listen),
+            source,
+        })
+    }
+
+    /// The target on a bound listener, serving a namespace of `size_bytes`.
+    /// Its size is `watched`'s, looked at again while it serves.
+    pub(crate) fn new(
+        listener: TcpListener,
         options: &NvmeOptions,
+        watched: Option<Weak<dyn Target>>,
         size_bytes: u64,
         block_bytes: u32,
         read_only: bool,
         io_max_bytes: u32,
     ) -> Result<NvmeTarget, Error> {
-        let listener = TcpListener::bind(&options.listen).map_err(|source| Error::Listen {
-            address: format!("nvme-tcp:{}", options.listen),
-            source,
-        })?;
         let local = listener.local_addr().map_err(|source| Error::Listen {
             address: format!("nvme-tcp:{}", options.listen),
             source,
@@ -87,6 +97,7 @@ impl NvmeTarget {
         let subsystem = Arc::new(Subsystem::new(
             options,
             local,
+            watched,
             size_bytes,
             block_bytes,
             read_only,

@@ -44,7 +44,7 @@ use nvraid_nvme_tcp::pdu::{
 };
 use nvraid_nvme_tcp::reader::{Event, Expect, PduReader, Role, Want};
 
-use super::controller::{Controller, Subsystem};
+use super::controller::{Controller, Notice, Subsystem, AEN_NS_ATTRIBUTE, AEN_NS_CHANGED_RESULT};
 use super::data;
 use super::record::QueueRecord;
 use crate::job::{Finish, Job, Work};
@@ -212,8 +212,8 @@ pub(super) struct Queue {
     /// Writes checked and waiting for their R2T (the R2T budget is spent).
     waiting_r2t: VecDeque<Sqe>,
     r2t_bytes: u64,
-    /// Asynchronous Event Requests held (never answered while the
-    /// controller lives: nvraid raises no events yet).
+    /// Asynchronous Event Requests held, answered when an event is
+    /// raised (`raise_events`: the namespace changed size).
     held_aers: Vec<u16>,
     setup_deadline: Instant,
     qid: u16,
@@ -307,6 +307,7 @@ impl Queue {
             if let Some(ending) = self.check_time() {
                 return Some(ending);
             }
+            self.raise_events();
             if self.rx_start == self.rx_end {
                 self.rx_start = 0;
                 self.rx_end = 0;
@@ -360,6 +361,50 @@ impl Queue {
             broken: false,
         });
         Ok(())
+    }
+
+    /// On the admin queue: an event its controller has raised and the host
+    /// asked to hear of (Namespace Attribute Notices) completes the oldest
+    /// held Asynchronous Event Request; the event is then masked until the
+    /// host reads the Changed Namespace List.
+    fn raise_events(&mut self) {
+        if self.qid != 0 || self.held_aers.is_empty() {
+            return;
+        }
+        let Some(controller) = &self.controller else {
+            return;
+        };
+        let mut state = controller.state.lock().expect("controller state");
+        if state.ns_notice != Notice::Raised || state.async_config & AEN_NS_ATTRIBUTE == 0 {
+            return;
+        }
+        state.ns_notice = Notice::Reported;
+        drop(state);
+        let cid = self.held_aers.remove(0);
+        self.send(Out::Resp(Cqe {
+            result: AEN_NS_CHANGED_RESULT,
+            sq_head: self.sq_head,
+            sq_id: 0,
+            cid,
+            status: Status::SUCCESS,
+        }));
+    }
+
+    /// The Changed Namespace List log page (4 KiB: NSID 1 when the
+    /// namespace changed since the host last read it); reading it clears
+    /// the list and unmasks the notice, unless the host asks to retain the
+    /// event (RAE, bit 15 of CDW10).
+    fn changed_namespaces(&self, controller: &Controller, sqe: &Sqe) -> Vec<u8> {
+        let mut page = vec![0u8; 4096];
+        let mut state = controller.state.lock().expect("controller state");
+        if state.ns_changed {
+            page[..4].copy_from_slice(&1u32.to_le_bytes());
+        }
+        if sqe.cdw(10) & (1 << 15) == 0 {
+            state.ns_changed = false;
+            state.ns_notice = Notice::None;
+        }
+        page
     }
 
     /// The deadlines: setup, a half-read PDU or write data, keep-alive;
@@ -839,7 +884,12 @@ impl Queue {
                 if len > LOG_PAGE_MAX || u64::from(sqe.sgl().0) != len {
                     return self.answer(sqe, generic(sc::INVALID_FIELD), 0);
                 }
-                match data::log_page(&subsystem, lid, controller.discovery, self.local) {
+                let page = if lid == 0x04 && !controller.discovery {
+                    Some(self.changed_namespaces(&controller, sqe))
+                } else {
+                    data::log_page(&subsystem, lid, controller.discovery, self.local)
+                };
+                match page {
                     Some(page) => {
                         let start = offset.min(page.len() as u64) as usize;
                         let end = (offset.saturating_add(len)).min(page.len() as u64) as usize;
@@ -912,6 +962,7 @@ impl Queue {
                 // Held: not in flight for the drain at the end.
                 self.held_aers.push(sqe.cid());
                 self.inflight.answered(sqe.cid(), 0);
+                self.raise_events();
             }
             opcode::KEEP_ALIVE => self.answer(sqe, Status::SUCCESS, 0),
             // Abort: the command is not aborted (result bit 0).

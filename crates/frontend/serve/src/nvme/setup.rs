@@ -22,7 +22,8 @@ use super::record::QueueRecord;
 use crate::shared::Shared;
 
 /// Accept connections until the server stops; each admitted one gets a
-/// thread of its own (`run`).
+/// thread of its own (`run`). Between connections (at least every 200
+/// ms) the served target's size is looked at again (`check_size`).
 pub(super) fn accept_loop(
     shared: &Arc<Shared>,
     subsystem: &Arc<Subsystem>,
@@ -30,6 +31,13 @@ pub(super) fn accept_loop(
 ) {
     let fd = listener.as_raw_fd();
     while !shared.shutdown.is_triggered() {
+        // The served array's size, looked at again at least every 200 ms:
+        // hosts hear of a change through their admin queues.
+        if let Some((old, new)) = subsystem.check_size() {
+            shared.log(&format!(
+                "event=nvme-namespace-resized old_bytes={old} new_bytes={new}"
+            ));
+        }
         let mut fds = [libc::pollfd {
             fd,
             events: libc::POLLIN,
