@@ -536,6 +536,11 @@ impl WriteIntent {
         fail_all(members, failed)
     }
 
+    /// The bitmap's size on a member (header and bits, whole pages).
+    pub(crate) fn storage_bytes(&self) -> u64 {
+        self.lock().storage.len() as u64
+    }
+
     /// Write the bitmap (header and bits as they stand) to `member`, which
     /// is joining the array at byte `at` of its own (not flushed).
     pub(crate) fn copy_to(&self, member: &nvraid_member::Member) -> Result<()> {

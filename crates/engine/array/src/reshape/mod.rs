@@ -14,6 +14,10 @@
 //!   steps with a checkpoint after each, the finished shape recorded;
 //! - `level`: `grow --level`, md's level changes that move no byte
 //!   (RAID 1 of two <-> RAID 5, RAID 4 <-> RAID 5 parity-last);
+//! - `live`: [`LiveGrow`], the grow of a RAID 4/5/6 while it is served:
+//!   the record kept in every superblock update of the running array,
+//!   client requests split between the two shapes at the position, each
+//!   step's window closed to them and earlier requests drained;
 //! - `mirror`: `grow` of a RAID 1 (another mirror): the member count
 //!   raised in every superblock, the new member added and rebuilt.
 //!
@@ -24,6 +28,7 @@
 
 mod grow;
 mod level;
+mod live;
 mod mirror;
 mod read;
 mod record;
@@ -31,5 +36,6 @@ mod step;
 
 pub use grow::{continue_grow, grow, GrowOptions, GrowProgress, Grown};
 pub use level::{change_level, LevelChanged};
+pub use live::{LiveGrow, LiveGrowOptions, LiveGrowStatus};
 pub use read::{MidReshape, ReshapeDetail, ReshapeMember, ShapeDetail};
 pub use record::{is_reshaping, reshape_of};
