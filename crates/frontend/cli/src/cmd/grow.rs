@@ -186,10 +186,12 @@ fn grow_online(args: &GrowArgs, socket: &std::path::Path) -> Result<u8> {
             reshape["end_bytes"].as_u64().unwrap_or(0),
         );
         match reshape["state"].as_str() {
-            Some("running") => progress(GrowProgress {
+            // The end is printed once, below.
+            Some("running") if position < end => progress(GrowProgress {
                 position_bytes: position,
-                end_bytes: end.max(1),
+                end_bytes: end,
             }),
+            Some("running") => {}
             Some("finished") => {
                 progress(GrowProgress {
                     position_bytes: end,
