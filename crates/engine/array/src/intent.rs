@@ -594,7 +594,10 @@ fn fail_all(members: &Members, failed: Vec<(usize, std::io::Error)>) -> Result<(
 /// Whether bits may be cleared now: every role present, usable and in
 /// sync, and no resync awaited.
 fn may_clear_bits(members: &Members) -> bool {
+    // A grow running on the array writes members this floor does not
+    // flush (the added ones): their bits stay until it is assembled again.
     !members.is_degraded()
+        && !members.is_reshaping()
         && (0..members.roles()).all(|r| members.in_sync_bytes(r).is_none())
         && members.resync_from().is_none()
 }

@@ -363,6 +363,11 @@ impl Members {
         self.reshape.set(record).is_ok()
     }
 
+    /// Whether a reshape started while the array runs.
+    pub(crate) fn is_reshaping(&self) -> bool {
+        self.reshape.get().is_some()
+    }
+
     /// The companions, the running reshape's record last.
     fn all_companions(&self) -> impl Iterator<Item = &dyn Companion> {
         self.companions

@@ -110,6 +110,7 @@ fn grow_online_and_check(level: Level, members: usize, add: usize, clients: Clie
         }
     }
     let running = Arc::new(AtomicBool::new(true));
+    let mixed = matches!(clients, Clients::Mixed);
     let (threads, writes, step_bytes, max_bytes_per_sec) = match clients {
         Clients::Mixed => (4, true, 256 << 10, Some(16 << 20)),
         // Only reads, as many as the cores take, and the smallest steps
@@ -164,6 +165,18 @@ fn grow_online_and_check(level: Level, members: usize, add: usize, clients: Clie
     for c in clients {
         versions.extend(c.join().unwrap());
     }
+    // The bits the clients' writes set stay while the grow's route runs
+    // (the added member is not among those the bitmap's pass flushes).
+    let dirty = array.bitmap_info().expect("a bitmap").dirty_chunks;
+    assert!(dirty > 0 || !mixed, "the clients' writes set no bit");
+    array.clear_idle_bits().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    array.clear_idle_bits().unwrap();
+    assert_eq!(
+        array.bitmap_info().unwrap().dirty_chunks,
+        dirty,
+        "write-intent bits cleared during an online grow"
+    );
     drop(live);
     Arc::try_unwrap(array).unwrap().close().unwrap();
     // Assembled again: the new shape, larger, every block as last written.
