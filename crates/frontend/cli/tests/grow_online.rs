@@ -272,3 +272,111 @@ fn a_grow_through_the_socket_is_refused_while_one_runs_or_a_rebuild_does() {
     // The waiting `grow --socket` sees the server go and fails.
     assert!(!grow.wait_with_output().unwrap().status.success());
 }
+
+const MIB: u64 = 1 << 20;
+/// Data bytes each 15 MiB member holds (1 MiB of metadata before them).
+const PER: u64 = 14 * MIB;
+
+/// Block `b` of the array holds its number, as tools/mdvm's `pattern`
+/// writes and verifies.
+fn pattern(bytes: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes as usize);
+    for block in 0..bytes / 4096 {
+        for _ in 0..512 {
+            out.extend_from_slice(&block.to_le_bytes());
+        }
+    }
+    out
+}
+
+/// The kernel's md (tools/mdvm, 6.1 series) assembles every array the
+/// images hold, finishes any reshape, checks each and verifies the
+/// pattern over `bytes`; its report.
+fn kernel_finishes(images: &[std::path::PathBuf], bytes: u64) -> String {
+    let script = images[0].parent().unwrap().join("check.sh");
+    std::fs::write(
+        &script,
+        format!(
+            r#"set +e
+mdadm --assemble --scan --run 2>&1
+echo 200000 > /proc/sys/dev/raid/speed_limit_min
+echo 2000000 > /proc/sys/dev/raid/speed_limit_max
+i=0; while grep -q -e reshape -e resync -e recovery /proc/mdstat && [ $i -lt 240 ]; do sleep 1; i=$((i+1)); done
+cat /proc/mdstat
+for sys in /sys/block/md*; do
+  md=/dev/${{sys##*/}}
+  echo check > $sys/md/sync_action; sleep 1; mdadm --wait $md >/dev/null 2>&1
+  if pattern verify -n {bytes} $md; then pv=ok; else pv=FAILED; fi
+  echo "KERNEL md=$md level=$(cat $sys/md/level) disks=$(cat $sys/md/raid_disks) size=$(blockdev --getsize64 $md) pattern=$pv mismatch=$(cat $sys/md/mismatch_cnt)"
+done
+"#
+        ),
+    )
+    .unwrap();
+    let out = mdvm_on("mdvm", "6.1", &[])
+        .arg("--snapshot")
+        .arg("--script")
+        .arg(&script)
+        .args(images)
+        .output()
+        .expect("tools/mdvm/mdvm (./test.sh installs its tools)");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_kernel_assembles_a_raid5_grown_online_and_finishes_one_left_mid_online_grow() {
+    // Two RAID 5 of four 15 MiB members holding the pattern, each served
+    // and grown to five through the control socket: one to the end (the
+    // server then stopped), one killed with SIGKILL part-way (its record
+    // at the last recorded position, the array dirty). md assembles both,
+    // finishes the second, reads the pattern, finds no parity mismatch.
+    let dir = tempfile::tempdir().unwrap();
+    let mut images = Vec::new();
+    for (name, kill) in [("done", false), ("killed", true)] {
+        let sub = dir.path().join(name);
+        std::fs::create_dir(&sub).unwrap();
+        let names: Vec<String> = (0..4).map(|i| format!("d{i}")).collect();
+        let mut args = vec!["create", "--level", "5", "--size", "15M", "--name", name];
+        args.extend(names.iter().map(String::as_str));
+        ok(&args, &sub);
+        std::fs::write(sub.join("data"), pattern(3 * PER)).unwrap();
+        let mut args = vec!["write", "--input", "data"];
+        args.extend(names.iter().map(String::as_str));
+        ok(&args, &sub);
+        std::fs::remove_file(sub.join("data")).unwrap();
+        blank(&sub, "d4", 16 * MIB);
+        let speed = if kill { "2" } else { "50" };
+        let mut server = serve_with(&sub, &names, &["--reshape-speed", speed]);
+        let grow = grow_cmd(&sub, 5, "d4");
+        if kill {
+            wait_mid_grow(&sub);
+            server.kill().unwrap();
+            server.wait().unwrap();
+            let _ = grow.wait_with_output();
+        } else {
+            let out = grow.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            server.interrupt();
+        }
+        images.extend(names.iter().chain([&"d4".to_string()]).map(|n| sub.join(n)));
+    }
+    let report = kernel_finishes(&images, 3 * PER);
+    let lines: Vec<&str> = report
+        .lines()
+        .filter(|l| l.starts_with("KERNEL "))
+        .collect();
+    assert_eq!(lines.len(), 2, "two arrays expected:\n{report}");
+    for line in lines {
+        assert!(
+            line.contains("disks=5")
+                && line.contains(&format!("size={}", 4 * PER))
+                && line.contains("pattern=ok")
+                && line.contains("mismatch=0"),
+            "{line}\n{report}"
+        );
+    }
+}
