@@ -16,8 +16,7 @@ Members are zram devices when run as root with zram available (O_DIRECT
 block devices), else files on /dev/shm.
 
 The issue's second target, a client's 4K random reads during a reshape
-against none, needs an online grow under `serve`, which nvraid does not
-have yet; it is not measured here.
+against none, is bench/online-grow-read.py's.
 
 Usage: bench/reshape-vs-fio.py [--reps 3] [--mib 256] [--bitmap none|internal]
                                [--step 16M] [--json out.json]

@@ -18,8 +18,8 @@ use crate::parity::ppl::Ppl;
 use crate::personality::Personality;
 use crate::slot::Slot;
 use nvraid_layout::Geometry;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 /// An assembled array. All methods take `&self`; the array is `Sync`.
@@ -35,6 +35,29 @@ pub struct Array {
     pub(crate) ppl: Option<Ppl>,
     /// RAID 4/5/6 with md's write journal: its member (see `journal`).
     pub(crate) md_journal: Option<Arc<MdJournal>>,
+    /// A reshape started while the array is served: once set, every
+    /// fast-path request goes through it (see [`LiveRoute`]).
+    live: OnceLock<Arc<dyn LiveRoute>>,
+    /// Each open fast-path queue's count of requests in flight on its own
+    /// member operations (see [`Array::start_live_route`]).
+    queues: Mutex<Vec<Weak<AtomicU64>>>,
+}
+
+/// Client I/O of an array that reshapes while it is served: the requests
+/// of every fast-path queue, split between the old shape and the new
+/// (`reshape::live`). A request is done, member I/O and all, when
+/// [`LiveRoute::io`] returns.
+pub(crate) trait LiveRoute: Send + Sync + std::fmt::Debug {
+    /// Do `op` on `[offset, offset + buf.len())` (`buf` the slot's
+    /// buffer, only read for writes); an errno when it failed.
+    fn io(
+        &self,
+        array: &Array,
+        op: nvraid_io::queue::OpKind,
+        offset: u64,
+        buf: &mut [u8],
+        fua: bool,
+    ) -> std::result::Result<(), i32>;
 }
 
 impl std::ops::Deref for Array {
@@ -70,6 +93,51 @@ impl Array {
             personality,
             ppl: None,
             md_journal: None,
+            live: OnceLock::new(),
+            queues: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The reshape that takes the fast path's requests, once one started.
+    #[inline]
+    pub(crate) fn live_route(&self) -> Option<&Arc<dyn LiveRoute>> {
+        self.live.get()
+    }
+
+    /// Whether a reshape started while the array is served.
+    pub fn is_reshaping_live(&self) -> bool {
+        self.live.get().is_some()
+    }
+
+    /// A fast-path queue opens: its count of requests in flight on its
+    /// own member operations.
+    pub(crate) fn register_queue(&self, count: &Arc<AtomicU64>) {
+        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        queues.retain(|q| q.strong_count() > 0);
+        queues.push(Arc::downgrade(count));
+    }
+
+    /// Send every fast-path request to `route` from now on, and return
+    /// once no queue has a request of its own in flight (each queue
+    /// publishes its count before it looks at the route, SeqCst, so a
+    /// request either sees the route or is waited for here). `false`
+    /// when a route was set already.
+    pub(crate) fn start_live_route(&self, route: Arc<dyn LiveRoute>) -> bool {
+        if self.live.set(route).is_err() {
+            return false;
+        }
+        loop {
+            let busy = {
+                let queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+                queues
+                    .iter()
+                    .filter_map(Weak::upgrade)
+                    .any(|q| q.load(Ordering::SeqCst) != 0)
+            };
+            if !busy {
+                return true;
+            }
+            std::thread::sleep(Duration::from_micros(200));
         }
     }
 

@@ -536,6 +536,11 @@ impl WriteIntent {
         fail_all(members, failed)
     }
 
+    /// The bitmap's size on a member (header and bits, whole pages).
+    pub(crate) fn storage_bytes(&self) -> u64 {
+        self.lock().storage.len() as u64
+    }
+
     /// Write the bitmap (header and bits as they stand) to `member`, which
     /// is joining the array at byte `at` of its own (not flushed).
     pub(crate) fn copy_to(&self, member: &nvraid_member::Member) -> Result<()> {
@@ -589,7 +594,10 @@ fn fail_all(members: &Members, failed: Vec<(usize, std::io::Error)>) -> Result<(
 /// Whether bits may be cleared now: every role present, usable and in
 /// sync, and no resync awaited.
 fn may_clear_bits(members: &Members) -> bool {
+    // A grow running on the array writes members this floor does not
+    // flush (the added ones): their bits stay until it is assembled again.
     !members.is_degraded()
+        && !members.is_reshaping()
         && (0..members.roles()).all(|r| members.in_sync_bytes(r).is_none())
         && members.resync_from().is_none()
 }

@@ -73,6 +73,17 @@ pub(crate) trait Companion: Send + Sync + std::fmt::Debug {
     fn role_table(&self, _table: &mut [u16]) {}
 }
 
+/// A reshape running on the array while it is served (`reshape::live`):
+/// every superblock update records it, so that no update of the running
+/// array (dirty mark, a member failing, a clean close) writes a member's
+/// superblock without the reshape's record, and the members the reshape
+/// added (which hold no role of this array's old shape) are written too.
+pub(crate) trait ReshapeRecord: Companion {
+    /// Put the reshape's record, as it stands now, into the superblock of
+    /// the member in `role` (one of the array's own roles).
+    fn apply(&self, role: usize, sb: &mut Superblock);
+}
+
 /// The members of an array and their state. All methods take `&self`;
 /// it is `Sync`.
 #[derive(Debug)]
@@ -141,6 +152,8 @@ pub struct Members {
     barrier_turn: Mutex<()>,
     /// Written with every superblock update (see [`Companion`]).
     companions: Vec<Arc<dyn Companion>>,
+    /// A reshape started while the array runs (at most one per assembly).
+    reshape: OnceLock<Arc<dyn ReshapeRecord>>,
     /// The array keeps md's write-intent bitmap (a re-added member may
     /// recover by it).
     has_bitmap: bool,
@@ -219,6 +232,7 @@ impl Members {
             .collect();
         Members {
             companions: Vec::new(),
+            reshape: OnceLock::new(),
             has_bitmap: false,
             records_lost_writes,
             arena: Self::arena_of(slots),
@@ -343,6 +357,25 @@ impl Members {
     }
 
     /// The array keeps md's write-intent bitmap from now on (at assembly).
+    /// From now on every superblock update records `record`'s reshape
+    /// (see [`ReshapeRecord`]); false when one was set already.
+    pub(crate) fn set_reshape_record(&self, record: Arc<dyn ReshapeRecord>) -> bool {
+        self.reshape.set(record).is_ok()
+    }
+
+    /// Whether a reshape started while the array runs.
+    pub(crate) fn is_reshaping(&self) -> bool {
+        self.reshape.get().is_some()
+    }
+
+    /// The companions, the running reshape's record last.
+    fn all_companions(&self) -> impl Iterator<Item = &dyn Companion> {
+        self.companions
+            .iter()
+            .map(|c| c.as_ref() as &dyn Companion)
+            .chain(self.reshape.get().map(|r| r.as_ref() as &dyn Companion))
+    }
+
     pub(crate) fn set_has_bitmap(&mut self) {
         self.has_bitmap = true;
     }
@@ -755,6 +788,15 @@ impl Members {
         len: u64,
         companions: &[usize],
     ) -> Result<()> {
+        if self.reshape.get().is_some() {
+            // The log's place and the data's move while the array
+            // reshapes (and ranges would count from which offset?): the
+            // member fails instead, as md fails one whose log cannot take
+            // the range.
+            return Err(Error::NotStartable(
+                "bad blocks are not recorded while the array reshapes".into(),
+            ));
+        }
         let sector = u64::from(self.sector_bytes);
         let range = (
             offset / sector * sector,
@@ -1040,7 +1082,7 @@ impl Members {
                 }
             }
         }
-        for companion in &self.companions {
+        for companion in self.all_companions() {
             companion.role_table(&mut table);
         }
         table
@@ -1100,7 +1142,7 @@ impl Members {
         resync_offset: u64,
     ) -> std::result::Result<(), Failed> {
         let next = *events + 1;
-        for companion in &self.companions {
+        for companion in self.all_companions() {
             if let Some((role, e)) = companion.before_superblocks(self, next).into_iter().next() {
                 return Err(Failed::Member(role, e));
             }
@@ -1116,6 +1158,9 @@ impl Members {
             }
             written += 1;
             let mut sb = slot.superblock.clone();
+            if let Some(reshape) = self.reshape.get() {
+                reshape.apply(role, &mut sb);
+            }
             sb.events = next;
             sb.resync_offset = resync_offset;
             sb.utime = now;
@@ -1141,7 +1186,7 @@ impl Members {
             utime: now,
             roles_raw: &table,
         };
-        for companion in &self.companions {
+        for companion in self.all_companions() {
             companion
                 .after_superblocks(&update)
                 .map_err(Failed::Companion)?;

@@ -28,6 +28,7 @@ pub(crate) use queue::{
 use crate::array::Admission;
 use nvraid_io::queue::{Completion, OpKind, Queue};
 use std::io;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Looks that yield before a waiting queue starts to sleep between them.
@@ -327,6 +328,30 @@ impl Queue for FanoutQueue {
             span: false,
         };
         self.busy_slots += 1;
+        // Published before the route is looked at (see
+        // `Array::start_live_route`).
+        self.published_busy
+            .store(u64::from(self.busy_slots), Ordering::SeqCst);
+        if let Shape::Array(array) = &self.shape {
+            if let Some(route) = array.live_route() {
+                // This request is not the queue's own: what it has in
+                // flight of its own is what was there before.
+                self.published_busy
+                    .store(u64::from(self.busy_slots - 1), Ordering::SeqCst);
+                let array = array.clone();
+                let route = route.clone();
+                let moves = matches!(op, OpKind::Read | OpKind::Write);
+                let buf = &mut self.buffers[slot as usize][..if moves { len as usize } else { 0 }];
+                if let Err(errno) = route.io(&array, op, offset, buf, fua) {
+                    self.slots[slot as usize].errno = errno;
+                }
+                self.zeroed[slot as usize] = false;
+                self.finish_sub(slot, 0);
+                self.published_busy
+                    .store(u64::from(self.busy_slots), Ordering::SeqCst);
+                return Ok(());
+            }
+        }
         let outcome = match op {
             OpKind::Read => self.submit_rw(slot, false, offset, len, false),
             OpKind::Write => self.submit_rw(slot, true, offset, len, fua),
@@ -400,6 +425,8 @@ impl Queue for FanoutQueue {
             }
             self.harvest(wait)?;
             if self.ready.is_empty() && (passed >= min_complete || self.busy_slots == 0) {
+                self.published_busy
+                    .store(u64::from(self.busy_slots), Ordering::SeqCst);
                 return Ok(passed);
             }
         }

@@ -252,6 +252,9 @@ pub struct FanoutQueue {
     pub(crate) zeroed: Vec<bool>,
     /// Slots submitted and not yet completed.
     pub(crate) busy_slots: u32,
+    /// `busy_slots` published for a reshape starting while the array is
+    /// served (`Array::start_live_route` waits for it to reach 0).
+    pub(crate) published_busy: Arc<std::sync::atomic::AtomicU64>,
     /// Engine completions being handled (capacity fixed at open).
     pub(crate) engine_done: Vec<(u64, i32)>,
     pub(crate) inflight: Vec<u32>,
@@ -364,6 +367,13 @@ impl FanoutQueue {
             parts: Vec::with_capacity(per_request),
             ready: Vec::with_capacity(depth as usize),
             busy_slots: 0,
+            published_busy: {
+                let count = Arc::new(std::sync::atomic::AtomicU64::new(0));
+                if let Shape::Array(array) = &target.shape {
+                    array.register_queue(&count);
+                }
+                count
+            },
             zeroed: vec![true; depth as usize],
             counts: match &target.shape {
                 Shape::Array(array) => array.counter_shard(),

@@ -186,6 +186,7 @@ impl Online {
     /// `check` or `repair` in the background; [`Online::status`] shows its
     /// progress and, at the end, what it found. Its name once started.
     pub fn scrub(self: &Arc<Self>, mode: Mode) -> Result<&'static str, String> {
+        self.refuse_while_reshaping()?;
         if !self.array.geometry().level().is_redundant() {
             return Err("check or repair of a raid0 (it keeps no copies to compare)".into());
         }
@@ -251,10 +252,34 @@ impl Online {
         Ok(name)
     }
 
+    /// While a grow runs on the served array, members neither join nor
+    /// leave and nothing is checked (md refuses them during a reshape
+    /// too): refused, naming the grow.
+    fn refuse_while_reshaping(&self) -> Result<(), String> {
+        if self.array.is_reshaping_live() {
+            return Err(
+                "a grow runs on this array (status shows it): add, remove, replace, check and repair wait until it is finished and the server restarted".into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Whether a rebuild, check or repair runs now (a grow is refused
+    /// meanwhile).
+    pub fn is_busy(&self) -> bool {
+        let status = self.status();
+        status.rebuild.as_ref().is_some_and(|r| !r.finished)
+            || status.scrub.as_ref().is_some_and(|s| !s.finished)
+    }
+
     fn run(&self) {
         while !self.stop.load(Ordering::Acquire) {
-            self.take_spares();
-            self.rebuild();
+            // A grow running on the array owns its members' layout: a
+            // rebuild in the old shape would write over moved rows.
+            if !self.array.is_reshaping_live() {
+                self.take_spares();
+                self.rebuild();
+            }
             let state = self.lock();
             let _ = self
                 .wake
@@ -387,6 +412,7 @@ impl Online {
     /// a missing role, or becomes a hot spare. Answers once the array's
     /// superblocks record it; a rebuild then runs in the background.
     pub fn add(&self, spec: &str, force: bool) -> Result<Joined, String> {
+        self.refuse_while_reshaping()?;
         if let Ok(role) = role_of(&self.array, spec) {
             return Err(if self.array.is_faulty(role) {
                 format!("{spec}: faulty in role {role} of this array; remove it first, then add it again")
@@ -425,6 +451,7 @@ impl Online {
 
     /// Removes `spec`: a hot spare from the list, or a member from its role.
     pub fn remove(&self, spec: &str) -> Result<Removed, String> {
+        self.refuse_while_reshaping()?;
         {
             let mut state = self.lock();
             if let Some(i) = state.spares.iter().position(|s| s == spec) {
@@ -444,6 +471,7 @@ impl Online {
     /// large enough): `old` is failed and removed, `new` takes its role and
     /// is rebuilt in the background. The role `new` took.
     pub fn replace(&self, old: &str, new: &str, force: bool) -> Result<u32, String> {
+        self.refuse_while_reshaping()?;
         let role = role_of(&self.array, old)?;
         let member = open_member(new, self.direct)?;
         if !force {

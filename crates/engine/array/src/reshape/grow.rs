@@ -828,11 +828,43 @@ fn room_to_move(
     old: &Geometry,
     bitmap_bytes: Option<u64>,
 ) -> Result<u64> {
+    let sbs: Vec<&Superblock> = found.iter().map(|(_, sb)| sb).collect();
+    room_of(&sbs, reference, old, bitmap_bytes)
+}
+
+/// [`room_to_move`] for a served array's superblocks (by role), with each
+/// member's bad-block log to move first: `(first sector, sectors, new
+/// first sector)`, device sectors (see [`floor_of`]).
+#[allow(clippy::type_complexity)]
+pub(super) fn room_for(
+    sbs: &[Superblock],
+    reference: &Superblock,
+    old: &Geometry,
+    bitmap_bytes: Option<u64>,
+) -> Result<(u64, Vec<Option<(u64, u64, u64)>>)> {
+    let refs: Vec<&Superblock> = sbs.iter().collect();
+    let room = room_of(&refs, reference, old, bitmap_bytes)?;
+    let moves = sbs
+        .iter()
+        .map(|sb| match (log_sectors(sb), floor_of(sb, bitmap_bytes)) {
+            (Some((start, len)), (_, Some(to))) if to != start => Some((start, len, to)),
+            _ => None,
+        })
+        .collect();
+    Ok((room, moves))
+}
+
+fn room_of(
+    sbs: &[&Superblock],
+    reference: &Superblock,
+    old: &Geometry,
+    bitmap_bytes: Option<u64>,
+) -> Result<u64> {
     let chunk_bytes = old
         .chunk_bytes()
         .expect("the levels grown by moving rows have chunks");
     let mut room = move_max_bytes(chunk_bytes) / 512;
-    for (_, sb) in found {
+    for sb in sbs {
         let (floor, _) = floor_of(sb, bitmap_bytes);
         room = room.min(sb.data_offset_sectors.saturating_sub(floor));
     }
@@ -897,7 +929,7 @@ pub(super) fn move_logs(placed: &mut [Placed], bitmap_bytes: Option<u64>) -> Res
 }
 
 /// `count` unused device slots of the role table (after the highest used).
-fn free_dev_numbers(reference: &Superblock, count: usize) -> Result<Vec<u32>> {
+pub(super) fn free_dev_numbers(reference: &Superblock, count: usize) -> Result<Vec<u32>> {
     let table = &reference.roles_raw;
     let free: Vec<u32> = (0..table.len() as u32)
         .filter(|&d| Role::from_raw(table[d as usize]) == Role::Spare)
@@ -915,7 +947,11 @@ fn free_dev_numbers(reference: &Superblock, count: usize) -> Result<Vec<u32>> {
 
 /// A new member's superblock: the reference's, with its own device slot,
 /// UUID and data area, no bad blocks and no recovery.
-fn new_member_superblock(member: &Member, reference: &Superblock, dev: u32) -> Result<Superblock> {
+pub(super) fn new_member_superblock(
+    member: &Member,
+    reference: &Superblock,
+    dev: u32,
+) -> Result<Superblock> {
     let mut sb = reference.clone();
     sb.dev_number = dev;
     sb.device_uuid = crate::create::random_uuid()?;

@@ -20,6 +20,10 @@
 //! - `size`: `grow --size`, how much of each member the array uses
 //!   (`max` after the members grew, the new region resynced; smaller with
 //!   `--force`); nothing moves;
+//! - `live`: [`LiveGrow`], the grow of a RAID 4/5/6 while it is served:
+//!   the record kept in every superblock update of the running array,
+//!   client requests split between the two shapes at the position, each
+//!   step's window closed to them and earlier requests drained;
 //! - `mirror`: `grow` of a RAID 1 (another mirror): the member count
 //!   raised in every superblock, the new member added and rebuilt.
 //!
@@ -30,6 +34,7 @@
 
 mod grow;
 mod level;
+mod live;
 mod mirror;
 mod read;
 mod record;
@@ -39,6 +44,7 @@ mod step;
 
 pub use grow::{continue_grow, grow, GrowOptions, GrowProgress, Grown};
 pub use level::{change_level, LevelChanged};
+pub use live::{LiveGrow, LiveGrowOptions, LiveGrowStatus};
 pub use read::{MidReshape, ReshapeDetail, ReshapeMember, ShapeDetail};
 pub use record::{is_reshaping, reshape_of};
 pub use shape::{change_shape, ShapeOptions};

@@ -66,12 +66,21 @@ pub struct GrowArgs {
     /// Print the outcome as JSON on stdout (progress stays on stderr).
     #[arg(long)]
     json: bool,
-    /// The array's members, in any order.
-    #[arg(required = true)]
+    /// A running `nvraid serve`'s control socket: grow the served RAID
+    /// 4/5/6 there while its clients read and write (with -n and --add;
+    /// waits for the end, showing the progress). The served size stays
+    /// the old one until the server is restarted.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["members", "cont", "level"])]
+    socket: Option<std::path::PathBuf>,
+    /// Without --socket: the array's members, in any order.
+    #[arg(required_unless_present = "socket")]
     members: Vec<String>,
 }
 
 pub fn run(args: &GrowArgs, direct: bool) -> Result<u8> {
+    if let Some(socket) = &args.socket {
+        return grow_online(args, socket);
+    }
     if let Some(level) = args.level {
         let changed = change_level(&args.members, level, direct)?;
         if args.json {
@@ -218,5 +227,66 @@ fn progress_printer() -> impl FnMut(GrowProgress) {
         } else {
             let _ = writeln!(err, "{line}");
         }
+    }
+}
+
+/// `grow --socket`: ask the server to grow its array, then follow its
+/// `status` until the grow has finished or failed.
+fn grow_online(args: &GrowArgs, socket: &std::path::Path) -> Result<u8> {
+    let Some(raid_devices) = args.raid_devices else {
+        bail!("--raid-devices N is needed");
+    };
+    let answer = nvraid_serve::request(
+        socket,
+        &serde_json::json!({
+            "command": "grow",
+            "raid_devices": raid_devices,
+            "add": args.add,
+            "force": args.force,
+            "step_bytes": args.step,
+        }),
+    )?;
+    if let Some(error) = answer["error"].as_str() {
+        bail!("grow in the server refused: {error}");
+    }
+    let mut progress = progress_printer();
+    loop {
+        let status = nvraid_serve::request(socket, &serde_json::json!({"command": "status"}))?;
+        let reshape = &status["array"]["reshape"];
+        let (position, end) = (
+            reshape["position_bytes"].as_u64().unwrap_or(0),
+            reshape["end_bytes"].as_u64().unwrap_or(0),
+        );
+        match reshape["state"].as_str() {
+            // The end is printed once, below.
+            Some("running") if position < end => progress(GrowProgress {
+                position_bytes: position,
+                end_bytes: end,
+            }),
+            Some("running") => {}
+            Some("finished") => {
+                progress(GrowProgress {
+                    position_bytes: end,
+                    end_bytes: end,
+                });
+                if args.json {
+                    println!("{}", serde_json::to_string_pretty(reshape)?);
+                } else {
+                    println!(
+                        "grown online from {} to {} members: {} once the server is restarted (it serves the old size until then)",
+                        reshape["raid_disks_before"],
+                        reshape["raid_disks"],
+                        bytes_text(reshape["new_size_bytes"].as_u64().unwrap_or(0)),
+                    );
+                }
+                return Ok(0);
+            }
+            Some("failed") => bail!(
+                "the grow in the server stopped at {position} bytes: {}",
+                reshape["error"].as_str().unwrap_or("(no reason given)")
+            ),
+            _ => bail!("the server shows no grow in its status"),
+        }
+        std::thread::sleep(Duration::from_millis(200));
     }
 }

@@ -7,6 +7,7 @@ pub mod create;
 pub mod detail;
 pub mod examine;
 pub mod grow;
+pub mod grow_online;
 pub mod io;
 pub mod manage;
 pub mod manual;

@@ -37,6 +37,12 @@ pub struct ServeCmd {
     /// faster than MIN while clients are doing I/O. Default: 50:unlimited.
     #[arg(long, value_name = "MIN:MAX", value_parser = crate::cmd::manage::parse_speed)]
     rebuild_speed: Option<(u64, u64)>,
+    /// Speed limit in MB/s, `MIN:MAX` (or `MAX`), of a grow run through
+    /// the control socket (`nvraid grow --socket`): the rows move no
+    /// faster than MAX. MIN is accepted for md's syntax and not used yet
+    /// (the grow does not slow down for clients). Default: unlimited.
+    #[arg(long, value_name = "MIN:MAX", value_parser = crate::cmd::manage::parse_speed)]
+    reshape_speed: Option<(u64, u64)>,
     /// Write cache: none (a write is acknowledged once on the members),
     /// writeback (in RAM: acknowledged writes not yet flushed are LOST if
     /// nvraid dies or power fails; FLUSH and FUA still wait for the
@@ -128,7 +134,13 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
     };
     let log: Log = Arc::new(|line: &str| eprintln!("{line}"));
     let online = Online::new(array.clone(), pace, direct, log.clone());
-    configure(&mut options, &array, &resync, &online);
+    let reshaping = Arc::new(crate::cmd::grow_online::Reshaping::new(
+        array.clone(),
+        online.clone(),
+        direct,
+        args.reshape_speed.map(|(_, max)| max * 1_000_000),
+    ));
+    configure(&mut options, &array, &resync, &online, &reshaping);
     let monitor = monitor.start(&array, &online, &resync, &mut options);
     let (target, cache) = serving_target(args, journal_member, &array, &mut options)?;
     let shutdown = ShutdownHandle::new();
@@ -155,6 +167,10 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
     }
     // The server has stopped, finished in-flight requests and flushed; only
     // then is the array marked clean.
+    // The grow's thread stops after its step (the position it recorded
+    // stays) before the array is closed.
+    reshaping.stop();
+    drop(reshaping);
     served.context("the NBD server failed; the array is left as it is")?;
     drop(online);
     let array = Arc::try_unwrap(array)
@@ -512,6 +528,7 @@ fn configure(
     array: &Arc<Array>,
     resync: &Arc<std::sync::Mutex<ResyncState>>,
     online: &Arc<Online>,
+    reshaping: &Arc<crate::cmd::grow_online::Reshaping>,
 ) {
     let chunk = array.geometry().chunk_bytes().unwrap_or(4096);
     options.preferred_block_bytes = (chunk as u32).clamp(array.sector_bytes(), 1 << 20);
@@ -524,9 +541,13 @@ fn configure(
     }
     let command_array = array.clone();
     let command_online = online.clone();
+    let command_reshaping = reshaping.clone();
     options.command_hook = Some(Arc::new(move |request| {
         if let Some(refused) = refuse_when_read_only(&command_array, request) {
             return refused;
+        }
+        if let Some(answer) = command_reshaping.command(request) {
+            return answer;
         }
         crate::cmd::online::command(&command_online, request)
             .unwrap_or_else(|| control_command(&command_array, request))
@@ -534,9 +555,13 @@ fn configure(
     let status_array = array.clone();
     let resync = resync.clone();
     let status_online = online.clone();
+    let status_reshaping = reshaping.clone();
     options.status_hook = Some(Arc::new(move || {
         let mut value = array_status(&status_array);
         value["recovery"] = crate::cmd::online::status(&status_online);
+        if let Some(reshape) = status_reshaping.status() {
+            value["reshape"] = reshape;
+        }
         let s = resync.lock().unwrap_or_else(|e| e.into_inner());
         if s.total_bytes > 0 || s.error.is_some() {
             let rate = if s.seconds > 0.0 {
@@ -587,6 +612,7 @@ fn refuse_when_read_only(array: &Array, request: &serde_json::Value) -> Option<s
     let command = request["command"].as_str()?;
     let member = match command {
         "fail" | "remove" | "add" => request["member"].as_str(),
+        "grow" => None,
         "replace" => request["old"].as_str(),
         "repair" => None,
         _ => return None,

@@ -1,0 +1,869 @@
+//! A RAID 4/5/6 gaining members while it is served (`nvraid grow
+//! --socket`): the offline grow's record and steps (`grow`, `step`), run
+//! on the served array's members while clients read and write.
+//!
+//! - **The record.** Every superblock update of the running array records
+//!   the reshape ([`ReshapeRecord`]: `RESHAPE_ACTIVE | NEW_OFFSET`, the new
+//!   member count, `reshape_position`, `new_offset`; the finished shape once
+//!   it is done), and writes the added members' superblocks too, first, so
+//!   that a dirty mark, a member failing or the clean close never writes a
+//!   superblock without it.
+//! - **The route.** From the start every fast-path request goes through
+//!   [`LiveGrow::io`] (`Array::start_live_route`, which first waits for
+//!   the requests the queues had in flight): bytes below the position `P`
+//!   in the new shape (read and written here, a write as a reconstruct-
+//!   write of each new stripe under a stripe lock, parity computed whole),
+//!   bytes at or past it through the array's own (old-shape) simple path.
+//!   Both let writes in through `Array::admit_write` (the dirty mark and the
+//!   write-intent bits: for the new shape, the bits of the new rows).
+//! - **A step** moves `[P, P')` as offline. It first closes the window
+//!   `[P, P')` to client requests (those in it drain, new ones wait) and
+//!   waits for every request that started before it (an old-shape read
+//!   routed when `P` was lower may still be reading rows this step
+//!   overwrites: the step waits for it), then moves the rows, flushes the
+//!   members, records `P'` in every superblock, and only then moves `P`
+//!   in memory and opens the window.
+//! - **The end.** The finished shape is recorded; from then on every byte
+//!   is read and written in the new shape, here, until the array is
+//!   assembled again (at its new size: the served size stays the old one
+//!   until `serve` is restarted).
+//!
+//! A failure (a member, a superblock write) stops the grow at the position
+//! last recorded: the record stays, client requests go on through the two
+//! shapes, and `nvraid grow --continue` finishes it after `serve` stops.
+
+use super::grow::{
+    check_new_member, finish_record, free_dev_numbers, new_member_superblock, room_for,
+};
+use super::step::move_rows;
+use crate::array::{Array, LiveRoute};
+use crate::error::{Error, Result};
+use crate::members::{Companion, ReshapeRecord, Update};
+use crate::slot::write_superblock;
+use nvraid_io::queue::OpKind;
+use nvraid_io::AlignedBuf;
+use nvraid_layout::{Direction, Geometry, Level, Reshape};
+use nvraid_member::{Member, OpenOptions};
+use nvraid_metadata::{features, Role, Superblock};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+/// How to grow a served array.
+#[derive(Clone, Debug)]
+pub struct LiveGrowOptions {
+    /// The member count after the grow.
+    pub raid_devices: u32,
+    /// The members to add.
+    pub add: Vec<String>,
+    pub direct: bool,
+    pub force: bool,
+    /// The most array bytes one step moves.
+    pub step_bytes: u64,
+    /// The most bytes per second the reshape moves (`None`: as fast as it
+    /// goes).
+    pub max_bytes_per_sec: Option<u64>,
+}
+
+/// Where a served grow stands (`nvraid status`).
+#[derive(Clone, Debug, Serialize)]
+pub struct LiveGrowStatus {
+    /// `running`, `finished` or `failed`.
+    pub state: &'static str,
+    pub raid_disks_before: u32,
+    pub raid_disks: u32,
+    pub position_bytes: u64,
+    pub end_bytes: u64,
+    pub bytes_per_sec: u64,
+    pub eta_seconds: Option<u64>,
+    /// Why it stopped, when it failed.
+    pub error: Option<String>,
+    /// The array's size once it is assembled again.
+    pub new_size_bytes: u64,
+}
+
+/// Client requests in flight and the step's window (see [`Gate`]).
+#[derive(Debug, Default)]
+struct GateState {
+    /// Where the new shape ends and the old begins (array bytes).
+    position: u64,
+    /// `[start, end)` closed to client requests while a step moves it.
+    window: Option<(u64, u64)>,
+    /// The epoch requests start in now; moves at each step's start.
+    epoch: u64,
+    /// Requests in flight per epoch they started in.
+    in_flight: BTreeMap<u64, u64>,
+}
+
+/// Where client requests are routed, and the steps' exclusion: a
+/// request enters with the position it is routed by and the epoch it
+/// started in; a step closes its window and waits for every request of
+/// an earlier epoch (reads included) before it writes a byte.
+#[derive(Debug, Default)]
+struct Gate {
+    state: Mutex<GateState>,
+    opened: Condvar,
+}
+
+impl Gate {
+    fn position(&self) -> u64 {
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .position
+    }
+
+    /// Close `[p, to)` to new requests and wait until every request that
+    /// started before now has finished.
+    fn close_window(&self, p: u64, to: u64) {
+        let mut gate = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        gate.window = Some((p, to));
+        gate.epoch += 1;
+        let now = gate.epoch;
+        while gate.in_flight.range(..now).any(|(_, &n)| n > 0) {
+            gate = self.opened.wait(gate).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Open the window again, the position moved to `to` when given.
+    fn open_window(&self, to: Option<u64>) {
+        let mut gate = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(to) = to {
+            gate.position = to;
+        }
+        gate.window = None;
+        drop(gate);
+        self.opened.notify_all();
+    }
+
+    /// Enter for `[offset, offset + len)` (waiting while a step's window
+    /// covers part of it): the epoch and the position to route by.
+    fn enter(&self, offset: u64, len: u64) -> (u64, u64) {
+        let mut gate = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        while gate
+            .window
+            .is_some_and(|(start, end)| offset < end && start < offset + len)
+        {
+            gate = self.opened.wait(gate).unwrap_or_else(|p| p.into_inner());
+        }
+        let epoch = gate.epoch;
+        *gate.in_flight.entry(epoch).or_default() += 1;
+        (epoch, gate.position)
+    }
+
+    fn leave(&self, epoch: u64) {
+        let mut gate = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let n = gate.in_flight.get_mut(&epoch).expect("entered");
+        *n -= 1;
+        if *n == 0 {
+            gate.in_flight.remove(&epoch);
+            drop(gate);
+            self.opened.notify_all();
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Progress {
+    state: &'static str,
+    error: Option<String>,
+    started: Instant,
+    start_position: u64,
+}
+
+/// A grow running on a served array (see the module's text).
+#[derive(Debug)]
+pub struct LiveGrow {
+    /// The reshape as recorded at its start (position 0).
+    reshape: Reshape,
+    old_members: u32,
+    /// The added members, by role from `old_members` on, with their
+    /// superblocks before the record (each update puts it in).
+    added: Vec<(Member, Mutex<Superblock>)>,
+    /// Sectors the data offset moves down.
+    moved_sectors: u64,
+    /// Each member's bad-block log's new place (`bblog_offset`), by role.
+    bblog_offsets: Vec<u32>,
+    /// The role table's entries the added members hold: (device, entry).
+    table_entries: Vec<(usize, u16)>,
+    /// The recorded position in sectors, and whether the finished shape is
+    /// recorded.
+    record: Mutex<(u64, bool)>,
+    gate: Gate,
+    /// New-shape stripe locks (stripe number modulo their count).
+    stripes: Vec<Mutex<()>>,
+    progress: Mutex<Progress>,
+    stop: AtomicBool,
+    step_bytes: u64,
+    max_bytes_per_sec: Option<u64>,
+}
+
+const STRIPE_LOCKS: u64 = 256;
+
+impl LiveGrow {
+    /// Check that the served `array` can grow as asked, record the reshape
+    /// on every member (the added ones first) and route client requests
+    /// through it; the steps run on a thread of their own, which is
+    /// returned. Refused, with nothing written: an array not served
+    /// writable, not RAID 4/5/6, degraded, being recovered or resynced,
+    /// with a partial parity log or a write journal, one already reshaping,
+    /// new members too small or carrying a signature, no room to move the
+    /// data offset.
+    pub fn start(
+        array: &Arc<Array>,
+        options: &LiveGrowOptions,
+    ) -> Result<(Arc<LiveGrow>, std::thread::JoinHandle<()>)> {
+        let spec0 = array
+            .slot(0)
+            .map_or("(missing)", |s| s.member.spec())
+            .to_string();
+        let refuse = |what: String| Error::Unsupported {
+            spec: spec0.clone(),
+            what,
+        };
+        if array.is_reshaping_live() {
+            return Err(refuse(
+                "a second grow while one runs on this served array".into(),
+            ));
+        }
+        if !array.is_writable() {
+            return Err(Error::ReadOnly);
+        }
+        let old = array.geometry().clone();
+        if !matches!(old.level(), Level::Raid5 { .. } | Level::Raid6 { .. }) {
+            return Err(refuse(format!(
+                "growing a served {} (nvraid grows RAID 4/5/6 while served; stop serve and use `nvraid grow` for the others)",
+                old.level()
+            )));
+        }
+        if array.is_degraded() || (0..array.roles()).any(|r| !array.is_usable(r)) {
+            return Err(Error::NotStartable(
+                "the array is degraded; nvraid grows only a whole array: rebuild it first".into(),
+            ));
+        }
+        if array.read_limited() {
+            return Err(Error::NotStartable(
+                "a member is being recovered or has bad blocks; finish the rebuild first".into(),
+            ));
+        }
+        if array.first_copy_reads() {
+            return Err(Error::NotStartable(
+                "the array awaits a resync (it came up dirty); let it finish first".into(),
+            ));
+        }
+        if array.ppl.is_some() || array.md_journal.is_some() {
+            return Err(refuse(
+                "growing an array with md's partial parity log or write journal (md refuses to reshape those too)".into(),
+            ));
+        }
+        let old_count = old.members();
+        let want = old_count as usize + options.add.len();
+        if options.add.is_empty() || options.raid_devices as usize != want {
+            return Err(Error::BadOption {
+                option: "--raid-devices".into(),
+                why: format!(
+                    "{} with {} member(s) added to {old_count}: give one --add per new member, {want} in all",
+                    options.raid_devices,
+                    options.add.len(),
+                ),
+            });
+        }
+        let reference = array.superblock().clone();
+        let sbs: Vec<Superblock> = (0..array.roles())
+            .map(|r| array.slot(r).expect("whole").superblock.clone())
+            .collect();
+        let bitmap_bytes = array.intent().map(|i| i.storage_bytes());
+        let (moved_sectors, log_moves) = room_for(&sbs, &reference, &old, bitmap_bytes)?;
+        let open = OpenOptions {
+            write: true,
+            create_bytes: None,
+            direct: options.direct,
+            ..Default::default()
+        };
+        let mut adding = Vec::with_capacity(options.add.len());
+        for spec in &options.add {
+            if (0..array.roles()).any(|r| array.slot(r).is_some_and(|s| s.member.spec() == spec)) {
+                return Err(Error::BadOption {
+                    option: "--add".into(),
+                    why: format!("{spec} is a member of the array already"),
+                });
+            }
+            let member = Member::open(spec, open)?;
+            check_new_member(&member, &reference, &old, options.force)?;
+            adding.push(member);
+        }
+        let new = Geometry::new(
+            old.level(),
+            options.raid_devices,
+            old.chunk_bytes().expect("parity levels have chunks"),
+            crate::assemble::member_data_bytes(&reference),
+        )?;
+        let data_offset = reference.data_offset_sectors * 512;
+        let new_offset = data_offset - moved_sectors * 512;
+        let reshape = Reshape::new(
+            old.clone(),
+            new.clone(),
+            0,
+            Direction::Forwards,
+            (0..old_count).map(|_| data_offset).collect(),
+            (0..new.members()).map(|_| new_offset).collect(),
+        )
+        .map_err(|e| Error::NotStartable(e.to_string()))?;
+        if (0..array.roles()).any(|r| {
+            array
+                .slot(r)
+                .is_some_and(|s| s.data_offset_bytes() != data_offset)
+        }) {
+            return Err(refuse(
+                "members with different data offsets (nvraid grows a served array whose members start their data at one offset)".into(),
+            ));
+        }
+        // The bad-block logs in the way of the move, copied first (the
+        // record names their new places).
+        let mut bblog_offsets: Vec<u32> = sbs.iter().map(|sb| sb.bblog_offset).collect();
+        for (role, moved) in log_moves.iter().enumerate() {
+            let Some((start, len, to)) = *moved else {
+                continue;
+            };
+            let member = &array.slot(role).expect("whole").member;
+            let mut log = AlignedBuf::zeroed((len * 512).next_multiple_of(4096) as usize);
+            let log = &mut log[..(len * 512) as usize];
+            member
+                .read_at(log, start * 512)
+                .map_err(|e| Error::io(member.spec(), e))?;
+            member
+                .write_at(log, to * 512)
+                .map_err(|e| Error::io(member.spec(), e))?;
+            member.flush().map_err(|e| Error::io(member.spec(), e))?;
+            bblog_offsets[role] = (to - sbs[role].super_offset_sectors) as u32;
+        }
+        let free = free_dev_numbers(&reference, adding.len())?;
+        let mut added = Vec::with_capacity(adding.len());
+        let mut table_entries = Vec::with_capacity(adding.len());
+        for (k, (member, dev)) in adding.into_iter().zip(free).enumerate() {
+            let mut sb = new_member_superblock(&member, &reference, dev)?;
+            sb.bblog_offset = reference.bblog_offset;
+            table_entries.push((
+                dev as usize,
+                Role::Active((old_count as usize + k) as u16).to_raw(),
+            ));
+            crate::badlog::write_empty(&member, &sb)?;
+            // The bitmap as it stands (the union the clients' writes set
+            // from here on is on the old members; md's assembly and
+            // `--continue` take the union).
+            array.bitmap_copy_to(&member)?;
+            member.flush().map_err(|e| Error::io(member.spec(), e))?;
+            added.push((member, Mutex::new(sb)));
+        }
+        let bblog_offsets = bblog_offsets
+            .into_iter()
+            .chain(
+                added
+                    .iter()
+                    .map(|(_, sb)| sb.lock().expect("fresh").bblog_offset),
+            )
+            .collect();
+        let live = Arc::new(LiveGrow {
+            reshape,
+            old_members: old_count,
+            added,
+            moved_sectors,
+            bblog_offsets,
+            table_entries,
+            record: Mutex::new((0, false)),
+            gate: Gate::default(),
+            stripes: (0..STRIPE_LOCKS).map(|_| Mutex::new(())).collect(),
+            progress: Mutex::new(Progress {
+                state: "running",
+                error: None,
+                started: Instant::now(),
+                start_position: 0,
+            }),
+            stop: AtomicBool::new(false),
+            step_bytes: options.step_bytes.max(1),
+            max_bytes_per_sec: options.max_bytes_per_sec,
+        });
+        // Clients' writes from here on mark the array dirty through the
+        // record (a crash then resyncs what they touched).
+        array.mark_dirty()?;
+        // The added members first (as the offline grow writes them), one
+        // event ahead of the others until those are written.
+        live.write_added(array.events() + 1, None, &array.role_table_now())
+            .map_err(|(_, e)| Error::io("(a member the grow adds)", e))?;
+        if !array.set_reshape_record(live.clone()) {
+            return Err(refuse(
+                "a second grow while one runs on this served array".into(),
+            ));
+        }
+        array.rewrite_superblocks()?;
+        crate::failpoint::hit("reshape-superblock");
+        if !array.start_live_route(live.clone()) {
+            unreachable!("invariant: the record was set once, so was the route");
+        }
+        let weak = Arc::downgrade(array);
+        let thread_live = live.clone();
+        let thread = std::thread::Builder::new()
+            .name("nvraid-reshape".into())
+            .spawn(move || thread_live.run(weak))
+            .map_err(|e| Error::NotStartable(format!("no reshape thread: {e}")))?;
+        Ok((live, thread))
+    }
+
+    /// Stop after the step under way (the position it records stays).
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+    }
+
+    /// Where it stands.
+    pub fn status(&self) -> LiveGrowStatus {
+        let position = self.gate.position();
+        let progress = self.progress.lock().unwrap_or_else(|p| p.into_inner());
+        let end = self.reshape.new_shape().array_bytes();
+        let secs = progress.started.elapsed().as_secs_f64();
+        let moved = position.saturating_sub(progress.start_position);
+        let rate = if secs > 0.0 {
+            (moved as f64 / secs) as u64
+        } else {
+            0
+        };
+        LiveGrowStatus {
+            state: progress.state,
+            raid_disks_before: self.old_members,
+            raid_disks: self.reshape.new_shape().members(),
+            position_bytes: position,
+            end_bytes: end,
+            bytes_per_sec: rate,
+            eta_seconds: (rate > 0 && progress.state == "running")
+                .then(|| (end - position.min(end)) / rate),
+            error: progress.error.clone(),
+            new_size_bytes: end,
+        }
+    }
+
+    /// The steps, then the end; a failure recorded in the status.
+    fn run(self: Arc<Self>, array: Weak<Array>) {
+        let outcome = self.steps(&array);
+        let mut progress = self.progress.lock().unwrap_or_else(|p| p.into_inner());
+        match outcome {
+            Ok(true) => progress.state = "finished",
+            Ok(false) => {
+                progress.state = "failed";
+                progress.error = Some(
+                    "stopped (the server is stopping); `nvraid grow --continue` finishes it".into(),
+                );
+            }
+            Err(e) => {
+                eprintln!("nvraid: event=reshape-failed reason=\"{e}\"");
+                progress.state = "failed";
+                progress.error = Some(e.to_string());
+            }
+        }
+    }
+
+    fn steps(&self, array: &Weak<Array>) -> Result<bool> {
+        let end = self.reshape.new_shape().array_bytes();
+        let unit = self.reshape.position_unit();
+        let step_bytes = self.step_bytes.max(unit);
+        let kernel = nvraid_parity::Kernel::best();
+        let started = Instant::now();
+        let mut moved = 0u64;
+        loop {
+            let p = self.gate.position();
+            if p >= end {
+                break;
+            }
+            if self.stop.load(Ordering::Acquire) {
+                return Ok(false);
+            }
+            let Some(array) = array.upgrade() else {
+                return Ok(false);
+            };
+            let reshape = self
+                .reshape
+                .at(p)
+                .map_err(|e| Error::NotStartable(e.to_string()))?;
+            let mut to = (p + step_bytes).min(end);
+            if to < end {
+                to = to / unit * unit;
+            }
+            loop {
+                let kernel_ok = to == end || reshape.at(to).is_ok_and(|r| r.md_can_continue());
+                if to > p && reshape.step_is_safe(to) && kernel_ok {
+                    break;
+                }
+                if to <= p + unit {
+                    return Err(Error::NotStartable(format!(
+                        "no step from {p} is safe (the data offset moved too little)"
+                    )));
+                }
+                to = if to == end {
+                    (end - 1) / unit * unit
+                } else {
+                    to - unit
+                };
+            }
+            self.gate.close_window(p, to);
+            // A member that failed has stale old rows (the array writes
+            // around it): moving them would copy stale bytes. The grow
+            // stops at the position recorded.
+            if let Some(role) = (0..array.roles()).find(|&r| !array.is_usable(r)) {
+                self.gate.open_window(None);
+                return Err(Error::NotStartable(format!(
+                    "member {role} failed; the grow stopped at {p} bytes, the position its superblocks record"
+                )));
+            }
+            let members = self.members_of(&array);
+            let moved_ok = move_rows(&reshape, &members, to, kernel, &|| {
+                crate::failpoint::hit("reshape-write")
+            });
+            if let Err(e) = moved_ok {
+                self.gate.open_window(None);
+                return Err(e);
+            }
+            {
+                let mut record = self.record.lock().unwrap_or_else(|p| p.into_inner());
+                *record = (if to < end { to / 512 } else { record.0 }, to >= end);
+            }
+            if let Err(e) = array.rewrite_superblocks() {
+                self.gate.open_window(None);
+                return Err(e);
+            }
+            crate::failpoint::hit("reshape-superblock");
+            self.gate.open_window(Some(to));
+            moved += to - p;
+            if let Some(max) = self.max_bytes_per_sec {
+                let due = Duration::from_secs_f64(moved as f64 / max.max(1) as f64);
+                let spent = started.elapsed();
+                if due > spent {
+                    std::thread::sleep(due - spent);
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// The new shape's members by role: the array's, then the added.
+    fn members_of<'a>(&'a self, array: &'a Array) -> Vec<&'a Member> {
+        (0..self.old_members as usize)
+            .map(|r| &array.slot(r).expect("a whole array").member)
+            .chain(self.added.iter().map(|(m, _)| m))
+            .collect()
+    }
+
+    fn rw(&self, array: &Array, write: bool, offset: u64, buf: &mut [u8], fua: bool) -> Result<()> {
+        let len = buf.len() as u64;
+        let (epoch, position) = self.gate.enter(offset, len);
+        let split = position.clamp(offset, offset + len);
+        let cut = (split - offset) as usize;
+        let (below, above) = buf.split_at_mut(cut);
+        let done = (|| {
+            if !below.is_empty() {
+                if write {
+                    self.new_write(array, offset, below, fua)?;
+                } else {
+                    self.new_read(array, offset, below)?;
+                }
+            }
+            if !above.is_empty() {
+                if write {
+                    array.write_at(above, split, fua)?;
+                } else {
+                    array.read_at(above, split)?;
+                }
+            }
+            Ok(())
+        })();
+        self.gate.leave(epoch);
+        done
+    }
+
+    /// Read new-shape bytes (all below the position).
+    fn new_read(&self, array: &Array, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let new = self.reshape.new_shape();
+        let base = self.new_offset();
+        let members = self.members_of(array);
+        let mut at = 0usize;
+        for piece in new.pieces(offset, buf.len() as u64) {
+            let place = new.locate(piece.logical_offset, 0);
+            let member = members[place.member as usize];
+            member
+                .read_at(
+                    &mut buf[at..at + piece.len as usize],
+                    base + place.member_offset,
+                )
+                .map_err(|e| Error::io(member.spec(), e))?;
+            at += piece.len as usize;
+        }
+        Ok(())
+    }
+
+    fn new_offset(&self) -> u64 {
+        self.reshape
+            .data_offset(nvraid_layout::Shape::New, 0)
+            .expect("role 0")
+    }
+
+    /// Write new-shape bytes (all below the position): each new stripe it
+    /// touches read, changed and written whole with its parity, under the
+    /// stripe's lock; admitted as a write of the same member rows.
+    fn new_write(&self, array: &Array, offset: u64, buf: &[u8], fua: bool) -> Result<()> {
+        let new = self.reshape.new_shape();
+        let old = self.reshape.old();
+        let map = new
+            .level()
+            .stripe_map(new.members())
+            .expect("a parity level");
+        let chunk = new.chunk_bytes().expect("chunks");
+        let data_per = u64::from(map.data_per_stripe());
+        let unit = chunk * data_per;
+        let old_unit = chunk * u64::from(old.members() - old.level().parity_chunks());
+        let end = offset + buf.len() as u64;
+        let (first, last) = (offset / unit, (end - 1) / unit);
+        // The old shape's array bytes in the same member rows: what the
+        // write-intent bitmap (member rows) and the dirty mark take.
+        let admit_at = first * old_unit;
+        let admit_len = ((last + 1) * old_unit).min(old.array_bytes()) - admit_at;
+        let base = self.new_offset();
+        let kernel = nvraid_parity::Kernel::best();
+        array.while_admitted(admit_at, admit_len.max(1), || {
+            let members = self.members_of(array);
+            let c = chunk as usize;
+            let mut data = AlignedBuf::zeroed(unit as usize);
+            let mut p = AlignedBuf::zeroed(c);
+            let mut q = AlignedBuf::zeroed(c);
+            for stripe in first..=last {
+                let _lock = self.stripes[(stripe % STRIPE_LOCKS) as usize]
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                let blocks = map.stripe(stripe);
+                let row = base + stripe * chunk;
+                let s_start = stripe * unit;
+                let (w_start, w_end) = (offset.max(s_start), end.min(s_start + unit));
+                for (d, &m) in blocks.data.iter().enumerate() {
+                    let (c_start, c_end) =
+                        (s_start + d as u64 * chunk, s_start + (d as u64 + 1) * chunk);
+                    if w_start <= c_start && c_end <= w_end {
+                        continue; // wholly overwritten
+                    }
+                    let member = members[m as usize];
+                    member
+                        .read_at(&mut data[d * c..(d + 1) * c], row)
+                        .map_err(|e| Error::io(member.spec(), e))?;
+                }
+                data[(w_start - s_start) as usize..(w_end - s_start) as usize]
+                    .copy_from_slice(&buf[(w_start - offset) as usize..(w_end - offset) as usize]);
+                let chunk_of = |d: usize| &data[d * c..(d + 1) * c];
+                match blocks.q {
+                    None => {
+                        let all: Vec<&[u8]> = (0..blocks.data.len()).map(chunk_of).collect();
+                        nvraid_parity::gen_p(kernel, &all, &mut p);
+                    }
+                    Some(_) => {
+                        let mut ordered: Vec<&[u8]> = vec![&[]; blocks.data.len()];
+                        for d in 0..blocks.data.len() {
+                            ordered[map.q_slot(stripe, d as u32)] = chunk_of(d);
+                        }
+                        nvraid_parity::gen_pq(kernel, &ordered, &mut p, &mut q);
+                    }
+                }
+                for (d, &m) in blocks.data.iter().enumerate() {
+                    let (c_start, c_end) =
+                        (s_start + d as u64 * chunk, s_start + (d as u64 + 1) * chunk);
+                    if c_end <= w_start || w_end <= c_start {
+                        continue; // unchanged
+                    }
+                    let member = members[m as usize];
+                    member
+                        .write_at(chunk_of(d), row)
+                        .map_err(|e| Error::io(member.spec(), e))?;
+                }
+                let member = members[blocks.p as usize];
+                member
+                    .write_at(&p, row)
+                    .map_err(|e| Error::io(member.spec(), e))?;
+                if let Some(qm) = blocks.q {
+                    let member = members[qm as usize];
+                    member
+                        .write_at(&q, row)
+                        .map_err(|e| Error::io(member.spec(), e))?;
+                }
+            }
+            if fua {
+                for member in &members {
+                    member.flush().map_err(|e| Error::io(member.spec(), e))?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// The record as it stands, put into a superblock of the member in
+    /// `role` (either shape's).
+    fn record_into(&self, role: usize, sb: &mut Superblock) {
+        let (position, finished) = *self.record.lock().unwrap_or_else(|p| p.into_inner());
+        let new = self.reshape.new_shape();
+        sb.raid_disks = new.members();
+        sb.bblog_offset = self.bblog_offsets[role];
+        sb.feature_map |= features::RESHAPE_ACTIVE | features::NEW_OFFSET;
+        sb.delta_disks = (new.members() - self.old_members) as i32 as u32;
+        sb.new_level = sb.level as u32;
+        sb.new_layout = sb.layout;
+        sb.new_chunk = sb.chunk_sectors;
+        sb.reshape_position = position;
+        sb.new_offset = (-(self.moved_sectors as i64)) as i32 as u32;
+        if finished {
+            finish_record(sb);
+        }
+    }
+}
+
+impl LiveRoute for LiveGrow {
+    fn io(
+        &self,
+        array: &Array,
+        op: OpKind,
+        offset: u64,
+        buf: &mut [u8],
+        fua: bool,
+    ) -> std::result::Result<(), i32> {
+        let errno = |e: Error| match e {
+            Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+            _ => libc::EIO,
+        };
+        match op {
+            OpKind::Read => self.rw(array, false, offset, buf, false).map_err(errno),
+            OpKind::Write => self.rw(array, true, offset, buf, fua).map_err(errno),
+            OpKind::Flush => {
+                array.flush().map_err(errno)?;
+                for (member, _) in &self.added {
+                    member
+                        .flush()
+                        .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+                }
+                Ok(())
+            }
+            // A discard may leave the old data (the Target's contract).
+            OpKind::Discard => Ok(()),
+        }
+    }
+}
+
+impl Companion for LiveGrow {
+    fn after_superblocks(&self, update: &Update<'_>) -> Result<()> {
+        self.write_added(update.events, Some(update), update.roles_raw)
+            .map_err(|(_, e)| Error::io("(a member the grow added)", e))
+    }
+
+    fn role_table(&self, table: &mut [u16]) {
+        for &(dev, entry) in &self.table_entries {
+            if let Some(slot) = table.get_mut(dev) {
+                *slot = entry;
+            }
+        }
+    }
+}
+
+impl LiveGrow {
+    /// Write the added members' superblocks with `events` (and the
+    /// update's resync offset and time once it is known; dirty before).
+    fn write_added(
+        &self,
+        events: u64,
+        update: Option<&Update<'_>>,
+        table: &[u16],
+    ) -> std::result::Result<(), (usize, std::io::Error)> {
+        for (k, (member, sb)) in self.added.iter().enumerate() {
+            let role = self.old_members as usize + k;
+            // Each write starts from the member's own superblock as it
+            // was before the reshape (the record is put in afresh: the
+            // finished shape moves the data offset once).
+            let mut written = sb.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            self.record_into(role, &mut written);
+            written.events = events;
+            written.roles_raw = table.to_vec();
+            for &(dev, entry) in &self.table_entries {
+                if let Some(slot) = written.roles_raw.get_mut(dev) {
+                    *slot = entry;
+                }
+            }
+            match update {
+                Some(u) => {
+                    written.resync_offset = u.resync_offset;
+                    written.utime = u.utime;
+                }
+                None => written.resync_offset = 0,
+            }
+            let to_io = |e: Error| match e {
+                Error::Io { source, .. } => source,
+                other => std::io::Error::other(other.to_string()),
+            };
+            write_superblock(member, &written).map_err(|e| (role, to_io(e)))?;
+            member.flush().map_err(|e| (role, e))?;
+        }
+        Ok(())
+    }
+}
+
+impl ReshapeRecord for LiveGrow {
+    fn apply(&self, role: usize, sb: &mut Superblock) {
+        self.record_into(role, sb);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Gate;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    /// A read routed by the old position (to the old shape) is still in
+    /// flight when the position moves; the next step, which may overwrite
+    /// the old rows it reads, must wait for it, even though it lies
+    /// outside that step's window.
+    #[test]
+    fn a_step_waits_for_a_read_routed_before_the_position_moved() {
+        let gate = Arc::new(Gate::default());
+        gate.close_window(0, 1 << 20);
+        gate.open_window(Some(1 << 20));
+        // A read routed at position 1 MiB: its bytes at 3 MiB are read in
+        // the old shape. A step that moves the position on may then
+        // overwrite old rows of bytes it passed; it must wait for the
+        // read, although the read lies outside its window.
+        let (epoch, position) = gate.enter(3 << 20, 4096);
+        assert_eq!(position, 1 << 20);
+        let stepped = Arc::new(AtomicBool::new(false));
+        let step = {
+            let gate = gate.clone();
+            let stepped = stepped.clone();
+            std::thread::spawn(move || {
+                gate.close_window(1 << 20, 2 << 20);
+                stepped.store(true, Ordering::SeqCst);
+            })
+        };
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            !stepped.load(Ordering::SeqCst),
+            "the step went on while a request routed before it was in flight"
+        );
+        gate.leave(epoch);
+        step.join().unwrap();
+        assert!(stepped.load(Ordering::SeqCst));
+        // Requests that start after the step began are not waited for,
+        // and one in its window waits for the window to open.
+        let (late, _) = gate.enter(0, 4096);
+        let waiter = {
+            let gate = gate.clone();
+            std::thread::spawn(move || gate.enter((1 << 20) + 4096, 4096))
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!waiter.is_finished(), "a request entered the step's window");
+        gate.open_window(Some(2 << 20));
+        let (e, position) = waiter.join().unwrap();
+        assert_eq!(position, 2 << 20);
+        gate.leave(e);
+        gate.leave(late);
+    }
+}

@@ -1,0 +1,295 @@
+//! A RAID 4/5/6 gaining members while clients read and write it through
+//! the fast path (`reshape::LiveGrow`, what `nvraid grow --socket` runs
+//! in a served array): every byte the clients wrote reads back, during the
+//! grow through the two shapes and after it from the new shape assembled
+//! again.
+
+mod common;
+
+use common::{new_array, writable, Rng};
+use nvraid_array::reshape::{LiveGrow, LiveGrowOptions};
+use nvraid_array::{assemble, Array, AssembleOptions, FanoutTarget};
+use nvraid_io::engine::EngineKind;
+use nvraid_io::queue::{OpKind, Queue, Target};
+use nvraid_layout::parity::ParityLayout;
+use nvraid_layout::Level;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+const BLOCK: u64 = 4096;
+
+/// The bytes block `b` holds after its `version`-th write.
+fn pattern(b: u64, version: u64, out: &mut [u8]) {
+    let mut x =
+        b.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ version.wrapping_mul(0xd6e8_feb8_6659_fd93) | 1;
+    for word in out.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        word.copy_from_slice(&x.to_le_bytes()[..word.len()]);
+    }
+}
+
+fn one(queue: &mut Box<dyn Queue>, op: OpKind, offset: u64, len: u32) {
+    queue.submit(0, op, offset, len, false).unwrap();
+    let mut result = None;
+    while result.is_none() {
+        queue.reap(1, &mut |c| result = Some(c.result)).unwrap();
+    }
+    assert_eq!(result.unwrap(), Ok(len), "{op:?} at {offset}+{len}");
+}
+
+fn empty_member(dir: &tempfile::TempDir, name: &str, bytes: u64) -> String {
+    let path = dir.path().join(name);
+    std::fs::File::create(&path)
+        .unwrap()
+        .set_len(bytes)
+        .unwrap();
+    path.display().to_string()
+}
+
+/// Clients (each on its own queue, owning every `threads`-th block) write
+/// and read back their blocks while `array` grows; returns each block's
+/// last version (0: the fill).
+fn clients_during(
+    array: &Arc<Array>,
+    threads: u64,
+    writes: bool,
+    running: &Arc<AtomicBool>,
+) -> Vec<std::thread::JoinHandle<Vec<(u64, u64)>>> {
+    let blocks = array.size_bytes() / BLOCK;
+    (0..threads)
+        .map(|t| {
+            let array = array.clone();
+            let running = running.clone();
+            std::thread::spawn(move || {
+                let target = FanoutTarget::array(array, EngineKind::Psync);
+                let mut queue = target.open_queue(1, 64 << 10).unwrap();
+                let mut rng = Rng(0x1234 + t);
+                let mut versions = std::collections::HashMap::new();
+                let mut want = vec![0u8; BLOCK as usize];
+                let mut ops = 0u64;
+                while running.load(Ordering::Acquire) || ops < 200 {
+                    ops += 1;
+                    let b = rng.below(blocks / threads) * threads + t;
+                    if writes && rng.below(3) == 0 {
+                        let v = versions.get(&b).copied().unwrap_or(0) + 1;
+                        pattern(b, v, queue.buffer_mut(0)[..BLOCK as usize].as_mut());
+                        one(&mut queue, OpKind::Write, b * BLOCK, BLOCK as u32);
+                        versions.insert(b, v);
+                    } else {
+                        one(&mut queue, OpKind::Read, b * BLOCK, BLOCK as u32);
+                        pattern(b, versions.get(&b).copied().unwrap_or(0), &mut want);
+                        assert!(
+                            queue.buffer(0)[..BLOCK as usize] == want[..],
+                            "block {b} read back wrong during the grow"
+                        );
+                    }
+                }
+                versions.into_iter().collect()
+            })
+        })
+        .collect()
+}
+
+fn grow_online_and_check(level: Level, members: usize, add: usize, clients: Clients) {
+    let dir = tempfile::tempdir().unwrap();
+    let member_bytes = 6 << 20;
+    let specs = new_array(&dir, level, members, 64 << 10, member_bytes);
+    let new: Vec<String> = (0..add)
+        .map(|k| empty_member(&dir, &format!("n{k}"), member_bytes))
+        .collect();
+    let array = writable(&specs);
+    let size = array.size_bytes();
+    {
+        let target = FanoutTarget::array(array.clone(), EngineKind::Psync);
+        let mut queue = target.open_queue(1, 64 << 10).unwrap();
+        for b in 0..size / BLOCK {
+            pattern(b, 0, &mut queue.buffer_mut(0)[..BLOCK as usize]);
+            one(&mut queue, OpKind::Write, b * BLOCK, BLOCK as u32);
+        }
+    }
+    let running = Arc::new(AtomicBool::new(true));
+    let mixed = matches!(clients, Clients::Mixed);
+    let (threads, writes, step_bytes, max_bytes_per_sec) = match clients {
+        Clients::Mixed => (4, true, 256 << 10, Some(16 << 20)),
+        // Only reads, as many as the cores take, and the smallest steps
+        // at full speed: the most position moves under reads in flight.
+        Clients::Readers => (8, false, 1, None),
+    };
+    let clients = clients_during(&array, threads, writes, &running);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let (live, thread) = LiveGrow::start(
+        &array,
+        &LiveGrowOptions {
+            raid_devices: (members + add) as u32,
+            add: new.clone(),
+            direct: true,
+            force: false,
+            // Small steps: many windows, many position moves under the
+            // clients' reads.
+            step_bytes,
+            max_bytes_per_sec,
+        },
+    )
+    .unwrap();
+    let second = LiveGrow::start(
+        &array,
+        &LiveGrowOptions {
+            raid_devices: (members + add + 1) as u32,
+            add: vec![empty_member(&dir, "extra", member_bytes)],
+            direct: true,
+            force: false,
+            step_bytes: 256 << 10,
+            max_bytes_per_sec: None,
+        },
+    );
+    let refused = second
+        .expect_err("a second grow while one runs")
+        .to_string();
+    assert!(refused.contains("second grow"), "{refused}");
+    let mut saw_mid = false;
+    while live.status().state == "running" {
+        let s = live.status();
+        saw_mid |= s.position_bytes > 0 && s.position_bytes < s.end_bytes;
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    thread.join().unwrap();
+    let status = live.status();
+    assert_eq!(status.state, "finished", "{status:?}");
+    assert!(saw_mid, "the status never showed the grow part-way");
+    // Clients on after the end: all in the new shape now.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    running.store(false, Ordering::Release);
+    let mut versions = std::collections::HashMap::new();
+    for c in clients {
+        versions.extend(c.join().unwrap());
+    }
+    // The bits the clients' writes set stay while the grow's route runs
+    // (the added member is not among those the bitmap's pass flushes).
+    let dirty = array.bitmap_info().expect("a bitmap").dirty_chunks;
+    assert!(dirty > 0 || !mixed, "the clients' writes set no bit");
+    array.clear_idle_bits().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    array.clear_idle_bits().unwrap();
+    assert_eq!(
+        array.bitmap_info().unwrap().dirty_chunks,
+        dirty,
+        "write-intent bits cleared during an online grow"
+    );
+    drop(live);
+    Arc::try_unwrap(array).unwrap().close().unwrap();
+    // Assembled again: the new shape, larger, every block as last written.
+    let all: Vec<String> = specs.iter().chain(&new).cloned().collect();
+    let grown = assemble(
+        &all,
+        AssembleOptions {
+            writable: false,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(grown.geometry().members() as usize, members + add);
+    assert_eq!(grown.size_bytes(), status.new_size_bytes);
+    assert!(grown.size_bytes() > size);
+    let mut got = vec![0u8; BLOCK as usize];
+    let mut want = vec![0u8; BLOCK as usize];
+    for b in 0..size / BLOCK {
+        grown.read_at(&mut got, b * BLOCK).unwrap();
+        pattern(b, versions.get(&b).copied().unwrap_or(0), &mut want);
+        assert!(got == want, "block {b} wrong after the grow");
+    }
+    for b in size / BLOCK..grown.size_bytes() / BLOCK {
+        grown.read_at(&mut got, b * BLOCK).unwrap();
+        assert!(got.iter().all(|&x| x == 0), "new space block {b} not zeros");
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Clients {
+    /// Reads and writes, each client its own blocks.
+    Mixed,
+    /// Reads only.
+    Readers,
+}
+
+/// A step overwrites old-shape rows of bytes already moved; a read routed
+/// to the old shape just before the position passed them must have
+/// finished first (the step drains every request older than it).
+#[test]
+fn a_read_routed_to_the_old_shape_is_never_overwritten_under_it_by_the_next_step() {
+    grow_online_and_check(
+        Level::Raid5 {
+            layout: ParityLayout::LeftSymmetric,
+        },
+        4,
+        1,
+        Clients::Readers,
+    );
+}
+
+#[test]
+fn clients_read_and_write_through_an_online_raid5_grow_and_every_byte_reads_back() {
+    grow_online_and_check(
+        Level::Raid5 {
+            layout: ParityLayout::LeftSymmetric,
+        },
+        4,
+        1,
+        Clients::Mixed,
+    );
+}
+
+#[test]
+fn clients_read_and_write_through_an_online_raid6_grow_and_every_byte_reads_back() {
+    grow_online_and_check(
+        Level::Raid6 {
+            layout: ParityLayout::LeftSymmetric,
+        },
+        5,
+        1,
+        Clients::Mixed,
+    );
+}
+
+#[test]
+fn an_online_grow_with_a_wrong_member_count_is_refused_and_nothing_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let specs = new_array(
+        &dir,
+        Level::Raid5 {
+            layout: ParityLayout::LeftSymmetric,
+        },
+        4,
+        64 << 10,
+        6 << 20,
+    );
+    let extra = empty_member(&dir, "n0", 6 << 20);
+    let array = writable(&specs);
+    let before: Vec<Vec<u8>> = specs
+        .iter()
+        .chain([&extra])
+        .map(|s| std::fs::read(s).unwrap())
+        .collect();
+    let err = LiveGrow::start(
+        &array,
+        &LiveGrowOptions {
+            raid_devices: 6,
+            add: vec![extra.clone()],
+            direct: true,
+            force: false,
+            step_bytes: 1 << 20,
+            max_bytes_per_sec: None,
+        },
+    )
+    .expect_err("6 members with one added to 4")
+    .to_string();
+    assert!(err.contains("--raid-devices"), "{err}");
+    assert!(!array.is_reshaping_live());
+    let after: Vec<Vec<u8>> = specs
+        .iter()
+        .chain([&extra])
+        .map(|s| std::fs::read(s).unwrap())
+        .collect();
+    assert!(before == after, "a refused grow changed a member");
+}

@@ -1,0 +1,111 @@
+//! `grow` on the control socket of a running `nvraid serve`: the served
+//! RAID 4/5/6 gains members while clients read and write
+//! (`nvraid_array::reshape::LiveGrow`), and `status` shows the reshape.
+//! One grow per server run; the thread that moves the rows is stopped
+//! (after its step) before the array is closed.
+
+use nvraid_array::recovery::online::Online;
+use nvraid_array::reshape::{LiveGrow, LiveGrowOptions};
+use nvraid_array::Array;
+use serde_json::{json, Value};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+/// The served array's grow, once one was asked for.
+pub struct Reshaping {
+    array: Arc<Array>,
+    online: Arc<Online>,
+    direct: bool,
+    /// `serve --reshape-speed`'s MAX, bytes per second.
+    max_rate: Option<u64>,
+    live: Mutex<Option<Running>>,
+}
+
+/// A grow started: its handle and the thread moving its rows (taken when
+/// joined).
+type Running = (Arc<LiveGrow>, Option<JoinHandle<()>>);
+
+impl Reshaping {
+    pub fn new(
+        array: Arc<Array>,
+        online: Arc<Online>,
+        direct: bool,
+        max_rate: Option<u64>,
+    ) -> Reshaping {
+        Reshaping {
+            array,
+            online,
+            direct,
+            max_rate,
+            live: Mutex::new(None),
+        }
+    }
+
+    /// `{"command": "grow", "raid_devices": N, "add": [..], "force": b,
+    /// "step_bytes": n}`: answered once every superblock records the
+    /// reshape (the rows then move in the background); `None` for other
+    /// commands.
+    pub fn command(&self, request: &Value) -> Option<Value> {
+        if request["command"].as_str()? != "grow" {
+            return None;
+        }
+        Some(self.grow(request).unwrap_or_else(|e| json!({"error": e})))
+    }
+
+    fn grow(&self, request: &Value) -> Result<Value, String> {
+        let raid_devices = request["raid_devices"]
+            .as_u64()
+            .ok_or("grow needs \"raid_devices\"")? as u32;
+        let add: Vec<String> = request["add"]
+            .as_array()
+            .ok_or("grow needs \"add\" (the new members)")?
+            .iter()
+            .map(|v| v.as_str().map(str::to_string).ok_or("\"add\" lists paths"))
+            .collect::<Result<_, _>>()?;
+        if self.online.is_busy() {
+            return Err(
+                "a rebuild, check or repair runs on the array (status shows it); grow after it ends"
+                    .into(),
+            );
+        }
+        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        let options = LiveGrowOptions {
+            raid_devices,
+            add,
+            direct: self.direct,
+            force: request["force"].as_bool().unwrap_or(false),
+            step_bytes: request["step_bytes"].as_u64().unwrap_or(16 << 20),
+            max_bytes_per_sec: self.max_rate,
+        };
+        let (grow, thread) = LiveGrow::start(&self.array, &options).map_err(|e| e.to_string())?;
+        let status = grow.status();
+        eprintln!(
+            "nvraid: event=reshape-started raid_disks={}->{} end={}",
+            status.raid_disks_before, status.raid_disks, status.end_bytes
+        );
+        *live = Some((grow, Some(thread)));
+        Ok(
+            json!({"started": "grow", "raid_disks": status.raid_disks, "end_bytes": status.end_bytes}),
+        )
+    }
+
+    /// The grow's status for `status` (`None` before one started).
+    pub fn status(&self) -> Option<Value> {
+        let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        let (grow, _) = live.as_ref()?;
+        serde_json::to_value(grow.status()).ok()
+    }
+
+    /// Stop the grow after its step and wait for its thread (the position
+    /// it recorded stays on the members: `nvraid grow --continue` finishes
+    /// it before the array is served again).
+    pub fn stop(&self) {
+        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((grow, thread)) = live.as_mut() {
+            grow.stop();
+            if let Some(thread) = thread.take() {
+                let _ = thread.join();
+            }
+        }
+    }
+}

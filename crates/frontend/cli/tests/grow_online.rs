@@ -1,0 +1,461 @@
+//! `nvraid grow --socket`: a served RAID 5/6 gains a member while fio
+//! writes and verifies through NBD; `status` shows the reshape; the array
+//! assembled afterwards is the new shape with every byte in place; a
+//! server killed mid-grow leaves a record `grow --continue` finishes; what
+//! must wait for the grow, or the grow for it, is refused by name.
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn control(dir: &Path) -> String {
+    dir.join("md.ctl").display().to_string()
+}
+
+fn status(dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&ok(&["status", "--json", "--socket", &control(dir)], dir)).unwrap()
+}
+
+fn create(dir: &Path, level: &str, members: &[String], size: &str) {
+    let mut args = vec!["create", "--level", level, "--size", size, "--force"];
+    args.extend(members.iter().map(String::as_str));
+    ok(&args, dir);
+}
+
+fn blank(dir: &Path, name: &str, bytes: u64) {
+    std::fs::File::create(dir.join(name))
+        .unwrap()
+        .set_len(bytes)
+        .unwrap();
+}
+
+fn grow_cmd(dir: &Path, raid_devices: u32, add: &str) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_nvraid"))
+        .current_dir(dir)
+        .args([
+            "grow",
+            "--socket",
+            &control(dir),
+            "-n",
+            &raid_devices.to_string(),
+            "--add",
+            add,
+            "--step",
+            "1M",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Poll `status` until the reshape shows part-way; returns that status.
+fn wait_mid_grow(dir: &Path) -> serde_json::Value {
+    let started = Instant::now();
+    loop {
+        let s = status(dir);
+        let r = &s["array"]["reshape"];
+        let (p, end) = (
+            r["position_bytes"].as_u64().unwrap_or(0),
+            r["end_bytes"].as_u64().unwrap_or(0),
+        );
+        if r["state"] == "running" && p > 0 && p < end {
+            return s;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "no grow part-way: {s}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn fio_verify(dir: &Path, verify_only: bool) -> Child {
+    let mut fio = fio_nbd(dir, "grow");
+    fio.args(FIO_VERIFY_JOB).args([
+        "--size=24m",
+        "--offset_increment=24m",
+        "--rate_iops=2000",
+        "--do_verify=1",
+        "--randseed=7",
+        "--output-format=json",
+    ]);
+    if verify_only {
+        fio.arg("--verify_only");
+    }
+    fio.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("fio (apt-get install fio)")
+}
+
+fn fio_done(fio: Child) {
+    let out = fio.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "fio failed: {text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(&text[text.find('{').unwrap()..]).unwrap();
+    let job = &report["jobs"][0];
+    assert_eq!(job["error"], 0, "{job}");
+    assert!(
+        job["read"]["io_bytes"].as_u64().unwrap() >= 48 << 20,
+        "fio verified less than it wrote: {job}"
+    );
+}
+
+fn detail(dir: &Path, members: &[String]) -> serde_json::Value {
+    let mut args = vec!["detail", "--json"];
+    args.extend(members.iter().map(String::as_str));
+    serde_json::from_slice(&ok_bytes(&args, dir)).unwrap()
+}
+
+fn grows_online_while_fio_verifies(level: &str, count: usize) {
+    tool("fio");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut members: Vec<String> = (0..count).map(|i| format!("m{i}.img")).collect();
+    create(d, level, &members, "32M");
+    blank(d, "new.img", 32 << 20);
+    let size_before = detail(d, &members)["size_bytes"].as_u64().unwrap();
+    let server = serve_with(d, &members, &["--reshape-speed", "12"]);
+    let fio = fio_verify(d, false);
+    std::thread::sleep(Duration::from_millis(300));
+    let grow = grow_cmd(d, count as u32 + 1, "new.img");
+    let mid = wait_mid_grow(d);
+    let r = &mid["array"]["reshape"];
+    assert_eq!(r["raid_disks"], count + 1, "{mid}");
+    assert!(r["bytes_per_sec"].as_u64().unwrap() > 0, "{mid}");
+    // Members neither join nor get checked while it runs.
+    let refused = refusal(&["check", "--socket", &control(d)], d);
+    assert!(refused.contains("a grow runs"), "{refused}");
+    let out = grow.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "grow --socket: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&format!("from {count} to {}", count + 1)),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    fio_done(fio);
+    server.interrupt();
+    members.push("new.img".into());
+    let grown = detail(d, &members);
+    assert_eq!(grown["state"], "clean", "{grown}");
+    assert_eq!(grown["raid_disks"], count + 1, "{grown}");
+    assert!(
+        grown["size_bytes"].as_u64().unwrap() > size_before,
+        "{grown}"
+    );
+    assert_checks_clean(d, &members, "after the online grow");
+    // Served again in the new shape: fio finds every block it wrote.
+    let server = serve(d, &members);
+    fio_done(fio_verify(d, true));
+    server.interrupt();
+}
+
+#[test]
+fn fio_verifies_through_nbd_while_a_served_raid5_grows_from_4_to_5_members() {
+    grows_online_while_fio_verifies("5", 4);
+}
+
+#[test]
+fn fio_verifies_through_nbd_while_a_served_raid6_grows_from_5_to_6_members() {
+    grows_online_while_fio_verifies("6", 5);
+}
+
+#[test]
+fn a_server_killed_mid_grow_leaves_a_grow_that_continue_finishes_with_every_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut members: Vec<String> = (0..4).map(|i| format!("m{i}.img")).collect();
+    create(d, "5", &members, "24M");
+    let size = detail(d, &members)["size_bytes"].as_u64().unwrap();
+    let data: Vec<u8> = (0..size).map(|i| (i % 251) as u8 ^ 0x5a).collect();
+    std::fs::write(d.join("data.bin"), &data).unwrap();
+    let mut write = vec!["write", "--input", "data.bin"];
+    write.extend(members.iter().map(String::as_str));
+    ok(&write, d);
+    blank(d, "new.img", 24 << 20);
+    let mut server = serve_with(d, &members, &["--reshape-speed", "4"]);
+    let grow = grow_cmd(d, 5, "new.img");
+    wait_mid_grow(d);
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let _ = grow.wait_with_output();
+    members.push("new.img".into());
+    // The record is on the members; serve refuses it until it is finished.
+    let mut cont = vec!["grow", "--continue"];
+    cont.extend(members.iter().map(String::as_str));
+    ok(&cont, d);
+    let mut read = vec!["read"];
+    read.extend(members.iter().map(String::as_str));
+    let got = ok_bytes(&read, d);
+    assert!(got.len() as u64 > size);
+    assert!(
+        got[..size as usize] == data[..],
+        "a byte changed across the killed grow"
+    );
+    assert!(got[size as usize..].iter().all(|&b| b == 0));
+}
+
+#[test]
+fn a_grow_through_the_socket_is_refused_while_one_runs_or_a_rebuild_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let members: Vec<String> = (0..4).map(|i| format!("m{i}.img")).collect();
+    create(d, "5", &members, "24M");
+    blank(d, "new.img", 24 << 20);
+    blank(d, "other.img", 24 << 20);
+    blank(d, "spare.img", 24 << 20);
+    // A rebuild runs: the grow waits for it.
+    let server = serve_with(d, &members, &["--rebuild-speed", "1:1"]);
+    ok(&["fail", "--socket", &control(d), "--member", "m1.img"], d);
+    ok(
+        &["remove", "--socket", &control(d), "--member", "m1.img"],
+        d,
+    );
+    ok(&["add", "--socket", &control(d), "--new", "spare.img"], d);
+    let blank_sha = sha(&std::fs::read(d.join("new.img")).unwrap());
+    let refused = refusal(
+        &[
+            "grow",
+            "--socket",
+            &control(d),
+            "-n",
+            "5",
+            "--add",
+            "new.img",
+        ],
+        d,
+    );
+    assert!(
+        refused.contains("rebuild") || refused.contains("degraded"),
+        "{refused}"
+    );
+    assert_eq!(
+        blank_sha,
+        sha(&std::fs::read(d.join("new.img")).unwrap()),
+        "a refused grow wrote to the new member"
+    );
+    server.interrupt();
+    // A grow runs: a second one, and an add, are refused.
+    let members: Vec<String> = (0..4).map(|i| format!("g{i}.img")).collect();
+    create(d, "5", &members, "24M");
+    let server = serve_with(d, &members, &["--reshape-speed", "1"]);
+    let grow = grow_cmd(d, 5, "new.img");
+    wait_mid_grow(d);
+    let refused = refusal(
+        &[
+            "grow",
+            "--socket",
+            &control(d),
+            "-n",
+            "6",
+            "--add",
+            "other.img",
+        ],
+        d,
+    );
+    assert!(refused.contains("second grow"), "{refused}");
+    let refused = refusal(&["add", "--socket", &control(d), "--new", "other.img"], d);
+    assert!(refused.contains("a grow runs"), "{refused}");
+    server.interrupt();
+    // The waiting `grow --socket` sees the server go and fails.
+    assert!(!grow.wait_with_output().unwrap().status.success());
+}
+
+const MIB: u64 = 1 << 20;
+/// Data bytes each 15 MiB member holds (1 MiB of metadata before them).
+const PER: u64 = 14 * MIB;
+
+/// Block `b` of the array holds its number, as tools/mdvm's `pattern`
+/// writes and verifies.
+fn pattern(bytes: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes as usize);
+    for block in 0..bytes / 4096 {
+        for _ in 0..512 {
+            out.extend_from_slice(&block.to_le_bytes());
+        }
+    }
+    out
+}
+
+/// The kernel's md (tools/mdvm, 6.1 series) assembles every array the
+/// images hold, finishes any reshape, checks each and verifies the
+/// pattern over `bytes`; its report.
+fn kernel_finishes(images: &[std::path::PathBuf], bytes: u64) -> String {
+    let script = images[0].parent().unwrap().join("check.sh");
+    std::fs::write(
+        &script,
+        format!(
+            r#"set +e
+mdadm --assemble --scan --run 2>&1
+echo 200000 > /proc/sys/dev/raid/speed_limit_min
+echo 2000000 > /proc/sys/dev/raid/speed_limit_max
+i=0; while grep -q -e reshape -e resync -e recovery /proc/mdstat && [ $i -lt 240 ]; do sleep 1; i=$((i+1)); done
+cat /proc/mdstat
+for sys in /sys/block/md*; do
+  md=/dev/${{sys##*/}}
+  echo check > $sys/md/sync_action; sleep 1; mdadm --wait $md >/dev/null 2>&1
+  if pattern verify -n {bytes} $md; then pv=ok; else pv=FAILED; fi
+  echo "KERNEL md=$md level=$(cat $sys/md/level) disks=$(cat $sys/md/raid_disks) size=$(blockdev --getsize64 $md) pattern=$pv mismatch=$(cat $sys/md/mismatch_cnt)"
+done
+"#
+        ),
+    )
+    .unwrap();
+    let out = mdvm_on("mdvm", "6.1", &[])
+        .arg("--snapshot")
+        .arg("--script")
+        .arg(&script)
+        .args(images)
+        .output()
+        .expect("tools/mdvm/mdvm (./test.sh installs its tools)");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_kernel_assembles_a_raid5_grown_online_and_finishes_one_left_mid_online_grow() {
+    // Two RAID 5 of four 15 MiB members holding the pattern, each served
+    // and grown to five through the control socket: one to the end (the
+    // server then stopped), one killed with SIGKILL part-way (its record
+    // at the last recorded position, the array dirty). md assembles both,
+    // finishes the second, reads the pattern, finds no parity mismatch.
+    let dir = tempfile::tempdir().unwrap();
+    let mut images = Vec::new();
+    for (name, kill) in [("done", false), ("killed", true)] {
+        let sub = dir.path().join(name);
+        std::fs::create_dir(&sub).unwrap();
+        let names: Vec<String> = (0..4).map(|i| format!("d{i}")).collect();
+        let mut args = vec!["create", "--level", "5", "--size", "15M", "--name", name];
+        args.extend(names.iter().map(String::as_str));
+        ok(&args, &sub);
+        std::fs::write(sub.join("data"), pattern(3 * PER)).unwrap();
+        let mut args = vec!["write", "--input", "data"];
+        args.extend(names.iter().map(String::as_str));
+        ok(&args, &sub);
+        std::fs::remove_file(sub.join("data")).unwrap();
+        blank(&sub, "d4", 16 * MIB);
+        let speed = if kill { "2" } else { "50" };
+        let mut server = serve_with(&sub, &names, &["--reshape-speed", speed]);
+        let grow = grow_cmd(&sub, 5, "d4");
+        if kill {
+            wait_mid_grow(&sub);
+            server.kill().unwrap();
+            server.wait().unwrap();
+            let _ = grow.wait_with_output();
+        } else {
+            let out = grow.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            server.interrupt();
+        }
+        images.extend(names.iter().chain([&"d4".to_string()]).map(|n| sub.join(n)));
+    }
+    let report = kernel_finishes(&images, 3 * PER);
+    let lines: Vec<&str> = report
+        .lines()
+        .filter(|l| l.starts_with("KERNEL "))
+        .collect();
+    assert_eq!(lines.len(), 2, "two arrays expected:\n{report}");
+    for line in lines {
+        assert!(
+            line.contains("disks=5")
+                && line.contains(&format!("size={}", 4 * PER))
+                && line.contains("pattern=ok")
+                && line.contains("mismatch=0"),
+            "{line}\n{report}"
+        );
+    }
+}
+
+#[test]
+fn writes_acknowledged_during_an_online_grow_survive_a_sigkill_and_continue() {
+    // qemu-io writes 4 KiB blocks at random places of a served RAID 5
+    // through NBD (each block filled with its write's own byte) while the
+    // grow is part-way, so they land in both shapes; the server is then
+    // killed with SIGKILL, `grow --continue` finishes the grow, and every
+    // acknowledged write reads back, the untouched blocks still zeros.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut members: Vec<String> = (0..4).map(|i| format!("m{i}.img")).collect();
+    create(d, "5", &members, "24M");
+    let size = detail(d, &members)["size_bytes"].as_u64().unwrap();
+    blank(d, "new.img", 24 << 20);
+    let mut server = serve_with(d, &members, &["--reshape-speed", "3"]);
+    let grow = grow_cmd(d, 5, "new.img");
+    let mid = wait_mid_grow(d);
+    let position = mid["array"]["reshape"]["position_bytes"].as_u64().unwrap();
+    let blocks = size / 4096;
+    let mut rng = 0x9e37_79b9_u64;
+    let mut writes = Vec::new();
+    let mut qemu_io = Command::new("qemu-io");
+    qemu_io.args(["-f", "raw"]);
+    for i in 0..600u64 {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        // Half below the position (the new shape), half above (the old).
+        let below = (position / 4096).max(1);
+        let b = if i % 2 == 0 {
+            rng % below
+        } else {
+            below + rng % (blocks - below)
+        };
+        let byte = (i % 250 + 1) as u8;
+        qemu_io.args(["-c", &format!("write -P {byte} {} 4096", b * 4096)]);
+        writes.push((b, byte));
+    }
+    let out = qemu_io
+        .arg(format!(
+            "nbd+unix:///?socket={}",
+            d.join("md.sock").display()
+        ))
+        .output()
+        .expect("qemu-io (qemu-utils)");
+    let acked = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with("wrote 4096/4096"))
+        .count();
+    assert_eq!(
+        acked,
+        writes.len(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = status(d);
+    assert_eq!(s["array"]["reshape"]["state"], "running", "{s}");
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let _ = grow.wait_with_output();
+    members.push("new.img".into());
+    let mut cont = vec!["grow", "--continue"];
+    cont.extend(members.iter().map(String::as_str));
+    ok(&cont, d);
+    let mut read = vec!["read"];
+    read.extend(members.iter().map(String::as_str));
+    let got = ok_bytes(&read, d);
+    let mut want = vec![0u8; size as usize];
+    for &(b, byte) in &writes {
+        want[(b * 4096) as usize..((b + 1) * 4096) as usize].fill(byte);
+    }
+    assert!(got.len() as u64 > size);
+    for b in 0..blocks as usize {
+        assert!(
+            got[b * 4096..(b + 1) * 4096] == want[b * 4096..(b + 1) * 4096],
+            "block {b} lost an acknowledged write across the kill"
+        );
+    }
+}
