@@ -35,6 +35,7 @@
 //!    data offset is the new one, the data area that much larger, the
 //!    reshape fields cleared.
 
+use super::degraded::{checkpoint, record_failure, Failed};
 use super::record::{is_reshaping, reshape_of};
 use super::step::move_rows;
 use crate::assemble::{check_distinct_specs, member_data_bytes};
@@ -93,6 +94,9 @@ pub struct Grown {
     pub moved_bytes: u64,
     pub seconds: f64,
     pub events: u64,
+    /// Members that failed (or were missing) during the reshape, recorded
+    /// faulty in the others' superblocks: the array is degraded.
+    pub failed: Vec<String>,
 }
 
 /// A member in the reshape, by role.
@@ -219,7 +223,15 @@ pub fn grow(
     write_superblocks(&placed, &order, bitmap.as_mut())?;
     let reshape = reshape_at(&placed, 0)?;
     debug_assert_eq!(reshape.new_shape(), &new_geometry);
-    run(placed, reshape, options.step_bytes, bitmap, progress)
+    let failed = Failed::none(placed.len());
+    run(
+        placed,
+        failed,
+        reshape,
+        options.step_bytes,
+        bitmap,
+        progress,
+    )
 }
 
 /// Continue the reshape recorded on `members` (every member of both
@@ -245,7 +257,7 @@ pub fn continue_grow(
         let sb = read_superblock(&member)?;
         found.push((member, sb));
     }
-    let Some(reference) = found
+    let Some(mut reference) = found
         .iter()
         .filter(|(_, sb)| is_reshaping(sb))
         .max_by_key(|(_, sb)| sb.events)
@@ -287,12 +299,10 @@ pub fn continue_grow(
             }
         }
     }
-    if let Some(role) = by_role.iter().position(Option::is_none) {
-        return Err(Error::NotStartable(format!(
-            "role {role} is missing; nvraid continues a reshape only with every member"
-        )));
-    }
-    let mut placed: Vec<Placed> = by_role.into_iter().map(|p| p.expect("checked")).collect();
+    // A role missing (its member failed, or not given) is read around,
+    // as md continues a degraded reshape, when the others hold every byte.
+    let (mut placed, failed) = super::degraded::fill_missing(by_role, &mut reference)?;
+    let all = failed.surviving();
     // A member fresher than the record that records no reshape got the
     // finished shape: every byte had moved before that was written, so
     // the finish is written on the others (their record would otherwise
@@ -305,7 +315,7 @@ pub fn continue_grow(
     {
         let reshape = reshape_of(&reference, placed[0].member.spec(), &[])?;
         let mut bitmap = kept_bitmap(
-            placed.iter().map(|p| (&p.member, &p.sb)),
+            all.iter().map(|&i| (&placed[i].member, &placed[i].sb)),
             reshape.new_shape(),
         )?;
         for p in placed.iter_mut() {
@@ -315,7 +325,6 @@ pub fn continue_grow(
             p.sb.events = done + 1;
             p.sb.utime = Timestamp::now();
         }
-        let all: Vec<usize> = (0..placed.len()).collect();
         if let Some(b) = bitmap.as_mut() {
             publish_bitmap(&placed, &all, b, done + 1)?;
         }
@@ -329,10 +338,11 @@ pub fn continue_grow(
             raid_disks: reshape.new_shape().members(),
             size_bytes_before: reshape.old().array_bytes(),
             size_bytes: reshape.new_shape().array_bytes(),
-            data_offset_bytes: placed[0].sb.data_offset_sectors * 512,
+            data_offset_bytes: placed[all[0]].sb.data_offset_sectors * 512,
             moved_bytes: 0,
             seconds: 0.0,
             events: done + 1,
+            failed: failed.specs(&placed),
         });
     }
     let events = reference.events + 1;
@@ -341,7 +351,10 @@ pub fn continue_grow(
     let bitmap_geometry = reshape_of(&reference, placed[0].member.spec(), &[])?
         .old()
         .clone();
-    let mut bitmap = kept_bitmap(placed.iter().map(|p| (&p.member, &p.sb)), &bitmap_geometry)?;
+    let mut bitmap = kept_bitmap(
+        all.iter().map(|&i| (&placed[i].member, &placed[i].sb)),
+        &bitmap_geometry,
+    )?;
     for p in placed.iter_mut() {
         let own = p.sb.clone();
         p.sb = reference.clone();
@@ -389,12 +402,11 @@ pub fn continue_grow(
             ),
         });
     }
-    let all: Vec<usize> = (0..placed.len()).collect();
     if let Some(b) = bitmap.as_mut() {
         publish_bitmap(&placed, &all, b, events)?;
     }
     write_superblocks(&placed, &all, bitmap.as_mut())?;
-    run(placed, reshape, step_bytes, bitmap, progress)
+    run(placed, failed, reshape, step_bytes, bitmap, progress)
 }
 
 /// The reshape the members' superblocks record, at `position`.
@@ -406,9 +418,12 @@ fn reshape_at(placed: &[Placed], position: u64) -> Result<Reshape> {
     reshape_of(&sb, placed[0].member.spec(), &by_role)
 }
 
-/// The steps, the checkpoints and the end.
+/// The steps, the checkpoints and the end. Members in `failed` are read
+/// around and not written; one failing on the way is recorded failed and
+/// the step redone (`degraded`).
 fn run(
     mut placed: Vec<Placed>,
+    mut failed: Failed,
     mut reshape: Reshape,
     step_bytes: u64,
     mut bitmap: Option<MemberBitmap>,
@@ -446,21 +461,26 @@ fn run(
                 to - unit
             };
         }
-        let members: Vec<&Member> = placed.iter().map(|p| &p.member).collect();
-        move_rows(&reshape, &members, to, kernel, &|| {
-            crate::failpoint::hit("reshape-write")
-        })?;
+        loop {
+            let members: Vec<&Member> = placed.iter().map(|p| &p.member).collect();
+            let moved = move_rows(&reshape, &members, failed.roles(), to, kernel, &|| {
+                crate::failpoint::hit("reshape-write")
+            });
+            match moved {
+                Ok(()) => break,
+                // Recorded failed on the others, then the step redone.
+                Err(failure) => {
+                    record_failure(&mut placed, &mut failed, &reshape, failure, bitmap.as_mut())?
+                }
+            }
+        }
         if to < end {
             for p in placed.iter_mut() {
                 p.sb.reshape_position = to / 512;
                 p.sb.events += 1;
                 p.sb.utime = Timestamp::now();
             }
-            write_superblocks(
-                &placed,
-                &(0..placed.len()).collect::<Vec<_>>(),
-                bitmap.as_mut(),
-            )?;
+            checkpoint(&mut placed, &mut failed, &reshape, bitmap.as_mut())?;
         }
         reshape = reshape
             .at(to)
@@ -478,20 +498,18 @@ fn run(
         p.sb.events += 1;
         p.sb.utime = Timestamp::now();
     }
-    write_superblocks(
-        &placed,
-        &(0..placed.len()).collect::<Vec<_>>(),
-        bitmap.as_mut(),
-    )?;
+    checkpoint(&mut placed, &mut failed, &reshape, bitmap.as_mut())?;
+    let survivor = failed.roles().iter().position(|f| !f).unwrap_or(0);
     Ok(Grown {
         raid_disks_before,
         raid_disks: reshape.new_shape().members(),
         size_bytes_before,
         size_bytes: end,
-        data_offset_bytes: placed[0].sb.data_offset_sectors * 512,
+        data_offset_bytes: placed[survivor].sb.data_offset_sectors * 512,
         moved_bytes: end - start,
         seconds: started.elapsed().as_secs_f64(),
-        events: placed[0].sb.events,
+        events: placed[survivor].sb.events,
+        failed: failed.specs(&placed),
     })
 }
 

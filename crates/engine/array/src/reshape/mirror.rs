@@ -247,5 +247,6 @@ fn fill(
         moved_bytes: rebuilt.iter().map(|r| r.bytes).sum(),
         seconds: started.elapsed().as_secs_f64(),
         events,
+        failed: Vec::new(),
     })
 }

@@ -22,6 +22,7 @@
 //!
 //! [`Reshape`]: nvraid_layout::Reshape
 
+mod degraded;
 mod grow;
 mod level;
 mod mirror;

@@ -106,6 +106,13 @@ fn print_text(g: &Grown) {
         bytes_text(g.data_offset_bytes),
         g.events
     );
+    if !g.failed.is_empty() {
+        println!(
+            "degraded: {} failed during the reshape and {} recorded faulty on the other members; add a member to rebuild (`nvraid add`)",
+            g.failed.join(", "),
+            if g.failed.len() == 1 { "is" } else { "are" }
+        );
+    }
 }
 
 /// The reshape's position on stderr, at most once a second (redrawn in
