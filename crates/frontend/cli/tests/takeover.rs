@@ -234,3 +234,194 @@ fn a_member_failing_mid_grow_is_recorded_failed_and_the_raid5_grows_degraded() {
         "the bytes differ after the rebuild"
     );
 }
+
+/// Run `grow` by `add` with a crash point armed; it must die there.
+fn grow_killed_at(dir: &Path, members: &[String], add: &[String], point: &str) {
+    let n = (members.len() + add.len()).to_string();
+    let mut args = vec!["grow", "-n", &n, "--step", "1M"];
+    for a in add {
+        args.extend(["--add", a.as_str()]);
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_nvraid"))
+        .current_dir(dir)
+        .env("NVRAID_FAILPOINT", point)
+        .args(with(&args, members))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("failpoint"),
+        "grow did not stop at {point}: {stderr}"
+    );
+}
+
+/// A RAID `level` of `count` members grown by `add` new ones, killed
+/// mid-way, continued without the members `missing`: the array that is
+/// left (degraded) reads back; its members, all of them.
+fn continued_without(
+    dir: &Path,
+    level: &str,
+    count: usize,
+    add: usize,
+    missing: &[&str],
+) -> Vec<String> {
+    let (m, data) = filled(dir, level, count, &format!("cont{level}"));
+    let new: Vec<String> = (count..count + add)
+        .map(|i| blank(dir, &format!("d{i}")))
+        .collect();
+    grow_killed_at(dir, &m, &new, "reshape-write:40");
+    let all: Vec<String> = m.iter().chain(&new).cloned().collect();
+    let given: Vec<String> = all
+        .iter()
+        .filter(|n| !missing.contains(&n.as_str()))
+        .cloned()
+        .collect();
+    let out = ok(&with(&["grow", "--continue", "--step", "1M"], &given), dir);
+    assert!(
+        out.contains(&format!("to {} members", count + add)) && out.contains("degraded"),
+        "{level}: {out}"
+    );
+    let got = read(dir, &given, data.len() as u64);
+    assert!(
+        got == data,
+        "RAID {level}: the bytes differ after a degraded --continue"
+    );
+    all
+}
+
+#[test]
+fn a_grow_killed_mid_way_is_continued_with_members_missing_where_the_level_covers_them() {
+    // RAID 5 without an old member (its chunks rebuilt from parity),
+    // RAID 6 without two, RAID 10 near without one copy of a pair.
+    for (level, count, add, missing) in [
+        ("5", 4, 1, vec!["d1"]),
+        ("6", 5, 1, vec!["d0", "d3"]),
+        ("10", 4, 1, vec!["d2"]),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        continued_without(dir.path(), level, count, add, &missing);
+    }
+}
+
+#[test]
+fn a_grow_is_not_continued_without_members_the_level_cannot_spare() {
+    // A RAID 5 without two members, a RAID 10 without both copies of a
+    // pair: refused naming the roles, nothing written.
+    for (level, count, missing) in [("5", 4, vec!["d1", "d4"]), ("10", 4, vec!["d0", "d1"])] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let (m, _) = filled(d, level, count, "short");
+        let new = vec![blank(d, &format!("d{count}"))];
+        grow_killed_at(d, &m, &new, "reshape-write:40");
+        let given: Vec<String> = m
+            .iter()
+            .chain(&new)
+            .filter(|n| !missing.contains(&n.as_str()))
+            .cloned()
+            .collect();
+        refused(
+            &with(&["grow", "--continue"], &given),
+            d,
+            &["missing", "do not hold every byte"],
+        );
+    }
+}
+
+/// In a VM: the kernel assembles every array on `images` (each in a
+/// directory named after its array), lets any reshape finish, and reports
+/// per array its name, level, member count, missing members, size and
+/// whether the first bytes hold the pattern (`bytes`: name -> count).
+fn kernel_reports(images: &[PathBuf], bytes: &[(&str, u64)]) -> String {
+    let script = images[0]
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("check.sh");
+    let cases: String = bytes
+        .iter()
+        .map(|(name, n)| format!("    *{name}) n={n} ;;\n"))
+        .collect();
+    std::fs::write(
+        &script,
+        format!(
+            r#"set +e
+mdadm --assemble --scan --run 2>&1
+echo 200000 > /proc/sys/dev/raid/speed_limit_min
+echo 2000000 > /proc/sys/dev/raid/speed_limit_max
+i=0; while grep -q -e reshape -e resync -e recovery /proc/mdstat && [ $i -lt 240 ]; do sleep 1; i=$((i+1)); done
+cat /proc/mdstat
+for sys in /sys/block/md*; do
+  md=/dev/${{sys##*/}}
+  name=$(mdadm --detail $md | sed -n 's/ *Name : \([^ ]*\).*/\1/p')
+  case "$name" in
+{cases}    *) n=4096 ;;
+  esac
+  if pattern verify -n $n $md; then pv=ok; else pv=FAILED; fi
+  echo "KERNEL name=$name level=$(cat $sys/md/level) disks=$(cat $sys/md/raid_disks) degraded=$(cat $sys/md/degraded) size=$(blockdev --getsize64 $md) pattern=$pv"
+done
+"#
+        ),
+    )
+    .unwrap();
+    let out = mdvm_on("mdvm", "6.1", &[])
+        .arg("--snapshot")
+        .arg("--script")
+        .arg(&script)
+        .args(images)
+        .output()
+        .expect("tools/mdvm/mdvm (./test.sh installs its tools)");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The line of array `name` in a [`kernel_reports`] report.
+fn kernel_line<'a>(report: &'a str, name: &str) -> &'a str {
+    report
+        .lines()
+        .find(|l| l.starts_with("KERNEL ") && l.contains(&format!("name={name}")))
+        .unwrap_or_else(|| panic!("the kernel did not assemble {name}:\n{report}"))
+}
+
+#[test]
+fn the_kernel_assembles_degraded_what_nvraid_grew_with_a_member_failing_or_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut images = Vec::new();
+    // A RAID 5 whose d1 failed part-way through the grow (all five
+    // images given: the stale d1 must be left out by md too).
+    let sub = dir.path().join("failing");
+    std::fs::create_dir(&sub).unwrap();
+    let (m, _) = filled(&sub, "5", 4, "failing");
+    let new = blank(&sub, "d4");
+    {
+        let node = FailingNode::up(&sub, "d1");
+        let through: Vec<String> = vec![m[0].clone(), node.uri(), m[2].clone(), m[3].clone()];
+        grow_while_failing(&sub, &through, &new, &node);
+    }
+    images.extend((0..5).map(|i| sub.join(format!("d{i}"))));
+    // Grows killed mid-way and continued without members.
+    for (level, count, missing) in [("5", 4, vec!["d1"]), ("6", 5, vec!["d0", "d3"])] {
+        let sub = dir.path().join(format!("cont{level}"));
+        std::fs::create_dir(&sub).unwrap();
+        let all = continued_without(&sub, level, count, 1, &missing);
+        images.extend(all.iter().map(|n| sub.join(n)));
+    }
+    let report = kernel_reports(
+        &images,
+        &[("failing", 3 * PER), ("cont5", 3 * PER), ("cont6", 3 * PER)],
+    );
+    for (name, level, disks, degraded, size) in [
+        ("failing", "raid5", 5, 1, 4 * PER),
+        ("cont5", "raid5", 5, 1, 4 * PER),
+        ("cont6", "raid6", 6, 2, 4 * PER),
+    ] {
+        let line = kernel_line(&report, name);
+        assert!(
+            line.contains(&format!("level={level} "))
+                && line.contains(&format!("disks={disks} "))
+                && line.contains(&format!("degraded={degraded} "))
+                && line.contains(&format!("size={size} "))
+                && line.contains("pattern=ok"),
+            "{line}\n{report}"
+        );
+    }
+}

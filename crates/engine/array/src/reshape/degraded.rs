@@ -20,13 +20,14 @@ use nvraid_layout::Reshape;
 use nvraid_member::{Member, OpenOptions};
 use nvraid_metadata::{Role, Superblock, Timestamp};
 
-/// The roles whose members failed (or are missing), in the larger shape.
+/// The roles whose members failed (or are missing), in the larger shape;
+/// `missing`: the roles no member was given for (a stand-in holds them).
 #[derive(Clone, Debug)]
-pub(super) struct Failed(pub(super) Vec<bool>);
+pub(super) struct Failed(pub(super) Vec<bool>, Vec<bool>);
 
 impl Failed {
     pub(super) fn none(roles: usize) -> Failed {
-        Failed(vec![false; roles])
+        Failed(vec![false; roles], vec![false; roles])
     }
 
     pub(super) fn roles(&self) -> &[bool] {
@@ -51,7 +52,10 @@ impl Failed {
     pub(super) fn specs(&self, placed: &[Placed]) -> Vec<String> {
         (0..self.0.len())
             .filter(|&r| self.0[r])
-            .map(|r| placed[r].member.spec().to_string())
+            .map(|r| match self.1.get(r) {
+                Some(true) => format!("role {r} (missing)"),
+                _ => placed[r].member.spec().to_string(),
+            })
             .collect()
     }
 }
@@ -65,7 +69,8 @@ pub(super) fn fill_missing(
     by_role: Vec<Option<Placed>>,
     reference: &mut Superblock,
 ) -> Result<(Vec<Placed>, Failed)> {
-    let mut failed = Failed(by_role.iter().map(Option::is_none).collect());
+    let missing_roles: Vec<bool> = by_role.iter().map(Option::is_none).collect();
+    let failed = Failed(missing_roles.clone(), missing_roles);
     let missing: Vec<usize> = (0..failed.0.len()).filter(|&r| failed.0[r]).collect();
     if missing.is_empty() {
         return Ok((
@@ -114,7 +119,7 @@ pub(super) fn fill_missing(
         )?;
         placed.push(Placed { member, sb });
     }
-    failed.0.truncate(placed.len());
+
     Ok((placed, failed))
 }
 
