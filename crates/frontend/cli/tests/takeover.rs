@@ -425,3 +425,79 @@ fn the_kernel_assembles_degraded_what_nvraid_grew_with_a_member_failing_or_missi
         );
     }
 }
+
+#[test]
+fn a_raid0_grows_through_md_raid4_and_is_a_raid0_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (mut m, data) = filled(d, "0", 3, "r0");
+    let new = blank(d, "d3");
+    let out = ok(
+        &with(
+            &["grow", "-n", "4", "--add", &new, "--step", "1M", "--json"],
+            &m,
+        ),
+        d,
+    );
+    let grown: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(grown["raid_disks_before"], 3, "{grown}");
+    assert_eq!(grown["raid_disks"], 4, "{grown}");
+    assert_eq!(grown["size_bytes"], 4 * PER, "{grown}");
+    assert_eq!(grown["failed"].as_array().unwrap().len(), 0, "{grown}");
+    m.push(new);
+    let detail: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["detail", "--json"], &m), d)).unwrap();
+    assert_eq!(detail["level"], 0, "{detail}");
+    assert_eq!(detail["raid_disks"], 4, "{detail}");
+    assert_eq!(detail["size_bytes"], 4 * PER, "{detail}");
+    let got = read(d, &m, 4 * PER);
+    assert!(
+        got[..data.len()] == data[..],
+        "the RAID 0's bytes moved wrong"
+    );
+    for name in &m {
+        let e: serde_json::Value =
+            serde_json::from_str(&ok(&["examine", "--json", name], d)).unwrap();
+        let sb = &e[0]["superblock"];
+        assert_eq!(sb["level"], 0, "{name}: {sb}");
+        assert_eq!(
+            sb["feature_map"].as_u64().unwrap() & (4 | 2),
+            0,
+            "{name}: {sb}"
+        );
+    }
+}
+
+#[test]
+fn a_raid0_grow_killed_at_any_write_is_continued_to_a_raid0() {
+    // The record (new member first), a step's member writes and flush, a
+    // checkpoint, late steps, the end: `grow --continue` finishes each
+    // as a RAID 0 of four holding every byte.
+    for point in [
+        "reshape-superblock:1",
+        "reshape-superblock:4", // every member recorded, nothing moved
+        "reshape-write:2",
+        "reshape-write:4", // a step written and flushed, not recorded
+        "reshape-superblock:9",
+        "reshape-write:150",
+        "reshape-superblock:200",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let (mut m, data) = filled(d, "0", 3, "r0k");
+        let new = blank(d, "d3");
+        grow_killed_at(d, &m, std::slice::from_ref(&new), point);
+        m.push(new);
+        let e: serde_json::Value =
+            serde_json::from_str(&ok(&["examine", "--json", "d3"], d)).unwrap();
+        assert_eq!(e[0]["superblock"]["level"], 4, "{point}: md's RAID 4: {e}");
+        let out = ok(&with(&["grow", "--continue", "--step", "1M"], &m), d);
+        assert!(out.contains("to 4 members"), "{point}: {out}");
+        let detail: serde_json::Value =
+            serde_json::from_str(&ok(&with(&["detail", "--json"], &m), d)).unwrap();
+        assert_eq!(detail["level"], 0, "{point}: {detail}");
+        assert_eq!(detail["size_bytes"], 4 * PER, "{point}: {detail}");
+        let got = read(d, &m, 4 * PER);
+        assert!(got[..data.len()] == data[..], "{point}: the bytes differ");
+    }
+}

@@ -21,26 +21,48 @@ use nvraid_member::{Member, OpenOptions};
 use nvraid_metadata::{Role, Superblock, Timestamp};
 
 /// The roles whose members failed (or are missing), in the larger shape;
-/// `missing`: the roles no member was given for (a stand-in holds them).
+/// the roles no member was given for (a stand-in holds them); the roles
+/// whose member holds nothing of the old shape (a RAID 0 grow's new
+/// member in the old parity's role).
 #[derive(Clone, Debug)]
-pub(super) struct Failed(pub(super) Vec<bool>, Vec<bool>);
+pub(super) struct Failed(pub(super) Vec<bool>, Vec<bool>, Vec<bool>);
 
 impl Failed {
     pub(super) fn none(roles: usize) -> Failed {
-        Failed(vec![false; roles], vec![false; roles])
+        Failed(vec![false; roles], vec![false; roles], vec![false; roles])
     }
 
-    pub(super) fn roles(&self) -> &[bool] {
-        &self.0
+    /// Role `role`'s member holds nothing of the old shape.
+    pub(super) fn absent_from_old(&mut self, role: usize) {
+        self.2[role] = true;
+    }
+
+    /// Role `role` has no member (a stand-in holds it).
+    pub(super) fn missing(&mut self, role: usize) {
+        self.0[role] = true;
+        self.1[role] = true;
+    }
+
+    /// What a step must not read, old shape and new.
+    pub(super) fn unreadable(&self) -> (Vec<bool>, &[bool]) {
+        let old = self.0.iter().zip(&self.2).map(|(f, a)| *f || *a).collect();
+        (old, &self.0)
     }
 
     /// Whether the members not failed hold every byte of both shapes.
     pub(super) fn has_every_byte(&self, reshape: &Reshape) -> bool {
+        let (old_unreadable, _) = self.unreadable();
+        let present_old: Vec<bool> = old_unreadable.iter().map(|f| !f).collect();
         let present: Vec<bool> = self.0.iter().map(|f| !f).collect();
         let old = reshape.old().members() as usize;
         let new = reshape.new_shape().members() as usize;
-        reshape.old().has_every_byte(&present[..old])
+        reshape.old().has_every_byte(&present_old[..old])
             && reshape.new_shape().has_every_byte(&present[..new])
+    }
+
+    /// Whether role `role` failed (or is missing).
+    pub(super) fn is_failed(&self, role: usize) -> bool {
+        self.0.get(role).copied().unwrap_or(false)
     }
 
     /// The roles not failed.
@@ -50,7 +72,7 @@ impl Failed {
 
     /// The failed members' names (a missing one: `missing (role N)`).
     pub(super) fn specs(&self, placed: &[Placed]) -> Vec<String> {
-        (0..self.0.len())
+        (0..self.0.len().min(placed.len()))
             .filter(|&r| self.0[r])
             .map(|r| match self.1.get(r) {
                 Some(true) => format!("role {r} (missing)"),
@@ -70,7 +92,11 @@ pub(super) fn fill_missing(
     reference: &mut Superblock,
 ) -> Result<(Vec<Placed>, Failed)> {
     let missing_roles: Vec<bool> = by_role.iter().map(Option::is_none).collect();
-    let failed = Failed(missing_roles.clone(), missing_roles);
+    let failed = Failed(
+        missing_roles.clone(),
+        missing_roles.clone(),
+        vec![false; missing_roles.len()],
+    );
     let missing: Vec<usize> = (0..failed.0.len()).filter(|&r| failed.0[r]).collect();
     if missing.is_empty() {
         return Ok((
@@ -109,15 +135,10 @@ pub(super) fn fill_missing(
             reference.roles_raw[dev] = Role::Faulty.to_raw();
             sb.dev_number = dev as u32;
         }
-        let member = Member::open(
-            &format!("null:{}", 1u64 << 20),
-            OpenOptions {
-                write: false,
-                create_bytes: None,
-                ..Default::default()
-            },
-        )?;
-        placed.push(Placed { member, sb });
+        placed.push(Placed {
+            member: stand_in()?,
+            sb,
+        });
     }
 
     Ok((placed, failed))
@@ -193,4 +214,17 @@ pub(super) fn checkpoint(
         Ok(()) => Ok(()),
         Err(failure) => record_failure(placed, failed, reshape, failure, bitmap),
     }
+}
+
+/// A stand-in for a role without a member: never read or written (the
+/// role is failed), it only fills the role's place.
+pub(super) fn stand_in() -> Result<Member> {
+    Ok(Member::open(
+        &format!("null:{}", 1u64 << 20),
+        OpenOptions {
+            write: false,
+            create_bytes: None,
+            ..Default::default()
+        },
+    )?)
 }

@@ -29,6 +29,7 @@ mod mirror;
 mod read;
 mod record;
 mod step;
+mod takeover;
 
 pub use grow::{continue_grow, grow, GrowOptions, GrowProgress, Grown};
 pub use level::{change_level, LevelChanged};

@@ -39,6 +39,16 @@ fn failure(role: u32, member: &Member, e: std::io::Error) -> MemberFailure {
     }
 }
 
+/// The roles whose blocks a step must not read, by shape: a failed member
+/// in both; in the old shape also a member that holds none of it (md's
+/// RAID 4 of a RAID 0 grow: the new member in the old parity's role).
+/// A step writes to no member failed in the new shape.
+#[derive(Clone, Copy)]
+pub(crate) struct Unreadable<'a> {
+    pub(crate) old: &'a [bool],
+    pub(crate) new: &'a [bool],
+}
+
 /// Whether role `role` is failed (`failed` may be shorter: not failed).
 fn is_failed(failed: &[bool], role: u32) -> bool {
     failed.get(role as usize).copied().unwrap_or(false)
@@ -64,18 +74,23 @@ pub(crate) fn read_through(
     Ok(())
 }
 
-/// [`read_through`] around the members failed in `failed` (by role): each
-/// piece from the first of its copies on a member not failed (RAID 10;
-/// levels of one copy need every member they read).
+/// [`read_through`] around the members failed (by role; `failed.old` in
+/// the old shape, `failed.new` in the new): each piece from the first of
+/// its copies on a member not failed (RAID 10; levels of one copy need
+/// every member they read).
 fn read_around(
     reshape: &Reshape,
     members: &[&Member],
-    failed: &[bool],
+    failed: Unreadable,
     buf: &mut [u8],
     offset: u64,
 ) -> StepResult<()> {
     let mut at = 0usize;
     for piece in reshape.pieces(offset, buf.len() as u64) {
+        let failed = match piece.shape {
+            nvraid_layout::Shape::Old => failed.old,
+            nvraid_layout::Shape::New => failed.new,
+        };
         let copies = reshape.geometry(piece.shape).copies().max(1);
         let place = (0..copies)
             .map(|copy| reshape.locate(&piece, copy))
@@ -226,7 +241,7 @@ fn rebuild_rows(
 pub(crate) fn move_rows(
     reshape: &Reshape,
     members: &[&Member],
-    failed: &[bool],
+    unreadable: Unreadable,
     to: u64,
     kernel: Kernel,
     hit: &dyn Fn(),
@@ -238,7 +253,7 @@ pub(crate) fn move_rows(
     );
     let new = reshape.new_shape();
     if new.level().parity_chunks() == 0 {
-        return move_copy_rows(reshape, members, failed, to, hit);
+        return move_copy_rows(reshape, members, unreadable, to, hit);
     }
     let map = new
         .level()
@@ -262,7 +277,7 @@ pub(crate) fn move_rows(
         read_old_rows(
             reshape,
             members,
-            failed,
+            unreadable.old,
             kernel,
             &mut data[..readable as usize],
             from,
@@ -301,6 +316,7 @@ pub(crate) fn move_rows(
         }
         out[blocks.p as usize][row as usize * c..(row as usize + 1) * c].copy_from_slice(&p);
     }
+    let failed = unreadable.new;
     for (role, rows_out) in out.iter().enumerate() {
         if is_failed(failed, role as u32) {
             continue;
@@ -342,7 +358,7 @@ fn flush_all(members: &[&Member], failed: &[bool]) -> StepResult<()> {
 fn move_copy_rows(
     reshape: &Reshape,
     members: &[&Member],
-    failed: &[bool],
+    unreadable: Unreadable,
     to: u64,
     hit: &dyn Fn(),
 ) -> StepResult<()> {
@@ -366,12 +382,13 @@ fn move_copy_rows(
         read_around(
             reshape,
             members,
-            failed,
+            unreadable,
             &mut data[..readable as usize],
             start,
         )?;
     }
     let c = chunk as usize;
+    let failed = unreadable.new;
     for role in 0..n {
         if is_failed(failed, role as u32) {
             continue;
