@@ -378,7 +378,10 @@ done
 fn kernel_line<'a>(report: &'a str, name: &str) -> &'a str {
     report
         .lines()
-        .find(|l| l.starts_with("KERNEL ") && l.contains(&format!("name={name}")))
+        .find(|l| {
+            l.starts_with("KERNEL ")
+                && (l.contains(&format!("name={name} ")) || l.contains(&format!(":{name} ")))
+        })
         .unwrap_or_else(|| panic!("the kernel did not assemble {name}:\n{report}"))
 }
 
@@ -499,5 +502,113 @@ fn a_raid0_grow_killed_at_any_write_is_continued_to_a_raid0() {
         assert_eq!(detail["size_bytes"], 4 * PER, "{point}: {detail}");
         let got = read(d, &m, 4 * PER);
         assert!(got[..data.len()] == data[..], "{point}: the bytes differ");
+    }
+}
+
+/// Decompress the kernel-made state `state` (tests/fixtures/md-states)
+/// into `dir`; the member file names, by disk.
+fn unpack(state: &str, dir: &Path) -> Vec<String> {
+    let src = repo().join("tests/fixtures/md-states").join(state);
+    let mut names = Vec::new();
+    for disk in 0.. {
+        let xz = src.join(format!("disk{disk}.img.xz"));
+        if !xz.exists() {
+            break;
+        }
+        let out = Command::new("xz").arg("-dc").arg(&xz).output().expect("xz");
+        assert!(out.status.success(), "xz -dc {}", xz.display());
+        let name = format!("d{disk}");
+        std::fs::write(dir.join(&name), out.stdout).unwrap();
+        names.push(name);
+    }
+    assert!(!names.is_empty(), "no members in {}", src.display());
+    names
+}
+
+#[test]
+fn nvraid_finishes_the_kernels_raid0_grow_as_a_raid0() {
+    // The kernel's RAID 0 of 3 growing to 4 (mdadm's RAID 4 of 5, parity
+    // role missing), stopped at 6 MiB: `grow --continue` finishes it and
+    // takes it back to RAID 0, the kernel's 45 MiB read back, the new
+    // space zeros.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let m = unpack("reshape_r0_grow", d);
+    let grown: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["grow", "--continue", "--json"], &m), d)).unwrap();
+    assert_eq!(grown["raid_disks_before"], 3, "{grown}");
+    assert_eq!(grown["raid_disks"], 4, "{grown}");
+    assert_eq!(grown["size_bytes"], 60 * MIB, "{grown}");
+    assert_eq!(grown["data_offset_bytes"], 1536 * 512, "{grown}");
+    let detail: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["detail", "--json"], &m), d)).unwrap();
+    assert_eq!(detail["level"], 0, "{detail}");
+    assert_eq!(detail["raid_disks"], 4, "{detail}");
+    let all = read(d, &m, 60 * MIB);
+    let kernel = std::fs::read_to_string(
+        repo().join("tests/fixtures/md-states/reshape_r0_grow/kernel-sha256.txt"),
+    )
+    .unwrap();
+    assert_eq!(sha(&all[..(45 * MIB) as usize]), kernel.trim());
+    assert!(
+        all[(45 * MIB) as usize..].iter().all(|&b| b == 0),
+        "new space not zeros"
+    );
+}
+
+#[test]
+fn the_kernel_reads_a_raid0_nvraid_grew_and_finishes_one_left_mid_grow() {
+    // Three arrays for md: a RAID 0 nvraid grew from 3 to 4 members; one
+    // nvraid left part-way (md's RAID 4 record, steps recorded, the next
+    // written and not recorded), which md assembles and finishes as the
+    // RAID 4 of 5 with its parity missing (as it finishes its own when
+    // mdadm is gone); and the kernel's own mid-grow RAID 0 finished by
+    // nvraid. Each holds the pattern.
+    let dir = tempfile::tempdir().unwrap();
+    let mut images = Vec::new();
+    for (name, point) in [("r0done", None), ("r0mid", Some("reshape-write:150"))] {
+        let sub = dir.path().join(name);
+        std::fs::create_dir(&sub).unwrap();
+        let (mut m, _) = filled(&sub, "0", 3, name);
+        let new = blank(&sub, "d3");
+        match point {
+            None => {
+                ok(
+                    &with(&["grow", "-n", "4", "--add", &new, "--step", "1M"], &m),
+                    &sub,
+                );
+            }
+            Some(point) => grow_killed_at(&sub, &m, std::slice::from_ref(&new), point),
+        }
+        m.push(new);
+        images.extend(m.iter().map(|n| sub.join(n)));
+    }
+    let sub = dir.path().join("r0fix");
+    std::fs::create_dir(&sub).unwrap();
+    let m = unpack("reshape_r0_grow", &sub);
+    ok(&with(&["grow", "--continue"], &m), &sub);
+    images.extend(m.iter().map(|n| sub.join(n)));
+    let report = kernel_reports(
+        &images,
+        &[
+            ("r0done", 3 * PER),
+            ("r0mid", 3 * PER),
+            ("reshape_r0_grow", 45 * MIB),
+        ],
+    );
+    for (name, level, disks, degraded, size) in [
+        ("r0done", "raid0", 4, 0, 4 * PER),
+        ("r0mid", "raid4", 5, 1, 4 * PER),
+        ("reshape_r0_grow", "raid0", 4, 0, 60 * MIB),
+    ] {
+        let line = kernel_line(&report, name);
+        assert!(
+            line.contains(&format!("level={level} "))
+                && line.contains(&format!("disks={disks} "))
+                && (level == "raid0" || line.contains(&format!("degraded={degraded} ")))
+                && line.contains(&format!("size={size} "))
+                && line.contains("pattern=ok"),
+            "{line}\n{report}"
+        );
     }
 }
