@@ -612,3 +612,120 @@ fn the_kernel_reads_a_raid0_nvraid_grew_and_finishes_one_left_mid_grow() {
         );
     }
 }
+
+/// md's level and layout words of member `name`.
+fn level_layout(dir: &Path, name: &str) -> (i64, i64, i64) {
+    let e: serde_json::Value =
+        serde_json::from_str(&ok(&["examine", "--json", name], dir)).unwrap();
+    let sb = &e[0]["superblock"];
+    (
+        sb["level"].as_i64().unwrap(),
+        sb["layout"].as_i64().unwrap(),
+        sb["raid_disks"].as_i64().unwrap(),
+    )
+}
+
+#[test]
+fn a_raid5_becomes_a_raid6_with_q_on_the_added_member_and_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (m, data) = filled(d, "5", 4, "r56");
+    let before: Vec<Vec<u8>> = m
+        .iter()
+        .map(|n| std::fs::read(d.join(n)).unwrap())
+        .collect();
+    let new = blank(d, "d4");
+    let out = ok(
+        &with(
+            &["grow", "--level", "6", "-n", "5", "--add", &new, "--json"],
+            &m,
+        ),
+        d,
+    );
+    let grown: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(grown["raid_disks"], 5, "{grown}");
+    assert_eq!(grown["size_bytes"], 3 * PER, "{grown}");
+    // md's left-symmetric-6 (18): data and P where the RAID 5 had them.
+    assert_eq!(level_layout(d, "d0"), (6, 18, 5));
+    for (name, old) in m.iter().zip(&before) {
+        let now = std::fs::read(d.join(name)).unwrap();
+        assert!(now[1 << 20..] == old[1 << 20..], "{name}: data moved");
+    }
+    let mut all = m.clone();
+    all.push(new.clone());
+    let check: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["check", "--json"], &all), d)).unwrap();
+    assert_eq!(check["mismatch_sectors"], 0, "P or Q wrong: {check}");
+    assert!(read(d, &all, data.len() as u64) == data);
+    // Q's member alone lost: the others still read every byte (Q is real).
+    assert!(read(d, &all[1..], data.len() as u64) == data);
+    // And back: the Q member leaves; a RAID 5 of the four, nothing moved.
+    let out = ok(&with(&["grow", "--level", "5"], &all), d);
+    assert!(out.contains("d4 left the array"), "{out}");
+    assert_eq!(level_layout(d, "d0"), (5, 2, 4));
+    for (name, old) in m.iter().zip(&before) {
+        let now = std::fs::read(d.join(name)).unwrap();
+        assert!(now[1 << 20..] == old[1 << 20..], "{name}: data moved");
+    }
+    let check: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["check", "--json"], &m), d)).unwrap();
+    assert_eq!(check["mismatch_sectors"], 0, "{check}");
+    assert!(read(d, &m, data.len() as u64) == data);
+}
+
+#[test]
+fn level_changes_with_members_md_does_not_make_are_refused_with_nothing_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // RAID 6 in the rotating layout: Q is not on one member.
+    let (m6, _) = filled(d, "6", 4, "r6");
+    refused(
+        &with(&["grow", "--level", "5"], &m6),
+        d,
+        &["-6", "last member"],
+    );
+    let sub = d.join("r5");
+    std::fs::create_dir(&sub).unwrap();
+    let (m5, _) = filled(&sub, "5", 3, "r5");
+    let new = blank(&sub, "d3");
+    let extra = blank(&sub, "d9");
+    // 5 -> 6 without a member for Q; with two; with a wrong count.
+    refused(&with(&["grow", "--level", "6"], &m5), &sub, &["--add"]);
+    refused(
+        &with(
+            &[
+                "grow", "--level", "6", "-n", "5", "--add", &new, "--add", &extra,
+            ],
+            &m5,
+        ),
+        &sub,
+        &["exactly one --add"],
+    );
+    refused(
+        &with(&["grow", "--level", "6", "-n", "5", "--add", &new], &m5),
+        &sub,
+        &["--raid-devices"],
+    );
+    // A new member too small.
+    let small = "small".to_string();
+    std::fs::File::create(sub.join(&small))
+        .unwrap()
+        .set_len(4 * MIB)
+        .unwrap();
+    refused(
+        &with(&["grow", "--level", "6", "-n", "4", "--add", &small], &m5),
+        &sub,
+        &["small"],
+    );
+    // A RAID 0 of members of different sizes (several zones: the
+    // kernel's own, tests/fixtures/md-states/zones).
+    let sub = d.join("zones");
+    std::fs::create_dir(&sub).unwrap();
+    let z = unpack("zones", &sub);
+    let new = blank(&sub, "z3");
+    refused(
+        &with(&["grow", "-n", "4", "--add", &new], &z),
+        &sub,
+        &["several zones"],
+    );
+}

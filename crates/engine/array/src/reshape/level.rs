@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 use nvraid_layout::parity::ParityLayout;
 use nvraid_layout::Level;
 use nvraid_member::{Member, OpenOptions};
-use nvraid_metadata::Timestamp;
+use nvraid_metadata::{Role, Timestamp};
 use serde::Serialize;
 
 /// What [`change_level`] did.
@@ -38,6 +38,9 @@ pub struct LevelChanged {
     pub chunk_bytes: u64,
     pub size_bytes: u64,
     pub events: u64,
+    /// Members that left the array (a RAID 6's Q member when it became a
+    /// RAID 5): blank them before using them elsewhere.
+    pub released: Vec<String>,
 }
 
 /// The level as md names it: `raid4` for md's level 4 (which nvraid lays
@@ -82,6 +85,8 @@ pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelCh
         what,
     };
     let from = reference.level;
+    // Whether the last member (a RAID 6's Q) leaves the array.
+    let mut drop_last = false;
     // (level, layout, chunk sectors) after the change.
     let (md_level, layout, chunk_sectors) = match (from, to) {
         (f, t) if f == t => {
@@ -114,11 +119,33 @@ pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelCh
                 "a {level} as a RAID 4: md takes a RAID 5 over as RAID 4 only with the parity-last layout (change the layout first, a reshape nvraid does not do yet)"
             )))
         }
-        (5, 6) | (6, 5) => {
+        (5, 6) => {
             return Err(refuse(format!(
-                "a {level} as a RAID {to}: md adds (or drops) a member for Q with it (`mdadm --grow --level {to} --raid-devices N`), which nvraid does not do yet"
+                "a {level} as a RAID 6 without a member for Q: md adds one with it; give it: `nvraid grow --level 6 --raid-devices {} --add NEW`",
+                n + 1
             )))
         }
+        (6, 5) => match level {
+            // md drops the Q member of a `-6` layout (Q on the last
+            // member): the RAID 5 of the others is the same bytes.
+            Level::Raid6 {
+                layout: ParityLayout::Raid5With6(rotation),
+            } => {
+                drop_last = true;
+                (5, rotation as u32, reference.chunk_sectors)
+            }
+            Level::Raid6 {
+                layout: ParityLayout::ParityLast,
+            } => {
+                drop_last = true;
+                (5, ParityLayout::ParityLast.to_md(), reference.chunk_sectors)
+            }
+            _ => {
+                return Err(refuse(format!(
+                    "a {level} as a RAID 5: md drops Q only from a RAID 6 whose Q is on the last member (a `-6` layout or parity-last); change the layout first (`mdadm --grow --layout left-symmetric-6`), a reshape nvraid does not do yet"
+                )))
+            }
+        },
         (0, 10) | (10, 0) => {
             return Err(refuse(format!(
                 "a {level} as a RAID {to}: md doubles (or halves) the members with it, RAID 0 member i becoming RAID 10 near=2 member 2i, which nvraid does not do yet"
@@ -132,12 +159,36 @@ pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelCh
     };
     let mut bitmap = kept_bitmap(found.iter().map(|(m, sb)| (m, sb)), &geometry)?;
     let events = reference.events + 1;
+    // The leaving member: its slot in the role table becomes unused (md's
+    // spare mark) and its superblock is left as it was (one event behind,
+    // naming a role the others do not give it: no assembly takes it in).
+    let leaving = drop_last.then(|| {
+        let last = Role::Active((n - 1) as u16).to_raw();
+        let dev = reference
+            .roles_raw
+            .iter()
+            .position(|&raw| raw == last)
+            .expect("a whole array has its last role");
+        (dev, n - 1)
+    });
+    let mut released = Vec::new();
     let placed: Vec<Placed> = found
         .into_iter()
+        .filter(|(member, sb)| {
+            let leaves = leaving.is_some_and(|(dev, _)| sb.dev_number as usize == dev);
+            if leaves {
+                released.push(member.spec().to_string());
+            }
+            !leaves
+        })
         .map(|(member, mut sb)| {
             sb.level = md_level;
             sb.layout = layout;
             sb.chunk_sectors = chunk_sectors;
+            if let Some((dev, count)) = leaving {
+                sb.raid_disks = count;
+                sb.roles_raw[dev] = Role::Spare.to_raw();
+            }
             sb.events = events;
             sb.utime = Timestamp::now();
             Placed { member, sb }
@@ -162,5 +213,6 @@ pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelCh
         chunk_bytes: u64::from(chunk_sectors) * 512,
         size_bytes: after.array_bytes(),
         events,
+        released,
     })
 }

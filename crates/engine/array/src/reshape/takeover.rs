@@ -129,3 +129,127 @@ pub(super) fn finish_as_raid0(sb: &mut Superblock, raid0_layout: u32) {
     sb.feature_map &= !features::RECOVERY_OFFSET;
     sb.recovery_offset = 0;
 }
+
+/// The RAID 6 layout md takes a RAID 5 of `layout` over as: the same
+/// rotation over the first members and Q on the added last one (the `-6`
+/// layouts), or parity-last (P then Q on the last two). Either keeps
+/// every data chunk and P where the RAID 5 has them.
+fn raid6_layout_for(layout: ParityLayout) -> Option<ParityLayout> {
+    use nvraid_layout::parity::Raid5Rotation as R;
+    Some(match layout {
+        ParityLayout::LeftAsymmetric => ParityLayout::Raid5With6(R::LeftAsymmetric),
+        ParityLayout::RightAsymmetric => ParityLayout::Raid5With6(R::RightAsymmetric),
+        ParityLayout::LeftSymmetric => ParityLayout::Raid5With6(R::LeftSymmetric),
+        ParityLayout::RightSymmetric => ParityLayout::Raid5With6(R::RightSymmetric),
+        ParityLayout::ParityFirst => ParityLayout::Raid5With6(R::ParityFirst),
+        ParityLayout::ParityLast => ParityLayout::ParityLast,
+        ParityLayout::Raid5With6(_) => return None,
+    })
+}
+
+/// `grow --level 6 -n N+1 --add NEW`: a RAID 5 of N becomes md's RAID 6 of
+/// N+1 with Q on the new last member, as md takes one over (no data
+/// moves: the `-6` layouts put the data and P where the RAID 5 has them),
+/// then the new member takes the Q role and is rebuilt (Q computed for
+/// every stripe). The checks of any grow come first; then every member's
+/// superblock records level 6, the `-6` layout and N+1 members (events +
+/// 1, a bitmap's header first: its bits count member rows in both), which
+/// leaves a RAID 6 with its Q role missing (md's state after its own
+/// takeover), and the rebuild fills it. A crash after the record leaves
+/// that degraded RAID 6, which `nvraid add` (or md's `--add`) fills.
+/// md's further reshape to the ordinary RAID 6 layout (Q rotating) is not
+/// done: the array stays in the `-6` layout, which md runs as it is.
+pub fn add_q(
+    members: &[String],
+    options: &super::GrowOptions,
+    progress: &mut dyn FnMut(super::GrowProgress),
+) -> Result<super::Grown> {
+    use super::grow::{check_new_member, check_whole, kept_bitmap, write_superblocks};
+    use nvraid_member::OpenOptions;
+    use nvraid_metadata::Timestamp;
+    let started = std::time::Instant::now();
+    crate::assemble::check_distinct_specs(members)?;
+    let open = OpenOptions {
+        write: true,
+        create_bytes: None,
+        direct: options.direct,
+        ..Default::default()
+    };
+    let mut found = Vec::with_capacity(members.len());
+    for spec in members {
+        let member = Member::open(spec, open)?;
+        let sb = crate::slot::read_superblock(&member)?;
+        found.push((member, sb));
+    }
+    if let Some((member, _)) = found.iter().find(|(_, sb)| super::is_reshaping(sb)) {
+        return Err(Error::Unsupported {
+            spec: member.spec().into(),
+            what: "a level change while a reshape is in progress: finish it first with `nvraid grow --continue`".into(),
+        });
+    }
+    let (reference, _) = check_whole(&found, "changes the level of", "changing the level of")?;
+    let spec = found[0].0.spec().to_string();
+    let geometry = crate::assemble::geometry_of(&reference, &spec)?;
+    let n = geometry.members();
+    let Level::Raid5 { layout } = geometry.level() else {
+        return Err(Error::Unsupported {
+            spec,
+            what: format!(
+                "a {} as a RAID 6 with a member added: md adds Q this way to a RAID 5 only",
+                geometry.level()
+            ),
+        });
+    };
+    if reference.level == RAID4_LEVEL {
+        return Err(Error::Unsupported {
+            spec,
+            what: "a RAID 4 (md level 4) as a RAID 6: md takes a RAID 4 over as RAID 5 first (`nvraid grow --level 5`)".into(),
+        });
+    }
+    let new_layout = raid6_layout_for(layout).expect("RAID 5 layouts all have one");
+    if options.add.len() != 1 || options.raid_devices != n + 1 {
+        return Err(Error::BadOption {
+            option: "--raid-devices".into(),
+            why: format!(
+                "{} with {} member(s) added: a RAID 5 of {n} becomes a RAID 6 of {} with exactly one --add (its Q)",
+                options.raid_devices,
+                options.add.len(),
+                n + 1
+            ),
+        });
+    }
+    let new = Member::open(&options.add[0], open)?;
+    check_new_member(&new, &reference, &geometry, options.force)?;
+    let after = Geometry::new(
+        Level::Raid6 { layout: new_layout },
+        n + 1,
+        geometry.chunk_bytes().expect("RAID 5 has chunks"),
+        crate::assemble::member_data_bytes(&reference),
+    )
+    .map_err(|e| Error::NotStartable(e.to_string()))?;
+    assert_eq!(
+        after.array_bytes(),
+        geometry.array_bytes(),
+        "invariant: a takeover keeps the array's size"
+    );
+    let mut bitmap = kept_bitmap(found.iter().map(|(m, sb)| (m, sb)), &geometry)?;
+    let events = reference.events + 1;
+    let placed: Vec<Placed> = found
+        .into_iter()
+        .map(|(member, mut sb)| {
+            sb.level = 6;
+            sb.layout = new_layout.to_md();
+            sb.raid_disks = n + 1;
+            sb.events = events;
+            sb.utime = Timestamp::now();
+            Placed { member, sb }
+        })
+        .collect();
+    write_superblocks(
+        &placed,
+        &(0..placed.len()).collect::<Vec<_>>(),
+        bitmap.as_mut(),
+    )?;
+    drop(placed);
+    super::mirror::fill(members, vec![new], &after, options, started, progress)
+}

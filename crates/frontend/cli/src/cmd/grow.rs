@@ -6,7 +6,9 @@
 use super::{bytes_text, size_arg};
 use anyhow::{bail, Result};
 use clap::Args;
-use nvraid_array::reshape::{change_level, continue_grow, grow, GrowOptions, GrowProgress, Grown};
+use nvraid_array::reshape::{
+    add_q, change_level, continue_grow, grow, GrowOptions, GrowProgress, Grown,
+};
 use nvraid_member::format_size;
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
@@ -31,9 +33,12 @@ pub struct GrowArgs {
     #[arg(long = "continue", conflicts_with_all = ["raid_devices", "add", "level"])]
     cont: bool,
     /// Change the level where md does it without moving data (its
-    /// takeovers): 4 <-> 5 with the parity-last layout. md's other level
-    /// changes are refused, naming md's path.
-    #[arg(long, value_name = "LEVEL", conflicts_with_all = ["raid_devices", "add"])]
+    /// takeovers): 4 <-> 5 with the parity-last layout; 5 -> 6 with
+    /// --raid-devices N+1 --add NEW (Q on the new last member, which is
+    /// then rebuilt); 6 -> 5 when Q is on the last member (a `-6` layout
+    /// or parity-last; that member leaves). md's other level changes are
+    /// refused, naming md's path.
+    #[arg(long, value_name = "LEVEL")]
     level: Option<i32>,
     /// Use new members that carry a filesystem or another array.
     #[arg(long, short = 'f')]
@@ -50,7 +55,7 @@ pub struct GrowArgs {
 }
 
 pub fn run(args: &GrowArgs, direct: bool) -> Result<u8> {
-    if let Some(level) = args.level {
+    if let Some(level) = args.level.filter(|_| args.add.is_empty()) {
         let changed = change_level(&args.members, level, direct)?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&changed)?);
@@ -63,6 +68,12 @@ pub fn run(args: &GrowArgs, direct: bool) -> Result<u8> {
                 changed.md_level,
                 bytes_text(changed.size_bytes),
                 changed.events
+            );
+        }
+        if !changed.released.is_empty() {
+            println!(
+                "{} left the array (no longer a member; blank it before using it elsewhere)",
+                changed.released.join(", ")
             );
         }
         return Ok(0);
@@ -81,7 +92,13 @@ pub fn run(args: &GrowArgs, direct: bool) -> Result<u8> {
             force: args.force,
             step_bytes: args.step,
         };
-        grow(&args.members, &options, &mut progress)?
+        match args.level {
+            Some(6) => add_q(&args.members, &options, &mut progress)?,
+            Some(other) => bail!(
+                "--level {other} with --add: md adds a member with a level change only from RAID 5 to RAID 6 (--level 6)"
+            ),
+            None => grow(&args.members, &options, &mut progress)?,
+        }
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&grown)?);
