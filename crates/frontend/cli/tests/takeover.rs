@@ -329,8 +329,9 @@ fn a_grow_is_not_continued_without_members_the_level_cannot_spare() {
 
 /// In a VM: the kernel assembles every array on `images` (each in a
 /// directory named after its array), lets any reshape finish, and reports
-/// per array its name, level, member count, missing members, size and
-/// whether the first bytes hold the pattern (`bytes`: name -> count).
+/// per array its name, level, member count, missing members, size,
+/// whether the first bytes hold the pattern (`bytes`: name -> count) and,
+/// for a whole redundant array, md's check's mismatch count.
 fn kernel_reports(images: &[PathBuf], bytes: &[(&str, u64)]) -> String {
     let script = images[0]
         .parent()
@@ -358,7 +359,12 @@ for sys in /sys/block/md*; do
 {cases}    *) n=4096 ;;
   esac
   if pattern verify -n $n $md; then pv=ok; else pv=FAILED; fi
-  echo "KERNEL name=$name level=$(cat $sys/md/level) disks=$(cat $sys/md/raid_disks) degraded=$(cat $sys/md/degraded) size=$(blockdev --getsize64 $md) pattern=$pv"
+  mm=none
+  if [ -e $sys/md/sync_action ] && [ "$(cat $sys/md/degraded)" = 0 ]; then
+    echo check > $sys/md/sync_action; sleep 1; mdadm --wait $md >/dev/null 2>&1
+    mm=$(cat $sys/md/mismatch_cnt)
+  fi
+  echo "KERNEL name=$name level=$(cat $sys/md/level) disks=$(cat $sys/md/raid_disks) degraded=$(cat $sys/md/degraded) size=$(blockdev --getsize64 $md) pattern=$pv mismatch=$mm"
 done
 "#
         ),
@@ -728,4 +734,44 @@ fn level_changes_with_members_md_does_not_make_are_refused_with_nothing_written(
         &sub,
         &["several zones"],
     );
+}
+
+#[test]
+fn the_kernel_assembles_the_raid6_and_raid5_nvraid_took_over() {
+    // A RAID 5 of 4 nvraid made a RAID 6 of 5 (Q on the added member), and
+    // one taken to RAID 6 and back: md assembles each whole, reads the
+    // pattern, and its check finds no P or Q mismatch.
+    let dir = tempfile::tempdir().unwrap();
+    let mut images = Vec::new();
+    for name in ["to6", "back5"] {
+        let sub = dir.path().join(name);
+        std::fs::create_dir(&sub).unwrap();
+        let (mut m, _) = filled(&sub, "5", 4, name);
+        let new = blank(&sub, "d4");
+        ok(
+            &with(&["grow", "--level", "6", "-n", "5", "--add", &new], &m),
+            &sub,
+        );
+        if name == "back5" {
+            let mut all = m.clone();
+            all.push(new);
+            ok(&with(&["grow", "--level", "5"], &all), &sub);
+        } else {
+            m.push(new);
+        }
+        images.extend(m.iter().map(|n| sub.join(n)));
+    }
+    let script_extra = kernel_reports(&images, &[("to6", 3 * PER), ("back5", 3 * PER)]);
+    for (name, level, layout_disks) in [("to6", "raid6", 5), ("back5", "raid5", 4)] {
+        let line = kernel_line(&script_extra, name);
+        assert!(
+            line.contains(&format!("level={level} "))
+                && line.contains(&format!("disks={layout_disks} "))
+                && line.contains("degraded=0 ")
+                && line.contains(&format!("size={} ", 3 * PER))
+                && line.contains("pattern=ok")
+                && line.contains("mismatch=0"),
+            "{line}\n{script_extra}"
+        );
+    }
 }

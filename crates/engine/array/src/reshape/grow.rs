@@ -1,4 +1,5 @@
-//! `grow`: add members to a RAID 4/5/6 or a RAID 10 near, offline, in
+//! `grow`: add members to a RAID 0 (as md's RAID 4, `takeover`), a RAID
+//! 4/5/6 or a RAID 10 near, offline, in
 //! md's format, the way md reshapes with v1.2 metadata and no backup file
 //! (a RAID 1's new mirrors: `mirror`).
 //!

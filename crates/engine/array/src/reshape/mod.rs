@@ -13,7 +13,11 @@
 //!   RAID 4/5/6 or RAID 10 near gaining members: the checks, md's record written, the
 //!   steps with a checkpoint after each, the finished shape recorded;
 //! - `level`: `grow --level`, md's level changes that move no byte
-//!   (RAID 1 of two <-> RAID 5, RAID 4 <-> RAID 5 parity-last);
+//!   (RAID 4 <-> RAID 5 parity-last, RAID 6 -> 5 dropping a last-member Q);
+//! - `degraded`: a member failing during a grow, recorded faulty on the
+//!   others and read around; roles missing at `--continue`;
+//! - `takeover`: a RAID 0 grown as md's RAID 4 with its parity missing
+//!   and taken back; RAID 5 -> 6 with Q on an added member;
 //! - `mirror`: `grow` of a RAID 1 (another mirror): the member count
 //!   raised in every superblock, the new member added and rebuilt.
 //!
