@@ -132,14 +132,21 @@ impl Drop for FailingNode {
     }
 }
 
-/// Grow the RAID 5 on `members` (`failing`'s member among them, reached
-/// through it) by `new`, and make `failing` fail once the reshape has
-/// moved some bytes: the grow must finish, degraded; its stdout.
-fn grow_while_failing(dir: &Path, members: &[String], new: &str, failing: &FailingNode) -> String {
+/// Grow the array on `members` (`failing`'s member among them, reached
+/// through it) by `new` to `n` members, and make `failing` fail once the
+/// reshape has moved some bytes; whether the grow succeeded, its stdout
+/// and its stderr.
+fn grow_with_a_failure(
+    dir: &Path,
+    members: &[String],
+    new: &str,
+    n: &str,
+    failing: &FailingNode,
+) -> (bool, String, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_nvraid"))
         .current_dir(dir)
         .args(with(
-            &["grow", "-n", "5", "--add", new, "--step", "1M"],
+            &["grow", "-n", n, "--add", new, "--step", "1M"],
             members,
         ))
         .stdout(Stdio::piped())
@@ -160,13 +167,22 @@ fn grow_while_failing(dir: &Path, members: &[String], new: &str, failing: &Faili
         seen.push(line);
     }
     let out = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "the grow did not go on degraded: {}\n{stdout}",
-        seen.join("\n")
-    );
     assert!(failed_at.is_some(), "no progress seen: {}", seen.join("\n"));
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        seen.join("\n"),
+    )
+}
+
+/// [`grow_with_a_failure`] of a RAID 5 to 5 members: it must finish,
+/// degraded; its stdout.
+fn grow_while_failing(dir: &Path, members: &[String], new: &str, failing: &FailingNode) -> String {
+    let (success, stdout, stderr) = grow_with_a_failure(dir, members, new, "5", failing);
+    assert!(
+        success,
+        "the grow did not go on degraded: {stderr}\n{stdout}"
+    );
     stdout
 }
 
@@ -774,4 +790,59 @@ fn the_kernel_assembles_the_raid6_and_raid5_nvraid_took_over() {
             "{line}\n{script_extra}"
         );
     }
+}
+
+#[test]
+fn a_raid0_grow_stops_at_its_recorded_position_when_a_member_fails_and_continues_once_it_is_back() {
+    // A RAID 0 (md's RAID 4 without parity while it grows) cannot lose a
+    // member: the grow stops with the member named, nothing recorded past
+    // the last checkpoint and the member not recorded failed; once the
+    // member answers again, `grow --continue` finishes it as a RAID 0.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (m, data) = filled(d, "0", 3, "r0f");
+    let new = blank(d, "d3");
+    let node = FailingNode::up(d, "d1");
+    let through: Vec<String> = vec![m[0].clone(), node.uri(), m[2].clone()];
+    let (success, stdout, stderr) = grow_with_a_failure(d, &through, &new, "4", &node);
+    assert!(!success, "a RAID 0 grew on without a member: {stdout}");
+    assert!(
+        stderr.contains("stopped at the position last recorded") && stderr.contains("d1.sock"),
+        "{stderr}"
+    );
+    // Every member still records the reshape, one position for all, and
+    // none records d1 faulty.
+    let mut positions = Vec::new();
+    for name in ["d0", "d2", "d3"] {
+        let e: serde_json::Value =
+            serde_json::from_str(&ok(&["examine", "--json", name], d)).unwrap();
+        let sb = &e[0]["superblock"];
+        assert_eq!(sb["feature_map"].as_u64().unwrap() & 4, 4, "{name}: {sb}");
+        positions.push(sb["reshape_position"].as_u64().unwrap());
+        let text = ok(&["examine", name], d);
+        assert!(!text.to_lowercase().contains("faulty"), "{name}: {text}");
+    }
+    assert!(
+        positions.iter().all(|&p| p == positions[0] && p > 0),
+        "{positions:?}"
+    );
+    // The member answers again.
+    std::fs::remove_file(&node.trigger).unwrap();
+    let mut all = through.clone();
+    all.push(new);
+    let out = ok(&with(&["grow", "--continue", "--step", "1M"], &all), d);
+    assert!(
+        out.contains("to 4 members") && !out.contains("degraded"),
+        "{out}"
+    );
+    drop(node);
+    let files: Vec<String> = ["d0", "d1", "d2", "d3"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let detail: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["detail", "--json"], &files), d)).unwrap();
+    assert_eq!(detail["level"], 0, "{detail}");
+    let got = read(d, &files, 4 * PER);
+    assert!(got[..data.len()] == data[..], "the bytes differ");
 }
