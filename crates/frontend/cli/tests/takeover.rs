@@ -753,10 +753,12 @@ fn level_changes_with_members_md_does_not_make_are_refused_with_nothing_written(
 }
 
 #[test]
-fn the_kernel_assembles_the_raid6_and_raid5_nvraid_took_over() {
-    // A RAID 5 of 4 nvraid made a RAID 6 of 5 (Q on the added member), and
-    // one taken to RAID 6 and back: md assembles each whole, reads the
-    // pattern, and its check finds no P or Q mismatch.
+fn the_kernel_assembles_the_arrays_nvraid_took_over_to_another_level() {
+    // A RAID 5 of 4 nvraid made a RAID 6 of 5 (Q on the added member), one
+    // taken to RAID 6 and back, a RAID 0 of 2 made a RAID 10 near=2 of 4
+    // (its mirrors added) and one taken back to RAID 0: md assembles each
+    // whole, reads the pattern, and its check finds no P, Q or copy
+    // mismatch.
     let dir = tempfile::tempdir().unwrap();
     let mut images = Vec::new();
     for name in ["to6", "back5"] {
@@ -777,17 +779,48 @@ fn the_kernel_assembles_the_raid6_and_raid5_nvraid_took_over() {
         }
         images.extend(m.iter().map(|n| sub.join(n)));
     }
-    let script_extra = kernel_reports(&images, &[("to6", 3 * PER), ("back5", 3 * PER)]);
-    for (name, level, layout_disks) in [("to6", "raid6", 5), ("back5", "raid5", 4)] {
-        let line = kernel_line(&script_extra, name);
+    for name in ["to10", "back0"] {
+        let sub = dir.path().join(name);
+        std::fs::create_dir(&sub).unwrap();
+        let (m, _) = filled(&sub, "0", 2, name);
+        let new = vec![blank(&sub, "d2"), blank(&sub, "d3")];
+        let mut args = vec!["grow", "--level", "10", "-n", "4"];
+        for n in &new {
+            args.extend(["--add", n.as_str()]);
+        }
+        ok(&with(&args, &m), &sub);
+        let all: Vec<String> = m.iter().chain(&new).cloned().collect();
+        if name == "back0" {
+            ok(&with(&["grow", "--level", "0"], &all), &sub);
+            images.extend(m.iter().map(|n| sub.join(n)));
+        } else {
+            images.extend(all.iter().map(|n| sub.join(n)));
+        }
+    }
+    let report = kernel_reports(
+        &images,
+        &[
+            ("to6", 3 * PER),
+            ("back5", 3 * PER),
+            ("to10", 2 * PER),
+            ("back0", 2 * PER),
+        ],
+    );
+    for (name, level, disks, size) in [
+        ("to6", "raid6", 5, 3 * PER),
+        ("back5", "raid5", 4, 3 * PER),
+        ("to10", "raid10", 4, 2 * PER),
+        ("back0", "raid0", 2, 2 * PER),
+    ] {
+        let line = kernel_line(&report, name);
         assert!(
             line.contains(&format!("level={level} "))
-                && line.contains(&format!("disks={layout_disks} "))
-                && line.contains("degraded=0 ")
-                && line.contains(&format!("size={} ", 3 * PER))
+                && line.contains(&format!("disks={disks} "))
+                && (level == "raid0" || line.contains("degraded=0 "))
+                && line.contains(&format!("size={size} "))
                 && line.contains("pattern=ok")
-                && line.contains("mismatch=0"),
-            "{line}\n{script_extra}"
+                && (level == "raid0" || line.contains("mismatch=0")),
+            "{line}\n{report}"
         );
     }
 }
@@ -845,4 +878,62 @@ fn a_raid0_grow_stops_at_its_recorded_position_when_a_member_fails_and_continues
     assert_eq!(detail["level"], 0, "{detail}");
     let got = read(d, &files, 4 * PER);
     assert!(got[..data.len()] == data[..], "the bytes differ");
+}
+
+#[test]
+fn a_raid0_becomes_a_raid10_near2_with_its_members_doubled_and_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (m, data) = filled(d, "0", 2, "r010");
+    let before: Vec<Vec<u8>> = m
+        .iter()
+        .map(|n| std::fs::read(d.join(n)).unwrap())
+        .collect();
+    let new = vec![blank(d, "d2"), blank(d, "d3")];
+    let out = ok(
+        &with(
+            &[
+                "grow", "--level", "10", "-n", "4", "--add", &new[0], "--add", &new[1],
+            ],
+            &m,
+        ),
+        d,
+    );
+    assert!(out.contains("from 2 to 4 members"), "{out}");
+    // RAID 0 member i is RAID 10 member 2i; nothing moved on it.
+    let e: serde_json::Value = serde_json::from_str(&ok(&["examine", "--json", "d1"], d)).unwrap();
+    assert_eq!(e[0]["superblock"]["level"], 10, "{e}");
+    assert_eq!(e[0]["role"], "Active device 2", "{e}");
+    for (name, old) in m.iter().zip(&before) {
+        let now = std::fs::read(d.join(name)).unwrap();
+        assert!(now[1 << 20..] == old[1 << 20..], "{name}: data moved");
+    }
+    let all: Vec<String> = m.iter().chain(&new).cloned().collect();
+    let check: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["check", "--json"], &all), d)).unwrap();
+    assert_eq!(check["mismatch_sectors"], 0, "the copies differ: {check}");
+    // The new mirrors alone hold every byte.
+    assert!(
+        read(d, &new, data.len() as u64) == data,
+        "the mirrors differ"
+    );
+    // And back: one copy of each pair kept.
+    let out = ok(&with(&["grow", "--level", "0"], &all), d);
+    assert!(out.contains("left the array"), "{out}");
+    let detail: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["detail", "--json"], &m), d)).unwrap();
+    assert_eq!(detail["level"], 0, "{detail}");
+    assert_eq!(detail["raid_disks"], 2, "{detail}");
+    assert!(read(d, &m, data.len() as u64) == data);
+    // A RAID 0 without its mirrors named: refused, md's path named.
+    let sub = d.join("bare");
+    std::fs::create_dir(&sub).unwrap();
+    let (m0, _) = filled(&sub, "0", 2, "bare");
+    refused(&with(&["grow", "--level", "10"], &m0), &sub, &["--add NEW"]);
+    let one = blank(&sub, "d2");
+    refused(
+        &with(&["grow", "--level", "10", "-n", "4", "--add", &one], &m0),
+        &sub,
+        &["--raid-devices", "one --add per new mirror"],
+    );
 }

@@ -4,10 +4,13 @@
 //! member, as RAID 4 keeps it), and back: both levels put every byte at
 //! the same place, so only the superblocks change.
 //!
-//! md's other takeovers are refused naming md's path: RAID 1 of two ↔
-//! RAID 5 (a two-member RAID 5, whose parity is a copy of its one data
-//! chunk; nvraid does not lay out a two-member RAID 5 yet), 5 ↔ 6 (a
-//! member added or dropped for Q) and 0 ↔ 10 (members doubled).
+//! Also RAID 6 → 5 when Q is on the last member (a `-6` layout or
+//! parity-last: that member leaves) and RAID 10 near=2 → RAID 0 (one copy
+//! of each pair kept, member 2i becoming i). RAID 5 → 6 and RAID 0 → 10
+//! add members (`takeover`). md's other takeovers are refused naming
+//! md's path: RAID 1 of two ↔ RAID 5 (a two-member RAID 5, whose parity
+//! is a copy of its one data chunk; nvraid does not lay out a two-member
+//! RAID 5 yet).
 //!
 //! The checks of any change of shape come first (a whole, clean array
 //! without PPL or journal); a change md makes only through a reshape or an
@@ -87,6 +90,9 @@ pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelCh
     let from = reference.level;
     // Whether the last member (a RAID 6's Q) leaves the array.
     let mut drop_last = false;
+    // Whether the second copy of each pair (the odd roles) leaves, the
+    // others renumbered (RAID 10 near=2 -> RAID 0).
+    let mut halve = false;
     // (level, layout, chunk sectors) after the change.
     let (md_level, layout, chunk_sectors) = match (from, to) {
         (f, t) if f == t => {
@@ -146,9 +152,21 @@ pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelCh
                 )))
             }
         },
-        (0, 10) | (10, 0) => {
+        (0, 10) => {
             return Err(refuse(format!(
-                "a {level} as a RAID {to}: md doubles (or halves) the members with it, RAID 0 member i becoming RAID 10 near=2 member 2i, which nvraid does not do yet"
+                "a {level} as a RAID 10 without its mirrors: md doubles the members with it, RAID 0 member i becoming RAID 10 near=2 member 2i; give them: `nvraid grow --level 10 --raid-devices {} --add NEW...`",
+                2 * n
+            )))
+        }
+        (10, 0) if level == (Level::Raid10 { near: 2 }) && n % 2 == 0 => {
+            // md takes a RAID 10 near=2 over as RAID 0 from one copy of
+            // each pair (mdadm fails the others): member 2i becomes i.
+            halve = true;
+            (0, Level::Raid0.md_layout(), reference.chunk_sectors)
+        }
+        (10, 0) => {
+            return Err(refuse(format!(
+                "a {level} of {n} members as a RAID 0: md takes over as RAID 0 only a RAID 10 near=2 of an even member count (one copy of each pair kept)"
             )))
         }
         _ => {
@@ -175,7 +193,12 @@ pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelCh
     let placed: Vec<Placed> = found
         .into_iter()
         .filter(|(member, sb)| {
-            let leaves = leaving.is_some_and(|(dev, _)| sb.dev_number as usize == dev);
+            let odd = halve
+                && matches!(
+                    reference.roles_raw.get(sb.dev_number as usize).map(|&r| Role::from_raw(r)),
+                    Some(Role::Active(r)) if r % 2 == 1
+                );
+            let leaves = odd || leaving.is_some_and(|(dev, _)| sb.dev_number as usize == dev);
             if leaves {
                 released.push(member.spec().to_string());
             }
@@ -188,6 +211,24 @@ pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelCh
             if let Some((dev, count)) = leaving {
                 sb.raid_disks = count;
                 sb.roles_raw[dev] = Role::Spare.to_raw();
+            }
+            if halve {
+                sb.raid_disks = n / 2;
+                for raw in sb.roles_raw.iter_mut() {
+                    if let Role::Active(r) = Role::from_raw(*raw) {
+                        *raw = if r % 2 == 0 {
+                            Role::Active(r / 2).to_raw()
+                        } else {
+                            Role::Spare.to_raw()
+                        };
+                    }
+                }
+                // A RAID 0's members hold their data area whole: the
+                // RAID 10's rows, no more.
+                if sb.size_sectors > 0 {
+                    sb.data_size_sectors = sb.size_sectors;
+                }
+                sb.size_sectors = 0;
             }
             sb.events = events;
             sb.utime = Timestamp::now();

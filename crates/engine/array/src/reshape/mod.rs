@@ -39,4 +39,4 @@ pub use grow::{continue_grow, grow, GrowOptions, GrowProgress, Grown};
 pub use level::{change_level, LevelChanged};
 pub use read::{MidReshape, ReshapeDetail, ReshapeMember, ShapeDetail};
 pub use record::{is_reshaping, reshape_of};
-pub use takeover::add_q;
+pub use takeover::{add_q, raid0_to_raid10};

@@ -253,3 +253,123 @@ pub fn add_q(
     drop(placed);
     super::mirror::fill(members, vec![new], &after, options, started, progress)
 }
+
+/// `grow --level 10 -n 2N --add NEW...`: a RAID 0 of N becomes md's RAID
+/// 10 near=2 of 2N, as md takes one over: RAID 0 member `i` becomes RAID
+/// 10 member `2i` (chunk `c`'s first copy lies on member `2(c mod N)`, row
+/// `c div N`, where the RAID 0 keeps it), the odd roles (the second
+/// copies) missing; then the new members take those roles and are
+/// rebuilt. One `--add` per new mirror (N), or none: md's own takeover
+/// leaves the mirrors missing, which `nvraid add` fills later.
+pub fn raid0_to_raid10(
+    members: &[String],
+    options: &super::GrowOptions,
+    progress: &mut dyn FnMut(super::GrowProgress),
+) -> Result<super::Grown> {
+    use super::grow::{check_new_member, check_whole, write_superblocks};
+    use nvraid_member::OpenOptions;
+    use nvraid_metadata::{Role, Timestamp};
+    let started = std::time::Instant::now();
+    crate::assemble::check_distinct_specs(members)?;
+    let open = OpenOptions {
+        write: true,
+        create_bytes: None,
+        direct: options.direct,
+        ..Default::default()
+    };
+    let mut found = Vec::with_capacity(members.len());
+    for spec in members {
+        let member = Member::open(spec, open)?;
+        let sb = crate::slot::read_superblock(&member)?;
+        found.push((member, sb));
+    }
+    if let Some((member, _)) = found.iter().find(|(_, sb)| super::is_reshaping(sb)) {
+        return Err(Error::Unsupported {
+            spec: member.spec().into(),
+            what: "a level change while a reshape is in progress: finish it first with `nvraid grow --continue`".into(),
+        });
+    }
+    let (reference, _) = check_whole(&found, "changes the level of", "changing the level of")?;
+    let spec = found[0].0.spec().to_string();
+    let geometry = crate::assemble::geometry_of(&reference, &spec)?;
+    let n = geometry.members();
+    if geometry.level() != Level::Raid0 {
+        return Err(Error::Unsupported {
+            spec,
+            what: format!(
+                "a {} as a RAID 10 with members added: md doubles the members this way of a RAID 0 only",
+                geometry.level()
+            ),
+        });
+    }
+    // One zone only: the RAID 10's members all hold the same rows.
+    raid0_as_raid4(&found, &geometry)?;
+    if options.raid_devices != 2 * n || !(options.add.is_empty() || options.add.len() == n as usize)
+    {
+        return Err(Error::BadOption {
+            option: "--raid-devices".into(),
+            why: format!(
+                "{} with {} member(s) added: a RAID 0 of {n} becomes a RAID 10 near=2 of {} (md doubles the members), with one --add per new mirror ({n}) or none",
+                options.raid_devices,
+                options.add.len(),
+                2 * n
+            ),
+        });
+    }
+    let mut adding = Vec::with_capacity(options.add.len());
+    for spec in &options.add {
+        let member = Member::open(spec, open)?;
+        check_new_member(&member, &reference, &geometry, options.force)?;
+        adding.push(member);
+    }
+    let rows = geometry.member_used_bytes();
+    let after = Geometry::new(
+        Level::Raid10 { near: 2 },
+        2 * n,
+        geometry.chunk_bytes().expect("RAID 0 has chunks"),
+        rows,
+    )
+    .map_err(|e| Error::NotStartable(e.to_string()))?;
+    assert_eq!(
+        after.array_bytes(),
+        geometry.array_bytes(),
+        "invariant: a takeover keeps the array's size"
+    );
+    let events = reference.events + 1;
+    let mut table = reference.roles_raw.clone();
+    for raw in table.iter_mut() {
+        if let Role::Active(r) = Role::from_raw(*raw) {
+            *raw = Role::Active(2 * r).to_raw();
+        }
+    }
+    let placed: Vec<Placed> = found
+        .into_iter()
+        .map(|(member, mut sb)| {
+            sb.level = 10;
+            sb.layout = Level::Raid10 { near: 2 }.md_layout();
+            sb.raid_disks = 2 * n;
+            sb.size_sectors = rows / 512;
+            sb.data_size_sectors = rows / 512;
+            sb.roles_raw = table.clone();
+            sb.events = events;
+            sb.utime = Timestamp::now();
+            Placed { member, sb }
+        })
+        .collect();
+    write_superblocks(&placed, &(0..placed.len()).collect::<Vec<_>>(), None)?;
+    drop(placed);
+    if adding.is_empty() {
+        return Ok(super::Grown {
+            raid_disks_before: n,
+            raid_disks: 2 * n,
+            size_bytes_before: geometry.array_bytes(),
+            size_bytes: after.array_bytes(),
+            data_offset_bytes: reference.data_offset_sectors * 512,
+            moved_bytes: 0,
+            seconds: started.elapsed().as_secs_f64(),
+            events,
+            failed: Vec::new(),
+        });
+    }
+    super::mirror::fill(members, adding, &after, options, started, progress)
+}

@@ -7,7 +7,7 @@ use super::{bytes_text, size_arg};
 use anyhow::{bail, Result};
 use clap::Args;
 use nvraid_array::reshape::{
-    add_q, change_level, continue_grow, grow, GrowOptions, GrowProgress, Grown,
+    add_q, change_level, continue_grow, grow, raid0_to_raid10, GrowOptions, GrowProgress, Grown,
 };
 use nvraid_member::format_size;
 use std::io::{IsTerminal, Write};
@@ -36,8 +36,10 @@ pub struct GrowArgs {
     /// takeovers): 4 <-> 5 with the parity-last layout; 5 -> 6 with
     /// --raid-devices N+1 --add NEW (Q on the new last member, which is
     /// then rebuilt); 6 -> 5 when Q is on the last member (a `-6` layout
-    /// or parity-last; that member leaves). md's other level changes are
-    /// refused, naming md's path.
+    /// or parity-last; that member leaves); 0 -> 10 near=2 with
+    /// --raid-devices 2N --add NEW... (member i becomes 2i, the new
+    /// mirrors rebuilt); 10 near=2 -> 0 (the second copies leave). md's
+    /// other level changes are refused, naming md's path.
     #[arg(long, value_name = "LEVEL")]
     level: Option<i32>,
     /// Use new members that carry a filesystem or another array.
@@ -94,8 +96,9 @@ pub fn run(args: &GrowArgs, direct: bool) -> Result<u8> {
         };
         match args.level {
             Some(6) => add_q(&args.members, &options, &mut progress)?,
+            Some(10) => raid0_to_raid10(&args.members, &options, &mut progress)?,
             Some(other) => bail!(
-                "--level {other} with --add: md adds a member with a level change only from RAID 5 to RAID 6 (--level 6)"
+                "--level {other} with --add: md adds members with a level change only from RAID 5 to RAID 6 (--level 6) and from RAID 0 to RAID 10 (--level 10)"
             ),
             None => grow(&args.members, &options, &mut progress)?,
         }
