@@ -1,4 +1,5 @@
-//! `grow`: add members to a RAID 4/5/6 or a RAID 10 near, offline, in
+//! `grow`: add members to a RAID 0 (as md's RAID 4, `takeover`), a RAID
+//! 4/5/6 or a RAID 10 near, offline, in
 //! md's format, the way md reshapes with v1.2 metadata and no backup file
 //! (a RAID 1's new mirrors: `mirror`).
 //!
@@ -35,8 +36,9 @@
 //!    data offset is the new one, the data area that much larger, the
 //!    reshape fields cleared.
 
+use super::degraded::{checkpoint, record_failure, Failed};
 use super::record::{is_reshaping, reshape_of};
-use super::step::move_rows;
+use super::step::{move_rows, Unreadable};
 use crate::assemble::{check_distinct_specs, member_data_bytes};
 use crate::decision::{decide, SetAside};
 use crate::error::{Error, Result};
@@ -93,6 +95,9 @@ pub struct Grown {
     pub moved_bytes: u64,
     pub seconds: f64,
     pub events: u64,
+    /// Members that failed (or were missing) during the reshape, recorded
+    /// faulty in the others' superblocks: the array is degraded.
+    pub failed: Vec<String>,
 }
 
 /// A member in the reshape, by role.
@@ -148,15 +153,30 @@ pub fn grow(
             progress,
         );
     }
+    // A RAID 0 grows as md grows one: taken over as a RAID 4 of one more
+    // member, its parity missing, and back (`takeover`).
+    let raid0_layout = (old_geometry.level() == Level::Raid0).then_some(reference.layout);
+    let (old_count, old_geometry) = match raid0_layout {
+        Some(_) => (
+            old_geometry.members(),
+            super::takeover::raid0_as_raid4(&found, &old_geometry)?,
+        ),
+        None => (old_geometry.members(), old_geometry),
+    };
+    let raid_disks = options.raid_devices + u32::from(raid0_layout.is_some());
+    let member_rows = old_geometry.member_used_bytes();
     let mut bitmap = kept_bitmap(found.iter().map(|(m, sb)| (m, sb)), &old_geometry)?;
     let bitmap_bytes = bitmap.as_ref().map(|b| b.storage.len() as u64);
     let new_geometry = Geometry::new(
         old_geometry.level(),
-        options.raid_devices,
+        raid_disks,
         old_geometry
             .chunk_bytes()
             .expect("parity levels and RAID 10 have chunks"),
-        member_data_bytes(&reference),
+        match raid0_layout {
+            Some(_) => member_rows,
+            None => member_data_bytes(&reference),
+        },
     )?;
     let mut adding = Vec::with_capacity(options.add.len());
     for spec in &options.add {
@@ -179,14 +199,16 @@ pub fn grow(
     reference.bblog_offset = placed[0].sb.bblog_offset;
     let events = reference.events + 1;
     let free_slots = free_dev_numbers(&reference, adding.len())?;
-    let old_count = old_geometry.members();
     let mut table = reference.roles_raw.clone();
     for (k, dev) in free_slots.iter().enumerate() {
         table[*dev as usize] = Role::Active((old_count as usize + k) as u16).to_raw();
     }
     let record = |sb: &mut Superblock| {
+        if raid0_layout.is_some() {
+            super::takeover::record_as_raid4(sb, member_rows);
+        }
         sb.feature_map |= features::RESHAPE_ACTIVE | features::NEW_OFFSET;
-        sb.raid_disks = options.raid_devices;
+        sb.raid_disks = raid_disks;
         sb.delta_disks = (options.raid_devices - old_count) as i32 as u32;
         sb.new_level = sb.level as u32;
         sb.new_layout = sb.layout;
@@ -200,10 +222,26 @@ pub fn grow(
     for (member, dev) in adding.into_iter().zip(free_slots) {
         let mut sb = new_member_superblock(&member, &reference, dev)?;
         record(&mut sb);
+        if raid0_layout.is_some() && placed.len() == old_count as usize {
+            // The old shape's parity role: this member holds none of it.
+            super::takeover::record_recovering(&mut sb);
+        }
         placed.push(Placed { member, sb });
     }
     for p in placed.iter_mut().take(old_count as usize) {
         record(&mut p.sb);
+    }
+    let mut failed = Failed::none(raid_disks as usize);
+    if raid0_layout.is_some() {
+        // The new shape's parity role has no member: a stand-in, never
+        // read or written.
+        failed.absent_from_old(old_count as usize);
+        failed.missing(placed.len());
+        let sb = placed[0].sb.clone();
+        placed.push(Placed {
+            member: super::degraded::stand_in()?,
+            sb,
+        });
     }
     // New members first: a crash before the old members are recorded
     // leaves them one event ahead, which `grow --continue` finishes.
@@ -212,6 +250,7 @@ pub fn grow(
     }
     let order: Vec<usize> = (old_count as usize..placed.len())
         .chain(0..old_count as usize)
+        .filter(|&i| !failed.is_failed(i))
         .collect();
     if let Some(b) = bitmap.as_mut() {
         publish_bitmap(&placed, &order, b, events)?;
@@ -219,7 +258,15 @@ pub fn grow(
     write_superblocks(&placed, &order, bitmap.as_mut())?;
     let reshape = reshape_at(&placed, 0)?;
     debug_assert_eq!(reshape.new_shape(), &new_geometry);
-    run(placed, reshape, options.step_bytes, bitmap, progress)
+    run(
+        placed,
+        failed,
+        reshape,
+        options.step_bytes,
+        bitmap,
+        raid0_layout,
+        progress,
+    )
 }
 
 /// Continue the reshape recorded on `members` (every member of both
@@ -245,7 +292,7 @@ pub fn continue_grow(
         let sb = read_superblock(&member)?;
         found.push((member, sb));
     }
-    let Some(reference) = found
+    let Some(mut reference) = found
         .iter()
         .filter(|(_, sb)| is_reshaping(sb))
         .max_by_key(|(_, sb)| sb.events)
@@ -287,12 +334,18 @@ pub fn continue_grow(
             }
         }
     }
-    if let Some(role) = by_role.iter().position(Option::is_none) {
-        return Err(Error::NotStartable(format!(
-            "role {role} is missing; nvraid continues a reshape only with every member"
-        )));
-    }
-    let mut placed: Vec<Placed> = by_role.into_iter().map(|p| p.expect("checked")).collect();
+    // A role missing (its member failed, or not given) is read around,
+    // as md continues a degraded reshape, when the others hold every byte.
+    let (mut placed, mut failed) = super::degraded::fill_missing(by_role, &mut reference)?;
+    // md's RAID 4 of a RAID 0 grow: the member in the old parity role
+    // holds none of the old shape, and the array goes back to RAID 0 at
+    // the end, as mdadm takes it back.
+    let raid0_layout =
+        super::takeover::raid0_takeover_of(&reference, &placed, &failed).map(|old_parity| {
+            failed.absent_from_old(old_parity);
+            Level::Raid0.md_layout()
+        });
+    let all = failed.surviving();
     // A member fresher than the record that records no reshape got the
     // finished shape: every byte had moved before that was written, so
     // the finish is written on the others (their record would otherwise
@@ -305,17 +358,23 @@ pub fn continue_grow(
     {
         let reshape = reshape_of(&reference, placed[0].member.spec(), &[])?;
         let mut bitmap = kept_bitmap(
-            placed.iter().map(|p| (&p.member, &p.sb)),
+            all.iter().map(|&i| (&placed[i].member, &placed[i].sb)),
             reshape.new_shape(),
         )?;
+        let raid0 = placed
+            .iter()
+            .find(|p| p.sb.events == done && p.sb.level == 0)
+            .map(|p| p.sb.layout);
         for p in placed.iter_mut() {
             if is_reshaping(&p.sb) {
                 finish_record(&mut p.sb);
+                if let Some(layout) = raid0 {
+                    super::takeover::finish_as_raid0(&mut p.sb, layout);
+                }
             }
             p.sb.events = done + 1;
             p.sb.utime = Timestamp::now();
         }
-        let all: Vec<usize> = (0..placed.len()).collect();
         if let Some(b) = bitmap.as_mut() {
             publish_bitmap(&placed, &all, b, done + 1)?;
         }
@@ -329,10 +388,11 @@ pub fn continue_grow(
             raid_disks: reshape.new_shape().members(),
             size_bytes_before: reshape.old().array_bytes(),
             size_bytes: reshape.new_shape().array_bytes(),
-            data_offset_bytes: placed[0].sb.data_offset_sectors * 512,
+            data_offset_bytes: placed[all[0]].sb.data_offset_sectors * 512,
             moved_bytes: 0,
             seconds: 0.0,
             events: done + 1,
+            failed: failed.specs(&placed),
         });
     }
     let events = reference.events + 1;
@@ -341,7 +401,10 @@ pub fn continue_grow(
     let bitmap_geometry = reshape_of(&reference, placed[0].member.spec(), &[])?
         .old()
         .clone();
-    let mut bitmap = kept_bitmap(placed.iter().map(|p| (&p.member, &p.sb)), &bitmap_geometry)?;
+    let mut bitmap = kept_bitmap(
+        all.iter().map(|&i| (&placed[i].member, &placed[i].sb)),
+        &bitmap_geometry,
+    )?;
     for p in placed.iter_mut() {
         let own = p.sb.clone();
         p.sb = reference.clone();
@@ -363,8 +426,11 @@ pub fn continue_grow(
             let held = (p.member.size_bytes() / 512).saturating_sub(own.data_offset_sectors);
             p.sb.data_size_sectors = own.data_size_sectors.max(held);
         }
-        p.sb.feature_map = (reference.feature_map & !features::BAD_BLOCKS)
-            | (own.feature_map & features::BAD_BLOCKS);
+        // Its bad blocks and its recovery (md's RAID 4 of a RAID 0 grow
+        // records the member in the old parity role recovering) are its own.
+        let own_bits = features::BAD_BLOCKS | features::RECOVERY_OFFSET;
+        p.sb.feature_map = (reference.feature_map & !own_bits) | (own.feature_map & own_bits);
+        p.sb.recovery_offset = own.recovery_offset;
         p.sb.events = events;
         p.sb.utime = Timestamp::now();
     }
@@ -398,7 +464,13 @@ pub fn continue_grow(
             ),
         });
     }
-    let all: Vec<usize> = (0..placed.len()).collect();
+    if reshape.direction() == Direction::Backwards && (0..placed.len()).any(|r| failed.is_failed(r))
+    {
+        return Err(Error::Unsupported {
+            spec: placed[0].member.spec().into(),
+            what: "continuing a reshape that runs backwards with members missing (nvraid reads around a missing member only forwards); give every member, or let the kernel finish it (mdadm --assemble)".into(),
+        });
+    }
     if let Some(b) = bitmap.as_mut() {
         publish_bitmap(&placed, &all, b, events)?;
     }
@@ -406,7 +478,15 @@ pub fn continue_grow(
     if reshape.direction() == Direction::Backwards {
         return super::shape::run_backwards(placed, reshape, step_bytes, bitmap, progress);
     }
-    run(placed, reshape, step_bytes, bitmap, progress)
+    run(
+        placed,
+        failed,
+        reshape,
+        step_bytes,
+        bitmap,
+        raid0_layout,
+        progress,
+    )
 }
 
 /// The reshape the members' superblocks record, at `position`.
@@ -418,12 +498,17 @@ pub(super) fn reshape_at(placed: &[Placed], position: u64) -> Result<Reshape> {
     reshape_of(&sb, placed[0].member.spec(), &by_role)
 }
 
-/// The steps, the checkpoints and the end.
+/// The steps, the checkpoints and the end. Members in `failed` are read
+/// around and not written; one failing on the way is recorded failed and
+/// the step redone (`degraded`). With `raid0_layout`, the finished RAID 4
+/// is taken back to RAID 0 of that layout (`takeover`).
 pub(super) fn run(
     mut placed: Vec<Placed>,
+    mut failed: Failed,
     mut reshape: Reshape,
     step_bytes: u64,
     mut bitmap: Option<MemberBitmap>,
+    raid0_layout: Option<u32>,
     progress: &mut dyn FnMut(GrowProgress),
 ) -> Result<Grown> {
     let started = std::time::Instant::now();
@@ -458,21 +543,31 @@ pub(super) fn run(
                 to - unit
             };
         }
-        let members: Vec<&Member> = placed.iter().map(|p| &p.member).collect();
-        move_rows(&reshape, &members, to, kernel, &|| {
-            crate::failpoint::hit("reshape-write")
-        })?;
+        loop {
+            let members: Vec<&Member> = placed.iter().map(|p| &p.member).collect();
+            let (old, new) = failed.unreadable();
+            let unreadable = Unreadable { old: &old, new };
+            let moved = move_rows(&reshape, &members, unreadable, to, kernel, &|| {
+                crate::failpoint::hit("reshape-write")
+            });
+            match moved {
+                Ok(()) => break,
+                // Recorded failed on the others, then the step redone.
+                Err(failure) => {
+                    record_failure(&mut placed, &mut failed, &reshape, failure, bitmap.as_mut())?
+                }
+            }
+        }
         if to < end {
+            let data_members =
+                reshape.new_shape().members() - reshape.new_shape().level().parity_chunks();
             for p in placed.iter_mut() {
                 p.sb.reshape_position = to / 512;
+                super::takeover::follow_position(&mut p.sb, to, data_members);
                 p.sb.events += 1;
                 p.sb.utime = Timestamp::now();
             }
-            write_superblocks(
-                &placed,
-                &(0..placed.len()).collect::<Vec<_>>(),
-                bitmap.as_mut(),
-            )?;
+            checkpoint(&mut placed, &mut failed, &reshape, bitmap.as_mut())?;
         }
         reshape = reshape
             .at(to)
@@ -487,23 +582,29 @@ pub(super) fn run(
     let size_bytes_before = reshape.old().array_bytes();
     for p in placed.iter_mut() {
         finish_record(&mut p.sb);
+        if let Some(layout) = raid0_layout {
+            super::takeover::finish_as_raid0(&mut p.sb, layout);
+        }
         p.sb.events += 1;
         p.sb.utime = Timestamp::now();
     }
-    write_superblocks(
-        &placed,
-        &(0..placed.len()).collect::<Vec<_>>(),
-        bitmap.as_mut(),
-    )?;
+    checkpoint(&mut placed, &mut failed, &reshape, bitmap.as_mut())?;
+    let survivor = failed.surviving().first().copied().unwrap_or(0);
+    let raid0 = u32::from(raid0_layout.is_some());
     Ok(Grown {
-        raid_disks_before,
-        raid_disks: reshape.new_shape().members(),
+        raid_disks_before: raid_disks_before - raid0,
+        raid_disks: reshape.new_shape().members() - raid0,
         size_bytes_before,
         size_bytes: end,
-        data_offset_bytes: placed[0].sb.data_offset_sectors * 512,
+        data_offset_bytes: placed[survivor].sb.data_offset_sectors * 512,
         moved_bytes: end - start,
         seconds: started.elapsed().as_secs_f64(),
-        events: placed[0].sb.events,
+        events: placed[survivor].sb.events,
+        failed: match raid0_layout {
+            // The RAID 4's parity role was never held.
+            Some(_) => failed.specs(&placed[..placed.len() - 1]),
+            None => failed.specs(&placed),
+        },
     })
 }
 
@@ -517,8 +618,13 @@ pub(super) fn finish_record(sb: &mut Superblock) {
     sb.chunk_sectors = sb.new_chunk;
     sb.data_offset_sectors = (sb.data_offset_sectors as i64 + moved) as u64;
     sb.data_size_sectors = (sb.data_size_sectors as i64 - moved) as u64;
-    sb.feature_map &=
-        !(features::RESHAPE_ACTIVE | features::NEW_OFFSET | features::RESHAPE_BACKWARDS);
+    sb.feature_map &= !(features::RESHAPE_ACTIVE
+        | features::NEW_OFFSET
+        | features::RESHAPE_BACKWARDS
+        | features::RECOVERY_OFFSET);
+    // A member the reshape filled (md's RAID 4 of a RAID 0 grow) is in
+    // sync once it ends, as md records it.
+    sb.recovery_offset = 0;
     sb.new_offset = 0;
     sb.delta_disks = 0;
     sb.reshape_position = 0;
@@ -646,11 +752,6 @@ fn check_array(
     };
     let level = crate::assemble::level_of(&reference, spec)?;
     match level {
-        Level::Raid0 => {
-            return Err(refuse(format!(
-                "growing a {level} (md grows a RAID 0 by taking it over as a degraded RAID 4 and back; nvraid grows RAID 1, 4, 5, 6 and 10 near so far)"
-            )))
-        }
         Level::Raid10Far { .. } => {
             return Err(refuse(format!(
                 "growing a {level} (md reshapes only the near layout of RAID 10)"

@@ -4,10 +4,13 @@
 //! member, as RAID 4 keeps it), and back: both levels put every byte at
 //! the same place, so only the superblocks change.
 //!
-//! md's other takeovers are refused naming md's path: RAID 1 of two ↔
-//! RAID 5 (a two-member RAID 5, whose parity is a copy of its one data
-//! chunk; nvraid does not lay out a two-member RAID 5 yet), 5 ↔ 6 (a
-//! member added or dropped for Q) and 0 ↔ 10 (members doubled).
+//! Also RAID 6 → 5 when Q is on the last member (a `-6` layout or
+//! parity-last: that member leaves) and RAID 10 near=2 → RAID 0 (one copy
+//! of each pair kept, member 2i becoming i). RAID 5 → 6 and RAID 0 → 10
+//! add members (`takeover`). md's other takeovers are refused naming
+//! md's path: RAID 1 of two ↔ RAID 5 (a two-member RAID 5, whose parity
+//! is a copy of its one data chunk; nvraid does not lay out a two-member
+//! RAID 5 yet).
 //!
 //! The checks of any change of shape come first (a whole, clean array
 //! without PPL or journal); a change md makes only through a reshape or an
@@ -24,7 +27,7 @@ use crate::error::{Error, Result};
 use nvraid_layout::parity::ParityLayout;
 use nvraid_layout::Level;
 use nvraid_member::{Member, OpenOptions};
-use nvraid_metadata::Timestamp;
+use nvraid_metadata::{Role, Timestamp};
 use serde::Serialize;
 
 /// What [`change_level`] did.
@@ -38,6 +41,9 @@ pub struct LevelChanged {
     pub chunk_bytes: u64,
     pub size_bytes: u64,
     pub events: u64,
+    /// Members that left the array (a RAID 6's Q member when it became a
+    /// RAID 5): blank them before using them elsewhere.
+    pub released: Vec<String>,
 }
 
 /// The level as md names it: `raid4` for md's level 4 (which nvraid lays
@@ -82,6 +88,11 @@ pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelCh
         what,
     };
     let from = reference.level;
+    // Whether the last member (a RAID 6's Q) leaves the array.
+    let mut drop_last = false;
+    // Whether the second copy of each pair (the odd roles) leaves, the
+    // others renumbered (RAID 10 near=2 -> RAID 0).
+    let mut halve = false;
     // (level, layout, chunk sectors) after the change.
     let (md_level, layout, chunk_sectors) = match (from, to) {
         (f, t) if f == t => {
@@ -114,14 +125,48 @@ pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelCh
                 "a {level} as a RAID 4: md takes a RAID 5 over as RAID 4 only with the parity-last layout (change the layout first, a reshape nvraid does not do yet)"
             )))
         }
-        (5, 6) | (6, 5) => {
+        (5, 6) => {
             return Err(refuse(format!(
-                "a {level} as a RAID {to}: md adds (or drops) a member for Q with it (`mdadm --grow --level {to} --raid-devices N`), which nvraid does not do yet"
+                "a {level} as a RAID 6 without a member for Q: md adds one with it; give it: `nvraid grow --level 6 --raid-devices {} --add NEW`",
+                n + 1
             )))
         }
-        (0, 10) | (10, 0) => {
+        (6, 5) => match level {
+            // md drops the Q member of a `-6` layout (Q on the last
+            // member): the RAID 5 of the others is the same bytes.
+            Level::Raid6 {
+                layout: ParityLayout::Raid5With6(rotation),
+            } => {
+                drop_last = true;
+                (5, rotation as u32, reference.chunk_sectors)
+            }
+            Level::Raid6 {
+                layout: ParityLayout::ParityLast,
+            } => {
+                drop_last = true;
+                (5, ParityLayout::ParityLast.to_md(), reference.chunk_sectors)
+            }
+            _ => {
+                return Err(refuse(format!(
+                    "a {level} as a RAID 5: md drops Q only from a RAID 6 whose Q is on the last member (a `-6` layout or parity-last); change the layout first (`mdadm --grow --layout left-symmetric-6`), a reshape nvraid does not do yet"
+                )))
+            }
+        },
+        (0, 10) => {
             return Err(refuse(format!(
-                "a {level} as a RAID {to}: md doubles (or halves) the members with it, RAID 0 member i becoming RAID 10 near=2 member 2i, which nvraid does not do yet"
+                "a {level} as a RAID 10 without its mirrors: md doubles the members with it, RAID 0 member i becoming RAID 10 near=2 member 2i; give them: `nvraid grow --level 10 --raid-devices {} --add NEW...`",
+                2 * n
+            )))
+        }
+        (10, 0) if level == (Level::Raid10 { near: 2 }) && n % 2 == 0 => {
+            // md takes a RAID 10 near=2 over as RAID 0 from one copy of
+            // each pair (mdadm fails the others): member 2i becomes i.
+            halve = true;
+            (0, Level::Raid0.md_layout(), reference.chunk_sectors)
+        }
+        (10, 0) => {
+            return Err(refuse(format!(
+                "a {level} of {n} members as a RAID 0: md takes over as RAID 0 only a RAID 10 near=2 of an even member count (one copy of each pair kept)"
             )))
         }
         _ => {
@@ -132,12 +177,59 @@ pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelCh
     };
     let mut bitmap = kept_bitmap(found.iter().map(|(m, sb)| (m, sb)), &geometry)?;
     let events = reference.events + 1;
+    // The leaving member: its slot in the role table becomes unused (md's
+    // spare mark) and its superblock is left as it was (one event behind,
+    // naming a role the others do not give it: no assembly takes it in).
+    let leaving = drop_last.then(|| {
+        let last = Role::Active((n - 1) as u16).to_raw();
+        let dev = reference
+            .roles_raw
+            .iter()
+            .position(|&raw| raw == last)
+            .expect("a whole array has its last role");
+        (dev, n - 1)
+    });
+    let mut released = Vec::new();
     let placed: Vec<Placed> = found
         .into_iter()
+        .filter(|(member, sb)| {
+            let odd = halve
+                && matches!(
+                    reference.roles_raw.get(sb.dev_number as usize).map(|&r| Role::from_raw(r)),
+                    Some(Role::Active(r)) if r % 2 == 1
+                );
+            let leaves = odd || leaving.is_some_and(|(dev, _)| sb.dev_number as usize == dev);
+            if leaves {
+                released.push(member.spec().to_string());
+            }
+            !leaves
+        })
         .map(|(member, mut sb)| {
             sb.level = md_level;
             sb.layout = layout;
             sb.chunk_sectors = chunk_sectors;
+            if let Some((dev, count)) = leaving {
+                sb.raid_disks = count;
+                sb.roles_raw[dev] = Role::Spare.to_raw();
+            }
+            if halve {
+                sb.raid_disks = n / 2;
+                for raw in sb.roles_raw.iter_mut() {
+                    if let Role::Active(r) = Role::from_raw(*raw) {
+                        *raw = if r % 2 == 0 {
+                            Role::Active(r / 2).to_raw()
+                        } else {
+                            Role::Spare.to_raw()
+                        };
+                    }
+                }
+                // A RAID 0's members hold their data area whole: the
+                // RAID 10's rows, no more.
+                if sb.size_sectors > 0 {
+                    sb.data_size_sectors = sb.size_sectors;
+                }
+                sb.size_sectors = 0;
+            }
             sb.events = events;
             sb.utime = Timestamp::now();
             Placed { member, sb }
@@ -162,5 +254,6 @@ pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelCh
         chunk_bytes: u64::from(chunk_sectors) * 512,
         size_bytes: after.array_bytes(),
         events,
+        released,
     })
 }

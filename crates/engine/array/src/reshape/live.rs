@@ -35,7 +35,7 @@
 use super::grow::{
     check_new_member, finish_record, free_dev_numbers, new_member_superblock, room_for,
 };
-use super::step::move_rows;
+use super::step::{move_rows, Unreadable};
 use crate::array::{Array, LiveRoute};
 use crate::error::{Error, Result};
 use crate::members::{Companion, ReshapeRecord, Update};
@@ -515,12 +515,16 @@ impl LiveGrow {
                 )));
             }
             let members = self.members_of(&array);
-            let moved_ok = move_rows(&reshape, &members, to, kernel, &|| {
+            // Every member is usable (looked at above): none is read
+            // around. A member failing here stops the grow at the
+            // position recorded.
+            let unreadable = Unreadable { old: &[], new: &[] };
+            let moved_ok = move_rows(&reshape, &members, unreadable, to, kernel, &|| {
                 crate::failpoint::hit("reshape-write")
             });
-            if let Err(e) = moved_ok {
+            if let Err(failure) = moved_ok {
                 self.gate.open_window(None);
-                return Err(e);
+                return Err(failure.error);
             }
             {
                 let mut record = self.record.lock().unwrap_or_else(|p| p.into_inner());

@@ -178,7 +178,7 @@ pub(super) fn fill_mirrors(
 
 /// Assemble the widened RAID 1, put each of `adding` in a missing role
 /// and rebuild them.
-fn fill(
+pub(super) fn fill(
     members: &[String],
     adding: Vec<Member>,
     geometry: &Geometry,
@@ -247,5 +247,6 @@ fn fill(
         moved_bytes: rebuilt.iter().map(|r| r.bytes).sum(),
         seconds: started.elapsed().as_secs_f64(),
         events,
+        failed: Vec::new(),
     })
 }

@@ -13,7 +13,7 @@
 //!   RAID 4/5/6 or RAID 10 near gaining members: the checks, md's record written, the
 //!   steps with a checkpoint after each, the finished shape recorded;
 //! - `level`: `grow --level`, md's level changes that move no byte
-//!   (RAID 1 of two <-> RAID 5, RAID 4 <-> RAID 5 parity-last);
+//!   (RAID 4 <-> RAID 5 parity-last, RAID 6 -> 5 dropping a last-member Q);
 //! - `shape`: `grow --chunk`/`--layout`, a RAID 4/5/6 or RAID 10 near
 //!   restriped with its members kept, the data offset moved down or up
 //!   (the steps backwards are its own);
@@ -24,6 +24,10 @@
 //!   the record kept in every superblock update of the running array,
 //!   client requests split between the two shapes at the position, each
 //!   step's window closed to them and earlier requests drained;
+//! - `degraded`: a member failing during a grow, recorded faulty on the
+//!   others and read around; roles missing at `--continue`;
+//! - `takeover`: a RAID 0 grown as md's RAID 4 with its parity missing
+//!   and taken back; RAID 5 -> 6 with Q on an added member;
 //! - `mirror`: `grow` of a RAID 1 (another mirror): the member count
 //!   raised in every superblock, the new member added and rebuilt.
 //!
@@ -32,6 +36,7 @@
 //!
 //! [`Reshape`]: nvraid_layout::Reshape
 
+mod degraded;
 mod grow;
 mod level;
 mod live;
@@ -41,6 +46,7 @@ mod record;
 mod shape;
 mod size;
 mod step;
+mod takeover;
 
 pub use grow::{continue_grow, grow, GrowOptions, GrowProgress, Grown};
 pub use level::{change_level, LevelChanged};
@@ -49,3 +55,4 @@ pub use read::{MidReshape, ReshapeDetail, ReshapeMember, ShapeDetail};
 pub use record::{is_reshaping, reshape_of};
 pub use shape::{change_shape, ShapeOptions};
 pub use size::{resize, Resized, SizeOptions, SizeTarget};
+pub use takeover::{add_q, raid0_to_raid10};

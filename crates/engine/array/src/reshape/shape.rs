@@ -254,7 +254,18 @@ pub fn change_shape(
     let reshape = reshape_at(&placed, position)?;
     debug_assert_eq!(reshape.new_shape(), &new);
     match direction {
-        Direction::Forwards => run(placed, reshape, options.step_bytes, bitmap, progress),
+        Direction::Forwards => {
+            let failed = super::degraded::Failed::none(placed.len());
+            run(
+                placed,
+                failed,
+                reshape,
+                options.step_bytes,
+                bitmap,
+                None,
+                progress,
+            )
+        }
         Direction::Backwards => {
             run_backwards(placed, reshape, options.step_bytes, bitmap, progress)
         }
@@ -377,9 +388,18 @@ pub(super) fn run_backwards(
         let new = reshape.new_shape();
         let new_unit = new.chunk_bytes().expect("parity levels have chunks")
             * u64::from(new.members() - new.level().parity_chunks());
-        write_stripes(&reshape, &members, to / new_unit, &data, kernel, &|| {
-            crate::failpoint::hit("reshape-write")
-        })?;
+        // A restripe runs with every member (its checks refuse a degraded
+        // array): a member failing stops it at the position recorded.
+        write_stripes(
+            &reshape,
+            &members,
+            to / new_unit,
+            &data,
+            &[],
+            kernel,
+            &|| crate::failpoint::hit("reshape-write"),
+        )
+        .map_err(|failure| failure.error)?;
         if to > 0 {
             for p in placed.iter_mut() {
                 p.sb.reshape_position = to / 512;
@@ -416,5 +436,6 @@ pub(super) fn run_backwards(
         moved_bytes: start,
         seconds: started.elapsed().as_secs_f64(),
         events: placed[0].sb.events,
+        failed: Vec::new(),
     })
 }

@@ -8,8 +8,8 @@ use super::{bytes_text, size_arg};
 use anyhow::{bail, Result};
 use clap::Args;
 use nvraid_array::reshape::{
-    change_level, change_shape, continue_grow, grow, resize, GrowOptions, GrowProgress, Grown,
-    ShapeOptions, SizeOptions, SizeTarget,
+    add_q, change_level, change_shape, continue_grow, grow, raid0_to_raid10, resize, GrowOptions,
+    GrowProgress, Grown, ShapeOptions, SizeOptions, SizeTarget,
 };
 use nvraid_member::format_size;
 use std::io::{IsTerminal, Write};
@@ -35,9 +35,14 @@ pub struct GrowArgs {
     #[arg(long = "continue", conflicts_with_all = ["raid_devices", "add", "level", "chunk", "layout"])]
     cont: bool,
     /// Change the level where md does it without moving data (its
-    /// takeovers): 4 <-> 5 with the parity-last layout. md's other level
-    /// changes are refused, naming md's path.
-    #[arg(long, value_name = "LEVEL", conflicts_with_all = ["raid_devices", "add"])]
+    /// takeovers): 4 <-> 5 with the parity-last layout; 5 -> 6 with
+    /// --raid-devices N+1 --add NEW (Q on the new last member, which is
+    /// then rebuilt); 6 -> 5 when Q is on the last member (a `-6` layout
+    /// or parity-last; that member leaves); 0 -> 10 near=2 with
+    /// --raid-devices 2N --add NEW... (member i becomes 2i, the new
+    /// mirrors rebuilt); 10 near=2 -> 0 (the second copies leave). md's
+    /// other level changes are refused, naming md's path.
+    #[arg(long, value_name = "LEVEL")]
     level: Option<i32>,
     /// Restripe the array in chunks of this size (RAID 4/5/6, RAID 10
     /// near; a power of two from 4K), keeping its members and size: the
@@ -81,7 +86,7 @@ pub fn run(args: &GrowArgs, direct: bool) -> Result<u8> {
     if let Some(socket) = &args.socket {
         return grow_online(args, socket);
     }
-    if let Some(level) = args.level {
+    if let Some(level) = args.level.filter(|_| args.add.is_empty()) {
         let changed = change_level(&args.members, level, direct)?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&changed)?);
@@ -94,6 +99,12 @@ pub fn run(args: &GrowArgs, direct: bool) -> Result<u8> {
                 changed.md_level,
                 bytes_text(changed.size_bytes),
                 changed.events
+            );
+        }
+        if !changed.released.is_empty() {
+            println!(
+                "{} left the array (no longer a member; blank it before using it elsewhere)",
+                changed.released.join(", ")
             );
         }
         return Ok(0);
@@ -154,7 +165,14 @@ pub fn run(args: &GrowArgs, direct: bool) -> Result<u8> {
             force: args.force,
             step_bytes: args.step,
         };
-        grow(&args.members, &options, &mut progress)?
+        match args.level {
+            Some(6) => add_q(&args.members, &options, &mut progress)?,
+            Some(10) => raid0_to_raid10(&args.members, &options, &mut progress)?,
+            Some(other) => bail!(
+                "--level {other} with --add: md adds members with a level change only from RAID 5 to RAID 6 (--level 6) and from RAID 0 to RAID 10 (--level 10)"
+            ),
+            None => grow(&args.members, &options, &mut progress)?,
+        }
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&grown)?);
@@ -187,6 +205,13 @@ fn print_text(g: &Grown) {
         bytes_text(g.data_offset_bytes),
         g.events
     );
+    if !g.failed.is_empty() {
+        println!(
+            "degraded: {} failed during the reshape and {} recorded faulty on the other members; add a member to rebuild (`nvraid add`)",
+            g.failed.join(", "),
+            if g.failed.len() == 1 { "is" } else { "are" }
+        );
+    }
 }
 
 /// The reshape's position on stderr, at most once a second (redrawn in

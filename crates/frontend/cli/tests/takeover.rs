@@ -1,0 +1,939 @@
+//! `nvraid grow` on a bad day and md's level changes (docs/reshape.md):
+//! a member failing in the middle of an offline grow is recorded failed
+//! on the others and the RAID 5 grows on degraded (md's rule), a grow is
+//! continued with a member missing, and what md cannot continue is
+//! refused with nothing written. The kernel's md assembles what nvraid
+//! left and reads the same bytes.
+
+mod common;
+
+use common::*;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+const MIB: u64 = 1 << 20;
+
+/// Data bytes each member holds (15 MiB files less 1 MiB of metadata).
+const PER: u64 = 14 * MIB;
+
+/// md's test pattern (tools/mdvm/pattern.c): 4 KiB block N holds the
+/// little-endian u64 N, repeated.
+fn pattern(bytes: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes as usize);
+    for block in 0..bytes / 4096 {
+        for _ in 0..512 {
+            out.extend_from_slice(&block.to_le_bytes());
+        }
+    }
+    out
+}
+
+/// A RAID `level` of `count` members `d0..` of 15 MiB without a bitmap,
+/// named `name`, filled with the pattern; the members and the bytes.
+fn filled(dir: &Path, level: &str, count: usize, name: &str) -> (Vec<String>, Vec<u8>) {
+    let names: Vec<String> = (0..count).map(|i| format!("d{i}")).collect();
+    let mut args = vec![
+        "create", "--level", level, "--bitmap", "none", "--size", "15M", "--name", name,
+    ];
+    args.extend(names.iter().map(String::as_str));
+    ok(&args, dir);
+    let data_members = match level {
+        "0" => count as u64,
+        "1" => 1,
+        "10" => count as u64 / 2,
+        "6" => count as u64 - 2,
+        _ => count as u64 - 1,
+    };
+    let data = pattern(data_members * PER);
+    std::fs::write(dir.join("data"), &data).unwrap();
+    let mut args = vec!["write", "--input", "data"];
+    args.extend(names.iter().map(String::as_str));
+    ok(&args, dir);
+    std::fs::remove_file(dir.join("data")).unwrap();
+    (names, data)
+}
+
+/// A blank 16 MiB member file.
+fn blank(dir: &Path, name: &str) -> String {
+    let f = std::fs::File::create(dir.join(name)).unwrap();
+    f.set_len(16 * MIB).unwrap();
+    name.into()
+}
+
+fn with<'a>(head: &[&'a str], members: &'a [String]) -> Vec<&'a str> {
+    let mut args = head.to_vec();
+    args.extend(members.iter().map(String::as_str));
+    args
+}
+
+/// Read `len` bytes of the array.
+fn read(dir: &Path, members: &[String], len: u64) -> Vec<u8> {
+    let len = len.to_string();
+    ok_bytes(&with(&["read", "--length", &len], members), dir)
+}
+
+/// An nbdkit serving the file `image` in `dir` on a unix socket, with
+/// nbdkit's error filter (every request fails with EIO once `trigger`
+/// exists) over its delay filter (each write a little slow, so
+/// that a grow lasts a few seconds).
+struct FailingNode {
+    child: std::process::Child,
+    socket: PathBuf,
+    trigger: PathBuf,
+}
+
+impl FailingNode {
+    fn up(dir: &Path, image: &str) -> FailingNode {
+        let socket = dir.join(format!("{image}.sock"));
+        let trigger = dir.join(format!("{image}.trigger"));
+        let child = Command::new(tool("nbdkit"))
+            .arg("-f")
+            .arg("-U")
+            .arg(&socket)
+            .args(["--filter=error", "--filter=delay", "file"])
+            .arg(dir.join(image))
+            .arg("error-rate=100%")
+            .arg(format!("error-file={}", trigger.display()))
+            .arg("wdelay=60ms")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nbdkit (./test.sh installs it)");
+        for _ in 0..200 {
+            if socket.exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(socket.exists(), "nbdkit did not start");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        FailingNode {
+            child,
+            socket,
+            trigger,
+        }
+    }
+
+    fn uri(&self) -> String {
+        format!("nbd+unix:///?socket={}", self.socket.display())
+    }
+
+    fn fail(&self) {
+        std::fs::write(&self.trigger, b"").unwrap();
+    }
+}
+
+impl Drop for FailingNode {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Grow the array on `members` (`failing`'s member among them, reached
+/// through it) by `new` to `n` members, and make `failing` fail once the
+/// reshape has moved some bytes; whether the grow succeeded, its stdout
+/// and its stderr.
+fn grow_with_a_failure(
+    dir: &Path,
+    members: &[String],
+    new: &str,
+    n: &str,
+    failing: &FailingNode,
+) -> (bool, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nvraid"))
+        .current_dir(dir)
+        .args(with(
+            &["grow", "-n", n, "--add", new, "--step", "1M"],
+            members,
+        ))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut seen = Vec::new();
+    let mut failed_at = None;
+    for line in BufReader::new(stderr).lines() {
+        let line = line.unwrap();
+        // The first progress line past 0% (about a second in): fail it.
+        if failed_at.is_none() && line.starts_with("reshape:") && !line.contains(" 0.0%") {
+            assert!(!line.contains("100.0%"), "the grow ended too soon: {line}");
+            failing.fail();
+            failed_at = Some(line.clone());
+        }
+        seen.push(line);
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(failed_at.is_some(), "no progress seen: {}", seen.join("\n"));
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        seen.join("\n"),
+    )
+}
+
+/// [`grow_with_a_failure`] of a RAID 5 to 5 members: it must finish,
+/// degraded; its stdout.
+fn grow_while_failing(dir: &Path, members: &[String], new: &str, failing: &FailingNode) -> String {
+    let (success, stdout, stderr) = grow_with_a_failure(dir, members, new, "5", failing);
+    assert!(
+        success,
+        "the grow did not go on degraded: {stderr}\n{stdout}"
+    );
+    stdout
+}
+
+#[test]
+fn a_member_failing_mid_grow_is_recorded_failed_and_the_raid5_grows_degraded() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (m, data) = filled(d, "5", 4, "failing");
+    let new = blank(d, "d4");
+    // d1 (an old member, whose chunks the steps then rebuild from parity)
+    // fails part-way through.
+    let node = FailingNode::up(d, "d1");
+    let through: Vec<String> = vec![m[0].clone(), node.uri(), m[2].clone(), m[3].clone()];
+    let out = grow_while_failing(d, &through, &new, &node);
+    assert!(
+        out.contains("grown from 4 to 5 members") && out.contains("failed") && out.contains("d1"),
+        "{out}"
+    );
+    drop(node);
+    let all: Vec<String> = vec!["d0", "d1", "d2", "d3", "d4"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    // The others record d1 faulty; d1 itself is stale mid-reshape.
+    let examine: serde_json::Value =
+        serde_json::from_str(&ok(&["examine", "--json", "d0"], d)).unwrap();
+    let features = examine[0]["superblock"]["feature_map"].as_u64().unwrap();
+    assert_eq!(features & 4, 0, "d0 still records a reshape: {examine}");
+    let survivors: Vec<String> = vec!["d0", "d2", "d3", "d4"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    let detail: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["detail", "--json"], &survivors), d)).unwrap();
+    assert_eq!(detail["raid_disks"], 5, "{detail}");
+    assert!(
+        detail["state"].as_str().unwrap().contains("degraded"),
+        "{detail}"
+    );
+    let got = read(d, &survivors, 4 * PER);
+    assert!(
+        got[..data.len()] == data[..],
+        "the bytes read degraded differ"
+    );
+    assert!(
+        got[data.len()..].iter().all(|&b| b == 0),
+        "new space not zeros"
+    );
+    // With the stale d1 given too, nvraid refuses it by name and reads
+    // nothing (md leaves it out: the others record it failed).
+    let said = refusal(&with(&["read", "--length", "4096"], &all), d);
+    assert!(said.contains("d1"), "{said}");
+    // A blank member rebuilt into the missing role: every row's parity
+    // agrees with its data, which reads back the same.
+    let spare = blank(d, "d5");
+    ok(&with(&["add", "--new", &spare], &survivors), d);
+    let mut whole = survivors.clone();
+    whole.push(spare);
+    let check: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["check", "--json"], &whole), d)).unwrap();
+    assert_eq!(check["mismatch_sectors"], 0, "{check}");
+    let got = read(d, &whole, 4 * PER);
+    assert!(
+        got[..data.len()] == data[..],
+        "the bytes differ after the rebuild"
+    );
+}
+
+/// Run `grow` by `add` with a crash point armed; it must die there.
+fn grow_killed_at(dir: &Path, members: &[String], add: &[String], point: &str) {
+    let n = (members.len() + add.len()).to_string();
+    let mut args = vec!["grow", "-n", &n, "--step", "1M"];
+    for a in add {
+        args.extend(["--add", a.as_str()]);
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_nvraid"))
+        .current_dir(dir)
+        .env("NVRAID_FAILPOINT", point)
+        .args(with(&args, members))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("failpoint"),
+        "grow did not stop at {point}: {stderr}"
+    );
+}
+
+/// A RAID `level` of `count` members grown by `add` new ones, killed
+/// mid-way, continued without the members `missing`: the array that is
+/// left (degraded) reads back; its members, all of them.
+fn continued_without(
+    dir: &Path,
+    level: &str,
+    count: usize,
+    add: usize,
+    missing: &[&str],
+) -> Vec<String> {
+    let (m, data) = filled(dir, level, count, &format!("cont{level}"));
+    let new: Vec<String> = (count..count + add)
+        .map(|i| blank(dir, &format!("d{i}")))
+        .collect();
+    grow_killed_at(dir, &m, &new, "reshape-write:40");
+    let all: Vec<String> = m.iter().chain(&new).cloned().collect();
+    let given: Vec<String> = all
+        .iter()
+        .filter(|n| !missing.contains(&n.as_str()))
+        .cloned()
+        .collect();
+    let out = ok(&with(&["grow", "--continue", "--step", "1M"], &given), dir);
+    assert!(
+        out.contains(&format!("to {} members", count + add)) && out.contains("degraded"),
+        "{level}: {out}"
+    );
+    let got = read(dir, &given, data.len() as u64);
+    assert!(
+        got == data,
+        "RAID {level}: the bytes differ after a degraded --continue"
+    );
+    all
+}
+
+#[test]
+fn a_grow_killed_mid_way_is_continued_with_members_missing_where_the_level_covers_them() {
+    // RAID 5 without an old member (its chunks rebuilt from parity),
+    // RAID 6 without two, RAID 10 near without one copy of a pair.
+    for (level, count, add, missing) in [
+        ("5", 4, 1, vec!["d1"]),
+        ("6", 5, 1, vec!["d0", "d3"]),
+        ("10", 4, 1, vec!["d2"]),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        continued_without(dir.path(), level, count, add, &missing);
+    }
+}
+
+#[test]
+fn a_grow_is_not_continued_without_members_the_level_cannot_spare() {
+    // A RAID 5 without two members, a RAID 10 without both copies of a
+    // pair: refused naming the roles, nothing written.
+    for (level, count, missing) in [("5", 4, vec!["d1", "d4"]), ("10", 4, vec!["d0", "d1"])] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let (m, _) = filled(d, level, count, "short");
+        let new = vec![blank(d, &format!("d{count}"))];
+        grow_killed_at(d, &m, &new, "reshape-write:40");
+        let given: Vec<String> = m
+            .iter()
+            .chain(&new)
+            .filter(|n| !missing.contains(&n.as_str()))
+            .cloned()
+            .collect();
+        refused(
+            &with(&["grow", "--continue"], &given),
+            d,
+            &["missing", "do not hold every byte"],
+        );
+    }
+}
+
+/// In a VM: the kernel assembles every array on `images` (each in a
+/// directory named after its array), lets any reshape finish, and reports
+/// per array its name, level, member count, missing members, size,
+/// whether the first bytes hold the pattern (`bytes`: name -> count) and,
+/// for a whole redundant array, md's check's mismatch count.
+fn kernel_reports(images: &[PathBuf], bytes: &[(&str, u64)]) -> String {
+    let script = images[0]
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("check.sh");
+    let cases: String = bytes
+        .iter()
+        .map(|(name, n)| format!("    *{name}) n={n} ;;\n"))
+        .collect();
+    std::fs::write(
+        &script,
+        format!(
+            r#"set +e
+mdadm --assemble --scan --run 2>&1
+echo 200000 > /proc/sys/dev/raid/speed_limit_min
+echo 2000000 > /proc/sys/dev/raid/speed_limit_max
+i=0; while grep -q -e reshape -e resync -e recovery /proc/mdstat && [ $i -lt 240 ]; do sleep 1; i=$((i+1)); done
+cat /proc/mdstat
+for sys in /sys/block/md*; do
+  md=/dev/${{sys##*/}}
+  name=$(mdadm --detail $md | sed -n 's/ *Name : \([^ ]*\).*/\1/p')
+  case "$name" in
+{cases}    *) n=4096 ;;
+  esac
+  if pattern verify -n $n $md; then pv=ok; else pv=FAILED; fi
+  mm=none
+  if [ -e $sys/md/sync_action ] && [ "$(cat $sys/md/degraded)" = 0 ]; then
+    echo check > $sys/md/sync_action; sleep 1; mdadm --wait $md >/dev/null 2>&1
+    mm=$(cat $sys/md/mismatch_cnt)
+  fi
+  echo "KERNEL name=$name level=$(cat $sys/md/level) disks=$(cat $sys/md/raid_disks) degraded=$(cat $sys/md/degraded) size=$(blockdev --getsize64 $md) pattern=$pv mismatch=$mm"
+done
+"#
+        ),
+    )
+    .unwrap();
+    let out = mdvm_on("mdvm", "6.1", &[])
+        .arg("--snapshot")
+        .arg("--script")
+        .arg(&script)
+        .args(images)
+        .output()
+        .expect("tools/mdvm/mdvm (./test.sh installs its tools)");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The line of array `name` in a [`kernel_reports`] report.
+fn kernel_line<'a>(report: &'a str, name: &str) -> &'a str {
+    report
+        .lines()
+        .find(|l| {
+            l.starts_with("KERNEL ")
+                && (l.contains(&format!("name={name} ")) || l.contains(&format!(":{name} ")))
+        })
+        .unwrap_or_else(|| panic!("the kernel did not assemble {name}:\n{report}"))
+}
+
+#[test]
+fn the_kernel_assembles_degraded_what_nvraid_grew_with_a_member_failing_or_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut images = Vec::new();
+    // A RAID 5 whose d1 failed part-way through the grow (all five
+    // images given: the stale d1 must be left out by md too).
+    let sub = dir.path().join("failing");
+    std::fs::create_dir(&sub).unwrap();
+    let (m, _) = filled(&sub, "5", 4, "failing");
+    let new = blank(&sub, "d4");
+    {
+        let node = FailingNode::up(&sub, "d1");
+        let through: Vec<String> = vec![m[0].clone(), node.uri(), m[2].clone(), m[3].clone()];
+        grow_while_failing(&sub, &through, &new, &node);
+    }
+    images.extend((0..5).map(|i| sub.join(format!("d{i}"))));
+    // Grows killed mid-way and continued without members.
+    for (level, count, missing) in [("5", 4, vec!["d1"]), ("6", 5, vec!["d0", "d3"])] {
+        let sub = dir.path().join(format!("cont{level}"));
+        std::fs::create_dir(&sub).unwrap();
+        let all = continued_without(&sub, level, count, 1, &missing);
+        images.extend(all.iter().map(|n| sub.join(n)));
+    }
+    let report = kernel_reports(
+        &images,
+        &[("failing", 3 * PER), ("cont5", 3 * PER), ("cont6", 3 * PER)],
+    );
+    for (name, level, disks, degraded, size) in [
+        ("failing", "raid5", 5, 1, 4 * PER),
+        ("cont5", "raid5", 5, 1, 4 * PER),
+        ("cont6", "raid6", 6, 2, 4 * PER),
+    ] {
+        let line = kernel_line(&report, name);
+        assert!(
+            line.contains(&format!("level={level} "))
+                && line.contains(&format!("disks={disks} "))
+                && line.contains(&format!("degraded={degraded} "))
+                && line.contains(&format!("size={size} "))
+                && line.contains("pattern=ok"),
+            "{line}\n{report}"
+        );
+    }
+}
+
+#[test]
+fn a_raid0_grows_through_md_raid4_and_is_a_raid0_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (mut m, data) = filled(d, "0", 3, "r0");
+    let new = blank(d, "d3");
+    let out = ok(
+        &with(
+            &["grow", "-n", "4", "--add", &new, "--step", "1M", "--json"],
+            &m,
+        ),
+        d,
+    );
+    let grown: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(grown["raid_disks_before"], 3, "{grown}");
+    assert_eq!(grown["raid_disks"], 4, "{grown}");
+    assert_eq!(grown["size_bytes"], 4 * PER, "{grown}");
+    assert_eq!(grown["failed"].as_array().unwrap().len(), 0, "{grown}");
+    m.push(new);
+    let detail: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["detail", "--json"], &m), d)).unwrap();
+    assert_eq!(detail["level"], 0, "{detail}");
+    assert_eq!(detail["raid_disks"], 4, "{detail}");
+    assert_eq!(detail["size_bytes"], 4 * PER, "{detail}");
+    let got = read(d, &m, 4 * PER);
+    assert!(
+        got[..data.len()] == data[..],
+        "the RAID 0's bytes moved wrong"
+    );
+    for name in &m {
+        let e: serde_json::Value =
+            serde_json::from_str(&ok(&["examine", "--json", name], d)).unwrap();
+        let sb = &e[0]["superblock"];
+        assert_eq!(sb["level"], 0, "{name}: {sb}");
+        assert_eq!(
+            sb["feature_map"].as_u64().unwrap() & (4 | 2),
+            0,
+            "{name}: {sb}"
+        );
+    }
+}
+
+#[test]
+fn a_raid0_grow_killed_at_any_write_is_continued_to_a_raid0() {
+    // The record (new member first), a step's member writes and flush, a
+    // checkpoint, late steps, the end: `grow --continue` finishes each
+    // as a RAID 0 of four holding every byte.
+    for point in [
+        "reshape-superblock:1",
+        "reshape-superblock:4", // every member recorded, nothing moved
+        "reshape-write:2",
+        "reshape-write:4", // a step written and flushed, not recorded
+        "reshape-superblock:9",
+        "reshape-write:150",
+        "reshape-superblock:200",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let (mut m, data) = filled(d, "0", 3, "r0k");
+        let new = blank(d, "d3");
+        grow_killed_at(d, &m, std::slice::from_ref(&new), point);
+        m.push(new);
+        let e: serde_json::Value =
+            serde_json::from_str(&ok(&["examine", "--json", "d3"], d)).unwrap();
+        assert_eq!(e[0]["superblock"]["level"], 4, "{point}: md's RAID 4: {e}");
+        let out = ok(&with(&["grow", "--continue", "--step", "1M"], &m), d);
+        assert!(out.contains("to 4 members"), "{point}: {out}");
+        let detail: serde_json::Value =
+            serde_json::from_str(&ok(&with(&["detail", "--json"], &m), d)).unwrap();
+        assert_eq!(detail["level"], 0, "{point}: {detail}");
+        assert_eq!(detail["size_bytes"], 4 * PER, "{point}: {detail}");
+        let got = read(d, &m, 4 * PER);
+        assert!(got[..data.len()] == data[..], "{point}: the bytes differ");
+    }
+}
+
+/// Decompress the kernel-made state `state` (tests/fixtures/md-states)
+/// into `dir`; the member file names, by disk.
+fn unpack(state: &str, dir: &Path) -> Vec<String> {
+    let src = repo().join("tests/fixtures/md-states").join(state);
+    let mut names = Vec::new();
+    for disk in 0.. {
+        let xz = src.join(format!("disk{disk}.img.xz"));
+        if !xz.exists() {
+            break;
+        }
+        let out = Command::new("xz").arg("-dc").arg(&xz).output().expect("xz");
+        assert!(out.status.success(), "xz -dc {}", xz.display());
+        let name = format!("d{disk}");
+        std::fs::write(dir.join(&name), out.stdout).unwrap();
+        names.push(name);
+    }
+    assert!(!names.is_empty(), "no members in {}", src.display());
+    names
+}
+
+#[test]
+fn nvraid_finishes_the_kernels_raid0_grow_as_a_raid0() {
+    // The kernel's RAID 0 of 3 growing to 4 (mdadm's RAID 4 of 5, parity
+    // role missing), stopped at 6 MiB: `grow --continue` finishes it and
+    // takes it back to RAID 0, the kernel's 45 MiB read back, the new
+    // space zeros.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let m = unpack("reshape_r0_grow", d);
+    let grown: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["grow", "--continue", "--json"], &m), d)).unwrap();
+    assert_eq!(grown["raid_disks_before"], 3, "{grown}");
+    assert_eq!(grown["raid_disks"], 4, "{grown}");
+    assert_eq!(grown["size_bytes"], 60 * MIB, "{grown}");
+    assert_eq!(grown["data_offset_bytes"], 1536 * 512, "{grown}");
+    let detail: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["detail", "--json"], &m), d)).unwrap();
+    assert_eq!(detail["level"], 0, "{detail}");
+    assert_eq!(detail["raid_disks"], 4, "{detail}");
+    let all = read(d, &m, 60 * MIB);
+    let kernel = std::fs::read_to_string(
+        repo().join("tests/fixtures/md-states/reshape_r0_grow/kernel-sha256.txt"),
+    )
+    .unwrap();
+    assert_eq!(sha(&all[..(45 * MIB) as usize]), kernel.trim());
+    assert!(
+        all[(45 * MIB) as usize..].iter().all(|&b| b == 0),
+        "new space not zeros"
+    );
+}
+
+#[test]
+fn the_kernel_reads_a_raid0_nvraid_grew_and_finishes_one_left_mid_grow() {
+    // Three arrays for md: a RAID 0 nvraid grew from 3 to 4 members; one
+    // nvraid left part-way (md's RAID 4 record, steps recorded, the next
+    // written and not recorded), which md assembles and finishes as the
+    // RAID 4 of 5 with its parity missing (as it finishes its own when
+    // mdadm is gone); and the kernel's own mid-grow RAID 0 finished by
+    // nvraid. Each holds the pattern.
+    let dir = tempfile::tempdir().unwrap();
+    let mut images = Vec::new();
+    for (name, point) in [("r0done", None), ("r0mid", Some("reshape-write:150"))] {
+        let sub = dir.path().join(name);
+        std::fs::create_dir(&sub).unwrap();
+        let (mut m, _) = filled(&sub, "0", 3, name);
+        let new = blank(&sub, "d3");
+        match point {
+            None => {
+                ok(
+                    &with(&["grow", "-n", "4", "--add", &new, "--step", "1M"], &m),
+                    &sub,
+                );
+            }
+            Some(point) => grow_killed_at(&sub, &m, std::slice::from_ref(&new), point),
+        }
+        m.push(new);
+        images.extend(m.iter().map(|n| sub.join(n)));
+    }
+    let sub = dir.path().join("r0fix");
+    std::fs::create_dir(&sub).unwrap();
+    let m = unpack("reshape_r0_grow", &sub);
+    ok(&with(&["grow", "--continue"], &m), &sub);
+    images.extend(m.iter().map(|n| sub.join(n)));
+    let report = kernel_reports(
+        &images,
+        &[
+            ("r0done", 3 * PER),
+            ("r0mid", 3 * PER),
+            ("reshape_r0_grow", 45 * MIB),
+        ],
+    );
+    for (name, level, disks, degraded, size) in [
+        ("r0done", "raid0", 4, 0, 4 * PER),
+        ("r0mid", "raid4", 5, 1, 4 * PER),
+        ("reshape_r0_grow", "raid0", 4, 0, 60 * MIB),
+    ] {
+        let line = kernel_line(&report, name);
+        assert!(
+            line.contains(&format!("level={level} "))
+                && line.contains(&format!("disks={disks} "))
+                && (level == "raid0" || line.contains(&format!("degraded={degraded} ")))
+                && line.contains(&format!("size={size} "))
+                && line.contains("pattern=ok"),
+            "{line}\n{report}"
+        );
+    }
+}
+
+/// md's level and layout words of member `name`.
+fn level_layout(dir: &Path, name: &str) -> (i64, i64, i64) {
+    let e: serde_json::Value =
+        serde_json::from_str(&ok(&["examine", "--json", name], dir)).unwrap();
+    let sb = &e[0]["superblock"];
+    (
+        sb["level"].as_i64().unwrap(),
+        sb["layout"].as_i64().unwrap(),
+        sb["raid_disks"].as_i64().unwrap(),
+    )
+}
+
+#[test]
+fn a_raid5_becomes_a_raid6_with_q_on_the_added_member_and_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (m, data) = filled(d, "5", 4, "r56");
+    let before: Vec<Vec<u8>> = m
+        .iter()
+        .map(|n| std::fs::read(d.join(n)).unwrap())
+        .collect();
+    let new = blank(d, "d4");
+    let out = ok(
+        &with(
+            &["grow", "--level", "6", "-n", "5", "--add", &new, "--json"],
+            &m,
+        ),
+        d,
+    );
+    let grown: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(grown["raid_disks"], 5, "{grown}");
+    assert_eq!(grown["size_bytes"], 3 * PER, "{grown}");
+    // md's left-symmetric-6 (18): data and P where the RAID 5 had them.
+    assert_eq!(level_layout(d, "d0"), (6, 18, 5));
+    for (name, old) in m.iter().zip(&before) {
+        let now = std::fs::read(d.join(name)).unwrap();
+        assert!(now[1 << 20..] == old[1 << 20..], "{name}: data moved");
+    }
+    let mut all = m.clone();
+    all.push(new.clone());
+    let check: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["check", "--json"], &all), d)).unwrap();
+    assert_eq!(check["mismatch_sectors"], 0, "P or Q wrong: {check}");
+    assert!(read(d, &all, data.len() as u64) == data);
+    // Q's member alone lost: the others still read every byte (Q is real).
+    assert!(read(d, &all[1..], data.len() as u64) == data);
+    // And back: the Q member leaves; a RAID 5 of the four, nothing moved.
+    let out = ok(&with(&["grow", "--level", "5"], &all), d);
+    assert!(out.contains("d4 left the array"), "{out}");
+    assert_eq!(level_layout(d, "d0"), (5, 2, 4));
+    for (name, old) in m.iter().zip(&before) {
+        let now = std::fs::read(d.join(name)).unwrap();
+        assert!(now[1 << 20..] == old[1 << 20..], "{name}: data moved");
+    }
+    let check: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["check", "--json"], &m), d)).unwrap();
+    assert_eq!(check["mismatch_sectors"], 0, "{check}");
+    assert!(read(d, &m, data.len() as u64) == data);
+}
+
+#[test]
+fn level_changes_with_members_md_does_not_make_are_refused_with_nothing_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // RAID 6 in the rotating layout: Q is not on one member.
+    let (m6, _) = filled(d, "6", 4, "r6");
+    refused(
+        &with(&["grow", "--level", "5"], &m6),
+        d,
+        &["-6", "last member"],
+    );
+    let sub = d.join("r5");
+    std::fs::create_dir(&sub).unwrap();
+    let (m5, _) = filled(&sub, "5", 3, "r5");
+    let new = blank(&sub, "d3");
+    let extra = blank(&sub, "d9");
+    // 5 -> 6 without a member for Q; with two; with a wrong count.
+    refused(&with(&["grow", "--level", "6"], &m5), &sub, &["--add"]);
+    refused(
+        &with(
+            &[
+                "grow", "--level", "6", "-n", "5", "--add", &new, "--add", &extra,
+            ],
+            &m5,
+        ),
+        &sub,
+        &["exactly one --add"],
+    );
+    refused(
+        &with(&["grow", "--level", "6", "-n", "5", "--add", &new], &m5),
+        &sub,
+        &["--raid-devices"],
+    );
+    // A new member too small.
+    let small = "small".to_string();
+    std::fs::File::create(sub.join(&small))
+        .unwrap()
+        .set_len(4 * MIB)
+        .unwrap();
+    refused(
+        &with(&["grow", "--level", "6", "-n", "4", "--add", &small], &m5),
+        &sub,
+        &["small"],
+    );
+    // A RAID 0 of members of different sizes (several zones: the
+    // kernel's own, tests/fixtures/md-states/zones).
+    let sub = d.join("zones");
+    std::fs::create_dir(&sub).unwrap();
+    let z = unpack("zones", &sub);
+    let new = blank(&sub, "z3");
+    refused(
+        &with(&["grow", "-n", "4", "--add", &new], &z),
+        &sub,
+        &["several zones"],
+    );
+}
+
+#[test]
+fn the_kernel_assembles_the_arrays_nvraid_took_over_to_another_level() {
+    // A RAID 5 of 4 nvraid made a RAID 6 of 5 (Q on the added member), one
+    // taken to RAID 6 and back, a RAID 0 of 2 made a RAID 10 near=2 of 4
+    // (its mirrors added) and one taken back to RAID 0: md assembles each
+    // whole, reads the pattern, and its check finds no P, Q or copy
+    // mismatch.
+    let dir = tempfile::tempdir().unwrap();
+    let mut images = Vec::new();
+    for name in ["to6", "back5"] {
+        let sub = dir.path().join(name);
+        std::fs::create_dir(&sub).unwrap();
+        let (mut m, _) = filled(&sub, "5", 4, name);
+        let new = blank(&sub, "d4");
+        ok(
+            &with(&["grow", "--level", "6", "-n", "5", "--add", &new], &m),
+            &sub,
+        );
+        if name == "back5" {
+            let mut all = m.clone();
+            all.push(new);
+            ok(&with(&["grow", "--level", "5"], &all), &sub);
+        } else {
+            m.push(new);
+        }
+        images.extend(m.iter().map(|n| sub.join(n)));
+    }
+    for name in ["to10", "back0"] {
+        let sub = dir.path().join(name);
+        std::fs::create_dir(&sub).unwrap();
+        let (m, _) = filled(&sub, "0", 2, name);
+        let new = vec![blank(&sub, "d2"), blank(&sub, "d3")];
+        let mut args = vec!["grow", "--level", "10", "-n", "4"];
+        for n in &new {
+            args.extend(["--add", n.as_str()]);
+        }
+        ok(&with(&args, &m), &sub);
+        let all: Vec<String> = m.iter().chain(&new).cloned().collect();
+        if name == "back0" {
+            ok(&with(&["grow", "--level", "0"], &all), &sub);
+            images.extend(m.iter().map(|n| sub.join(n)));
+        } else {
+            images.extend(all.iter().map(|n| sub.join(n)));
+        }
+    }
+    let report = kernel_reports(
+        &images,
+        &[
+            ("to6", 3 * PER),
+            ("back5", 3 * PER),
+            ("to10", 2 * PER),
+            ("back0", 2 * PER),
+        ],
+    );
+    for (name, level, disks, size) in [
+        ("to6", "raid6", 5, 3 * PER),
+        ("back5", "raid5", 4, 3 * PER),
+        ("to10", "raid10", 4, 2 * PER),
+        ("back0", "raid0", 2, 2 * PER),
+    ] {
+        let line = kernel_line(&report, name);
+        assert!(
+            line.contains(&format!("level={level} "))
+                && line.contains(&format!("disks={disks} "))
+                && (level == "raid0" || line.contains("degraded=0 "))
+                && line.contains(&format!("size={size} "))
+                && line.contains("pattern=ok")
+                && (level == "raid0" || line.contains("mismatch=0")),
+            "{line}\n{report}"
+        );
+    }
+}
+
+#[test]
+fn a_raid0_grow_stops_at_its_recorded_position_when_a_member_fails_and_continues_once_it_is_back() {
+    // A RAID 0 (md's RAID 4 without parity while it grows) cannot lose a
+    // member: the grow stops with the member named, nothing recorded past
+    // the last checkpoint and the member not recorded failed; once the
+    // member answers again, `grow --continue` finishes it as a RAID 0.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (m, data) = filled(d, "0", 3, "r0f");
+    let new = blank(d, "d3");
+    let node = FailingNode::up(d, "d1");
+    let through: Vec<String> = vec![m[0].clone(), node.uri(), m[2].clone()];
+    let (success, stdout, stderr) = grow_with_a_failure(d, &through, &new, "4", &node);
+    assert!(!success, "a RAID 0 grew on without a member: {stdout}");
+    assert!(
+        stderr.contains("stopped at the position last recorded") && stderr.contains("d1.sock"),
+        "{stderr}"
+    );
+    // Every member still records the reshape, one position for all, and
+    // none records d1 faulty.
+    let mut positions = Vec::new();
+    for name in ["d0", "d2", "d3"] {
+        let e: serde_json::Value =
+            serde_json::from_str(&ok(&["examine", "--json", name], d)).unwrap();
+        let sb = &e[0]["superblock"];
+        assert_eq!(sb["feature_map"].as_u64().unwrap() & 4, 4, "{name}: {sb}");
+        positions.push(sb["reshape_position"].as_u64().unwrap());
+        let text = ok(&["examine", name], d);
+        assert!(!text.to_lowercase().contains("faulty"), "{name}: {text}");
+    }
+    assert!(
+        positions.iter().all(|&p| p == positions[0] && p > 0),
+        "{positions:?}"
+    );
+    // The member answers again.
+    std::fs::remove_file(&node.trigger).unwrap();
+    let mut all = through.clone();
+    all.push(new);
+    let out = ok(&with(&["grow", "--continue", "--step", "1M"], &all), d);
+    assert!(
+        out.contains("to 4 members") && !out.contains("degraded"),
+        "{out}"
+    );
+    drop(node);
+    let files: Vec<String> = ["d0", "d1", "d2", "d3"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let detail: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["detail", "--json"], &files), d)).unwrap();
+    assert_eq!(detail["level"], 0, "{detail}");
+    let got = read(d, &files, 4 * PER);
+    assert!(got[..data.len()] == data[..], "the bytes differ");
+}
+
+#[test]
+fn a_raid0_becomes_a_raid10_near2_with_its_members_doubled_and_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (m, data) = filled(d, "0", 2, "r010");
+    let before: Vec<Vec<u8>> = m
+        .iter()
+        .map(|n| std::fs::read(d.join(n)).unwrap())
+        .collect();
+    let new = vec![blank(d, "d2"), blank(d, "d3")];
+    let out = ok(
+        &with(
+            &[
+                "grow", "--level", "10", "-n", "4", "--add", &new[0], "--add", &new[1],
+            ],
+            &m,
+        ),
+        d,
+    );
+    assert!(out.contains("from 2 to 4 members"), "{out}");
+    // RAID 0 member i is RAID 10 member 2i; nothing moved on it.
+    let e: serde_json::Value = serde_json::from_str(&ok(&["examine", "--json", "d1"], d)).unwrap();
+    assert_eq!(e[0]["superblock"]["level"], 10, "{e}");
+    assert_eq!(e[0]["role"], "Active device 2", "{e}");
+    for (name, old) in m.iter().zip(&before) {
+        let now = std::fs::read(d.join(name)).unwrap();
+        assert!(now[1 << 20..] == old[1 << 20..], "{name}: data moved");
+    }
+    let all: Vec<String> = m.iter().chain(&new).cloned().collect();
+    let check: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["check", "--json"], &all), d)).unwrap();
+    assert_eq!(check["mismatch_sectors"], 0, "the copies differ: {check}");
+    // The new mirrors alone hold every byte.
+    assert!(
+        read(d, &new, data.len() as u64) == data,
+        "the mirrors differ"
+    );
+    // And back: one copy of each pair kept.
+    let out = ok(&with(&["grow", "--level", "0"], &all), d);
+    assert!(out.contains("left the array"), "{out}");
+    let detail: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["detail", "--json"], &m), d)).unwrap();
+    assert_eq!(detail["level"], 0, "{detail}");
+    assert_eq!(detail["raid_disks"], 2, "{detail}");
+    assert!(read(d, &m, data.len() as u64) == data);
+    // A RAID 0 without its mirrors named: refused, md's path named.
+    let sub = d.join("bare");
+    std::fs::create_dir(&sub).unwrap();
+    let (m0, _) = filled(&sub, "0", 2, "bare");
+    refused(&with(&["grow", "--level", "10"], &m0), &sub, &["--add NEW"]);
+    let one = blank(&sub, "d2");
+    refused(
+        &with(&["grow", "--level", "10", "-n", "4", "--add", &one], &m0),
+        &sub,
+        &["--raid-devices", "one --add per new mirror"],
+    );
+}
