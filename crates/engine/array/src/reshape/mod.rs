@@ -20,6 +20,9 @@
 //! - `size`: `grow --size`, how much of each member the array uses
 //!   (`max` after the members grew, the new region resynced; smaller with
 //!   `--force`); nothing moves;
+//! - `bitmap`: a write-intent bitmap resized as md resizes it (a RAID 10
+//!   gaining members, `grow --size`): the chunk doubled until the bits fit
+//!   the room md allows, the set bits carried over;
 //! - `mirror`: `grow` of a RAID 1 (another mirror): the member count
 //!   raised in every superblock, the new member added and rebuilt.
 //!
@@ -28,6 +31,7 @@
 //!
 //! [`Reshape`]: nvraid_layout::Reshape
 
+mod bitmap;
 mod grow;
 mod level;
 mod mirror;
