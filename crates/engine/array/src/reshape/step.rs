@@ -233,6 +233,26 @@ fn move_copy_rows(reshape: &Reshape, members: &[&Member], to: u64, hit: &dyn Fn(
     if readable > 0 {
         read_through(reshape, members, &mut data[..readable as usize], start)?;
     }
+    write_copy_rows(reshape, members, first_row..end_row, &data, hit)
+}
+
+/// Write the new shape's RAID 10 near rows `rows` at its data offset,
+/// each member's chunk slots filled from `data` (the array's chunks from
+/// the first one those rows hold), then flush every member. `hit` as in
+/// [`move_rows`].
+pub(crate) fn write_copy_rows(
+    reshape: &Reshape,
+    members: &[&Member],
+    rows: std::ops::Range<u64>,
+    data: &[u8],
+    hit: &dyn Fn(),
+) -> Result<()> {
+    let new = reshape.new_shape();
+    let chunk = new.chunk_bytes().expect("RAID 10 has chunks");
+    let n = u64::from(new.members());
+    let near = u64::from(new.copies());
+    let (first_row, end_row) = (rows.start, rows.end);
+    let first_chunk = first_row * n / near;
     let c = chunk as usize;
     for role in 0..n {
         let mut rows_out = AlignedBuf::zeroed(((end_row - first_row) * chunk) as usize);
