@@ -312,6 +312,46 @@ fn nvraid_finishes_a_raid5_grow_the_kernel_left_mid_way() {
     kernel_reads(&images, &[sha(&all)]);
 }
 
+#[test]
+fn nvraid_finishes_the_kernels_raid10_grow_with_a_bitmap() {
+    // raid10 near=2 with a bitmap of 4 KiB chunks growing from 4 to 6
+    // members, left by the kernel at 384 KiB: md resized the bitmap when
+    // the grow started (8 KiB chunks, its header still saying the old 30
+    // MiB). nvraid reads every byte mid-way, `grow --continue` finishes
+    // it with the bitmap the kernel made (chunk kept, the header's size
+    // now the new array's), the pattern reads back, the new space is
+    // zeros, the copies agree, and the kernel reads the result.
+    let dir = tempfile::tempdir().unwrap();
+    let m = unpack("reshape_r10_bitmap", dir.path());
+    let d = detail(dir.path(), &m);
+    assert_eq!(d["state"], "reshaping", "{d}");
+    assert_eq!(d["position_bytes"], 384 * 1024, "{d}");
+    assert_eq!(d["size_bytes"], 30 << 20, "{d}");
+    let got = read_all(dir.path(), &m);
+    assert_eq!(first_wrong_block(&got), None, "mid-way read");
+    assert_eq!(sha(&got), kernel_sha("reshape_r10_bitmap"));
+    let mut args = vec!["grow", "--continue", "--step", "1M", "--json"];
+    args.extend(m.iter().map(String::as_str));
+    let grown: serde_json::Value = serde_json::from_str(&ok(&args, dir.path())).unwrap();
+    assert_eq!(grown["raid_disks"], 6, "{grown}");
+    let size = grown["size_bytes"].as_u64().unwrap();
+    assert_eq!(size, 45 << 20, "{grown}");
+    let d = detail(dir.path(), &m);
+    assert_eq!(d["state"], "clean", "{d}");
+    assert_eq!(d["bitmap"]["chunk_bytes"], 8192, "{d}");
+    assert_eq!(d["bitmap"]["chunks"], size / 8192, "{d}");
+    assert_eq!(d["bitmap"]["dirty_chunks"], 0, "{d}");
+    let all = read_all(dir.path(), &m);
+    assert_eq!(first_wrong_block(&all[..30 << 20]), None);
+    assert!(all[30 << 20..].iter().all(|&b| b == 0), "the new space");
+    let mut args = vec!["check", "--json"];
+    args.extend(m.iter().map(String::as_str));
+    let check: serde_json::Value = serde_json::from_str(&ok(&args, dir.path())).unwrap();
+    assert_eq!(check["mismatch_sectors"], 0, "{check}");
+    let images: Vec<PathBuf> = m.iter().map(|name| dir.path().join(name)).collect();
+    kernel_reads(&images, &[sha(&all)]);
+}
+
 /// A RAID 5 chunk change the kernel left mid-way (`state`: one of the
 /// `reshape_r5_chunk_*` fixtures): nvraid reads every byte of it through
 /// the mid-reshape map (the kernel's bytes), `grow --continue` finishes it
