@@ -313,6 +313,144 @@ fn nvraid_finishes_a_raid5_grow_the_kernel_left_mid_way() {
 }
 
 #[test]
+fn nvraid_finishes_the_kernels_raid10_grow_with_a_bitmap() {
+    // raid10 near=2 with a bitmap of 4 KiB chunks growing from 4 to 6
+    // members, left by the kernel at 384 KiB: md resized the bitmap when
+    // the grow started (8 KiB chunks, its header still saying the old 30
+    // MiB). nvraid reads every byte mid-way, `grow --continue` finishes
+    // it with the bitmap the kernel made (chunk kept, the header's size
+    // now the new array's), the pattern reads back, the new space is
+    // zeros, the copies agree, and the kernel reads the result.
+    let dir = tempfile::tempdir().unwrap();
+    let m = unpack("reshape_r10_bitmap", dir.path());
+    let d = detail(dir.path(), &m);
+    assert_eq!(d["state"], "reshaping", "{d}");
+    assert_eq!(d["position_bytes"], 384 * 1024, "{d}");
+    assert_eq!(d["size_bytes"], 30 << 20, "{d}");
+    let got = read_all(dir.path(), &m);
+    assert_eq!(first_wrong_block(&got), None, "mid-way read");
+    assert_eq!(sha(&got), kernel_sha("reshape_r10_bitmap"));
+    let mut args = vec!["grow", "--continue", "--step", "1M", "--json"];
+    args.extend(m.iter().map(String::as_str));
+    let grown: serde_json::Value = serde_json::from_str(&ok(&args, dir.path())).unwrap();
+    assert_eq!(grown["raid_disks"], 6, "{grown}");
+    let size = grown["size_bytes"].as_u64().unwrap();
+    assert_eq!(size, 45 << 20, "{grown}");
+    let d = detail(dir.path(), &m);
+    assert_eq!(d["state"], "clean", "{d}");
+    assert_eq!(d["bitmap"]["chunk_bytes"], 8192, "{d}");
+    assert_eq!(d["bitmap"]["chunks"], size / 8192, "{d}");
+    assert_eq!(d["bitmap"]["dirty_chunks"], 0, "{d}");
+    let all = read_all(dir.path(), &m);
+    assert_eq!(first_wrong_block(&all[..30 << 20]), None);
+    assert!(all[30 << 20..].iter().all(|&b| b == 0), "the new space");
+    let mut args = vec!["check", "--json"];
+    args.extend(m.iter().map(String::as_str));
+    let check: serde_json::Value = serde_json::from_str(&ok(&args, dir.path())).unwrap();
+    assert_eq!(check["mismatch_sectors"], 0, "{check}");
+    let images: Vec<PathBuf> = m.iter().map(|name| dir.path().join(name)).collect();
+    kernel_reads(&images, &[sha(&all)]);
+}
+
+/// A RAID 5 chunk change the kernel left mid-way (`state`: one of the
+/// `reshape_r5_chunk_*` fixtures): nvraid reads every byte of it through
+/// the mid-reshape map (the kernel's bytes), `grow --continue` finishes it
+/// in the new chunk at the new offset, the pattern reads back, the parity
+/// checks clean and the kernel's md assembles the result and reads it.
+fn nvraid_reads_and_finishes_a_kernel_chunk_change(
+    state: &str,
+    size: u64,
+    position: u64,
+    direction: &str,
+    chunks: (u64, u64),
+    new_offset: u64,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = unpack(state, dir.path());
+    m.rotate_left(1); // roles decide, not the order given
+    let d = detail(dir.path(), &m);
+    assert_eq!(d["state"], "reshaping", "{d}");
+    assert_eq!(d["position_bytes"], position, "{d}");
+    assert_eq!(d["direction"], direction, "{d}");
+    assert_eq!(d["old"]["chunk_bytes"], chunks.0, "{d}");
+    assert_eq!(d["new"]["chunk_bytes"], chunks.1, "{d}");
+    assert_eq!(d["old"]["raid_disks"], 4, "{d}");
+    assert_eq!(d["new"]["raid_disks"], 4, "{d}");
+    assert_eq!(d["size_bytes"], size, "{d}");
+    for path in &m {
+        assert_eq!(member(&d, path)["new_data_offset_bytes"], new_offset, "{d}");
+    }
+    let got = read_all(dir.path(), &m);
+    assert_eq!(got.len() as u64, size);
+    assert_eq!(first_wrong_block(&got), None, "mid-way read");
+    assert_eq!(sha(&got), kernel_sha(state));
+    // A read across the position, not from its start.
+    let at = (position - 4096).to_string();
+    let part = ok_bytes(
+        &[
+            &["read", "--offset", at.as_str(), "--length", "8192"][..],
+            &m.iter().map(String::as_str).collect::<Vec<_>>()[..],
+        ]
+        .concat(),
+        dir.path(),
+    );
+    assert_eq!(
+        part[..],
+        got[(position - 4096) as usize..(position + 4096) as usize]
+    );
+
+    let mut args = vec!["grow", "--continue", "--json"];
+    args.extend(m.iter().map(String::as_str));
+    let grown: serde_json::Value = serde_json::from_str(&ok(&args, dir.path())).unwrap();
+    assert_eq!(grown["size_bytes"], size, "{grown}");
+    assert_eq!(grown["data_offset_bytes"], new_offset, "{grown}");
+    let d = detail(dir.path(), &m);
+    assert_eq!(d["state"], "clean", "{d}");
+    assert_eq!(d["chunk_bytes"], chunks.1, "{d}");
+    let all = read_all(dir.path(), &m);
+    assert_eq!(all.len() as u64, size);
+    assert_eq!(first_wrong_block(&all), None, "after --continue");
+    assert_eq!(sha(&all), kernel_sha(state));
+    let mut args = vec!["check", "--json"];
+    args.extend(m.iter().map(String::as_str));
+    let check: serde_json::Value = serde_json::from_str(&ok(&args, dir.path())).unwrap();
+    assert_eq!(check["mismatch_sectors"], 0, "{check}");
+    let images: Vec<PathBuf> = m.iter().map(|name| dir.path().join(name)).collect();
+    kernel_reads(&images, &[sha(&all)]);
+}
+
+#[test]
+fn nvraid_reads_and_finishes_the_kernels_chunk_change_moving_the_offset_down() {
+    // raid5 of 4, 64 -> 128 KiB chunks; no room after the data, so mdadm
+    // moved the offset down (2048 -> 1024 sectors) and the kernel ran
+    // forwards; stopped at 9 MiB of the 45 MiB.
+    nvraid_reads_and_finishes_a_kernel_chunk_change(
+        "reshape_r5_chunk_down",
+        45 << 20,
+        9 << 20,
+        "forwards",
+        (64 << 10, 128 << 10),
+        1024 * 512,
+    );
+}
+
+#[test]
+fn nvraid_reads_and_finishes_the_kernels_chunk_change_moving_the_offset_up() {
+    // raid5 of 4 using 12 MiB of each member, 64 -> 32 KiB chunks; more
+    // room after the data than before it, so mdadm moved the offset up
+    // (2048 -> 4096 sectors) and the kernel ran backwards from the end;
+    // stopped at 27 MiB of the 36 MiB.
+    nvraid_reads_and_finishes_a_kernel_chunk_change(
+        "reshape_r5_chunk_up",
+        36 << 20,
+        27 << 20,
+        "backwards",
+        (64 << 10, 32 << 10),
+        4096 * 512,
+    );
+}
+
+#[test]
 fn a_reshape_nvraid_does_not_continue_is_refused_with_nothing_written() {
     // The kernel's RAID 5 shrink: `grow --continue` names what it found
     // and leaves every member as it was. (Its RAID 10 grow nvraid finishes:

@@ -456,3 +456,116 @@ fn the_kernel_assembles_a_restriped_array_and_finishes_ones_nvraid_left_mid_way(
         );
     }
 }
+
+#[test]
+fn a_raid10_with_more_room_after_the_data_moves_it_up_and_reads_back_with_equal_copies() {
+    // 17 MiB files of which 15 are used: more room after the data than
+    // before it, so a RAID 10 near's chunk change moves the data offset up
+    // and runs backwards from the array's end, as mdadm picks for it too
+    // (nvraid used to move a RAID 10's offset down only). With a bitmap.
+    let dir = tempfile::tempdir().unwrap();
+    let (m, data) = filled(dir.path(), "10", 4, 17, &["--bitmap", "internal"]);
+    let out = ok(
+        &with(&["grow", "--chunk", "32K", "--step", "1M", "--json"], &m),
+        dir.path(),
+    );
+    let grown: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        grown["data_offset_bytes"].as_u64().unwrap() >= MIB + 64 * 1024,
+        "the offset did not move up: {grown}"
+    );
+    let d = detail(dir.path(), &m);
+    assert_eq!(d["chunk_bytes"], 32 * 1024, "{d}");
+    assert_eq!(d["layout"], "near=2", "{d}");
+    assert!(read(dir.path(), &m, 2 * PER) == data);
+    no_mismatch(dir.path(), &m, "raid10 up 64K -> 32K");
+    let firsts = vec![m[0].clone(), m[2].clone()];
+    assert!(read(dir.path(), &firsts, 2 * PER) == data, "first copies");
+    let seconds = vec![m[1].clone(), m[3].clone()];
+    assert!(read(dir.path(), &seconds, 2 * PER) == data, "second copies");
+    assert!(d["bitmap"].is_object(), "the bitmap is kept: {d}");
+}
+
+#[test]
+fn a_raid10_restripe_moving_up_killed_mid_way_reads_back_and_continues() {
+    for point in [
+        "reshape-superblock:4",
+        "reshape-write:3",
+        "reshape-write:5",
+        "reshape-superblock:9",
+        "reshape-write:23",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (m, data) = filled(dir.path(), "10", 4, 17, &["--bitmap", "internal"]);
+        killed_at(
+            dir.path(),
+            &with(&["grow", "--chunk", "128K", "--step", "1M"], &m),
+            point,
+        );
+        let examine = ok(&["examine", "d0"], dir.path());
+        assert!(
+            examine.contains("Reshape Pos'n") && examine.contains("RESHAPE_BACKWARDS"),
+            "{point}: not left moving up: {examine}"
+        );
+        let got = read(dir.path(), &m, 2 * PER);
+        assert!(got == data, "{point}: the bytes read mid-way differ");
+        ok(
+            &with(&["grow", "--continue", "--step", "1M"], &m),
+            dir.path(),
+        );
+        let d = detail(dir.path(), &m);
+        assert_eq!(d["chunk_bytes"], 128 * 1024, "{point}: {d}");
+        assert!(
+            read(dir.path(), &m, 2 * PER) == data,
+            "{point}: after --continue"
+        );
+        no_mismatch(dir.path(), &m, point);
+    }
+}
+
+#[test]
+fn the_kernel_finishes_a_raid10_restripe_nvraid_left_moving_up() {
+    // RAID 10 near of 4 over 17 MiB files, 64K -> 32K chunks, the offset
+    // moving up: one restriped to the end, one left mid-way (backwards).
+    // md assembles both, finishes the second, reads the pattern, finds the
+    // copies equal.
+    let dir = tempfile::tempdir().unwrap();
+    let mut images = Vec::new();
+    for (name, point) in [("up", None), ("upmid", Some("reshape-write:23"))] {
+        let sub = dir.path().join(name);
+        std::fs::create_dir(&sub).unwrap();
+        let (m, _) = filled(&sub, "10", 4, 17, &["--bitmap", "none", "--name", name]);
+        let args = with(&["grow", "--chunk", "32K", "--step", "1M"], &m);
+        match point {
+            None => {
+                ok(&args, &sub);
+            }
+            Some(point) => {
+                killed_at(&sub, &args, point);
+                let examine = ok(&["examine", "d0"], &sub);
+                assert!(
+                    examine.contains("Reshape Pos'n") && examine.contains("RESHAPE_BACKWARDS"),
+                    "{name}: not left moving up: {examine}"
+                );
+            }
+        }
+        images.extend(m.iter().map(|n| sub.join(n)));
+    }
+    let report = kernel_finishes(&images, 2 * PER);
+    let lines: Vec<&str> = report
+        .lines()
+        .filter(|l| l.starts_with("KERNEL "))
+        .collect();
+    assert_eq!(lines.len(), 2, "two arrays expected:\n{report}");
+    for line in lines {
+        assert!(
+            line.contains("level=raid10")
+                && line.contains("chunk=32768")
+                && line.contains(&format!("size={}", 2 * PER))
+                && line.contains("pattern=ok")
+                && line.contains("mismatch=0")
+                && line.contains("reshape=none"),
+            "{line}\n{report}"
+        );
+    }
+}

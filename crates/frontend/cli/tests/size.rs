@@ -227,3 +227,141 @@ dmesg | grep -i -e bitmap -e resync | tail -10
         "md found a bitmap out of date:\n{report}"
     );
 }
+
+/// A RAID `level` of 4 members of 16 MiB files using 8 MiB of each (9 MiB
+/// with the 1 MiB before the data, as `create --size` counts), with
+/// md's bitmap of 4 KiB chunks, filled with the pattern (the same arrays
+/// as the kernel's own `--grow --size max` measured in tools/mdvm).
+fn small_bitmap(dir: &Path, level: &str, name: &str) -> Vec<String> {
+    let names: Vec<String> = (0..4).map(|i| format!("d{i}")).collect();
+    for n in &names {
+        std::fs::File::create(dir.join(n))
+            .unwrap()
+            .set_len(16 * MIB)
+            .unwrap();
+    }
+    let mut args = vec![
+        "create",
+        "--level",
+        level,
+        "--bitmap",
+        "internal",
+        "--bitmap-chunk",
+        "4K",
+        "--size",
+        "9M",
+        "--name",
+        name,
+    ];
+    args.extend(names.iter().map(String::as_str));
+    ok(&args, dir);
+    let data = pattern(data_members(level, 4) * 8 * MIB);
+    std::fs::write(dir.join("data"), &data).unwrap();
+    ok(&with(&["write", "--input", "data"], &names), dir);
+    std::fs::remove_file(dir.join("data")).unwrap();
+    // A RAID 5 over members that existed is created due a resync.
+    ok(&with(&["repair"], &names), dir);
+    names
+}
+
+#[test]
+fn size_max_doubles_the_bitmap_chunk_when_the_bits_outgrow_their_room() {
+    // md's resize keeps the bitmap in the sectors it had (its header's
+    // sectors_reserved, or what it takes now): 4 KiB chunks over a RAID
+    // 10's 16 MiB (4096 bits, two sectors) or a RAID 5's member rows of
+    // 8 MiB (2048 bits, one sector) do not fit at 15 MiB of each member,
+    // so the chunk doubles to 8 KiB: 3840 and 1920 bits, as the kernel's
+    // own `mdadm --grow --size=max` of the same arrays made them.
+    for (level, chunks) in [("10", 3840), ("5", 1920)] {
+        let dir = tempfile::tempdir().unwrap();
+        let m = small_bitmap(dir.path(), level, "doubled");
+        let before = json(dir.path(), &with(&["detail", "--json"], &m));
+        assert_eq!(
+            before["bitmap"]["chunk_bytes"], 4096,
+            "raid{level}: {before}"
+        );
+        let r = json(dir.path(), &with(&["grow", "--size", "max", "--json"], &m));
+        assert_eq!(r["member_bytes"], 15 * MIB, "raid{level}: {r}");
+        let d = json(dir.path(), &with(&["detail", "--json"], &m));
+        assert_eq!(d["bitmap"]["chunk_bytes"], 8192, "raid{level}: {d}");
+        assert_eq!(d["bitmap"]["chunks"], chunks, "raid{level}: {d}");
+        let data = pattern(data_members(level, 4) * 8 * MIB);
+        let len = (data.len() as u64).to_string();
+        assert!(
+            ok_bytes(&with(&["read", "--length", &len], &m), dir.path()) == data,
+            "raid{level}: the old bytes changed"
+        );
+        ok(&with(&["repair"], &m), dir.path());
+        let check = json(dir.path(), &with(&["check", "--json"], &m));
+        assert_eq!(check["mismatch_sectors"], 0, "raid{level}: {check}");
+    }
+}
+
+#[test]
+fn the_kernel_assembles_arrays_whose_bitmap_chunk_size_max_doubled() {
+    // md assembles the RAID 10 and RAID 5 nvraid resized (bitmap chunk
+    // doubled to 8 KiB), keeps that chunk, resyncs the new region from
+    // resync_offset, finds no bitmap out of date and no mismatch.
+    let dir = tempfile::tempdir().unwrap();
+    let mut images = Vec::new();
+    for level in ["10", "5"] {
+        let sub = dir.path().join(format!("r{level}"));
+        std::fs::create_dir(&sub).unwrap();
+        let m = small_bitmap(&sub, level, &format!("r{level}"));
+        ok(&with(&["grow", "--size", "max"], &m), &sub);
+        images.extend(m.iter().map(|n| sub.join(n)));
+    }
+    let script = dir.path().join("check.sh");
+    std::fs::write(
+        &script,
+        format!(
+            r#"set +e
+mdadm --assemble --scan --run 2>&1
+echo 200000 > /proc/sys/dev/raid/speed_limit_min
+echo 2000000 > /proc/sys/dev/raid/speed_limit_max
+cat /proc/mdstat
+i=0; while grep -q -e resync -e recovery /proc/mdstat && [ $i -lt 240 ]; do sleep 1; i=$((i+1)); done
+for sys in /sys/block/md*; do
+  md=/dev/${{sys##*/}}
+  echo check > $sys/md/sync_action; sleep 1; mdadm --wait $md >/dev/null 2>&1
+  if pattern verify -n {} $md; then pv=ok; else pv=FAILED; fi
+  echo "KERNEL level=$(cat $sys/md/level) size=$(blockdev --getsize64 $md) pattern=$pv mismatch=$(cat $sys/md/mismatch_cnt) bitmap=$(cat $sys/md/bitmap/location) bchunk=$(cat $sys/md/bitmap/chunksize)"
+done
+dmesg | grep -i -e bitmap -e resync | tail -10
+"#,
+            16 * MIB
+        ),
+    )
+    .unwrap();
+    let out = mdvm_on("mdvm", "6.1", &[])
+        .arg("--snapshot")
+        .arg("--script")
+        .arg(&script)
+        .args(&images)
+        .output()
+        .expect("tools/mdvm/mdvm (./test.sh installs its tools)");
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    let lines: Vec<&str> = report
+        .lines()
+        .filter(|l| l.starts_with("KERNEL "))
+        .collect();
+    assert_eq!(lines.len(), 2, "two arrays expected:\n{report}");
+    for (level, size) in [("raid10", 30 * MIB), ("raid5", 45 * MIB)] {
+        let line = lines
+            .iter()
+            .find(|l| l.contains(&format!("level={level} ")))
+            .unwrap_or_else(|| panic!("no {level}:\n{report}"));
+        assert!(
+            line.contains(&format!("size={size}"))
+                && line.contains("pattern=ok")
+                && line.contains("mismatch=0")
+                && line.contains("bitmap=+8")
+                && line.contains("bchunk=8192"),
+            "{line}\n{report}"
+        );
+    }
+    assert!(
+        !report.contains("out of date"),
+        "md found a bitmap out of date:\n{report}"
+    );
+}

@@ -4,7 +4,7 @@
 //! (a RAID 1's new mirrors: `mirror`).
 //!
 //! 1. Every check comes first (a whole, clean array of a parity level
-//!    or RAID 10 near (without a bitmap: md resizes a RAID 10's), without
+//!    or RAID 10 near, without
 //!    PPL or journal; new members large enough and blank; room
 //!    before the data to move it, above a write-intent bitmap); a refusal
 //!    writes nothing.
@@ -25,6 +25,11 @@
 //! and nvraid believe the bits after any crash. The reshape's own writes
 //! set no bits (md's do not either): a step is redone from the old shape
 //! after a crash, and each new stripe's parity is computed whole.
+//! A RAID 10's bits count array bytes instead: its bitmap is resized for
+//! the larger array as md resizes it when its grow starts (`bitmap`: the
+//! chunk doubled while the bits do not fit the sectors the bitmap had),
+//! written whole to every member before any superblock records the
+//! reshape; its header keeps the old size until the end, as md's does.
 //! 3. Steps: each moves whole new stripes (`step::move_rows`), as large as
 //!    `Reshape::step_is_safe` allows and md would continue from
 //!    (`Reshape::md_can_continue`), at most `step_bytes`; the members are
@@ -166,7 +171,6 @@ pub fn grow(
     let raid_disks = options.raid_devices + u32::from(raid0_layout.is_some());
     let member_rows = old_geometry.member_used_bytes();
     let mut bitmap = kept_bitmap(found.iter().map(|(m, sb)| (m, sb)), &old_geometry)?;
-    let bitmap_bytes = bitmap.as_ref().map(|b| b.storage.len() as u64);
     let new_geometry = Geometry::new(
         old_geometry.level(),
         raid_disks,
@@ -178,6 +182,12 @@ pub fn grow(
             None => member_data_bytes(&reference),
         },
     )?;
+    if let Some(b) = bitmap.as_mut() {
+        raid10_bitmap_for(b, &old_geometry, &new_geometry);
+        let held: Vec<(&Member, &Superblock)> = found.iter().map(|(m, sb)| (m, sb)).collect();
+        super::bitmap::check_fits(b.at, b.storage.len() as u64, &held)?;
+    }
+    let bitmap_bytes = bitmap.as_ref().map(|b| b.storage.len() as u64);
     let mut adding = Vec::with_capacity(options.add.len());
     for spec in &options.add {
         let member = Member::open(spec, open)?;
@@ -436,14 +446,17 @@ pub fn continue_grow(
     }
     let reshape = reshape_at(&placed, reference.reshape_position * 512)?;
     // A RAID 10's bitmap counts array bytes: md resized it for the new
-    // shape when its grow started, which nvraid does not do yet.
+    // shape when its grow started (and so did `grow`); resizing it again
+    // changes nothing, and gives the image the new shape's bits.
     // A chunk or layout change (`shape`) keeps the array's size, and so
     // a RAID 10's bitmap too; it may run either way.
     let in_place = super::shape::is_in_place(&reshape);
-    let grows = |level: Level| {
-        level.parity_chunks() > 0
-            || (matches!(level, Level::Raid10 { .. }) && (bitmap.is_none() || in_place))
-    };
+    if let Some(b) = bitmap.as_mut() {
+        raid10_bitmap_for(b, reshape.old(), reshape.new_shape());
+        let held: Vec<(&Member, &Superblock)> = placed.iter().map(|p| (&p.member, &p.sb)).collect();
+        super::bitmap::check_fits(b.at, b.storage.len() as u64, &held)?;
+    }
+    let grows = |level: Level| level.parity_chunks() > 0 || matches!(level, Level::Raid10 { .. });
     let same_shape = reshape.old().level() == reshape.new_shape().level()
         && reshape.old().chunk_bytes() == reshape.new_shape().chunk_bytes();
     if !(in_place || reshape.direction() == Direction::Forwards && same_shape)
@@ -452,7 +465,7 @@ pub fn continue_grow(
         return Err(Error::Unsupported {
             spec: placed[0].member.spec().into(),
             what: format!(
-                "continuing this reshape ({} of {} members to {} of {}, {}): nvraid continues a RAID 4/5/6, or a RAID 10 near without a write-intent bitmap, that gains members, and a chunk or layout change of either; let the kernel finish it (mdadm --assemble)",
+                "continuing this reshape ({} of {} members to {} of {}, {}): nvraid continues a RAID 4/5/6 or RAID 10 near that gains members, and a chunk or layout change of either; let the kernel finish it (mdadm --assemble)",
                 reshape.old().level(),
                 reshape.old().members(),
                 reshape.new_shape().level(),
@@ -580,6 +593,15 @@ pub(super) fn run(
     // The finished shape.
     let raid_disks_before = reshape.old().members();
     let size_bytes_before = reshape.old().array_bytes();
+    if let Some(b) = bitmap.as_mut() {
+        // md's header holds the array's resync size: the new shape's once
+        // the reshape is done (a RAID 10's grows; the others' stay).
+        if b.header.sync_size_sectors * 512 < reshape.new_shape().bitmap_space_bytes()
+            && matches!(reshape.new_shape().level(), Level::Raid10 { .. })
+        {
+            b.header.sync_size_sectors = reshape.new_shape().bitmap_space_bytes() / 512;
+        }
+    }
     for p in placed.iter_mut() {
         finish_record(&mut p.sb);
         if let Some(layout) = raid0_layout {
@@ -733,6 +755,21 @@ pub(super) fn publish_bitmap(
     Ok(())
 }
 
+/// A RAID 10's bitmap (its bits count array bytes) resized for the larger
+/// array `new` becomes, as md resizes it when the grow starts: the chunk
+/// doubled while the bits do not fit (`bitmap::resized`). Its header keeps
+/// the old size until the reshape is done, as md's does (the kernel writes
+/// its resync size there, which grows at the end). Other levels' bitmaps
+/// count member rows, which a grow does not change: left as they are.
+pub(super) fn raid10_bitmap_for(b: &mut MemberBitmap, old: &Geometry, new: &Geometry) {
+    let (from, to) = (old.bitmap_space_bytes(), new.bitmap_space_bytes());
+    if !matches!(old.level(), Level::Raid10 { .. }) || to <= from {
+        return;
+    }
+    *b = super::bitmap::resized(b, from, to);
+    b.header.sync_size_sectors = from / 512;
+}
+
 /// The old shape the reference records.
 pub(super) fn old_shape(reference: &Superblock, spec: &str) -> Result<Geometry> {
     crate::assemble::geometry_of(reference, spec)
@@ -755,11 +792,6 @@ fn check_array(
         Level::Raid10Far { .. } => {
             return Err(refuse(format!(
                 "growing a {level} (md reshapes only the near layout of RAID 10)"
-            )))
-        }
-        Level::Raid10 { .. } if reference.feature_map & features::BITMAP_OFFSET != 0 => {
-            return Err(refuse(format!(
-                "growing a {level} with a write-intent bitmap (its bits count array bytes, and md resizes the bitmap for the larger array when the grow starts; nvraid does not yet): remove it first (mdadm --grow --bitmap=none), or create arrays to be grown with --bitmap none"
             )))
         }
         _ => {}

@@ -28,6 +28,9 @@
 //!   others and read around; roles missing at `--continue`;
 //! - `takeover`: a RAID 0 grown as md's RAID 4 with its parity missing
 //!   and taken back; RAID 5 -> 6 with Q on an added member;
+//! - `bitmap`: a write-intent bitmap resized as md resizes it (a RAID 10
+//!   gaining members, `grow --size`): the chunk doubled until the bits fit
+//!   the room md allows, the set bits carried over;
 //! - `mirror`: `grow` of a RAID 1 (another mirror): the member count
 //!   raised in every superblock, the new member added and rebuilt.
 //!
@@ -36,6 +39,7 @@
 //!
 //! [`Reshape`]: nvraid_layout::Reshape
 
+mod bitmap;
 mod degraded;
 mod grow;
 mod level;

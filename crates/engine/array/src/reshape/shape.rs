@@ -16,7 +16,7 @@
 //!   room before the data than after it, otherwise up (backwards, from the
 //!   end, md's `RESHAPE_BACKWARDS`); when the side with more room still
 //!   has less than the larger chunk, the other side is tried (mdadm would
-//!   take a backup file there instead). A RAID 10 moves down only.
+//!   take a backup file there instead). A RAID 10 near the same way.
 //! - **Checks**, before any write: a whole, clean array (the grow's
 //!   checks); a level md restripes (not RAID 0, 1, RAID 10 far/offset);
 //!   a layout md accepts for the level (a RAID 10 keeps its copies, md's
@@ -38,7 +38,7 @@ use super::grow::{
     check_whole, finish_record, floor_of, kept_bitmap, move_logs, old_shape, publish_bitmap,
     reshape_at, run, write_superblocks, GrowProgress, Grown, Placed,
 };
-use super::step::{read_through, write_stripes};
+use super::step::{read_through, write_copy_rows, write_stripes};
 use crate::assemble::{check_distinct_specs, member_data_bytes};
 use crate::error::{Error, Result};
 use crate::intent::MemberBitmap;
@@ -277,7 +277,7 @@ pub fn change_shape(
 /// the data, above md's floor: the superblock, the bitmap, a bad-block log
 /// that stays; after it, up to the device's end), by about half that room
 /// (at least the larger chunk, in 4 KiB); the other side when that one has
-/// less than the larger chunk. A RAID 10 moves down only.
+/// less than the larger chunk.
 fn choose_move(
     found: &[(Member, Superblock)],
     old: &Geometry,
@@ -298,10 +298,6 @@ fn choose_move(
         let end = member.size_bytes() / 512;
         after = after.min(end.saturating_sub(sb.data_offset_sectors + used));
     }
-    if old.level().parity_chunks() == 0 {
-        // RAID 10: nvraid lays out its rows moving down only.
-        after = 0;
-    }
     let first = if before > after {
         Direction::Forwards
     } else {
@@ -317,23 +313,50 @@ fn choose_move(
     };
     let Some(direction) = [first, other].into_iter().find(|&d| room(d) >= min) else {
         return Err(Error::NotStartable(format!(
-            "the members have {} bytes free before the data{} and {} after it{}, less than the larger chunk ({} bytes) on both sides: nvraid moves the data offset by at least that instead of keeping a backup file, and cannot here",
+            "the members have {} bytes free before the data{} and {} after it, less than the larger chunk ({} bytes) on both sides: nvraid moves the data offset by at least that instead of keeping a backup file, and cannot here",
             before * 512,
             match bitmap_bytes {
                 Some(len) => format!(" (above a write-intent bitmap of {len} bytes)"),
                 None => String::new(),
             },
             after * 512,
-            if old.level().parity_chunks() == 0 {
-                " (a RAID 10's offset moves down only)"
-            } else {
-                ""
-            },
             min * 512
         )));
     };
     let moved = (room(direction) / 2).max(min) / 8 * 8;
     Ok((direction, moved.max(min)))
+}
+
+/// A backwards step of a RAID 10 near restripe, from the recorded
+/// position down to `to`: the new shape's whole rows that hold the chunks
+/// `[to, position)`, each chunk read from where the record says it is
+/// (below the position in the old shape; a row's chunks from the position
+/// on are already in the new one and are written back as they are; zeros
+/// past the array's end), written at the new data offset; every member
+/// flushed. The rows lie above every old row still live (the caller
+/// checked `Reshape::step_is_safe(to)`), so a crash inside the step loses
+/// nothing.
+fn copy_rows_down(reshape: &Reshape, members: &[&Member], to: u64, hit: &dyn Fn()) -> Result<()> {
+    let new = reshape.new_shape();
+    let chunk = new.chunk_bytes().expect("RAID 10 has chunks");
+    let n = u64::from(new.members());
+    let near = u64::from(new.copies());
+    let first_row = (to / chunk) * near / n;
+    let end_row = (reshape.position().div_ceil(chunk) * near).div_ceil(n);
+    let first_chunk = first_row * n / near;
+    let end_chunk = (end_row * n).div_ceil(near);
+    let start = first_chunk * chunk;
+    let mut data = nvraid_io::AlignedBuf::zeroed(((end_chunk - first_chunk) * chunk) as usize);
+    let readable = reshape
+        .array_bytes()
+        .min(end_chunk * chunk)
+        .saturating_sub(start);
+    if readable > 0 {
+        read_through(reshape, members, &mut data[..readable as usize], start)?;
+    }
+    // Every member is there (a restripe refuses a degraded array).
+    write_copy_rows(reshape, members, first_row..end_row, &data, &[], hit)
+        .map_err(|failure| failure.error)
 }
 
 /// The steps of a reshape running backwards (from the recorded position
@@ -349,10 +372,13 @@ pub(super) fn run_backwards(
     mut bitmap: Option<MemberBitmap>,
     progress: &mut dyn FnMut(GrowProgress),
 ) -> Result<Grown> {
-    if !is_in_place(&reshape) || reshape.new_shape().level().parity_chunks() == 0 {
+    let level = reshape.new_shape().level();
+    if !is_in_place(&reshape)
+        || !(level.parity_chunks() > 0 || matches!(level, Level::Raid10 { .. }))
+    {
         return Err(Error::Unsupported {
             spec: placed[0].member.spec().into(),
-            what: "a reshape running backwards other than a RAID 4/5/6 chunk or layout change (a shrink); let the kernel finish it (mdadm --assemble)".into(),
+            what: "a reshape running backwards other than a chunk or layout change of a RAID 4/5/6 or RAID 10 near (a shrink); let the kernel finish it (mdadm --assemble)".into(),
         });
     }
     let started = std::time::Instant::now();
@@ -382,24 +408,22 @@ pub(super) fn run_backwards(
             to += unit;
         }
         let members: Vec<&Member> = placed.iter().map(|p| &p.member).collect();
-        // Every byte below the position is still in the old shape.
-        let mut data = nvraid_io::AlignedBuf::zeroed((p - to) as usize);
-        read_through(&reshape, &members, &mut data, to)?;
-        let new = reshape.new_shape();
-        let new_unit = new.chunk_bytes().expect("parity levels have chunks")
-            * u64::from(new.members() - new.level().parity_chunks());
-        // A restripe runs with every member (its checks refuse a degraded
-        // array): a member failing stops it at the position recorded.
-        write_stripes(
-            &reshape,
-            &members,
-            to / new_unit,
-            &data,
-            &[],
-            kernel,
-            &|| crate::failpoint::hit("reshape-write"),
-        )
-        .map_err(|failure| failure.error)?;
+        let hit = || crate::failpoint::hit("reshape-write");
+        if reshape.new_shape().level().parity_chunks() == 0 {
+            copy_rows_down(&reshape, &members, to, &hit)?;
+        } else {
+            // Every byte below the position is still in the old shape.
+            let mut data = nvraid_io::AlignedBuf::zeroed((p - to) as usize);
+            read_through(&reshape, &members, &mut data, to)?;
+            let new = reshape.new_shape();
+            let new_unit = new.chunk_bytes().expect("parity levels have chunks")
+                * u64::from(new.members() - new.level().parity_chunks());
+            // A restripe runs with every member (its checks refuse a
+            // degraded array): a member failing stops it at the position
+            // recorded.
+            write_stripes(&reshape, &members, to / new_unit, &data, &[], kernel, &hit)
+                .map_err(|failure| failure.error)?;
+        }
         if to > 0 {
             for p in placed.iter_mut() {
                 p.sb.reshape_position = to / 512;

@@ -9,9 +9,8 @@
 //!   needing a resync, as md does: `resync_offset` at the old end (in the
 //!   bitmap's space: member rows for RAID 4/5/6 and 1, array bytes for
 //!   RAID 10), and a write-intent bitmap gets its header's size raised and
-//!   the bits of the new region set. A bitmap that would then outgrow its
-//!   room before the data is refused (md doubles the bitmap's chunk until
-//!   it fits; nvraid does not yet).
+//!   the bits of the new region set; its chunk doubled until the bits fit
+//!   the room md allows it, as md's resize does (`bitmap`).
 //! - `--size SIZE` smaller than now: the array's end is cut off, so it is
 //!   refused without `--force`, naming the filesystem check to do first;
 //!   with it, only `size` (and the bitmap's header) shrink. Nothing moves.
@@ -25,7 +24,6 @@ use crate::assemble::check_distinct_specs;
 use crate::error::{Error, Result};
 use crate::intent::MemberBitmap;
 use crate::slot::read_superblock;
-use nvraid_io::AlignedBuf;
 use nvraid_layout::{Geometry, Level};
 use nvraid_member::{Member, OpenOptions};
 use nvraid_metadata::{bitmap, Superblock, Timestamp};
@@ -194,60 +192,28 @@ pub fn resize(members: &[String], options: &SizeOptions) -> Result<Resized> {
     })
 }
 
-/// The bitmap for the new size: the header's size changed, the bits kept,
-/// those of a grown region set (md sets them too); refused when it no
-/// longer fits between its place and the data (or a bad-block log after
-/// it) on some member.
+/// The bitmap for the new size, resized as md resizes it
+/// (`super::bitmap::resized`: the chunk doubled until the bits fit the
+/// room md allows, the bits of the kept region carried over, those past a
+/// shrunk end dropped), the bits of a grown region set (the region is
+/// resynced from `resync_offset` either way); refused when its image would
+/// run into the data or a bad-block log on some member.
 fn resized_bitmap(
     b: &MemberBitmap,
     old: &Geometry,
     new: &Geometry,
     found: &[(Member, Superblock)],
 ) -> Result<MemberBitmap> {
-    let chunk = b.header.chunk_bytes;
-    let old_bits = bitmap::bits_for(old.bitmap_space_bytes(), chunk);
-    let bits = bitmap::bits_for(new.bitmap_space_bytes(), chunk);
-    let len = bitmap::storage_bytes(bits);
-    for (member, sb) in found {
-        let at = b.at;
-        let mut limit = sb.data_offset_sectors * 512;
-        if sb.bblog_size > 0 && sb.bblog_offset != 0 {
-            let log = (sb.super_offset_sectors as i64 + i64::from(sb.bblog_offset as i32)) * 512;
-            if log as u64 > at {
-                limit = limit.min(log as u64);
-            }
-        }
-        if at + len > limit {
-            return Err(Error::NotStartable(format!(
-                "{}: the write-intent bitmap would need {len} bytes at byte {at} for {bits} bits of {chunk} bytes, but only {} are free before {} (md doubles the bitmap's chunk until it fits; nvraid does not yet): remove the bitmap and add it again after the resize",
-                member.spec(),
-                limit.saturating_sub(at),
-                if limit == sb.data_offset_sectors * 512 { "the data" } else { "the bad-block log" }
-            )));
-        }
-    }
-    let mut storage = AlignedBuf::zeroed(len as usize);
-    let keep = storage.len().min(b.storage.len());
-    storage[..keep].copy_from_slice(&b.storage[..keep]);
-    if new.bitmap_space_bytes() > old.bitmap_space_bytes() {
+    let (from, to) = (old.bitmap_space_bytes(), new.bitmap_space_bytes());
+    let mut resized = super::bitmap::resized(b, from, to);
+    let held: Vec<(&Member, &Superblock)> = found.iter().map(|(m, sb)| (m, sb)).collect();
+    super::bitmap::check_fits(resized.at, resized.storage.len() as u64, &held)?;
+    if to > from {
         // Grown: the new region is set, from the bit holding the old end.
-        let first = old.bitmap_space_bytes() / u64::from(chunk);
-        for bit in first..bits {
-            bitmap::put_bit(&mut storage, bit, true);
-        }
-    } else {
-        // Shrunk: the bits past the new end (those still in the image)
-        // are cleared.
-        let room = ((len as usize - bitmap::HEADER_BYTES) * 8) as u64;
-        for bit in bits..old_bits.min(room) {
-            bitmap::put_bit(&mut storage, bit, false);
+        let chunk = u64::from(resized.header.chunk_bytes);
+        for bit in from / chunk..bitmap::bits_for(to, resized.header.chunk_bytes) {
+            bitmap::put_bit(&mut resized.storage, bit, true);
         }
     }
-    let mut header = b.header.clone();
-    header.sync_size_sectors = new.bitmap_space_bytes() / 512;
-    Ok(MemberBitmap {
-        header,
-        storage,
-        at: b.at,
-    })
+    Ok(resized)
 }

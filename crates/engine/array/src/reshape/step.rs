@@ -415,8 +415,35 @@ fn move_copy_rows(
             start,
         )?;
     }
+    write_copy_rows(
+        reshape,
+        members,
+        first_row..end_row,
+        &data,
+        unreadable.new,
+        hit,
+    )
+}
+
+/// Write the new shape's RAID 10 near rows `rows` at its data offset,
+/// each member's chunk slots filled from `data` (the array's chunks from
+/// the first one those rows hold), none to a member `failed` by role,
+/// then flush every member written. `hit` as in [`move_rows`].
+pub(crate) fn write_copy_rows(
+    reshape: &Reshape,
+    members: &[&Member],
+    rows: std::ops::Range<u64>,
+    data: &[u8],
+    failed: &[bool],
+    hit: &dyn Fn(),
+) -> StepResult<()> {
+    let new = reshape.new_shape();
+    let chunk = new.chunk_bytes().expect("RAID 10 has chunks");
+    let n = u64::from(new.members());
+    let near = u64::from(new.copies());
+    let (first_row, end_row) = (rows.start, rows.end);
+    let first_chunk = first_row * n / near;
     let c = chunk as usize;
-    let failed = unreadable.new;
     for role in 0..n {
         if is_failed(failed, role as u32) {
             continue;
