@@ -48,9 +48,17 @@ MiB through the target; for nvraid also its read calls and the bytes they
 returned (/proc/PID/io) and its threads' context switches. (Syscall
 tracepoints are asked for too but recorded nothing in this guest.)
 
+With --cpu MODEL the VM runs with that qemu CPU model and its feature flags
+(tools/mdvm --cpu; default: mdvm's, `max` under TCG). `--cpu
+max,-erms,-fsrm` hides ERMS and FSRM from the guest, so that its kernel
+copies to user memory with `rep movsq` instead of `rep movsb`: under TCG
+that changes what one emulated instruction costs, not nvraid's path (see
+docs/PERFORMANCE.md, "1 MiB reads, traced").
+
 Usage: bench/nvme-tcp-vm.py [--reps 3] [--runtime 4] [--before BIN]
                             [--rows randread,randwrite,read] [--json out.json]
                             [--profile randread,...] [--trace read,...]
+                            [--cpu MODEL]
 Environment: NVRAID (the binary; default: cargo build --release).
 """
 import argparse, importlib.util, json, os, re, shutil, statistics, subprocess, sys, tempfile
@@ -232,6 +240,8 @@ cat > /tmp/trace.awk << 'AWKEOF'
 {TRACE_AWK.replace("EVENTS", " ".join(TRACE_EVENTS))}
 AWKEOF
 ip link set lo up 2> /dev/null || ifconfig lo 127.0.0.1 up
+# The copy-related CPU flags the guest kernel sees (they pick its copy routines).
+echo "CPUFLAGS $(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\\n' | grep -xE 'erms|fsrm|rep_good' | tr '\\n' ' ')"
 [ -d /sys/kernel/config/nvmet ] || mount -t configfs none /sys/kernel/config
 NB=/sys/kernel/config/nullb
 C=/sys/kernel/config/nvmet
@@ -309,6 +319,8 @@ def main():
                     help="rows to profile with perf after the runs (comma-separated)")
     ap.add_argument("--trace", default="",
                     help="rows to trace (the guest's tracepoints) after the runs")
+    ap.add_argument("--cpu", help="qemu CPU model and flags for the VM (tools/mdvm --cpu), "
+                    "e.g. max,-erms,-fsrm; default: mdvm's (max under TCG)")
     a = ap.parse_args()
     profile = [r for r in a.profile.split(",") if r]
     trace = [r for r in a.trace.split(",") if r]
@@ -346,7 +358,8 @@ def main():
         r = subprocess.run([os.path.join(ROOT, "tools/mdvm/mdvm"), "--kernel", "6.12", "--modules",
                             "nvmet_tcp nvme_tcp null_blk", "--smp", "2", "--mem", "3G",
                             "--timeout", str(120 + a.reps * per_rep), "--indir", indir,
-                            "--script", script, os.path.join(work, "unused.img")],
+                            "--script", script]
+                           + (["--cpu", a.cpu] if a.cpu else []) + [os.path.join(work, "unused.img")],
                            capture_output=True, text=True)
         console = r.stdout
         if r.returncode != 0 or "DONE" not in console:
@@ -362,7 +375,7 @@ def main():
         results.setdefault(rw, {}).setdefault(who, {})[rep] = vsfio.summarize(
             json.loads(text)["jobs"][0])
     for line in console.splitlines():
-        if line.startswith("KERNEL"):
+        if line.startswith(("KERNEL", "CPUFLAGS")):
             print(line)
     for m in re.finditer(r"^PROFILE (\S+)\n(.*?)^PROFILE END$", console, re.S | re.M):
         print(f"perf profile of nvraid bench, {ROWS[m.group(1)][3]} (in the guest):")
@@ -438,7 +451,8 @@ def main():
         print(f"{label}: nvme+tcp/nbd member = {row['nvme_vs_nbd']:.3f}")
     print(f"host: {os.cpu_count()} CPUs, "
           f"{open('/proc/cpuinfo').read().split('model name')[1].split(':')[1].splitlines()[0].strip()}, "
-          f"{os.uname().release}; guest: Linux 6.12 (tools/mdvm --kernel 6.12), 2 vCPUs")
+          f"{os.uname().release}; guest: Linux 6.12 (tools/mdvm --kernel 6.12), 2 vCPUs, "
+          f"CPU model {a.cpu or 'mdvm default (max under TCG)'}")
     if a.json:
         if traced:
             report["trace"] = traced
