@@ -788,13 +788,10 @@ fn check_array(
         what,
     };
     let level = crate::assemble::level_of(&reference, spec)?;
-    match level {
-        Level::Raid10Far { .. } => {
-            return Err(refuse(format!(
-                "growing a {level} (md reshapes only the near layout of RAID 10)"
-            )))
-        }
-        _ => {}
+    if let Level::Raid10Far { .. } = level {
+        return Err(refuse(format!(
+            "growing a {level} (md reshapes only the near layout of RAID 10)"
+        )));
     }
     let old = reference.raid_disks;
     let want = old as usize + options.add.len();
