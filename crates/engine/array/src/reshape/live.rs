@@ -47,7 +47,7 @@ use nvraid_member::{Member, OpenOptions};
 use nvraid_metadata::{features, Role, Superblock};
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -65,6 +65,11 @@ pub struct LiveGrowOptions {
     /// The most bytes per second the reshape moves (`None`: as fast as it
     /// goes).
     pub max_bytes_per_sec: Option<u64>,
+    /// While clients are doing I/O, the grow moves no more than this many
+    /// bytes per second (the rebuild's floor, md's `speed_limit_min`; it
+    /// still never goes above the maximum). `Some(0)`: it waits while
+    /// clients are busy; `None`: clients do not slow it down.
+    pub min_bytes_per_sec: Option<u64>,
 }
 
 /// Where a served grow stands (`nvraid status`).
@@ -198,6 +203,10 @@ pub struct LiveGrow {
     stop: AtomicBool,
     step_bytes: u64,
     max_bytes_per_sec: Option<u64>,
+    min_bytes_per_sec: Option<u64>,
+    /// Client requests (reads, writes, flushes) routed here so far: what
+    /// the pacing samples to tell whether clients are busy.
+    client_ops: AtomicU64,
 }
 
 const STRIPE_LOCKS: u64 = 256;
@@ -384,6 +393,8 @@ impl LiveGrow {
             stop: AtomicBool::new(false),
             step_bytes: options.step_bytes.max(1),
             max_bytes_per_sec: options.max_bytes_per_sec,
+            min_bytes_per_sec: options.min_bytes_per_sec,
+            client_ops: AtomicU64::new(0),
         });
         // Clients' writes from here on mark the array dirty through the
         // record (a crash then resyncs what they touched).
@@ -467,14 +478,13 @@ impl LiveGrow {
         let unit = self.reshape.position_unit();
         let step_bytes = self.step_bytes.max(unit);
         let kernel = nvraid_parity::Kernel::best();
-        let started = Instant::now();
-        let mut moved = 0u64;
+        let mut pace = GrowPace::open(self);
         loop {
             let p = self.gate.position();
             if p >= end {
                 break;
             }
-            if self.stop.load(Ordering::Acquire) {
+            if !pace.may_step(self) {
                 return Ok(false);
             }
             let Some(array) = array.upgrade() else {
@@ -532,14 +542,7 @@ impl LiveGrow {
             }
             crate::failpoint::hit("reshape-superblock");
             self.gate.open_window(Some(to));
-            moved += to - p;
-            if let Some(max) = self.max_bytes_per_sec {
-                let due = Duration::from_secs_f64(moved as f64 / max.max(1) as f64);
-                let spent = started.elapsed();
-                if due > spent {
-                    std::thread::sleep(due - spent);
-                }
-            }
+            pace.moved(self, to - p);
         }
         Ok(true)
     }
@@ -554,6 +557,7 @@ impl LiveGrow {
 
     fn rw(&self, array: &Array, write: bool, offset: u64, buf: &mut [u8], fua: bool) -> Result<()> {
         let len = buf.len() as u64;
+        self.client_ops.fetch_add(1, Ordering::Relaxed);
         let (epoch, position) = self.gate.enter(offset, len);
         let split = position.clamp(offset, offset + len);
         let cut = (split - offset) as usize;
@@ -719,6 +723,88 @@ impl LiveGrow {
     }
 }
 
+/// The grow's pacing beside clients, the rebuild's rule: within a window
+/// of [`GrowPace::WINDOW`], never faster than the maximum; while clients
+/// made requests in the previous window, no faster than the minimum
+/// either (a minimum of 0: no step at all until they pause). Clients'
+/// requests are counted as the route takes them ([`LiveGrow`]'s
+/// `client_ops`), so the grow's own member I/O never counts as theirs.
+struct GrowPace {
+    start: Instant,
+    /// Bytes moved since the window opened.
+    bytes: u64,
+    /// Client requests counted when the window opened.
+    ops_seen: u64,
+    /// Whether clients were busy in the previous window.
+    busy: bool,
+}
+
+impl GrowPace {
+    const WINDOW: Duration = Duration::from_millis(100);
+
+    fn open(live: &LiveGrow) -> GrowPace {
+        let mut pace = GrowPace {
+            start: Instant::now(),
+            bytes: 0,
+            ops_seen: live.client_ops.load(Ordering::Relaxed),
+            busy: false,
+        };
+        if live.min_bytes_per_sec.is_some() {
+            // Look before the first step: a full-speed first window would
+            // take the clients' share before their activity shows.
+            std::thread::sleep(Duration::from_millis(20));
+            pace.sample(live);
+        }
+        pace
+    }
+
+    fn sample(&mut self, live: &LiveGrow) {
+        let ops = live.client_ops.load(Ordering::Relaxed);
+        self.busy = ops != self.ops_seen;
+        self.ops_seen = ops;
+        (self.start, self.bytes) = (Instant::now(), 0);
+    }
+
+    /// The rate that applies now (`None`: unlimited).
+    fn rate(&self, live: &LiveGrow) -> Option<u64> {
+        match (self.busy, live.min_bytes_per_sec, live.max_bytes_per_sec) {
+            (true, Some(min), Some(max)) => Some(min.min(max)),
+            (true, Some(min), None) => Some(min),
+            (_, _, max) => max,
+        }
+    }
+
+    /// Whether the next step may start (`false`: the grow is asked to
+    /// stop). With a minimum of 0, waits while clients stay busy.
+    fn may_step(&mut self, live: &LiveGrow) -> bool {
+        loop {
+            if live.stop.load(Ordering::Acquire) {
+                return false;
+            }
+            if self.rate(live) != Some(0) {
+                return true;
+            }
+            std::thread::sleep(Self::WINDOW);
+            self.sample(live);
+        }
+    }
+
+    /// A step moved `len` bytes: sleep while ahead of the rate that
+    /// applies, and open the next window when this one is over.
+    fn moved(&mut self, live: &LiveGrow, len: u64) {
+        self.bytes += len;
+        if let Some(rate) = self.rate(live).filter(|&r| r > 0) {
+            let due = Duration::from_secs_f64(self.bytes as f64 / rate as f64);
+            if let Some(wait) = due.checked_sub(self.start.elapsed()) {
+                std::thread::sleep(wait);
+            }
+        }
+        if self.start.elapsed() >= Self::WINDOW {
+            self.sample(live);
+        }
+    }
+}
+
 impl LiveRoute for LiveGrow {
     fn io(
         &self,
@@ -736,6 +822,7 @@ impl LiveRoute for LiveGrow {
             OpKind::Read => self.rw(array, false, offset, buf, false).map_err(errno),
             OpKind::Write => self.rw(array, true, offset, buf, fua).map_err(errno),
             OpKind::Flush => {
+                self.client_ops.fetch_add(1, Ordering::Relaxed);
                 array.flush().map_err(errno)?;
                 for (member, _) in &self.added {
                     member
