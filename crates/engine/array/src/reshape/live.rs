@@ -204,9 +204,26 @@ pub struct LiveGrow {
     step_bytes: u64,
     max_bytes_per_sec: Option<u64>,
     min_bytes_per_sec: Option<u64>,
-    /// Client requests (reads, writes, flushes) routed here so far: what
-    /// the pacing samples to tell whether clients are busy.
-    client_ops: AtomicU64,
+    /// The clients' requests, as the pacing samples them.
+    clients: Clients,
+}
+
+/// Client requests (reads, writes, flushes) routed through a grow so far,
+/// and those not finished yet (waiting for a step's window included):
+/// what its pacing samples to tell whether clients are busy.
+#[derive(Debug, Default)]
+struct Clients {
+    ops: AtomicU64,
+    in_flight: AtomicU64,
+}
+
+impl Clients {
+    /// A client request starts: counted until the guard is dropped.
+    fn request(&self) -> ClientRequest<'_> {
+        self.ops.fetch_add(1, Ordering::Relaxed);
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        ClientRequest(&self.in_flight)
+    }
 }
 
 const STRIPE_LOCKS: u64 = 256;
@@ -394,7 +411,7 @@ impl LiveGrow {
             step_bytes: options.step_bytes.max(1),
             max_bytes_per_sec: options.max_bytes_per_sec,
             min_bytes_per_sec: options.min_bytes_per_sec,
-            client_ops: AtomicU64::new(0),
+            clients: Clients::default(),
         });
         // Clients' writes from here on mark the array dirty through the
         // record (a crash then resyncs what they touched).
@@ -557,7 +574,7 @@ impl LiveGrow {
 
     fn rw(&self, array: &Array, write: bool, offset: u64, buf: &mut [u8], fua: bool) -> Result<()> {
         let len = buf.len() as u64;
-        self.client_ops.fetch_add(1, Ordering::Relaxed);
+        let _busy = self.clients.request();
         let (epoch, position) = self.gate.enter(offset, len);
         let split = position.clamp(offset, offset + len);
         let cut = (split - offset) as usize;
@@ -723,12 +740,22 @@ impl LiveGrow {
     }
 }
 
+/// A client request in flight (see [`Clients::request`]).
+struct ClientRequest<'a>(&'a AtomicU64);
+
+impl Drop for ClientRequest<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// The grow's pacing beside clients, the rebuild's rule: within a window
 /// of [`GrowPace::WINDOW`], never faster than the maximum; while clients
-/// made requests in the previous window, no faster than the minimum
-/// either (a minimum of 0: no step at all until they pause). Clients'
-/// requests are counted as the route takes them ([`LiveGrow`]'s
-/// `client_ops`), so the grow's own member I/O never counts as theirs.
+/// made requests in the previous window or have one in flight at its end,
+/// no faster than the minimum either (a minimum of 0: no step at all
+/// until they pause). Clients' requests are counted as the route takes
+/// them ([`Clients`]), so the grow's
+/// own member I/O never counts as theirs.
 struct GrowPace {
     start: Instant,
     /// Bytes moved since the window opened.
@@ -743,24 +770,31 @@ impl GrowPace {
     const WINDOW: Duration = Duration::from_millis(100);
 
     fn open(live: &LiveGrow) -> GrowPace {
-        let mut pace = GrowPace {
-            start: Instant::now(),
-            bytes: 0,
-            ops_seen: live.client_ops.load(Ordering::Relaxed),
-            busy: false,
-        };
+        let mut pace = GrowPace::watching(&live.clients);
         if live.min_bytes_per_sec.is_some() {
             // Look before the first step: a full-speed first window would
             // take the clients' share before their activity shows.
             std::thread::sleep(Duration::from_millis(20));
-            pace.sample(live);
+            pace.sample(&live.clients);
         }
         pace
     }
 
-    fn sample(&mut self, live: &LiveGrow) {
-        let ops = live.client_ops.load(Ordering::Relaxed);
-        self.busy = ops != self.ops_seen;
+    fn watching(clients: &Clients) -> GrowPace {
+        GrowPace {
+            start: Instant::now(),
+            bytes: 0,
+            ops_seen: clients.ops.load(Ordering::Relaxed),
+            busy: false,
+        }
+    }
+
+    /// Close the window: were clients busy in it?
+    fn sample(&mut self, clients: &Clients) {
+        let ops = clients.ops.load(Ordering::Relaxed);
+        // Clients whose requests all wait (for a step's window, on a
+        // slow member) start none in the window, and are busy still.
+        self.busy = ops != self.ops_seen || clients.in_flight.load(Ordering::Relaxed) > 0;
         self.ops_seen = ops;
         (self.start, self.bytes) = (Instant::now(), 0);
     }
@@ -785,7 +819,7 @@ impl GrowPace {
                 return true;
             }
             std::thread::sleep(Self::WINDOW);
-            self.sample(live);
+            self.sample(&live.clients);
         }
     }
 
@@ -800,7 +834,7 @@ impl GrowPace {
             }
         }
         if self.start.elapsed() >= Self::WINDOW {
-            self.sample(live);
+            self.sample(&live.clients);
         }
     }
 }
@@ -822,7 +856,7 @@ impl LiveRoute for LiveGrow {
             OpKind::Read => self.rw(array, false, offset, buf, false).map_err(errno),
             OpKind::Write => self.rw(array, true, offset, buf, fua).map_err(errno),
             OpKind::Flush => {
-                self.client_ops.fetch_add(1, Ordering::Relaxed);
+                let _busy = self.clients.request();
                 array.flush().map_err(errno)?;
                 for (member, _) in &self.added {
                     member
@@ -901,7 +935,7 @@ impl ReshapeRecord for LiveGrow {
 
 #[cfg(test)]
 mod tests {
-    use super::Gate;
+    use super::{Clients, Gate, GrowPace};
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     use std::time::Duration;
@@ -952,5 +986,28 @@ mod tests {
         assert_eq!(position, 2 << 20);
         gate.leave(e);
         gate.leave(late);
+    }
+
+    /// Clients whose requests all wait (here: one request held, as one
+    /// waiting for a step's window is) start no new one in a pacing
+    /// window; they are busy all the same, and the grow must stay at its
+    /// minimum.
+    #[test]
+    fn clients_waiting_on_their_requests_keep_the_grow_at_its_minimum() {
+        let clients = Clients::default();
+        let mut pace = GrowPace::watching(&clients);
+        pace.sample(&clients);
+        assert!(!pace.busy, "no client yet");
+        let request = clients.request();
+        pace.sample(&clients);
+        assert!(pace.busy, "a request started in the window");
+        pace.sample(&clients);
+        assert!(
+            pace.busy,
+            "a request still in flight, none started: the clients are busy"
+        );
+        drop(request);
+        pace.sample(&clients);
+        assert!(!pace.busy, "every request finished, none started");
     }
 }
