@@ -754,8 +754,8 @@ impl Drop for ClientRequest<'_> {
 /// made requests in the previous window or have one in flight at its end,
 /// no faster than the minimum either (a minimum of 0: no step at all
 /// until they pause). Clients' requests are counted as the route takes
-/// them ([`Clients`]), so the grow's
-/// own member I/O never counts as theirs.
+/// them ([`Clients`]), so the grow's own member I/O never counts as
+/// theirs.
 struct GrowPace {
     start: Instant,
     /// Bytes moved since the window opened.
