@@ -130,6 +130,7 @@ fn grow_online_and_check(level: Level, members: usize, add: usize, clients: Clie
             // clients' reads.
             step_bytes,
             max_bytes_per_sec,
+            min_bytes_per_sec: None,
         },
     )
     .unwrap();
@@ -142,6 +143,7 @@ fn grow_online_and_check(level: Level, members: usize, add: usize, clients: Clie
             force: false,
             step_bytes: 256 << 10,
             max_bytes_per_sec: None,
+            min_bytes_per_sec: None,
         },
     );
     let refused = second
@@ -280,6 +282,7 @@ fn an_online_grow_with_a_wrong_member_count_is_refused_and_nothing_written() {
             force: false,
             step_bytes: 1 << 20,
             max_bytes_per_sec: None,
+            min_bytes_per_sec: None,
         },
     )
     .expect_err("6 members with one added to 4")
@@ -292,4 +295,108 @@ fn an_online_grow_with_a_wrong_member_count_is_refused_and_nothing_written() {
         .map(|s| std::fs::read(s).unwrap())
         .collect();
     assert!(before == after, "a refused grow changed a member");
+}
+
+/// `serve --reshape-speed MIN:MAX`'s MIN: while clients are doing I/O the
+/// grow moves rows no faster than MIN (the rebuild's rule, sampled every
+/// 100 ms), and once they stop it runs unlimited (no MAX given).
+#[test]
+fn an_online_grow_slows_to_its_minimum_while_clients_are_busy_and_speeds_up_when_idle() {
+    let dir = tempfile::tempdir().unwrap();
+    let member_bytes = 8 << 20;
+    let specs = new_array(
+        &dir,
+        Level::Raid5 {
+            layout: ParityLayout::LeftSymmetric,
+        },
+        4,
+        64 << 10,
+        member_bytes,
+    );
+    let new = empty_member(&dir, "n0", member_bytes);
+    let array = writable(&specs);
+    {
+        let target = FanoutTarget::array(array.clone(), EngineKind::Psync);
+        let mut queue = target.open_queue(1, 64 << 10).unwrap();
+        for b in 0..array.size_bytes() / BLOCK {
+            pattern(b, 0, &mut queue.buffer_mut(0)[..BLOCK as usize]);
+            one(&mut queue, OpKind::Write, b * BLOCK, BLOCK as u32);
+        }
+    }
+    let running = Arc::new(AtomicBool::new(true));
+    let clients = clients_during(&array, 2, false, &running);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let min: u64 = 500_000;
+    let step: u64 = 128 << 10;
+    let started = std::time::Instant::now();
+    let (live, thread) = LiveGrow::start(
+        &array,
+        &LiveGrowOptions {
+            raid_devices: 5,
+            add: vec![new],
+            direct: true,
+            force: false,
+            step_bytes: step,
+            max_bytes_per_sec: None,
+            min_bytes_per_sec: Some(min),
+        },
+    )
+    .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let busy = live.status();
+    let busy_secs = started.elapsed().as_secs_f64();
+    running.store(false, Ordering::Release);
+    for client in clients {
+        client.join().unwrap();
+    }
+    // At MIN (0.5 MB/s) for 1.5 s: about 0.75 MB; two steps ahead at
+    // most, and the first look's slack.
+    let allowed = (min as f64 * busy_secs) as u64 + 2 * step + (256 << 10);
+    assert!(
+        busy.position_bytes <= allowed,
+        "the grow moved {} bytes in {busy_secs:.2} s beside busy clients (MIN {min} B/s allows {allowed})",
+        busy.position_bytes
+    );
+    assert!(
+        busy.position_bytes >= step,
+        "the grow did not move at its minimum beside busy clients: {busy:?}"
+    );
+    assert_eq!(busy.state, "running", "{busy:?}");
+    // Idle: no MAX, so the rest (about 30 MiB, a minute at MIN) goes at
+    // full speed (over 5 MB/s in a debug build beside other builds).
+    let idle = std::time::Instant::now();
+    thread.join().unwrap();
+    let status = live.status();
+    assert_eq!(status.state, "finished", "{status:?}");
+    let remaining = status.end_bytes - busy.position_bytes;
+    assert!(
+        idle.elapsed().as_secs_f64() < remaining as f64 / min as f64 / 2.0,
+        "the idle grow took {:.1} s for {remaining} bytes: it did not leave its minimum",
+        idle.elapsed().as_secs_f64()
+    );
+    // Every byte reads back from the new shape.
+    drop(live);
+    let size = array.size_bytes();
+    Arc::try_unwrap(array).unwrap().close().unwrap();
+    let members: Vec<String> = specs
+        .iter()
+        .cloned()
+        .chain([dir.path().join("n0").display().to_string()])
+        .collect();
+    let grown = assemble(
+        &members,
+        AssembleOptions {
+            writable: false,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(grown.geometry().members(), 5);
+    let mut got = vec![0u8; BLOCK as usize];
+    let mut want = vec![0u8; BLOCK as usize];
+    for b in 0..size / BLOCK {
+        grown.read_at(&mut got, b * BLOCK).unwrap();
+        pattern(b, 0, &mut want);
+        assert!(got == want, "block {b} wrong after the paced grow");
+    }
 }

@@ -50,10 +50,21 @@ pub use scrub::{scrub, scrub_with, Pace};
 
 use std::time::{Duration, Instant};
 
+/// How long a step paced at a rate of 0 waits (a pacing window: the
+/// callers look at the clients again after it).
+pub(crate) const ZERO_RATE_PAUSE: Duration = Duration::from_millis(100);
+
 /// Sleep until `bytes` done since `started` are no longer ahead of `rate`
-/// bytes per second (`None`: no limit, no sleep).
+/// bytes per second (`None`: no limit, no sleep). A rate of 0 (md's
+/// `MIN` of 0 while clients are busy, `--rebuild-speed 0:MAX` or a bare
+/// `MAX`) sleeps [`ZERO_RATE_PAUSE`] after each step: no byte is ever
+/// due at 0 bytes per second.
 pub(crate) fn keep_to_rate(rate: Option<u64>, bytes: u64, started: Instant) {
     let Some(rate) = rate else { return };
+    if rate == 0 {
+        std::thread::sleep(ZERO_RATE_PAUSE);
+        return;
+    }
     let due = Duration::from_secs_f64(bytes as f64 / rate as f64);
     if let Some(wait) = due.checked_sub(started.elapsed()) {
         std::thread::sleep(wait);
@@ -80,5 +91,22 @@ impl Checkpoints {
         }
         self.last = Instant::now();
         true
+    }
+}
+
+#[cfg(test)]
+mod pacing_tests {
+    use super::{keep_to_rate, ZERO_RATE_PAUSE};
+    use std::time::Instant;
+
+    /// `serve --rebuild-speed MAX` (MIN 0) beside busy clients paces the
+    /// rebuild at 0 bytes per second: that must wait a window, not panic
+    /// on an infinite sleep (it killed the recovery thread).
+    #[test]
+    fn a_rebuild_paced_at_a_minimum_of_zero_waits_instead_of_panicking() {
+        let started = Instant::now();
+        keep_to_rate(Some(0), 4 << 20, started);
+        assert!(started.elapsed() >= ZERO_RATE_PAUSE);
+        keep_to_rate(Some(0), 0, Instant::now());
     }
 }

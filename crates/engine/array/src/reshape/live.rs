@@ -47,7 +47,7 @@ use nvraid_member::{Member, OpenOptions};
 use nvraid_metadata::{features, Role, Superblock};
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -65,6 +65,11 @@ pub struct LiveGrowOptions {
     /// The most bytes per second the reshape moves (`None`: as fast as it
     /// goes).
     pub max_bytes_per_sec: Option<u64>,
+    /// While clients are doing I/O, the grow moves no more than this many
+    /// bytes per second (the rebuild's floor, md's `speed_limit_min`; it
+    /// still never goes above the maximum). `Some(0)`: it waits while
+    /// clients are busy; `None`: clients do not slow it down.
+    pub min_bytes_per_sec: Option<u64>,
 }
 
 /// Where a served grow stands (`nvraid status`).
@@ -198,6 +203,27 @@ pub struct LiveGrow {
     stop: AtomicBool,
     step_bytes: u64,
     max_bytes_per_sec: Option<u64>,
+    min_bytes_per_sec: Option<u64>,
+    /// The clients' requests, as the pacing samples them.
+    clients: Clients,
+}
+
+/// Client requests (reads, writes, flushes) routed through a grow so far,
+/// and those not finished yet (waiting for a step's window included):
+/// what its pacing samples to tell whether clients are busy.
+#[derive(Debug, Default)]
+struct Clients {
+    ops: AtomicU64,
+    in_flight: AtomicU64,
+}
+
+impl Clients {
+    /// A client request starts: counted until the guard is dropped.
+    fn request(&self) -> ClientRequest<'_> {
+        self.ops.fetch_add(1, Ordering::Relaxed);
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        ClientRequest(&self.in_flight)
+    }
 }
 
 const STRIPE_LOCKS: u64 = 256;
@@ -384,6 +410,8 @@ impl LiveGrow {
             stop: AtomicBool::new(false),
             step_bytes: options.step_bytes.max(1),
             max_bytes_per_sec: options.max_bytes_per_sec,
+            min_bytes_per_sec: options.min_bytes_per_sec,
+            clients: Clients::default(),
         });
         // Clients' writes from here on mark the array dirty through the
         // record (a crash then resyncs what they touched).
@@ -467,14 +495,13 @@ impl LiveGrow {
         let unit = self.reshape.position_unit();
         let step_bytes = self.step_bytes.max(unit);
         let kernel = nvraid_parity::Kernel::best();
-        let started = Instant::now();
-        let mut moved = 0u64;
+        let mut pace = GrowPace::open(self);
         loop {
             let p = self.gate.position();
             if p >= end {
                 break;
             }
-            if self.stop.load(Ordering::Acquire) {
+            if !pace.may_step(self) {
                 return Ok(false);
             }
             let Some(array) = array.upgrade() else {
@@ -536,14 +563,7 @@ impl LiveGrow {
             }
             crate::failpoint::hit("reshape-superblock");
             self.gate.open_window(Some(to));
-            moved += to - p;
-            if let Some(max) = self.max_bytes_per_sec {
-                let due = Duration::from_secs_f64(moved as f64 / max.max(1) as f64);
-                let spent = started.elapsed();
-                if due > spent {
-                    std::thread::sleep(due - spent);
-                }
-            }
+            pace.moved(self, to - p);
         }
         Ok(true)
     }
@@ -558,6 +578,7 @@ impl LiveGrow {
 
     fn rw(&self, array: &Array, write: bool, offset: u64, buf: &mut [u8], fua: bool) -> Result<()> {
         let len = buf.len() as u64;
+        let _busy = self.clients.request();
         let (epoch, position) = self.gate.enter(offset, len);
         let split = position.clamp(offset, offset + len);
         let cut = (split - offset) as usize;
@@ -723,6 +744,105 @@ impl LiveGrow {
     }
 }
 
+/// A client request in flight (see [`Clients::request`]).
+struct ClientRequest<'a>(&'a AtomicU64);
+
+impl Drop for ClientRequest<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The grow's pacing beside clients, the rebuild's rule: within a window
+/// of [`GrowPace::WINDOW`], never faster than the maximum; while clients
+/// made requests in the previous window or have one in flight at its end,
+/// no faster than the minimum either (a minimum of 0: no step at all
+/// until they pause). Clients' requests are counted as the route takes
+/// them ([`Clients`]), so the grow's own member I/O never counts as
+/// theirs.
+struct GrowPace {
+    start: Instant,
+    /// Bytes moved since the window opened.
+    bytes: u64,
+    /// Client requests counted when the window opened.
+    ops_seen: u64,
+    /// Whether clients were busy in the previous window.
+    busy: bool,
+}
+
+impl GrowPace {
+    const WINDOW: Duration = Duration::from_millis(100);
+
+    fn open(live: &LiveGrow) -> GrowPace {
+        let mut pace = GrowPace::watching(&live.clients);
+        if live.min_bytes_per_sec.is_some() {
+            // Look before the first step: a full-speed first window would
+            // take the clients' share before their activity shows.
+            std::thread::sleep(Duration::from_millis(20));
+            pace.sample(&live.clients);
+        }
+        pace
+    }
+
+    fn watching(clients: &Clients) -> GrowPace {
+        GrowPace {
+            start: Instant::now(),
+            bytes: 0,
+            ops_seen: clients.ops.load(Ordering::Relaxed),
+            busy: false,
+        }
+    }
+
+    /// Close the window: were clients busy in it?
+    fn sample(&mut self, clients: &Clients) {
+        let ops = clients.ops.load(Ordering::Relaxed);
+        // Clients whose requests all wait (for a step's window, on a
+        // slow member) start none in the window, and are busy still.
+        self.busy = ops != self.ops_seen || clients.in_flight.load(Ordering::Relaxed) > 0;
+        self.ops_seen = ops;
+        (self.start, self.bytes) = (Instant::now(), 0);
+    }
+
+    /// The rate that applies now (`None`: unlimited).
+    fn rate(&self, live: &LiveGrow) -> Option<u64> {
+        match (self.busy, live.min_bytes_per_sec, live.max_bytes_per_sec) {
+            (true, Some(min), Some(max)) => Some(min.min(max)),
+            (true, Some(min), None) => Some(min),
+            (_, _, max) => max,
+        }
+    }
+
+    /// Whether the next step may start (`false`: the grow is asked to
+    /// stop). With a minimum of 0, waits while clients stay busy.
+    fn may_step(&mut self, live: &LiveGrow) -> bool {
+        loop {
+            if live.stop.load(Ordering::Acquire) {
+                return false;
+            }
+            if self.rate(live) != Some(0) {
+                return true;
+            }
+            std::thread::sleep(Self::WINDOW);
+            self.sample(&live.clients);
+        }
+    }
+
+    /// A step moved `len` bytes: sleep while ahead of the rate that
+    /// applies, and open the next window when this one is over.
+    fn moved(&mut self, live: &LiveGrow, len: u64) {
+        self.bytes += len;
+        if let Some(rate) = self.rate(live).filter(|&r| r > 0) {
+            let due = Duration::from_secs_f64(self.bytes as f64 / rate as f64);
+            if let Some(wait) = due.checked_sub(self.start.elapsed()) {
+                std::thread::sleep(wait);
+            }
+        }
+        if self.start.elapsed() >= Self::WINDOW {
+            self.sample(&live.clients);
+        }
+    }
+}
+
 impl LiveRoute for LiveGrow {
     fn io(
         &self,
@@ -740,6 +860,7 @@ impl LiveRoute for LiveGrow {
             OpKind::Read => self.rw(array, false, offset, buf, false).map_err(errno),
             OpKind::Write => self.rw(array, true, offset, buf, fua).map_err(errno),
             OpKind::Flush => {
+                let _busy = self.clients.request();
                 array.flush().map_err(errno)?;
                 for (member, _) in &self.added {
                     member
@@ -818,7 +939,7 @@ impl ReshapeRecord for LiveGrow {
 
 #[cfg(test)]
 mod tests {
-    use super::Gate;
+    use super::{Clients, Gate, GrowPace};
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
     use std::time::Duration;
@@ -869,5 +990,28 @@ mod tests {
         assert_eq!(position, 2 << 20);
         gate.leave(e);
         gate.leave(late);
+    }
+
+    /// Clients whose requests all wait (here: one request held, as one
+    /// waiting for a step's window is) start no new one in a pacing
+    /// window; they are busy all the same, and the grow must stay at its
+    /// minimum.
+    #[test]
+    fn clients_waiting_on_their_requests_keep_the_grow_at_its_minimum() {
+        let clients = Clients::default();
+        let mut pace = GrowPace::watching(&clients);
+        pace.sample(&clients);
+        assert!(!pace.busy, "no client yet");
+        let request = clients.request();
+        pace.sample(&clients);
+        assert!(pace.busy, "a request started in the window");
+        pace.sample(&clients);
+        assert!(
+            pace.busy,
+            "a request still in flight, none started: the clients are busy"
+        );
+        drop(request);
+        pace.sample(&clients);
+        assert!(!pace.busy, "every request finished, none started");
     }
 }

@@ -16,8 +16,8 @@ pub struct Reshaping {
     array: Arc<Array>,
     online: Arc<Online>,
     direct: bool,
-    /// `serve --reshape-speed`'s MAX, bytes per second.
-    max_rate: Option<u64>,
+    /// `serve --reshape-speed`'s (MIN, MAX), bytes per second.
+    pace: (Option<u64>, Option<u64>),
     live: Mutex<Option<Running>>,
 }
 
@@ -30,13 +30,13 @@ impl Reshaping {
         array: Arc<Array>,
         online: Arc<Online>,
         direct: bool,
-        max_rate: Option<u64>,
+        pace: (Option<u64>, Option<u64>),
     ) -> Reshaping {
         Reshaping {
             array,
             online,
             direct,
-            max_rate,
+            pace,
             live: Mutex::new(None),
         }
     }
@@ -75,7 +75,8 @@ impl Reshaping {
             direct: self.direct,
             force: request["force"].as_bool().unwrap_or(false),
             step_bytes: request["step_bytes"].as_u64().unwrap_or(16 << 20),
-            max_bytes_per_sec: self.max_rate,
+            min_bytes_per_sec: self.pace.0,
+            max_bytes_per_sec: self.pace.1,
         };
         let (grow, thread) = LiveGrow::start(&self.array, &options).map_err(|e| e.to_string())?;
         let status = grow.status();

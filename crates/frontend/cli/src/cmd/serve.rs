@@ -37,12 +37,14 @@ pub struct ServeCmd {
     /// faster than MIN while clients are doing I/O. Default: 50:unlimited.
     #[arg(long, value_name = "MIN:MAX", value_parser = crate::cmd::manage::parse_speed)]
     rebuild_speed: Option<(u64, u64)>,
-    /// Speed limit in MB/s, `MIN:MAX` (or `MAX`), of a grow run through
-    /// the control socket (`nvraid grow --socket`): the rows move no
-    /// faster than MAX. MIN is accepted for md's syntax and not used yet
-    /// (the grow does not slow down for clients). Default: unlimited.
-    #[arg(long, value_name = "MIN:MAX", value_parser = crate::cmd::manage::parse_speed)]
-    reshape_speed: Option<(u64, u64)>,
+    /// Speed limits in MB/s, md-style `MIN:MAX` (or `MAX`), of a grow run
+    /// through the control socket (`nvraid grow --socket`), paced as the
+    /// rebuild is: never faster than MAX, and no faster than MIN while
+    /// clients are doing I/O (sampled every 100 ms; MIN 0: no rows move
+    /// while they are). A bare MAX keeps the default MIN (50, or MAX if
+    /// lower). Default: 50:unlimited.
+    #[arg(long, value_name = "MIN:MAX", value_parser = parse_reshape_speed)]
+    reshape_speed: Option<(Option<u64>, u64)>,
     /// Write cache: none (a write is acknowledged once on the members),
     /// writeback (in RAM: acknowledged writes not yet flushed are LOST if
     /// nvraid dies or power fails; FLUSH and FUA still wait for the
@@ -138,7 +140,7 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
         array.clone(),
         online.clone(),
         direct,
-        args.reshape_speed.map(|(_, max)| max * 1_000_000),
+        reshape_pace(args.reshape_speed),
     ));
     configure(&mut options, &array, &resync, &online, &reshaping);
     let monitor = monitor.start(&array, &online, &resync, &mut options);
@@ -523,6 +525,27 @@ pub(crate) fn ublk_geometry(ublk: &mut nvraid_serve::UblkOptions, array: &Array)
 /// The default MIN of `--rebuild-speed`: 50 MB/s while clients are busy.
 const DEFAULT_REBUILD_MIN: u64 = 50_000_000;
 
+/// `--reshape-speed`: `MIN:MAX` as `--rebuild-speed` takes it, or a bare
+/// `MAX` (its MIN then left to the default).
+fn parse_reshape_speed(text: &str) -> Result<(Option<u64>, u64), String> {
+    let (min, max) = crate::cmd::manage::parse_speed(text)?;
+    Ok((text.contains(':').then_some(min), max))
+}
+
+/// The grow's (MIN, MAX) in bytes per second from `--reshape-speed`: the
+/// rebuild's default MIN (no more than MAX) unless one is given, no MAX
+/// unless one is given.
+fn reshape_pace(speed: Option<(Option<u64>, u64)>) -> (Option<u64>, Option<u64>) {
+    match speed {
+        None => (Some(DEFAULT_REBUILD_MIN), None),
+        Some((min, max)) => {
+            let max = max * 1_000_000;
+            let min = min.map_or(DEFAULT_REBUILD_MIN.min(max), |m| m * 1_000_000);
+            (Some(min), Some(max))
+        }
+    }
+}
+
 fn configure(
     options: &mut ServeOptions,
     array: &Arc<Array>,
@@ -746,5 +769,36 @@ fn print_array(array: &serde_json::Value) {
             io["errors"].as_u64().unwrap_or(0),
             m["path"].as_str().unwrap_or("(missing)")
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{parse_reshape_speed, reshape_pace, DEFAULT_REBUILD_MIN};
+
+    /// `--reshape-speed`: no flag is the rebuild's 50:unlimited; a bare
+    /// MAX keeps that MIN (capped at MAX); `MIN:MAX` is taken as given,
+    /// `0:MAX` included.
+    #[test]
+    fn reshape_speed_defaults_to_the_rebuilds_minimum_and_a_bare_max_keeps_it() {
+        assert_eq!(reshape_pace(None), (Some(DEFAULT_REBUILD_MIN), None));
+        let bare = parse_reshape_speed("200").unwrap();
+        assert_eq!(
+            reshape_pace(Some(bare)),
+            (Some(50_000_000), Some(200_000_000))
+        );
+        let low = parse_reshape_speed("10").unwrap();
+        assert_eq!(
+            reshape_pace(Some(low)),
+            (Some(10_000_000), Some(10_000_000))
+        );
+        let both = parse_reshape_speed("5:300").unwrap();
+        assert_eq!(
+            reshape_pace(Some(both)),
+            (Some(5_000_000), Some(300_000_000))
+        );
+        let zero = parse_reshape_speed("0:300").unwrap();
+        assert_eq!(reshape_pace(Some(zero)), (Some(0), Some(300_000_000)));
+        assert!(parse_reshape_speed("30:20").is_err());
     }
 }
