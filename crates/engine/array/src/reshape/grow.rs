@@ -290,18 +290,7 @@ pub fn continue_grow(
     progress: &mut dyn FnMut(GrowProgress),
 ) -> Result<Grown> {
     check_distinct_specs(members)?;
-    let open = OpenOptions {
-        write: true,
-        create_bytes: None,
-        direct,
-        ..Default::default()
-    };
-    let mut found = Vec::with_capacity(members.len());
-    for spec in members {
-        let member = Member::open(spec, open)?;
-        let sb = read_superblock(&member)?;
-        found.push((member, sb));
-    }
+    let found = super::record::open_members(members, direct)?;
     let Some(mut reference) = found
         .iter()
         .filter(|(_, sb)| is_reshaping(sb))

@@ -26,7 +26,6 @@ use crate::assemble::check_distinct_specs;
 use crate::error::{Error, Result};
 use nvraid_layout::parity::ParityLayout;
 use nvraid_layout::Level;
-use nvraid_member::{Member, OpenOptions};
 use nvraid_metadata::{Role, Timestamp};
 use serde::Serialize;
 
@@ -60,18 +59,7 @@ fn md_name(md_level: i32, level: Level) -> String {
 /// `to`, where md does it without moving data (RAID 4 ↔ 5 parity-last).
 pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelChanged> {
     check_distinct_specs(members)?;
-    let open = OpenOptions {
-        write: true,
-        create_bytes: None,
-        direct,
-        ..Default::default()
-    };
-    let mut found = Vec::with_capacity(members.len());
-    for spec in members {
-        let member = Member::open(spec, open)?;
-        let sb = crate::slot::read_superblock(&member)?;
-        found.push((member, sb));
-    }
+    let found = super::record::open_members(members, direct)?;
     if let Some((member, _)) = found.iter().find(|(_, sb)| is_reshaping(sb)) {
         return Err(Error::Unsupported {
             spec: member.spec().into(),

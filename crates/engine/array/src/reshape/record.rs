@@ -129,3 +129,25 @@ pub fn reshape_of(
         )
     })
 }
+
+/// Open every member of `specs` for writing (O_DIRECT with `direct`) and
+/// read its superblock: what each reshape command starts from.
+pub(super) fn open_members(
+    specs: &[String],
+    direct: bool,
+) -> Result<Vec<(nvraid_member::Member, Superblock)>> {
+    let open = nvraid_member::OpenOptions {
+        write: true,
+        create_bytes: None,
+        direct,
+        ..Default::default()
+    };
+    specs
+        .iter()
+        .map(|spec| {
+            let member = nvraid_member::Member::open(spec, open)?;
+            let sb = crate::slot::read_superblock(&member)?;
+            Ok((member, sb))
+        })
+        .collect()
+}

@@ -42,10 +42,9 @@ use super::step::{read_through, write_copy_rows, write_stripes};
 use crate::assemble::{check_distinct_specs, member_data_bytes};
 use crate::error::{Error, Result};
 use crate::intent::MemberBitmap;
-use crate::slot::read_superblock;
 use nvraid_layout::parity::ParityLayout;
 use nvraid_layout::{Direction, Geometry, Level, Reshape};
-use nvraid_member::{Member, OpenOptions};
+use nvraid_member::Member;
 use nvraid_metadata::{features, Superblock, Timestamp};
 
 /// How to restripe.
@@ -135,18 +134,7 @@ pub fn change_shape(
     progress: &mut dyn FnMut(GrowProgress),
 ) -> Result<Grown> {
     check_distinct_specs(members)?;
-    let open = OpenOptions {
-        write: true,
-        create_bytes: None,
-        direct: options.direct,
-        ..Default::default()
-    };
-    let mut found = Vec::with_capacity(members.len());
-    for spec in members {
-        let member = Member::open(spec, open)?;
-        let sb = read_superblock(&member)?;
-        found.push((member, sb));
-    }
+    let found = super::record::open_members(members, options.direct)?;
     if let Some((member, sb)) = found.iter().find(|(_, sb)| super::record::is_reshaping(sb)) {
         return Err(Error::Unsupported {
             spec: member.spec().into(),

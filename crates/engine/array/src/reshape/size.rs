@@ -23,9 +23,8 @@ use super::grow::{check_whole, kept_bitmap, old_shape, publish_bitmap, write_sup
 use crate::assemble::check_distinct_specs;
 use crate::error::{Error, Result};
 use crate::intent::MemberBitmap;
-use crate::slot::read_superblock;
 use nvraid_layout::{Geometry, Level};
-use nvraid_member::{Member, OpenOptions};
+use nvraid_member::Member;
 use nvraid_metadata::{bitmap, Superblock, Timestamp};
 use serde::Serialize;
 
@@ -67,18 +66,7 @@ pub struct Resized {
 /// any order) uses.
 pub fn resize(members: &[String], options: &SizeOptions) -> Result<Resized> {
     check_distinct_specs(members)?;
-    let open = OpenOptions {
-        write: true,
-        create_bytes: None,
-        direct: options.direct,
-        ..Default::default()
-    };
-    let mut found = Vec::with_capacity(members.len());
-    for spec in members {
-        let member = Member::open(spec, open)?;
-        let sb = read_superblock(&member)?;
-        found.push((member, sb));
-    }
+    let found = super::record::open_members(members, options.direct)?;
     if let Some((member, _)) = found.iter().find(|(_, sb)| super::record::is_reshaping(sb)) {
         return Err(Error::Unsupported {
             spec: member.spec().into(),
