@@ -395,6 +395,10 @@ impl Queue for MemQueue {
         &self.buffers[slot as usize]
     }
 
+    fn leak_buffers(&mut self) {
+        std::mem::forget(std::mem::take(&mut self.buffers));
+    }
+
     fn submit(
         &mut self,
         slot: u32,

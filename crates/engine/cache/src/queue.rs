@@ -376,6 +376,10 @@ impl Queue for CachedQueue {
         self.inner.buffer_mut(slot)
     }
 
+    fn leak_buffers(&mut self) {
+        self.inner.leak_buffers();
+    }
+
     fn buffer(&self, slot: u32) -> &[u8] {
         self.inner.buffer(slot)
     }

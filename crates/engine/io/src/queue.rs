@@ -53,6 +53,15 @@ pub trait Queue {
     /// there). Several slots' buffers may be borrowed at once this way.
     fn buffer(&self, slot: u32) -> &[u8];
 
+    /// Never free the slot buffers, not even when the queue is dropped
+    /// (everything else of the queue goes as usual): something outside
+    /// the queue may still write into a slot's memory afterwards (a ublk
+    /// device left to the next server writes a request's data into the
+    /// tag buffer it was given until the thread that fetched the tag has
+    /// exited; nvraid-serve's tags are slots). Called with no request in
+    /// flight.
+    fn leak_buffers(&mut self);
+
     /// Queue a request on `slot`. It may be handed to the kernel now or at
     /// the next [`Queue::reap`]. `offset` and `len` must be multiples of the
     /// target's sector size and lie inside the target; `fua` asks for the

@@ -22,7 +22,12 @@ use std::os::unix::fs::MetadataExt;
 /// process, a ring closed a moment ago lets go of its files the same way,
 /// from a kernel work item. When no live process holds the claim (its pid
 /// is gone, or no process is listed for it), the claim is retried for up to
-/// five seconds; when this process holds it, for up to one second.
+/// five seconds; when this process holds it, for up to one second. A
+/// shared lock is waited for, up to [`SHARED_WAIT_ATTEMPTS`]: udev holds
+/// one on a block device while it probes it (systemd's block device
+/// locking convention), as it does after a writer closed the device (a
+/// server that stops closes its members, and the next one starts while
+/// udev looks at them).
 /// Who holds a claim that could not be taken.
 pub(crate) enum Holder {
     /// This process (the member opened for writing twice).
@@ -31,15 +36,21 @@ pub(crate) enum Holder {
     Other(String),
 }
 
+/// How many 20 ms tries a shared lock (udev's probe) is waited for: 30 s,
+/// for a probe in a slow machine.
+const SHARED_WAIT_ATTEMPTS: u32 = 1500;
+
 pub(crate) fn claim(file: &File) -> io::Result<Result<(), Holder>> {
     let me = std::process::id().to_string();
-    for attempt in 0..250 {
+    for attempt in 0..SHARED_WAIT_ATTEMPTS {
         if nvraid_io::sys::try_lock_exclusive(file)? {
             return Ok(Ok(()));
         }
-        match holder_pid(file) {
-            Some(pid) if pid == me && attempt < 50 => {}
-            Some(pid) if std::path::Path::new(&format!("/proc/{pid}")).exists() => break,
+        match holder_lock(file) {
+            Some((_, Lock::Shared)) => {}
+            Some((pid, _)) if pid == me && attempt < 50 => {}
+            Some((pid, _)) if std::path::Path::new(&format!("/proc/{pid}")).exists() => break,
+            _ if attempt >= 250 => break,
             _ => {}
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
@@ -61,8 +72,23 @@ pub(crate) fn claimable(file: &File) -> io::Result<Result<(), Holder>> {
     Ok(claimed)
 }
 
+/// How a flock is held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lock {
+    /// `LOCK_EX` (WRITE in `/proc/locks`): a writer's claim.
+    Exclusive,
+    /// `LOCK_SH` (READ): udev probing, or a reader that asked to keep
+    /// writers out for a moment.
+    Shared,
+}
+
 /// The pid `/proc/locks` gives for a flock on the same device and inode.
 fn holder_pid(file: &File) -> Option<String> {
+    holder_lock(file).map(|(pid, _)| pid)
+}
+
+/// The pid and kind of a flock on the same device and inode.
+fn holder_lock(file: &File) -> Option<(String, Lock)> {
     let meta = file.metadata().ok()?;
     // For a block device the lock is on the device node's inode.
     let (major, minor) = nvraid_io::sys::dev_major_minor(meta.dev());
@@ -72,14 +98,25 @@ fn holder_pid(file: &File) -> Option<String> {
         let fields: Vec<&str> = line.split_whitespace().collect();
         // id: FLOCK ADVISORY WRITE pid maj:min:inode start end
         let at = fields.iter().position(|f| *f == "FLOCK")?;
+        let lock = match *fields.get(at + 2)? {
+            "READ" => Lock::Shared,
+            _ => Lock::Exclusive,
+        };
         (fields.get(at + 4) == Some(&wanted.as_str()))
-            .then(|| fields.get(at + 3).map(|pid| pid.to_string()))?
+            .then(|| fields.get(at + 3).map(|pid| (pid.to_string(), lock)))?
     })
 }
 
-/// `pid 1234 (nvraid serve --listen ...)`: who holds the claim.
+/// `pid 1234 (nvraid serve --listen ...), which claimed it for writing`:
+/// who holds the claim, and how.
 fn holder(file: &File) -> Option<String> {
-    let pid = holder_pid(file)?;
+    let (pid, lock) = holder_lock(file)?;
+    let how = match lock {
+        Lock::Exclusive => "which claimed it for writing",
+        Lock::Shared => {
+            "which has held a shared lock on it for 30 s (as udev does while it probes a device)"
+        }
+    };
     let command = std::fs::read(format!("/proc/{pid}/cmdline"))
         .map(|raw| {
             raw.split(|&b| b == 0)
@@ -90,8 +127,95 @@ fn holder(file: &File) -> Option<String> {
         })
         .unwrap_or_default();
     Some(if command.is_empty() {
-        format!("pid {pid}")
+        format!("pid {pid}, {how}")
     } else {
-        format!("pid {pid} ({command})")
+        format!("pid {pid} ({command}), {how}")
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    /// Another process holding `path` under a flock (`flock(1)`) for
+    /// `seconds`; returns once the lock is held.
+    fn locked_by_another_process(
+        path: &std::path::Path,
+        shared: bool,
+        seconds: f64,
+    ) -> std::process::Child {
+        let child = Command::new("flock")
+            .arg(if shared { "--shared" } else { "--exclusive" })
+            .arg(path)
+            .args(["sleep", &seconds.to_string()])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("flock(1) (util-linux)");
+        let file = File::open(path).unwrap();
+        let until = Instant::now() + Duration::from_secs(10);
+        while holder_lock(&file).is_none() {
+            assert!(Instant::now() < until, "flock(1) took no lock");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        child
+    }
+
+    /// udev holds a shared lock on a block device while it probes it, as
+    /// it does right after a server closed its members: the next server's
+    /// claim waits for it instead of refusing the member.
+    #[test]
+    fn a_shared_lock_as_udev_takes_while_probing_is_waited_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m0");
+        std::fs::write(&path, [0u8; 4096]).unwrap();
+        let mut probe = locked_by_another_process(&path, true, 1.5);
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let started = Instant::now();
+        assert!(
+            matches!(claim(&file).unwrap(), Ok(())),
+            "the claim was refused while a shared lock was held"
+        );
+        assert!(
+            started.elapsed() >= Duration::from_millis(500),
+            "claimed while the lock was held"
+        );
+        probe.wait().unwrap();
+    }
+
+    /// A writer's exclusive claim is refused at once, naming the process.
+    #[test]
+    fn an_exclusive_claim_of_another_process_is_refused_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m0");
+        std::fs::write(&path, [0u8; 4096]).unwrap();
+        let mut writer = locked_by_another_process(&path, false, 30.0);
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let started = Instant::now();
+        match claim(&file).unwrap() {
+            Err(Holder::Other(who)) => {
+                assert!(
+                    who.contains("flock") && who.ends_with("which claimed it for writing"),
+                    "{who}"
+                )
+            }
+            _ => panic!("an exclusive claim of another process was not refused"),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        writer.kill().unwrap();
+        writer.wait().unwrap();
+    }
 }

@@ -50,7 +50,7 @@ pub enum MemberError {
     NotFileOrDevice { spec: String },
     #[error("{spec}: does not exist")]
     Missing { spec: String },
-    #[error("{spec}: in use by {holder}, which claimed it for writing; stop that first")]
+    #[error("{spec}: in use by {holder}; stop that first")]
     Busy { spec: String, holder: String },
     /// This very process holds the member's claim already: the command
     /// named it twice (perhaps under two names), or it is in use here.

@@ -296,8 +296,9 @@ impl Device {
 
     /// Leave the device to the next server instead of deleting it (a
     /// restart under a mounted filesystem): the workers stop taking
-    /// requests, finish and answer the ones they hold, and close their
-    /// queues; then the device is let go as a killed server would leave it
+    /// requests, finish and answer the ones they hold, and leave their
+    /// queues (`WorkerUblk::leave`); then the device is let go as a killed
+    /// server would leave it
     /// (quiesced: the kernel holds new requests, and issues the ones taken
     /// but never started again to the next server), but with nothing of
     /// the array half-written. `poke` wakes the workers. Err if a queue
@@ -319,7 +320,9 @@ impl Device {
             poke();
             std::thread::sleep(Duration::from_millis(5));
         }
-        // Closing /dev/ublkcN (its last holder) quiesces the device.
+        // The queues' threads exiting cancels their commands, which
+        // quiesces the device; the next server may take it over once this
+        // process (the last holder of /dev/ublkcN) is gone.
         self.chardev = None;
         self.started = false;
         Ok(())
@@ -485,6 +488,28 @@ impl WorkerUblk {
     /// Every tag aborted (the device stopped): the queue may be closed.
     pub(crate) fn finished(&self) -> bool {
         self.queue.finished()
+    }
+
+    /// Leave the queue to the next server: counted closed for
+    /// [`Device::hand_over`], but its ring (and the descriptors it maps)
+    /// is not closed here: it closes when the process exits, after this
+    /// thread has.
+    ///
+    /// Why: the kernel hands a request to a queue by queueing work on the
+    /// thread that fetched its tag. A ring closed while that thread lives
+    /// can have its commands cancelled before such work runs; the work
+    /// then runs on the live thread and gives it the request as if the
+    /// queue still served it, nobody answers it, and the device never
+    /// becomes quiesced (Linux 6.12: the next server's START_USER_RECOVERY
+    /// then waits forever on the device's lock, and so does every writer).
+    /// Work for a thread that has exited puts its request back for the
+    /// next server instead, as it does for a server killed with SIGKILL.
+    pub(crate) fn leave(self) {
+        self.handover
+            .open
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        // Drop would count the queue closed a second time, and close it.
+        std::mem::forget(self);
     }
 
     /// The server hands the device over: take no more requests, answer

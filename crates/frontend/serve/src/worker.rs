@@ -252,6 +252,10 @@ pub(crate) struct Worker {
     nvme: Vec<Option<NvmeQueue>>,
     /// Whether the inbox is still open.
     open: bool,
+    /// Its ublk queue was left to the next server (`leave_ublk`): the
+    /// slots' buffers are never freed, for the kernel may still copy a
+    /// request's data into a tag's buffer until this thread has exited.
+    left_ublk: bool,
     /// When the worker must look again even if nothing happens (a
     /// transfer deadline, or an unaligned write waiting for its range;
     /// see `enforce_deadlines`).
@@ -272,6 +276,7 @@ impl Worker {
             owned: Vec::new(),
             nvme: Vec::new(),
             open: true,
+            left_ublk: false,
             wake_by: None,
         }
     }
@@ -309,6 +314,9 @@ impl Worker {
                 self.sleep(handle);
             }
         }
+        if self.left_ublk {
+            self.slots.queue.leak_buffers();
+        }
     }
 
     /// Answer the ublk requests that completed, take the ones that came,
@@ -320,18 +328,14 @@ impl Worker {
             return false;
         };
         if ublk.handing_over() {
-            // Answer what finished, take nothing new; close once no
-            // request of the queue is left in a slot.
+            // Answer what finished, take nothing new; leave the queue once
+            // no request of it is left in a slot.
             let answered = ublk.answer(&mut self.slots);
-            self.close_ublk();
-            return match answered {
-                Ok(any) => any || self.ublk.is_none(),
-                Err(e) => {
-                    eprintln!("nvraid-serve: event=ublk-queue-failed error=\"{e}\"");
-                    self.close_ublk();
-                    true
-                }
-            };
+            if let Err(e) = &answered {
+                eprintln!("nvraid-serve: event=ublk-queue-failed error=\"{e}\"");
+            }
+            self.leave_ublk();
+            return answered.map_or(true, |any| any || self.ublk.is_none());
         }
         let served = ublk
             .answer(&mut self.slots)
@@ -350,14 +354,29 @@ impl Worker {
         }
     }
 
-    /// Close the ublk queue, once none of its requests is in a slot.
-    fn close_ublk(&mut self) {
-        let busy = self
-            .slots
+    /// Leave the ublk queue to the next server, once none of its requests
+    /// is in a slot: not closed here, but when the process exits (see
+    /// [`WorkerUblk::leave`]); the slots' buffers, which its tags name,
+    /// are never freed.
+    fn leave_ublk(&mut self) {
+        if !self.ublk_in_slots() {
+            if let Some(ublk) = self.ublk.take() {
+                ublk.leave();
+                self.left_ublk = true;
+            }
+        }
+    }
+
+    fn ublk_in_slots(&self) -> bool {
+        self.slots
             .uses
             .iter()
-            .any(|u| matches!(u, crate::slots::SlotUse::Ublk(_)));
-        if !busy {
+            .any(|u| matches!(u, crate::slots::SlotUse::Ublk(_)))
+    }
+
+    /// Close the ublk queue, once none of its requests is in a slot.
+    fn close_ublk(&mut self) {
+        if !self.ublk_in_slots() {
             self.ublk = None;
         }
     }

@@ -293,6 +293,11 @@ impl Queue for FanoutQueue {
         &self.buffers[slot as usize]
     }
 
+    fn leak_buffers(&mut self) {
+        self.zeroed.clear();
+        std::mem::forget(std::mem::take(&mut self.buffers));
+    }
+
     fn submit(
         &mut self,
         slot: u32,
