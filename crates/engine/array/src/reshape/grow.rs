@@ -6,8 +6,10 @@
 //! 1. Every check comes first (a whole, clean array of a parity level
 //!    or RAID 10 near, without
 //!    PPL or journal; new members large enough and blank; room
-//!    before the data to move it, above a write-intent bitmap); a refusal
-//!    writes nothing.
+//!    before the data to move it, above a write-intent bitmap, or else,
+//!    for RAID 4/5/6, new members with room for a backup of the critical
+//!    section (`backup`: the grow runs in place); a refusal writes
+//!    nothing.
 //! 2. The reshape is recorded: each new member gets an empty bad-block log
 //!    and the array's superblock with its role, then every member's
 //!    superblock gets `RESHAPE_ACTIVE | NEW_OFFSET`, the new member count
@@ -41,6 +43,7 @@
 //!    data offset is the new one, the data area that much larger, the
 //!    reshape fields cleared.
 
+use super::backup::Backup;
 use super::degraded::{checkpoint, record_failure, Failed};
 use super::record::{is_reshaping, reshape_of};
 use super::step::{move_rows, Unreadable};
@@ -194,7 +197,28 @@ pub fn grow(
         check_new_member(&member, &reference, &old_geometry, options.force)?;
         adding.push(member);
     }
-    let moved_sectors = room_to_move(&found, &reference, &old_geometry, bitmap_bytes)?;
+    // No room to move the data offset: a RAID 4/5/6 grows in place, the
+    // critical section kept in a backup area on the new members (`backup`).
+    let moved_sectors = match room_to_move(&found, &reference, &old_geometry, bitmap_bytes) {
+        Ok(moved) => Some(moved),
+        Err(no_room) if raid0_layout.is_none() && old_geometry.level().parity_chunks() > 0 => {
+            let room = super::backup::room_bytes(&old_geometry);
+            let need =
+                reference.data_offset_sectors * 512 + room + old_geometry.member_used_bytes();
+            if let Some(small) = adding.iter().find(|m| m.size_bytes() < need) {
+                return Err(Error::TooSmall {
+                    spec: small.spec().into(),
+                    size_bytes: small.size_bytes(),
+                    min_bytes: need,
+                    reason: format!(
+                        "{no_room}; growing in place instead, each new member keeps a backup of the critical section ({room} bytes) below its data"
+                    ),
+                });
+            }
+            None
+        }
+        Err(no_room) => return Err(no_room),
+    };
     // Members by role: the old ones, then the new ones.
     let mut slots: Vec<Option<(Member, Superblock)>> = found.into_iter().map(Some).collect();
     let mut placed: Vec<Placed> = old_roles
@@ -204,7 +228,9 @@ pub fn grow(
             Placed { member, sb }
         })
         .collect();
-    move_logs(&mut placed, bitmap_bytes)?;
+    if moved_sectors.is_some() {
+        move_logs(&mut placed, bitmap_bytes)?;
+    }
     let mut reference = reference;
     reference.bblog_offset = placed[0].sb.bblog_offset;
     let events = reference.events + 1;
@@ -217,20 +243,29 @@ pub fn grow(
         if raid0_layout.is_some() {
             super::takeover::record_as_raid4(sb, member_rows);
         }
-        sb.feature_map |= features::RESHAPE_ACTIVE | features::NEW_OFFSET;
+        sb.feature_map |= features::RESHAPE_ACTIVE;
+        if let Some(moved) = moved_sectors {
+            sb.feature_map |= features::NEW_OFFSET;
+            sb.new_offset = (-(moved as i64)) as i32 as u32;
+        }
         sb.raid_disks = raid_disks;
         sb.delta_disks = (options.raid_devices - old_count) as i32 as u32;
         sb.new_level = sb.level as u32;
         sb.new_layout = sb.layout;
         sb.new_chunk = sb.chunk_sectors;
         sb.reshape_position = 0;
-        sb.new_offset = (-(moved_sectors as i64)) as i32 as u32;
         sb.roles_raw = table.clone();
         sb.events = events;
         sb.utime = Timestamp::now();
     };
     for (member, dev) in adding.into_iter().zip(free_slots) {
         let mut sb = new_member_superblock(&member, &reference, dev)?;
+        if moved_sectors.is_none() {
+            // Its data starts above the backup area.
+            sb.data_offset_sectors += super::backup::room_bytes(&old_geometry) / 512;
+            sb.data_size_sectors =
+                (member.size_bytes() / 512).saturating_sub(sb.data_offset_sectors);
+        }
         record(&mut sb);
         if raid0_layout.is_some() && placed.len() == old_count as usize {
             // The old shape's parity role: this member holds none of it.
@@ -253,10 +288,19 @@ pub fn grow(
             sb,
         });
     }
+    let reshape = reshape_at(&placed, 0)?;
+    debug_assert_eq!(reshape.new_shape(), &new_geometry);
+    let backup = match moved_sectors {
+        Some(_) => None,
+        None => Backup::of(&placed, &failed, &reshape),
+    };
     // New members first: a crash before the old members are recorded
     // leaves them one event ahead, which `grow --continue` finishes.
     for p in placed[old_count as usize..].iter() {
         crate::badlog::write_empty(&p.member, &p.sb)?;
+    }
+    if let Some(b) = &backup {
+        b.clear(&placed)?;
     }
     let order: Vec<usize> = (old_count as usize..placed.len())
         .chain(0..old_count as usize)
@@ -266,15 +310,14 @@ pub fn grow(
         publish_bitmap(&placed, &order, b, events)?;
     }
     write_superblocks(&placed, &order, bitmap.as_mut())?;
-    let reshape = reshape_at(&placed, 0)?;
-    debug_assert_eq!(reshape.new_shape(), &new_geometry);
-    run(
+    run_backed(
         placed,
         failed,
         reshape,
         options.step_bytes,
         bitmap,
         raid0_layout,
+        backup,
         progress,
     )
 }
@@ -480,13 +523,20 @@ pub fn continue_grow(
     if reshape.direction() == Direction::Backwards {
         return super::shape::run_backwards(placed, reshape, step_bytes, bitmap, progress);
     }
-    run(
+    // A grow in place stopped inside its critical section: the rows its
+    // last step may have been writing are put back from the backup.
+    let backup = Backup::of(&placed, &failed, &reshape);
+    if let Some(b) = &backup {
+        b.restore(&placed, &failed, &reshape)?;
+    }
+    run_backed(
         placed,
         failed,
         reshape,
         step_bytes,
         bitmap,
         raid0_layout,
+        backup,
         progress,
     )
 }
@@ -505,12 +555,38 @@ pub(super) fn reshape_at(placed: &[Placed], position: u64) -> Result<Reshape> {
 /// the step redone (`degraded`). With `raid0_layout`, the finished RAID 4
 /// is taken back to RAID 0 of that layout (`takeover`).
 pub(super) fn run(
+    placed: Vec<Placed>,
+    failed: Failed,
+    reshape: Reshape,
+    step_bytes: u64,
+    bitmap: Option<MemberBitmap>,
+    raid0_layout: Option<u32>,
+    progress: &mut dyn FnMut(GrowProgress),
+) -> Result<Grown> {
+    run_backed(
+        placed,
+        failed,
+        reshape,
+        step_bytes,
+        bitmap,
+        raid0_layout,
+        None,
+        progress,
+    )
+}
+
+/// [`run`] of a grow in place: the steps no step is safe for (the
+/// critical section) move one new stripe each, its overwritten rows kept
+/// in `backup` first (`backup`).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn run_backed(
     mut placed: Vec<Placed>,
     mut failed: Failed,
     mut reshape: Reshape,
     step_bytes: u64,
     mut bitmap: Option<MemberBitmap>,
     raid0_layout: Option<u32>,
+    mut backup: Option<Backup>,
     progress: &mut dyn FnMut(GrowProgress),
 ) -> Result<Grown> {
     let started = std::time::Instant::now();
@@ -529,12 +605,29 @@ pub(super) fn run(
         if to < end {
             to = to / unit * unit;
         }
+        // In the critical section of a grow in place: one new stripe, its
+        // rows kept first.
+        let mut backed = None;
         loop {
             let kernel_ok = to == end || reshape.at(to).is_ok_and(|r| r.md_can_continue());
             if to > p && reshape.step_is_safe(to) && kernel_ok {
                 break;
             }
             if to <= p + unit {
+                match &backup {
+                    Some(b) if b.is_held() => {
+                        to = (p + unit).min(end);
+                        let (old, _) = failed.unreadable();
+                        backed = Some(b.save(&placed, &old, &reshape, to)?);
+                        break;
+                    }
+                    Some(_) => {
+                        return Err(Error::NotStartable(format!(
+                            "no step from {p} is safe without the backup of the critical section, and no new member holding it is left; nothing past it was written"
+                        )))
+                    }
+                    None => {}
+                }
                 return Err(Error::NotStartable(format!(
                     "no step from {p} is safe (the data offset moved too little); nothing past it was written"
                 )));
@@ -554,9 +647,22 @@ pub(super) fn run(
             });
             match moved {
                 Ok(()) => break,
-                // Recorded failed on the others, then the step redone.
+                // Recorded failed on the others, then the step redone
+                // (from the kept rows, when the section's step was
+                // part-way over them).
                 Err(failure) => {
-                    record_failure(&mut placed, &mut failed, &reshape, failure, bitmap.as_mut())?
+                    record_failure(&mut placed, &mut failed, &reshape, failure, bitmap.as_mut())?;
+                    if backup.is_some() {
+                        backup = Backup::of(&placed, &failed, &reshape);
+                    }
+                    if let Some(saved) = &backed {
+                        saved.put_back(&placed, &failed)?;
+                        if !backup.as_ref().is_some_and(Backup::is_held) {
+                            return Err(Error::NotStartable(format!(
+                                "the member holding the backup of the critical section failed; the reshape stands at {p} bytes with its rows put back: bring it back and run `nvraid grow --continue`"
+                            )));
+                        }
+                    }
                 }
             }
         }

@@ -1,0 +1,209 @@
+//! `nvraid grow` without room to move the data offset: the RAID 4/5/6
+//! grows in place, its critical section kept in a backup area on the new
+//! members (docs/reshape.md); a crash at any write of the section is put
+//! right by `grow --continue`. A degraded array grown with `--force`; the
+//! crash window between the new members' superblocks.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const MIB: u64 = 1 << 20;
+
+/// Data bytes each member holds (7 MiB members less 1 MiB of metadata).
+const PER: u64 = 6 * MIB;
+
+/// md's test pattern (tools/mdvm/pattern.c): 4 KiB block N holds the
+/// little-endian u64 N, repeated.
+fn pattern(bytes: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes as usize);
+    for block in 0..bytes / 4096 {
+        for _ in 0..512 {
+            out.extend_from_slice(&block.to_le_bytes());
+        }
+    }
+    out
+}
+
+fn with<'a>(head: &[&'a str], members: &'a [String]) -> Vec<&'a str> {
+    let mut args = head.to_vec();
+    args.extend(members.iter().map(String::as_str));
+    args
+}
+
+/// A RAID `level` of `count` members of 7 MiB in chunks of 1 MiB (its
+/// data offset, 1 MiB, leaves less than a chunk of room below the data),
+/// no bitmap, filled with the pattern: the members and the bytes.
+fn no_room(dir: &Path, level: &str, count: usize) -> (Vec<String>, Vec<u8>) {
+    let names: Vec<String> = (0..count).map(|i| format!("d{i}")).collect();
+    let mut args = vec![
+        "create", "--level", level, "--chunk", "1M", "--bitmap", "none", "--size", "7M", "--name",
+        "inplace",
+    ];
+    args.extend(names.iter().map(String::as_str));
+    ok(&args, dir);
+    let data_members = count as u64 - if level == "6" { 2 } else { 1 };
+    let data = pattern(data_members * PER);
+    std::fs::write(dir.join("data"), &data).unwrap();
+    ok(&with(&["write", "--input", "data"], &names), dir);
+    std::fs::remove_file(dir.join("data")).unwrap();
+    (names, data)
+}
+
+/// A blank member file of `mib` MiB.
+fn blank(dir: &Path, name: &str, mib: u64) -> String {
+    let f = std::fs::File::create(dir.join(name)).unwrap();
+    f.set_len(mib * MIB).unwrap();
+    name.into()
+}
+
+fn read(dir: &Path, members: &[String], len: u64) -> Vec<u8> {
+    let len = len.to_string();
+    ok_bytes(&with(&["read", "--length", &len], members), dir)
+}
+
+fn examine(dir: &Path, name: &str) -> serde_json::Value {
+    let out = ok(&["examine", "--json", name], dir);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    v[0]["superblock"].clone()
+}
+
+/// Every byte of the grown array back (the pattern, then zeros), and
+/// every parity right.
+fn assert_grown(dir: &Path, members: &[String], data: &[u8], size: u64, what: &str) {
+    let got = read(dir, members, size);
+    assert!(
+        got[..data.len()] == data[..],
+        "{what}: the old bytes moved wrong"
+    );
+    assert!(
+        got[data.len()..].iter().all(|&b| b == 0),
+        "{what}: the new space is not zeros"
+    );
+    assert_checks_clean(dir, members, what);
+}
+
+#[test]
+fn a_raid5_without_room_to_move_its_data_grows_in_place_with_a_backup() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut m, data) = no_room(dir.path(), "5", 4);
+    let new = blank(dir.path(), "d4", 12);
+    let out = ok(
+        &with(&["grow", "-n", "5", "--add", &new, "--json"], &m),
+        dir.path(),
+    );
+    let grown: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(grown["raid_disks"], 5, "{grown}");
+    assert_eq!(grown["size_bytes"], 4 * PER, "{grown}");
+    // The old members' data stayed where it was.
+    assert_eq!(grown["data_offset_bytes"], MIB, "{grown}");
+    m.push(new);
+    for name in &m[..4] {
+        assert_eq!(examine(dir.path(), name)["data_offset_sectors"], 2048);
+    }
+    // The new member's data starts above its backup area (a chunk of each
+    // old member and a 4 KiB header).
+    assert_eq!(
+        examine(dir.path(), "d4")["data_offset_sectors"],
+        (MIB + 4 * MIB + 4096) / 512
+    );
+    assert_grown(dir.path(), &m, &data, 4 * PER, "grown in place");
+    // RAID 6: two new members, each with the backup.
+    let dir = tempfile::tempdir().unwrap();
+    let (mut m, data) = no_room(dir.path(), "6", 4);
+    let (a, b) = (blank(dir.path(), "d4", 12), blank(dir.path(), "d5", 12));
+    ok(
+        &with(&["grow", "-n", "6", "--add", &a, "--add", &b], &m),
+        dir.path(),
+    );
+    m.extend([a, b]);
+    assert_grown(dir.path(), &m, &data, 4 * PER, "RAID 6 grown in place");
+    // Q right as well: two members gone, every byte still there.
+    assert!(read(dir.path(), &m[2..], data.len() as u64) == data);
+}
+
+#[test]
+fn a_grow_in_place_with_new_members_too_small_for_the_backup_is_refused_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = no_room(dir.path(), "5", 4);
+    // Room for the data area, none for the backup below it.
+    let new = blank(dir.path(), "d4", 8);
+    refused(
+        &with(&["grow", "-n", "5", "--add", &new], &m),
+        dir.path(),
+        &["d4", "too small", "backup of the critical section"],
+    );
+}
+
+/// Copy every file of `from` into a new temporary directory.
+fn copied(from: &Path) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
+    }
+    dir
+}
+
+/// Run `nvraid ARGS` with crash point `point` armed: it must die there.
+fn killed_at(dir: &Path, args: &[&str], point: &str) {
+    let out = Command::new(env!("CARGO_BIN_EXE_nvraid"))
+        .current_dir(dir)
+        .env("NVRAID_FAILPOINT", point)
+        .args(args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("failpoint"),
+        "{args:?} did not stop at {point}: {stderr}"
+    );
+}
+
+#[test]
+fn a_grow_in_place_killed_at_any_write_of_its_critical_section_is_restored_by_continue() {
+    // RAID 5 of 4 members to 5, chunks of 1 MiB: a stripe of the new shape
+    // holds 4 MiB, of the old 3 MiB; the steps from 0, 4 MiB and 8 MiB
+    // each write a row the old shape still reads (the critical section),
+    // from 12 MiB on the reads run ahead. Each of those steps: 3 backup
+    // writes (header cleared, rows, header), 6 member writes (5 members,
+    // then the flush), then 5 superblocks; the record before them is 5
+    // superblocks. Every one of these points is crashed at.
+    let template = tempfile::tempdir().unwrap();
+    let (old, data) = no_room(template.path(), "5", 4);
+    blank(template.path(), "d4", 12);
+    let grow = with(&["grow", "-n", "5", "--add", "d4", "--step", "4M"], &old);
+    let mut m = old.clone();
+    m.push("d4".into());
+    let mut points: Vec<String> = Vec::new();
+    points.extend((1..=9).map(|n| format!("reshape-backup:{n}")));
+    points.extend((1..=18).map(|n| format!("reshape-write:{n}")));
+    points.extend((1..=20).map(|n| format!("reshape-superblock:{n}")));
+    for point in &points {
+        let dir = copied(template.path());
+        killed_at(dir.path(), &grow, point);
+        let out = ok(
+            &with(&["grow", "--continue", "--step", "4M"], &m),
+            dir.path(),
+        );
+        assert!(out.contains("to 5 members"), "{point}: {out}");
+        assert_grown(dir.path(), &m, &data, 4 * PER, point);
+    }
+}
+
+#[test]
+fn the_kernel_reads_a_raid5_nvraid_grew_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut m, data) = no_room(dir.path(), "5", 4);
+    let new = blank(dir.path(), "d4", 12);
+    ok(&with(&["grow", "-n", "5", "--add", &new], &m), dir.path());
+    m.push(new);
+    let mut whole = data.clone();
+    whole.resize((4 * PER) as usize, 0);
+    assert!(read(dir.path(), &m, 4 * PER) == whole);
+    let images: Vec<PathBuf> = m.iter().map(|n| dir.path().join(n)).collect();
+    let report = kernel_reads(&images, &[sha(&whole)]);
+    assert!(report.contains("level=raid5"), "{report}");
+}
