@@ -207,3 +207,67 @@ fn the_kernel_reads_a_raid5_nvraid_grew_in_place() {
     let report = kernel_reads(&images, &[sha(&whole)]);
     assert!(report.contains("level=raid5"), "{report}");
 }
+
+#[test]
+fn a_grow_killed_between_its_new_members_superblocks_is_finished_by_continue() {
+    // Two members added: killed after the first new member's superblock
+    // (the second still blank), and after the second's (the old members
+    // not yet recorded). `grow --continue` with every member given, the
+    // blank one too, finishes either; the moved-offset grow and the one in
+    // place alike.
+    for (level, size, new_mib, room) in [("5", "15M", 16, true), ("5", "7M", 12, false)] {
+        for point in ["reshape-superblock:1", "reshape-superblock:2"] {
+            let dir = tempfile::tempdir().unwrap();
+            let names: Vec<String> = (0..4).map(|i| format!("d{i}")).collect();
+            let mut args = vec![
+                "create", "--level", level, "--bitmap", "none", "--size", size,
+            ];
+            if !room {
+                args.extend(["--chunk", "1M"]);
+            }
+            args.extend(names.iter().map(String::as_str));
+            ok(&args, dir.path());
+            let per = if room { 14 * MIB } else { PER };
+            let data = pattern(3 * per);
+            std::fs::write(dir.path().join("data"), &data).unwrap();
+            ok(&with(&["write", "--input", "data"], &names), dir.path());
+            std::fs::remove_file(dir.path().join("data")).unwrap();
+            let (a, b) = (
+                blank(dir.path(), "d4", new_mib),
+                blank(dir.path(), "d5", new_mib),
+            );
+            killed_at(
+                dir.path(),
+                &with(&["grow", "-n", "6", "--add", &a, "--add", &b], &names),
+                point,
+            );
+            let mut m = names.clone();
+            m.extend([a, b]);
+            let out = ok(&with(&["grow", "--continue"], &m), dir.path());
+            assert!(out.contains("to 6 members"), "{point}: {out}");
+            assert_grown(dir.path(), &m, &data, 5 * per, point);
+        }
+    }
+}
+
+#[test]
+fn a_blank_member_past_the_start_of_a_reshape_is_refused_by_name_unchanged() {
+    // A grow killed after its first step was recorded: the new member's
+    // bytes are on it, so a blank one in its place is not taken for it.
+    let dir = tempfile::tempdir().unwrap();
+    let (old, _) = no_room(dir.path(), "5", 4);
+    blank(dir.path(), "d4", 12);
+    killed_at(
+        dir.path(),
+        &with(&["grow", "-n", "5", "--add", "d4", "--step", "4M"], &old),
+        "reshape-superblock:7",
+    );
+    blank(dir.path(), "other", 12);
+    let mut m = old.clone();
+    m.push("other".into());
+    refused(
+        &with(&["grow", "--continue"], &m),
+        dir.path(),
+        &["other", "no md superblock", "position 0", "nvraid add"],
+    );
+}

@@ -333,7 +333,7 @@ pub fn continue_grow(
     progress: &mut dyn FnMut(GrowProgress),
 ) -> Result<Grown> {
     check_distinct_specs(members)?;
-    let found = super::record::open_members(members, direct)?;
+    let (found, blanks) = open_or_blank(members, direct)?;
     let Some(mut reference) = found
         .iter()
         .filter(|(_, sb)| is_reshaping(sb))
@@ -378,6 +378,7 @@ pub fn continue_grow(
     }
     // A role missing (its member failed, or not given) is read around,
     // as md continues a degraded reshape, when the others hold every byte.
+    adopt_blanks(&mut by_role, blanks, &reference)?;
     let (mut placed, mut failed) = super::degraded::fill_missing(by_role, &mut reference)?;
     // md's RAID 4 of a RAID 0 grow: the member in the old parity role
     // holds none of the old shape, and the array goes back to RAID 0 at
@@ -539,6 +540,107 @@ pub fn continue_grow(
         backup,
         progress,
     )
+}
+
+/// Open every member of `specs` for writing and read its superblock; the
+/// members with none (no md superblock's magic) and no other signature
+/// apart, as blank (a new member whose superblock a crash kept `grow`
+/// from writing).
+#[allow(clippy::type_complexity)]
+fn open_or_blank(
+    specs: &[String],
+    direct: bool,
+) -> Result<(Vec<(Member, Superblock)>, Vec<Member>)> {
+    let open = OpenOptions {
+        write: true,
+        create_bytes: None,
+        direct,
+        ..Default::default()
+    };
+    let (mut found, mut blanks) = (Vec::new(), Vec::new());
+    for spec in specs {
+        let member = Member::open(spec, open)?;
+        match read_superblock(&member) {
+            Ok(sb) => found.push((member, sb)),
+            Err(Error::Superblock {
+                source: nvraid_metadata::DecodeError::BadMagic { .. },
+                ..
+            }) if crate::detect_signature(&member)
+                .map_err(|e| Error::io(member.spec(), e))?
+                .is_none() =>
+            {
+                blanks.push(member)
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((found, blanks))
+}
+
+/// Give the blank members the roles of new members that have no member
+/// (in role order, the blanks in the order given): a grow killed between
+/// its new members' superblocks left them blank, with nothing written to
+/// them yet (no step runs before every superblock records the reshape,
+/// so the position is still 0). Each gets the superblock another new
+/// member carries, with its own device slot, UUID and data size, and an
+/// empty bad-block log; `continue_grow` writes the bitmap and the
+/// superblock. Refused, naming the blank member, past position 0 (its
+/// role's bytes are then on a member not given) or with no role for it.
+fn adopt_blanks(
+    by_role: &mut [Option<Placed>],
+    blanks: Vec<Member>,
+    reference: &Superblock,
+) -> Result<()> {
+    if blanks.is_empty() {
+        return Ok(());
+    }
+    let old =
+        (i64::from(reference.raid_disks) - i64::from(reference.delta_disks as i32)).max(0) as usize;
+    let template = by_role
+        .iter()
+        .skip(old)
+        .flatten()
+        .map(|p| p.sb.clone())
+        .next();
+    let slot_of = |role: usize| {
+        reference
+            .roles_raw
+            .iter()
+            .position(|&raw| Role::from_raw(raw) == Role::Active(role as u16))
+    };
+    // (md's RAID 4 of a RAID 0 grow has a role no member ever holds.)
+    let free: Vec<(usize, usize)> = (old..by_role.len())
+        .filter(|&r| by_role[r].is_none())
+        .filter_map(|r| slot_of(r).map(|dev| (r, dev)))
+        .collect();
+    let first = blanks[0].spec().to_string();
+    let (Some(template), true, true) = (
+        template,
+        reference.reshape_position == 0,
+        free.len() >= blanks.len(),
+    ) else {
+        return Err(Error::NotStartable(format!(
+            "{first} has no md superblock; nvraid continues a reshape on a blank member only where the grow that added it stopped before its superblock was written (at position 0, another new member recorded; here the reshape is at {} bytes with {} new role(s) without a member): give the member that holds the role, or continue without it (degraded, where the level allows) and `nvraid add` it afterwards",
+            reference.reshape_position * 512,
+            free.len()
+        )));
+    };
+    for (member, (role, dev)) in blanks.into_iter().zip(free) {
+        let mut sb = new_member_superblock(&member, &template, dev as u32)?;
+        sb.events = reference.events;
+        let needed = sb.data_offset_sectors * 512 + member_data_bytes(reference);
+        if member.size_bytes() < needed {
+            return Err(Error::TooSmall {
+                spec: member.spec().into(),
+                size_bytes: member.size_bytes(),
+                min_bytes: needed,
+                reason: format!("role {role} of the reshape recorded on the others"),
+            });
+        }
+        crate::badlog::write_empty(&member, &sb)?;
+        by_role[role] = Some(Placed { member, sb });
+    }
+    Ok(())
 }
 
 /// The reshape the members' superblocks record, at `position`.
