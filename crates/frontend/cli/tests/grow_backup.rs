@@ -213,14 +213,19 @@ fn a_grow_killed_between_its_new_members_superblocks_is_finished_by_continue() {
     // Two members added: killed after the first new member's superblock
     // (the second still blank), and after the second's (the old members
     // not yet recorded). `grow --continue` with every member given, the
-    // blank one too, finishes either; the moved-offset grow and the one in
-    // place alike.
-    for (level, size, new_mib, room) in [("5", "15M", 16, true), ("5", "7M", 12, false)] {
+    // blank one too, finishes either; the moved-offset grow (with a
+    // write-intent bitmap and without) and the one in place alike.
+    let cases = [
+        ("5", "15M", 16, true, "none"),
+        ("5", "15M", 16, true, "internal"),
+        ("5", "7M", 12, false, "none"),
+    ];
+    for (level, size, new_mib, room, bitmap) in cases {
         for point in ["reshape-superblock:1", "reshape-superblock:2"] {
             let dir = tempfile::tempdir().unwrap();
             let names: Vec<String> = (0..4).map(|i| format!("d{i}")).collect();
             let mut args = vec![
-                "create", "--level", level, "--bitmap", "none", "--size", size,
+                "create", "--level", level, "--bitmap", bitmap, "--size", size,
             ];
             if !room {
                 args.extend(["--chunk", "1M"]);
