@@ -276,3 +276,107 @@ fn a_blank_member_past_the_start_of_a_reshape_is_refused_by_name_unchanged() {
         &["other", "no md superblock", "position 0", "nvraid add"],
     );
 }
+
+/// A RAID `level` of `count` members of 15 MiB (1 MiB data offset, room
+/// to move it), no bitmap, filled with the pattern.
+fn roomy(dir: &Path, level: &str, count: usize) -> (Vec<String>, Vec<u8>) {
+    let names: Vec<String> = (0..count).map(|i| format!("d{i}")).collect();
+    let mut args = vec![
+        "create", "--level", level, "--bitmap", "none", "--size", "15M",
+    ];
+    args.extend(names.iter().map(String::as_str));
+    ok(&args, dir);
+    let data_members = match level {
+        "6" => count as u64 - 2,
+        "10" => count as u64 / 2,
+        _ => count as u64 - 1,
+    };
+    let data = pattern(data_members * 14 * MIB);
+    std::fs::write(dir.join("data"), &data).unwrap();
+    ok(&with(&["write", "--input", "data"], &names), dir);
+    std::fs::remove_file(dir.join("data")).unwrap();
+    (names, data)
+}
+
+#[test]
+fn a_degraded_raid5_or_raid6_grows_with_force_and_a_rebuild_makes_it_whole() {
+    // RAID 5 of 4 without d3 to 5 members; RAID 6 of 4 without d0 and d3
+    // to 5; a RAID 5 without room, in place: every byte reads back
+    // degraded, a blank member rebuilt into the missing role checks clean.
+    let cases: [(&str, &[usize], u64, &str, bool); 3] = [
+        ("5", &[3], 16, "role 3 (missing)", true),
+        ("6", &[0, 3], 16, "role 0 (missing)", true),
+        ("5", &[1], 12, "role 1 (missing)", false),
+    ];
+    for (level, missing, new_mib, said, room) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let (m, data) = if room {
+            roomy(d, level, 4)
+        } else {
+            no_room(d, level, 4)
+        };
+        let given: Vec<String> = (0..4)
+            .filter(|i| !missing.contains(i))
+            .map(|i| m[i].clone())
+            .collect();
+        let new = blank(d, "d4", new_mib);
+        let out = ok(
+            &with(
+                &["grow", "-n", "5", "--add", &new, "--force", "--json"],
+                &given,
+            ),
+            d,
+        );
+        let grown: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(grown["raid_disks"], 5, "{grown}");
+        assert!(grown["failed"].to_string().contains(said), "{grown}");
+        let mut survivors = given.clone();
+        survivors.push(new);
+        let size = grown["size_bytes"].as_u64().unwrap();
+        let got = read(d, &survivors, size);
+        assert!(
+            got[..data.len()] == data[..],
+            "RAID {level}: the bytes read degraded differ"
+        );
+        assert!(got[data.len()..].iter().all(|&b| b == 0));
+        let mut whole = survivors.clone();
+        for (k, _) in missing.iter().enumerate() {
+            let spare = blank(d, &format!("s{k}"), new_mib);
+            ok(&with(&["add", "--new", &spare], &whole), d);
+            whole.push(spare);
+        }
+        assert_grown(d, &whole, &data, size, &format!("RAID {level} rebuilt"));
+        // Every member's own bytes count: the new ones alone with parity.
+        if level == "6" {
+            assert!(read(d, &whole[2..], data.len() as u64) == data);
+        }
+    }
+}
+
+#[test]
+fn a_degraded_array_is_grown_only_with_force_and_raid10_not_at_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (m, _) = roomy(d, "5", 4);
+    let new = blank(d, "d4", 16);
+    refused(
+        &with(&["grow", "-n", "5", "--add", &new], &m[..3]),
+        d,
+        &[
+            "degraded",
+            "role 3 is missing",
+            "--force",
+            "mdadm --grow --force",
+        ],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (m, _) = roomy(d, "10", 4);
+    let new = blank(d, "d4", 16);
+    refused(
+        &with(&["grow", "-n", "5", "--add", &new, "--force"], &m[1..]),
+        d,
+        &["degraded", "raid10", "RAID 4/5/6"],
+    );
+}

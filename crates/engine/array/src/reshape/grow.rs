@@ -4,7 +4,9 @@
 //! (a RAID 1's new mirrors: `mirror`).
 //!
 //! 1. Every check comes first (a whole, clean array of a parity level
-//!    or RAID 10 near, without
+//!    or RAID 10 near, or with `force` a RAID 4/5/6 missing members its
+//!    parity covers, read around as `degraded` reads around a failed one;
+//!    without
 //!    PPL or journal; new members large enough and blank; room
 //!    before the data to move it, above a write-intent bitmap, or else,
 //!    for RAID 4/5/6, new members with room for a backup of the critical
@@ -74,7 +76,8 @@ pub struct GrowOptions {
     pub add: Vec<String>,
     /// Open the members with O_DIRECT.
     pub direct: bool,
-    /// Use new members that carry a filesystem or another array.
+    /// Use new members that carry a filesystem or another array; grow a
+    /// degraded RAID 4/5/6 (roles missing that its parity covers).
     pub force: bool,
     /// The most array bytes one step moves (default 16 MiB).
     pub step_bytes: u64,
@@ -221,13 +224,30 @@ pub fn grow(
     };
     // Members by role: the old ones, then the new ones.
     let mut slots: Vec<Option<(Member, Superblock)>> = found.into_iter().map(Some).collect();
-    let mut placed: Vec<Placed> = old_roles
-        .iter()
-        .map(|&i| {
-            let (member, sb) = slots[i].take().expect("one member per role");
-            Placed { member, sb }
-        })
-        .collect();
+    // A role missing (`grow --force` of a degraded array) gets a stand-in,
+    // never read or written, and md's faulty mark in the role table.
+    let mut missing_roles = Vec::new();
+    let mut placed: Vec<Placed> = Vec::with_capacity(old_roles.len() + adding.len());
+    for (role, index) in old_roles.iter().enumerate() {
+        let Some(i) = *index else {
+            let mut sb = reference.clone();
+            if let Some(dev) = reference
+                .roles_raw
+                .iter()
+                .position(|&raw| Role::from_raw(raw) == Role::Active(role as u16))
+            {
+                sb.dev_number = dev as u32;
+            }
+            missing_roles.push((role, sb.dev_number));
+            placed.push(Placed {
+                member: super::degraded::stand_in()?,
+                sb,
+            });
+            continue;
+        };
+        let (member, sb) = slots[i].take().expect("one member per role");
+        placed.push(Placed { member, sb });
+    }
     if moved_sectors.is_some() {
         move_logs(&mut placed, bitmap_bytes)?;
     }
@@ -238,6 +258,13 @@ pub fn grow(
     let mut table = reference.roles_raw.clone();
     for (k, dev) in free_slots.iter().enumerate() {
         table[*dev as usize] = Role::Active((old_count as usize + k) as u16).to_raw();
+    }
+    for &(role, dev) in &missing_roles {
+        if table.get(dev as usize).map(|&raw| Role::from_raw(raw))
+            == Some(Role::Active(role as u16))
+        {
+            table[dev as usize] = Role::Faulty.to_raw();
+        }
     }
     let record = |sb: &mut Superblock| {
         if raid0_layout.is_some() {
@@ -277,6 +304,9 @@ pub fn grow(
         record(&mut p.sb);
     }
     let mut failed = Failed::none(raid_disks as usize);
+    for &(role, _) in &missing_roles {
+        failed.missing(role);
+    }
     if raid0_layout.is_some() {
         // The new shape's parity role has no member: a stand-in, never
         // read or written.
@@ -977,9 +1007,15 @@ pub(super) fn old_shape(reference: &Superblock, spec: &str) -> Result<Geometry> 
 fn check_array(
     found: &[(Member, Superblock)],
     options: &GrowOptions,
-) -> Result<(Superblock, Vec<usize>)> {
-    let (reference, roles) = check_whole(found, "grows", "growing")?;
-    let spec = found[roles[0]].0.spec();
+) -> Result<(Superblock, Vec<Option<usize>>)> {
+    let degraded = match options.force {
+        true => Degraded::Forced,
+        false => Degraded::WithoutForce,
+    };
+    let (reference, roles) = check_members(found, "grows", "growing", degraded)?;
+    let spec = found[roles.iter().flatten().next().copied().unwrap_or(0)]
+        .0
+        .spec();
     let refuse = |what: String| Error::Unsupported {
         spec: spec.into(),
         what,
@@ -989,6 +1025,23 @@ fn check_array(
         return Err(refuse(format!(
             "growing a {level} (md reshapes only the near layout of RAID 10)"
         )));
+    }
+    let missing: Vec<usize> = (0..roles.len()).filter(|&r| roles[r].is_none()).collect();
+    if !missing.is_empty() {
+        // md's rule for a grow of a degraded array (`--force`): a RAID 4/5/6
+        // whose parity covers the missing; the reshape reads around them.
+        let geometry = old_shape(&reference, spec)?;
+        let present: Vec<bool> = roles.iter().map(Option::is_some).collect();
+        if level.parity_chunks() == 0 {
+            return Err(refuse(format!(
+                "growing a degraded {level} (role(s) {missing:?} missing; nvraid grows degraded only a RAID 4/5/6 whose parity covers the missing members, as md does: rebuild it first with `nvraid add`)"
+            )));
+        }
+        if !geometry.has_every_byte(&present) {
+            return Err(Error::NotStartable(format!(
+                "the {level} lacks role(s) {missing:?}, more than its parity covers: it cannot grow (nor run)"
+            )));
+        }
     }
     let old = reference.raid_disks;
     let want = old as usize + options.add.len();
@@ -1016,6 +1069,30 @@ pub(super) fn check_whole(
     verb: &str,
     doing: &str,
 ) -> Result<(Superblock, Vec<usize>)> {
+    let (reference, roles) = check_members(found, verb, doing, Degraded::Refused)?;
+    let roles = roles.iter().map(|i| i.expect("checked")).collect();
+    Ok((reference, roles))
+}
+
+/// Whether [`check_members`] lets roles be missing.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Degraded {
+    /// Refused (every change of shape but a grow).
+    Refused,
+    /// A grow without `--force`: refused, naming it.
+    WithoutForce,
+    /// `grow --force`: allowed (the caller checks the level covers them).
+    Forced,
+}
+
+/// [`check_whole`], with roles missing allowed as `degraded` says:
+/// returns the index of the member in each role (`None`: missing).
+fn check_members(
+    found: &[(Member, Superblock)],
+    verb: &str,
+    doing: &str,
+    degraded: Degraded,
+) -> Result<(Superblock, Vec<Option<usize>>)> {
     let listed: Vec<(&str, &Superblock)> = found.iter().map(|(m, sb)| (m.spec(), sb)).collect();
     let decision = decide(&listed)?;
     let (ref_member, reference) = &found[decision.reference];
@@ -1025,9 +1102,15 @@ pub(super) fn check_whole(
         what,
     };
     if let Some(role) = decision.roles.iter().position(Option::is_none) {
-        return Err(Error::NotStartable(format!(
-            "the array is degraded (role {role} is missing); nvraid {verb} only a whole array: rebuild it first (`nvraid add`)"
-        )));
+        match degraded {
+            Degraded::Refused => return Err(Error::NotStartable(format!(
+                "the array is degraded (role {role} is missing); nvraid {verb} only a whole array: rebuild it first (`nvraid add`)"
+            ))),
+            Degraded::WithoutForce => return Err(Error::NotStartable(format!(
+                "the array is degraded (role {role} is missing); md grows a degraded RAID 4/5/6 only when told to (mdadm --grow --force): give --force to grow it degraded, reading around the missing member, or rebuild it first (`nvraid add`)"
+            ))),
+            Degraded::Forced => {}
+        }
     }
     if let Some((index, why)) = decision.set_aside.first() {
         let why = match why {
@@ -1064,8 +1147,7 @@ pub(super) fn check_whole(
             "the array is not clean (a resync is due); run `nvraid repair` first".into(),
         ));
     }
-    let roles = decision.roles.iter().map(|i| i.expect("checked")).collect();
-    Ok((reference.clone(), roles))
+    Ok((reference.clone(), decision.roles.clone()))
 }
 
 /// A new member must hold the data area the others use, at the same data
