@@ -37,9 +37,14 @@ fn with<'a>(head: &[&'a str], members: &'a [String]) -> Vec<&'a str> {
 /// data offset, 1 MiB, leaves less than a chunk of room below the data),
 /// no bitmap, filled with the pattern: the members and the bytes.
 fn no_room(dir: &Path, level: &str, count: usize) -> (Vec<String>, Vec<u8>) {
+    no_room_with(dir, level, count, "none")
+}
+
+/// [`no_room`] with `--bitmap bitmap`.
+fn no_room_with(dir: &Path, level: &str, count: usize, bitmap: &str) -> (Vec<String>, Vec<u8>) {
     let names: Vec<String> = (0..count).map(|i| format!("d{i}")).collect();
     let mut args = vec![
-        "create", "--level", level, "--chunk", "1M", "--bitmap", "none", "--size", "7M", "--name",
+        "create", "--level", level, "--chunk", "1M", "--bitmap", bitmap, "--size", "7M", "--name",
         "inplace",
     ];
     args.extend(names.iter().map(String::as_str));
@@ -122,6 +127,22 @@ fn a_raid5_without_room_to_move_its_data_grows_in_place_with_a_backup() {
     assert_grown(dir.path(), &m, &data, 4 * PER, "RAID 6 grown in place");
     // Q right as well: two members gone, every byte still there.
     assert!(read(dir.path(), &m[2..], data.len() as u64) == data);
+    // With a write-intent bitmap (kept where it is, below the data).
+    let dir = tempfile::tempdir().unwrap();
+    let (mut m, data) = no_room_with(dir.path(), "5", 4, "internal");
+    let new = blank(dir.path(), "d4", 12);
+    ok(&with(&["grow", "-n", "5", "--add", &new], &m), dir.path());
+    m.push(new);
+    let d: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["detail", "--json"], &m), dir.path())).unwrap();
+    assert_eq!(d["state"], "clean", "{d}");
+    assert_grown(
+        dir.path(),
+        &m,
+        &data,
+        4 * PER,
+        "grown in place with a bitmap",
+    );
 }
 
 #[test]
@@ -379,4 +400,140 @@ fn a_degraded_array_is_grown_only_with_force_and_raid10_not_at_all() {
         d,
         &["degraded", "raid10", "RAID 4/5/6"],
     );
+}
+
+/// The kernel's md (tools/mdvm) assembles every array `images` hold
+/// (degraded ones too), lets any reshape finish, and reports each:
+/// `KERNEL name=... level=... disks=... degraded=... size=... pattern=ok|FAILED
+/// mismatch=...`, the pattern verified over `bytes` of the array named.
+fn kernel_reports(script_dir: &Path, images: &[PathBuf], bytes: &[(&str, u64)]) -> String {
+    let script = script_dir.join("check.sh");
+    let cases: String = bytes
+        .iter()
+        .map(|(name, n)| format!("    *{name}) n={n} ;;\n"))
+        .collect();
+    std::fs::write(
+        &script,
+        format!(
+            r#"set +e
+mdadm --assemble --scan --run 2>&1
+echo 200000 > /proc/sys/dev/raid/speed_limit_min
+echo 2000000 > /proc/sys/dev/raid/speed_limit_max
+i=0; while grep -q -e reshape -e resync -e recovery /proc/mdstat && [ $i -lt 240 ]; do sleep 1; i=$((i+1)); done
+cat /proc/mdstat
+for sys in /sys/block/md*; do
+  md=/dev/${{sys##*/}}
+  name=$(mdadm --detail $md | sed -n 's/ *Name : \([^ ]*\).*/\1/p')
+  case "$name" in
+{cases}    *) n=4096 ;;
+  esac
+  if pattern verify -n $n $md; then pv=ok; else pv=FAILED; fi
+  mm=none
+  if [ -e $sys/md/sync_action ] && [ "$(cat $sys/md/degraded)" = 0 ]; then
+    echo check > $sys/md/sync_action; sleep 1; mdadm --wait $md >/dev/null 2>&1
+    mm=$(cat $sys/md/mismatch_cnt)
+  fi
+  echo "KERNEL name=$name level=$(cat $sys/md/level) disks=$(cat $sys/md/raid_disks) degraded=$(cat $sys/md/degraded) size=$(blockdev --getsize64 $md) pattern=$pv mismatch=$mm"
+done
+"#
+        ),
+    )
+    .unwrap();
+    let out = mdvm_on("mdvm", "6.1", &[])
+        .arg("--snapshot")
+        .arg("--script")
+        .arg(&script)
+        .args(images)
+        .output()
+        .expect("tools/mdvm/mdvm (./test.sh installs its tools)");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn kernel_line<'a>(report: &'a str, name: &str) -> &'a str {
+    report
+        .lines()
+        .find(|l| {
+            l.starts_with("KERNEL ")
+                && (l.contains(&format!("name={name} ")) || l.contains(&format!(":{name} ")))
+        })
+        .unwrap_or_else(|| panic!("the kernel did not assemble {name}:\n{report}"))
+}
+
+/// A RAID `level` of 4 members in `dir/name` (named `name`), filled:
+/// `no_room` or `roomy`, with the array's name set.
+fn named(dir: &Path, name: &str, level: &str, room: bool) -> (PathBuf, Vec<String>, u64) {
+    let sub = dir.join(name);
+    std::fs::create_dir(&sub).unwrap();
+    let names: Vec<String> = (0..4).map(|i| format!("d{i}")).collect();
+    let mut args = vec![
+        "create", "--level", level, "--bitmap", "none", "--name", name,
+    ];
+    if room {
+        args.extend(["--size", "15M"]);
+    } else {
+        args.extend(["--size", "7M", "--chunk", "1M"]);
+    }
+    args.extend(names.iter().map(String::as_str));
+    ok(&args, &sub);
+    let per = if room { 14 * MIB } else { PER };
+    let data_members = if level == "6" { 2 } else { 3 };
+    std::fs::write(sub.join("data"), pattern(data_members * per)).unwrap();
+    ok(&with(&["write", "--input", "data"], &names), &sub);
+    std::fs::remove_file(sub.join("data")).unwrap();
+    (sub, names, data_members * per)
+}
+
+#[test]
+fn the_kernel_assembles_what_nvraid_grew_degraded_or_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut images = Vec::new();
+    // RAID 5 without d3 and RAID 6 without d0 and d3, grown with --force.
+    for (name, level, missing) in [("force5", "5", vec![3]), ("force6", "6", vec![0, 3])] {
+        let (sub, m, _) = named(dir.path(), name, level, true);
+        let given: Vec<String> = (0..4)
+            .filter(|i| !missing.contains(i))
+            .map(|i| m[i].clone())
+            .collect();
+        let new = blank(&sub, "d4", 16);
+        ok(
+            &with(&["grow", "-n", "5", "--add", &new, "--force"], &given),
+            &sub,
+        );
+        images.extend(given.iter().chain([&new]).map(|n| sub.join(n)));
+    }
+    // A RAID 5 grown in place, killed past its critical section (every
+    // member records the fourth step's position): md goes on from there.
+    let (sub, m, _) = named(dir.path(), "past", "5", false);
+    let new = blank(&sub, "d4", 12);
+    killed_at(
+        &sub,
+        &with(&["grow", "-n", "5", "--add", &new, "--step", "4M"], &m),
+        "reshape-superblock:25",
+    );
+    images.extend(m.iter().chain([&new]).map(|n| sub.join(n)));
+    let report = kernel_reports(
+        dir.path(),
+        &images,
+        &[
+            ("force5", 3 * 14 * MIB),
+            ("force6", 2 * 14 * MIB),
+            ("past", 3 * PER),
+        ],
+    );
+    for (name, level, degraded, size) in [
+        ("force5", "raid5", 1, 4 * 14 * MIB),
+        ("force6", "raid6", 2, 3 * 14 * MIB),
+        ("past", "raid5", 0, 4 * PER),
+    ] {
+        let line = kernel_line(&report, name);
+        assert!(
+            line.contains(&format!("level={level} "))
+                && line.contains("disks=5 ")
+                && line.contains(&format!("degraded={degraded} "))
+                && line.contains(&format!("size={size} "))
+                && line.contains("pattern=ok")
+                && (degraded > 0 || line.contains("mismatch=0")),
+            "{line}\n{report}"
+        );
+    }
 }
