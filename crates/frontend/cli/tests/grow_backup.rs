@@ -511,6 +511,21 @@ fn the_kernel_assembles_what_nvraid_grew_degraded_or_in_place() {
         "reshape-superblock:25",
     );
     images.extend(m.iter().chain([&new]).map(|n| sub.join(n)));
+    // One killed inside it (the second step's position recorded): md
+    // cannot restore nvraid's backup, and must not take it up.
+    let (inside, inside_m, inside_bytes) = named(dir.path(), "inside", "5", false);
+    let new = blank(&inside, "d4", 12);
+    killed_at(
+        &inside,
+        &with(
+            &["grow", "-n", "5", "--add", &new, "--step", "4M"],
+            &inside_m,
+        ),
+        "reshape-superblock:10",
+    );
+    let mut inside_all = inside_m.clone();
+    inside_all.push(new);
+    images.extend(inside_all.iter().map(|n| inside.join(n)));
     let report = kernel_reports(
         dir.path(),
         &images,
@@ -536,4 +551,17 @@ fn the_kernel_assembles_what_nvraid_grew_degraded_or_in_place() {
             "{line}\n{report}"
         );
     }
+    assert!(
+        report.contains("Failed to restore critical section")
+            && !report
+                .lines()
+                .any(|l| l.starts_with("KERNEL ") && l.contains("inside")),
+        "md took up a grow left inside its critical section:\n{report}"
+    );
+    // The images are as nvraid left them (md ran on snapshots): nvraid
+    // puts the section back and finishes.
+    ok(&with(&["grow", "--continue"], &inside_all), &inside);
+    let got = read(&inside, &inside_all, 4 * PER);
+    assert!(got[..inside_bytes as usize] == pattern(inside_bytes)[..]);
+    assert_checks_clean(&inside, &inside_all, "inside, continued");
 }
