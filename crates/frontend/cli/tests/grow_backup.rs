@@ -565,3 +565,40 @@ fn the_kernel_assembles_what_nvraid_grew_degraded_or_in_place() {
     assert!(got[..inside_bytes as usize] == pattern(inside_bytes)[..]);
     assert_checks_clean(&inside, &inside_all, "inside, continued");
 }
+
+#[test]
+fn a_degraded_grow_in_place_killed_in_its_critical_section_is_continued_degraded() {
+    // A RAID 5 without d1 grown in place with --force, killed inside its
+    // critical section (a backup write, member writes of the first and
+    // second step, a checkpoint): `grow --continue` on the members given
+    // puts the section back, reads around d1 and finishes.
+    let template = tempfile::tempdir().unwrap();
+    let (old, data) = no_room(template.path(), "5", 4);
+    blank(template.path(), "d4", 12);
+    let given = vec![old[0].clone(), old[2].clone(), old[3].clone()];
+    let grow = with(
+        &["grow", "-n", "5", "--add", "d4", "--force", "--step", "4M"],
+        &given,
+    );
+    let mut m = given.clone();
+    m.push("d4".into());
+    // 4 members written per step (d1 missing), then the flush.
+    for point in [
+        "reshape-backup:2",
+        "reshape-write:2",
+        "reshape-write:7",
+        "reshape-superblock:6",
+        "reshape-write:12",
+    ] {
+        let dir = copied(template.path());
+        killed_at(dir.path(), &grow, point);
+        let out = ok(
+            &with(&["grow", "--continue", "--step", "4M"], &m),
+            dir.path(),
+        );
+        assert!(out.contains("to 5 members"), "{point}: {out}");
+        let got = read(dir.path(), &m, 4 * PER);
+        assert!(got[..data.len()] == data[..], "{point}: the bytes differ");
+        assert!(got[data.len()..].iter().all(|&b| b == 0), "{point}");
+    }
+}

@@ -204,7 +204,7 @@ pub fn grow(
     // critical section kept in a backup area on the new members (`backup`).
     let moved_sectors = match room_to_move(&found, &reference, &old_geometry, bitmap_bytes) {
         Ok(moved) => Some(moved),
-        Err(no_room) if raid0_layout.is_none() && old_geometry.level().parity_chunks() > 0 => {
+        Err(_) if raid0_layout.is_none() && old_geometry.level().parity_chunks() > 0 => {
             let room = super::backup::room_bytes(&old_geometry);
             let need =
                 reference.data_offset_sectors * 512 + room + old_geometry.member_used_bytes();
@@ -214,7 +214,8 @@ pub fn grow(
                     size_bytes: small.size_bytes(),
                     min_bytes: need,
                     reason: format!(
-                        "{no_room}; growing in place instead, each new member keeps a backup of the critical section ({room} bytes) below its data"
+                        "the members have less than one chunk ({} bytes) free before the data to move it, so the grow runs in place, and each new member keeps a backup of the critical section ({room} bytes) below its data",
+                        old_geometry.chunk_bytes().unwrap_or(0)
                     ),
                 });
             }
