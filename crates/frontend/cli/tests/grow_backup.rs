@@ -602,3 +602,32 @@ fn a_degraded_grow_in_place_killed_in_its_critical_section_is_continued_degraded
         assert!(got[data.len()..].iter().all(|&b| b == 0), "{point}");
     }
 }
+
+#[test]
+fn a_spoiled_backup_of_the_critical_section_is_refused_by_name_unchanged() {
+    // Killed while the second step's rows were written; then a byte of
+    // the backup's rows on d4 (the only copy) changes: `grow --continue`
+    // cannot know the old rows, so it writes nothing and names d4.
+    let dir = tempfile::tempdir().unwrap();
+    let (old, _) = no_room(dir.path(), "5", 4);
+    blank(dir.path(), "d4", 12);
+    killed_at(
+        dir.path(),
+        &with(&["grow", "-n", "5", "--add", "d4", "--step", "4M"], &old),
+        "reshape-write:8",
+    );
+    // d4's data starts at 1 MiB + 4 MiB + 4 KiB; its backup's rows (a
+    // chunk of each of the 4 old members) end 4 KiB below that.
+    let path = dir.path().join("d4");
+    let mut image = std::fs::read(&path).unwrap();
+    let at = (MIB + 4 * MIB + 4096 - 4096 - 2 * MIB) as usize;
+    image[at] ^= 0x5a;
+    std::fs::write(&path, &image).unwrap();
+    let mut m = old.clone();
+    m.push("d4".into());
+    refused(
+        &with(&["grow", "--continue"], &m),
+        dir.path(),
+        &["d4", "backup of the critical section", "checksum"],
+    );
+}

@@ -198,13 +198,19 @@ impl Backup {
     /// After a crash: the copy on the first host whose header is for
     /// `reshape`'s recorded position (this array, its checksums right)
     /// written back over the old members' rows (none to a member failed
-    /// since), flushed. Returns whether one was.
+    /// since), flushed. Returns whether one was; refused when the only
+    /// header for the position has rows that fail their checksum.
     pub(super) fn restore(
         &self,
         placed: &[Placed],
         failed: &Failed,
         reshape: &Reshape,
     ) -> Result<bool> {
+        // A header for this position whose rows fail their checksum: the
+        // rows were flushed before the header was written, so the medium
+        // changed them since. Without a good copy elsewhere, the step may
+        // have been part-way over the old rows: refused, nothing written.
+        let mut spoiled = None;
         for &h in &self.hosts {
             let p = &placed[h];
             let at = Self::header_at(p);
@@ -215,6 +221,7 @@ impl Backup {
             };
             let bytes = entries.len() as u64 * len;
             if bytes > at {
+                spoiled.get_or_insert(p.member.spec().to_string());
                 continue;
             }
             let mut data = AlignedBuf::zeroed(bytes as usize);
@@ -222,12 +229,19 @@ impl Backup {
                 .read_at(&mut data, at - bytes)
                 .map_err(|e| io(p, e))?;
             if crc32c(&data) != crc {
+                spoiled.get_or_insert(p.member.spec().to_string());
                 continue;
             }
             Saved { entries, len, data }.put_back(placed, failed)?;
             return Ok(true);
         }
-        Ok(false)
+        match spoiled {
+            Some(spec) => Err(Error::NotStartable(format!(
+                "{spec}: the backup of the critical section for the recorded position ({} bytes) fails its checksum, and no other new member holds a good one; the rows it keeps may be needed, so nothing was written: give the member with a good copy, or restore the members from a backup",
+                reshape.position()
+            ))),
+            None => Ok(false),
+        }
     }
 }
 

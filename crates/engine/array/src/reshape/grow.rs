@@ -548,18 +548,19 @@ pub fn continue_grow(
             what: "continuing a reshape that runs backwards with members missing (nvraid reads around a missing member only forwards); give every member, or let the kernel finish it (mdadm --assemble)".into(),
         });
     }
+    // A grow in place stopped inside its critical section: the rows its
+    // last step may have been writing are put back from the backup (before
+    // anything else is written: a spoiled backup refuses with none).
+    let backup = Backup::of(&placed, &failed, &reshape);
+    if let Some(b) = &backup {
+        b.restore(&placed, &failed, &reshape)?;
+    }
     if let Some(b) = bitmap.as_mut() {
         publish_bitmap(&placed, &all, b, events)?;
     }
     write_superblocks(&placed, &all, bitmap.as_mut())?;
     if reshape.direction() == Direction::Backwards {
         return super::shape::run_backwards(placed, reshape, step_bytes, bitmap, progress);
-    }
-    // A grow in place stopped inside its critical section: the rows its
-    // last step may have been writing are put back from the backup.
-    let backup = Backup::of(&placed, &failed, &reshape);
-    if let Some(b) = &backup {
-        b.restore(&placed, &failed, &reshape)?;
     }
     run_backed(
         placed,
