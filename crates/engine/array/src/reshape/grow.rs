@@ -407,9 +407,9 @@ pub fn continue_grow(
             }
         }
     }
+    let adopted = adopt_blanks(&mut by_role, blanks, &reference)?;
     // A role missing (its member failed, or not given) is read around,
     // as md continues a degraded reshape, when the others hold every byte.
-    adopt_blanks(&mut by_role, blanks, &reference)?;
     let (mut placed, mut failed) = super::degraded::fill_missing(by_role, &mut reference)?;
     // md's RAID 4 of a RAID 0 grow: the member in the old parity role
     // holds none of the old shape, and the array goes back to RAID 0 at
@@ -555,6 +555,9 @@ pub fn continue_grow(
     if let Some(b) = &backup {
         b.restore(&placed, &failed, &reshape)?;
     }
+    for &role in &adopted {
+        crate::badlog::write_empty(&placed[role].member, &placed[role].sb)?;
+    }
     if let Some(b) = bitmap.as_mut() {
         publish_bitmap(&placed, &all, b, events)?;
     }
@@ -614,17 +617,18 @@ fn open_or_blank(
 /// its new members' superblocks left them blank, with nothing written to
 /// them yet (no step runs before every superblock records the reshape,
 /// so the position is still 0). Each gets the superblock another new
-/// member carries, with its own device slot, UUID and data size, and an
-/// empty bad-block log; `continue_grow` writes the bitmap and the
-/// superblock. Refused, naming the blank member, past position 0 (its
+/// member carries, with its own device slot, UUID and data size; nothing
+/// is written here (`continue_grow` writes its empty bad-block log, the
+/// bitmap and the superblock once every check is passed). Returns the
+/// roles given. Refused, naming the blank member, past position 0 (its
 /// role's bytes are then on a member not given) or with no role for it.
 fn adopt_blanks(
     by_role: &mut [Option<Placed>],
     blanks: Vec<Member>,
     reference: &Superblock,
-) -> Result<()> {
+) -> Result<Vec<usize>> {
     if blanks.is_empty() {
-        return Ok(());
+        return Ok(Vec::new());
     }
     let old =
         (i64::from(reference.raid_disks) - i64::from(reference.delta_disks as i32)).max(0) as usize;
@@ -657,6 +661,7 @@ fn adopt_blanks(
             free.len()
         )));
     };
+    let mut adopted = Vec::new();
     for (member, (role, dev)) in blanks.into_iter().zip(free) {
         let mut sb = new_member_superblock(&member, &template, dev as u32)?;
         sb.events = reference.events;
@@ -669,10 +674,10 @@ fn adopt_blanks(
                 reason: format!("role {role} of the reshape recorded on the others"),
             });
         }
-        crate::badlog::write_empty(&member, &sb)?;
         by_role[role] = Some(Placed { member, sb });
+        adopted.push(role);
     }
-    Ok(())
+    Ok(adopted)
 }
 
 /// The reshape the members' superblocks record, at `position`.
