@@ -127,6 +127,13 @@ fn a_raid5_without_room_to_move_its_data_grows_in_place_with_a_backup() {
     assert_grown(dir.path(), &m, &data, 4 * PER, "RAID 6 grown in place");
     // Q right as well: two members gone, every byte still there.
     assert!(read(dir.path(), &m[2..], data.len() as u64) == data);
+    // RAID 4 (parity-last: the new member holds data).
+    let dir = tempfile::tempdir().unwrap();
+    let (mut m, data) = no_room(dir.path(), "4", 3);
+    let new = blank(dir.path(), "d3", 12);
+    ok(&with(&["grow", "-n", "4", "--add", &new], &m), dir.path());
+    m.push(new);
+    assert_grown(dir.path(), &m, &data, 3 * PER, "RAID 4 grown in place");
     // With a write-intent bitmap (kept where it is, below the data).
     let dir = tempfile::tempdir().unwrap();
     let (mut m, data) = no_room_with(dir.path(), "5", 4, "internal");
