@@ -4,10 +4,14 @@
 //! (a RAID 1's new mirrors: `mirror`).
 //!
 //! 1. Every check comes first (a whole, clean array of a parity level
-//!    or RAID 10 near, without
+//!    or RAID 10 near, or with `force` a RAID 4/5/6 missing members its
+//!    parity covers, read around as `degraded` reads around a failed one;
+//!    without
 //!    PPL or journal; new members large enough and blank; room
-//!    before the data to move it, above a write-intent bitmap); a refusal
-//!    writes nothing.
+//!    before the data to move it, above a write-intent bitmap, or else,
+//!    for RAID 4/5/6, new members with room for a backup of the critical
+//!    section (`backup`: the grow runs in place); a refusal writes
+//!    nothing.
 //! 2. The reshape is recorded: each new member gets an empty bad-block log
 //!    and the array's superblock with its role, then every member's
 //!    superblock gets `RESHAPE_ACTIVE | NEW_OFFSET`, the new member count
@@ -41,6 +45,7 @@
 //!    data offset is the new one, the data area that much larger, the
 //!    reshape fields cleared.
 
+use super::backup::Backup;
 use super::degraded::{checkpoint, record_failure, Failed};
 use super::record::{is_reshaping, reshape_of};
 use super::step::{move_rows, Unreadable};
@@ -71,7 +76,8 @@ pub struct GrowOptions {
     pub add: Vec<String>,
     /// Open the members with O_DIRECT.
     pub direct: bool,
-    /// Use new members that carry a filesystem or another array.
+    /// Use new members that carry a filesystem or another array; grow a
+    /// degraded RAID 4/5/6 (roles missing that its parity covers).
     pub force: bool,
     /// The most array bytes one step moves (default 16 MiB).
     pub step_bytes: u64,
@@ -194,17 +200,58 @@ pub fn grow(
         check_new_member(&member, &reference, &old_geometry, options.force)?;
         adding.push(member);
     }
-    let moved_sectors = room_to_move(&found, &reference, &old_geometry, bitmap_bytes)?;
+    // No room to move the data offset: a RAID 4/5/6 grows in place, the
+    // critical section kept in a backup area on the new members (`backup`).
+    let moved_sectors = match room_to_move(&found, &reference, &old_geometry, bitmap_bytes) {
+        Ok(moved) => Some(moved),
+        Err(_) if raid0_layout.is_none() && old_geometry.level().parity_chunks() > 0 => {
+            let room = super::backup::room_bytes(&old_geometry);
+            let need =
+                reference.data_offset_sectors * 512 + room + old_geometry.member_used_bytes();
+            if let Some(small) = adding.iter().find(|m| m.size_bytes() < need) {
+                return Err(Error::TooSmall {
+                    spec: small.spec().into(),
+                    size_bytes: small.size_bytes(),
+                    min_bytes: need,
+                    reason: format!(
+                        "the members have less than one chunk ({} bytes) free before the data to move it, so the grow runs in place, and each new member keeps a backup of the critical section ({room} bytes) below its data",
+                        old_geometry.chunk_bytes().unwrap_or(0)
+                    ),
+                });
+            }
+            None
+        }
+        Err(no_room) => return Err(no_room),
+    };
     // Members by role: the old ones, then the new ones.
     let mut slots: Vec<Option<(Member, Superblock)>> = found.into_iter().map(Some).collect();
-    let mut placed: Vec<Placed> = old_roles
-        .iter()
-        .map(|&i| {
-            let (member, sb) = slots[i].take().expect("one member per role");
-            Placed { member, sb }
-        })
-        .collect();
-    move_logs(&mut placed, bitmap_bytes)?;
+    // A role missing (`grow --force` of a degraded array) gets a stand-in,
+    // never read or written, and md's faulty mark in the role table.
+    let mut missing_roles = Vec::new();
+    let mut placed: Vec<Placed> = Vec::with_capacity(old_roles.len() + adding.len());
+    for (role, index) in old_roles.iter().enumerate() {
+        let Some(i) = *index else {
+            let mut sb = reference.clone();
+            if let Some(dev) = reference
+                .roles_raw
+                .iter()
+                .position(|&raw| Role::from_raw(raw) == Role::Active(role as u16))
+            {
+                sb.dev_number = dev as u32;
+            }
+            missing_roles.push((role, sb.dev_number));
+            placed.push(Placed {
+                member: super::degraded::stand_in()?,
+                sb,
+            });
+            continue;
+        };
+        let (member, sb) = slots[i].take().expect("one member per role");
+        placed.push(Placed { member, sb });
+    }
+    if moved_sectors.is_some() {
+        move_logs(&mut placed, bitmap_bytes)?;
+    }
     let mut reference = reference;
     reference.bblog_offset = placed[0].sb.bblog_offset;
     let events = reference.events + 1;
@@ -213,24 +260,40 @@ pub fn grow(
     for (k, dev) in free_slots.iter().enumerate() {
         table[*dev as usize] = Role::Active((old_count as usize + k) as u16).to_raw();
     }
+    for &(role, dev) in &missing_roles {
+        if table.get(dev as usize).map(|&raw| Role::from_raw(raw))
+            == Some(Role::Active(role as u16))
+        {
+            table[dev as usize] = Role::Faulty.to_raw();
+        }
+    }
     let record = |sb: &mut Superblock| {
         if raid0_layout.is_some() {
             super::takeover::record_as_raid4(sb, member_rows);
         }
-        sb.feature_map |= features::RESHAPE_ACTIVE | features::NEW_OFFSET;
+        sb.feature_map |= features::RESHAPE_ACTIVE;
+        if let Some(moved) = moved_sectors {
+            sb.feature_map |= features::NEW_OFFSET;
+            sb.new_offset = (-(moved as i64)) as i32 as u32;
+        }
         sb.raid_disks = raid_disks;
         sb.delta_disks = (options.raid_devices - old_count) as i32 as u32;
         sb.new_level = sb.level as u32;
         sb.new_layout = sb.layout;
         sb.new_chunk = sb.chunk_sectors;
         sb.reshape_position = 0;
-        sb.new_offset = (-(moved_sectors as i64)) as i32 as u32;
         sb.roles_raw = table.clone();
         sb.events = events;
         sb.utime = Timestamp::now();
     };
     for (member, dev) in adding.into_iter().zip(free_slots) {
         let mut sb = new_member_superblock(&member, &reference, dev)?;
+        if moved_sectors.is_none() {
+            // Its data starts above the backup area.
+            sb.data_offset_sectors += super::backup::room_bytes(&old_geometry) / 512;
+            sb.data_size_sectors =
+                (member.size_bytes() / 512).saturating_sub(sb.data_offset_sectors);
+        }
         record(&mut sb);
         if raid0_layout.is_some() && placed.len() == old_count as usize {
             // The old shape's parity role: this member holds none of it.
@@ -242,6 +305,9 @@ pub fn grow(
         record(&mut p.sb);
     }
     let mut failed = Failed::none(raid_disks as usize);
+    for &(role, _) in &missing_roles {
+        failed.missing(role);
+    }
     if raid0_layout.is_some() {
         // The new shape's parity role has no member: a stand-in, never
         // read or written.
@@ -253,10 +319,19 @@ pub fn grow(
             sb,
         });
     }
+    let reshape = reshape_at(&placed, 0)?;
+    debug_assert_eq!(reshape.new_shape(), &new_geometry);
+    let backup = match moved_sectors {
+        Some(_) => None,
+        None => Backup::of(&placed, &failed, &reshape),
+    };
     // New members first: a crash before the old members are recorded
     // leaves them one event ahead, which `grow --continue` finishes.
     for p in placed[old_count as usize..].iter() {
         crate::badlog::write_empty(&p.member, &p.sb)?;
+    }
+    if let Some(b) = &backup {
+        b.clear(&placed)?;
     }
     let order: Vec<usize> = (old_count as usize..placed.len())
         .chain(0..old_count as usize)
@@ -266,15 +341,14 @@ pub fn grow(
         publish_bitmap(&placed, &order, b, events)?;
     }
     write_superblocks(&placed, &order, bitmap.as_mut())?;
-    let reshape = reshape_at(&placed, 0)?;
-    debug_assert_eq!(reshape.new_shape(), &new_geometry);
-    run(
+    run_backed(
         placed,
         failed,
         reshape,
         options.step_bytes,
         bitmap,
         raid0_layout,
+        backup,
         progress,
     )
 }
@@ -290,7 +364,7 @@ pub fn continue_grow(
     progress: &mut dyn FnMut(GrowProgress),
 ) -> Result<Grown> {
     check_distinct_specs(members)?;
-    let found = super::record::open_members(members, direct)?;
+    let (found, blanks) = open_or_blank(members, direct)?;
     let Some(mut reference) = found
         .iter()
         .filter(|(_, sb)| is_reshaping(sb))
@@ -333,6 +407,7 @@ pub fn continue_grow(
             }
         }
     }
+    let adopted = adopt_blanks(&mut by_role, blanks, &reference)?;
     // A role missing (its member failed, or not given) is read around,
     // as md continues a degraded reshape, when the others hold every byte.
     let (mut placed, mut failed) = super::degraded::fill_missing(by_role, &mut reference)?;
@@ -473,6 +548,16 @@ pub fn continue_grow(
             what: "continuing a reshape that runs backwards with members missing (nvraid reads around a missing member only forwards); give every member, or let the kernel finish it (mdadm --assemble)".into(),
         });
     }
+    // A grow in place stopped inside its critical section: the rows its
+    // last step may have been writing are put back from the backup (before
+    // anything else is written: a spoiled backup refuses with none).
+    let backup = Backup::of(&placed, &failed, &reshape);
+    if let Some(b) = &backup {
+        b.restore(&placed, &failed, &reshape)?;
+    }
+    for &role in &adopted {
+        crate::badlog::write_empty(&placed[role].member, &placed[role].sb)?;
+    }
     if let Some(b) = bitmap.as_mut() {
         publish_bitmap(&placed, &all, b, events)?;
     }
@@ -480,15 +565,119 @@ pub fn continue_grow(
     if reshape.direction() == Direction::Backwards {
         return super::shape::run_backwards(placed, reshape, step_bytes, bitmap, progress);
     }
-    run(
+    run_backed(
         placed,
         failed,
         reshape,
         step_bytes,
         bitmap,
         raid0_layout,
+        backup,
         progress,
     )
+}
+
+/// Open every member of `specs` for writing and read its superblock; the
+/// members with none (no md superblock's magic) and no other signature
+/// apart, as blank (a new member whose superblock a crash kept `grow`
+/// from writing).
+#[allow(clippy::type_complexity)]
+fn open_or_blank(
+    specs: &[String],
+    direct: bool,
+) -> Result<(Vec<(Member, Superblock)>, Vec<Member>)> {
+    let open = OpenOptions {
+        write: true,
+        create_bytes: None,
+        direct,
+        ..Default::default()
+    };
+    let (mut found, mut blanks) = (Vec::new(), Vec::new());
+    for spec in specs {
+        let member = Member::open(spec, open)?;
+        match read_superblock(&member) {
+            Ok(sb) => found.push((member, sb)),
+            Err(Error::Superblock {
+                source: nvraid_metadata::DecodeError::BadMagic { .. },
+                ..
+            }) if crate::detect_signature(&member)
+                .map_err(|e| Error::io(member.spec(), e))?
+                .is_none() =>
+            {
+                blanks.push(member)
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((found, blanks))
+}
+
+/// Give the blank members the roles of new members that have no member
+/// (in role order, the blanks in the order given): a grow killed between
+/// its new members' superblocks left them blank, with nothing written to
+/// them yet (no step runs before every superblock records the reshape,
+/// so the position is still 0). Each gets the superblock another new
+/// member carries, with its own device slot, UUID and data size; nothing
+/// is written here (`continue_grow` writes its empty bad-block log, the
+/// bitmap and the superblock once every check is passed). Returns the
+/// roles given. Refused, naming the blank member, past position 0 (its
+/// role's bytes are then on a member not given) or with no role for it.
+fn adopt_blanks(
+    by_role: &mut [Option<Placed>],
+    blanks: Vec<Member>,
+    reference: &Superblock,
+) -> Result<Vec<usize>> {
+    if blanks.is_empty() {
+        return Ok(Vec::new());
+    }
+    let old =
+        (i64::from(reference.raid_disks) - i64::from(reference.delta_disks as i32)).max(0) as usize;
+    let template = by_role
+        .iter()
+        .skip(old)
+        .flatten()
+        .map(|p| p.sb.clone())
+        .next();
+    let slot_of = |role: usize| {
+        reference
+            .roles_raw
+            .iter()
+            .position(|&raw| Role::from_raw(raw) == Role::Active(role as u16))
+    };
+    // (md's RAID 4 of a RAID 0 grow has a role no member ever holds.)
+    let free: Vec<(usize, usize)> = (old..by_role.len())
+        .filter(|&r| by_role[r].is_none())
+        .filter_map(|r| slot_of(r).map(|dev| (r, dev)))
+        .collect();
+    let first = blanks[0].spec().to_string();
+    let (Some(template), true, true) = (
+        template,
+        reference.reshape_position == 0,
+        free.len() >= blanks.len(),
+    ) else {
+        return Err(Error::NotStartable(format!(
+            "{first} has no md superblock; nvraid continues a reshape on a blank member only where the grow that added it stopped before its superblock was written (at position 0, another new member recorded; here the reshape is at {} bytes with {} new role(s) without a member): give the member that holds the role, or continue without it (degraded, where the level allows) and `nvraid add` it afterwards",
+            reference.reshape_position * 512,
+            free.len()
+        )));
+    };
+    let mut adopted = Vec::new();
+    for (member, (role, dev)) in blanks.into_iter().zip(free) {
+        let mut sb = new_member_superblock(&member, &template, dev as u32)?;
+        sb.events = reference.events;
+        let needed = sb.data_offset_sectors * 512 + member_data_bytes(reference);
+        if member.size_bytes() < needed {
+            return Err(Error::TooSmall {
+                spec: member.spec().into(),
+                size_bytes: member.size_bytes(),
+                min_bytes: needed,
+                reason: format!("role {role} of the reshape recorded on the others"),
+            });
+        }
+        by_role[role] = Some(Placed { member, sb });
+        adopted.push(role);
+    }
+    Ok(adopted)
 }
 
 /// The reshape the members' superblocks record, at `position`.
@@ -505,12 +694,38 @@ pub(super) fn reshape_at(placed: &[Placed], position: u64) -> Result<Reshape> {
 /// the step redone (`degraded`). With `raid0_layout`, the finished RAID 4
 /// is taken back to RAID 0 of that layout (`takeover`).
 pub(super) fn run(
+    placed: Vec<Placed>,
+    failed: Failed,
+    reshape: Reshape,
+    step_bytes: u64,
+    bitmap: Option<MemberBitmap>,
+    raid0_layout: Option<u32>,
+    progress: &mut dyn FnMut(GrowProgress),
+) -> Result<Grown> {
+    run_backed(
+        placed,
+        failed,
+        reshape,
+        step_bytes,
+        bitmap,
+        raid0_layout,
+        None,
+        progress,
+    )
+}
+
+/// [`run`] of a grow in place: the steps no step is safe for (the
+/// critical section) move one new stripe each, its overwritten rows kept
+/// in `backup` first (`backup`).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn run_backed(
     mut placed: Vec<Placed>,
     mut failed: Failed,
     mut reshape: Reshape,
     step_bytes: u64,
     mut bitmap: Option<MemberBitmap>,
     raid0_layout: Option<u32>,
+    mut backup: Option<Backup>,
     progress: &mut dyn FnMut(GrowProgress),
 ) -> Result<Grown> {
     let started = std::time::Instant::now();
@@ -529,12 +744,29 @@ pub(super) fn run(
         if to < end {
             to = to / unit * unit;
         }
+        // In the critical section of a grow in place: one new stripe, its
+        // rows kept first.
+        let mut backed = None;
         loop {
             let kernel_ok = to == end || reshape.at(to).is_ok_and(|r| r.md_can_continue());
             if to > p && reshape.step_is_safe(to) && kernel_ok {
                 break;
             }
             if to <= p + unit {
+                match &backup {
+                    Some(b) if b.is_held() => {
+                        to = (p + unit).min(end);
+                        let (old, _) = failed.unreadable();
+                        backed = Some(b.save(&placed, &old, &reshape, to)?);
+                        break;
+                    }
+                    Some(_) => {
+                        return Err(Error::NotStartable(format!(
+                            "no step from {p} is safe without the backup of the critical section, and no new member holding it is left; nothing past it was written"
+                        )))
+                    }
+                    None => {}
+                }
                 return Err(Error::NotStartable(format!(
                     "no step from {p} is safe (the data offset moved too little); nothing past it was written"
                 )));
@@ -554,9 +786,22 @@ pub(super) fn run(
             });
             match moved {
                 Ok(()) => break,
-                // Recorded failed on the others, then the step redone.
+                // Recorded failed on the others, then the step redone
+                // (from the kept rows, when the section's step was
+                // part-way over them).
                 Err(failure) => {
-                    record_failure(&mut placed, &mut failed, &reshape, failure, bitmap.as_mut())?
+                    record_failure(&mut placed, &mut failed, &reshape, failure, bitmap.as_mut())?;
+                    if backup.is_some() {
+                        backup = Backup::of(&placed, &failed, &reshape);
+                    }
+                    if let Some(saved) = &backed {
+                        saved.put_back(&placed, &failed)?;
+                        if !backup.as_ref().is_some_and(Backup::is_held) {
+                            return Err(Error::NotStartable(format!(
+                                "the member holding the backup of the critical section failed; the reshape stands at {p} bytes with its rows put back: bring it back and run `nvraid grow --continue`"
+                            )));
+                        }
+                    }
                 }
             }
         }
@@ -769,9 +1014,15 @@ pub(super) fn old_shape(reference: &Superblock, spec: &str) -> Result<Geometry> 
 fn check_array(
     found: &[(Member, Superblock)],
     options: &GrowOptions,
-) -> Result<(Superblock, Vec<usize>)> {
-    let (reference, roles) = check_whole(found, "grows", "growing")?;
-    let spec = found[roles[0]].0.spec();
+) -> Result<(Superblock, Vec<Option<usize>>)> {
+    let degraded = match options.force {
+        true => Degraded::Forced,
+        false => Degraded::WithoutForce,
+    };
+    let (reference, roles) = check_members(found, "grows", "growing", degraded)?;
+    let spec = found[roles.iter().flatten().next().copied().unwrap_or(0)]
+        .0
+        .spec();
     let refuse = |what: String| Error::Unsupported {
         spec: spec.into(),
         what,
@@ -781,6 +1032,23 @@ fn check_array(
         return Err(refuse(format!(
             "growing a {level} (md reshapes only the near layout of RAID 10)"
         )));
+    }
+    let missing: Vec<usize> = (0..roles.len()).filter(|&r| roles[r].is_none()).collect();
+    if !missing.is_empty() {
+        // md's rule for a grow of a degraded array (`--force`): a RAID 4/5/6
+        // whose parity covers the missing; the reshape reads around them.
+        let geometry = old_shape(&reference, spec)?;
+        let present: Vec<bool> = roles.iter().map(Option::is_some).collect();
+        if level.parity_chunks() == 0 {
+            return Err(refuse(format!(
+                "growing a degraded {level} (role(s) {missing:?} missing; nvraid grows degraded only a RAID 4/5/6 whose parity covers the missing members, as md does: rebuild it first with `nvraid add`)"
+            )));
+        }
+        if !geometry.has_every_byte(&present) {
+            return Err(Error::NotStartable(format!(
+                "the {level} lacks role(s) {missing:?}, more than its parity covers: it cannot grow (nor run)"
+            )));
+        }
     }
     let old = reference.raid_disks;
     let want = old as usize + options.add.len();
@@ -808,6 +1076,30 @@ pub(super) fn check_whole(
     verb: &str,
     doing: &str,
 ) -> Result<(Superblock, Vec<usize>)> {
+    let (reference, roles) = check_members(found, verb, doing, Degraded::Refused)?;
+    let roles = roles.iter().map(|i| i.expect("checked")).collect();
+    Ok((reference, roles))
+}
+
+/// Whether [`check_members`] lets roles be missing.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Degraded {
+    /// Refused (every change of shape but a grow).
+    Refused,
+    /// A grow without `--force`: refused, naming it.
+    WithoutForce,
+    /// `grow --force`: allowed (the caller checks the level covers them).
+    Forced,
+}
+
+/// [`check_whole`], with roles missing allowed as `degraded` says:
+/// returns the index of the member in each role (`None`: missing).
+fn check_members(
+    found: &[(Member, Superblock)],
+    verb: &str,
+    doing: &str,
+    degraded: Degraded,
+) -> Result<(Superblock, Vec<Option<usize>>)> {
     let listed: Vec<(&str, &Superblock)> = found.iter().map(|(m, sb)| (m.spec(), sb)).collect();
     let decision = decide(&listed)?;
     let (ref_member, reference) = &found[decision.reference];
@@ -817,9 +1109,15 @@ pub(super) fn check_whole(
         what,
     };
     if let Some(role) = decision.roles.iter().position(Option::is_none) {
-        return Err(Error::NotStartable(format!(
-            "the array is degraded (role {role} is missing); nvraid {verb} only a whole array: rebuild it first (`nvraid add`)"
-        )));
+        match degraded {
+            Degraded::Refused => return Err(Error::NotStartable(format!(
+                "the array is degraded (role {role} is missing); nvraid {verb} only a whole array: rebuild it first (`nvraid add`)"
+            ))),
+            Degraded::WithoutForce => return Err(Error::NotStartable(format!(
+                "the array is degraded (role {role} is missing); md grows a degraded RAID 4/5/6 only when told to (mdadm --grow --force): give --force to grow it degraded, reading around the missing member, or rebuild it first (`nvraid add`)"
+            ))),
+            Degraded::Forced => {}
+        }
     }
     if let Some((index, why)) = decision.set_aside.first() {
         let why = match why {
@@ -856,8 +1154,7 @@ pub(super) fn check_whole(
             "the array is not clean (a resync is due); run `nvraid repair` first".into(),
         ));
     }
-    let roles = decision.roles.iter().map(|i| i.expect("checked")).collect();
-    Ok((reference.clone(), roles))
+    Ok((reference.clone(), decision.roles.clone()))
 }
 
 /// A new member must hold the data area the others use, at the same data

@@ -12,6 +12,9 @@
 //! - `grow`: [`grow`] and [`continue_grow`], nvraid's own reshape of a
 //!   RAID 4/5/6 or RAID 10 near gaining members: the checks, md's record written, the
 //!   steps with a checkpoint after each, the finished shape recorded;
+//! - `backup`: a RAID 4/5/6 grown in place (no room to move the data
+//!   offset): the rows each step of the critical section overwrites kept
+//!   on the new members first, put back by `grow --continue`;
 //! - `level`: `grow --level`, md's level changes that move no byte
 //!   (RAID 4 <-> RAID 5 parity-last, RAID 6 -> 5 dropping a last-member Q);
 //! - `shape`: `grow --chunk`/`--layout`, a RAID 4/5/6 or RAID 10 near
@@ -39,6 +42,7 @@
 //!
 //! [`Reshape`]: nvraid_layout::Reshape
 
+mod backup;
 mod bitmap;
 mod degraded;
 mod grow;

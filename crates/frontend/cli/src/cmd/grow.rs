@@ -61,7 +61,9 @@ pub struct GrowArgs {
     /// without --force (shrink the filesystem first). Nothing moves.
     #[arg(long, short = 'z', value_name = "max|SIZE", conflicts_with_all = ["raid_devices", "add", "level", "chunk", "layout", "cont"])]
     size: Option<String>,
-    /// Use new members that carry a filesystem or another array; with
+    /// Use new members that carry a filesystem or another array; grow a
+    /// degraded RAID 4/5/6 whose parity covers the missing members (md
+    /// allows it, mdadm asks for --force), reading around them; with
     /// --size, shrink the array.
     #[arg(long, short = 'f')]
     force: bool,

@@ -1,0 +1,640 @@
+//! `nvraid grow` without room to move the data offset: the RAID 4/5/6
+//! grows in place, its critical section kept in a backup area on the new
+//! members (docs/reshape.md); a crash at any write of the section is put
+//! right by `grow --continue`. A degraded array grown with `--force`; the
+//! crash window between the new members' superblocks.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const MIB: u64 = 1 << 20;
+
+/// Data bytes each member holds (7 MiB members less 1 MiB of metadata).
+const PER: u64 = 6 * MIB;
+
+/// md's test pattern (tools/mdvm/pattern.c): 4 KiB block N holds the
+/// little-endian u64 N, repeated.
+fn pattern(bytes: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes as usize);
+    for block in 0..bytes / 4096 {
+        for _ in 0..512 {
+            out.extend_from_slice(&block.to_le_bytes());
+        }
+    }
+    out
+}
+
+fn with<'a>(head: &[&'a str], members: &'a [String]) -> Vec<&'a str> {
+    let mut args = head.to_vec();
+    args.extend(members.iter().map(String::as_str));
+    args
+}
+
+/// A RAID `level` of `count` members of 7 MiB in chunks of 1 MiB (its
+/// data offset, 1 MiB, leaves less than a chunk of room below the data),
+/// no bitmap, filled with the pattern: the members and the bytes.
+fn no_room(dir: &Path, level: &str, count: usize) -> (Vec<String>, Vec<u8>) {
+    no_room_with(dir, level, count, "none")
+}
+
+/// [`no_room`] with `--bitmap bitmap`.
+fn no_room_with(dir: &Path, level: &str, count: usize, bitmap: &str) -> (Vec<String>, Vec<u8>) {
+    let names: Vec<String> = (0..count).map(|i| format!("d{i}")).collect();
+    let mut args = vec![
+        "create", "--level", level, "--chunk", "1M", "--bitmap", bitmap, "--size", "7M", "--name",
+        "inplace",
+    ];
+    args.extend(names.iter().map(String::as_str));
+    ok(&args, dir);
+    let data_members = count as u64 - if level == "6" { 2 } else { 1 };
+    let data = pattern(data_members * PER);
+    std::fs::write(dir.join("data"), &data).unwrap();
+    ok(&with(&["write", "--input", "data"], &names), dir);
+    std::fs::remove_file(dir.join("data")).unwrap();
+    (names, data)
+}
+
+/// A blank member file of `mib` MiB.
+fn blank(dir: &Path, name: &str, mib: u64) -> String {
+    let f = std::fs::File::create(dir.join(name)).unwrap();
+    f.set_len(mib * MIB).unwrap();
+    name.into()
+}
+
+fn read(dir: &Path, members: &[String], len: u64) -> Vec<u8> {
+    let len = len.to_string();
+    ok_bytes(&with(&["read", "--length", &len], members), dir)
+}
+
+fn examine(dir: &Path, name: &str) -> serde_json::Value {
+    let out = ok(&["examine", "--json", name], dir);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    v[0]["superblock"].clone()
+}
+
+/// Every byte of the grown array back (the pattern, then zeros), and
+/// every parity right.
+fn assert_grown(dir: &Path, members: &[String], data: &[u8], size: u64, what: &str) {
+    let got = read(dir, members, size);
+    assert!(
+        got[..data.len()] == data[..],
+        "{what}: the old bytes moved wrong"
+    );
+    assert!(
+        got[data.len()..].iter().all(|&b| b == 0),
+        "{what}: the new space is not zeros"
+    );
+    assert_checks_clean(dir, members, what);
+}
+
+#[test]
+fn a_raid5_without_room_to_move_its_data_grows_in_place_with_a_backup() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut m, data) = no_room(dir.path(), "5", 4);
+    let new = blank(dir.path(), "d4", 12);
+    let out = ok(
+        &with(&["grow", "-n", "5", "--add", &new, "--json"], &m),
+        dir.path(),
+    );
+    let grown: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(grown["raid_disks"], 5, "{grown}");
+    assert_eq!(grown["size_bytes"], 4 * PER, "{grown}");
+    // The old members' data stayed where it was.
+    assert_eq!(grown["data_offset_bytes"], MIB, "{grown}");
+    m.push(new);
+    for name in &m[..4] {
+        assert_eq!(examine(dir.path(), name)["data_offset_sectors"], 2048);
+    }
+    // The new member's data starts above its backup area (a chunk of each
+    // old member and a 4 KiB header).
+    assert_eq!(
+        examine(dir.path(), "d4")["data_offset_sectors"],
+        (MIB + 4 * MIB + 4096) / 512
+    );
+    assert_grown(dir.path(), &m, &data, 4 * PER, "grown in place");
+    // RAID 6: two new members, each with the backup.
+    let dir = tempfile::tempdir().unwrap();
+    let (mut m, data) = no_room(dir.path(), "6", 4);
+    let (a, b) = (blank(dir.path(), "d4", 12), blank(dir.path(), "d5", 12));
+    ok(
+        &with(&["grow", "-n", "6", "--add", &a, "--add", &b], &m),
+        dir.path(),
+    );
+    m.extend([a, b]);
+    assert_grown(dir.path(), &m, &data, 4 * PER, "RAID 6 grown in place");
+    // Q right as well: two members gone, every byte still there.
+    assert!(read(dir.path(), &m[2..], data.len() as u64) == data);
+    // RAID 4 (parity-last: the new member holds data).
+    let dir = tempfile::tempdir().unwrap();
+    let (mut m, data) = no_room(dir.path(), "4", 3);
+    let new = blank(dir.path(), "d3", 12);
+    ok(&with(&["grow", "-n", "4", "--add", &new], &m), dir.path());
+    m.push(new);
+    assert_grown(dir.path(), &m, &data, 3 * PER, "RAID 4 grown in place");
+    // With a write-intent bitmap (kept where it is, below the data).
+    let dir = tempfile::tempdir().unwrap();
+    let (mut m, data) = no_room_with(dir.path(), "5", 4, "internal");
+    let new = blank(dir.path(), "d4", 12);
+    ok(&with(&["grow", "-n", "5", "--add", &new], &m), dir.path());
+    m.push(new);
+    let d: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["detail", "--json"], &m), dir.path())).unwrap();
+    assert_eq!(d["state"], "clean", "{d}");
+    assert_grown(
+        dir.path(),
+        &m,
+        &data,
+        4 * PER,
+        "grown in place with a bitmap",
+    );
+}
+
+#[test]
+fn a_grow_in_place_with_new_members_too_small_for_the_backup_is_refused_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _) = no_room(dir.path(), "5", 4);
+    // Room for the data area, none for the backup below it.
+    let new = blank(dir.path(), "d4", 8);
+    refused(
+        &with(&["grow", "-n", "5", "--add", &new], &m),
+        dir.path(),
+        &["d4", "too small", "backup of the critical section"],
+    );
+}
+
+/// Copy every file of `from` into a new temporary directory.
+fn copied(from: &Path) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
+    }
+    dir
+}
+
+/// Run `nvraid ARGS` with crash point `point` armed: it must die there.
+fn killed_at(dir: &Path, args: &[&str], point: &str) {
+    let out = Command::new(env!("CARGO_BIN_EXE_nvraid"))
+        .current_dir(dir)
+        .env("NVRAID_FAILPOINT", point)
+        .args(args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("failpoint"),
+        "{args:?} did not stop at {point}: {stderr}"
+    );
+}
+
+#[test]
+fn a_grow_in_place_killed_at_any_write_of_its_critical_section_is_restored_by_continue() {
+    // RAID 5 of 4 members to 5, chunks of 1 MiB: a stripe of the new shape
+    // holds 4 MiB, of the old 3 MiB; the steps from 0, 4 MiB and 8 MiB
+    // each write a row the old shape still reads (the critical section),
+    // from 12 MiB on the reads run ahead. Each of those steps: 3 backup
+    // writes (header cleared, rows, header), 6 member writes (5 members,
+    // then the flush), then 5 superblocks; the record before them is 5
+    // superblocks. Every one of these points is crashed at.
+    let template = tempfile::tempdir().unwrap();
+    let (old, data) = no_room(template.path(), "5", 4);
+    blank(template.path(), "d4", 12);
+    let grow = with(&["grow", "-n", "5", "--add", "d4", "--step", "4M"], &old);
+    let mut m = old.clone();
+    m.push("d4".into());
+    let mut points: Vec<String> = Vec::new();
+    points.extend((1..=9).map(|n| format!("reshape-backup:{n}")));
+    points.extend((1..=18).map(|n| format!("reshape-write:{n}")));
+    points.extend((1..=20).map(|n| format!("reshape-superblock:{n}")));
+    for point in &points {
+        let dir = copied(template.path());
+        killed_at(dir.path(), &grow, point);
+        let out = ok(
+            &with(&["grow", "--continue", "--step", "4M"], &m),
+            dir.path(),
+        );
+        assert!(out.contains("to 5 members"), "{point}: {out}");
+        assert_grown(dir.path(), &m, &data, 4 * PER, point);
+    }
+}
+
+#[test]
+fn the_kernel_reads_a_raid5_nvraid_grew_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut m, data) = no_room(dir.path(), "5", 4);
+    let new = blank(dir.path(), "d4", 12);
+    ok(&with(&["grow", "-n", "5", "--add", &new], &m), dir.path());
+    m.push(new);
+    let mut whole = data.clone();
+    whole.resize((4 * PER) as usize, 0);
+    assert!(read(dir.path(), &m, 4 * PER) == whole);
+    let images: Vec<PathBuf> = m.iter().map(|n| dir.path().join(n)).collect();
+    let report = kernel_reads(&images, &[sha(&whole)]);
+    assert!(report.contains("level=raid5"), "{report}");
+}
+
+#[test]
+fn a_grow_killed_between_its_new_members_superblocks_is_finished_by_continue() {
+    // Two members added: killed after the first new member's superblock
+    // (the second still blank), and after the second's (the old members
+    // not yet recorded). `grow --continue` with every member given, the
+    // blank one too, finishes either; the moved-offset grow (with a
+    // write-intent bitmap and without) and the one in place alike.
+    let cases = [
+        ("5", "15M", 16, true, "none"),
+        ("5", "15M", 16, true, "internal"),
+        ("5", "7M", 12, false, "none"),
+    ];
+    for (level, size, new_mib, room, bitmap) in cases {
+        for point in ["reshape-superblock:1", "reshape-superblock:2"] {
+            let dir = tempfile::tempdir().unwrap();
+            let names: Vec<String> = (0..4).map(|i| format!("d{i}")).collect();
+            let mut args = vec![
+                "create", "--level", level, "--bitmap", bitmap, "--size", size,
+            ];
+            if !room {
+                args.extend(["--chunk", "1M"]);
+            }
+            args.extend(names.iter().map(String::as_str));
+            ok(&args, dir.path());
+            let per = if room { 14 * MIB } else { PER };
+            let data = pattern(3 * per);
+            std::fs::write(dir.path().join("data"), &data).unwrap();
+            ok(&with(&["write", "--input", "data"], &names), dir.path());
+            std::fs::remove_file(dir.path().join("data")).unwrap();
+            let (a, b) = (
+                blank(dir.path(), "d4", new_mib),
+                blank(dir.path(), "d5", new_mib),
+            );
+            killed_at(
+                dir.path(),
+                &with(&["grow", "-n", "6", "--add", &a, "--add", &b], &names),
+                point,
+            );
+            let mut m = names.clone();
+            m.extend([a, b]);
+            let out = ok(&with(&["grow", "--continue"], &m), dir.path());
+            assert!(out.contains("to 6 members"), "{point}: {out}");
+            assert_grown(dir.path(), &m, &data, 5 * per, point);
+        }
+    }
+}
+
+#[test]
+fn a_blank_member_past_the_start_of_a_reshape_is_refused_by_name_unchanged() {
+    // A grow killed after its first step was recorded: the new member's
+    // bytes are on it, so a blank one in its place is not taken for it.
+    let dir = tempfile::tempdir().unwrap();
+    let (old, _) = no_room(dir.path(), "5", 4);
+    blank(dir.path(), "d4", 12);
+    killed_at(
+        dir.path(),
+        &with(&["grow", "-n", "5", "--add", "d4", "--step", "4M"], &old),
+        "reshape-superblock:7",
+    );
+    blank(dir.path(), "other", 12);
+    let mut m = old.clone();
+    m.push("other".into());
+    refused(
+        &with(&["grow", "--continue"], &m),
+        dir.path(),
+        &["other", "no md superblock", "position 0", "nvraid add"],
+    );
+}
+
+/// A RAID `level` of `count` members of 15 MiB (1 MiB data offset, room
+/// to move it), no bitmap, filled with the pattern.
+fn roomy(dir: &Path, level: &str, count: usize) -> (Vec<String>, Vec<u8>) {
+    let names: Vec<String> = (0..count).map(|i| format!("d{i}")).collect();
+    let mut args = vec![
+        "create", "--level", level, "--bitmap", "none", "--size", "15M",
+    ];
+    args.extend(names.iter().map(String::as_str));
+    ok(&args, dir);
+    let data_members = match level {
+        "6" => count as u64 - 2,
+        "10" => count as u64 / 2,
+        _ => count as u64 - 1,
+    };
+    let data = pattern(data_members * 14 * MIB);
+    std::fs::write(dir.join("data"), &data).unwrap();
+    ok(&with(&["write", "--input", "data"], &names), dir);
+    std::fs::remove_file(dir.join("data")).unwrap();
+    (names, data)
+}
+
+#[test]
+fn a_degraded_raid5_or_raid6_grows_with_force_and_a_rebuild_makes_it_whole() {
+    // RAID 5 of 4 without d3 to 5 members; RAID 6 of 4 without d0 and d3
+    // to 5; a RAID 5 without room, in place: every byte reads back
+    // degraded, a blank member rebuilt into the missing role checks clean.
+    let cases: [(&str, &[usize], u64, &str, bool); 3] = [
+        ("5", &[3], 16, "role 3 (missing)", true),
+        ("6", &[0, 3], 16, "role 0 (missing)", true),
+        ("5", &[1], 12, "role 1 (missing)", false),
+    ];
+    for (level, missing, new_mib, said, room) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let (m, data) = if room {
+            roomy(d, level, 4)
+        } else {
+            no_room(d, level, 4)
+        };
+        let given: Vec<String> = (0..4)
+            .filter(|i| !missing.contains(i))
+            .map(|i| m[i].clone())
+            .collect();
+        let new = blank(d, "d4", new_mib);
+        let out = ok(
+            &with(
+                &["grow", "-n", "5", "--add", &new, "--force", "--json"],
+                &given,
+            ),
+            d,
+        );
+        let grown: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(grown["raid_disks"], 5, "{grown}");
+        assert!(grown["failed"].to_string().contains(said), "{grown}");
+        let mut survivors = given.clone();
+        survivors.push(new);
+        let size = grown["size_bytes"].as_u64().unwrap();
+        let got = read(d, &survivors, size);
+        assert!(
+            got[..data.len()] == data[..],
+            "RAID {level}: the bytes read degraded differ"
+        );
+        assert!(got[data.len()..].iter().all(|&b| b == 0));
+        let mut whole = survivors.clone();
+        for (k, _) in missing.iter().enumerate() {
+            let spare = blank(d, &format!("s{k}"), new_mib);
+            ok(&with(&["add", "--new", &spare], &whole), d);
+            whole.push(spare);
+        }
+        assert_grown(d, &whole, &data, size, &format!("RAID {level} rebuilt"));
+        // Every member's own bytes count: the new ones alone with parity.
+        if level == "6" {
+            assert!(read(d, &whole[2..], data.len() as u64) == data);
+        }
+    }
+}
+
+#[test]
+fn a_degraded_array_is_grown_only_with_force_and_raid10_not_at_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (m, _) = roomy(d, "5", 4);
+    let new = blank(d, "d4", 16);
+    refused(
+        &with(&["grow", "-n", "5", "--add", &new], &m[..3]),
+        d,
+        &[
+            "degraded",
+            "role 3 is missing",
+            "--force",
+            "mdadm --grow --force",
+        ],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (m, _) = roomy(d, "10", 4);
+    let new = blank(d, "d4", 16);
+    refused(
+        &with(&["grow", "-n", "5", "--add", &new, "--force"], &m[1..]),
+        d,
+        &["degraded", "raid10", "RAID 4/5/6"],
+    );
+}
+
+/// The kernel's md (tools/mdvm) assembles every array `images` hold
+/// (degraded ones too), lets any reshape finish, and reports each:
+/// `KERNEL name=... level=... disks=... degraded=... size=... pattern=ok|FAILED
+/// mismatch=...`, the pattern verified over `bytes` of the array named.
+fn kernel_reports(script_dir: &Path, images: &[PathBuf], bytes: &[(&str, u64)]) -> String {
+    let script = script_dir.join("check.sh");
+    let cases: String = bytes
+        .iter()
+        .map(|(name, n)| format!("    *{name}) n={n} ;;\n"))
+        .collect();
+    std::fs::write(
+        &script,
+        format!(
+            r#"set +e
+mdadm --assemble --scan --run 2>&1
+echo 200000 > /proc/sys/dev/raid/speed_limit_min
+echo 2000000 > /proc/sys/dev/raid/speed_limit_max
+i=0; while grep -q -e reshape -e resync -e recovery /proc/mdstat && [ $i -lt 240 ]; do sleep 1; i=$((i+1)); done
+cat /proc/mdstat
+for sys in /sys/block/md*; do
+  md=/dev/${{sys##*/}}
+  name=$(mdadm --detail $md | sed -n 's/ *Name : \([^ ]*\).*/\1/p')
+  case "$name" in
+{cases}    *) n=4096 ;;
+  esac
+  if pattern verify -n $n $md; then pv=ok; else pv=FAILED; fi
+  mm=none
+  if [ -e $sys/md/sync_action ] && [ "$(cat $sys/md/degraded)" = 0 ]; then
+    echo check > $sys/md/sync_action; sleep 1; mdadm --wait $md >/dev/null 2>&1
+    mm=$(cat $sys/md/mismatch_cnt)
+  fi
+  echo "KERNEL name=$name level=$(cat $sys/md/level) disks=$(cat $sys/md/raid_disks) degraded=$(cat $sys/md/degraded) size=$(blockdev --getsize64 $md) pattern=$pv mismatch=$mm"
+done
+"#
+        ),
+    )
+    .unwrap();
+    let out = mdvm_on("mdvm", "6.1", &[])
+        .arg("--snapshot")
+        .arg("--script")
+        .arg(&script)
+        .args(images)
+        .output()
+        .expect("tools/mdvm/mdvm (./test.sh installs its tools)");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn kernel_line<'a>(report: &'a str, name: &str) -> &'a str {
+    report
+        .lines()
+        .find(|l| {
+            l.starts_with("KERNEL ")
+                && (l.contains(&format!("name={name} ")) || l.contains(&format!(":{name} ")))
+        })
+        .unwrap_or_else(|| panic!("the kernel did not assemble {name}:\n{report}"))
+}
+
+/// A RAID `level` of 4 members in `dir/name` (named `name`), filled:
+/// `no_room` or `roomy`, with the array's name set.
+fn named(dir: &Path, name: &str, level: &str, room: bool) -> (PathBuf, Vec<String>, u64) {
+    let sub = dir.join(name);
+    std::fs::create_dir(&sub).unwrap();
+    let names: Vec<String> = (0..4).map(|i| format!("d{i}")).collect();
+    let mut args = vec![
+        "create", "--level", level, "--bitmap", "none", "--name", name,
+    ];
+    if room {
+        args.extend(["--size", "15M"]);
+    } else {
+        args.extend(["--size", "7M", "--chunk", "1M"]);
+    }
+    args.extend(names.iter().map(String::as_str));
+    ok(&args, &sub);
+    let per = if room { 14 * MIB } else { PER };
+    let data_members = if level == "6" { 2 } else { 3 };
+    std::fs::write(sub.join("data"), pattern(data_members * per)).unwrap();
+    ok(&with(&["write", "--input", "data"], &names), &sub);
+    std::fs::remove_file(sub.join("data")).unwrap();
+    (sub, names, data_members * per)
+}
+
+#[test]
+fn the_kernel_assembles_what_nvraid_grew_degraded_or_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut images = Vec::new();
+    // RAID 5 without d3 and RAID 6 without d0 and d3, grown with --force.
+    for (name, level, missing) in [("force5", "5", vec![3]), ("force6", "6", vec![0, 3])] {
+        let (sub, m, _) = named(dir.path(), name, level, true);
+        let given: Vec<String> = (0..4)
+            .filter(|i| !missing.contains(i))
+            .map(|i| m[i].clone())
+            .collect();
+        let new = blank(&sub, "d4", 16);
+        ok(
+            &with(&["grow", "-n", "5", "--add", &new, "--force"], &given),
+            &sub,
+        );
+        images.extend(given.iter().chain([&new]).map(|n| sub.join(n)));
+    }
+    // A RAID 5 grown in place, killed past its critical section (every
+    // member records the fourth step's position): md goes on from there.
+    let (sub, m, _) = named(dir.path(), "past", "5", false);
+    let new = blank(&sub, "d4", 12);
+    killed_at(
+        &sub,
+        &with(&["grow", "-n", "5", "--add", &new, "--step", "4M"], &m),
+        "reshape-superblock:25",
+    );
+    images.extend(m.iter().chain([&new]).map(|n| sub.join(n)));
+    // One killed inside it (the second step's position recorded): md
+    // cannot restore nvraid's backup, and must not take it up.
+    let (inside, inside_m, inside_bytes) = named(dir.path(), "inside", "5", false);
+    let new = blank(&inside, "d4", 12);
+    killed_at(
+        &inside,
+        &with(
+            &["grow", "-n", "5", "--add", &new, "--step", "4M"],
+            &inside_m,
+        ),
+        "reshape-superblock:10",
+    );
+    let mut inside_all = inside_m.clone();
+    inside_all.push(new);
+    images.extend(inside_all.iter().map(|n| inside.join(n)));
+    let report = kernel_reports(
+        dir.path(),
+        &images,
+        &[
+            ("force5", 3 * 14 * MIB),
+            ("force6", 2 * 14 * MIB),
+            ("past", 3 * PER),
+        ],
+    );
+    for (name, level, degraded, size) in [
+        ("force5", "raid5", 1, 4 * 14 * MIB),
+        ("force6", "raid6", 2, 3 * 14 * MIB),
+        ("past", "raid5", 0, 4 * PER),
+    ] {
+        let line = kernel_line(&report, name);
+        assert!(
+            line.contains(&format!("level={level} "))
+                && line.contains("disks=5 ")
+                && line.contains(&format!("degraded={degraded} "))
+                && line.contains(&format!("size={size} "))
+                && line.contains("pattern=ok")
+                && (degraded > 0 || line.contains("mismatch=0")),
+            "{line}\n{report}"
+        );
+    }
+    assert!(
+        report.contains("Failed to restore critical section")
+            && !report
+                .lines()
+                .any(|l| l.starts_with("KERNEL ") && l.contains("inside")),
+        "md took up a grow left inside its critical section:\n{report}"
+    );
+    // The images are as nvraid left them (md ran on snapshots): nvraid
+    // puts the section back and finishes.
+    ok(&with(&["grow", "--continue"], &inside_all), &inside);
+    let got = read(&inside, &inside_all, 4 * PER);
+    assert!(got[..inside_bytes as usize] == pattern(inside_bytes)[..]);
+    assert_checks_clean(&inside, &inside_all, "inside, continued");
+}
+
+#[test]
+fn a_degraded_grow_in_place_killed_in_its_critical_section_is_continued_degraded() {
+    // A RAID 5 without d1 grown in place with --force, killed inside its
+    // critical section (a backup write, member writes of the first and
+    // second step, a checkpoint): `grow --continue` on the members given
+    // puts the section back, reads around d1 and finishes.
+    let template = tempfile::tempdir().unwrap();
+    let (old, data) = no_room(template.path(), "5", 4);
+    blank(template.path(), "d4", 12);
+    let given = vec![old[0].clone(), old[2].clone(), old[3].clone()];
+    let grow = with(
+        &["grow", "-n", "5", "--add", "d4", "--force", "--step", "4M"],
+        &given,
+    );
+    let mut m = given.clone();
+    m.push("d4".into());
+    // 4 members written per step (d1 missing), then the flush.
+    for point in [
+        "reshape-backup:2",
+        "reshape-write:2",
+        "reshape-write:7",
+        "reshape-superblock:6",
+        "reshape-write:12",
+    ] {
+        let dir = copied(template.path());
+        killed_at(dir.path(), &grow, point);
+        let out = ok(
+            &with(&["grow", "--continue", "--step", "4M"], &m),
+            dir.path(),
+        );
+        assert!(out.contains("to 5 members"), "{point}: {out}");
+        let got = read(dir.path(), &m, 4 * PER);
+        assert!(got[..data.len()] == data[..], "{point}: the bytes differ");
+        assert!(got[data.len()..].iter().all(|&b| b == 0), "{point}");
+    }
+}
+
+#[test]
+fn a_spoiled_backup_of_the_critical_section_is_refused_by_name_unchanged() {
+    // Killed while the second step's rows were written; then a byte of
+    // the backup's rows on d4 (the only copy) changes: `grow --continue`
+    // cannot know the old rows, so it writes nothing and names d4.
+    let dir = tempfile::tempdir().unwrap();
+    let (old, _) = no_room(dir.path(), "5", 4);
+    blank(dir.path(), "d4", 12);
+    killed_at(
+        dir.path(),
+        &with(&["grow", "-n", "5", "--add", "d4", "--step", "4M"], &old),
+        "reshape-write:8",
+    );
+    // d4's data starts at 1 MiB + 4 MiB + 4 KiB; its backup's rows (a
+    // chunk of each of the 4 old members) end 4 KiB below that.
+    let path = dir.path().join("d4");
+    let mut image = std::fs::read(&path).unwrap();
+    let at = (MIB + 4 * MIB + 4096 - 4096 - 2 * MIB) as usize;
+    image[at] ^= 0x5a;
+    std::fs::write(&path, &image).unwrap();
+    let mut m = old.clone();
+    m.push("d4".into());
+    refused(
+        &with(&["grow", "--continue"], &m),
+        dir.path(),
+        &["d4", "backup of the critical section", "checksum"],
+    );
+}
