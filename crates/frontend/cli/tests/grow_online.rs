@@ -162,6 +162,73 @@ fn grows_online_while_fio_verifies(level: &str, count: usize) {
     server.interrupt();
 }
 
+/// A served RAID 1 gains a mirror: the count is raised in the running
+/// array, the new member is rebuilt while fio writes and verifies, and
+/// after a restart every byte is on every mirror.
+#[test]
+fn fio_verifies_through_nbd_while_a_served_raid1_gains_a_third_mirror() {
+    tool("fio");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut members: Vec<String> = (0..2).map(|i| format!("m{i}.img")).collect();
+    create(d, "1", &members, "56M");
+    blank(d, "new.img", 64 << 20);
+    let server = serve_with(d, &members, &["--reshape-speed", "12"]);
+    let fio = fio_verify(d, false);
+    std::thread::sleep(Duration::from_millis(300));
+    let grow = grow_cmd(d, 3, "new.img");
+    let mid = wait_mid_grow(d);
+    let r = &mid["array"]["reshape"];
+    assert_eq!(r["kind"], "mirror", "{mid}");
+    assert_eq!(r["raid_disks"], 3, "{mid}");
+    // The new mirror is recorded recovering on the members while it runs.
+    let new_sb = &examine_member(d, "new.img")[0]["superblock"];
+    assert_eq!(new_sb["raid_disks"], 3, "{new_sb}");
+    assert_ne!(
+        new_sb["feature_map"].as_u64().unwrap() & 2,
+        0,
+        "no recovery offset on the new mirror mid-copy: {new_sb}"
+    );
+    let old_sb = &examine_member(d, "m0.img")[0]["superblock"];
+    assert_eq!(old_sb["raid_disks"], 3, "{old_sb}");
+    let out = grow.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "grow --socket: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("from 2 to 3"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    fio_done(fio);
+    server.interrupt();
+    members.push("new.img".into());
+    let grown = detail(d, &members);
+    assert_eq!(grown["state"], "clean", "{grown}");
+    assert_eq!(grown["raid_disks"], 3, "{grown}");
+    assert_checks_clean(d, &members, "after the online mirror add");
+    // The new mirror holds the same bytes as an old one, all of them.
+    let data_of = |name: &str| {
+        let sb = &examine_member(d, name)[0]["superblock"];
+        let at = sb["data_offset_sectors"].as_u64().unwrap() as usize * 512;
+        let len = sb["size_sectors"].as_u64().unwrap() as usize * 512;
+        std::fs::read(d.join(name)).unwrap()[at..at + len].to_vec()
+    };
+    assert!(
+        data_of("new.img") == data_of("m0.img"),
+        "the new mirror's data differs from the old mirror's"
+    );
+    let server = serve(d, &members);
+    fio_done(fio_verify(d, true));
+    server.interrupt();
+}
+
+fn examine_member(dir: &Path, member: &str) -> serde_json::Value {
+    serde_json::from_str(&ok(&["examine", "--json", member], dir)).unwrap()
+}
+
 #[test]
 fn fio_verifies_through_nbd_while_a_served_raid5_grows_from_4_to_5_members() {
     grows_online_while_fio_verifies("5", 4);

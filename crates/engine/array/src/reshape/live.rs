@@ -75,6 +75,9 @@ pub struct LiveGrowOptions {
 /// Where a served grow stands (`nvraid status`).
 #[derive(Clone, Debug, Serialize)]
 pub struct LiveGrowStatus {
+    /// `grow` (rows move to the new shape) or `mirror` (a RAID 1's added
+    /// members rebuilt from the others while it is served).
+    pub kind: &'static str,
     /// `running`, `finished` or `failed`.
     pub state: &'static str,
     pub raid_disks_before: u32,
@@ -91,7 +94,7 @@ pub struct LiveGrowStatus {
 
 /// Client requests in flight and the step's window (see [`Gate`]).
 #[derive(Debug, Default)]
-struct GateState {
+pub(super) struct GateState {
     /// Where the new shape ends and the old begins (array bytes).
     position: u64,
     /// `[start, end)` closed to client requests while a step moves it.
@@ -107,13 +110,13 @@ struct GateState {
 /// started in; a step closes its window and waits for every request of
 /// an earlier epoch (reads included) before it writes a byte.
 #[derive(Debug, Default)]
-struct Gate {
+pub(super) struct Gate {
     state: Mutex<GateState>,
     opened: Condvar,
 }
 
 impl Gate {
-    fn position(&self) -> u64 {
+    pub(super) fn position(&self) -> u64 {
         self.state
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -122,7 +125,7 @@ impl Gate {
 
     /// Close `[p, to)` to new requests and wait until every request that
     /// started before now has finished.
-    fn close_window(&self, p: u64, to: u64) {
+    pub(super) fn close_window(&self, p: u64, to: u64) {
         let mut gate = self.state.lock().unwrap_or_else(|p| p.into_inner());
         gate.window = Some((p, to));
         gate.epoch += 1;
@@ -133,7 +136,7 @@ impl Gate {
     }
 
     /// Open the window again, the position moved to `to` when given.
-    fn open_window(&self, to: Option<u64>) {
+    pub(super) fn open_window(&self, to: Option<u64>) {
         let mut gate = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(to) = to {
             gate.position = to;
@@ -145,7 +148,7 @@ impl Gate {
 
     /// Enter for `[offset, offset + len)` (waiting while a step's window
     /// covers part of it): the epoch and the position to route by.
-    fn enter(&self, offset: u64, len: u64) -> (u64, u64) {
+    pub(super) fn enter(&self, offset: u64, len: u64) -> (u64, u64) {
         let mut gate = self.state.lock().unwrap_or_else(|p| p.into_inner());
         while gate
             .window
@@ -158,7 +161,7 @@ impl Gate {
         (epoch, gate.position)
     }
 
-    fn leave(&self, epoch: u64) {
+    pub(super) fn leave(&self, epoch: u64) {
         let mut gate = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let n = gate.in_flight.get_mut(&epoch).expect("entered");
         *n -= 1;
@@ -171,11 +174,11 @@ impl Gate {
 }
 
 #[derive(Debug)]
-struct Progress {
-    state: &'static str,
-    error: Option<String>,
-    started: Instant,
-    start_position: u64,
+pub(super) struct Progress {
+    pub(super) state: &'static str,
+    pub(super) error: Option<String>,
+    pub(super) started: Instant,
+    pub(super) start_position: u64,
 }
 
 /// A grow running on a served array (see the module's text).
@@ -212,14 +215,14 @@ pub struct LiveGrow {
 /// and those not finished yet (waiting for a step's window included):
 /// what its pacing samples to tell whether clients are busy.
 #[derive(Debug, Default)]
-struct Clients {
+pub(super) struct Clients {
     ops: AtomicU64,
     in_flight: AtomicU64,
 }
 
 impl Clients {
     /// A client request starts: counted until the guard is dropped.
-    fn request(&self) -> ClientRequest<'_> {
+    pub(super) fn request(&self) -> ClientRequest<'_> {
         self.ops.fetch_add(1, Ordering::Relaxed);
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         ClientRequest(&self.in_flight)
@@ -457,6 +460,7 @@ impl LiveGrow {
             0
         };
         LiveGrowStatus {
+            kind: "grow",
             state: progress.state,
             raid_disks_before: self.old_members,
             raid_disks: self.reshape.new_shape().members(),
@@ -745,7 +749,7 @@ impl LiveGrow {
 }
 
 /// A client request in flight (see [`Clients::request`]).
-struct ClientRequest<'a>(&'a AtomicU64);
+pub(super) struct ClientRequest<'a>(&'a AtomicU64);
 
 impl Drop for ClientRequest<'_> {
     fn drop(&mut self) {
@@ -760,7 +764,7 @@ impl Drop for ClientRequest<'_> {
 /// until they pause). Clients' requests are counted as the route takes
 /// them ([`Clients`]), so the grow's own member I/O never counts as
 /// theirs.
-struct GrowPace {
+pub(super) struct GrowPace {
     start: Instant,
     /// Bytes moved since the window opened.
     bytes: u64,
@@ -773,13 +777,13 @@ struct GrowPace {
 impl GrowPace {
     const WINDOW: Duration = Duration::from_millis(100);
 
-    fn open(live: &LiveGrow) -> GrowPace {
-        let mut pace = GrowPace::watching(&live.clients);
-        if live.min_bytes_per_sec.is_some() {
+    pub(super) fn open(live: &dyn Paced) -> GrowPace {
+        let mut pace = GrowPace::watching(live.clients());
+        if live.rates().0.is_some() {
             // Look before the first step: a full-speed first window would
             // take the clients' share before their activity shows.
             std::thread::sleep(Duration::from_millis(20));
-            pace.sample(&live.clients);
+            pace.sample(live.clients());
         }
         pace
     }
@@ -804,8 +808,9 @@ impl GrowPace {
     }
 
     /// The rate that applies now (`None`: unlimited).
-    fn rate(&self, live: &LiveGrow) -> Option<u64> {
-        match (self.busy, live.min_bytes_per_sec, live.max_bytes_per_sec) {
+    fn rate(&self, live: &dyn Paced) -> Option<u64> {
+        let (min, max) = live.rates();
+        match (self.busy, min, max) {
             (true, Some(min), Some(max)) => Some(min.min(max)),
             (true, Some(min), None) => Some(min),
             (_, _, max) => max,
@@ -814,22 +819,22 @@ impl GrowPace {
 
     /// Whether the next step may start (`false`: the grow is asked to
     /// stop). With a minimum of 0, waits while clients stay busy.
-    fn may_step(&mut self, live: &LiveGrow) -> bool {
+    pub(super) fn may_step(&mut self, live: &dyn Paced) -> bool {
         loop {
-            if live.stop.load(Ordering::Acquire) {
+            if live.stopping() {
                 return false;
             }
             if self.rate(live) != Some(0) {
                 return true;
             }
             std::thread::sleep(Self::WINDOW);
-            self.sample(&live.clients);
+            self.sample(live.clients());
         }
     }
 
     /// A step moved `len` bytes: sleep while ahead of the rate that
     /// applies, and open the next window when this one is over.
-    fn moved(&mut self, live: &LiveGrow, len: u64) {
+    pub(super) fn moved(&mut self, live: &dyn Paced, len: u64) {
         self.bytes += len;
         if let Some(rate) = self.rate(live).filter(|&r| r > 0) {
             let due = Duration::from_secs_f64(self.bytes as f64 / rate as f64);
@@ -838,8 +843,30 @@ impl GrowPace {
             }
         }
         if self.start.elapsed() >= Self::WINDOW {
-            self.sample(&live.clients);
+            self.sample(live.clients());
         }
+    }
+}
+
+/// What [`GrowPace`] reads of a served reshape: its clients' requests,
+/// whether it is asked to stop, and its (minimum, maximum) rates.
+pub(super) trait Paced {
+    fn clients(&self) -> &Clients;
+    fn stopping(&self) -> bool;
+    fn rates(&self) -> (Option<u64>, Option<u64>);
+}
+
+impl Paced for LiveGrow {
+    fn clients(&self) -> &Clients {
+        &self.clients
+    }
+
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    fn rates(&self) -> (Option<u64>, Option<u64>) {
+        (self.min_bytes_per_sec, self.max_bytes_per_sec)
     }
 }
 

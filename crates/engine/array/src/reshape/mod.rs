@@ -24,6 +24,10 @@
 //!   the record kept in every superblock update of the running array,
 //!   client requests split between the two shapes at the position, each
 //!   step's window closed to them and earlier requests drained;
+//! - `live_copy`: [`LiveMirror`], a served RAID 1 gaining mirrors (the
+//!   count raised, the new members recorded recovering, client writes
+//!   reaching them below the copy's position), and [`start_live`], which
+//!   picks the served grow a level takes;
 //! - `degraded`: a member failing during a grow, recorded faulty on the
 //!   others and read around; roles missing at `--continue`;
 //! - `takeover`: a RAID 0 grown as md's RAID 4 with its parity missing
@@ -44,6 +48,7 @@ mod degraded;
 mod grow;
 mod level;
 mod live;
+mod live_copy;
 mod mirror;
 mod read;
 mod record;
@@ -55,6 +60,7 @@ mod takeover;
 pub use grow::{continue_grow, grow, GrowOptions, GrowProgress, Grown};
 pub use level::{change_level, LevelChanged};
 pub use live::{LiveGrow, LiveGrowOptions, LiveGrowStatus};
+pub use live_copy::{start_live, LiveMirror, LiveReshape};
 pub use read::{MidReshape, ReshapeDetail, ReshapeMember, ShapeDetail};
 pub use record::{is_reshaping, reshape_of};
 pub use shape::{change_shape, ShapeOptions};
