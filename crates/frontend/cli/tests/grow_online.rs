@@ -229,6 +229,139 @@ fn examine_member(dir: &Path, member: &str) -> serde_json::Value {
     serde_json::from_str(&ok(&["examine", "--json", member], dir)).unwrap()
 }
 
+/// An NBD member through nbdkit's error filter: every request fails
+/// with EIO once `trigger` exists.
+struct FailingNode {
+    child: Child,
+    socket: std::path::PathBuf,
+    trigger: std::path::PathBuf,
+}
+
+impl FailingNode {
+    fn up(dir: &Path, image: &str) -> FailingNode {
+        let socket = dir.join(format!("{image}.sock"));
+        let trigger = dir.join(format!("{image}.trigger"));
+        let child = Command::new(tool("nbdkit"))
+            .arg("-f")
+            .arg("-U")
+            .arg(&socket)
+            .args(["--filter=error", "file"])
+            .arg(dir.join(image))
+            .arg("error-rate=100%")
+            .arg(format!("error-file={}", trigger.display()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nbdkit (./test.sh installs it)");
+        let started = Instant::now();
+        while !socket.exists() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "nbdkit did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        FailingNode {
+            child,
+            socket,
+            trigger,
+        }
+    }
+
+    fn uri(&self) -> String {
+        format!("nbd+unix:///?socket={}", self.socket.display())
+    }
+
+    fn fail(&self) {
+        std::fs::write(&self.trigger, b"").unwrap();
+    }
+}
+
+impl Drop for FailingNode {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An old member of a served RAID 5 fails part-way through its online
+/// grow: it is recorded faulty, the grow goes on degraded to the end (the
+/// failed member's chunks read through the parity, the new shape's
+/// parity covering it) while fio writes and verifies; the grown array is
+/// degraded, every byte fio wrote reads back, and a member added after
+/// is rebuilt with every row's parity in agreement.
+#[test]
+fn a_member_failing_mid_online_grow_is_recorded_faulty_and_the_raid5_grows_degraded() {
+    tool("fio");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let members: Vec<String> = (0..4).map(|i| format!("m{i}.img")).collect();
+    create(d, "5", &members, "32M");
+    blank(d, "new.img", 32 << 20);
+    let node = FailingNode::up(d, "m1.img");
+    let through = vec![
+        members[0].clone(),
+        node.uri(),
+        members[2].clone(),
+        members[3].clone(),
+    ];
+    let server = serve_with(d, &through, &["--reshape-speed", "12"]);
+    let fio = fio_verify(d, false);
+    std::thread::sleep(Duration::from_millis(300));
+    let grow = grow_cmd(d, 5, "new.img");
+    wait_mid_grow(d);
+    node.fail();
+    let out = grow.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the grow did not go on degraded: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("from 4 to 5"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    fio_done(fio);
+    server.interrupt();
+    drop(node);
+    // The others record m1 faulty and the finished shape.
+    let examine: serde_json::Value =
+        serde_json::from_str(&ok(&["examine", "--json", "m0.img"], d)).unwrap();
+    let sb = &examine[0]["superblock"];
+    assert_eq!(sb["feature_map"].as_u64().unwrap() & 4, 0, "{examine}");
+    assert_eq!(sb["raid_disks"], 5, "{examine}");
+    let survivors: Vec<String> = ["m0.img", "m2.img", "m3.img", "new.img"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let degraded = detail(d, &survivors);
+    assert_eq!(degraded["raid_disks"], 5, "{degraded}");
+    assert!(
+        degraded["state"].as_str().unwrap().contains("degraded"),
+        "{degraded}"
+    );
+    // Served degraded: fio finds every block it wrote.
+    let server = serve(d, &survivors);
+    fio_done(fio_verify(d, true));
+    server.interrupt();
+    // A blank member rebuilt into the missing role: check is clean, and
+    // fio finds every block again.
+    blank(d, "spare.img", 32 << 20);
+    let mut add = vec!["add", "--new", "spare.img"];
+    add.extend(survivors.iter().map(String::as_str));
+    ok(&add, d);
+    let mut whole = survivors.clone();
+    whole.push("spare.img".into());
+    assert_checks_clean(d, &whole, "after the degraded online grow and a rebuild");
+    let server = serve(d, &whole);
+    fio_done(fio_verify(d, true));
+    server.interrupt();
+}
+
 #[test]
 fn fio_verifies_through_nbd_while_a_served_raid5_grows_from_4_to_5_members() {
     grows_online_while_fio_verifies("5", 4);

@@ -537,25 +537,12 @@ impl LiveGrow {
             }
             self.gate.close_window(p, to);
             // A member that failed has stale old rows (the array writes
-            // around it): moving them would copy stale bytes. The grow
-            // stops at the position recorded.
-            if let Some(role) = (0..array.roles()).find(|&r| !array.is_usable(r)) {
+            // around it): the step reads around it, as the offline grow
+            // does, and writes nothing to it; one failing here is recorded
+            // faulty and the step done again without it.
+            if let Err(e) = self.move_degraded(&array, &reshape, to, kernel) {
                 self.gate.open_window(None);
-                return Err(Error::NotStartable(format!(
-                    "member {role} failed; the grow stopped at {p} bytes, the position its superblocks record"
-                )));
-            }
-            let members = self.members_of(&array);
-            // Every member is usable (looked at above): none is read
-            // around. A member failing here stops the grow at the
-            // position recorded.
-            let unreadable = Unreadable { old: &[], new: &[] };
-            let moved_ok = move_rows(&reshape, &members, unreadable, to, kernel, &|| {
-                crate::failpoint::hit("reshape-write")
-            });
-            if let Err(failure) = moved_ok {
-                self.gate.open_window(None);
-                return Err(failure.error);
+                return Err(e);
             }
             {
                 let mut record = self.record.lock().unwrap_or_else(|p| p.into_inner());
@@ -608,22 +595,51 @@ impl LiveGrow {
         done
     }
 
-    /// Read new-shape bytes (all below the position).
+    /// Read new-shape bytes (all below the position). A chunk on a
+    /// failed member (or one whose read fails: it is failed then) is
+    /// rebuilt from its stripe's other chunks and parity.
     fn new_read(&self, array: &Array, offset: u64, buf: &mut [u8]) -> Result<()> {
         let new = self.reshape.new_shape();
         let base = self.new_offset();
         let members = self.members_of(array);
+        let chunk = new.chunk_bytes().expect("chunks");
+        let map = new
+            .level()
+            .stripe_map(new.members())
+            .expect("a parity level");
+        let unit = chunk * u64::from(map.data_per_stripe());
         let mut at = 0usize;
+        let mut stripe_data: Option<(u64, AlignedBuf)> = None;
+        let mut failed = self.failed_roles(array);
         for piece in new.pieces(offset, buf.len() as u64) {
             let place = new.locate(piece.logical_offset, 0);
-            let member = members[place.member as usize];
-            member
-                .read_at(
-                    &mut buf[at..at + piece.len as usize],
-                    base + place.member_offset,
-                )
-                .map_err(|e| Error::io(member.spec(), e))?;
+            let out = &mut buf[at..at + piece.len as usize];
             at += piece.len as usize;
+            let role = place.member as usize;
+            if !failed[role] {
+                let member = members[role];
+                match member.read_at(out, base + place.member_offset) {
+                    Ok(()) => continue,
+                    Err(e) => {
+                        self.member_failed(array, role, e)?;
+                        failed = self.failed_roles(array);
+                    }
+                }
+            }
+            // Degraded: the whole stripe's data, under its lock (a write
+            // beside it changes data and parity together).
+            let stripe = piece.logical_offset / unit;
+            if stripe_data.as_ref().is_none_or(|(s, _)| *s != stripe) {
+                let mut data = AlignedBuf::zeroed(unit as usize);
+                let _lock = self.stripes[(stripe % STRIPE_LOCKS) as usize]
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                self.read_stripe(array, stripe, &mut data, &[])?;
+                stripe_data = Some((stripe, data));
+            }
+            let (_, data) = stripe_data.as_ref().expect("read above");
+            let from = (piece.logical_offset - stripe * unit) as usize;
+            out.copy_from_slice(&data[from..from + piece.len as usize]);
         }
         Ok(())
     }
@@ -636,7 +652,10 @@ impl LiveGrow {
 
     /// Write new-shape bytes (all below the position): each new stripe it
     /// touches read, changed and written whole with its parity, under the
-    /// stripe's lock; admitted as a write of the same member rows.
+    /// stripe's lock; admitted as a write of the same member rows. Failed
+    /// members are left out (their chunks read through the parity, the
+    /// parity written covering them); a member whose I/O fails is failed
+    /// (recorded faulty) and the write goes on without it.
     fn new_write(&self, array: &Array, offset: u64, buf: &[u8], fua: bool) -> Result<()> {
         let new = self.reshape.new_shape();
         let old = self.reshape.old();
@@ -670,17 +689,14 @@ impl LiveGrow {
                 let row = base + stripe * chunk;
                 let s_start = stripe * unit;
                 let (w_start, w_end) = (offset.max(s_start), end.min(s_start + unit));
-                for (d, &m) in blocks.data.iter().enumerate() {
-                    let (c_start, c_end) =
-                        (s_start + d as u64 * chunk, s_start + (d as u64 + 1) * chunk);
-                    if w_start <= c_start && c_end <= w_end {
-                        continue; // wholly overwritten
-                    }
-                    let member = members[m as usize];
-                    member
-                        .read_at(&mut data[d * c..(d + 1) * c], row)
-                        .map_err(|e| Error::io(member.spec(), e))?;
-                }
+                // The chunks the write covers whole need no read.
+                let whole: Vec<bool> = (0..blocks.data.len() as u64)
+                    .map(|d| {
+                        let (c_start, c_end) = (s_start + d * chunk, s_start + (d + 1) * chunk);
+                        w_start <= c_start && c_end <= w_end
+                    })
+                    .collect();
+                self.read_stripe(array, stripe, &mut data, &whole)?;
                 data[(w_start - s_start) as usize..(w_end - s_start) as usize]
                     .copy_from_slice(&buf[(w_start - offset) as usize..(w_end - offset) as usize]);
                 let chunk_of = |d: usize| &data[d * c..(d + 1) * c];
@@ -697,31 +713,38 @@ impl LiveGrow {
                         nvraid_parity::gen_pq(kernel, &ordered, &mut p, &mut q);
                     }
                 }
+                let mut writes: Vec<(u32, &[u8])> = Vec::with_capacity(blocks.data.len() + 2);
                 for (d, &m) in blocks.data.iter().enumerate() {
                     let (c_start, c_end) =
                         (s_start + d as u64 * chunk, s_start + (d as u64 + 1) * chunk);
                     if c_end <= w_start || w_end <= c_start {
                         continue; // unchanged
                     }
-                    let member = members[m as usize];
-                    member
-                        .write_at(chunk_of(d), row)
-                        .map_err(|e| Error::io(member.spec(), e))?;
+                    writes.push((m, chunk_of(d)));
                 }
-                let member = members[blocks.p as usize];
-                member
-                    .write_at(&p, row)
-                    .map_err(|e| Error::io(member.spec(), e))?;
+                writes.push((blocks.p, &p));
                 if let Some(qm) = blocks.q {
-                    let member = members[qm as usize];
-                    member
-                        .write_at(&q, row)
-                        .map_err(|e| Error::io(member.spec(), e))?;
+                    writes.push((qm, &q));
+                }
+                let failed = self.failed_roles(array);
+                for (m, bytes) in writes {
+                    let role = m as usize;
+                    if failed[role] {
+                        continue; // the parity written covers it
+                    }
+                    if let Err(e) = members[role].write_at(bytes, row) {
+                        self.member_failed(array, role, e)?;
+                    }
                 }
             }
             if fua {
-                for member in &members {
-                    member.flush().map_err(|e| Error::io(member.spec(), e))?;
+                for (role, member) in members.iter().enumerate() {
+                    if self.failed_roles(array)[role] {
+                        continue;
+                    }
+                    if let Err(e) = member.flush() {
+                        self.member_failed(array, role, e)?;
+                    }
                 }
             }
             Ok(())
@@ -898,6 +921,176 @@ impl LiveRoute for LiveGrow {
             }
             // A discard may leave the old data (the Target's contract).
             OpKind::Discard => Ok(()),
+        }
+    }
+}
+
+/// A grow going on degraded (md's rule, and the offline grow's in
+/// `degraded`): a member of the old shape failing while the array is
+/// served is recorded faulty by the array, and the steps and the route's
+/// new-shape I/O read around it and write nothing to it, as long as the
+/// parity covers the members failed; one more stops the grow at the
+/// position recorded.
+impl LiveGrow {
+    /// The new shape's roles failed now (the old members the array
+    /// recorded faulty; an added member that fails stops the grow).
+    fn failed_roles(&self, array: &Array) -> Vec<bool> {
+        let old = self.old_members as usize;
+        (0..self.reshape.new_shape().members() as usize)
+            .map(|r| r < old && !array.is_usable(r))
+            .collect()
+    }
+
+    /// The member in `role` failed with `error`: an old member is failed
+    /// in the array (recorded faulty on the others, durably) when the
+    /// parity covers it, and the caller goes on without it; otherwise the
+    /// error.
+    fn member_failed(&self, array: &Array, role: usize, error: std::io::Error) -> Result<()> {
+        let spec = self.members_of(array)[role].spec().to_string();
+        if role >= self.old_members as usize {
+            return Err(Error::io(&spec, error));
+        }
+        array.fail_member(role, &error)?;
+        if self.failed_roles(array).iter().filter(|&&f| f).count()
+            > self.reshape.new_shape().level().parity_chunks() as usize
+        {
+            return Err(Error::io(&spec, error));
+        }
+        Ok(())
+    }
+
+    /// Read new stripe `stripe`'s data chunks into `data` (in array
+    /// order), but not those `skip` names (they are overwritten whole):
+    /// a chunk on a failed member is rebuilt from the stripe's others and
+    /// its parity. A member whose read fails is failed and the stripe
+    /// read again. The caller holds the stripe's lock.
+    fn read_stripe(
+        &self,
+        array: &Array,
+        stripe: u64,
+        data: &mut [u8],
+        skip: &[bool],
+    ) -> Result<()> {
+        let new = self.reshape.new_shape();
+        let map = new
+            .level()
+            .stripe_map(new.members())
+            .expect("a parity level");
+        let chunk = new.chunk_bytes().expect("chunks");
+        let c = chunk as usize;
+        let row = self.new_offset() + stripe * chunk;
+        let blocks = map.stripe(stripe);
+        let members = self.members_of(array);
+        let raid6 = blocks.q.is_some();
+        let slot = |d: usize| {
+            if raid6 {
+                map.q_slot(stripe, d as u32)
+            } else {
+                d
+            }
+        };
+        'again: loop {
+            let failed = self.failed_roles(array);
+            let lost: Vec<usize> = (0..blocks.data.len())
+                .filter(|&d| failed[blocks.data[d] as usize])
+                .collect();
+            // Every chunk when one is lost (the parity needs them all),
+            // else only those not overwritten whole.
+            for (d, &m) in blocks.data.iter().enumerate() {
+                if failed[m as usize] || (lost.is_empty() && skip.get(d) == Some(&true)) {
+                    continue;
+                }
+                if let Err(e) = members[m as usize].read_at(&mut data[d * c..(d + 1) * c], row) {
+                    self.member_failed(array, m as usize, e)?;
+                    continue 'again;
+                }
+            }
+            if lost.is_empty() {
+                return Ok(());
+            }
+            let mut p = AlignedBuf::zeroed(c);
+            let mut q = AlignedBuf::zeroed(c);
+            let mut gone: Vec<nvraid_parity::Block> = lost
+                .iter()
+                .map(|&d| nvraid_parity::Block::Data(slot(d)))
+                .collect();
+            if failed[blocks.p as usize] {
+                gone.push(nvraid_parity::Block::P);
+            } else if let Err(e) = members[blocks.p as usize].read_at(&mut p, row) {
+                self.member_failed(array, blocks.p as usize, e)?;
+                continue 'again;
+            }
+            if let Some(qm) = blocks.q {
+                if failed[qm as usize] {
+                    gone.push(nvraid_parity::Block::Q);
+                } else if let Err(e) = members[qm as usize].read_at(&mut q, row) {
+                    self.member_failed(array, qm as usize, e)?;
+                    continue 'again;
+                }
+            }
+            let mut ordered: Vec<Option<&mut [u8]>> =
+                (0..blocks.data.len()).map(|_| None).collect();
+            for (d, bytes) in data[..blocks.data.len() * c].chunks_mut(c).enumerate() {
+                ordered[slot(d)] = Some(bytes);
+            }
+            let mut whole = nvraid_parity::Stripe {
+                data: ordered
+                    .into_iter()
+                    .map(|d| d.expect("every slot"))
+                    .collect(),
+                p: &mut p,
+                q: raid6.then_some(&mut q[..]),
+            };
+            return whole
+                .recover(nvraid_parity::Kernel::best(), &gone)
+                .map_err(|e| {
+                    Error::NotStartable(format!(
+                        "stripe {stripe} of the new shape cannot be rebuilt: {e:?}"
+                    ))
+                });
+        }
+    }
+
+    /// Move the array's `[P, to)` (the step's window closed): read around
+    /// the members failed and write none of them; a member failing in
+    /// the step is failed in the array and the step done again.
+    fn move_degraded(
+        &self,
+        array: &Array,
+        reshape: &Reshape,
+        to: u64,
+        kernel: nvraid_parity::Kernel,
+    ) -> Result<()> {
+        let p = reshape.position();
+        loop {
+            let failed = self.failed_roles(array);
+            if failed.iter().filter(|&&f| f).count()
+                > self.reshape.new_shape().level().parity_chunks() as usize
+            {
+                return Err(Error::NotStartable(format!(
+                    "more members failed than the parity covers; the grow stopped at {p} bytes, the position its superblocks record"
+                )));
+            }
+            let members = self.members_of(array);
+            let unreadable = Unreadable {
+                old: &failed,
+                new: &failed,
+            };
+            let moved = move_rows(reshape, &members, unreadable, to, kernel, &|| {
+                crate::failpoint::hit("reshape-write")
+            });
+            let Err(failure) = moved else {
+                return Ok(());
+            };
+            let role = failure.role as usize;
+            if role >= self.old_members as usize || failed[role] {
+                return Err(failure.error);
+            }
+            let error = match failure.error {
+                Error::Io { source, .. } => source,
+                other => std::io::Error::other(other.to_string()),
+            };
+            self.member_failed(array, role, error)?;
         }
     }
 }

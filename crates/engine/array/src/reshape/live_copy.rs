@@ -187,8 +187,8 @@ impl LiveMirror {
         };
         let mut adding: Vec<Member> = Vec::with_capacity(options.add.len());
         for spec in &options.add {
-            let member_already = (0..array.roles())
-                .any(|r| array.slot(r).is_some_and(|s| s.member.spec() == spec));
+            let member_already =
+                (0..array.roles()).any(|r| array.slot(r).is_some_and(|s| s.member.spec() == spec));
             if member_already || adding.iter().any(|m| m.spec() == spec) {
                 return Err(Error::BadOption {
                     option: "--add".into(),
