@@ -93,6 +93,13 @@ fn clients_during(
 }
 
 fn grow_online_and_check(level: Level, members: usize, add: usize, clients: Clients) {
+    grow_online_failing(level, members, add, clients, &[]);
+}
+
+/// [`grow_online_and_check`], the old members in `fail` failed (recorded
+/// faulty, as an I/O error on them does) once the grow is part-way: it
+/// goes on degraded and every byte reads back from the others.
+fn grow_online_failing(level: Level, members: usize, add: usize, clients: Clients, fail: &[usize]) {
     let dir = tempfile::tempdir().unwrap();
     let member_bytes = 6 << 20;
     let specs = new_array(&dir, level, members, 64 << 10, member_bytes);
@@ -151,15 +158,29 @@ fn grow_online_and_check(level: Level, members: usize, add: usize, clients: Clie
         .to_string();
     assert!(refused.contains("second grow"), "{refused}");
     let mut saw_mid = false;
+    let mut failed_mid = None;
     while live.status().state == "running" {
         let s = live.status();
         saw_mid |= s.position_bytes > 0 && s.position_bytes < s.end_bytes;
+        if saw_mid && failed_mid.is_none() {
+            for &role in fail {
+                array
+                    .fail_member(role, &std::io::Error::from_raw_os_error(libc::EIO))
+                    .unwrap();
+            }
+            failed_mid = Some(s.position_bytes);
+        }
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     thread.join().unwrap();
     let status = live.status();
     assert_eq!(status.state, "finished", "{status:?}");
     assert!(saw_mid, "the status never showed the grow part-way");
+    if !fail.is_empty() {
+        let at = failed_mid.expect("failed part-way");
+        assert!(at < status.end_bytes, "failed at {at}, the end");
+        assert!(fail.iter().all(|&r| !array.is_usable(r)));
+    }
     // Clients on after the end: all in the new shape now.
     std::thread::sleep(std::time::Duration::from_millis(100));
     running.store(false, Ordering::Release);
@@ -182,16 +203,25 @@ fn grow_online_and_check(level: Level, members: usize, add: usize, clients: Clie
     drop(live);
     Arc::try_unwrap(array).unwrap().close().unwrap();
     // Assembled again: the new shape, larger, every block as last written.
-    let all: Vec<String> = specs.iter().chain(&new).cloned().collect();
+    let all: Vec<String> = specs
+        .iter()
+        .enumerate()
+        .filter(|(role, _)| !fail.contains(role))
+        .map(|(_, s)| s)
+        .chain(&new)
+        .cloned()
+        .collect();
     let grown = assemble(
         &all,
         AssembleOptions {
             writable: false,
+            allow_degraded: true,
             ..Default::default()
         },
     )
     .unwrap();
     assert_eq!(grown.geometry().members() as usize, members + add);
+    assert_eq!(grown.is_degraded(), !fail.is_empty());
     assert_eq!(grown.size_bytes(), status.new_size_bytes);
     assert!(grown.size_bytes() > size);
     let mut got = vec![0u8; BLOCK as usize];
@@ -251,6 +281,32 @@ fn clients_read_and_write_through_an_online_raid6_grow_and_every_byte_reads_back
         5,
         1,
         Clients::Mixed,
+    );
+}
+
+#[test]
+fn two_members_failing_mid_online_raid6_grow_are_recorded_faulty_and_the_grow_finishes_degraded() {
+    grow_online_failing(
+        Level::Raid6 {
+            layout: ParityLayout::LeftSymmetric,
+        },
+        5,
+        1,
+        Clients::Mixed,
+        &[1, 3],
+    );
+}
+
+#[test]
+fn a_member_failing_mid_online_raid5_grow_is_recorded_faulty_and_the_grow_finishes_degraded() {
+    grow_online_failing(
+        Level::Raid5 {
+            layout: ParityLayout::LeftSymmetric,
+        },
+        4,
+        1,
+        Clients::Mixed,
+        &[2],
     );
 }
 

@@ -535,7 +535,15 @@ impl LiveGrow {
                     to - unit
                 };
             }
-            self.gate.close_window(p, to);
+            // The window covers the old stripes the step reads whole: a
+            // degraded step rebuilds a failed member's chunks from their
+            // rows' others and parity, which a client's old-shape write
+            // just past `to` in the same row must not change under it.
+            let old = self.reshape.old();
+            let old_unit = old.chunk_bytes().expect("chunks")
+                * u64::from(old.members() - old.level().parity_chunks());
+            let window_end = to.next_multiple_of(old_unit).min(old.array_bytes()).max(to);
+            self.gate.close_window(p, window_end);
             // A member that failed has stale old rows (the array writes
             // around it): the step reads around it, as the offline grow
             // does, and writes nothing to it; one failing here is recorded
