@@ -28,9 +28,13 @@
 //!   assembled again (at its new size: the served size stays the old one
 //!   until `serve` is restarted).
 //!
-//! A failure (a member, a superblock write) stops the grow at the position
-//! last recorded: the record stays, client requests go on through the two
-//! shapes, and `nvraid grow --continue` finishes it after `serve` stops.
+//! An old member failing is recorded faulty and the grow goes on degraded
+//! (steps and the route read around it, write parity covering it) while
+//! the parity covers the members failed. Any other failure (one more
+//! member, an added member, a superblock write) stops the grow at the
+//! position last recorded: the record stays, client requests go on
+//! through the two shapes, and `nvraid grow --continue` finishes it after
+//! `serve` stops.
 
 use super::grow::{
     check_new_member, finish_record, free_dev_numbers, new_member_superblock, room_for,
