@@ -284,6 +284,19 @@ fn clients_read_and_write_through_an_online_raid6_grow_and_every_byte_reads_back
     );
 }
 
+/// A served RAID 10 near=2 gains a member: the new shape's rows written
+/// whole by each step (chunks just below the position and just past the
+/// step's end among them) while clients write their blocks.
+#[test]
+fn clients_read_and_write_through_an_online_raid10_grow_and_every_byte_reads_back() {
+    grow_online_and_check(Level::Raid10 { near: 2 }, 4, 1, Clients::Mixed);
+}
+
+#[test]
+fn reads_of_an_online_raid10_grow_never_see_a_row_rewritten_under_them() {
+    grow_online_and_check(Level::Raid10 { near: 2 }, 4, 1, Clients::Readers);
+}
+
 #[test]
 fn two_members_failing_mid_online_raid6_grow_are_recorded_faulty_and_the_grow_finishes_degraded() {
     grow_online_failing(

@@ -189,7 +189,7 @@ pub(super) struct Progress {
 #[derive(Debug)]
 pub struct LiveGrow {
     /// The reshape as recorded at its start (position 0).
-    reshape: Reshape,
+    pub(super) reshape: Reshape,
     old_members: u32,
     /// The added members, by role from `old_members` on, with their
     /// superblocks before the record (each update puts it in).
@@ -204,8 +204,9 @@ pub struct LiveGrow {
     /// recorded.
     record: Mutex<(u64, bool)>,
     gate: Gate,
-    /// New-shape stripe locks (stripe number modulo their count).
-    stripes: Vec<Mutex<()>>,
+    /// New-shape stripe locks (stripe number modulo their count; a RAID
+    /// 10's chunk number).
+    pub(super) stripes: Vec<Mutex<()>>,
     progress: Mutex<Progress>,
     stop: AtomicBool,
     step_bytes: u64,
@@ -233,7 +234,7 @@ impl Clients {
     }
 }
 
-const STRIPE_LOCKS: u64 = 256;
+pub(super) const STRIPE_LOCKS: u64 = 256;
 
 impl LiveGrow {
     /// Check that the served `array` can grow as asked, record the reshape
@@ -265,9 +266,12 @@ impl LiveGrow {
             return Err(Error::ReadOnly);
         }
         let old = array.geometry().clone();
-        if !matches!(old.level(), Level::Raid5 { .. } | Level::Raid6 { .. }) {
+        if !matches!(
+            old.level(),
+            Level::Raid5 { .. } | Level::Raid6 { .. } | Level::Raid10 { .. }
+        ) {
             return Err(refuse(format!(
-                "growing a served {} (nvraid grows RAID 4/5/6 while served; stop serve and use `nvraid grow` for the others)",
+                "growing a served {} (nvraid grows RAID 4/5/6 and RAID 10 near while served, and adds mirrors to a RAID 1; stop serve and use `nvraid grow` for the others)",
                 old.level()
             )));
         }
@@ -307,7 +311,7 @@ impl LiveGrow {
         let sbs: Vec<Superblock> = (0..array.roles())
             .map(|r| array.slot(r).expect("whole").superblock.clone())
             .collect();
-        let bitmap_bytes = array.intent().map(|i| i.storage_bytes());
+        let bitmap_bytes = super::live_copy::bitmap_bytes(array, &old, options.raid_devices)?;
         let (moved_sectors, log_moves) = room_for(&sbs, &reference, &old, bitmap_bytes)?;
         let open = OpenOptions {
             write: true,
@@ -330,7 +334,7 @@ impl LiveGrow {
         let new = Geometry::new(
             old.level(),
             options.raid_devices,
-            old.chunk_bytes().expect("parity levels have chunks"),
+            old.chunk_bytes().expect("the levels grown have chunks"),
             crate::assemble::member_data_bytes(&reference),
         )?;
         let data_offset = reference.data_offset_sectors * 512;
@@ -539,15 +543,10 @@ impl LiveGrow {
                     to - unit
                 };
             }
-            // The window covers the old stripes the step reads whole: a
-            // degraded step rebuilds a failed member's chunks from their
-            // rows' others and parity, which a client's old-shape write
-            // just past `to` in the same row must not change under it.
-            let old = self.reshape.old();
-            let old_unit = old.chunk_bytes().expect("chunks")
-                * u64::from(old.members() - old.level().parity_chunks());
-            let window_end = to.next_multiple_of(old_unit).min(old.array_bytes()).max(to);
-            self.gate.close_window(p, window_end);
+            // The window covers what the step reads and writes whole (see
+            // `step_window`), not just `[p, to)`.
+            let (window_start, window_end) = self.step_window(p, to);
+            self.gate.close_window(window_start, window_end);
             // A member that failed has stale old rows (the array writes
             // around it): the step reads around it, as the offline grow
             // does, and writes nothing to it; one failing here is recorded
@@ -572,7 +571,7 @@ impl LiveGrow {
     }
 
     /// The new shape's members by role: the array's, then the added.
-    fn members_of<'a>(&'a self, array: &'a Array) -> Vec<&'a Member> {
+    pub(super) fn members_of<'a>(&'a self, array: &'a Array) -> Vec<&'a Member> {
         (0..self.old_members as usize)
             .map(|r| &array.slot(r).expect("a whole array").member)
             .chain(self.added.iter().map(|(m, _)| m))
@@ -588,10 +587,12 @@ impl LiveGrow {
         let (below, above) = buf.split_at_mut(cut);
         let done = (|| {
             if !below.is_empty() {
-                if write {
-                    self.new_write(array, offset, below, fua)?;
-                } else {
-                    self.new_read(array, offset, below)?;
+                let copies = self.reshape.new_shape().level().parity_chunks() == 0;
+                match (write, copies) {
+                    (true, false) => self.new_write(array, offset, below, fua)?,
+                    (false, false) => self.new_read(array, offset, below)?,
+                    (true, true) => self.copy_write(array, offset, below, fua)?,
+                    (false, true) => self.copy_read(array, offset, below)?,
                 }
             }
             if !above.is_empty() {
@@ -656,7 +657,7 @@ impl LiveGrow {
         Ok(())
     }
 
-    fn new_offset(&self) -> u64 {
+    pub(super) fn new_offset(&self) -> u64 {
         self.reshape
             .data_offset(nvraid_layout::Shape::New, 0)
             .expect("role 0")
@@ -946,28 +947,43 @@ impl LiveRoute for LiveGrow {
 impl LiveGrow {
     /// The new shape's roles failed now (the old members the array
     /// recorded faulty; an added member that fails stops the grow).
-    fn failed_roles(&self, array: &Array) -> Vec<bool> {
+    pub(super) fn failed_roles(&self, array: &Array) -> Vec<bool> {
         let old = self.old_members as usize;
         (0..self.reshape.new_shape().members() as usize)
             .map(|r| r < old && !array.is_usable(r))
             .collect()
     }
 
+    /// Whether the members not `failed` (by new-shape role) hold every
+    /// byte of both shapes (a RAID 10's copies lie on other members in
+    /// each).
+    fn holds_every_byte(&self, failed: &[bool]) -> bool {
+        let usable: Vec<bool> = failed.iter().map(|f| !f).collect();
+        let old = self.old_members as usize;
+        self.reshape.old().has_every_byte(&usable[..old])
+            && self.reshape.new_shape().has_every_byte(&usable)
+    }
+
     /// The member in `role` failed with `error`: an old member is failed
     /// in the array (recorded faulty on the others, durably) when the
     /// parity covers it, and the caller goes on without it; otherwise the
     /// error.
-    fn member_failed(&self, array: &Array, role: usize, error: std::io::Error) -> Result<()> {
+    pub(super) fn member_failed(
+        &self,
+        array: &Array,
+        role: usize,
+        error: std::io::Error,
+    ) -> Result<()> {
         let spec = self.members_of(array)[role].spec().to_string();
         if role >= self.old_members as usize {
             return Err(Error::io(&spec, error));
         }
-        array.fail_member(role, &error)?;
-        if self.failed_roles(array).iter().filter(|&&f| f).count()
-            > self.reshape.new_shape().level().parity_chunks() as usize
-        {
+        let mut failed = self.failed_roles(array);
+        failed[role] = true;
+        if !self.holds_every_byte(&failed) {
             return Err(Error::io(&spec, error));
         }
+        array.fail_member(role, &error)?;
         Ok(())
     }
 
@@ -1063,6 +1079,30 @@ impl LiveGrow {
         }
     }
 
+    /// The array bytes a step from `p` to `to` must have no client
+    /// request in: a parity level's old stripes it reads whole (a
+    /// degraded step rebuilds a failed member's chunks from their rows'
+    /// others and parity, which a client's old-shape write just past `to`
+    /// in the same row must not change under it); a RAID 10's new rows it
+    /// writes whole (they hold chunks just below `p`, in the new shape,
+    /// and just past `to`, which a client may be writing).
+    fn step_window(&self, p: u64, to: u64) -> (u64, u64) {
+        let old = self.reshape.old();
+        let new = self.reshape.new_shape();
+        let chunk = old.chunk_bytes().expect("chunks");
+        if new.level().parity_chunks() == 0 {
+            let (n, near) = (u64::from(new.members()), u64::from(new.copies()));
+            let first_row = (p / chunk) * near / n;
+            let end_row = (to.div_ceil(chunk) * near).div_ceil(n);
+            let start = first_row * n / near * chunk;
+            let end = ((end_row * n).div_ceil(near) * chunk).min(new.array_bytes());
+            return (start.min(p), end.max(to));
+        }
+        let old_unit = chunk * u64::from(old.members() - old.level().parity_chunks());
+        let end = to.next_multiple_of(old_unit).min(old.array_bytes()).max(to);
+        (p, end)
+    }
+
     /// Move the array's `[P, to)` (the step's window closed): read around
     /// the members failed and write none of them; a member failing in
     /// the step is failed in the array and the step done again.
@@ -1076,9 +1116,7 @@ impl LiveGrow {
         let p = reshape.position();
         loop {
             let failed = self.failed_roles(array);
-            if failed.iter().filter(|&&f| f).count()
-                > self.reshape.new_shape().level().parity_chunks() as usize
-            {
+            if !self.holds_every_byte(&failed) {
                 return Err(Error::NotStartable(format!(
                     "more members failed than the parity covers; the grow stopped at {p} bytes, the position its superblocks record"
                 )));

@@ -1,6 +1,9 @@
-//! Served arrays gaining copies (`nvraid grow --socket`), beside
-//! [`LiveGrow`]'s RAID 4/5/6: a RAID 1 gaining mirrors ([`LiveMirror`]),
-//! and [`start_live`], which picks the one the served array's level takes.
+//! Served arrays of copies growing (`nvraid grow --socket`), beside
+//! [`LiveGrow`]'s RAID 4/5/6: a RAID 10 near gaining members (the route's
+//! new-shape reads and writes of [`LiveGrow`] for copies; its steps are
+//! `step`'s `move_copy_rows` as offline, the window widened to the rows
+//! they rewrite whole), a RAID 1 gaining mirrors ([`LiveMirror`]), and
+//! [`start_live`], which picks the one the served array's level takes.
 //!
 //! A RAID 1 has no rows to move: md's grow raises the member count and
 //! rebuilds the new mirrors from the others. Served, nvraid does the same
@@ -31,15 +34,16 @@
 //! added member has failed, the copy stops.
 
 use super::grow::{check_new_member, free_dev_numbers, new_member_superblock};
-use super::live::{Clients, Gate, GrowPace, Paced, Progress};
+use super::live::{Clients, Gate, GrowPace, Paced, Progress, STRIPE_LOCKS};
 use super::{LiveGrow, LiveGrowOptions, LiveGrowStatus};
 use crate::array::{Array, LiveRoute};
 use crate::error::{Error, Result};
+use crate::intent::{bitmap_at, read_member_bitmap};
 use crate::members::{Companion, ReshapeRecord, Update};
 use crate::slot::write_superblock;
 use nvraid_io::queue::OpKind;
 use nvraid_io::AlignedBuf;
-use nvraid_layout::Level;
+use nvraid_layout::{Geometry, Level};
 use nvraid_member::{Member, OpenOptions};
 use nvraid_metadata::{features, Role, Superblock};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -78,6 +82,140 @@ pub fn start_live(
     }
     let (live, thread) = LiveGrow::start(array, options)?;
     Ok((live, thread))
+}
+
+/// The write-intent bitmap's bytes a served grow of `old` to `members`
+/// must leave room for below the moved data (`None`: no bitmap). A RAID
+/// 10's bits count array bytes: md resizes its bitmap for the larger
+/// array (`bitmap::resized`), which must fit where it is; and since the
+/// running array keeps setting bits in the bitmap as it is, a resize that
+/// doubles the bitmap's chunk is refused (the array's grow offline does
+/// it). The bits past the old size stay clear: the grow writes that
+/// region itself, and the next assembly records the new size in the
+/// header.
+pub(super) fn bitmap_bytes(array: &Array, old: &Geometry, members: u32) -> Result<Option<u64>> {
+    let Some(intent) = array.intent() else {
+        return Ok(None);
+    };
+    if !matches!(old.level(), Level::Raid10 { .. }) {
+        return Ok(Some(intent.storage_bytes()));
+    }
+    let slot = array.slot(0).expect("a whole array");
+    let at = bitmap_at(&slot.superblock).expect("the array keeps a bitmap");
+    let held = read_member_bitmap(&slot.member, &slot.superblock, at, old, 0)?;
+    let new = Geometry::new(
+        old.level(),
+        members,
+        old.chunk_bytes().expect("RAID 10 has chunks"),
+        crate::assemble::member_data_bytes(&slot.superblock),
+    )?;
+    let grown = super::bitmap::resized(&held, old.bitmap_space_bytes(), new.bitmap_space_bytes());
+    if grown.header.chunk_bytes != held.header.chunk_bytes {
+        return Err(Error::Unsupported {
+            spec: slot.member.spec().into(),
+            what: format!(
+                "a served RAID 10 grow whose write-intent bitmap md would resize to {}-byte chunks from {} (the running array keeps its bits as they are); stop serve and use `nvraid grow`",
+                grown.header.chunk_bytes, held.header.chunk_bytes
+            ),
+        });
+    }
+    let found: Vec<(&Member, &Superblock)> = (0..array.roles())
+        .filter_map(|r| array.slot(r))
+        .map(|s| (&s.member, &s.superblock))
+        .collect();
+    super::bitmap::check_fits(grown.at, grown.storage.len() as u64, &found)?;
+    Ok(Some(
+        (grown.storage.len() as u64).max(intent.storage_bytes()),
+    ))
+}
+
+/// A served RAID 10 near growing ([`LiveGrow`]'s route below the
+/// position): a read from the first copy on a member not failed, a write
+/// to every copy, under the chunk's lock.
+impl LiveGrow {
+    /// Read new-shape bytes of a RAID 10 (all below the position).
+    pub(super) fn copy_read(&self, array: &Array, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let new = self.reshape.new_shape();
+        let base = self.new_offset();
+        let members = self.members_of(array);
+        let mut at = 0usize;
+        for piece in new.pieces(offset, buf.len() as u64) {
+            let out = &mut buf[at..at + piece.len as usize];
+            at += piece.len as usize;
+            'copies: loop {
+                let failed = self.failed_roles(array);
+                for copy in 0..new.copies() {
+                    let place = new.locate(piece.logical_offset, copy);
+                    let role = place.member as usize;
+                    if failed[role] {
+                        continue;
+                    }
+                    match members[role].read_at(out, base + place.member_offset) {
+                        Ok(()) => break 'copies,
+                        Err(e) => {
+                            self.member_failed(array, role, e)?;
+                            continue 'copies;
+                        }
+                    }
+                }
+                return Err(Error::NotStartable(format!(
+                    "no copy of array byte {} left on a member not failed",
+                    piece.logical_offset
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Write new-shape bytes of a RAID 10 (all below the position) to
+    /// every copy not failed, each chunk's piece under its lock; admitted
+    /// as the same array bytes (a RAID 10's bitmap counts array bytes,
+    /// the same in both shapes).
+    pub(super) fn copy_write(
+        &self,
+        array: &Array,
+        offset: u64,
+        buf: &[u8],
+        fua: bool,
+    ) -> Result<()> {
+        let new = self.reshape.new_shape();
+        let chunk = new.chunk_bytes().expect("RAID 10 has chunks");
+        let base = self.new_offset();
+        array.while_admitted(offset, buf.len() as u64, || {
+            let members = self.members_of(array);
+            let mut at = 0usize;
+            for piece in new.pieces(offset, buf.len() as u64) {
+                let data = &buf[at..at + piece.len as usize];
+                at += piece.len as usize;
+                let lock = (piece.logical_offset / chunk) % STRIPE_LOCKS;
+                let _lock = self.stripes[lock as usize]
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                for copy in 0..new.copies() {
+                    let place = new.locate(piece.logical_offset, copy);
+                    let role = place.member as usize;
+                    if self.failed_roles(array)[role] {
+                        continue;
+                    }
+                    if let Err(e) = members[role].write_at(data, base + place.member_offset) {
+                        self.member_failed(array, role, e)?;
+                    }
+                }
+            }
+            if fua {
+                let failed = self.failed_roles(array);
+                for (role, member) in members.iter().enumerate() {
+                    if failed[role] {
+                        continue;
+                    }
+                    if let Err(e) = member.flush() {
+                        self.member_failed(array, role, e)?;
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
 }
 
 /// A served RAID 1 gaining mirrors (see the module's text).
