@@ -368,6 +368,11 @@ fn fio_verifies_through_nbd_while_a_served_raid5_grows_from_4_to_5_members() {
 }
 
 #[test]
+fn fio_verifies_through_nbd_while_a_served_raid10_grows_from_4_to_5_members() {
+    grows_online_while_fio_verifies("10", 4);
+}
+
+#[test]
 fn fio_verifies_through_nbd_while_a_served_raid6_grows_from_5_to_6_members() {
     grows_online_while_fio_verifies("6", 5);
 }
@@ -574,6 +579,67 @@ fn the_kernel_assembles_a_raid5_grown_online_and_finishes_one_left_mid_online_gr
         assert!(
             line.contains("disks=5")
                 && line.contains(&format!("size={}", 4 * PER))
+                && line.contains("pattern=ok")
+                && line.contains("mismatch=0"),
+            "{line}\n{report}"
+        );
+    }
+}
+
+#[test]
+fn the_kernel_assembles_a_raid10_grown_online_and_finishes_one_left_mid_online_grow() {
+    // Two RAID 10 near=2 of four 15 MiB members holding the pattern, each
+    // served and grown to five through the control socket: one to the end
+    // (the server then stopped), one killed with SIGKILL part-way. md
+    // assembles both, finishes the second, reads the pattern, finds no
+    // copy that differs.
+    let dir = tempfile::tempdir().unwrap();
+    let mut images = Vec::new();
+    for (name, kill) in [("done10", false), ("killed10", true)] {
+        let sub = dir.path().join(name);
+        std::fs::create_dir(&sub).unwrap();
+        let names: Vec<String> = (0..4).map(|i| format!("d{i}")).collect();
+        let mut args = vec!["create", "--level", "10", "--size", "15M", "--name", name];
+        args.extend(names.iter().map(String::as_str));
+        ok(&args, &sub);
+        let size = detail(&sub, &names)["size_bytes"].as_u64().unwrap();
+        assert_eq!(size, 2 * PER);
+        std::fs::write(sub.join("data"), pattern(size)).unwrap();
+        let mut args = vec!["write", "--input", "data"];
+        args.extend(names.iter().map(String::as_str));
+        ok(&args, &sub);
+        std::fs::remove_file(sub.join("data")).unwrap();
+        blank(&sub, "d4", 16 * MIB);
+        let speed = if kill { "2" } else { "50" };
+        let mut server = serve_with(&sub, &names, &["--reshape-speed", speed]);
+        let grow = grow_cmd(&sub, 5, "d4");
+        if kill {
+            wait_mid_grow(&sub);
+            server.kill().unwrap();
+            server.wait().unwrap();
+            let _ = grow.wait_with_output();
+        } else {
+            let out = grow.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            server.interrupt();
+        }
+        images.extend(names.iter().chain([&"d4".to_string()]).map(|n| sub.join(n)));
+    }
+    let report = kernel_finishes(&images, 2 * PER);
+    let lines: Vec<&str> = report
+        .lines()
+        .filter(|l| l.starts_with("KERNEL "))
+        .collect();
+    assert_eq!(lines.len(), 2, "two arrays expected:\n{report}");
+    for line in lines {
+        assert!(
+            line.contains("level=raid10")
+                && line.contains("disks=5")
+                && line.contains(&format!("size={}", 5 * PER / 2))
                 && line.contains("pattern=ok")
                 && line.contains("mismatch=0"),
             "{line}\n{report}"
