@@ -469,3 +469,100 @@ fn an_online_grow_slows_to_its_minimum_while_clients_are_busy_and_speeds_up_when
         assert!(got == want, "block {b} wrong after the paced grow");
     }
 }
+
+/// A served RAID 1 gaining a mirror, stopped part-way (the server
+/// stopping): the array closes with the new count and the new member
+/// recorded recovering at the copy's position; assembled again, every
+/// member is in, the rebuild goes on from that position, and the new
+/// mirror then holds every block the clients last wrote.
+#[test]
+fn a_mirror_added_online_and_stopped_part_way_is_recovering_from_its_position_when_assembled() {
+    use nvraid_array::reshape::{start_live, LiveReshape};
+    let dir = tempfile::tempdir().unwrap();
+    let member_bytes = 8 << 20;
+    let specs = new_array(&dir, Level::Raid1, 2, 64 << 10, member_bytes);
+    let new = empty_member(&dir, "n0", member_bytes);
+    let array = writable(&specs);
+    let size = array.size_bytes();
+    {
+        let target = FanoutTarget::array(array.clone(), EngineKind::Psync);
+        let mut queue = target.open_queue(1, 64 << 10).unwrap();
+        for b in 0..size / BLOCK {
+            pattern(b, 0, &mut queue.buffer_mut(0)[..BLOCK as usize]);
+            one(&mut queue, OpKind::Write, b * BLOCK, BLOCK as u32);
+        }
+    }
+    let running = Arc::new(AtomicBool::new(true));
+    let clients = clients_during(&array, 4, true, &running);
+    let (live, thread) = start_live(
+        &array,
+        &LiveGrowOptions {
+            raid_devices: 3,
+            add: vec![new.clone()],
+            direct: true,
+            force: false,
+            step_bytes: 256 << 10,
+            max_bytes_per_sec: Some(4 << 20),
+            min_bytes_per_sec: None,
+        },
+    )
+    .unwrap();
+    let mid = loop {
+        let s = live.status();
+        if s.position_bytes >= size / 3 {
+            break s;
+        }
+        assert_eq!(s.state, "running", "{s:?}");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    assert_eq!(mid.kind, "mirror");
+    live.stop();
+    thread.join().unwrap();
+    let stopped = live.status();
+    assert_eq!(stopped.state, "failed", "{stopped:?}");
+    assert!(stopped.position_bytes < size, "{stopped:?}");
+    running.store(false, Ordering::Release);
+    let mut versions = std::collections::HashMap::new();
+    for c in clients {
+        versions.extend(c.join().unwrap());
+    }
+    drop(live);
+    Arc::try_unwrap(array).unwrap().close().unwrap();
+    let all: Vec<String> = specs.iter().chain([&new]).cloned().collect();
+    let again = assemble(
+        &all,
+        AssembleOptions {
+            writable: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(again.geometry().members(), 3);
+    assert!(again.set_aside().is_empty(), "{:?}", again.set_aside());
+    assert_eq!(
+        again.in_sync_bytes(2),
+        Some(stopped.position_bytes),
+        "the new mirror's recovery offset is not the copy's position"
+    );
+    nvraid_array::recovery::rebuild(&again, None, &mut |_| {}).unwrap();
+    assert_eq!(again.in_sync_bytes(2), None);
+    again.close().unwrap();
+    // The new mirror alone holds every block as last written.
+    let data_offset = {
+        let bytes = std::fs::read(&new).unwrap();
+        nvraid_metadata::Superblock::decode(&bytes[4096..8192])
+            .unwrap()
+            .data_offset_sectors
+            * 512
+    };
+    let bytes = std::fs::read(&new).unwrap();
+    let mut want = vec![0u8; BLOCK as usize];
+    for b in 0..size / BLOCK {
+        pattern(b, versions.get(&b).copied().unwrap_or(0), &mut want);
+        let at = (data_offset + b * BLOCK) as usize;
+        assert!(
+            bytes[at..at + BLOCK as usize] == want[..],
+            "block {b} wrong on the new mirror"
+        );
+    }
+}

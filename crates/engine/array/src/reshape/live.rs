@@ -376,6 +376,9 @@ impl LiveGrow {
             member.flush().map_err(|e| Error::io(member.spec(), e))?;
             bblog_offsets[role] = (to - sbs[role].super_offset_sectors) as u32;
         }
+        // A RAID 10's new region marked in the bitmap, before the added
+        // members get its copy (see `live_copy::mark_new_region`).
+        super::live_copy::mark_new_region(array, &old, &new)?;
         let free = free_dev_numbers(&reference, adding.len())?;
         let mut added = Vec::with_capacity(adding.len());
         let mut table_entries = Vec::with_capacity(adding.len());
