@@ -1,4 +1,4 @@
-//! A RAID 4/5/6 gaining members while it is served (`nvraid grow
+//! A RAID 4/5/6 or RAID 10 near gaining members while it is served (`nvraid grow
 //! --socket`): the offline grow's record and steps (`grow`, `step`), run
 //! on the served array's members while clients read and write.
 //!
@@ -241,7 +241,7 @@ impl LiveGrow {
     /// on every member (the added ones first) and route client requests
     /// through it; the steps run on a thread of their own, which is
     /// returned. Refused, with nothing written: an array not served
-    /// writable, not RAID 4/5/6, degraded, being recovered or resynced,
+    /// writable, not RAID 4/5/6 or RAID 10 near, degraded, being recovered or resynced,
     /// with a partial parity log or a write journal, one already reshaping,
     /// new members too small or carrying a signature, no room to move the
     /// data offset.

@@ -20,7 +20,7 @@
 //! - `size`: `grow --size`, how much of each member the array uses
 //!   (`max` after the members grew, the new region resynced; smaller with
 //!   `--force`); nothing moves;
-//! - `live`: [`LiveGrow`], the grow of a RAID 4/5/6 while it is served:
+//! - `live`: [`LiveGrow`], the grow of a RAID 4/5/6 or RAID 10 near while it is served:
 //!   the record kept in every superblock update of the running array,
 //!   client requests split between the two shapes at the position, each
 //!   step's window closed to them and earlier requests drained;

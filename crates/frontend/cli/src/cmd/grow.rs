@@ -72,7 +72,8 @@ pub struct GrowArgs {
     #[arg(long)]
     json: bool,
     /// A running `nvraid serve`'s control socket: grow the served RAID
-    /// 4/5/6 there, or add mirrors to a served RAID 1, while its clients
+    /// 4/5/6 or RAID 10 near there, or add mirrors to a served RAID 1,
+    /// while its clients
     /// read and write (with -n and --add;
     /// waits for the end, showing the progress). The served size stays
     /// the old one until the server is restarted.

@@ -1,5 +1,5 @@
 //! `grow` on the control socket of a running `nvraid serve`: the served
-//! RAID 4/5/6 gains members while clients read and write
+//! RAID 4/5/6 or RAID 10 near gains members while clients read and write
 //! (`nvraid_array::reshape::LiveGrow`), a served RAID 1 mirrors
 //! (`LiveMirror`: the new members rebuilt), and `status` shows it.
 //! One grow per server run; the thread that moves the rows is stopped
