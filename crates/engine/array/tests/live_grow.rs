@@ -477,7 +477,7 @@ fn an_online_grow_slows_to_its_minimum_while_clients_are_busy_and_speeds_up_when
 /// mirror then holds every block the clients last wrote.
 #[test]
 fn a_mirror_added_online_and_stopped_part_way_is_recovering_from_its_position_when_assembled() {
-    use nvraid_array::reshape::{start_live, LiveReshape};
+    use nvraid_array::reshape::start_live;
     let dir = tempfile::tempdir().unwrap();
     let member_bytes = 8 << 20;
     let specs = new_array(&dir, Level::Raid1, 2, 64 << 10, member_bytes);
