@@ -367,6 +367,76 @@ fn fio_verifies_through_nbd_while_a_served_raid5_grows_from_4_to_5_members() {
     grows_online_while_fio_verifies("5", 4);
 }
 
+/// A second member of a served RAID 5 failing mid online grow, beyond
+/// what the parity covers: the grow stops at the position its
+/// superblocks record (the first failure it went on past).
+#[test]
+fn a_second_member_failing_mid_online_raid5_grow_stops_it_at_the_recorded_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let members: Vec<String> = (0..4).map(|i| format!("m{i}.img")).collect();
+    create(d, "5", &members, "32M");
+    blank(d, "new.img", 32 << 20);
+    let first = FailingNode::up(d, "m1.img");
+    let second = FailingNode::up(d, "m2.img");
+    let through = vec![
+        members[0].clone(),
+        first.uri(),
+        second.uri(),
+        members[3].clone(),
+    ];
+    let server = serve_with(d, &through, &["--reshape-speed", "8"]);
+    let grow = grow_cmd(d, 5, "new.img");
+    wait_mid_grow(d);
+    first.fail();
+    // The grow goes on past the first failure.
+    let started = Instant::now();
+    let went_on = loop {
+        let s = status(d);
+        let r = &s["array"]["reshape"];
+        let p = r["position_bytes"].as_u64().unwrap_or(0);
+        let degraded = s["array"]["members"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|m| m.to_string().contains("faulty")))
+            || s["array"]["state"].to_string().contains("degraded");
+        if degraded && p > 8 << 20 {
+            break p;
+        }
+        assert_eq!(r["state"], "running", "{s}");
+        assert!(started.elapsed() < Duration::from_secs(30), "{s}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    second.fail();
+    let out = grow.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(
+        !out.status.success(),
+        "the grow went on without two members"
+    );
+    let stopped: u64 = stderr
+        .split("stopped at ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no position in: {stderr}"));
+    assert!(stopped >= went_on, "{stopped} < {went_on}: {stderr}");
+    // Two members gone: the server cannot close the array clean (a
+    // superblock update needs one of them); what the members record is
+    // what the last update wrote.
+    let mut server = server;
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let examine: serde_json::Value =
+        serde_json::from_str(&ok(&["examine", "--json", "m0.img"], d)).unwrap();
+    let sb = &examine[0]["superblock"];
+    assert_ne!(sb["feature_map"].as_u64().unwrap() & 4, 0, "{examine}");
+    assert_eq!(
+        sb["reshape_position"].as_u64().unwrap() * 512,
+        stopped,
+        "{examine}"
+    );
+}
+
 #[test]
 fn fio_verifies_through_nbd_while_a_served_raid10_grows_from_4_to_5_members() {
     grows_online_while_fio_verifies("10", 4);
