@@ -476,6 +476,41 @@ impl WriteIntent {
         Ok(())
     }
 
+    /// Set, durably on every usable member, the bits of bitmap-space
+    /// bytes `[from, to)`, chunks past the array's own included as long as
+    /// the image holds them (a RAID 10 growing while served: md resyncs
+    /// its new region after the reshape by these bits, and nothing clears
+    /// them while the reshape runs). `false`, nothing written: the image
+    /// is too small for them.
+    pub(crate) fn mark_space(&self, members: &Members, from: u64, to: u64) -> Result<bool> {
+        if to <= from {
+            return Ok(true);
+        }
+        let (first, end) = (from >> self.chunk_shift, ((to - 1) >> self.chunk_shift) + 1);
+        let mut image = self.lock();
+        if bitmap::HEADER_BYTES as u64 + end.div_ceil(8) > image.storage.len() as u64 {
+            return Ok(false);
+        }
+        for chunk in first..end {
+            bitmap::put_bit(&mut image.storage, chunk, true);
+        }
+        let page_of = |chunk: u64| (bitmap::HEADER_BYTES + (chunk / 8) as usize) / PAGE;
+        let mut failed =
+            self.write_pages_collect(members, &image, page_of(first)..page_of(end - 1) + 1);
+        for (role, e) in flush_usable(members) {
+            if failed.iter().all(|(f, _)| *f != role) {
+                failed.push((role, e));
+            }
+        }
+        drop(image);
+        fail_all(members, failed)?;
+        for chunk in first..end.min(self.chunks) {
+            let (w, b) = word_bit(chunk);
+            self.durable[w].fetch_or(b, Ordering::SeqCst);
+        }
+        Ok(true)
+    }
+
     /// The write counted by [`WriteIntent::start`] has completed.
     pub(crate) fn end(&self, offset: u64, len: u64) {
         for chunk in self.chunk_range(offset, len) {

@@ -93,6 +93,13 @@ fn clients_during(
 }
 
 fn grow_online_and_check(level: Level, members: usize, add: usize, clients: Clients) {
+    grow_online_failing(level, members, add, clients, &[]);
+}
+
+/// [`grow_online_and_check`], the old members in `fail` failed (recorded
+/// faulty, as an I/O error on them does) once the grow is part-way: it
+/// goes on degraded and every byte reads back from the others.
+fn grow_online_failing(level: Level, members: usize, add: usize, clients: Clients, fail: &[usize]) {
     let dir = tempfile::tempdir().unwrap();
     let member_bytes = 6 << 20;
     let specs = new_array(&dir, level, members, 64 << 10, member_bytes);
@@ -151,15 +158,29 @@ fn grow_online_and_check(level: Level, members: usize, add: usize, clients: Clie
         .to_string();
     assert!(refused.contains("second grow"), "{refused}");
     let mut saw_mid = false;
+    let mut failed_mid = None;
     while live.status().state == "running" {
         let s = live.status();
         saw_mid |= s.position_bytes > 0 && s.position_bytes < s.end_bytes;
+        if saw_mid && failed_mid.is_none() {
+            for &role in fail {
+                array
+                    .fail_member(role, &std::io::Error::from_raw_os_error(libc::EIO))
+                    .unwrap();
+            }
+            failed_mid = Some(s.position_bytes);
+        }
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     thread.join().unwrap();
     let status = live.status();
     assert_eq!(status.state, "finished", "{status:?}");
     assert!(saw_mid, "the status never showed the grow part-way");
+    if !fail.is_empty() {
+        let at = failed_mid.expect("failed part-way");
+        assert!(at < status.end_bytes, "failed at {at}, the end");
+        assert!(fail.iter().all(|&r| !array.is_usable(r)));
+    }
     // Clients on after the end: all in the new shape now.
     std::thread::sleep(std::time::Duration::from_millis(100));
     running.store(false, Ordering::Release);
@@ -182,16 +203,25 @@ fn grow_online_and_check(level: Level, members: usize, add: usize, clients: Clie
     drop(live);
     Arc::try_unwrap(array).unwrap().close().unwrap();
     // Assembled again: the new shape, larger, every block as last written.
-    let all: Vec<String> = specs.iter().chain(&new).cloned().collect();
+    let all: Vec<String> = specs
+        .iter()
+        .enumerate()
+        .filter(|(role, _)| !fail.contains(role))
+        .map(|(_, s)| s)
+        .chain(&new)
+        .cloned()
+        .collect();
     let grown = assemble(
         &all,
         AssembleOptions {
             writable: false,
+            allow_degraded: true,
             ..Default::default()
         },
     )
     .unwrap();
     assert_eq!(grown.geometry().members() as usize, members + add);
+    assert_eq!(grown.is_degraded(), !fail.is_empty());
     assert_eq!(grown.size_bytes(), status.new_size_bytes);
     assert!(grown.size_bytes() > size);
     let mut got = vec![0u8; BLOCK as usize];
@@ -251,6 +281,45 @@ fn clients_read_and_write_through_an_online_raid6_grow_and_every_byte_reads_back
         5,
         1,
         Clients::Mixed,
+    );
+}
+
+/// A served RAID 10 near=2 gains a member: the new shape's rows written
+/// whole by each step (chunks just below the position and just past the
+/// step's end among them) while clients write their blocks.
+#[test]
+fn clients_read_and_write_through_an_online_raid10_grow_and_every_byte_reads_back() {
+    grow_online_and_check(Level::Raid10 { near: 2 }, 4, 1, Clients::Mixed);
+}
+
+#[test]
+fn reads_of_an_online_raid10_grow_never_see_a_row_rewritten_under_them() {
+    grow_online_and_check(Level::Raid10 { near: 2 }, 4, 1, Clients::Readers);
+}
+
+#[test]
+fn two_members_failing_mid_online_raid6_grow_are_recorded_faulty_and_the_grow_finishes_degraded() {
+    grow_online_failing(
+        Level::Raid6 {
+            layout: ParityLayout::LeftSymmetric,
+        },
+        5,
+        1,
+        Clients::Mixed,
+        &[1, 3],
+    );
+}
+
+#[test]
+fn a_member_failing_mid_online_raid5_grow_is_recorded_faulty_and_the_grow_finishes_degraded() {
+    grow_online_failing(
+        Level::Raid5 {
+            layout: ParityLayout::LeftSymmetric,
+        },
+        4,
+        1,
+        Clients::Mixed,
+        &[2],
     );
 }
 
@@ -398,5 +467,102 @@ fn an_online_grow_slows_to_its_minimum_while_clients_are_busy_and_speeds_up_when
         grown.read_at(&mut got, b * BLOCK).unwrap();
         pattern(b, 0, &mut want);
         assert!(got == want, "block {b} wrong after the paced grow");
+    }
+}
+
+/// A served RAID 1 gaining a mirror, stopped part-way (the server
+/// stopping): the array closes with the new count and the new member
+/// recorded recovering at the copy's position; assembled again, every
+/// member is in, the rebuild goes on from that position, and the new
+/// mirror then holds every block the clients last wrote.
+#[test]
+fn a_mirror_added_online_and_stopped_part_way_is_recovering_from_its_position_when_assembled() {
+    use nvraid_array::reshape::start_live;
+    let dir = tempfile::tempdir().unwrap();
+    let member_bytes = 8 << 20;
+    let specs = new_array(&dir, Level::Raid1, 2, 64 << 10, member_bytes);
+    let new = empty_member(&dir, "n0", member_bytes);
+    let array = writable(&specs);
+    let size = array.size_bytes();
+    {
+        let target = FanoutTarget::array(array.clone(), EngineKind::Psync);
+        let mut queue = target.open_queue(1, 64 << 10).unwrap();
+        for b in 0..size / BLOCK {
+            pattern(b, 0, &mut queue.buffer_mut(0)[..BLOCK as usize]);
+            one(&mut queue, OpKind::Write, b * BLOCK, BLOCK as u32);
+        }
+    }
+    let running = Arc::new(AtomicBool::new(true));
+    let clients = clients_during(&array, 4, true, &running);
+    let (live, thread) = start_live(
+        &array,
+        &LiveGrowOptions {
+            raid_devices: 3,
+            add: vec![new.clone()],
+            direct: true,
+            force: false,
+            step_bytes: 256 << 10,
+            max_bytes_per_sec: Some(4 << 20),
+            min_bytes_per_sec: None,
+        },
+    )
+    .unwrap();
+    let mid = loop {
+        let s = live.status();
+        if s.position_bytes >= size / 3 {
+            break s;
+        }
+        assert_eq!(s.state, "running", "{s:?}");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    assert_eq!(mid.kind, "mirror");
+    live.stop();
+    thread.join().unwrap();
+    let stopped = live.status();
+    assert_eq!(stopped.state, "failed", "{stopped:?}");
+    assert!(stopped.position_bytes < size, "{stopped:?}");
+    running.store(false, Ordering::Release);
+    let mut versions = std::collections::HashMap::new();
+    for c in clients {
+        versions.extend(c.join().unwrap());
+    }
+    drop(live);
+    Arc::try_unwrap(array).unwrap().close().unwrap();
+    let all: Vec<String> = specs.iter().chain([&new]).cloned().collect();
+    let again = assemble(
+        &all,
+        AssembleOptions {
+            writable: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(again.geometry().members(), 3);
+    assert!(again.set_aside().is_empty(), "{:?}", again.set_aside());
+    assert_eq!(
+        again.in_sync_bytes(2),
+        Some(stopped.position_bytes),
+        "the new mirror's recovery offset is not the copy's position"
+    );
+    nvraid_array::recovery::rebuild(&again, None, &mut |_| {}).unwrap();
+    assert_eq!(again.in_sync_bytes(2), None);
+    again.close().unwrap();
+    // The new mirror alone holds every block as last written.
+    let data_offset = {
+        let bytes = std::fs::read(&new).unwrap();
+        nvraid_metadata::Superblock::decode(&bytes[4096..8192])
+            .unwrap()
+            .data_offset_sectors
+            * 512
+    };
+    let bytes = std::fs::read(&new).unwrap();
+    let mut want = vec![0u8; BLOCK as usize];
+    for b in 0..size / BLOCK {
+        pattern(b, versions.get(&b).copied().unwrap_or(0), &mut want);
+        let at = (data_offset + b * BLOCK) as usize;
+        assert!(
+            bytes[at..at + BLOCK as usize] == want[..],
+            "block {b} wrong on the new mirror"
+        );
     }
 }

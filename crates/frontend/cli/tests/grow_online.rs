@@ -162,9 +162,284 @@ fn grows_online_while_fio_verifies(level: &str, count: usize) {
     server.interrupt();
 }
 
+/// A served RAID 1 gains a mirror: the count is raised in the running
+/// array, the new member is rebuilt while fio writes and verifies, and
+/// after a restart every byte is on every mirror.
+#[test]
+fn fio_verifies_through_nbd_while_a_served_raid1_gains_a_third_mirror() {
+    tool("fio");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut members: Vec<String> = (0..2).map(|i| format!("m{i}.img")).collect();
+    create(d, "1", &members, "56M");
+    blank(d, "new.img", 64 << 20);
+    let server = serve_with(d, &members, &["--reshape-speed", "12"]);
+    let fio = fio_verify(d, false);
+    std::thread::sleep(Duration::from_millis(300));
+    let grow = grow_cmd(d, 3, "new.img");
+    let mid = wait_mid_grow(d);
+    let r = &mid["array"]["reshape"];
+    assert_eq!(r["kind"], "mirror", "{mid}");
+    assert_eq!(r["raid_disks"], 3, "{mid}");
+    // The new mirror is recorded recovering on the members while it runs.
+    let new_sb = &examine_member(d, "new.img")[0]["superblock"];
+    assert_eq!(new_sb["raid_disks"], 3, "{new_sb}");
+    assert_ne!(
+        new_sb["feature_map"].as_u64().unwrap() & 2,
+        0,
+        "no recovery offset on the new mirror mid-copy: {new_sb}"
+    );
+    let old_sb = &examine_member(d, "m0.img")[0]["superblock"];
+    assert_eq!(old_sb["raid_disks"], 3, "{old_sb}");
+    let out = grow.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "grow --socket: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("from 2 to 3"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    fio_done(fio);
+    server.interrupt();
+    members.push("new.img".into());
+    let grown = detail(d, &members);
+    assert_eq!(grown["state"], "clean", "{grown}");
+    assert_eq!(grown["raid_disks"], 3, "{grown}");
+    assert_checks_clean(d, &members, "after the online mirror add");
+    // The new mirror holds the same bytes as an old one, all of them.
+    let data_of = |name: &str| {
+        let sb = &examine_member(d, name)[0]["superblock"];
+        let at = sb["data_offset_sectors"].as_u64().unwrap() as usize * 512;
+        let len = sb["size_sectors"].as_u64().unwrap() as usize * 512;
+        std::fs::read(d.join(name)).unwrap()[at..at + len].to_vec()
+    };
+    assert!(
+        data_of("new.img") == data_of("m0.img"),
+        "the new mirror's data differs from the old mirror's"
+    );
+    let server = serve(d, &members);
+    fio_done(fio_verify(d, true));
+    server.interrupt();
+}
+
+fn examine_member(dir: &Path, member: &str) -> serde_json::Value {
+    serde_json::from_str(&ok(&["examine", "--json", member], dir)).unwrap()
+}
+
+/// An NBD member through nbdkit's error filter: every request fails
+/// with EIO once `trigger` exists.
+struct FailingNode {
+    child: Child,
+    socket: std::path::PathBuf,
+    trigger: std::path::PathBuf,
+}
+
+impl FailingNode {
+    fn up(dir: &Path, image: &str) -> FailingNode {
+        let socket = dir.join(format!("{image}.sock"));
+        let trigger = dir.join(format!("{image}.trigger"));
+        let child = Command::new(tool("nbdkit"))
+            .arg("-f")
+            .arg("-U")
+            .arg(&socket)
+            .args(["--filter=error", "file"])
+            .arg(dir.join(image))
+            .arg("error-rate=100%")
+            .arg(format!("error-file={}", trigger.display()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nbdkit (./test.sh installs it)");
+        let started = Instant::now();
+        while !socket.exists() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "nbdkit did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        FailingNode {
+            child,
+            socket,
+            trigger,
+        }
+    }
+
+    fn uri(&self) -> String {
+        format!("nbd+unix:///?socket={}", self.socket.display())
+    }
+
+    fn fail(&self) {
+        std::fs::write(&self.trigger, b"").unwrap();
+    }
+}
+
+impl Drop for FailingNode {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An old member of a served RAID 5 fails part-way through its online
+/// grow: it is recorded faulty, the grow goes on degraded to the end (the
+/// failed member's chunks read through the parity, the new shape's
+/// parity covering it) while fio writes and verifies; the grown array is
+/// degraded, every byte fio wrote reads back, and a member added after
+/// is rebuilt with every row's parity in agreement.
+#[test]
+fn a_member_failing_mid_online_grow_is_recorded_faulty_and_the_raid5_grows_degraded() {
+    tool("fio");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let members: Vec<String> = (0..4).map(|i| format!("m{i}.img")).collect();
+    create(d, "5", &members, "32M");
+    blank(d, "new.img", 32 << 20);
+    let node = FailingNode::up(d, "m1.img");
+    let through = vec![
+        members[0].clone(),
+        node.uri(),
+        members[2].clone(),
+        members[3].clone(),
+    ];
+    let server = serve_with(d, &through, &["--reshape-speed", "12"]);
+    let fio = fio_verify(d, false);
+    std::thread::sleep(Duration::from_millis(300));
+    let grow = grow_cmd(d, 5, "new.img");
+    wait_mid_grow(d);
+    node.fail();
+    let out = grow.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the grow did not go on degraded: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("from 4 to 5"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    fio_done(fio);
+    server.interrupt();
+    drop(node);
+    // The others record m1 faulty and the finished shape.
+    let examine: serde_json::Value =
+        serde_json::from_str(&ok(&["examine", "--json", "m0.img"], d)).unwrap();
+    let sb = &examine[0]["superblock"];
+    assert_eq!(sb["feature_map"].as_u64().unwrap() & 4, 0, "{examine}");
+    assert_eq!(sb["raid_disks"], 5, "{examine}");
+    let survivors: Vec<String> = ["m0.img", "m2.img", "m3.img", "new.img"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let degraded = detail(d, &survivors);
+    assert_eq!(degraded["raid_disks"], 5, "{degraded}");
+    assert!(
+        degraded["state"].as_str().unwrap().contains("degraded"),
+        "{degraded}"
+    );
+    // Served degraded: fio finds every block it wrote.
+    let server = serve(d, &survivors);
+    fio_done(fio_verify(d, true));
+    server.interrupt();
+    // A blank member rebuilt into the missing role: check is clean, and
+    // fio finds every block again.
+    blank(d, "spare.img", 32 << 20);
+    let mut add = vec!["add", "--new", "spare.img"];
+    add.extend(survivors.iter().map(String::as_str));
+    ok(&add, d);
+    let mut whole = survivors.clone();
+    whole.push("spare.img".into());
+    assert_checks_clean(d, &whole, "after the degraded online grow and a rebuild");
+    let server = serve(d, &whole);
+    fio_done(fio_verify(d, true));
+    server.interrupt();
+}
+
 #[test]
 fn fio_verifies_through_nbd_while_a_served_raid5_grows_from_4_to_5_members() {
     grows_online_while_fio_verifies("5", 4);
+}
+
+/// A second member of a served RAID 5 failing mid online grow, beyond
+/// what the parity covers: the grow stops at the position its
+/// superblocks record (the first failure it went on past).
+#[test]
+fn a_second_member_failing_mid_online_raid5_grow_stops_it_at_the_recorded_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let members: Vec<String> = (0..4).map(|i| format!("m{i}.img")).collect();
+    create(d, "5", &members, "32M");
+    blank(d, "new.img", 32 << 20);
+    let first = FailingNode::up(d, "m1.img");
+    let second = FailingNode::up(d, "m2.img");
+    let through = vec![
+        members[0].clone(),
+        first.uri(),
+        second.uri(),
+        members[3].clone(),
+    ];
+    let server = serve_with(d, &through, &["--reshape-speed", "8"]);
+    let grow = grow_cmd(d, 5, "new.img");
+    wait_mid_grow(d);
+    first.fail();
+    // The grow goes on past the first failure.
+    let started = Instant::now();
+    let went_on = loop {
+        let s = status(d);
+        let r = &s["array"]["reshape"];
+        let p = r["position_bytes"].as_u64().unwrap_or(0);
+        let degraded = s["array"]["members"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|m| m.to_string().contains("faulty")))
+            || s["array"]["state"].to_string().contains("degraded");
+        if degraded && p > 8 << 20 {
+            break p;
+        }
+        assert_eq!(r["state"], "running", "{s}");
+        assert!(started.elapsed() < Duration::from_secs(30), "{s}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    second.fail();
+    let out = grow.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(
+        !out.status.success(),
+        "the grow went on without two members"
+    );
+    let stopped: u64 = stderr
+        .split("stopped at ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no position in: {stderr}"));
+    assert!(stopped >= went_on, "{stopped} < {went_on}: {stderr}");
+    // Two members gone: the server cannot close the array clean (a
+    // superblock update needs one of them); what the members record is
+    // what the last update wrote.
+    let mut server = server;
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let examine: serde_json::Value =
+        serde_json::from_str(&ok(&["examine", "--json", "m0.img"], d)).unwrap();
+    let sb = &examine[0]["superblock"];
+    assert_ne!(sb["feature_map"].as_u64().unwrap() & 4, 0, "{examine}");
+    assert_eq!(
+        sb["reshape_position"].as_u64().unwrap() * 512,
+        stopped,
+        "{examine}"
+    );
+}
+
+#[test]
+fn fio_verifies_through_nbd_while_a_served_raid10_grows_from_4_to_5_members() {
+    grows_online_while_fio_verifies("10", 4);
 }
 
 #[test]
@@ -374,6 +649,67 @@ fn the_kernel_assembles_a_raid5_grown_online_and_finishes_one_left_mid_online_gr
         assert!(
             line.contains("disks=5")
                 && line.contains(&format!("size={}", 4 * PER))
+                && line.contains("pattern=ok")
+                && line.contains("mismatch=0"),
+            "{line}\n{report}"
+        );
+    }
+}
+
+#[test]
+fn the_kernel_assembles_a_raid10_grown_online_and_finishes_one_left_mid_online_grow() {
+    // Two RAID 10 near=2 of four 15 MiB members holding the pattern, each
+    // served and grown to five through the control socket: one to the end
+    // (the server then stopped), one killed with SIGKILL part-way. md
+    // assembles both, finishes the second, reads the pattern, finds no
+    // copy that differs.
+    let dir = tempfile::tempdir().unwrap();
+    let mut images = Vec::new();
+    for (name, kill) in [("done10", false), ("killed10", true)] {
+        let sub = dir.path().join(name);
+        std::fs::create_dir(&sub).unwrap();
+        let names: Vec<String> = (0..4).map(|i| format!("d{i}")).collect();
+        let mut args = vec!["create", "--level", "10", "--size", "15M", "--name", name];
+        args.extend(names.iter().map(String::as_str));
+        ok(&args, &sub);
+        let size = detail(&sub, &names)["size_bytes"].as_u64().unwrap();
+        assert_eq!(size, 2 * PER);
+        std::fs::write(sub.join("data"), pattern(size)).unwrap();
+        let mut args = vec!["write", "--input", "data"];
+        args.extend(names.iter().map(String::as_str));
+        ok(&args, &sub);
+        std::fs::remove_file(sub.join("data")).unwrap();
+        blank(&sub, "d4", 16 * MIB);
+        let speed = if kill { "2" } else { "50" };
+        let mut server = serve_with(&sub, &names, &["--reshape-speed", speed]);
+        let grow = grow_cmd(&sub, 5, "d4");
+        if kill {
+            wait_mid_grow(&sub);
+            server.kill().unwrap();
+            server.wait().unwrap();
+            let _ = grow.wait_with_output();
+        } else {
+            let out = grow.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            server.interrupt();
+        }
+        images.extend(names.iter().chain([&"d4".to_string()]).map(|n| sub.join(n)));
+    }
+    let report = kernel_finishes(&images, 2 * PER);
+    let lines: Vec<&str> = report
+        .lines()
+        .filter(|l| l.starts_with("KERNEL "))
+        .collect();
+    assert_eq!(lines.len(), 2, "two arrays expected:\n{report}");
+    for line in lines {
+        assert!(
+            line.contains("level=raid10")
+                && line.contains("disks=5")
+                && line.contains(&format!("size={}", 5 * PER / 2))
                 && line.contains("pattern=ok")
                 && line.contains("mismatch=0"),
             "{line}\n{report}"

@@ -1,4 +1,4 @@
-//! A RAID 4/5/6 gaining members while it is served (`nvraid grow
+//! A RAID 4/5/6 or RAID 10 near gaining members while it is served (`nvraid grow
 //! --socket`): the offline grow's record and steps (`grow`, `step`), run
 //! on the served array's members while clients read and write.
 //!
@@ -28,14 +28,17 @@
 //!   assembled again (at its new size: the served size stays the old one
 //!   until `serve` is restarted).
 //!
-//! A failure (a member, a superblock write) stops the grow at the position
-//! last recorded: the record stays, client requests go on through the two
-//! shapes, and `nvraid grow --continue` finishes it after `serve` stops.
+//! An old member failing is recorded faulty and the grow goes on degraded
+//! (steps and the route read around it, write parity covering it) while
+//! the parity covers the members failed. Any other failure (one more
+//! member, an added member, a superblock write) stops the grow at the
+//! position last recorded: the record stays, client requests go on
+//! through the two shapes, and `nvraid grow --continue` finishes it after
+//! `serve` stops.
 
 use super::grow::{
     check_new_member, finish_record, free_dev_numbers, new_member_superblock, room_for,
 };
-use super::step::{move_rows, Unreadable};
 use crate::array::{Array, LiveRoute};
 use crate::error::{Error, Result};
 use crate::members::{Companion, ReshapeRecord, Update};
@@ -75,6 +78,9 @@ pub struct LiveGrowOptions {
 /// Where a served grow stands (`nvraid status`).
 #[derive(Clone, Debug, Serialize)]
 pub struct LiveGrowStatus {
+    /// `grow` (rows move to the new shape) or `mirror` (a RAID 1's added
+    /// members rebuilt from the others while it is served).
+    pub kind: &'static str,
     /// `running`, `finished` or `failed`.
     pub state: &'static str,
     pub raid_disks_before: u32,
@@ -91,7 +97,7 @@ pub struct LiveGrowStatus {
 
 /// Client requests in flight and the step's window (see [`Gate`]).
 #[derive(Debug, Default)]
-struct GateState {
+pub(super) struct GateState {
     /// Where the new shape ends and the old begins (array bytes).
     position: u64,
     /// `[start, end)` closed to client requests while a step moves it.
@@ -107,13 +113,13 @@ struct GateState {
 /// started in; a step closes its window and waits for every request of
 /// an earlier epoch (reads included) before it writes a byte.
 #[derive(Debug, Default)]
-struct Gate {
+pub(super) struct Gate {
     state: Mutex<GateState>,
     opened: Condvar,
 }
 
 impl Gate {
-    fn position(&self) -> u64 {
+    pub(super) fn position(&self) -> u64 {
         self.state
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -122,7 +128,7 @@ impl Gate {
 
     /// Close `[p, to)` to new requests and wait until every request that
     /// started before now has finished.
-    fn close_window(&self, p: u64, to: u64) {
+    pub(super) fn close_window(&self, p: u64, to: u64) {
         let mut gate = self.state.lock().unwrap_or_else(|p| p.into_inner());
         gate.window = Some((p, to));
         gate.epoch += 1;
@@ -133,7 +139,7 @@ impl Gate {
     }
 
     /// Open the window again, the position moved to `to` when given.
-    fn open_window(&self, to: Option<u64>) {
+    pub(super) fn open_window(&self, to: Option<u64>) {
         let mut gate = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(to) = to {
             gate.position = to;
@@ -145,7 +151,7 @@ impl Gate {
 
     /// Enter for `[offset, offset + len)` (waiting while a step's window
     /// covers part of it): the epoch and the position to route by.
-    fn enter(&self, offset: u64, len: u64) -> (u64, u64) {
+    pub(super) fn enter(&self, offset: u64, len: u64) -> (u64, u64) {
         let mut gate = self.state.lock().unwrap_or_else(|p| p.into_inner());
         while gate
             .window
@@ -158,7 +164,7 @@ impl Gate {
         (epoch, gate.position)
     }
 
-    fn leave(&self, epoch: u64) {
+    pub(super) fn leave(&self, epoch: u64) {
         let mut gate = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let n = gate.in_flight.get_mut(&epoch).expect("entered");
         *n -= 1;
@@ -171,19 +177,19 @@ impl Gate {
 }
 
 #[derive(Debug)]
-struct Progress {
-    state: &'static str,
-    error: Option<String>,
-    started: Instant,
-    start_position: u64,
+pub(super) struct Progress {
+    pub(super) state: &'static str,
+    pub(super) error: Option<String>,
+    pub(super) started: Instant,
+    pub(super) start_position: u64,
 }
 
 /// A grow running on a served array (see the module's text).
 #[derive(Debug)]
 pub struct LiveGrow {
     /// The reshape as recorded at its start (position 0).
-    reshape: Reshape,
-    old_members: u32,
+    pub(super) reshape: Reshape,
+    pub(super) old_members: u32,
     /// The added members, by role from `old_members` on, with their
     /// superblocks before the record (each update puts it in).
     added: Vec<(Member, Mutex<Superblock>)>,
@@ -197,8 +203,9 @@ pub struct LiveGrow {
     /// recorded.
     record: Mutex<(u64, bool)>,
     gate: Gate,
-    /// New-shape stripe locks (stripe number modulo their count).
-    stripes: Vec<Mutex<()>>,
+    /// New-shape stripe locks (stripe number modulo their count; a RAID
+    /// 10's chunk number).
+    pub(super) stripes: Vec<Mutex<()>>,
     progress: Mutex<Progress>,
     stop: AtomicBool,
     step_bytes: u64,
@@ -212,28 +219,28 @@ pub struct LiveGrow {
 /// and those not finished yet (waiting for a step's window included):
 /// what its pacing samples to tell whether clients are busy.
 #[derive(Debug, Default)]
-struct Clients {
+pub(super) struct Clients {
     ops: AtomicU64,
     in_flight: AtomicU64,
 }
 
 impl Clients {
     /// A client request starts: counted until the guard is dropped.
-    fn request(&self) -> ClientRequest<'_> {
+    pub(super) fn request(&self) -> ClientRequest<'_> {
         self.ops.fetch_add(1, Ordering::Relaxed);
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         ClientRequest(&self.in_flight)
     }
 }
 
-const STRIPE_LOCKS: u64 = 256;
+pub(super) const STRIPE_LOCKS: u64 = 256;
 
 impl LiveGrow {
     /// Check that the served `array` can grow as asked, record the reshape
     /// on every member (the added ones first) and route client requests
     /// through it; the steps run on a thread of their own, which is
     /// returned. Refused, with nothing written: an array not served
-    /// writable, not RAID 4/5/6, degraded, being recovered or resynced,
+    /// writable, not RAID 4/5/6 or RAID 10 near, degraded, being recovered or resynced,
     /// with a partial parity log or a write journal, one already reshaping,
     /// new members too small or carrying a signature, no room to move the
     /// data offset.
@@ -258,9 +265,12 @@ impl LiveGrow {
             return Err(Error::ReadOnly);
         }
         let old = array.geometry().clone();
-        if !matches!(old.level(), Level::Raid5 { .. } | Level::Raid6 { .. }) {
+        if !matches!(
+            old.level(),
+            Level::Raid5 { .. } | Level::Raid6 { .. } | Level::Raid10 { .. }
+        ) {
             return Err(refuse(format!(
-                "growing a served {} (nvraid grows RAID 4/5/6 while served; stop serve and use `nvraid grow` for the others)",
+                "growing a served {} (nvraid grows RAID 4/5/6 and RAID 10 near while served, and adds mirrors to a RAID 1; stop serve and use `nvraid grow` for the others)",
                 old.level()
             )));
         }
@@ -300,7 +310,7 @@ impl LiveGrow {
         let sbs: Vec<Superblock> = (0..array.roles())
             .map(|r| array.slot(r).expect("whole").superblock.clone())
             .collect();
-        let bitmap_bytes = array.intent().map(|i| i.storage_bytes());
+        let bitmap_bytes = super::live_copy::bitmap_bytes(array, &old, options.raid_devices)?;
         let (moved_sectors, log_moves) = room_for(&sbs, &reference, &old, bitmap_bytes)?;
         let open = OpenOptions {
             write: true,
@@ -323,7 +333,7 @@ impl LiveGrow {
         let new = Geometry::new(
             old.level(),
             options.raid_devices,
-            old.chunk_bytes().expect("parity levels have chunks"),
+            old.chunk_bytes().expect("the levels grown have chunks"),
             crate::assemble::member_data_bytes(&reference),
         )?;
         let data_offset = reference.data_offset_sectors * 512;
@@ -365,6 +375,9 @@ impl LiveGrow {
             member.flush().map_err(|e| Error::io(member.spec(), e))?;
             bblog_offsets[role] = (to - sbs[role].super_offset_sectors) as u32;
         }
+        // A RAID 10's new region marked in the bitmap, before the added
+        // members get its copy (see `live_copy::mark_new_region`).
+        super::live_copy::mark_new_region(array, &old, &new)?;
         let free = free_dev_numbers(&reference, adding.len())?;
         let mut added = Vec::with_capacity(adding.len());
         let mut table_entries = Vec::with_capacity(adding.len());
@@ -457,6 +470,7 @@ impl LiveGrow {
             0
         };
         LiveGrowStatus {
+            kind: "grow",
             state: progress.state,
             raid_disks_before: self.old_members,
             raid_disks: self.reshape.new_shape().members(),
@@ -531,27 +545,17 @@ impl LiveGrow {
                     to - unit
                 };
             }
-            self.gate.close_window(p, to);
+            // The window covers what the step reads and writes whole (see
+            // `step_window`), not just `[p, to)`.
+            let (window_start, window_end) = self.step_window(p, to);
+            self.gate.close_window(window_start, window_end);
             // A member that failed has stale old rows (the array writes
-            // around it): moving them would copy stale bytes. The grow
-            // stops at the position recorded.
-            if let Some(role) = (0..array.roles()).find(|&r| !array.is_usable(r)) {
+            // around it): the step reads around it, as the offline grow
+            // does, and writes nothing to it; one failing here is recorded
+            // faulty and the step done again without it.
+            if let Err(e) = self.move_degraded(&array, &reshape, to, kernel) {
                 self.gate.open_window(None);
-                return Err(Error::NotStartable(format!(
-                    "member {role} failed; the grow stopped at {p} bytes, the position its superblocks record"
-                )));
-            }
-            let members = self.members_of(&array);
-            // Every member is usable (looked at above): none is read
-            // around. A member failing here stops the grow at the
-            // position recorded.
-            let unreadable = Unreadable { old: &[], new: &[] };
-            let moved_ok = move_rows(&reshape, &members, unreadable, to, kernel, &|| {
-                crate::failpoint::hit("reshape-write")
-            });
-            if let Err(failure) = moved_ok {
-                self.gate.open_window(None);
-                return Err(failure.error);
+                return Err(e);
             }
             {
                 let mut record = self.record.lock().unwrap_or_else(|p| p.into_inner());
@@ -569,7 +573,7 @@ impl LiveGrow {
     }
 
     /// The new shape's members by role: the array's, then the added.
-    fn members_of<'a>(&'a self, array: &'a Array) -> Vec<&'a Member> {
+    pub(super) fn members_of<'a>(&'a self, array: &'a Array) -> Vec<&'a Member> {
         (0..self.old_members as usize)
             .map(|r| &array.slot(r).expect("a whole array").member)
             .chain(self.added.iter().map(|(m, _)| m))
@@ -585,10 +589,12 @@ impl LiveGrow {
         let (below, above) = buf.split_at_mut(cut);
         let done = (|| {
             if !below.is_empty() {
-                if write {
-                    self.new_write(array, offset, below, fua)?;
-                } else {
-                    self.new_read(array, offset, below)?;
+                let copies = self.reshape.new_shape().level().parity_chunks() == 0;
+                match (write, copies) {
+                    (true, false) => self.new_write(array, offset, below, fua)?,
+                    (false, false) => self.new_read(array, offset, below)?,
+                    (true, true) => self.copy_write(array, offset, below, fua)?,
+                    (false, true) => self.copy_read(array, offset, below)?,
                 }
             }
             if !above.is_empty() {
@@ -604,27 +610,56 @@ impl LiveGrow {
         done
     }
 
-    /// Read new-shape bytes (all below the position).
+    /// Read new-shape bytes (all below the position). A chunk on a
+    /// failed member (or one whose read fails: it is failed then) is
+    /// rebuilt from its stripe's other chunks and parity.
     fn new_read(&self, array: &Array, offset: u64, buf: &mut [u8]) -> Result<()> {
         let new = self.reshape.new_shape();
         let base = self.new_offset();
         let members = self.members_of(array);
+        let chunk = new.chunk_bytes().expect("chunks");
+        let map = new
+            .level()
+            .stripe_map(new.members())
+            .expect("a parity level");
+        let unit = chunk * u64::from(map.data_per_stripe());
         let mut at = 0usize;
+        let mut stripe_data: Option<(u64, AlignedBuf)> = None;
+        let mut failed = self.failed_roles(array);
         for piece in new.pieces(offset, buf.len() as u64) {
             let place = new.locate(piece.logical_offset, 0);
-            let member = members[place.member as usize];
-            member
-                .read_at(
-                    &mut buf[at..at + piece.len as usize],
-                    base + place.member_offset,
-                )
-                .map_err(|e| Error::io(member.spec(), e))?;
+            let out = &mut buf[at..at + piece.len as usize];
             at += piece.len as usize;
+            let role = place.member as usize;
+            if !failed[role] {
+                let member = members[role];
+                match member.read_at(out, base + place.member_offset) {
+                    Ok(()) => continue,
+                    Err(e) => {
+                        self.member_failed(array, role, e)?;
+                        failed = self.failed_roles(array);
+                    }
+                }
+            }
+            // Degraded: the whole stripe's data, under its lock (a write
+            // beside it changes data and parity together).
+            let stripe = piece.logical_offset / unit;
+            if stripe_data.as_ref().is_none_or(|(s, _)| *s != stripe) {
+                let mut data = AlignedBuf::zeroed(unit as usize);
+                let _lock = self.stripes[(stripe % STRIPE_LOCKS) as usize]
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                self.read_stripe(array, stripe, &mut data, &[])?;
+                stripe_data = Some((stripe, data));
+            }
+            let (_, data) = stripe_data.as_ref().expect("read above");
+            let from = (piece.logical_offset - stripe * unit) as usize;
+            out.copy_from_slice(&data[from..from + piece.len as usize]);
         }
         Ok(())
     }
 
-    fn new_offset(&self) -> u64 {
+    pub(super) fn new_offset(&self) -> u64 {
         self.reshape
             .data_offset(nvraid_layout::Shape::New, 0)
             .expect("role 0")
@@ -632,7 +667,10 @@ impl LiveGrow {
 
     /// Write new-shape bytes (all below the position): each new stripe it
     /// touches read, changed and written whole with its parity, under the
-    /// stripe's lock; admitted as a write of the same member rows.
+    /// stripe's lock; admitted as a write of the same member rows. Failed
+    /// members are left out (their chunks read through the parity, the
+    /// parity written covering them); a member whose I/O fails is failed
+    /// (recorded faulty) and the write goes on without it.
     fn new_write(&self, array: &Array, offset: u64, buf: &[u8], fua: bool) -> Result<()> {
         let new = self.reshape.new_shape();
         let old = self.reshape.old();
@@ -666,17 +704,14 @@ impl LiveGrow {
                 let row = base + stripe * chunk;
                 let s_start = stripe * unit;
                 let (w_start, w_end) = (offset.max(s_start), end.min(s_start + unit));
-                for (d, &m) in blocks.data.iter().enumerate() {
-                    let (c_start, c_end) =
-                        (s_start + d as u64 * chunk, s_start + (d as u64 + 1) * chunk);
-                    if w_start <= c_start && c_end <= w_end {
-                        continue; // wholly overwritten
-                    }
-                    let member = members[m as usize];
-                    member
-                        .read_at(&mut data[d * c..(d + 1) * c], row)
-                        .map_err(|e| Error::io(member.spec(), e))?;
-                }
+                // The chunks the write covers whole need no read.
+                let whole: Vec<bool> = (0..blocks.data.len() as u64)
+                    .map(|d| {
+                        let (c_start, c_end) = (s_start + d * chunk, s_start + (d + 1) * chunk);
+                        w_start <= c_start && c_end <= w_end
+                    })
+                    .collect();
+                self.read_stripe(array, stripe, &mut data, &whole)?;
                 data[(w_start - s_start) as usize..(w_end - s_start) as usize]
                     .copy_from_slice(&buf[(w_start - offset) as usize..(w_end - offset) as usize]);
                 let chunk_of = |d: usize| &data[d * c..(d + 1) * c];
@@ -693,31 +728,38 @@ impl LiveGrow {
                         nvraid_parity::gen_pq(kernel, &ordered, &mut p, &mut q);
                     }
                 }
+                let mut writes: Vec<(u32, &[u8])> = Vec::with_capacity(blocks.data.len() + 2);
                 for (d, &m) in blocks.data.iter().enumerate() {
                     let (c_start, c_end) =
                         (s_start + d as u64 * chunk, s_start + (d as u64 + 1) * chunk);
                     if c_end <= w_start || w_end <= c_start {
                         continue; // unchanged
                     }
-                    let member = members[m as usize];
-                    member
-                        .write_at(chunk_of(d), row)
-                        .map_err(|e| Error::io(member.spec(), e))?;
+                    writes.push((m, chunk_of(d)));
                 }
-                let member = members[blocks.p as usize];
-                member
-                    .write_at(&p, row)
-                    .map_err(|e| Error::io(member.spec(), e))?;
+                writes.push((blocks.p, &p));
                 if let Some(qm) = blocks.q {
-                    let member = members[qm as usize];
-                    member
-                        .write_at(&q, row)
-                        .map_err(|e| Error::io(member.spec(), e))?;
+                    writes.push((qm, &q));
+                }
+                let failed = self.failed_roles(array);
+                for (m, bytes) in writes {
+                    let role = m as usize;
+                    if failed[role] {
+                        continue; // the parity written covers it
+                    }
+                    if let Err(e) = members[role].write_at(bytes, row) {
+                        self.member_failed(array, role, e)?;
+                    }
                 }
             }
             if fua {
-                for member in &members {
-                    member.flush().map_err(|e| Error::io(member.spec(), e))?;
+                for (role, member) in members.iter().enumerate() {
+                    if self.failed_roles(array)[role] {
+                        continue;
+                    }
+                    if let Err(e) = member.flush() {
+                        self.member_failed(array, role, e)?;
+                    }
                 }
             }
             Ok(())
@@ -745,7 +787,7 @@ impl LiveGrow {
 }
 
 /// A client request in flight (see [`Clients::request`]).
-struct ClientRequest<'a>(&'a AtomicU64);
+pub(super) struct ClientRequest<'a>(&'a AtomicU64);
 
 impl Drop for ClientRequest<'_> {
     fn drop(&mut self) {
@@ -760,7 +802,7 @@ impl Drop for ClientRequest<'_> {
 /// until they pause). Clients' requests are counted as the route takes
 /// them ([`Clients`]), so the grow's own member I/O never counts as
 /// theirs.
-struct GrowPace {
+pub(super) struct GrowPace {
     start: Instant,
     /// Bytes moved since the window opened.
     bytes: u64,
@@ -773,13 +815,13 @@ struct GrowPace {
 impl GrowPace {
     const WINDOW: Duration = Duration::from_millis(100);
 
-    fn open(live: &LiveGrow) -> GrowPace {
-        let mut pace = GrowPace::watching(&live.clients);
-        if live.min_bytes_per_sec.is_some() {
+    pub(super) fn open(live: &dyn Paced) -> GrowPace {
+        let mut pace = GrowPace::watching(live.clients());
+        if live.rates().0.is_some() {
             // Look before the first step: a full-speed first window would
             // take the clients' share before their activity shows.
             std::thread::sleep(Duration::from_millis(20));
-            pace.sample(&live.clients);
+            pace.sample(live.clients());
         }
         pace
     }
@@ -804,8 +846,9 @@ impl GrowPace {
     }
 
     /// The rate that applies now (`None`: unlimited).
-    fn rate(&self, live: &LiveGrow) -> Option<u64> {
-        match (self.busy, live.min_bytes_per_sec, live.max_bytes_per_sec) {
+    fn rate(&self, live: &dyn Paced) -> Option<u64> {
+        let (min, max) = live.rates();
+        match (self.busy, min, max) {
             (true, Some(min), Some(max)) => Some(min.min(max)),
             (true, Some(min), None) => Some(min),
             (_, _, max) => max,
@@ -814,22 +857,22 @@ impl GrowPace {
 
     /// Whether the next step may start (`false`: the grow is asked to
     /// stop). With a minimum of 0, waits while clients stay busy.
-    fn may_step(&mut self, live: &LiveGrow) -> bool {
+    pub(super) fn may_step(&mut self, live: &dyn Paced) -> bool {
         loop {
-            if live.stop.load(Ordering::Acquire) {
+            if live.stopping() {
                 return false;
             }
             if self.rate(live) != Some(0) {
                 return true;
             }
             std::thread::sleep(Self::WINDOW);
-            self.sample(&live.clients);
+            self.sample(live.clients());
         }
     }
 
     /// A step moved `len` bytes: sleep while ahead of the rate that
     /// applies, and open the next window when this one is over.
-    fn moved(&mut self, live: &LiveGrow, len: u64) {
+    pub(super) fn moved(&mut self, live: &dyn Paced, len: u64) {
         self.bytes += len;
         if let Some(rate) = self.rate(live).filter(|&r| r > 0) {
             let due = Duration::from_secs_f64(self.bytes as f64 / rate as f64);
@@ -838,8 +881,30 @@ impl GrowPace {
             }
         }
         if self.start.elapsed() >= Self::WINDOW {
-            self.sample(&live.clients);
+            self.sample(live.clients());
         }
+    }
+}
+
+/// What [`GrowPace`] reads of a served reshape: its clients' requests,
+/// whether it is asked to stop, and its (minimum, maximum) rates.
+pub(super) trait Paced {
+    fn clients(&self) -> &Clients;
+    fn stopping(&self) -> bool;
+    fn rates(&self) -> (Option<u64>, Option<u64>);
+}
+
+impl Paced for LiveGrow {
+    fn clients(&self) -> &Clients {
+        &self.clients
+    }
+
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    fn rates(&self) -> (Option<u64>, Option<u64>) {
+        (self.min_bytes_per_sec, self.max_bytes_per_sec)
     }
 }
 

@@ -23,10 +23,16 @@
 //! - `size`: `grow --size`, how much of each member the array uses
 //!   (`max` after the members grew, the new region resynced; smaller with
 //!   `--force`); nothing moves;
-//! - `live`: [`LiveGrow`], the grow of a RAID 4/5/6 while it is served:
+//! - `live`: [`LiveGrow`], the grow of a RAID 4/5/6 or RAID 10 near while it is served:
 //!   the record kept in every superblock update of the running array,
 //!   client requests split between the two shapes at the position, each
 //!   step's window closed to them and earlier requests drained;
+//! - `live_degraded`: a served grow going on degraded (an old member
+//!   failing recorded faulty, read around, parity written covering it);
+//! - `live_copy`: [`LiveMirror`], a served RAID 1 gaining mirrors (the
+//!   count raised, the new members recorded recovering, client writes
+//!   reaching them below the copy's position), and [`start_live`], which
+//!   picks the served grow a level takes;
 //! - `degraded`: a member failing during a grow, recorded faulty on the
 //!   others and read around; roles missing at `--continue`;
 //! - `takeover`: a RAID 0 grown as md's RAID 4 with its parity missing
@@ -48,6 +54,8 @@ mod degraded;
 mod grow;
 mod level;
 mod live;
+mod live_copy;
+mod live_degraded;
 mod mirror;
 mod read;
 mod record;
@@ -59,6 +67,7 @@ mod takeover;
 pub use grow::{continue_grow, grow, GrowOptions, GrowProgress, Grown};
 pub use level::{change_level, LevelChanged};
 pub use live::{LiveGrow, LiveGrowOptions, LiveGrowStatus};
+pub use live_copy::{start_live, LiveMirror, LiveReshape};
 pub use read::{MidReshape, ReshapeDetail, ReshapeMember, ShapeDetail};
 pub use record::{is_reshaping, reshape_of};
 pub use shape::{change_shape, ShapeOptions};

@@ -74,7 +74,9 @@ pub struct GrowArgs {
     #[arg(long)]
     json: bool,
     /// A running `nvraid serve`'s control socket: grow the served RAID
-    /// 4/5/6 there while its clients read and write (with -n and --add;
+    /// 4/5/6 or RAID 10 near there, or add mirrors to a served RAID 1,
+    /// while its clients
+    /// read and write (with -n and --add;
     /// waits for the end, showing the progress). The served size stays
     /// the old one until the server is restarted.
     #[arg(long, value_name = "PATH", conflicts_with_all = ["members", "cont", "level"])]

@@ -1,11 +1,12 @@
 //! `grow` on the control socket of a running `nvraid serve`: the served
-//! RAID 4/5/6 gains members while clients read and write
-//! (`nvraid_array::reshape::LiveGrow`), and `status` shows the reshape.
+//! RAID 4/5/6 or RAID 10 near gains members while clients read and write
+//! (`nvraid_array::reshape::LiveGrow`), a served RAID 1 mirrors
+//! (`LiveMirror`: the new members rebuilt), and `status` shows it.
 //! One grow per server run; the thread that moves the rows is stopped
 //! (after its step) before the array is closed.
 
 use nvraid_array::recovery::online::Online;
-use nvraid_array::reshape::{LiveGrow, LiveGrowOptions};
+use nvraid_array::reshape::{start_live, LiveGrowOptions, LiveReshape};
 use nvraid_array::Array;
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
@@ -23,7 +24,7 @@ pub struct Reshaping {
 
 /// A grow started: its handle and the thread moving its rows (taken when
 /// joined).
-type Running = (Arc<LiveGrow>, Option<JoinHandle<()>>);
+type Running = (Arc<dyn LiveReshape>, Option<JoinHandle<()>>);
 
 impl Reshaping {
     pub fn new(
@@ -78,7 +79,7 @@ impl Reshaping {
             min_bytes_per_sec: self.pace.0,
             max_bytes_per_sec: self.pace.1,
         };
-        let (grow, thread) = LiveGrow::start(&self.array, &options).map_err(|e| e.to_string())?;
+        let (grow, thread) = start_live(&self.array, &options).map_err(|e| e.to_string())?;
         let status = grow.status();
         eprintln!(
             "nvraid: event=reshape-started raid_disks={}->{} end={}",
