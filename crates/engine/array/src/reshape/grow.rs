@@ -835,6 +835,9 @@ pub(super) fn run_backed(
         {
             b.header.sync_size_sectors = reshape.new_shape().bitmap_space_bytes() / 512;
         }
+        if failed.surviving().len() == placed.len() {
+            raid10_new_region_written(b, reshape.old(), reshape.new_shape());
+        }
     }
     for p in placed.iter_mut() {
         finish_record(&mut p.sb);
@@ -995,6 +998,13 @@ pub(super) fn publish_bitmap(
 /// the old size until the reshape is done, as md's does (the kernel writes
 /// its resync size there, which grows at the end). Other levels' bitmaps
 /// count member rows, which a grow does not change: left as they are.
+///
+/// The bits of the new region (past the old size) are set, on disk: md
+/// marks that region for resync when it resizes the bitmap, but only in
+/// its memory, so md finishing a grow nvraid started (or nvraid finishing
+/// one md started after a crash) would otherwise leave the copies of the
+/// region's rows no step wrote differing. nvraid's own finish clears them
+/// ([`raid10_new_region_written`]): its steps wrote every copy.
 pub(super) fn raid10_bitmap_for(b: &mut MemberBitmap, old: &Geometry, new: &Geometry) {
     let (from, to) = (old.bitmap_space_bytes(), new.bitmap_space_bytes());
     if !matches!(old.level(), Level::Raid10 { .. }) || to <= from {
@@ -1002,6 +1012,32 @@ pub(super) fn raid10_bitmap_for(b: &mut MemberBitmap, old: &Geometry, new: &Geom
     }
     *b = super::bitmap::resized(b, from, to);
     b.header.sync_size_sectors = from / 512;
+    put_region_bits(b, from, to, true);
+}
+
+/// A RAID 10 grow finished by nvraid with every member written: the new
+/// region's bits (set by [`raid10_bitmap_for`]) cleared, each copy of its
+/// rows written by the steps.
+fn raid10_new_region_written(b: &mut MemberBitmap, old: &Geometry, new: &Geometry) {
+    let (from, to) = (old.bitmap_space_bytes(), new.bitmap_space_bytes());
+    if matches!(old.level(), Level::Raid10 { .. }) && to > from {
+        put_region_bits(b, from, to, false);
+    }
+}
+
+/// Set or clear the bits of bitmap-space bytes `[from, to)`: the chunks
+/// that start at or past `from` (a chunk holding bytes below `from` keeps
+/// its bit as it is).
+fn put_region_bits(b: &mut MemberBitmap, from: u64, to: u64, set: bool) {
+    let chunk = u64::from(b.header.chunk_bytes);
+    let bits = nvraid_metadata::bitmap::bits_for(to, b.header.chunk_bytes);
+    for bit in from.div_ceil(chunk).min(bits)..bits {
+        nvraid_metadata::bitmap::put_bit(&mut b.storage, bit, set);
+    }
+    if set && !from.is_multiple_of(chunk) {
+        // The chunk holding the old end: the region's first bytes are in it.
+        nvraid_metadata::bitmap::put_bit(&mut b.storage, from / chunk, true);
+    }
 }
 
 /// The old shape the reference records.
