@@ -937,3 +937,166 @@ fn a_raid0_becomes_a_raid10_near2_with_its_members_doubled_and_back() {
         &["--raid-devices", "one --add per new mirror"],
     );
 }
+
+/// Every member file's bytes in `dir`, by name.
+fn snapshot(dir: &Path, names: &[String]) -> Vec<Vec<u8>> {
+    names
+        .iter()
+        .map(|n| std::fs::read(dir.join(n)).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_raid1_of_two_becomes_a_raid5_of_two_and_back_with_no_byte_moved() {
+    // md's takeover: a two-member RAID 5 (left-symmetric, 64 KiB chunks:
+    // 14 MiB is a multiple) whose parity is a copy of its one data chunk
+    // per stripe, so both members keep the mirror's bytes.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (m, data) = filled(d, "1", 2, "r15");
+    let before = snapshot(d, &m);
+    let out = ok(&with(&["grow", "--level", "5", "--json"], &m), d);
+    let changed: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(changed["md_level"], 5, "{changed}");
+    assert_eq!(changed["chunk_bytes"], 64 * 1024, "{changed}");
+    assert_eq!(changed["size_bytes"], PER, "{changed}");
+    assert_eq!(level_layout(d, "d0"), (5, 2, 2));
+    for (name, old) in m.iter().zip(&before) {
+        let now = std::fs::read(d.join(name)).unwrap();
+        assert!(now[1 << 20..] == old[1 << 20..], "{name}: data moved");
+    }
+    assert!(read(d, &m, PER) == data);
+    let check: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["check", "--json"], &m), d)).unwrap();
+    assert_eq!(check["mismatch_sectors"], 0, "{check}");
+    // Written as a RAID 5 (parity of one chunk), each member alone still
+    // holds every byte.
+    let patch = vec![0xa5u8; 3 * 65536 + 4096];
+    std::fs::write(d.join("patch"), &patch).unwrap();
+    ok(
+        &with(&["write", "--input", "patch", "--offset", "61440"], &m),
+        d,
+    );
+    let mut data = data;
+    data[61440..61440 + patch.len()].copy_from_slice(&patch);
+    for one in &m {
+        assert!(
+            read(d, std::slice::from_ref(one), PER) == data,
+            "{one} alone"
+        );
+    }
+    // And back: a RAID 1 of the two, the same bytes.
+    let out = ok(&with(&["grow", "--level", "1", "--json"], &m), d);
+    let changed: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(changed["md_level"], 1, "{changed}");
+    assert_eq!(changed["size_bytes"], PER, "{changed}");
+    assert_eq!(level_layout(d, "d0"), (1, 0, 2));
+    let check: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["check", "--json"], &m), d)).unwrap();
+    assert_eq!(check["mismatch_sectors"], 0, "{check}");
+    assert!(read(d, &m, PER) == data);
+}
+
+#[test]
+fn a_raid1_of_two_grows_to_a_raid5_of_three_through_md_takeover_even_killed_mid_way() {
+    // mdadm's `--grow --level 5 -n 3 --add NEW` on a RAID 1 of two: the
+    // takeover, then the RAID 5's grow; uninterrupted, and killed in the
+    // grow's record, its steps and a checkpoint, then `grow --continue`.
+    for point in [
+        None,
+        Some("reshape-superblock:3"), // the takeover done, the new member recorded
+        Some("reshape-write:3"),
+        Some("reshape-superblock:9"),
+        Some("reshape-write:20"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let (m, data) = filled(d, "1", 2, "r153");
+        let new = blank(d, "d2");
+        let args = with(
+            &[
+                "grow", "--level", "5", "-n", "3", "--add", &new, "--step", "1M",
+            ],
+            &m,
+        );
+        let mut all = m.clone();
+        all.push(new.clone());
+        match point {
+            None => {
+                let out = ok(&args, d);
+                assert!(out.contains("grown from 2 to 3 members"), "{out}");
+            }
+            Some(point) => {
+                let out = Command::new(env!("CARGO_BIN_EXE_nvraid"))
+                    .current_dir(d)
+                    .env("NVRAID_FAILPOINT", point)
+                    .args(&args)
+                    .output()
+                    .unwrap();
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                assert!(
+                    !out.status.success() && stderr.contains("failpoint"),
+                    "grow did not stop at {point}: {stderr}"
+                );
+                let out = ok(&with(&["grow", "--continue", "--step", "1M"], &all), d);
+                assert!(out.contains("to 3 members"), "{point}: {out}");
+            }
+        }
+        let what = point.unwrap_or("uninterrupted");
+        assert_eq!(level_layout(d, "d0"), (5, 2, 3), "{what}");
+        let detail: serde_json::Value =
+            serde_json::from_str(&ok(&with(&["detail", "--json"], &all), d)).unwrap();
+        assert_eq!(detail["size_bytes"], 2 * PER, "{what}: {detail}");
+        assert_eq!(detail["chunk_bytes"], 64 * 1024, "{what}: {detail}");
+        assert!(read(d, &all, PER) == data, "{what}: the bytes differ");
+        let check: serde_json::Value =
+            serde_json::from_str(&ok(&with(&["check", "--json"], &all), d)).unwrap();
+        assert_eq!(check["mismatch_sectors"], 0, "{what}: {check}");
+    }
+}
+
+#[test]
+fn a_raid1_of_three_as_a_raid5_is_refused_naming_md_two_member_rule_and_nothing_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (m, _) = filled(d, "1", 3, "r13");
+    let new = blank(d, "d3");
+    let mut every = m.clone();
+    every.push(new.clone());
+    let before = snapshot(d, &every);
+    refused(
+        &with(&["grow", "--level", "5"], &m),
+        d,
+        &["RAID 1 of 3 members", "exactly two members"],
+    );
+    refused(
+        &with(&["grow", "--level", "5", "-n", "4", "--add", &new], &m),
+        d,
+        &["3 members", "exactly two members"],
+    );
+    // A RAID 1 of two, but a count that does not match the --add.
+    let sub = d.join("two");
+    std::fs::create_dir(&sub).unwrap();
+    let (m2, _) = filled(&sub, "1", 2, "r12");
+    let new2 = blank(&sub, "d2");
+    let mut every2 = m2.clone();
+    every2.push(new2.clone());
+    let before2 = snapshot(&sub, &every2);
+    refused(
+        &with(&["grow", "--level", "5", "-n", "4", "--add", &new2], &m2),
+        &sub,
+        &["--raid-devices", "2 + the --add count"],
+    );
+    // A new member too small for the RAID 5's rows.
+    std::fs::File::create(sub.join("small"))
+        .unwrap()
+        .set_len(4 * MIB)
+        .unwrap();
+    refused(
+        &with(&["grow", "--level", "5", "-n", "3", "--add", "small"], &m2),
+        &sub,
+        &["small"],
+    );
+    assert!(snapshot(d, &every) == before, "a byte changed (three)");
+    assert!(snapshot(&sub, &every2) == before2, "a byte changed (two)");
+}

@@ -7,10 +7,12 @@
 //! Also RAID 6 → 5 when Q is on the last member (a `-6` layout or
 //! parity-last: that member leaves) and RAID 10 near=2 → RAID 0 (one copy
 //! of each pair kept, member 2i becoming i). RAID 5 → 6 and RAID 0 → 10
-//! add members (`takeover`). md's other takeovers are refused naming
-//! md's path: RAID 1 of two ↔ RAID 5 (a two-member RAID 5, whose parity
-//! is a copy of its one data chunk; nvraid does not lay out a two-member
-//! RAID 5 yet).
+//! add members (`takeover`). RAID 1 of two ↔ RAID 5 of two: md's RAID 5
+//! of two members holds one data chunk per stripe and its parity, a copy
+//! of it, on the other member, so both hold the mirror's bytes; md picks
+//! the chunk ([`raid1_takeover_chunk`]). [`raid1_to_raid5_grown`] is
+//! mdadm's `--level 5 -n N --add`: that takeover, then the RAID 5's grow.
+//! md's other takeovers are refused naming md's path.
 //!
 //! The checks of any change of shape come first (a whole, clean array
 //! without PPL or journal); a change md makes only through a reshape or an
@@ -55,6 +57,21 @@ fn md_name(md_level: i32, level: Level) -> String {
     }
 }
 
+/// The chunk md gives the RAID 5 it makes of a two-member RAID 1: 64 KiB,
+/// halved until it divides the array's size (a RAID 5's members hold whole
+/// chunks, so the size is kept); `None` below 4 KiB (md refuses too).
+pub(super) fn raid1_takeover_chunk(array_bytes: u64) -> Option<u64> {
+    let mut chunk = 64 * 1024;
+    // nvraid's smallest chunk, md's stripe unit (a page).
+    while chunk >= 4096 {
+        if array_bytes.is_multiple_of(chunk) {
+            return Some(chunk);
+        }
+        chunk /= 2;
+    }
+    None
+}
+
 /// Change the array on `members` (every member, any order) to md level
 /// `to`, where md does it without moving data (RAID 4 ↔ 5 parity-last).
 pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelChanged> {
@@ -89,19 +106,31 @@ pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelCh
                 why: format!("the array already is a {level}"),
             })
         }
-        (1, 5) if n == 2 => {
-            return Err(refuse(
-                "a RAID 1 of two members as a RAID 5: md makes it a two-member RAID 5 (the same bytes, parity a copy of the data), which nvraid does not lay out yet".into(),
-            ))
-        }
+        // md's takeover of a two-member RAID 1: a RAID 5 of two, left-
+        // symmetric, whose stripes each hold one data chunk and its
+        // parity, a copy of it, one on each member: the mirror's bytes.
+        (1, 5) if n == 2 => (
+            5,
+            ParityLayout::LeftSymmetric.to_md(),
+            raid1_takeover_chunk(geometry.array_bytes()).ok_or_else(|| {
+                refuse(format!(
+                    "a RAID 1 of {} bytes as a RAID 5: md takes a RAID 1 over with the largest chunk up to 64 KiB that divides the array, and no chunk of 4 KiB or more divides this one",
+                    geometry.array_bytes()
+                ))
+            })? as u32
+                / 512,
+        ),
         (1, 5) => {
             return Err(refuse(format!(
-                "a RAID 1 of {n} members as a RAID 5: md changes a RAID 1 to RAID 5 only with two members (make it two first: `mdadm --grow --raid-devices 2`), then grows the RAID 5"
+                "a RAID 1 of {n} members as a RAID 5: md takes a RAID 1 over as RAID 5 only with exactly two members (make it two first: `mdadm --grow --raid-devices 2`), then grows the RAID 5"
             )))
         }
+        // md's takeover of a two-member RAID 5 (any layout and chunk):
+        // each member holds every array byte, in order.
+        (5, 1) if n == 2 => (1, 0, 0),
         (5, 1) => {
             return Err(refuse(format!(
-                "a RAID 5 of {n} members as a RAID 1: md changes a RAID 5 to RAID 1 only with two members (shrink it to two first, a reshape nvraid does not do yet)"
+                "a {level} of {n} members as a RAID 1: md takes a RAID 5 over as RAID 1 only with two members (shrink it to two first, a reshape nvraid does not do yet)"
             )))
         }
         (4, 5) => (5, ParityLayout::ParityLast.to_md(), reference.chunk_sectors),
@@ -196,6 +225,11 @@ pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelCh
             sb.level = md_level;
             sb.layout = layout;
             sb.chunk_sectors = chunk_sectors;
+            if (from, md_level) == (1, 5) || (from, md_level) == (5, 1) {
+                // md's size: a two-member RAID 5's member rows are its
+                // array bytes, as a RAID 1's are.
+                sb.size_sectors = geometry.array_bytes() / 512;
+            }
             if let Some((dev, count)) = leaving {
                 sb.raid_disks = count;
                 sb.roles_raw[dev] = Role::Spare.to_raw();
@@ -244,4 +278,79 @@ pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelCh
         events,
         released,
     })
+}
+
+/// `grow --level 5 -n N --add NEW...` on a RAID 1 of two, as mdadm does
+/// it: md's takeover to a two-member RAID 5 ([`change_level`]), then the
+/// RAID 5's grow to N members (`grow`). What the grow would refuse about
+/// the count and the new members is checked before the takeover, so bad
+/// input changes nothing; a crash during the grow leaves a two-member
+/// RAID 5 growing, which `grow --continue` finishes.
+pub fn raid1_to_raid5_grown(
+    members: &[String],
+    options: &super::GrowOptions,
+    progress: &mut dyn FnMut(super::GrowProgress),
+) -> Result<super::Grown> {
+    let all: Vec<String> = members.iter().chain(&options.add).cloned().collect();
+    check_distinct_specs(&all)?;
+    {
+        let found = super::record::open_members(members, options.direct)?;
+        if let Some((member, _)) = found.iter().find(|(_, sb)| is_reshaping(sb)) {
+            return Err(Error::Unsupported {
+                spec: member.spec().into(),
+                what: "a level change while a reshape is in progress: finish it first with `nvraid grow --continue`".into(),
+            });
+        }
+        let (reference, _) = check_whole(&found, "changes the level of", "changing the level of")?;
+        let spec = found[0].0.spec().to_string();
+        let geometry = crate::assemble::geometry_of(&reference, &spec)?;
+        let n = reference.raid_disks;
+        if reference.level != 1 || n != 2 {
+            return Err(Error::Unsupported {
+                spec,
+                what: format!(
+                    "a {} of {n} members as a RAID 5 with members added: md takes only a RAID 1 of exactly two members over as RAID 5 (then grows it)",
+                    geometry.level()
+                ),
+            });
+        }
+        if options.add.is_empty() || options.raid_devices != 2 + options.add.len() as u32 {
+            return Err(Error::BadOption {
+                option: "--raid-devices".into(),
+                why: format!(
+                    "{} with {} member(s) added: a RAID 1 of two becomes a RAID 5 of two, grown by one member per --add (so --raid-devices is 2 + the --add count)",
+                    options.raid_devices,
+                    options.add.len()
+                ),
+            });
+        }
+        let chunk = raid1_takeover_chunk(geometry.array_bytes()).ok_or_else(|| Error::Unsupported {
+            spec: spec.clone(),
+            what: format!(
+                "a RAID 1 of {} bytes as a RAID 5: md takes a RAID 1 over with the largest chunk up to 64 KiB that divides the array, and no chunk of 4 KiB or more divides this one",
+                geometry.array_bytes()
+            ),
+        })?;
+        let raid5 = nvraid_layout::Geometry::new(
+            Level::Raid5 {
+                layout: ParityLayout::LeftSymmetric,
+            },
+            2,
+            chunk,
+            geometry.array_bytes(),
+        )
+        .map_err(|e| Error::NotStartable(e.to_string()))?;
+        let open = nvraid_member::OpenOptions {
+            write: true,
+            create_bytes: None,
+            direct: options.direct,
+            ..Default::default()
+        };
+        for spec in &options.add {
+            let member = nvraid_member::Member::open(spec, open)?;
+            super::grow::check_new_member(&member, &reference, &raid5, options.force)?;
+        }
+    }
+    change_level(members, 5, options.direct)?;
+    super::grow::grow(members, options, progress)
 }

@@ -13,7 +13,8 @@
 //!   RAID 4/5/6 or RAID 10 near gaining members: the checks, md's record written, the
 //!   steps with a checkpoint after each, the finished shape recorded;
 //! - `level`: `grow --level`, md's level changes that move no byte
-//!   (RAID 4 <-> RAID 5 parity-last, RAID 6 -> 5 dropping a last-member Q);
+//!   (RAID 1 of two <-> RAID 5 of two, RAID 4 <-> RAID 5 parity-last,
+//!   RAID 6 -> 5 dropping a last-member Q);
 //! - `shape`: `grow --chunk`/`--layout`, a RAID 4/5/6 or RAID 10 near
 //!   restriped with its members kept, the data offset moved down or up
 //!   (the steps backwards are its own);
@@ -53,7 +54,7 @@ mod step;
 mod takeover;
 
 pub use grow::{continue_grow, grow, GrowOptions, GrowProgress, Grown};
-pub use level::{change_level, LevelChanged};
+pub use level::{change_level, raid1_to_raid5_grown, LevelChanged};
 pub use live::{LiveGrow, LiveGrowOptions, LiveGrowStatus};
 pub use read::{MidReshape, ReshapeDetail, ReshapeMember, ShapeDetail};
 pub use record::{is_reshaping, reshape_of};

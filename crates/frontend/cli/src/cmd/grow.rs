@@ -8,8 +8,8 @@ use super::{bytes_text, size_arg};
 use anyhow::{bail, Result};
 use clap::Args;
 use nvraid_array::reshape::{
-    add_q, change_level, change_shape, continue_grow, grow, raid0_to_raid10, resize, GrowOptions,
-    GrowProgress, Grown, ShapeOptions, SizeOptions, SizeTarget,
+    add_q, change_level, change_shape, continue_grow, grow, raid0_to_raid10, raid1_to_raid5_grown,
+    resize, GrowOptions, GrowProgress, Grown, ShapeOptions, SizeOptions, SizeTarget,
 };
 use nvraid_member::format_size;
 use std::io::{IsTerminal, Write};
@@ -35,7 +35,10 @@ pub struct GrowArgs {
     #[arg(long = "continue", conflicts_with_all = ["raid_devices", "add", "level", "chunk", "layout"])]
     cont: bool,
     /// Change the level where md does it without moving data (its
-    /// takeovers): 4 <-> 5 with the parity-last layout; 5 -> 6 with
+    /// takeovers): 1 of two members <-> 5 of two (left-symmetric, chunk
+    /// 64K or the largest below that divides the array; with
+    /// --raid-devices N --add NEW... the RAID 5 is then grown to N);
+    /// 4 <-> 5 with the parity-last layout; 5 -> 6 with
     /// --raid-devices N+1 --add NEW (Q on the new last member, which is
     /// then rebuilt); 6 -> 5 when Q is on the last member (a `-6` layout
     /// or parity-last; that member leaves); 0 -> 10 near=2 with
@@ -166,10 +169,11 @@ pub fn run(args: &GrowArgs, direct: bool) -> Result<u8> {
             step_bytes: args.step,
         };
         match args.level {
+            Some(5) => raid1_to_raid5_grown(&args.members, &options, &mut progress)?,
             Some(6) => add_q(&args.members, &options, &mut progress)?,
             Some(10) => raid0_to_raid10(&args.members, &options, &mut progress)?,
             Some(other) => bail!(
-                "--level {other} with --add: md adds members with a level change only from RAID 5 to RAID 6 (--level 6) and from RAID 0 to RAID 10 (--level 10)"
+                "--level {other} with --add: md adds members with a level change only from a RAID 1 of two to RAID 5 (--level 5, then grown), from RAID 5 to RAID 6 (--level 6) and from RAID 0 to RAID 10 (--level 10)"
             ),
             None => grow(&args.members, &options, &mut progress)?,
         }
