@@ -569,3 +569,89 @@ fn the_kernel_finishes_a_raid10_restripe_nvraid_left_moving_up() {
         );
     }
 }
+
+/// A RAID 5 of four taken to RAID 6 with a fifth member (md's `-6`
+/// layout: Q on the last member), filled with the pattern.
+fn raid6_of_the_takeover(dir: &Path) -> (Vec<String>, Vec<u8>) {
+    let (mut m, data) = filled(dir, "5", 4, 15, &["--bitmap", "none"]);
+    let f = std::fs::File::create(dir.join("d4")).unwrap();
+    f.set_len(15 * MIB).unwrap();
+    ok(
+        &with(&["grow", "--level", "6", "-n", "5", "--add", "d4"], &m),
+        dir,
+    );
+    m.push("d4".into());
+    assert_eq!(detail(dir, &m)["layout"], "left-symmetric-6");
+    (m, data)
+}
+
+#[test]
+fn a_raid6_left_in_a_minus6_layout_by_the_takeover_is_normalised_and_reads_back() {
+    // mdadm's `--layout normalise` (and the ordinary layout named): the
+    // `-6` layout's rotation with P and Q rotating, every byte read back,
+    // P and Q right; also killed mid-way and continued.
+    for (layout, point) in [
+        ("normalise", None),
+        ("left-symmetric", Some("reshape-write:7")),
+        ("normalise", Some("reshape-superblock:12")),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let (m, data) = raid6_of_the_takeover(d);
+        let args = with(&["grow", "--layout", layout, "--step", "1M"], &m);
+        match point {
+            None => {
+                ok(&args, d);
+            }
+            Some(point) => {
+                killed_at(d, &args, point);
+                let mid = read(d, &m, 3 * PER);
+                assert!(mid == data, "{point}: mid-way");
+                ok(&with(&["grow", "--continue", "--step", "1M"], &m), d);
+            }
+        }
+        let what = format!("{layout} {point:?}");
+        let dd = detail(d, &m);
+        assert_eq!(dd["layout"], "left-symmetric", "{what}: {dd}");
+        assert_eq!(dd["level"], 6, "{what}: {dd}");
+        assert_eq!(dd["chunk_bytes"], 64 * 1024, "{what}: {dd}");
+        assert!(read(d, &m, 3 * PER) == data, "{what}");
+        no_mismatch(d, &m, &what);
+        assert!(read(d, &m[2..], 3 * PER) == data, "{what}: without 0, 1");
+        assert!(read(d, &m[..3], 3 * PER) == data, "{what}: without 3, 4");
+    }
+}
+
+#[test]
+fn normalise_of_a_raid6_in_an_ordinary_layout_or_of_a_raid5_is_refused_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (m6, _) = filled(d, "6", 4, 15, &["--bitmap", "none"]);
+    let sub = d.join("r5");
+    std::fs::create_dir(&sub).unwrap();
+    let (m5, _) = filled(&sub, "5", 3, 15, &["--bitmap", "none"]);
+    let bytes = |dir: &Path, m: &[String]| -> Vec<Vec<u8>> {
+        m.iter()
+            .map(|n| std::fs::read(dir.join(n)).unwrap())
+            .collect()
+    };
+    let (before6, before5) = (bytes(d, &m6), bytes(&sub, &m5));
+    refused(
+        &with(&["grow", "--layout", "normalise"], &m6),
+        d,
+        &["normalise", "ordinary layout already"],
+    );
+    refused(
+        &with(&["grow", "--layout", "normalise"], &m5),
+        &sub,
+        &["normalise", "-6 layout", "raid5"],
+    );
+    // `preserve` with nothing else to change: nothing to do.
+    refused(
+        &with(&["grow", "--layout", "preserve"], &m6),
+        d,
+        &["nothing to change"],
+    );
+    assert!(bytes(d, &m6) == before6, "a RAID 6 byte changed");
+    assert!(bytes(&sub, &m5) == before5, "a RAID 5 byte changed");
+}

@@ -100,6 +100,29 @@ fn new_level(old: Level, md_level: i32, layout: Option<&str>, spec: &str) -> Res
         option: "--layout".into(),
         why,
     };
+    // mdadm's two words: `preserve` keeps the layout (a chunk change
+    // only), `normalise` takes a RAID 6 from a `-6` layout (Q on the last
+    // member, what md's RAID 5 -> 6 takeover leaves) to the ordinary one
+    // of the same rotation (P and Q rotating).
+    match text {
+        "preserve" => return Ok(old),
+        "normalise" | "normalize" => {
+            return match old {
+                Level::Raid6 {
+                    layout: ParityLayout::Raid5With6(rotation),
+                } => Ok(Level::Raid6 {
+                    layout: ordinary_of(rotation),
+                }),
+                Level::Raid6 { .. } => Err(bad(format!(
+                    "{text}: the {old} is in an ordinary layout already (normalise takes a RAID 6 out of a -6 layout)"
+                ))),
+                _ => Err(bad(format!(
+                    "{text} applies to a RAID 6 in a -6 layout (md's layouts with Q on the last member), not to a {old}"
+                ))),
+            };
+        }
+        _ => {}
+    }
     match old {
         Level::Raid10 { near } => match old.with_layout(text).map_err(bad)? {
             Level::Raid10 { near: n } if n == near => Ok(old),
@@ -123,6 +146,19 @@ fn new_level(old: Level, md_level: i32, layout: Option<&str>, spec: &str) -> Res
         .map_err(bad),
         Level::Raid6 { .. } => old.with_layout(text).map_err(bad),
         _ => unreachable!("refused above"),
+    }
+}
+
+/// The ordinary RAID 6 layout (P and Q rotating) of a `-6` layout's
+/// rotation, as mdadm's `--layout normalise` picks it.
+fn ordinary_of(rotation: nvraid_layout::parity::Raid5Rotation) -> ParityLayout {
+    use nvraid_layout::parity::Raid5Rotation as R;
+    match rotation {
+        R::LeftAsymmetric => ParityLayout::LeftAsymmetric,
+        R::RightAsymmetric => ParityLayout::RightAsymmetric,
+        R::LeftSymmetric => ParityLayout::LeftSymmetric,
+        R::RightSymmetric => ParityLayout::RightSymmetric,
+        R::ParityFirst => ParityLayout::ParityFirst,
     }
 }
 
@@ -202,9 +238,12 @@ pub fn change_shape(
         move_logs(&mut placed, bitmap_bytes)?;
     }
     let events = reference.events + 1;
-    let new_layout = match options.layout {
-        Some(_) => level.md_layout(),
-        None => reference.layout,
+    // The layout word kept as it is when the layout is (md's raid4 keeps
+    // its own).
+    let new_layout = if level == old.level() {
+        reference.layout
+    } else {
+        level.md_layout()
     };
     let position = match direction {
         Direction::Forwards => 0,

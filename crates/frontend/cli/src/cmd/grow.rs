@@ -54,8 +54,9 @@ pub struct GrowArgs {
     chunk: Option<u64>,
     /// Restripe the array to this layout (md's names: RAID 5/6
     /// left-symmetric, left-asymmetric, right-symmetric, right-asymmetric,
-    /// parity-first, parity-last, RAID 6 also the -6 forms), keeping its
-    /// members and size.
+    /// parity-first, parity-last, RAID 6 also the -6 forms; mdadm's
+    /// `normalise` takes a RAID 6 out of a -6 layout, e.g. after --level 6,
+    /// and `preserve` keeps the layout), keeping its members and size.
     #[arg(long, short = 'p', value_name = "LAYOUT", conflicts_with_all = ["raid_devices", "add", "level"])]
     layout: Option<String>,
     /// How much of each member the array uses (mdadm's --size): `max`
