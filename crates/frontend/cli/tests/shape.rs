@@ -251,10 +251,11 @@ fn chunk_and_layout_changes_md_refuses_are_refused_by_name_and_nothing_is_writte
         &with(&["create", "--level", "0", "--size", "15M"], &r0),
         dir.path(),
     );
+    // A RAID 0's chunk changes (through md's RAID 4); its layout does not.
     refused(
-        &with(&["grow", "--chunk", "128K"], &r0),
+        &with(&["grow", "--layout", "left-symmetric"], &r0),
         dir.path(),
-        &["raid0", "taking the RAID 0 over as a RAID 4"],
+        &["layout of a raid0", "--chunk"],
     );
     let r1: Vec<String> = (0..2).map(|i| format!("m{i}")).collect();
     ok(
@@ -654,4 +655,102 @@ fn normalise_of_a_raid6_in_an_ordinary_layout_or_of_a_raid5_is_refused_and_nothi
     );
     assert!(bytes(d, &m6) == before6, "a RAID 6 byte changed");
     assert!(bytes(&sub, &m5) == before5, "a RAID 5 byte changed");
+}
+
+/// A RAID 0 of `count` members (15 MiB files, no bitmap) named `name`,
+/// filled with the pattern.
+fn raid0_filled(dir: &Path, count: usize, name: &str) -> (Vec<String>, Vec<u8>) {
+    let names: Vec<String> = (0..count).map(|i| format!("d{i}")).collect();
+    let mut args = vec!["create", "--level", "0", "--size", "15M", "--name", name];
+    args.extend(names.iter().map(String::as_str));
+    ok(&args, dir);
+    let data = pattern(count as u64 * PER);
+    std::fs::write(dir.join("data"), &data).unwrap();
+    ok(&with(&["write", "--input", "data"], &names), dir);
+    std::fs::remove_file(dir.join("data")).unwrap();
+    (names, data)
+}
+
+#[test]
+fn a_raid0_chunk_changes_through_md_raid4_and_is_a_raid0_again() {
+    // md's way: taken over as a RAID 4 of one more member (its parity
+    // missing), restriped, taken back. Uninterrupted both ways, and
+    // killed in the record, a step, a checkpoint and late, then continued
+    // from the members alone (the parity role was never held).
+    for (chunk, point) in [
+        ("256K", None),
+        ("16K", Some("reshape-superblock:2")),
+        ("256K", Some("reshape-write:3")),
+        ("16K", Some("reshape-superblock:9")),
+        ("256K", Some("reshape-write:60")),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let (m, data) = raid0_filled(d, 3, "r0c");
+        let layout = detail(d, &m)["layout"].clone();
+        let args = with(&["grow", "--chunk", chunk, "--step", "1M"], &m);
+        match point {
+            None => {
+                let out = ok(&args, d);
+                assert!(out.contains("restriped in place over 3 members"), "{out}");
+            }
+            Some(point) => {
+                killed_at(d, &args, point);
+                let e: serde_json::Value =
+                    serde_json::from_str(&ok(&["examine", "--json", "d0"], d)).unwrap();
+                let sb = &e[0]["superblock"];
+                if point != "reshape-superblock:2" || sb["level"] == 4 {
+                    assert_eq!(sb["level"], 4, "{point}: md's RAID 4: {e}");
+                    assert_eq!(sb["raid_disks"], 4, "{point}: {e}");
+                }
+                let out = ok(&with(&["grow", "--continue", "--step", "1M"], &m), d);
+                assert!(out.contains("3 members"), "{point}: {out}");
+            }
+        }
+        let what = format!("{chunk} {point:?}");
+        let dd = detail(d, &m);
+        assert_eq!(dd["level"], 0, "{what}: {dd}");
+        assert_eq!(dd["raid_disks"], 3, "{what}: {dd}");
+        assert_eq!(dd["layout"], layout, "{what}: {dd}");
+        assert_eq!(
+            dd["chunk_bytes"],
+            if chunk == "16K" {
+                16 * 1024
+            } else {
+                256 * 1024
+            },
+            "{what}: {dd}"
+        );
+        assert_eq!(dd["size_bytes"], 3 * PER, "{what}: {dd}");
+        assert!(read(d, &m, 3 * PER) == data, "{what}: the bytes differ");
+        if point.is_none() {
+            // And back down to 32K, from the first restripe's shape.
+            ok(&with(&["grow", "-c", "32K", "--step", "1M"], &m), d);
+            assert_eq!(detail(d, &m)["chunk_bytes"], 32 * 1024);
+            assert!(read(d, &m, 3 * PER) == data, "256K -> 32K");
+        }
+    }
+}
+
+#[test]
+fn a_raid0_layout_change_or_a_chunk_that_shrinks_it_is_refused_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (m, _) = raid0_filled(d, 2, "r0r");
+    let before: Vec<Vec<u8>> = m
+        .iter()
+        .map(|n| std::fs::read(d.join(n)).unwrap())
+        .collect();
+    refused(
+        &with(&["grow", "--layout", "left-symmetric"], &m),
+        d,
+        &["layout of a raid0"],
+    );
+    // 14 MiB per member is no multiple of 4 MiB chunks.
+    refused(&with(&["grow", "--chunk", "4M"], &m), d, &["shrink"]);
+    let after: Vec<Vec<u8>> = m
+        .iter()
+        .map(|n| std::fs::read(d.join(n)).unwrap())
+        .collect();
+    assert!(after == before, "a byte changed");
 }

@@ -27,8 +27,9 @@
 //!   step's window closed to them and earlier requests drained;
 //! - `degraded`: a member failing during a grow, recorded faulty on the
 //!   others and read around; roles missing at `--continue`;
-//! - `takeover`: a RAID 0 grown as md's RAID 4 with its parity missing
-//!   and taken back; RAID 5 -> 6 with Q on an added member;
+//! - `takeover`: a RAID 0 grown (or restriped, `shape`) as md's RAID 4
+//!   with its parity missing and taken back; RAID 5 -> 6 with Q on an
+//!   added member;
 //! - `bitmap`: a write-intent bitmap resized as md resizes it (a RAID 10
 //!   gaining members, `grow --size`): the chunk doubled until the bits fit
 //!   the room md allows, the set bits carried over;

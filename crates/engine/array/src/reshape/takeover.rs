@@ -117,6 +117,39 @@ pub(super) fn raid0_takeover_of(
         .then_some(old_parity)
 }
 
+/// Whether no member's role table names the last role of `reference`'s
+/// array (not even faulty): the parity role of md's RAID 4 of a RAID 0,
+/// which no member ever held.
+pub(super) fn last_role_unnamed(reference: &Superblock) -> bool {
+    let last = nvraid_metadata::Role::Active(reference.raid_disks.saturating_sub(1) as u16);
+    !reference
+        .roles_raw
+        .iter()
+        .any(|&raw| nvraid_metadata::Role::from_raw(raw) == last)
+}
+
+/// Whether the reshape `reference` records is a RAID 0's restripe (a
+/// chunk change, `shape`) as md's RAID 4: md level 4 (or 5 parity-last)
+/// in both shapes, no member added, and the parity role (the last) without
+/// a member and never named in the role table (`parity_unnamed`, read
+/// before a missing role was marked faulty). md's superblocks say no more
+/// than that; a RAID 4 whose parity member was removed (not failed) and
+/// that is restriped looks the same, and is taken back to RAID 0 too (the
+/// same bytes, no redundancy lost that it had).
+pub(super) fn raid0_restripe_of(
+    reference: &Superblock,
+    failed: &Failed,
+    parity_unnamed: bool,
+) -> bool {
+    let parity_last =
+        |level: i32, layout: u32| level == RAID4_LEVEL || (level == 5 && layout == PARITY_LAST);
+    parity_last(reference.level, reference.layout)
+        && parity_last(reference.new_level as i32, reference.new_layout)
+        && reference.delta_disks == 0
+        && parity_unnamed
+        && failed.is_failed(reference.raid_disks as usize - 1)
+}
+
 /// The finished grow taken back to RAID 0 (after the reshape's fields
 /// were cleared and the data offset moved): level 0, one member fewer,
 /// each member's data area the RAID 4's rows, no recovery.

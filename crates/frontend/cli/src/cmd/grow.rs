@@ -48,8 +48,10 @@ pub struct GrowArgs {
     #[arg(long, value_name = "LEVEL")]
     level: Option<i32>,
     /// Restripe the array in chunks of this size (RAID 4/5/6, RAID 10
-    /// near; a power of two from 4K), keeping its members and size: the
-    /// data offset moves down or up, where there is room (md's new_offset).
+    /// near; RAID 0 as md does it, through a RAID 4 with its parity
+    /// missing; a power of two from 4K), keeping its members and size: the
+    /// data offset moves down or up, where there is room (md's new_offset;
+    /// a RAID 0's only down).
     #[arg(long, short = 'c', value_parser = size_arg, conflicts_with_all = ["raid_devices", "add", "level"])]
     chunk: Option<u64>,
     /// Restripe the array to this layout (md's names: RAID 5/6
