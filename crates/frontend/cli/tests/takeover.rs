@@ -347,7 +347,8 @@ fn a_grow_is_not_continued_without_members_the_level_cannot_spare() {
 /// directory named after its array), lets any reshape finish, and reports
 /// per array its name, level, member count, missing members, size,
 /// whether the first bytes hold the pattern (`bytes`: name -> count) and,
-/// for a whole redundant array, md's check's mismatch count.
+/// for a whole redundant array, md's check's mismatch count; then md's
+/// chunk size (bytes) and layout number.
 fn kernel_reports(images: &[PathBuf], bytes: &[(&str, u64)]) -> String {
     let script = images[0]
         .parent()
@@ -380,7 +381,7 @@ for sys in /sys/block/md*; do
     echo check > $sys/md/sync_action; sleep 1; mdadm --wait $md >/dev/null 2>&1
     mm=$(cat $sys/md/mismatch_cnt)
   fi
-  echo "KERNEL name=$name level=$(cat $sys/md/level) disks=$(cat $sys/md/raid_disks) degraded=$(cat $sys/md/degraded) size=$(blockdev --getsize64 $md) pattern=$pv mismatch=$mm"
+  echo "KERNEL name=$name level=$(cat $sys/md/level) disks=$(cat $sys/md/raid_disks) degraded=$(cat $sys/md/degraded) size=$(blockdev --getsize64 $md) pattern=$pv mismatch=$mm chunk=$(cat $sys/md/chunk_size) layout=$(cat $sys/md/layout)"
 done
 "#
         ),
@@ -1099,4 +1100,163 @@ fn a_raid1_of_three_as_a_raid5_is_refused_naming_md_two_member_rule_and_nothing_
     );
     assert!(snapshot(d, &every) == before, "a byte changed (three)");
     assert!(snapshot(&sub, &every2) == before2, "a byte changed (two)");
+}
+
+#[test]
+fn the_kernel_assembles_what_nvraid_took_between_raid1_and_raid5_and_restriped() {
+    // One VM boot: a RAID 1 of two nvraid took over as a RAID 5 of two,
+    // one taken there and grown to three (`--level 5 -n 3 --add`), one
+    // taken there and back to RAID 1, a RAID 0 of three whose chunk nvraid
+    // changed (through md's RAID 4), and a RAID 6 nvraid took out of the
+    // `-6` layout the RAID 5 -> 6 takeover left (`--layout normalise`).
+    // md assembles each whole, reads the pattern and finds no mismatch.
+    let dir = tempfile::tempdir().unwrap();
+    let mut images = Vec::new();
+    for name in ["r15", "r153", "r151"] {
+        let sub = dir.path().join(name);
+        std::fs::create_dir(&sub).unwrap();
+        let (mut m, _) = filled(&sub, "1", 2, name);
+        match name {
+            "r15" => {
+                ok(&with(&["grow", "--level", "5"], &m), &sub);
+            }
+            "r153" => {
+                let new = blank(&sub, "d2");
+                ok(
+                    &with(&["grow", "--level", "5", "-n", "3", "--add", &new], &m),
+                    &sub,
+                );
+                m.push(new);
+            }
+            _ => {
+                ok(&with(&["grow", "--level", "5"], &m), &sub);
+                ok(&with(&["grow", "--level", "1"], &m), &sub);
+            }
+        }
+        images.extend(m.iter().map(|n| sub.join(n)));
+    }
+    let sub = dir.path().join("r0c");
+    std::fs::create_dir(&sub).unwrap();
+    let (m, _) = filled(&sub, "0", 3, "r0c");
+    ok(&with(&["grow", "--chunk", "256K"], &m), &sub);
+    images.extend(m.iter().map(|n| sub.join(n)));
+    let sub = dir.path().join("r6n");
+    std::fs::create_dir(&sub).unwrap();
+    let (mut m, _) = filled(&sub, "5", 4, "r6n");
+    let new = blank(&sub, "d4");
+    ok(
+        &with(&["grow", "--level", "6", "-n", "5", "--add", &new], &m),
+        &sub,
+    );
+    m.push(new);
+    ok(&with(&["grow", "--layout", "normalise"], &m), &sub);
+    images.extend(m.iter().map(|n| sub.join(n)));
+    let report = kernel_reports(
+        &images,
+        &[
+            ("r15", PER),
+            ("r153", PER),
+            ("r151", PER),
+            ("r0c", 3 * PER),
+            ("r6n", 3 * PER),
+        ],
+    );
+    for (name, level, disks, size) in [
+        ("r15", "raid5", 2, PER),
+        ("r153", "raid5", 3, 2 * PER),
+        ("r151", "raid1", 2, PER),
+        ("r0c", "raid0", 3, 3 * PER),
+        ("r6n", "raid6", 5, 3 * PER),
+    ] {
+        let line = kernel_line(&report, name);
+        assert!(
+            line.contains(&format!("level={level} "))
+                && line.contains(&format!("disks={disks} "))
+                && (level == "raid0" || line.contains("degraded=0 "))
+                && line.contains(&format!("size={size} "))
+                && line.contains("pattern=ok")
+                && (level == "raid0" || line.contains("mismatch=0")),
+            "{line}\n{report}"
+        );
+    }
+    // md runs them in the chunk and layout nvraid recorded.
+    for (name, words) in [
+        ("r15", "chunk=65536 layout=2"),
+        ("r0c", "chunk=262144 "),
+        ("r6n", "chunk=65536 layout=2"),
+    ] {
+        let line = kernel_line(&report, name);
+        assert!(line.contains(words), "{name}: {words}: {line}");
+    }
+}
+
+#[test]
+fn nvraid_reads_the_raid5_the_kernel_took_over_from_a_raid1_and_takes_it_back() {
+    // The kernel's takeover of a RAID 1 of two (`mdadm --grow --level=5`,
+    // tests/fixtures/md-states/takeover_r1_r5): nvraid sees md's RAID 5 of
+    // two (left-symmetric, the chunk md picked), reads the kernel's bytes,
+    // finds each member's parity (a copy) right, and takes it back to a
+    // RAID 1 that each member alone reads.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let m = unpack("takeover_r1_r5", d);
+    let detail: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["detail", "--json"], &m), d)).unwrap();
+    assert_eq!(detail["level"], 5, "{detail}");
+    assert_eq!(detail["raid_disks"], 2, "{detail}");
+    assert_eq!(detail["layout"], "left-symmetric", "{detail}");
+    assert_eq!(detail["chunk_bytes"], 64 * 1024, "{detail}");
+    let size = detail["size_bytes"].as_u64().unwrap();
+    assert_eq!(size, 15 * MIB, "{detail}");
+    let all = read(d, &m, size);
+    let kernel = std::fs::read_to_string(
+        repo().join("tests/fixtures/md-states/takeover_r1_r5/kernel-sha256.txt"),
+    )
+    .unwrap();
+    assert_eq!(sha(&all), kernel.trim());
+    assert!(all == pattern(size), "the kernel wrote the pattern");
+    let check: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["check", "--json"], &m), d)).unwrap();
+    assert_eq!(check["mismatch_sectors"], 0, "{check}");
+    ok(&with(&["grow", "--level", "1"], &m), d);
+    assert_eq!(level_layout(d, "d0"), (1, 0, 2));
+    for one in &m {
+        assert!(
+            read(d, std::slice::from_ref(one), size) == all,
+            "{one} alone"
+        );
+    }
+}
+
+#[test]
+fn nvraid_reads_the_raid0_the_kernel_restriped_and_restripes_it_back() {
+    // mdadm's chunk change of a RAID 0 of three (64 -> 128 KiB, through
+    // md's RAID 4 with its parity missing and back; the data offset moved
+    // down 2048 -> 1024 sectors; tests/fixtures/md-states/reshape_r0_chunk):
+    // nvraid reads the kernel's bytes, then changes the chunk back to 64
+    // KiB its own way and reads the same bytes.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let m = unpack("reshape_r0_chunk", d);
+    let detail: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["detail", "--json"], &m), d)).unwrap();
+    assert_eq!(detail["level"], 0, "{detail}");
+    assert_eq!(detail["raid_disks"], 3, "{detail}");
+    assert_eq!(detail["chunk_bytes"], 128 * 1024, "{detail}");
+    assert_eq!(detail["data_offset_bytes"], 1024 * 512, "{detail}");
+    let size = detail["size_bytes"].as_u64().unwrap();
+    assert_eq!(size, 45 * MIB, "{detail}");
+    let all = read(d, &m, size);
+    let kernel = std::fs::read_to_string(
+        repo().join("tests/fixtures/md-states/reshape_r0_chunk/kernel-sha256.txt"),
+    )
+    .unwrap();
+    assert_eq!(sha(&all), kernel.trim());
+    assert!(all == pattern(size), "the kernel wrote the pattern");
+    ok(&with(&["grow", "--chunk", "64K", "--step", "1M"], &m), d);
+    let detail: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["detail", "--json"], &m), d)).unwrap();
+    assert_eq!(detail["level"], 0, "{detail}");
+    assert_eq!(detail["chunk_bytes"], 64 * 1024, "{detail}");
+    assert!(read(d, &m, size) == all, "64 KiB again: the bytes differ");
 }
