@@ -39,8 +39,9 @@ const PARITY_LAST: u32 = 5;
 
 /// The RAID 4 a RAID 0 of one zone (`raid0`, over `found`'s members) is
 /// taken over as: one more member (its parity, missing), the same chunk,
-/// each member's rows the RAID 0's. Refused for a RAID 0 of several zones
-/// (members of different sizes), as md refuses to take one over.
+/// each member's rows the RAID 0's (for a grow, or a chunk change in
+/// `shape`). Refused for a RAID 0 of several zones (members of different
+/// sizes), as md refuses to take one over.
 pub(super) fn raid0_as_raid4(found: &[(Member, Superblock)], raid0: &Geometry) -> Result<Geometry> {
     let chunk = raid0.chunk_bytes().expect("RAID 0 has chunks");
     let rows = |sb: &Superblock| sb.data_size_sectors * 512 / chunk * chunk;
@@ -51,7 +52,7 @@ pub(super) fn raid0_as_raid4(found: &[(Member, Superblock)], raid0: &Geometry) -
         return Err(Error::Unsupported {
             spec: member.spec().into(),
             what: format!(
-                "growing a RAID 0 of several zones (this member holds {} bytes of data, another {}): md takes only a RAID 0 of one zone over as RAID 4 to grow it",
+                "growing or restriping a RAID 0 of several zones (this member holds {} bytes of data, another {}): md takes only a RAID 0 of one zone over as RAID 4 to reshape it",
                 rows(sb),
                 raid0.member_used_bytes()
             ),
