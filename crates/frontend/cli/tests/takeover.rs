@@ -1292,3 +1292,94 @@ fn nvraid_reads_the_raid0_the_kernel_restriped_and_restripes_it_back() {
     assert_eq!(detail["chunk_bytes"], 64 * 1024, "{detail}");
     assert!(read(d, &m, size) == all, "64 KiB again: the bytes differ");
 }
+
+/// Run `args` in `dir` with the crash point `point` armed; it must die
+/// there.
+fn killed_at(dir: &Path, args: &[&str], point: &str) {
+    let out = Command::new(env!("CARGO_BIN_EXE_nvraid"))
+        .current_dir(dir)
+        .env("NVRAID_FAILPOINT", point)
+        .args(args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("failpoint"),
+        "{args:?} did not stop at {point}: {stderr}"
+    );
+}
+
+#[test]
+fn a_takeover_killed_between_its_superblocks_is_finished_by_running_it_again() {
+    // One member written (the new level, one event ahead), the other not:
+    // the members disagree, which neither nvraid nor md assembles. The
+    // same command run again writes the rest (no byte moved, none written
+    // since). RAID 1 -> 5 and back (with a bitmap), 4 <-> 5 parity-last,
+    // and mdadm's `--level 5 -n 3 --add` cut short in its takeover.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let names = vec!["d0".to_string(), "d1".to_string()];
+    ok(
+        &with(
+            &[
+                "create", "--level", "1", "--bitmap", "internal", "--size", "15M", "--name", "r1k",
+            ],
+            &names,
+        ),
+        d,
+    );
+    let data = pattern(PER);
+    std::fs::write(d.join("data"), &data).unwrap();
+    ok(&with(&["write", "--input", "data"], &names), d);
+    for (to, words) in [("5", (5, 2, 2)), ("1", (1, 0, 2))] {
+        let args = with(&["grow", "--level", to], &names);
+        killed_at(d, &args, "reshape-superblock:1");
+        assert_eq!(level_layout(d, "d0"), words, "--level {to}: d0 written");
+        assert_ne!(level_layout(d, "d1"), words, "--level {to}: d1 not");
+        let out = ok(&args, d);
+        assert!(out.contains("level changed"), "{out}");
+        assert_eq!(level_layout(d, "d1"), words, "--level {to}: finished");
+        let detail: serde_json::Value =
+            serde_json::from_str(&ok(&with(&["detail", "--json"], &names), d)).unwrap();
+        assert_eq!(detail["state"], "clean", "--level {to}: {detail}");
+        assert!(detail["bitmap"].is_object(), "--level {to}: {detail}");
+        assert!(read(d, &names, PER) == data, "--level {to}");
+        let check: serde_json::Value =
+            serde_json::from_str(&ok(&with(&["check", "--json"], &names), d)).unwrap();
+        assert_eq!(check["mismatch_sectors"], 0, "--level {to}: {check}");
+    }
+    // nvraid's RAID 4 (md level 5 parity-last) to md's raid4 and back.
+    let sub = d.join("r4");
+    std::fs::create_dir(&sub).unwrap();
+    let (m4, data4) = filled(&sub, "4", 3, "r4k");
+    for (to, level) in [("4", 4), ("5", 5)] {
+        let args = with(&["grow", "--level", to], &m4);
+        killed_at(&sub, &args, "reshape-superblock:2");
+        ok(&args, &sub);
+        for name in &m4 {
+            assert_eq!(level_layout(&sub, name).0, level, "--level {to}: {name}");
+        }
+        assert!(read(&sub, &m4, data4.len() as u64) == data4, "--level {to}");
+    }
+    // The takeover then grow, killed in the takeover, run again.
+    let sub = d.join("r153");
+    std::fs::create_dir(&sub).unwrap();
+    let (m, data) = filled(&sub, "1", 2, "r153k");
+    let new = blank(&sub, "d2");
+    let args = with(
+        &[
+            "grow", "--level", "5", "-n", "3", "--add", &new, "--step", "1M",
+        ],
+        &m,
+    );
+    killed_at(&sub, &args, "reshape-superblock:1");
+    let out = ok(&args, &sub);
+    assert!(out.contains("grown from 2 to 3 members"), "{out}");
+    let mut all = m.clone();
+    all.push(new);
+    assert_eq!(level_layout(&sub, "d2"), (5, 2, 3));
+    assert!(read(&sub, &all, PER) == data);
+    let check: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["check", "--json"], &all), &sub)).unwrap();
+    assert_eq!(check["mismatch_sectors"], 0, "{check}");
+}

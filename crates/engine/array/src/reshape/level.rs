@@ -72,6 +72,87 @@ pub(super) fn raid1_takeover_chunk(array_bytes: u64) -> Option<u64> {
     None
 }
 
+/// A takeover to md level `to` that a crash cut short while the
+/// superblocks were written (every member kept: RAID 1 <-> 5 of two, 4 <->
+/// 5), finished: the members already written (events E, level `to`) are
+/// the record, and those one event behind with the old level and the same
+/// role table get its level, layout, chunk and size (no byte moved, and
+/// nothing was written since: a write would have raised the events).
+/// Anything else is handed back for the ordinary checks.
+fn finish_interrupted(
+    found: Vec<(nvraid_member::Member, nvraid_metadata::Superblock)>,
+    to: i32,
+) -> Result<
+    std::result::Result<LevelChanged, Vec<(nvraid_member::Member, nvraid_metadata::Superblock)>>,
+> {
+    let Some(fresh) = found.iter().map(|(_, sb)| sb.events).max() else {
+        return Ok(Err(found));
+    };
+    let reference = found
+        .iter()
+        .find(|(_, sb)| sb.events == fresh)
+        .map(|(_, sb)| sb.clone())
+        .expect("the freshest is there");
+    let stale: Vec<usize> = (0..found.len())
+        .filter(|&i| found[i].1.events != fresh)
+        .collect();
+    let interrupted = !stale.is_empty()
+        && reference.level == to
+        && found.iter().all(|(_, sb)| {
+            sb.set_uuid == reference.set_uuid
+                && sb.raid_disks == reference.raid_disks
+                && sb.roles_raw == reference.roles_raw
+                && !is_reshaping(sb)
+                && (sb.events == fresh
+                    && sb.level == to
+                    && sb.layout == reference.layout
+                    && sb.chunk_sectors == reference.chunk_sectors
+                    || sb.events + 1 == fresh && sb.level != to)
+        });
+    if !interrupted {
+        return Ok(Err(found));
+    }
+    let from = found[stale[0]].1.level;
+    let spec = found[stale[0]].0.spec().to_string();
+    let before = crate::assemble::geometry_of(&found[stale[0]].1, &spec)?;
+    let after = crate::assemble::geometry_of(&reference, &spec)?;
+    if before.array_bytes() != after.array_bytes()
+        || !found
+            .iter()
+            .all(|(_, sb)| sb.level == from || sb.level == to)
+    {
+        return Ok(Err(found));
+    }
+    // The bitmap as each member holds it (its header's events its own),
+    // given the record's events on the members written now.
+    let mut bitmap = kept_bitmap(found.iter().map(|(m, sb)| (m, sb)), &after)?;
+    let placed: Vec<Placed> = found
+        .into_iter()
+        .map(|(member, mut sb)| {
+            if sb.events != fresh {
+                sb.level = reference.level;
+                sb.layout = reference.layout;
+                sb.chunk_sectors = reference.chunk_sectors;
+                sb.size_sectors = reference.size_sectors;
+                sb.events = fresh;
+                sb.utime = Timestamp::now();
+            }
+            Placed { member, sb }
+        })
+        .collect();
+    write_superblocks(&placed, &stale, bitmap.as_mut())?;
+    Ok(Ok(LevelChanged {
+        md_level_before: from,
+        level_before: md_name(from, before.level()),
+        md_level: to,
+        level: md_name(to, after.level()),
+        chunk_bytes: u64::from(reference.chunk_sectors) * 512,
+        size_bytes: after.array_bytes(),
+        events: fresh,
+        released: Vec::new(),
+    }))
+}
+
 /// Change the array on `members` (every member, any order) to md level
 /// `to`, where md does it without moving data (RAID 4 ↔ 5 parity-last).
 pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelChanged> {
@@ -83,6 +164,10 @@ pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelCh
             what: "a level change while a reshape is in progress: finish it first with `nvraid grow --continue`".into(),
         });
     }
+    let found = match finish_interrupted(found, to)? {
+        Ok(finished) => return Ok(finished),
+        Err(found) => found,
+    };
     let (reference, _) = check_whole(&found, "changes the level of", "changing the level of")?;
     let spec = found[0].0.spec().to_string();
     let level = crate::assemble::level_of(&reference, &spec)?;
@@ -293,7 +378,7 @@ pub fn raid1_to_raid5_grown(
 ) -> Result<super::Grown> {
     let all: Vec<String> = members.iter().chain(&options.add).cloned().collect();
     check_distinct_specs(&all)?;
-    {
+    let taken_over = {
         let found = super::record::open_members(members, options.direct)?;
         if let Some((member, _)) = found.iter().find(|(_, sb)| is_reshaping(sb)) {
             return Err(Error::Unsupported {
@@ -301,11 +386,19 @@ pub fn raid1_to_raid5_grown(
                 what: "a level change while a reshape is in progress: finish it first with `nvraid grow --continue`".into(),
             });
         }
+        // The same command run again after a crash in the takeover: it is
+        // finished first (the new members were checked before it began).
+        let found = match finish_interrupted(found, 5)? {
+            Ok(_) => return super::grow::grow(members, options, progress),
+            Err(found) => found,
+        };
         let (reference, _) = check_whole(&found, "changes the level of", "changing the level of")?;
         let spec = found[0].0.spec().to_string();
         let geometry = crate::assemble::geometry_of(&reference, &spec)?;
         let n = reference.raid_disks;
-        if reference.level != 1 || n != 2 {
+        // A RAID 5 of two (the takeover done, the grow not begun) grows.
+        let taken_over = reference.level == 5 && n == 2;
+        if !(reference.level == 1 || taken_over) || n != 2 {
             return Err(Error::Unsupported {
                 spec,
                 what: format!(
@@ -324,22 +417,26 @@ pub fn raid1_to_raid5_grown(
                 ),
             });
         }
-        let chunk = raid1_takeover_chunk(geometry.array_bytes()).ok_or_else(|| Error::Unsupported {
-            spec: spec.clone(),
-            what: format!(
-                "a RAID 1 of {} bytes as a RAID 5: md takes a RAID 1 over with the largest chunk up to 64 KiB that divides the array, and no chunk of 4 KiB or more divides this one",
-                geometry.array_bytes()
-            ),
-        })?;
-        let raid5 = nvraid_layout::Geometry::new(
-            Level::Raid5 {
-                layout: ParityLayout::LeftSymmetric,
-            },
-            2,
-            chunk,
-            geometry.array_bytes(),
-        )
-        .map_err(|e| Error::NotStartable(e.to_string()))?;
+        let raid5 = if taken_over {
+            geometry.clone()
+        } else {
+            let chunk = raid1_takeover_chunk(geometry.array_bytes()).ok_or_else(|| Error::Unsupported {
+                spec: spec.clone(),
+                what: format!(
+                    "a RAID 1 of {} bytes as a RAID 5: md takes a RAID 1 over with the largest chunk up to 64 KiB that divides the array, and no chunk of 4 KiB or more divides this one",
+                    geometry.array_bytes()
+                ),
+            })?;
+            nvraid_layout::Geometry::new(
+                Level::Raid5 {
+                    layout: ParityLayout::LeftSymmetric,
+                },
+                2,
+                chunk,
+                geometry.array_bytes(),
+            )
+            .map_err(|e| Error::NotStartable(e.to_string()))?
+        };
         let open = nvraid_member::OpenOptions {
             write: true,
             create_bytes: None,
@@ -350,7 +447,10 @@ pub fn raid1_to_raid5_grown(
             let member = nvraid_member::Member::open(spec, open)?;
             super::grow::check_new_member(&member, &reference, &raid5, options.force)?;
         }
+        taken_over
+    };
+    if !taken_over {
+        change_level(members, 5, options.direct)?;
     }
-    change_level(members, 5, options.direct)?;
     super::grow::grow(members, options, progress)
 }
