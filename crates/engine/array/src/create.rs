@@ -308,7 +308,7 @@ fn check_shape(specs: &[String], active: usize, options: &CreateOptions) -> Resu
     // A two-member RAID 5 runs (md's RAID 1 takeover makes one) but is
     // not created: a RAID 1 is that array.
     let min = options.level.members_min();
-    if (active as u32) < min {
+    if (active as u32) < min && options.level.members_run_min() < min {
         return Err(nvraid_layout::GeometryError::TooFewMembers {
             level: options.level,
             min,
