@@ -1115,7 +1115,8 @@ fn the_kernel_assembles_what_nvraid_took_between_raid1_and_raid5_and_restriped()
     // changed (through md's RAID 4), and a RAID 6 nvraid took out of the
     // `-6` layout the RAID 5 -> 6 takeover left (`--layout normalise`):
     // md assembles each whole, reads the pattern and finds no mismatch.
-    // And a RAID 0 restripe nvraid left mid-way, which md finishes.
+    // And a RAID 0 restripe nvraid left mid-way, which md finishes; a RAID
+    // 4 without its parity member nvraid took over as a RAID 0.
     let dir = tempfile::tempdir().unwrap();
     let mut images = Vec::new();
     for name in ["r15", "r153", "r151"] {
@@ -1163,6 +1164,13 @@ fn the_kernel_assembles_what_nvraid_took_between_raid1_and_raid5_and_restriped()
         "the restripe did not stop mid-way"
     );
     images.extend(m.iter().map(|n| sub.join(n)));
+    // A RAID 4 without its parity member taken over as a RAID 0.
+    let sub = dir.path().join("r40");
+    std::fs::create_dir(&sub).unwrap();
+    let (m, _) = filled(&sub, "4", 4, "r40");
+    ok(&with(&["fail", "--member", "d3"], &m), &sub);
+    ok(&with(&["grow", "--level", "0"], &m[..3]), &sub);
+    images.extend(m[..3].iter().map(|n| sub.join(n)));
     let sub = dir.path().join("r6n");
     std::fs::create_dir(&sub).unwrap();
     let (mut m, _) = filled(&sub, "5", 4, "r6n");
@@ -1182,6 +1190,7 @@ fn the_kernel_assembles_what_nvraid_took_between_raid1_and_raid5_and_restriped()
             ("r151", PER),
             ("r0c", 3 * PER),
             ("r0m", 3 * PER),
+            ("r40", 3 * PER),
             ("r6n", 3 * PER),
         ],
     );
@@ -1191,6 +1200,7 @@ fn the_kernel_assembles_what_nvraid_took_between_raid1_and_raid5_and_restriped()
         ("r151", "raid1", 2, PER),
         ("r0c", "raid0", 3, 3 * PER),
         ("r0m", "raid4", 4, 3 * PER),
+        ("r40", "raid0", 3, 3 * PER),
         ("r6n", "raid6", 5, 3 * PER),
     ] {
         let line = kernel_line(&report, name);
@@ -1382,4 +1392,46 @@ fn a_takeover_killed_between_its_superblocks_is_finished_by_running_it_again() {
     let check: serde_json::Value =
         serde_json::from_str(&ok(&with(&["check", "--json"], &all), &sub)).unwrap();
     assert_eq!(check["mismatch_sectors"], 0, "{check}");
+}
+
+#[test]
+fn a_raid4_without_its_parity_member_becomes_a_raid0_and_a_whole_one_is_refused() {
+    // md's raid0_takeover_raid45: a RAID 4 (nvraid's, md level 5
+    // parity-last; and md's level 4) whose parity member is gone is the
+    // RAID 0 of the others, no byte moved. A whole one, or one missing a
+    // data member, is refused with nothing written.
+    for to4 in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let (m, data) = filled(d, "4", 4, "r40");
+        if to4 {
+            ok(&with(&["grow", "--level", "4"], &m), d);
+        }
+        let before = snapshot(d, &m);
+        refused(
+            &with(&["grow", "--level", "0"], &m),
+            d,
+            &["parity member (role 3) missing", "nvraid fail"],
+        );
+        assert!(snapshot(d, &m) == before, "a whole RAID 4: a byte changed");
+        // Without a data member (role 0) and the parity: refused too.
+        refused(
+            &with(&["grow", "--level", "0"], &m[1..3]),
+            d,
+            &["role(s) [0, 3]", "parity member"],
+        );
+        assert!(snapshot(d, &m) == before, "two missing: a byte changed");
+        ok(&with(&["fail", "--member", "d3"], &m), d);
+        let out = ok(&with(&["grow", "--level", "0", "--json"], &m[..3]), d);
+        let changed: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(changed["md_level"], 0, "{changed}");
+        assert_eq!(changed["size_bytes"], 3 * PER, "{changed}");
+        assert_eq!(level_layout(d, "d0").0, 0);
+        assert_eq!(level_layout(d, "d0").2, 3);
+        for (name, old) in m[..3].iter().zip(&before) {
+            let now = std::fs::read(d.join(name)).unwrap();
+            assert!(now[1 << 20..] == old[1 << 20..], "{name}: data moved");
+        }
+        assert!(read(d, &m[..3], 3 * PER) == data, "md level 4: {to4}");
+    }
 }

@@ -4,9 +4,10 @@
 //! member, as RAID 4 keeps it), and back: both levels put every byte at
 //! the same place, so only the superblocks change.
 //!
-//! Also RAID 6 → 5 when Q is on the last member (a `-6` layout or
-//! parity-last: that member leaves) and RAID 10 near=2 → RAID 0 (one copy
-//! of each pair kept, member 2i becoming i). RAID 5 → 6 and RAID 0 → 10
+//! Also a RAID 4 whose parity member is missing → RAID 0 of the others
+//! (md's `raid0_takeover_raid45`), RAID 6 → 5 when Q is on the last
+//! member (a `-6` layout or parity-last: that member leaves) and RAID 10
+//! near=2 → RAID 0 (one copy of each pair kept, member 2i becoming i). RAID 5 → 6 and RAID 0 → 10
 //! add members (`takeover`). RAID 1 of two ↔ RAID 5 of two: md's RAID 5
 //! of two members holds one data chunk per stripe and its parity, a copy
 //! of it, on the other member, so both hold the mirror's bytes; md picks
@@ -153,6 +154,121 @@ fn finish_interrupted(
     }))
 }
 
+/// md's takeover of a RAID 4 (level 4, or 5 parity-last) whose parity
+/// member (the last role) is missing as a RAID 0 of the others
+/// (`raid0_takeover_raid45`): each data chunk is where the RAID 0 of one
+/// zone keeps it, so no byte moves. What md's RAID 0 grow or restripe
+/// leaves when the kernel finished it without mdadm taking it back. The
+/// members handed back when the array is no such RAID 4 (the ordinary
+/// checks then refuse).
+fn raid4_without_parity_to_raid0(
+    found: Vec<(nvraid_member::Member, nvraid_metadata::Superblock)>,
+) -> Result<
+    std::result::Result<LevelChanged, Vec<(nvraid_member::Member, nvraid_metadata::Superblock)>>,
+> {
+    use crate::decision::decide;
+    use nvraid_metadata::features;
+    let listed: Vec<(&str, &nvraid_metadata::Superblock)> =
+        found.iter().map(|(m, sb)| (m.spec(), sb)).collect();
+    let decision = decide(&listed)?;
+    let reference = found[decision.reference].1.clone();
+    let spec = found[decision.reference].0.spec().to_string();
+    let parity_last = reference.level == 4
+        || (reference.level == 5 && reference.layout == ParityLayout::ParityLast.to_md());
+    let n = reference.raid_disks as usize;
+    let missing: Vec<usize> = (0..decision.roles.len())
+        .filter(|&r| decision.roles[r].is_none())
+        .collect();
+    if !parity_last || missing.is_empty() {
+        return Ok(Err(found));
+    }
+    let refuse = |what: String| Error::Unsupported {
+        spec: spec.clone(),
+        what,
+    };
+    if missing != [n - 1] {
+        return Err(refuse(format!(
+            "a RAID 4 without role(s) {missing:?} as a RAID 0: md takes a RAID 4 over as RAID 0 only when its parity member (role {}) is the one missing",
+            n - 1
+        )));
+    }
+    if let Some((index, why)) = decision.set_aside.first() {
+        return Err(Error::NotStartable(format!(
+            "{} takes no part in the array ({}); give only the array's members",
+            found[*index].0.spec(),
+            why.reason()
+        )));
+    }
+    if let Some((member, _)) = found.iter().find(|(_, sb)| {
+        sb.feature_map & (features::RECOVERY_OFFSET | features::RECOVERY_BITMAP) != 0
+    }) {
+        return Err(Error::NotStartable(format!(
+            "{} is being rebuilt; finish the rebuild first (`nvraid rebuild`)",
+            member.spec()
+        )));
+    }
+    if reference.feature_map
+        & (features::PPL | features::MULTIPLE_PPLS | features::JOURNAL | features::BITMAP_OFFSET)
+        != 0
+    {
+        return Err(refuse(
+            "a RAID 4 with a write-intent bitmap, md's partial parity log or write journal as a RAID 0 (md's RAID 0 keeps none of them; md refuses too)".into(),
+        ));
+    }
+    if reference.resync_offset != nvraid_metadata::RESYNC_CLEAN {
+        return Err(Error::NotStartable(
+            "the array is not clean (a resync is due); run `nvraid repair` first".into(),
+        ));
+    }
+    let before = crate::assemble::geometry_of(&reference, &spec)?;
+    let events = reference.events + 1;
+    let last = Role::Active((n - 1) as u16).to_raw();
+    let mut slots: Vec<Option<(nvraid_member::Member, nvraid_metadata::Superblock)>> =
+        found.into_iter().map(Some).collect();
+    let placed: Vec<Placed> = decision
+        .roles
+        .iter()
+        .flatten()
+        .map(|&i| {
+            let (member, mut sb) = slots[i].take().expect("one member per role");
+            sb.level = 0;
+            sb.layout = Level::Raid0.md_layout();
+            sb.raid_disks = (n - 1) as u32;
+            for raw in sb.roles_raw.iter_mut() {
+                if *raw == last {
+                    *raw = Role::Spare.to_raw();
+                }
+            }
+            // A RAID 0's members hold their data area whole: the RAID 4's
+            // rows, no more.
+            if sb.size_sectors > 0 {
+                sb.data_size_sectors = sb.size_sectors;
+            }
+            sb.size_sectors = 0;
+            sb.events = events;
+            sb.utime = Timestamp::now();
+            Placed { member, sb }
+        })
+        .collect();
+    let after = crate::assemble::geometry_of(&placed[0].sb, &spec)?;
+    assert_eq!(
+        after.array_bytes(),
+        before.array_bytes(),
+        "invariant: a takeover keeps the array's size"
+    );
+    write_superblocks(&placed, &(0..placed.len()).collect::<Vec<_>>(), None)?;
+    Ok(Ok(LevelChanged {
+        md_level_before: reference.level,
+        level_before: md_name(reference.level, before.level()),
+        md_level: 0,
+        level: md_name(0, after.level()),
+        chunk_bytes: u64::from(reference.chunk_sectors) * 512,
+        size_bytes: after.array_bytes(),
+        events,
+        released: Vec::new(),
+    }))
+}
+
 /// Change the array on `members` (every member, any order) to md level
 /// `to`, where md does it without moving data (RAID 4 ↔ 5 parity-last).
 pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelChanged> {
@@ -167,6 +283,13 @@ pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelCh
     let found = match finish_interrupted(found, to)? {
         Ok(finished) => return Ok(finished),
         Err(found) => found,
+    };
+    let found = match to {
+        0 => match raid4_without_parity_to_raid0(found)? {
+            Ok(changed) => return Ok(changed),
+            Err(found) => found,
+        },
+        _ => found,
     };
     let (reference, _) = check_whole(&found, "changes the level of", "changing the level of")?;
     let spec = found[0].0.spec().to_string();
@@ -271,9 +394,16 @@ pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelCh
                 "a {level} of {n} members as a RAID 0: md takes over as RAID 0 only a RAID 10 near=2 of an even member count (one copy of each pair kept)"
             )))
         }
+        (4, 0) | (5, 0) if level == (Level::Raid5 { layout: ParityLayout::ParityLast }) => {
+            return Err(refuse(format!(
+                "a whole {} as a RAID 0: md takes a RAID 4 over as RAID 0 only with its parity member (role {}) missing; fail it first (`nvraid fail --member PARITY`)",
+                md_name(from, level),
+                n - 1
+            )))
+        }
         _ => {
             return Err(refuse(format!(
-                "a {level} as a RAID {to}: md's level changes between these levels are 1 (two members) <-> 5, 4 <-> 5 (parity-last), 5 <-> 6 and 0 <-> 10 (near=2); nvraid makes 4 <-> 5"
+                "a {level} as a RAID {to}: md's level changes between these levels are 1 (two members) <-> 5, 4 <-> 5 (parity-last), 4 without its parity -> 0, 5 <-> 6 and 0 <-> 10 (near=2), which nvraid makes (5 -> 6 and 0 -> 10 with members added)"
             )))
         }
     };

@@ -38,7 +38,8 @@ pub struct GrowArgs {
     /// takeovers): 1 of two members <-> 5 of two (left-symmetric, chunk
     /// 64K or the largest below that divides the array; with
     /// --raid-devices N --add NEW... the RAID 5 is then grown to N);
-    /// 4 <-> 5 with the parity-last layout; 5 -> 6 with
+    /// 4 <-> 5 with the parity-last layout; 4 without its parity member
+    /// -> 0; 5 -> 6 with
     /// --raid-devices N+1 --add NEW (Q on the new last member, which is
     /// then rebuilt); 6 -> 5 when Q is on the last member (a `-6` layout
     /// or parity-last; that member leaves); 0 -> 10 near=2 with
