@@ -305,6 +305,17 @@ fn null_member_drops_bitmap(specs: &[String], options: &CreateOptions) -> Result
 /// Count, chunk, stripe width and bitmap options, judged before looking at
 /// any member.
 fn check_shape(specs: &[String], active: usize, options: &CreateOptions) -> Result<()> {
+    // A two-member RAID 5 runs (md's RAID 1 takeover makes one) but is
+    // not created: a RAID 1 is that array.
+    let min = options.level.members_min();
+    if (active as u32) < min && options.level.members_run_min() < min {
+        return Err(nvraid_layout::GeometryError::TooFewMembers {
+            level: options.level,
+            min,
+            got: active as u32,
+        }
+        .into());
+    }
     let probe = Geometry::new(options.level, active as u32, options.chunk_bytes, 1 << 40)?;
     let parity = options.level.parity_chunks();
     if parity > 0 && active as u32 - parity > crate::parity::DATA_BLOCKS_MAX {

@@ -110,7 +110,7 @@ impl Level {
         }
     }
 
-    /// Fewest members the level accepts.
+    /// Fewest members nvraid creates the level with (`create`).
     pub fn members_min(self) -> u32 {
         match self {
             Level::Raid0 => 1,
@@ -119,6 +119,18 @@ impl Level {
             Level::Raid10Far { copies, .. } => copies.max(2),
             Level::Raid5 { .. } => 3,
             Level::Raid6 { .. } => 4,
+        }
+    }
+
+    /// Fewest members an array of the level runs with: as
+    /// [`Level::members_min`], except a RAID 4/5 of two members, which md
+    /// runs (its RAID 1 takeover makes one: the one data chunk of each
+    /// stripe and its parity, a copy of it, on the two members) and nvraid
+    /// lays out, but does not create.
+    pub fn members_run_min(self) -> u32 {
+        match self {
+            Level::Raid5 { .. } => 2,
+            other => other.members_min(),
         }
     }
 
@@ -293,7 +305,7 @@ impl Geometry {
                 if level.stripe_map(members).is_none() {
                     return Err(GeometryError::TooFewMembers {
                         level,
-                        min: level.members_min(),
+                        min: level.members_run_min(),
                         got: members,
                     });
                 }
@@ -447,7 +459,7 @@ impl Geometry {
                 });
             }
         }
-        let min = level.members_min();
+        let min = level.members_run_min();
         if members < min {
             return Err(GeometryError::TooFewMembers {
                 level,

@@ -149,8 +149,8 @@ impl std::fmt::Display for StripeMapError {
         match self {
             StripeMapError::TooFewMembers { members, parity } => write!(
                 f,
-                "{members} members leave no data chunk beside {parity} parity chunks (need at least {})",
-                parity + 2
+                "{members} members are too few for {parity} parity chunk(s) per stripe (need at least {})",
+                2 * parity
             ),
             StripeMapError::LayoutNotForLevel(name) => {
                 write!(f, "layout {name} is for RAID 6 only")
@@ -162,11 +162,12 @@ impl std::fmt::Display for StripeMapError {
 impl std::error::Error for StripeMapError {}
 
 impl StripeMap {
-    /// `parity`: 1 for RAID 4/5, 2 for RAID 6. md needs at least 3 members
-    /// for RAID 5 and 4 for RAID 6.
+    /// `parity`: 1 for RAID 4/5, 2 for RAID 6. md runs a RAID 5 of 2
+    /// members (one data chunk per stripe, its parity a copy of it: what
+    /// md's takeover of a two-member RAID 1 makes) and a RAID 6 of 4.
     pub fn new(members: u32, parity: u32, layout: ParityLayout) -> Result<Self, StripeMapError> {
         assert!(matches!(parity, 1 | 2), "parity blocks per stripe: 1 or 2");
-        if members < parity + 2 {
+        if members < 2 * parity {
             return Err(StripeMapError::TooFewMembers { members, parity });
         }
         if parity == 1 && matches!(layout, ParityLayout::Raid5With6(_)) {
@@ -349,6 +350,29 @@ mod tests {
         assert_eq!(map.stripe(3).p, 0);
         assert_eq!(map.stripe(3).data, vec![1, 2, 3]);
         assert_eq!(map.stripe(4), map.stripe(0));
+    }
+
+    /// md's RAID 5 of two members (its RAID 1 takeover): each stripe is
+    /// one data chunk and its parity on the other member, for every
+    /// RAID 5 layout; a RAID 6 still needs four.
+    #[test]
+    fn a_two_member_raid5_holds_each_chunk_and_its_parity_on_both_members() {
+        for number in [0, 1, 2, 3, 4, 5] {
+            let layout = ParityLayout::from_md(number).unwrap();
+            let map = StripeMap::new(2, 1, layout).unwrap();
+            for stripe in 0..6 {
+                let blocks = map.stripe(stripe);
+                assert_eq!(blocks.data.len(), 1);
+                assert_ne!(blocks.data[0], blocks.p, "{layout:?} stripe {stripe}");
+                assert!(blocks.data[0] < 2 && blocks.p < 2);
+            }
+        }
+        // Left-symmetric, md's choice: P on member 1, then 0, alternating.
+        let map = StripeMap::new(2, 1, ParityLayout::LeftSymmetric).unwrap();
+        assert_eq!((map.stripe(0).data[0], map.stripe(0).p), (0, 1));
+        assert_eq!((map.stripe(1).data[0], map.stripe(1).p), (1, 0));
+        assert!(StripeMap::new(1, 1, ParityLayout::LeftSymmetric).is_err());
+        assert!(StripeMap::new(3, 2, ParityLayout::LeftSymmetric).is_err());
     }
 
     #[test]

@@ -550,11 +550,11 @@ fn level_changes_md_makes_otherwise_are_refused_naming_its_path() {
         &["only with two members"],
     );
     let dir = tempfile::tempdir().unwrap();
-    let (m, _) = filled_with(dir.path(), "1", 2, "r1", "internal");
+    let (m, _) = filled_with(dir.path(), "1", 3, "r1", "internal");
     refused(
         &with(&["grow", "--level", "5"], &m),
         dir.path(),
-        &["two-member RAID 5", "does not lay out"],
+        &["RAID 1 of 3 members", "exactly two members"],
     );
     let dir = tempfile::tempdir().unwrap();
     let (m, _) = filled_with(dir.path(), "0", 2, "r0", "none");

@@ -251,10 +251,11 @@ fn chunk_and_layout_changes_md_refuses_are_refused_by_name_and_nothing_is_writte
         &with(&["create", "--level", "0", "--size", "15M"], &r0),
         dir.path(),
     );
+    // A RAID 0's chunk changes (through md's RAID 4); its layout does not.
     refused(
-        &with(&["grow", "--chunk", "128K"], &r0),
+        &with(&["grow", "--layout", "left-symmetric"], &r0),
         dir.path(),
-        &["raid0", "taking the RAID 0 over as a RAID 4"],
+        &["layout of a raid0", "--chunk"],
     );
     let r1: Vec<String> = (0..2).map(|i| format!("m{i}")).collect();
     ok(
@@ -568,4 +569,188 @@ fn the_kernel_finishes_a_raid10_restripe_nvraid_left_moving_up() {
             "{line}\n{report}"
         );
     }
+}
+
+/// A RAID 5 of four taken to RAID 6 with a fifth member (md's `-6`
+/// layout: Q on the last member), filled with the pattern.
+fn raid6_of_the_takeover(dir: &Path) -> (Vec<String>, Vec<u8>) {
+    let (mut m, data) = filled(dir, "5", 4, 15, &["--bitmap", "none"]);
+    let f = std::fs::File::create(dir.join("d4")).unwrap();
+    f.set_len(15 * MIB).unwrap();
+    ok(
+        &with(&["grow", "--level", "6", "-n", "5", "--add", "d4"], &m),
+        dir,
+    );
+    m.push("d4".into());
+    assert_eq!(detail(dir, &m)["layout"], "left-symmetric-6");
+    (m, data)
+}
+
+#[test]
+fn a_raid6_left_in_a_minus6_layout_by_the_takeover_is_normalised_and_reads_back() {
+    // mdadm's `--layout normalise` (and the ordinary layout named): the
+    // `-6` layout's rotation with P and Q rotating, every byte read back,
+    // P and Q right; also killed mid-way and continued.
+    for (layout, point) in [
+        ("normalise", None),
+        ("left-symmetric", Some("reshape-write:7")),
+        ("normalise", Some("reshape-superblock:12")),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let (m, data) = raid6_of_the_takeover(d);
+        let args = with(&["grow", "--layout", layout, "--step", "1M"], &m);
+        match point {
+            None => {
+                ok(&args, d);
+            }
+            Some(point) => {
+                killed_at(d, &args, point);
+                let mid = read(d, &m, 3 * PER);
+                assert!(mid == data, "{point}: mid-way");
+                ok(&with(&["grow", "--continue", "--step", "1M"], &m), d);
+            }
+        }
+        let what = format!("{layout} {point:?}");
+        let dd = detail(d, &m);
+        assert_eq!(dd["layout"], "left-symmetric", "{what}: {dd}");
+        assert_eq!(dd["level"], 6, "{what}: {dd}");
+        assert_eq!(dd["chunk_bytes"], 64 * 1024, "{what}: {dd}");
+        assert!(read(d, &m, 3 * PER) == data, "{what}");
+        no_mismatch(d, &m, &what);
+        assert!(read(d, &m[2..], 3 * PER) == data, "{what}: without 0, 1");
+        assert!(read(d, &m[..3], 3 * PER) == data, "{what}: without 3, 4");
+    }
+}
+
+#[test]
+fn normalise_of_a_raid6_in_an_ordinary_layout_or_of_a_raid5_is_refused_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (m6, _) = filled(d, "6", 4, 15, &["--bitmap", "none"]);
+    let sub = d.join("r5");
+    std::fs::create_dir(&sub).unwrap();
+    let (m5, _) = filled(&sub, "5", 3, 15, &["--bitmap", "none"]);
+    let bytes = |dir: &Path, m: &[String]| -> Vec<Vec<u8>> {
+        m.iter()
+            .map(|n| std::fs::read(dir.join(n)).unwrap())
+            .collect()
+    };
+    let (before6, before5) = (bytes(d, &m6), bytes(&sub, &m5));
+    refused(
+        &with(&["grow", "--layout", "normalise"], &m6),
+        d,
+        &["normalise", "ordinary layout already"],
+    );
+    refused(
+        &with(&["grow", "--layout", "normalise"], &m5),
+        &sub,
+        &["normalise", "-6 layout", "raid5"],
+    );
+    // `preserve` with nothing else to change: nothing to do.
+    refused(
+        &with(&["grow", "--layout", "preserve"], &m6),
+        d,
+        &["nothing to change"],
+    );
+    assert!(bytes(d, &m6) == before6, "a RAID 6 byte changed");
+    assert!(bytes(&sub, &m5) == before5, "a RAID 5 byte changed");
+}
+
+/// A RAID 0 of `count` members (15 MiB files, no bitmap) named `name`,
+/// filled with the pattern.
+fn raid0_filled(dir: &Path, count: usize, name: &str) -> (Vec<String>, Vec<u8>) {
+    let names: Vec<String> = (0..count).map(|i| format!("d{i}")).collect();
+    let mut args = vec!["create", "--level", "0", "--size", "15M", "--name", name];
+    args.extend(names.iter().map(String::as_str));
+    ok(&args, dir);
+    let data = pattern(count as u64 * PER);
+    std::fs::write(dir.join("data"), &data).unwrap();
+    ok(&with(&["write", "--input", "data"], &names), dir);
+    std::fs::remove_file(dir.join("data")).unwrap();
+    (names, data)
+}
+
+#[test]
+fn a_raid0_chunk_changes_through_md_raid4_and_is_a_raid0_again() {
+    // md's way: taken over as a RAID 4 of one more member (its parity
+    // missing), restriped, taken back. Uninterrupted both ways, and
+    // killed in the record, a step, a checkpoint and late, then continued
+    // from the members alone (the parity role was never held).
+    for (chunk, point) in [
+        ("256K", None),
+        ("16K", Some("reshape-superblock:2")),
+        ("256K", Some("reshape-write:3")),
+        ("16K", Some("reshape-superblock:9")),
+        ("256K", Some("reshape-write:60")),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let (m, data) = raid0_filled(d, 3, "r0c");
+        let layout = detail(d, &m)["layout"].clone();
+        let args = with(&["grow", "--chunk", chunk, "--step", "1M"], &m);
+        match point {
+            None => {
+                let out = ok(&args, d);
+                assert!(out.contains("restriped in place over 3 members"), "{out}");
+            }
+            Some(point) => {
+                killed_at(d, &args, point);
+                let e: serde_json::Value =
+                    serde_json::from_str(&ok(&["examine", "--json", "d0"], d)).unwrap();
+                let sb = &e[0]["superblock"];
+                if point != "reshape-superblock:2" || sb["level"] == 4 {
+                    assert_eq!(sb["level"], 4, "{point}: md's RAID 4: {e}");
+                    assert_eq!(sb["raid_disks"], 4, "{point}: {e}");
+                }
+                let out = ok(&with(&["grow", "--continue", "--step", "1M"], &m), d);
+                assert!(out.contains("3 members"), "{point}: {out}");
+            }
+        }
+        let what = format!("{chunk} {point:?}");
+        let dd = detail(d, &m);
+        assert_eq!(dd["level"], 0, "{what}: {dd}");
+        assert_eq!(dd["raid_disks"], 3, "{what}: {dd}");
+        assert_eq!(dd["layout"], layout, "{what}: {dd}");
+        assert_eq!(
+            dd["chunk_bytes"],
+            if chunk == "16K" {
+                16 * 1024
+            } else {
+                256 * 1024
+            },
+            "{what}: {dd}"
+        );
+        assert_eq!(dd["size_bytes"], 3 * PER, "{what}: {dd}");
+        assert!(read(d, &m, 3 * PER) == data, "{what}: the bytes differ");
+        if point.is_none() {
+            // And back down to 32K, from the first restripe's shape.
+            ok(&with(&["grow", "-c", "32K", "--step", "1M"], &m), d);
+            assert_eq!(detail(d, &m)["chunk_bytes"], 32 * 1024);
+            assert!(read(d, &m, 3 * PER) == data, "256K -> 32K");
+        }
+    }
+}
+
+#[test]
+fn a_raid0_layout_change_or_a_chunk_that_shrinks_it_is_refused_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (m, _) = raid0_filled(d, 2, "r0r");
+    let before: Vec<Vec<u8>> = m
+        .iter()
+        .map(|n| std::fs::read(d.join(n)).unwrap())
+        .collect();
+    refused(
+        &with(&["grow", "--layout", "left-symmetric"], &m),
+        d,
+        &["layout of a raid0"],
+    );
+    // 14 MiB per member is no multiple of 4 MiB chunks.
+    refused(&with(&["grow", "--chunk", "4M"], &m), d, &["shrink"]);
+    let after: Vec<Vec<u8>> = m
+        .iter()
+        .map(|n| std::fs::read(d.join(n)).unwrap())
+        .collect();
+    assert!(after == before, "a byte changed");
 }

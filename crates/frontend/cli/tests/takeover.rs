@@ -347,7 +347,8 @@ fn a_grow_is_not_continued_without_members_the_level_cannot_spare() {
 /// directory named after its array), lets any reshape finish, and reports
 /// per array its name, level, member count, missing members, size,
 /// whether the first bytes hold the pattern (`bytes`: name -> count) and,
-/// for a whole redundant array, md's check's mismatch count.
+/// for a whole redundant array, md's check's mismatch count; then md's
+/// chunk size (bytes) and layout number.
 fn kernel_reports(images: &[PathBuf], bytes: &[(&str, u64)]) -> String {
     let script = images[0]
         .parent()
@@ -380,7 +381,7 @@ for sys in /sys/block/md*; do
     echo check > $sys/md/sync_action; sleep 1; mdadm --wait $md >/dev/null 2>&1
     mm=$(cat $sys/md/mismatch_cnt)
   fi
-  echo "KERNEL name=$name level=$(cat $sys/md/level) disks=$(cat $sys/md/raid_disks) degraded=$(cat $sys/md/degraded) size=$(blockdev --getsize64 $md) pattern=$pv mismatch=$mm"
+  echo "KERNEL name=$name level=$(cat $sys/md/level) disks=$(cat $sys/md/raid_disks) degraded=$(cat $sys/md/degraded) size=$(blockdev --getsize64 $md) pattern=$pv mismatch=$mm chunk=$(cat $sys/md/chunk_size) layout=$(cat $sys/md/layout)"
 done
 "#
         ),
@@ -393,7 +394,12 @@ done
         .args(images)
         .output()
         .expect("tools/mdvm/mdvm (./test.sh installs its tools)");
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    // mdvm's own complaints (a VM that did not start) after the report.
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }
 
 /// The line of array `name` in a [`kernel_reports`] report.
@@ -936,4 +942,496 @@ fn a_raid0_becomes_a_raid10_near2_with_its_members_doubled_and_back() {
         &sub,
         &["--raid-devices", "one --add per new mirror"],
     );
+}
+
+/// Every member file's bytes in `dir`, by name.
+fn snapshot(dir: &Path, names: &[String]) -> Vec<Vec<u8>> {
+    names
+        .iter()
+        .map(|n| std::fs::read(dir.join(n)).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_raid1_of_two_becomes_a_raid5_of_two_and_back_with_no_byte_moved() {
+    // md's takeover: a two-member RAID 5 (left-symmetric, 64 KiB chunks:
+    // 14 MiB is a multiple) whose parity is a copy of its one data chunk
+    // per stripe, so both members keep the mirror's bytes.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (m, data) = filled(d, "1", 2, "r15");
+    let before = snapshot(d, &m);
+    let out = ok(&with(&["grow", "--level", "5", "--json"], &m), d);
+    let changed: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(changed["md_level"], 5, "{changed}");
+    assert_eq!(changed["chunk_bytes"], 64 * 1024, "{changed}");
+    assert_eq!(changed["size_bytes"], PER, "{changed}");
+    assert_eq!(level_layout(d, "d0"), (5, 2, 2));
+    for (name, old) in m.iter().zip(&before) {
+        let now = std::fs::read(d.join(name)).unwrap();
+        assert!(now[1 << 20..] == old[1 << 20..], "{name}: data moved");
+    }
+    assert!(read(d, &m, PER) == data);
+    let check: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["check", "--json"], &m), d)).unwrap();
+    assert_eq!(check["mismatch_sectors"], 0, "{check}");
+    // Written as a RAID 5 (parity of one chunk), each member alone still
+    // holds every byte.
+    let patch = vec![0xa5u8; 3 * 65536 + 4096];
+    std::fs::write(d.join("patch"), &patch).unwrap();
+    ok(
+        &with(&["write", "--input", "patch", "--offset", "61440"], &m),
+        d,
+    );
+    let mut data = data;
+    data[61440..61440 + patch.len()].copy_from_slice(&patch);
+    for one in &m {
+        assert!(
+            read(d, std::slice::from_ref(one), PER) == data,
+            "{one} alone"
+        );
+    }
+    // And back: a RAID 1 of the two, the same bytes.
+    let out = ok(&with(&["grow", "--level", "1", "--json"], &m), d);
+    let changed: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(changed["md_level"], 1, "{changed}");
+    assert_eq!(changed["size_bytes"], PER, "{changed}");
+    assert_eq!(level_layout(d, "d0"), (1, 0, 2));
+    let check: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["check", "--json"], &m), d)).unwrap();
+    assert_eq!(check["mismatch_sectors"], 0, "{check}");
+    assert!(read(d, &m, PER) == data);
+}
+
+#[test]
+fn a_raid1_of_two_grows_to_a_raid5_of_three_through_md_takeover_even_killed_mid_way() {
+    // mdadm's `--grow --level 5 -n 3 --add NEW` on a RAID 1 of two: the
+    // takeover, then the RAID 5's grow; uninterrupted, and killed in the
+    // grow's record, its steps and a checkpoint, then `grow --continue`.
+    for point in [
+        None,
+        Some("reshape-superblock:3"), // the takeover done, the new member recorded
+        Some("reshape-write:3"),
+        Some("reshape-superblock:9"),
+        Some("reshape-write:20"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let (m, data) = filled(d, "1", 2, "r153");
+        let new = blank(d, "d2");
+        let args = with(
+            &[
+                "grow", "--level", "5", "-n", "3", "--add", &new, "--step", "1M",
+            ],
+            &m,
+        );
+        let mut all = m.clone();
+        all.push(new.clone());
+        match point {
+            None => {
+                let out = ok(&args, d);
+                assert!(out.contains("grown from 2 to 3 members"), "{out}");
+            }
+            Some(point) => {
+                let out = Command::new(env!("CARGO_BIN_EXE_nvraid"))
+                    .current_dir(d)
+                    .env("NVRAID_FAILPOINT", point)
+                    .args(&args)
+                    .output()
+                    .unwrap();
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                assert!(
+                    !out.status.success() && stderr.contains("failpoint"),
+                    "grow did not stop at {point}: {stderr}"
+                );
+                let out = ok(&with(&["grow", "--continue", "--step", "1M"], &all), d);
+                assert!(out.contains("to 3 members"), "{point}: {out}");
+            }
+        }
+        let what = point.unwrap_or("uninterrupted");
+        assert_eq!(level_layout(d, "d0"), (5, 2, 3), "{what}");
+        let detail: serde_json::Value =
+            serde_json::from_str(&ok(&with(&["detail", "--json"], &all), d)).unwrap();
+        assert_eq!(detail["size_bytes"], 2 * PER, "{what}: {detail}");
+        assert_eq!(detail["chunk_bytes"], 64 * 1024, "{what}: {detail}");
+        assert!(read(d, &all, PER) == data, "{what}: the bytes differ");
+        let check: serde_json::Value =
+            serde_json::from_str(&ok(&with(&["check", "--json"], &all), d)).unwrap();
+        assert_eq!(check["mismatch_sectors"], 0, "{what}: {check}");
+    }
+}
+
+#[test]
+fn a_raid1_of_three_as_a_raid5_is_refused_naming_md_two_member_rule_and_nothing_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (m, _) = filled(d, "1", 3, "r13");
+    let new = blank(d, "d3");
+    let mut every = m.clone();
+    every.push(new.clone());
+    let before = snapshot(d, &every);
+    refused(
+        &with(&["grow", "--level", "5"], &m),
+        d,
+        &["RAID 1 of 3 members", "exactly two members"],
+    );
+    refused(
+        &with(&["grow", "--level", "5", "-n", "4", "--add", &new], &m),
+        d,
+        &["3 members", "exactly two members"],
+    );
+    // A RAID 1 of two, but a count that does not match the --add.
+    let sub = d.join("two");
+    std::fs::create_dir(&sub).unwrap();
+    let (m2, _) = filled(&sub, "1", 2, "r12");
+    let new2 = blank(&sub, "d2");
+    let mut every2 = m2.clone();
+    every2.push(new2.clone());
+    let before2 = snapshot(&sub, &every2);
+    refused(
+        &with(&["grow", "--level", "5", "-n", "4", "--add", &new2], &m2),
+        &sub,
+        &["--raid-devices", "2 + the --add count"],
+    );
+    // A new member too small for the RAID 5's rows.
+    std::fs::File::create(sub.join("small"))
+        .unwrap()
+        .set_len(4 * MIB)
+        .unwrap();
+    refused(
+        &with(&["grow", "--level", "5", "-n", "3", "--add", "small"], &m2),
+        &sub,
+        &["small"],
+    );
+    assert!(snapshot(d, &every) == before, "a byte changed (three)");
+    assert!(snapshot(&sub, &every2) == before2, "a byte changed (two)");
+}
+
+#[test]
+fn the_kernel_assembles_what_nvraid_took_between_raid1_and_raid5_and_restriped() {
+    // One VM boot: a RAID 1 of two nvraid took over as a RAID 5 of two,
+    // one taken there and grown to three (`--level 5 -n 3 --add`), one
+    // taken there and back to RAID 1, a RAID 0 of three whose chunk nvraid
+    // changed (through md's RAID 4), and a RAID 6 nvraid took out of the
+    // `-6` layout the RAID 5 -> 6 takeover left (`--layout normalise`):
+    // md assembles each whole, reads the pattern and finds no mismatch.
+    // And a RAID 0 restripe nvraid left mid-way, which md finishes; a RAID
+    // 4 without its parity member nvraid took over as a RAID 0.
+    let dir = tempfile::tempdir().unwrap();
+    let mut images = Vec::new();
+    for name in ["r15", "r153", "r151"] {
+        let sub = dir.path().join(name);
+        std::fs::create_dir(&sub).unwrap();
+        let (mut m, _) = filled(&sub, "1", 2, name);
+        match name {
+            "r15" => {
+                ok(&with(&["grow", "--level", "5"], &m), &sub);
+            }
+            "r153" => {
+                let new = blank(&sub, "d2");
+                ok(
+                    &with(&["grow", "--level", "5", "-n", "3", "--add", &new], &m),
+                    &sub,
+                );
+                m.push(new);
+            }
+            _ => {
+                ok(&with(&["grow", "--level", "5"], &m), &sub);
+                ok(&with(&["grow", "--level", "1"], &m), &sub);
+            }
+        }
+        images.extend(m.iter().map(|n| sub.join(n)));
+    }
+    let sub = dir.path().join("r0c");
+    std::fs::create_dir(&sub).unwrap();
+    let (m, _) = filled(&sub, "0", 3, "r0c");
+    ok(&with(&["grow", "--chunk", "256K"], &m), &sub);
+    images.extend(m.iter().map(|n| sub.join(n)));
+    // One killed mid-restripe: md's RAID 4 of four with its parity role
+    // empty, which the kernel finishes (as a RAID 4; mdadm's watcher,
+    // which would take it back to RAID 0, is not there).
+    let sub = dir.path().join("r0m");
+    std::fs::create_dir(&sub).unwrap();
+    let (m, _) = filled(&sub, "0", 3, "r0m");
+    let out = Command::new(env!("CARGO_BIN_EXE_nvraid"))
+        .current_dir(&sub)
+        .env("NVRAID_FAILPOINT", "reshape-write:20")
+        .args(with(&["grow", "--chunk", "128K", "--step", "1M"], &m))
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("failpoint"),
+        "the restripe did not stop mid-way"
+    );
+    images.extend(m.iter().map(|n| sub.join(n)));
+    // A RAID 4 without its parity member taken over as a RAID 0.
+    let sub = dir.path().join("r40");
+    std::fs::create_dir(&sub).unwrap();
+    let (m, _) = filled(&sub, "4", 4, "r40");
+    ok(&with(&["fail", "--member", "d3"], &m), &sub);
+    ok(&with(&["grow", "--level", "0"], &m[..3]), &sub);
+    images.extend(m[..3].iter().map(|n| sub.join(n)));
+    let sub = dir.path().join("r6n");
+    std::fs::create_dir(&sub).unwrap();
+    let (mut m, _) = filled(&sub, "5", 4, "r6n");
+    let new = blank(&sub, "d4");
+    ok(
+        &with(&["grow", "--level", "6", "-n", "5", "--add", &new], &m),
+        &sub,
+    );
+    m.push(new);
+    ok(&with(&["grow", "--layout", "normalise"], &m), &sub);
+    images.extend(m.iter().map(|n| sub.join(n)));
+    let report = kernel_reports(
+        &images,
+        &[
+            ("r15", PER),
+            ("r153", PER),
+            ("r151", PER),
+            ("r0c", 3 * PER),
+            ("r0m", 3 * PER),
+            ("r40", 3 * PER),
+            ("r6n", 3 * PER),
+        ],
+    );
+    for (name, level, disks, size) in [
+        ("r15", "raid5", 2, PER),
+        ("r153", "raid5", 3, 2 * PER),
+        ("r151", "raid1", 2, PER),
+        ("r0c", "raid0", 3, 3 * PER),
+        ("r0m", "raid4", 4, 3 * PER),
+        ("r40", "raid0", 3, 3 * PER),
+        ("r6n", "raid6", 5, 3 * PER),
+    ] {
+        let line = kernel_line(&report, name);
+        let degraded = if name == "r0m" {
+            "degraded=1 "
+        } else {
+            "degraded=0 "
+        };
+        assert!(
+            line.contains(&format!("level={level} "))
+                && line.contains(&format!("disks={disks} "))
+                && (level == "raid0" || line.contains(degraded))
+                && line.contains(&format!("size={size} "))
+                && line.contains("pattern=ok")
+                && (level == "raid0" || name == "r0m" || line.contains("mismatch=0")),
+            "{line}\n{report}"
+        );
+    }
+    // md runs them in the chunk and layout nvraid recorded (and finished
+    // the restripe nvraid left in md's RAID 4, parity-last).
+    for (name, words) in [
+        ("r15", "chunk=65536 layout=2"),
+        ("r0c", "chunk=262144 "),
+        ("r0m", "chunk=131072 layout=5"),
+        ("r6n", "chunk=65536 layout=2"),
+    ] {
+        let line = kernel_line(&report, name);
+        assert!(line.contains(words), "{name}: {words}: {line}");
+    }
+}
+
+#[test]
+fn nvraid_reads_the_raid5_the_kernel_took_over_from_a_raid1_and_takes_it_back() {
+    // The kernel's takeover of a RAID 1 of two (`mdadm --grow --level=5`,
+    // tests/fixtures/md-states/takeover_r1_r5): nvraid sees md's RAID 5 of
+    // two (left-symmetric, the chunk md picked), reads the kernel's bytes,
+    // finds each member's parity (a copy) right, and takes it back to a
+    // RAID 1 that each member alone reads.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let m = unpack("takeover_r1_r5", d);
+    let detail: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["detail", "--json"], &m), d)).unwrap();
+    assert_eq!(detail["level"], 5, "{detail}");
+    assert_eq!(detail["raid_disks"], 2, "{detail}");
+    assert_eq!(detail["layout"], "left-symmetric", "{detail}");
+    assert_eq!(detail["chunk_bytes"], 64 * 1024, "{detail}");
+    let size = detail["size_bytes"].as_u64().unwrap();
+    assert_eq!(size, 15 * MIB, "{detail}");
+    let all = read(d, &m, size);
+    let kernel = std::fs::read_to_string(
+        repo().join("tests/fixtures/md-states/takeover_r1_r5/kernel-sha256.txt"),
+    )
+    .unwrap();
+    assert_eq!(sha(&all), kernel.trim());
+    assert!(all == pattern(size), "the kernel wrote the pattern");
+    let check: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["check", "--json"], &m), d)).unwrap();
+    assert_eq!(check["mismatch_sectors"], 0, "{check}");
+    ok(&with(&["grow", "--level", "1"], &m), d);
+    assert_eq!(level_layout(d, "d0"), (1, 0, 2));
+    for one in &m {
+        assert!(
+            read(d, std::slice::from_ref(one), size) == all,
+            "{one} alone"
+        );
+    }
+}
+
+#[test]
+fn nvraid_reads_the_raid0_the_kernel_restriped_and_restripes_it_back() {
+    // mdadm's chunk change of a RAID 0 of three (64 -> 128 KiB, through
+    // md's RAID 4 with its parity missing and back; the data offset moved
+    // down 2048 -> 1024 sectors; tests/fixtures/md-states/reshape_r0_chunk):
+    // nvraid reads the kernel's bytes, then changes the chunk back to 64
+    // KiB its own way and reads the same bytes.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let m = unpack("reshape_r0_chunk", d);
+    let detail: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["detail", "--json"], &m), d)).unwrap();
+    assert_eq!(detail["level"], 0, "{detail}");
+    assert_eq!(detail["raid_disks"], 3, "{detail}");
+    assert_eq!(detail["chunk_bytes"], 128 * 1024, "{detail}");
+    assert_eq!(detail["data_offset_bytes"], 1024 * 512, "{detail}");
+    let size = detail["size_bytes"].as_u64().unwrap();
+    assert_eq!(size, 45 * MIB, "{detail}");
+    let all = read(d, &m, size);
+    let kernel = std::fs::read_to_string(
+        repo().join("tests/fixtures/md-states/reshape_r0_chunk/kernel-sha256.txt"),
+    )
+    .unwrap();
+    assert_eq!(sha(&all), kernel.trim());
+    assert!(all == pattern(size), "the kernel wrote the pattern");
+    ok(&with(&["grow", "--chunk", "64K", "--step", "1M"], &m), d);
+    let detail: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["detail", "--json"], &m), d)).unwrap();
+    assert_eq!(detail["level"], 0, "{detail}");
+    assert_eq!(detail["chunk_bytes"], 64 * 1024, "{detail}");
+    assert!(read(d, &m, size) == all, "64 KiB again: the bytes differ");
+}
+
+/// Run `args` in `dir` with the crash point `point` armed; it must die
+/// there.
+fn killed_at(dir: &Path, args: &[&str], point: &str) {
+    let out = Command::new(env!("CARGO_BIN_EXE_nvraid"))
+        .current_dir(dir)
+        .env("NVRAID_FAILPOINT", point)
+        .args(args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("failpoint"),
+        "{args:?} did not stop at {point}: {stderr}"
+    );
+}
+
+#[test]
+fn a_takeover_killed_between_its_superblocks_is_finished_by_running_it_again() {
+    // One member written (the new level, one event ahead), the other not:
+    // the members disagree, which neither nvraid nor md assembles. The
+    // same command run again writes the rest (no byte moved, none written
+    // since). RAID 1 -> 5 and back (with a bitmap), 4 <-> 5 parity-last,
+    // and mdadm's `--level 5 -n 3 --add` cut short in its takeover.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let names = vec!["d0".to_string(), "d1".to_string()];
+    ok(
+        &with(
+            &[
+                "create", "--level", "1", "--bitmap", "internal", "--size", "15M", "--name", "r1k",
+            ],
+            &names,
+        ),
+        d,
+    );
+    let data = pattern(PER);
+    std::fs::write(d.join("data"), &data).unwrap();
+    ok(&with(&["write", "--input", "data"], &names), d);
+    for (to, words) in [("5", (5, 2, 2)), ("1", (1, 0, 2))] {
+        let args = with(&["grow", "--level", to], &names);
+        killed_at(d, &args, "reshape-superblock:1");
+        assert_eq!(level_layout(d, "d0"), words, "--level {to}: d0 written");
+        assert_ne!(level_layout(d, "d1"), words, "--level {to}: d1 not");
+        let out = ok(&args, d);
+        assert!(out.contains("level changed"), "{out}");
+        assert_eq!(level_layout(d, "d1"), words, "--level {to}: finished");
+        let detail: serde_json::Value =
+            serde_json::from_str(&ok(&with(&["detail", "--json"], &names), d)).unwrap();
+        assert_eq!(detail["state"], "clean", "--level {to}: {detail}");
+        assert!(detail["bitmap"].is_object(), "--level {to}: {detail}");
+        assert!(read(d, &names, PER) == data, "--level {to}");
+        let check: serde_json::Value =
+            serde_json::from_str(&ok(&with(&["check", "--json"], &names), d)).unwrap();
+        assert_eq!(check["mismatch_sectors"], 0, "--level {to}: {check}");
+    }
+    // nvraid's RAID 4 (md level 5 parity-last) to md's raid4 and back.
+    let sub = d.join("r4");
+    std::fs::create_dir(&sub).unwrap();
+    let (m4, data4) = filled(&sub, "4", 3, "r4k");
+    for (to, level) in [("4", 4), ("5", 5)] {
+        let args = with(&["grow", "--level", to], &m4);
+        killed_at(&sub, &args, "reshape-superblock:2");
+        ok(&args, &sub);
+        for name in &m4 {
+            assert_eq!(level_layout(&sub, name).0, level, "--level {to}: {name}");
+        }
+        assert!(read(&sub, &m4, data4.len() as u64) == data4, "--level {to}");
+    }
+    // The takeover then grow, killed in the takeover, run again.
+    let sub = d.join("r153");
+    std::fs::create_dir(&sub).unwrap();
+    let (m, data) = filled(&sub, "1", 2, "r153k");
+    let new = blank(&sub, "d2");
+    let args = with(
+        &[
+            "grow", "--level", "5", "-n", "3", "--add", &new, "--step", "1M",
+        ],
+        &m,
+    );
+    killed_at(&sub, &args, "reshape-superblock:1");
+    let out = ok(&args, &sub);
+    assert!(out.contains("grown from 2 to 3 members"), "{out}");
+    let mut all = m.clone();
+    all.push(new);
+    assert_eq!(level_layout(&sub, "d2"), (5, 2, 3));
+    assert!(read(&sub, &all, PER) == data);
+    let check: serde_json::Value =
+        serde_json::from_str(&ok(&with(&["check", "--json"], &all), &sub)).unwrap();
+    assert_eq!(check["mismatch_sectors"], 0, "{check}");
+}
+
+#[test]
+fn a_raid4_without_its_parity_member_becomes_a_raid0_and_a_whole_one_is_refused() {
+    // md's raid0_takeover_raid45: a RAID 4 (nvraid's, md level 5
+    // parity-last; and md's level 4) whose parity member is gone is the
+    // RAID 0 of the others, no byte moved. A whole one, or one missing a
+    // data member, is refused with nothing written.
+    for to4 in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let (m, data) = filled(d, "4", 4, "r40");
+        if to4 {
+            ok(&with(&["grow", "--level", "4"], &m), d);
+        }
+        let before = snapshot(d, &m);
+        refused(
+            &with(&["grow", "--level", "0"], &m),
+            d,
+            &["parity member (role 3) missing", "nvraid fail"],
+        );
+        assert!(snapshot(d, &m) == before, "a whole RAID 4: a byte changed");
+        // Without a data member (role 0) and the parity: refused too.
+        refused(
+            &with(&["grow", "--level", "0"], &m[1..3]),
+            d,
+            &["role(s) [0, 3]", "parity member"],
+        );
+        assert!(snapshot(d, &m) == before, "two missing: a byte changed");
+        ok(&with(&["fail", "--member", "d3"], &m), d);
+        let out = ok(&with(&["grow", "--level", "0", "--json"], &m[..3]), d);
+        let changed: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(changed["md_level"], 0, "{changed}");
+        assert_eq!(changed["size_bytes"], 3 * PER, "{changed}");
+        assert_eq!(level_layout(d, "d0").0, 0);
+        assert_eq!(level_layout(d, "d0").2, 3);
+        for (name, old) in m[..3].iter().zip(&before) {
+            let now = std::fs::read(d.join(name)).unwrap();
+            assert!(now[1 << 20..] == old[1 << 20..], "{name}: data moved");
+        }
+        assert!(read(d, &m[..3], 3 * PER) == data, "md level 4: {to4}");
+    }
 }

@@ -410,15 +410,17 @@ pub fn continue_grow(
     let adopted = adopt_blanks(&mut by_role, blanks, &reference)?;
     // A role missing (its member failed, or not given) is read around,
     // as md continues a degraded reshape, when the others hold every byte.
+    let parity_unnamed = super::takeover::last_role_unnamed(&reference);
     let (mut placed, mut failed) = super::degraded::fill_missing(by_role, &mut reference)?;
     // md's RAID 4 of a RAID 0 grow: the member in the old parity role
     // holds none of the old shape, and the array goes back to RAID 0 at
-    // the end, as mdadm takes it back.
-    let raid0_layout =
-        super::takeover::raid0_takeover_of(&reference, &placed, &failed).map(|old_parity| {
-            failed.absent_from_old(old_parity);
-            Level::Raid0.md_layout()
-        });
+    // the end, as mdadm takes it back. So does a RAID 0's restripe.
+    let raid0_layout = super::takeover::raid0_takeover_of(&reference, &placed, &failed)
+        .map(|old_parity| failed.absent_from_old(old_parity))
+        .or_else(|| {
+            super::takeover::raid0_restripe_of(&reference, &failed, parity_unnamed).then_some(())
+        })
+        .map(|()| Level::Raid0.md_layout());
     let all = failed.surviving();
     // A member fresher than the record that records no reshape got the
     // finished shape: every byte had moved before that was written, so

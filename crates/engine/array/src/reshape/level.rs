@@ -4,13 +4,16 @@
 //! member, as RAID 4 keeps it), and back: both levels put every byte at
 //! the same place, so only the superblocks change.
 //!
-//! Also RAID 6 → 5 when Q is on the last member (a `-6` layout or
-//! parity-last: that member leaves) and RAID 10 near=2 → RAID 0 (one copy
-//! of each pair kept, member 2i becoming i). RAID 5 → 6 and RAID 0 → 10
-//! add members (`takeover`). md's other takeovers are refused naming
-//! md's path: RAID 1 of two ↔ RAID 5 (a two-member RAID 5, whose parity
-//! is a copy of its one data chunk; nvraid does not lay out a two-member
-//! RAID 5 yet).
+//! Also a RAID 4 whose parity member is missing → RAID 0 of the others
+//! (md's `raid0_takeover_raid45`), RAID 6 → 5 when Q is on the last
+//! member (a `-6` layout or parity-last: that member leaves) and RAID 10
+//! near=2 → RAID 0 (one copy of each pair kept, member 2i becoming i). RAID 5 → 6 and RAID 0 → 10
+//! add members (`takeover`). RAID 1 of two ↔ RAID 5 of two: md's RAID 5
+//! of two members holds one data chunk per stripe and its parity, a copy
+//! of it, on the other member, so both hold the mirror's bytes; md picks
+//! the chunk ([`raid1_takeover_chunk`]). [`raid1_to_raid5_grown`] is
+//! mdadm's `--level 5 -n N --add`: that takeover, then the RAID 5's grow.
+//! md's other takeovers are refused naming md's path.
 //!
 //! The checks of any change of shape come first (a whole, clean array
 //! without PPL or journal); a change md makes only through a reshape or an
@@ -55,6 +58,217 @@ fn md_name(md_level: i32, level: Level) -> String {
     }
 }
 
+/// The chunk md gives the RAID 5 it makes of a two-member RAID 1: 64 KiB,
+/// halved until it divides the array's size (a RAID 5's members hold whole
+/// chunks, so the size is kept); `None` below 4 KiB (md refuses too).
+pub(super) fn raid1_takeover_chunk(array_bytes: u64) -> Option<u64> {
+    let mut chunk = 64 * 1024;
+    // nvraid's smallest chunk, md's stripe unit (a page).
+    while chunk >= 4096 {
+        if array_bytes.is_multiple_of(chunk) {
+            return Some(chunk);
+        }
+        chunk /= 2;
+    }
+    None
+}
+
+/// A takeover to md level `to` that a crash cut short while the
+/// superblocks were written (every member kept: RAID 1 <-> 5 of two, 4 <->
+/// 5), finished: the members already written (events E, level `to`) are
+/// the record, and those one event behind with the old level and the same
+/// role table get its level, layout, chunk and size (no byte moved, and
+/// nothing was written since: a write would have raised the events).
+/// Anything else is handed back for the ordinary checks.
+fn finish_interrupted(
+    found: Vec<(nvraid_member::Member, nvraid_metadata::Superblock)>,
+    to: i32,
+) -> Result<
+    std::result::Result<LevelChanged, Vec<(nvraid_member::Member, nvraid_metadata::Superblock)>>,
+> {
+    let Some(fresh) = found.iter().map(|(_, sb)| sb.events).max() else {
+        return Ok(Err(found));
+    };
+    let reference = found
+        .iter()
+        .find(|(_, sb)| sb.events == fresh)
+        .map(|(_, sb)| sb.clone())
+        .expect("the freshest is there");
+    let stale: Vec<usize> = (0..found.len())
+        .filter(|&i| found[i].1.events != fresh)
+        .collect();
+    let interrupted = !stale.is_empty()
+        && reference.level == to
+        && found.iter().all(|(_, sb)| {
+            sb.set_uuid == reference.set_uuid
+                && sb.raid_disks == reference.raid_disks
+                && sb.roles_raw == reference.roles_raw
+                && !is_reshaping(sb)
+                && (sb.events == fresh
+                    && sb.level == to
+                    && sb.layout == reference.layout
+                    && sb.chunk_sectors == reference.chunk_sectors
+                    || sb.events + 1 == fresh && sb.level != to)
+        });
+    if !interrupted {
+        return Ok(Err(found));
+    }
+    let from = found[stale[0]].1.level;
+    let spec = found[stale[0]].0.spec().to_string();
+    let before = crate::assemble::geometry_of(&found[stale[0]].1, &spec)?;
+    let after = crate::assemble::geometry_of(&reference, &spec)?;
+    if before.array_bytes() != after.array_bytes()
+        || !found
+            .iter()
+            .all(|(_, sb)| sb.level == from || sb.level == to)
+    {
+        return Ok(Err(found));
+    }
+    // The bitmap as each member holds it (its header's events its own),
+    // given the record's events on the members written now.
+    let mut bitmap = kept_bitmap(found.iter().map(|(m, sb)| (m, sb)), &after)?;
+    let placed: Vec<Placed> = found
+        .into_iter()
+        .map(|(member, mut sb)| {
+            if sb.events != fresh {
+                sb.level = reference.level;
+                sb.layout = reference.layout;
+                sb.chunk_sectors = reference.chunk_sectors;
+                sb.size_sectors = reference.size_sectors;
+                sb.events = fresh;
+                sb.utime = Timestamp::now();
+            }
+            Placed { member, sb }
+        })
+        .collect();
+    write_superblocks(&placed, &stale, bitmap.as_mut())?;
+    Ok(Ok(LevelChanged {
+        md_level_before: from,
+        level_before: md_name(from, before.level()),
+        md_level: to,
+        level: md_name(to, after.level()),
+        chunk_bytes: u64::from(reference.chunk_sectors) * 512,
+        size_bytes: after.array_bytes(),
+        events: fresh,
+        released: Vec::new(),
+    }))
+}
+
+/// md's takeover of a RAID 4 (level 4, or 5 parity-last) whose parity
+/// member (the last role) is missing as a RAID 0 of the others
+/// (`raid0_takeover_raid45`): each data chunk is where the RAID 0 of one
+/// zone keeps it, so no byte moves. What md's RAID 0 grow or restripe
+/// leaves when the kernel finished it without mdadm taking it back. The
+/// members handed back when the array is no such RAID 4 (the ordinary
+/// checks then refuse).
+fn raid4_without_parity_to_raid0(
+    found: Vec<(nvraid_member::Member, nvraid_metadata::Superblock)>,
+) -> Result<
+    std::result::Result<LevelChanged, Vec<(nvraid_member::Member, nvraid_metadata::Superblock)>>,
+> {
+    use crate::decision::decide;
+    use nvraid_metadata::features;
+    let listed: Vec<(&str, &nvraid_metadata::Superblock)> =
+        found.iter().map(|(m, sb)| (m.spec(), sb)).collect();
+    let decision = decide(&listed)?;
+    let reference = found[decision.reference].1.clone();
+    let spec = found[decision.reference].0.spec().to_string();
+    let parity_last = reference.level == 4
+        || (reference.level == 5 && reference.layout == ParityLayout::ParityLast.to_md());
+    let n = reference.raid_disks as usize;
+    let missing: Vec<usize> = (0..decision.roles.len())
+        .filter(|&r| decision.roles[r].is_none())
+        .collect();
+    if !parity_last || missing.is_empty() {
+        return Ok(Err(found));
+    }
+    let refuse = |what: String| Error::Unsupported {
+        spec: spec.clone(),
+        what,
+    };
+    if missing != [n - 1] {
+        return Err(refuse(format!(
+            "a RAID 4 without role(s) {missing:?} as a RAID 0: md takes a RAID 4 over as RAID 0 only when its parity member (role {}) is the one missing",
+            n - 1
+        )));
+    }
+    if let Some((index, why)) = decision.set_aside.first() {
+        return Err(Error::NotStartable(format!(
+            "{} takes no part in the array ({}); give only the array's members",
+            found[*index].0.spec(),
+            why.reason()
+        )));
+    }
+    if let Some((member, _)) = found.iter().find(|(_, sb)| {
+        sb.feature_map & (features::RECOVERY_OFFSET | features::RECOVERY_BITMAP) != 0
+    }) {
+        return Err(Error::NotStartable(format!(
+            "{} is being rebuilt; finish the rebuild first (`nvraid rebuild`)",
+            member.spec()
+        )));
+    }
+    if reference.feature_map
+        & (features::PPL | features::MULTIPLE_PPLS | features::JOURNAL | features::BITMAP_OFFSET)
+        != 0
+    {
+        return Err(refuse(
+            "a RAID 4 with a write-intent bitmap, md's partial parity log or write journal as a RAID 0 (md's RAID 0 keeps none of them; md refuses too)".into(),
+        ));
+    }
+    if reference.resync_offset != nvraid_metadata::RESYNC_CLEAN {
+        return Err(Error::NotStartable(
+            "the array is not clean (a resync is due); run `nvraid repair` first".into(),
+        ));
+    }
+    let before = crate::assemble::geometry_of(&reference, &spec)?;
+    let events = reference.events + 1;
+    let last = Role::Active((n - 1) as u16).to_raw();
+    let mut slots: Vec<Option<(nvraid_member::Member, nvraid_metadata::Superblock)>> =
+        found.into_iter().map(Some).collect();
+    let placed: Vec<Placed> = decision
+        .roles
+        .iter()
+        .flatten()
+        .map(|&i| {
+            let (member, mut sb) = slots[i].take().expect("one member per role");
+            sb.level = 0;
+            sb.layout = Level::Raid0.md_layout();
+            sb.raid_disks = (n - 1) as u32;
+            for raw in sb.roles_raw.iter_mut() {
+                if *raw == last {
+                    *raw = Role::Spare.to_raw();
+                }
+            }
+            // A RAID 0's members hold their data area whole: the RAID 4's
+            // rows, no more.
+            if sb.size_sectors > 0 {
+                sb.data_size_sectors = sb.size_sectors;
+            }
+            sb.size_sectors = 0;
+            sb.events = events;
+            sb.utime = Timestamp::now();
+            Placed { member, sb }
+        })
+        .collect();
+    let after = crate::assemble::geometry_of(&placed[0].sb, &spec)?;
+    assert_eq!(
+        after.array_bytes(),
+        before.array_bytes(),
+        "invariant: a takeover keeps the array's size"
+    );
+    write_superblocks(&placed, &(0..placed.len()).collect::<Vec<_>>(), None)?;
+    Ok(Ok(LevelChanged {
+        md_level_before: reference.level,
+        level_before: md_name(reference.level, before.level()),
+        md_level: 0,
+        level: md_name(0, after.level()),
+        chunk_bytes: u64::from(reference.chunk_sectors) * 512,
+        size_bytes: after.array_bytes(),
+        events,
+        released: Vec::new(),
+    }))
+}
+
 /// Change the array on `members` (every member, any order) to md level
 /// `to`, where md does it without moving data (RAID 4 ↔ 5 parity-last).
 pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelChanged> {
@@ -66,6 +280,17 @@ pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelCh
             what: "a level change while a reshape is in progress: finish it first with `nvraid grow --continue`".into(),
         });
     }
+    let found = match finish_interrupted(found, to)? {
+        Ok(finished) => return Ok(finished),
+        Err(found) => found,
+    };
+    let found = match to {
+        0 => match raid4_without_parity_to_raid0(found)? {
+            Ok(changed) => return Ok(changed),
+            Err(found) => found,
+        },
+        _ => found,
+    };
     let (reference, _) = check_whole(&found, "changes the level of", "changing the level of")?;
     let spec = found[0].0.spec().to_string();
     let level = crate::assemble::level_of(&reference, &spec)?;
@@ -89,19 +314,31 @@ pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelCh
                 why: format!("the array already is a {level}"),
             })
         }
-        (1, 5) if n == 2 => {
-            return Err(refuse(
-                "a RAID 1 of two members as a RAID 5: md makes it a two-member RAID 5 (the same bytes, parity a copy of the data), which nvraid does not lay out yet".into(),
-            ))
-        }
+        // md's takeover of a two-member RAID 1: a RAID 5 of two, left-
+        // symmetric, whose stripes each hold one data chunk and its
+        // parity, a copy of it, one on each member: the mirror's bytes.
+        (1, 5) if n == 2 => (
+            5,
+            ParityLayout::LeftSymmetric.to_md(),
+            raid1_takeover_chunk(geometry.array_bytes()).ok_or_else(|| {
+                refuse(format!(
+                    "a RAID 1 of {} bytes as a RAID 5: md takes a RAID 1 over with the largest chunk up to 64 KiB that divides the array, and no chunk of 4 KiB or more divides this one",
+                    geometry.array_bytes()
+                ))
+            })? as u32
+                / 512,
+        ),
         (1, 5) => {
             return Err(refuse(format!(
-                "a RAID 1 of {n} members as a RAID 5: md changes a RAID 1 to RAID 5 only with two members (make it two first: `mdadm --grow --raid-devices 2`), then grows the RAID 5"
+                "a RAID 1 of {n} members as a RAID 5: md takes a RAID 1 over as RAID 5 only with exactly two members (make it two first: `mdadm --grow --raid-devices 2`), then grows the RAID 5"
             )))
         }
+        // md's takeover of a two-member RAID 5 (any layout and chunk):
+        // each member holds every array byte, in order.
+        (5, 1) if n == 2 => (1, 0, 0),
         (5, 1) => {
             return Err(refuse(format!(
-                "a RAID 5 of {n} members as a RAID 1: md changes a RAID 5 to RAID 1 only with two members (shrink it to two first, a reshape nvraid does not do yet)"
+                "a {level} of {n} members as a RAID 1: md takes a RAID 5 over as RAID 1 only with two members (shrink it to two first, a reshape nvraid does not do yet)"
             )))
         }
         (4, 5) => (5, ParityLayout::ParityLast.to_md(), reference.chunk_sectors),
@@ -157,9 +394,16 @@ pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelCh
                 "a {level} of {n} members as a RAID 0: md takes over as RAID 0 only a RAID 10 near=2 of an even member count (one copy of each pair kept)"
             )))
         }
+        (4, 0) | (5, 0) if level == (Level::Raid5 { layout: ParityLayout::ParityLast }) => {
+            return Err(refuse(format!(
+                "a whole {} as a RAID 0: md takes a RAID 4 over as RAID 0 only with its parity member (role {}) missing; fail it first (`nvraid fail --member PARITY`)",
+                md_name(from, level),
+                n - 1
+            )))
+        }
         _ => {
             return Err(refuse(format!(
-                "a {level} as a RAID {to}: md's level changes between these levels are 1 (two members) <-> 5, 4 <-> 5 (parity-last), 5 <-> 6 and 0 <-> 10 (near=2); nvraid makes 4 <-> 5"
+                "a {level} as a RAID {to}: md's level changes between these levels are 1 (two members) <-> 5, 4 <-> 5 (parity-last), 4 without its parity -> 0, 5 <-> 6 and 0 <-> 10 (near=2), which nvraid makes (5 -> 6 and 0 -> 10 with members added)"
             )))
         }
     };
@@ -196,6 +440,11 @@ pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelCh
             sb.level = md_level;
             sb.layout = layout;
             sb.chunk_sectors = chunk_sectors;
+            if (from, md_level) == (1, 5) || (from, md_level) == (5, 1) {
+                // md's size: a two-member RAID 5's member rows are its
+                // array bytes, as a RAID 1's are.
+                sb.size_sectors = geometry.array_bytes() / 512;
+            }
             if let Some((dev, count)) = leaving {
                 sb.raid_disks = count;
                 sb.roles_raw[dev] = Role::Spare.to_raw();
@@ -244,4 +493,94 @@ pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelCh
         events,
         released,
     })
+}
+
+/// `grow --level 5 -n N --add NEW...` on a RAID 1 of two, as mdadm does
+/// it: md's takeover to a two-member RAID 5 ([`change_level`]), then the
+/// RAID 5's grow to N members (`grow`). What the grow would refuse about
+/// the count and the new members is checked before the takeover, so bad
+/// input changes nothing; a crash during the grow leaves a two-member
+/// RAID 5 growing, which `grow --continue` finishes.
+pub fn raid1_to_raid5_grown(
+    members: &[String],
+    options: &super::GrowOptions,
+    progress: &mut dyn FnMut(super::GrowProgress),
+) -> Result<super::Grown> {
+    let all: Vec<String> = members.iter().chain(&options.add).cloned().collect();
+    check_distinct_specs(&all)?;
+    let taken_over = {
+        let found = super::record::open_members(members, options.direct)?;
+        if let Some((member, _)) = found.iter().find(|(_, sb)| is_reshaping(sb)) {
+            return Err(Error::Unsupported {
+                spec: member.spec().into(),
+                what: "a level change while a reshape is in progress: finish it first with `nvraid grow --continue`".into(),
+            });
+        }
+        // The same command run again after a crash in the takeover: it is
+        // finished first (the new members were checked before it began).
+        let found = match finish_interrupted(found, 5)? {
+            Ok(_) => return super::grow::grow(members, options, progress),
+            Err(found) => found,
+        };
+        let (reference, _) = check_whole(&found, "changes the level of", "changing the level of")?;
+        let spec = found[0].0.spec().to_string();
+        let geometry = crate::assemble::geometry_of(&reference, &spec)?;
+        let n = reference.raid_disks;
+        // A RAID 5 of two (the takeover done, the grow not begun) grows.
+        let taken_over = reference.level == 5 && n == 2;
+        if !(reference.level == 1 || taken_over) || n != 2 {
+            return Err(Error::Unsupported {
+                spec,
+                what: format!(
+                    "a {} of {n} members as a RAID 5 with members added: md takes only a RAID 1 of exactly two members over as RAID 5 (then grows it)",
+                    geometry.level()
+                ),
+            });
+        }
+        if options.add.is_empty() || options.raid_devices != 2 + options.add.len() as u32 {
+            return Err(Error::BadOption {
+                option: "--raid-devices".into(),
+                why: format!(
+                    "{} with {} member(s) added: a RAID 1 of two becomes a RAID 5 of two, grown by one member per --add (so --raid-devices is 2 + the --add count)",
+                    options.raid_devices,
+                    options.add.len()
+                ),
+            });
+        }
+        let raid5 = if taken_over {
+            geometry.clone()
+        } else {
+            let chunk = raid1_takeover_chunk(geometry.array_bytes()).ok_or_else(|| Error::Unsupported {
+                spec: spec.clone(),
+                what: format!(
+                    "a RAID 1 of {} bytes as a RAID 5: md takes a RAID 1 over with the largest chunk up to 64 KiB that divides the array, and no chunk of 4 KiB or more divides this one",
+                    geometry.array_bytes()
+                ),
+            })?;
+            nvraid_layout::Geometry::new(
+                Level::Raid5 {
+                    layout: ParityLayout::LeftSymmetric,
+                },
+                2,
+                chunk,
+                geometry.array_bytes(),
+            )
+            .map_err(|e| Error::NotStartable(e.to_string()))?
+        };
+        let open = nvraid_member::OpenOptions {
+            write: true,
+            create_bytes: None,
+            direct: options.direct,
+            ..Default::default()
+        };
+        for spec in &options.add {
+            let member = nvraid_member::Member::open(spec, open)?;
+            super::grow::check_new_member(&member, &reference, &raid5, options.force)?;
+        }
+        taken_over
+    };
+    if !taken_over {
+        change_level(members, 5, options.direct)?;
+    }
+    super::grow::grow(members, options, progress)
 }

@@ -16,7 +16,8 @@
 //!   offset): the rows each step of the critical section overwrites kept
 //!   on the new members first, put back by `grow --continue`;
 //! - `level`: `grow --level`, md's level changes that move no byte
-//!   (RAID 4 <-> RAID 5 parity-last, RAID 6 -> 5 dropping a last-member Q);
+//!   (RAID 1 of two <-> RAID 5 of two, RAID 4 <-> RAID 5 parity-last,
+//!   RAID 6 -> 5 dropping a last-member Q);
 //! - `shape`: `grow --chunk`/`--layout`, a RAID 4/5/6 or RAID 10 near
 //!   restriped with its members kept, the data offset moved down or up
 //!   (the steps backwards are its own);
@@ -35,8 +36,9 @@
 //!   picks the served grow a level takes;
 //! - `degraded`: a member failing during a grow, recorded faulty on the
 //!   others and read around; roles missing at `--continue`;
-//! - `takeover`: a RAID 0 grown as md's RAID 4 with its parity missing
-//!   and taken back; RAID 5 -> 6 with Q on an added member;
+//! - `takeover`: a RAID 0 grown (or restriped, `shape`) as md's RAID 4
+//!   with its parity missing and taken back; RAID 5 -> 6 with Q on an
+//!   added member;
 //! - `bitmap`: a write-intent bitmap resized as md resizes it (a RAID 10
 //!   gaining members, `grow --size`): the chunk doubled until the bits fit
 //!   the room md allows, the set bits carried over;
@@ -65,7 +67,7 @@ mod step;
 mod takeover;
 
 pub use grow::{continue_grow, grow, GrowOptions, GrowProgress, Grown};
-pub use level::{change_level, LevelChanged};
+pub use level::{change_level, raid1_to_raid5_grown, LevelChanged};
 pub use live::{LiveGrow, LiveGrowOptions, LiveGrowStatus};
 pub use live_copy::{start_live, LiveMirror, LiveReshape};
 pub use read::{MidReshape, ReshapeDetail, ReshapeMember, ShapeDetail};

@@ -1,6 +1,10 @@
 //! `grow --chunk` / `--layout`: a RAID 4/5/6 or RAID 10 near restriped
 //! in place with the same members, offline, in md's format (md's
 //! `new_chunk`/`new_layout` with a moved data offset, no backup file).
+//! A RAID 0's chunk changes as md's RAID 4 of one more member with its
+//! parity missing (`takeover`), restriped forwards without parity and
+//! taken back to RAID 0 at the end. mdadm's `--layout normalise` takes a
+//! RAID 6 out of a `-6` layout; `preserve` keeps the layout.
 //!
 //! With the member count kept, every member row holds the same array
 //! bytes in both shapes, so the gap between the rows already written in
@@ -18,10 +22,11 @@
 //!   has less than the larger chunk, the other side is tried (mdadm would
 //!   take a backup file there instead). A RAID 10 near the same way.
 //! - **Checks**, before any write: a whole, clean array (the grow's
-//!   checks); a level md restripes (not RAID 0, 1, RAID 10 far/offset);
-//!   a layout md accepts for the level (a RAID 10 keeps its copies, md's
-//!   raid4 its one layout); a chunk md accepts, which keeps the array's
-//!   size (md wants the array a multiple of the new chunk); room.
+//!   checks); a level md restripes (not RAID 1, RAID 10 far/offset; RAID
+//!   0 through its RAID 4); a layout md accepts for the level (a RAID 10
+//!   keeps its copies, md's raid4 its one layout, a RAID 0 none); a chunk
+//!   md accepts, which keeps the array's size (md wants the array a
+//!   multiple of the new chunk); room.
 //! - **The record**: every member's superblock gets `RESHAPE_ACTIVE |
 //!   NEW_OFFSET` (and `RESHAPE_BACKWARDS` moving up), `delta_disks` 0,
 //!   `new_layout`, `new_chunk`, `new_offset`, and `reshape_position` 0
@@ -76,11 +81,13 @@ fn new_level(old: Level, md_level: i32, layout: Option<&str>, spec: &str) -> Res
         what,
     };
     match old {
-        Level::Raid0 => {
+        // Its chunk only: taken over as md's RAID 4 (`change_shape`).
+        Level::Raid0 if layout.is_some_and(|l| l != "preserve") => {
             return Err(refuse(
-                "changing the chunk or layout of a raid0 (md does it by taking the RAID 0 over as a RAID 4 with its parity member missing, restriping that and taking it back; nvraid restripes RAID 4/5/6 and RAID 10 near)".into(),
+                "changing the layout of a raid0 (md's RAID 0 has no layout to restripe to; its chunk changes with --chunk)".into(),
             ))
         }
+        Level::Raid0 => return Ok(old),
         Level::Raid1 => {
             return Err(refuse(
                 "changing the chunk or layout of a raid1 (a mirror has neither; md refuses too)".into(),
@@ -100,6 +107,29 @@ fn new_level(old: Level, md_level: i32, layout: Option<&str>, spec: &str) -> Res
         option: "--layout".into(),
         why,
     };
+    // mdadm's two words: `preserve` keeps the layout (a chunk change
+    // only), `normalise` takes a RAID 6 from a `-6` layout (Q on the last
+    // member, what md's RAID 5 -> 6 takeover leaves) to the ordinary one
+    // of the same rotation (P and Q rotating).
+    match text {
+        "preserve" => return Ok(old),
+        "normalise" | "normalize" => {
+            return match old {
+                Level::Raid6 {
+                    layout: ParityLayout::Raid5With6(rotation),
+                } => Ok(Level::Raid6 {
+                    layout: ordinary_of(rotation),
+                }),
+                Level::Raid6 { .. } => Err(bad(format!(
+                    "{text}: the {old} is in an ordinary layout already (normalise takes a RAID 6 out of a -6 layout)"
+                ))),
+                _ => Err(bad(format!(
+                    "{text} applies to a RAID 6 in a -6 layout (md's layouts with Q on the last member), not to a {old}"
+                ))),
+            };
+        }
+        _ => {}
+    }
     match old {
         Level::Raid10 { near } => match old.with_layout(text).map_err(bad)? {
             Level::Raid10 { near: n } if n == near => Ok(old),
@@ -123,6 +153,19 @@ fn new_level(old: Level, md_level: i32, layout: Option<&str>, spec: &str) -> Res
         .map_err(bad),
         Level::Raid6 { .. } => old.with_layout(text).map_err(bad),
         _ => unreachable!("refused above"),
+    }
+}
+
+/// The ordinary RAID 6 layout (P and Q rotating) of a `-6` layout's
+/// rotation, as mdadm's `--layout normalise` picks it.
+fn ordinary_of(rotation: nvraid_layout::parity::Raid5Rotation) -> ParityLayout {
+    use nvraid_layout::parity::Raid5Rotation as R;
+    match rotation {
+        R::LeftAsymmetric => ParityLayout::LeftAsymmetric,
+        R::RightAsymmetric => ParityLayout::RightAsymmetric,
+        R::LeftSymmetric => ParityLayout::LeftSymmetric,
+        R::RightSymmetric => ParityLayout::RightSymmetric,
+        R::ParityFirst => ParityLayout::ParityFirst,
     }
 }
 
@@ -154,6 +197,19 @@ pub fn change_shape(
         options.layout.as_deref(),
         &spec,
     )?;
+    // A RAID 0 is restriped as md does it: taken over as a RAID 4 of one
+    // more member (parity-last, the parity member missing: each data
+    // chunk where the RAID 0 keeps it), that restriped without parity,
+    // and taken back to RAID 0 at the end (`takeover`).
+    let raid0_layout = (old.level() == Level::Raid0).then_some(reference.layout);
+    let (old, level) = match raid0_layout {
+        Some(_) => {
+            let raid4 = super::takeover::raid0_as_raid4(&found, &old)?;
+            let level = raid4.level();
+            (raid4, level)
+        }
+        None => (old, level),
+    };
     let old_chunk = old.chunk_bytes().expect("the levels restriped have chunks");
     let chunk = options.chunk_bytes.unwrap_or(old_chunk);
     if level == old.level() && chunk == old_chunk {
@@ -169,12 +225,14 @@ pub fn change_shape(
             ),
         });
     }
+    let member_bytes = match raid0_layout {
+        Some(_) => old.member_used_bytes(),
+        None => member_data_bytes(&reference),
+    };
     let new =
-        Geometry::new(level, old.members(), chunk, member_data_bytes(&reference)).map_err(|e| {
-            Error::BadOption {
-                option: "--chunk".into(),
-                why: e.to_string(),
-            }
+        Geometry::new(level, old.members(), chunk, member_bytes).map_err(|e| Error::BadOption {
+            option: "--chunk".into(),
+            why: e.to_string(),
         })?;
     if new.array_bytes() != old.array_bytes() {
         return Err(Error::Unsupported {
@@ -189,7 +247,10 @@ pub fn change_shape(
     }
     let bitmap = kept_bitmap(found.iter().map(|(m, sb)| (m, sb)), &old)?;
     let bitmap_bytes = bitmap.as_ref().map(|b| b.storage.len() as u64);
-    let (direction, moved_sectors) = choose_move(&found, &old, &new, bitmap_bytes)?;
+    // A RAID 0's restripe runs forwards only: nvraid reads around a
+    // missing member (its RAID 4's parity) only forwards.
+    let (direction, moved_sectors) =
+        choose_move(&found, &old, &new, bitmap_bytes, raid0_layout.is_some())?;
     let mut slots: Vec<Option<(Member, Superblock)>> = found.into_iter().map(Some).collect();
     let mut placed: Vec<Placed> = roles
         .iter()
@@ -202,9 +263,12 @@ pub fn change_shape(
         move_logs(&mut placed, bitmap_bytes)?;
     }
     let events = reference.events + 1;
-    let new_layout = match options.layout {
-        Some(_) => level.md_layout(),
-        None => reference.layout,
+    // The layout word kept as it is when the layout is (md's raid4 keeps
+    // its own).
+    let new_layout = if raid0_layout.is_some() || level != old.level() {
+        level.md_layout()
+    } else {
+        reference.layout
     };
     let position = match direction {
         Direction::Forwards => 0,
@@ -212,6 +276,10 @@ pub fn change_shape(
     };
     for p in placed.iter_mut() {
         let sb = &mut p.sb;
+        if raid0_layout.is_some() {
+            super::takeover::record_as_raid4(sb, old.member_used_bytes());
+            sb.raid_disks = old.members();
+        }
         sb.feature_map |= features::RESHAPE_ACTIVE | features::NEW_OFFSET;
         sb.delta_disks = 0;
         sb.new_level = sb.level as u32;
@@ -239,21 +307,29 @@ pub fn change_shape(
         publish_bitmap(&placed, &all, b, events)?;
     }
     write_superblocks(&placed, &all, bitmap.as_mut())?;
+    let mut failed = super::degraded::Failed::none(old.members() as usize);
+    if raid0_layout.is_some() {
+        // The RAID 4's parity role has no member: a stand-in, never read
+        // or written.
+        failed.missing(placed.len());
+        let sb = placed[0].sb.clone();
+        placed.push(Placed {
+            member: super::degraded::stand_in()?,
+            sb,
+        });
+    }
     let reshape = reshape_at(&placed, position)?;
     debug_assert_eq!(reshape.new_shape(), &new);
     match direction {
-        Direction::Forwards => {
-            let failed = super::degraded::Failed::none(placed.len());
-            run(
-                placed,
-                failed,
-                reshape,
-                options.step_bytes,
-                bitmap,
-                None,
-                progress,
-            )
-        }
+        Direction::Forwards => run(
+            placed,
+            failed,
+            reshape,
+            options.step_bytes,
+            bitmap,
+            raid0_layout,
+            progress,
+        ),
         Direction::Backwards => {
             run_backwards(placed, reshape, options.step_bytes, bitmap, progress)
         }
@@ -271,6 +347,7 @@ fn choose_move(
     old: &Geometry,
     new: &Geometry,
     bitmap_bytes: Option<u64>,
+    forwards_only: bool,
 ) -> Result<(Direction, u64)> {
     let min = old
         .chunk_bytes()
@@ -299,7 +376,18 @@ fn choose_move(
         Direction::Forwards => Direction::Backwards,
         Direction::Backwards => Direction::Forwards,
     };
-    let Some(direction) = [first, other].into_iter().find(|&d| room(d) >= min) else {
+    let Some(direction) = [first, other]
+        .into_iter()
+        .filter(|&d| !forwards_only || d == Direction::Forwards)
+        .find(|&d| room(d) >= min)
+    else {
+        if forwards_only {
+            return Err(Error::NotStartable(format!(
+                "the members have {} bytes free before the data, less than the larger chunk ({} bytes): a RAID 0's restripe (md's RAID 4 with its parity missing) moves the data offset down by at least that, and cannot here",
+                before * 512,
+                min * 512
+            )));
+        }
         return Err(Error::NotStartable(format!(
             "the members have {} bytes free before the data{} and {} after it, less than the larger chunk ({} bytes) on both sides: nvraid moves the data offset by at least that instead of keeping a backup file, and cannot here",
             before * 512,

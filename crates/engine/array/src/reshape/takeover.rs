@@ -39,8 +39,9 @@ const PARITY_LAST: u32 = 5;
 
 /// The RAID 4 a RAID 0 of one zone (`raid0`, over `found`'s members) is
 /// taken over as: one more member (its parity, missing), the same chunk,
-/// each member's rows the RAID 0's. Refused for a RAID 0 of several zones
-/// (members of different sizes), as md refuses to take one over.
+/// each member's rows the RAID 0's (for a grow, or a chunk change in
+/// `shape`). Refused for a RAID 0 of several zones (members of different
+/// sizes), as md refuses to take one over.
 pub(super) fn raid0_as_raid4(found: &[(Member, Superblock)], raid0: &Geometry) -> Result<Geometry> {
     let chunk = raid0.chunk_bytes().expect("RAID 0 has chunks");
     let rows = |sb: &Superblock| sb.data_size_sectors * 512 / chunk * chunk;
@@ -51,7 +52,7 @@ pub(super) fn raid0_as_raid4(found: &[(Member, Superblock)], raid0: &Geometry) -
         return Err(Error::Unsupported {
             spec: member.spec().into(),
             what: format!(
-                "growing a RAID 0 of several zones (this member holds {} bytes of data, another {}): md takes only a RAID 0 of one zone over as RAID 4 to grow it",
+                "growing or restriping a RAID 0 of several zones (this member holds {} bytes of data, another {}): md takes only a RAID 0 of one zone over as RAID 4 to reshape it",
                 rows(sb),
                 raid0.member_used_bytes()
             ),
@@ -115,6 +116,39 @@ pub(super) fn raid0_takeover_of(
         && !failed.is_failed(old_parity)
         && placed[old_parity].sb.feature_map & features::RECOVERY_OFFSET != 0)
         .then_some(old_parity)
+}
+
+/// Whether no member's role table names the last role of `reference`'s
+/// array (not even faulty): the parity role of md's RAID 4 of a RAID 0,
+/// which no member ever held.
+pub(super) fn last_role_unnamed(reference: &Superblock) -> bool {
+    let last = nvraid_metadata::Role::Active(reference.raid_disks.saturating_sub(1) as u16);
+    !reference
+        .roles_raw
+        .iter()
+        .any(|&raw| nvraid_metadata::Role::from_raw(raw) == last)
+}
+
+/// Whether the reshape `reference` records is a RAID 0's restripe (a
+/// chunk change, `shape`) as md's RAID 4: md level 4 (or 5 parity-last)
+/// in both shapes, no member added, and the parity role (the last) without
+/// a member and never named in the role table (`parity_unnamed`, read
+/// before a missing role was marked faulty). md's superblocks say no more
+/// than that; a RAID 4 whose parity member was removed (not failed) and
+/// that is restriped looks the same, and is taken back to RAID 0 too (the
+/// same bytes, no redundancy lost that it had).
+pub(super) fn raid0_restripe_of(
+    reference: &Superblock,
+    failed: &Failed,
+    parity_unnamed: bool,
+) -> bool {
+    let parity_last =
+        |level: i32, layout: u32| level == RAID4_LEVEL || (level == 5 && layout == PARITY_LAST);
+    parity_last(reference.level, reference.layout)
+        && parity_last(reference.new_level as i32, reference.new_layout)
+        && reference.delta_disks == 0
+        && parity_unnamed
+        && failed.is_failed(reference.raid_disks as usize - 1)
 }
 
 /// The finished grow taken back to RAID 0 (after the reshape's fields

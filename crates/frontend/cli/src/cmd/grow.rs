@@ -8,8 +8,8 @@ use super::{bytes_text, size_arg};
 use anyhow::{bail, Result};
 use clap::Args;
 use nvraid_array::reshape::{
-    add_q, change_level, change_shape, continue_grow, grow, raid0_to_raid10, resize, GrowOptions,
-    GrowProgress, Grown, ShapeOptions, SizeOptions, SizeTarget,
+    add_q, change_level, change_shape, continue_grow, grow, raid0_to_raid10, raid1_to_raid5_grown,
+    resize, GrowOptions, GrowProgress, Grown, ShapeOptions, SizeOptions, SizeTarget,
 };
 use nvraid_member::format_size;
 use std::io::{IsTerminal, Write};
@@ -35,7 +35,11 @@ pub struct GrowArgs {
     #[arg(long = "continue", conflicts_with_all = ["raid_devices", "add", "level", "chunk", "layout"])]
     cont: bool,
     /// Change the level where md does it without moving data (its
-    /// takeovers): 4 <-> 5 with the parity-last layout; 5 -> 6 with
+    /// takeovers): 1 of two members <-> 5 of two (left-symmetric, chunk
+    /// 64K or the largest below that divides the array; with
+    /// --raid-devices N --add NEW... the RAID 5 is then grown to N);
+    /// 4 <-> 5 with the parity-last layout; 4 without its parity member
+    /// -> 0; 5 -> 6 with
     /// --raid-devices N+1 --add NEW (Q on the new last member, which is
     /// then rebuilt); 6 -> 5 when Q is on the last member (a `-6` layout
     /// or parity-last; that member leaves); 0 -> 10 near=2 with
@@ -45,14 +49,17 @@ pub struct GrowArgs {
     #[arg(long, value_name = "LEVEL")]
     level: Option<i32>,
     /// Restripe the array in chunks of this size (RAID 4/5/6, RAID 10
-    /// near; a power of two from 4K), keeping its members and size: the
-    /// data offset moves down or up, where there is room (md's new_offset).
+    /// near; RAID 0 as md does it, through a RAID 4 with its parity
+    /// missing; a power of two from 4K), keeping its members and size: the
+    /// data offset moves down or up, where there is room (md's new_offset;
+    /// a RAID 0's only down).
     #[arg(long, short = 'c', value_parser = size_arg, conflicts_with_all = ["raid_devices", "add", "level"])]
     chunk: Option<u64>,
     /// Restripe the array to this layout (md's names: RAID 5/6
     /// left-symmetric, left-asymmetric, right-symmetric, right-asymmetric,
-    /// parity-first, parity-last, RAID 6 also the -6 forms), keeping its
-    /// members and size.
+    /// parity-first, parity-last, RAID 6 also the -6 forms; mdadm's
+    /// `normalise` takes a RAID 6 out of a -6 layout, e.g. after --level 6,
+    /// and `preserve` keeps the layout), keeping its members and size.
     #[arg(long, short = 'p', value_name = "LAYOUT", conflicts_with_all = ["raid_devices", "add", "level"])]
     layout: Option<String>,
     /// How much of each member the array uses (mdadm's --size): `max`
@@ -170,10 +177,11 @@ pub fn run(args: &GrowArgs, direct: bool) -> Result<u8> {
             step_bytes: args.step,
         };
         match args.level {
+            Some(5) => raid1_to_raid5_grown(&args.members, &options, &mut progress)?,
             Some(6) => add_q(&args.members, &options, &mut progress)?,
             Some(10) => raid0_to_raid10(&args.members, &options, &mut progress)?,
             Some(other) => bail!(
-                "--level {other} with --add: md adds members with a level change only from RAID 5 to RAID 6 (--level 6) and from RAID 0 to RAID 10 (--level 10)"
+                "--level {other} with --add: md adds members with a level change only from a RAID 1 of two to RAID 5 (--level 5, then grown), from RAID 5 to RAID 6 (--level 6) and from RAID 0 to RAID 10 (--level 10)"
             ),
             None => grow(&args.members, &options, &mut progress)?,
         }
