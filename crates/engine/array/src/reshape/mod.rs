@@ -24,6 +24,9 @@
 //!   the record kept in every superblock update of the running array,
 //!   client requests split between the two shapes at the position, each
 //!   step's window closed to them and earlier requests drained;
+//! - `resume`: `serve` of an array recorded mid-grow: the old shape
+//!   assembled and a `LiveGrow` made from the record going on (clean), or
+//!   the grow finished offline before the array is served (dirty);
 //! - `degraded`: a member failing during a grow, recorded faulty on the
 //!   others and read around; roles missing at `--continue`;
 //! - `takeover`: a RAID 0 grown as md's RAID 4 with its parity missing
@@ -47,6 +50,7 @@ mod live;
 mod mirror;
 mod read;
 mod record;
+mod resume;
 mod shape;
 mod size;
 mod step;
@@ -57,6 +61,7 @@ pub use level::{change_level, LevelChanged};
 pub use live::{LiveGrow, LiveGrowOptions, LiveGrowStatus};
 pub use read::{MidReshape, ReshapeDetail, ReshapeMember, ShapeDetail};
 pub use record::{is_reshaping, reshape_of};
+pub use resume::{assemble_serving, resumed_line, RecordedGrow, ResumeOptions};
 pub use shape::{change_shape, ShapeOptions};
 pub use size::{resize, Resized, SizeOptions, SizeTarget};
 pub use takeover::{add_q, raid0_to_raid10};
