@@ -515,3 +515,81 @@ fn writes_in_flight_when_a_growing_server_is_killed_leave_acknowledged_blocks_an
         writes.len()
     );
 }
+
+#[test]
+fn a_raid6_whose_offline_grow_was_killed_mid_checkpoint_grows_on_while_served() {
+    // `nvraid grow` of a RAID 6 from 5 to 6 members dies in the middle of
+    // a checkpoint (some superblocks at the new position, the others one
+    // event behind at the last): the array was never dirtied, so `serve`
+    // goes on with the grow from the freshest position while serving it,
+    // and it ends with every byte in place and the parity right.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut members: Vec<String> = (0..5).map(|i| format!("m{i}.img")).collect();
+    let mut args = vec!["create", "--level", "6", "--size", "32M", "--force"];
+    args.extend(members.iter().map(String::as_str));
+    ok(&args, d);
+    let size = detail(d, &members)["size_bytes"].as_u64().unwrap();
+    let data: Vec<u8> = (0..size).map(|i| (i % 247) as u8 ^ 0xa5).collect();
+    std::fs::write(d.join("data.bin"), &data).unwrap();
+    let mut write = vec!["write", "--input", "data.bin"];
+    write.extend(members.iter().map(String::as_str));
+    ok(&write, d);
+    blank(d, "new.img", 32 << 20);
+    // Six superblocks record the reshape, then six per checkpoint: the
+    // 27th is the third of the fourth checkpoint's.
+    let mut args = vec![
+        "grow",
+        "--raid-devices",
+        "6",
+        "--add",
+        "new.img",
+        "--step",
+        "1M",
+    ];
+    args.extend(members.iter().map(String::as_str));
+    let out = Command::new(env!("CARGO_BIN_EXE_nvraid"))
+        .current_dir(d)
+        .env("NVRAID_FAILPOINT", "reshape-superblock:27")
+        .args(&args)
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("failpoint"),
+        "grow did not stop: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    members.push("new.img".into());
+    let before = detail(d, &members);
+    assert_eq!(before["state"], "reshaping", "{before}");
+    let recorded = before["position_bytes"].as_u64().unwrap();
+    assert!(recorded > 0, "{before}");
+    let events: std::collections::BTreeSet<u64> = before["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["events"].as_u64().unwrap())
+        .collect();
+    assert_eq!(events.len(), 2, "not killed mid-checkpoint: {before}");
+    let server = serve(d, &members);
+    let log = serve_log(d);
+    assert!(
+        log.contains(&format!(
+            "event=reshape-resumed position={recorded} raid_disks=5->6"
+        )),
+        "{log}"
+    );
+    let s = wait_finished(d);
+    assert_eq!(s["array"]["size_bytes"], size, "{s}");
+    server.interrupt();
+    let grown = detail(d, &members);
+    assert_eq!(grown["state"], "clean", "{grown}");
+    assert_eq!(grown["raid_disks"], 6, "{grown}");
+    assert_checks_clean(d, &members, "after the resumed RAID 6 grow");
+    let mut read = vec!["read"];
+    read.extend(members.iter().map(String::as_str));
+    let all = ok_bytes(&read, d);
+    assert_eq!(all.len() as u64, size / 3 * 4);
+    assert!(all[..size as usize] == data[..], "a byte changed");
+    assert!(all[size as usize..].iter().all(|&b| b == 0));
+}
