@@ -149,7 +149,16 @@ fn judge(group: &[&(String, Superblock)]) -> ScannedArray {
     // grow, or refuses by name what it cannot.
     let reshaping = group.iter().any(|(_, sb)| crate::reshape::is_reshaping(sb));
     let decided = if reshaping {
-        crate::decision::decide_reshaping(&listed)
+        crate::decision::decide_reshaping(&listed).and_then(|decision| {
+            let recording = listed
+                .iter()
+                .filter(|(_, sb)| crate::reshape::is_reshaping(sb))
+                .max_by_key(|(_, sb)| sb.events);
+            match recording {
+                Some(&(spec, sb)) => crate::reshape::check_servable(sb, spec).map(|()| decision),
+                None => Ok(decision),
+            }
+        })
     } else {
         decide(&listed)
     };

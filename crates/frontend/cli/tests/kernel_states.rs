@@ -576,6 +576,20 @@ fn a_reshape_serve_does_not_go_on_with_is_refused_naming_grow_continue() {
             dir.path(),
             &["reshape in progress", what, "nvraid grow --continue"],
         );
+        // The boot path's scan says so too: not startable, not complete.
+        let scan: serde_json::Value = serde_json::from_slice(
+            &nvraid(&["assemble", "--scan", "--json", "."], dir.path()).stdout,
+        )
+        .unwrap();
+        let array = &scan["arrays"][0];
+        assert_eq!(array["status"], "not startable", "{scan}");
+        assert!(
+            array["reason"]
+                .as_str()
+                .unwrap()
+                .contains("nvraid grow --continue"),
+            "{scan}"
+        );
     }
 }
 

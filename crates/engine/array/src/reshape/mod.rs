@@ -61,6 +61,7 @@ pub use level::{change_level, LevelChanged};
 pub use live::{LiveGrow, LiveGrowOptions, LiveGrowStatus};
 pub use read::{MidReshape, ReshapeDetail, ReshapeMember, ShapeDetail};
 pub use record::{is_reshaping, reshape_of};
+pub(crate) use resume::check_servable;
 pub use resume::{assemble_serving, resumed_line, RecordedGrow, ResumeOptions};
 pub use shape::{change_shape, ShapeOptions};
 pub use size::{resize, Resized, SizeOptions, SizeTarget};

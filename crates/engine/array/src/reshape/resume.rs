@@ -288,6 +288,12 @@ pub fn assemble_serving(
     ))
 }
 
+/// Whether `serve` goes on with the reshape `reference` records (`scan`'s
+/// judgement of an array for the boot path); the refusal names why.
+pub(crate) fn check_servable(reference: &Superblock, spec: &str) -> Result<()> {
+    check_kind(reference, spec, "`nvraid grow --continue` (every member)").map(|_| ())
+}
+
 /// The reshape `reference` records is one `serve` goes on with: a RAID
 /// 4/5/6 gaining members, forwards, level, layout and chunk kept, every
 /// member's data offset moving down by the same amount from one offset,
