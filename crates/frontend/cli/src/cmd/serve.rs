@@ -145,7 +145,7 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
             allow_degraded: true,
         },
         resume,
-        &|line: &str| eprintln!("{line}"),
+        &assembly_log,
     )?;
     let array = Arc::new(array);
     let resumed = match recorded {
@@ -550,6 +550,25 @@ pub(crate) fn ublk_geometry(ublk: &mut nvraid_serve::UblkOptions, array: &Array)
         .unwrap_or(0);
     ublk.discard_granularity = chunk.unwrap_or(physical).max(physical);
     ublk.depth = (g.members() * 8).clamp(16, 64) as u16;
+}
+
+/// How much longer systemd is asked to wait for READY=1 at each line a
+/// grow finished before serving logs (one per step): the unit's start
+/// timeout would otherwise end a long one part-way.
+const EXTEND_START_USEC: u64 = 120_000_000;
+
+/// What assembly logs (a grow finished before serving: its progress),
+/// on stderr; under systemd each line also extends the start timeout.
+fn assembly_log(line: &str) {
+    eprintln!("{line}");
+    if std::env::var_os("NOTIFY_SOCKET").is_some() {
+        let state = format!(
+            "EXTEND_TIMEOUT_USEC={EXTEND_START_USEC}\nSTATUS=finishing the recorded grow before serving"
+        );
+        if let Err(e) = nvraid_service::notify::notify(&state) {
+            eprintln!("nvraid: cannot tell systemd the start goes on: {e}");
+        }
+    }
 }
 
 /// The most array bytes one step of a resumed grow moves (as a grow
