@@ -593,3 +593,22 @@ fn a_raid6_whose_offline_grow_was_killed_mid_checkpoint_grows_on_while_served() 
     assert!(all[..size as usize] == data[..], "a byte changed");
     assert!(all[size as usize..].iter().all(|&b| b == 0));
 }
+
+#[test]
+fn a_dirty_array_recorded_mid_grow_given_with_a_strangers_member_is_refused_before_the_grow_moves()
+{
+    // The grow of a dirty array is finished before it is served; a member
+    // of another array given with it is refused first, by name, and no
+    // byte of any member moves.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let members = left_mid_grow(d, true);
+    let strangers = ["x0.img".to_string(), "x1.img".to_string()];
+    let mut args = vec!["create", "--level", "1", "--size", "8M", "--force"];
+    args.extend(strangers.iter().map(String::as_str));
+    ok(&args, d);
+    let mut args = vec!["serve", "--listen", "unix:md.sock"];
+    args.extend(members.iter().map(String::as_str));
+    args.push("x0.img");
+    refused(&args, d, &["x0.img", "members of two different arrays"]);
+}

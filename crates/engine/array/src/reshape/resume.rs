@@ -100,6 +100,19 @@ pub fn assemble_serving(
         return Ok((assemble_found(found, unreadable, options)?, None));
     };
     let ref_spec = found[ref_at].0.spec().to_string();
+    // One array, before anything is decided (a grow finished offline
+    // below must not run beside a stranger the assembly would refuse).
+    if let Some((stranger, sb)) = found
+        .iter()
+        .find(|(_, sb)| sb.set_uuid != reference.set_uuid)
+    {
+        return Err(Error::MixedArrays {
+            spec: stranger.spec().into(),
+            uuid: nvraid_metadata::format_uuid(&sb.set_uuid),
+            other: ref_spec,
+            other_uuid: nvraid_metadata::format_uuid(&reference.set_uuid),
+        });
+    }
     let continue_hint = format!("`nvraid grow --continue {}`", specs.join(" "));
     if !options.writable {
         return Err(Error::NotStartable(format!(
