@@ -87,6 +87,18 @@ pub fn assemble(specs: &[String], options: AssembleOptions) -> Result<Array> {
     // process holding the claim).
     check_distinct_specs(specs)?;
     let (found, unreadable) = read_superblocks(specs, options)?;
+    assemble_found(found, unreadable, options)
+}
+
+/// [`assemble`] of members already opened, each with its superblock
+/// (`found`), beside those whose superblock could not be used
+/// (`unreadable`): `reshape::resume` assembles the old shape of an array
+/// recorded mid-grow through it.
+pub(crate) fn assemble_found(
+    found: Found,
+    unreadable: Vec<SetAsideMember>,
+    options: AssembleOptions,
+) -> Result<Array> {
     refuse_none_usable(&found, &unreadable)?;
     warn_damaged(&unreadable);
     check_distinct(&found)?;
@@ -132,11 +144,11 @@ pub fn assemble(specs: &[String], options: AssembleOptions) -> Result<Array> {
 }
 
 /// The members whose superblock was read, each with it.
-type Found = Vec<(Member, Superblock)>;
+pub(crate) type Found = Vec<(Member, Superblock)>;
 
 /// Open every member and read its superblock: the members whose
 /// superblock can be used, and those left out (damaged or unreadable).
-fn read_superblocks(
+pub(crate) fn read_superblocks(
     specs: &[String],
     options: AssembleOptions,
 ) -> Result<(Found, Vec<SetAsideMember>)> {

@@ -18,7 +18,9 @@
 //!    the other (split brain): refused, whatever their events.
 //! 4. Features nvraid cannot honour (a reshape in progress, md-cluster)
 //!    refuse the array, naming the feature; so does a write journal on a
-//!    level other than 4/5/6.
+//!    level other than 4/5/6. (A reshape is let through by
+//!    [`decide_reshaping`], for the readers of such an array and for
+//!    `serve`, which goes on with a grow: `reshape::resume`.)
 //! 5. Each member's role is the freshest role table's entry for its
 //!    `dev_number`, not its own: a member the freshest table records as
 //!    faulty or spare is set aside as such. The member it records as the
@@ -121,15 +123,15 @@ pub struct Decision {
 const REFUSED: [(u32, &str); 4] = [
     (
         features::RESHAPE_ACTIVE,
-        "a reshape is in progress; nvraid reads such an array (`nvraid read`, `detail`) but does not write or serve it: let the kernel finish it first (mdadm --assemble, or mdadm --grow --continue)",
+        "a reshape is in progress; nvraid reads such an array (`nvraid read`, `detail`), `nvraid serve` goes on with a RAID 4/5/6 grow while serving it, and `nvraid grow --continue` (or the kernel: mdadm --assemble) finishes a reshape before anything else writes it",
     ),
     (
         features::RESHAPE_BACKWARDS,
-        "a reshape is in progress; let the kernel finish it first",
+        "a reshape is in progress; `nvraid grow --continue` or the kernel finishes it",
     ),
     (
         features::NEW_OFFSET,
-        "a reshape that moves the data offset is in progress; let the kernel finish it first",
+        "a reshape that moves the data offset is in progress; `nvraid grow --continue` or the kernel finishes it",
     ),
     (
         features::CLUSTERED,

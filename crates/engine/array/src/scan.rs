@@ -144,7 +144,25 @@ fn judge(group: &[&(String, Superblock)]) -> ScannedArray {
         Role::Active(r) => Some(r),
         _ => None,
     };
-    let (members, status, reason) = match decide(&listed) {
+    // An array its members record mid-reshape is judged as `serve`
+    // assembles it (every role of both shapes): `serve` goes on with a
+    // grow, or refuses by name what it cannot.
+    let reshaping = group.iter().any(|(_, sb)| crate::reshape::is_reshaping(sb));
+    let decided = if reshaping {
+        crate::decision::decide_reshaping(&listed).and_then(|decision| {
+            let recording = listed
+                .iter()
+                .filter(|(_, sb)| crate::reshape::is_reshaping(sb))
+                .max_by_key(|(_, sb)| sb.events);
+            match recording {
+                Some(&(spec, sb)) => crate::reshape::check_servable(sb, spec).map(|()| decision),
+                None => Ok(decision),
+            }
+        })
+    } else {
+        decide(&listed)
+    };
+    let (members, status, reason) = match decided {
         Ok(decision) => {
             let mut members: Vec<ScannedMember> = group
                 .iter()

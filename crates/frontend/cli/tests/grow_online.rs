@@ -467,7 +467,8 @@ fn a_server_killed_mid_grow_leaves_a_grow_that_continue_finishes_with_every_byte
     server.wait().unwrap();
     let _ = grow.wait_with_output();
     members.push("new.img".into());
-    // The record is on the members; serve refuses it until it is finished.
+    // The record is on the members; `grow --continue` finishes it offline
+    // (`serve` would too: grow_resume.rs).
     let mut cont = vec!["grow", "--continue"];
     cont.extend(members.iter().map(String::as_str));
     ok(&cont, d);

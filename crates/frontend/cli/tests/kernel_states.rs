@@ -177,8 +177,9 @@ fn first_wrong_block(got: &[u8]) -> Option<usize> {
 
 #[test]
 fn a_reshape_in_progress_refuses_writes_by_name() {
-    // nvraid reads an array the kernel left mid-reshape, but writes to it
-    // stay refused (and nothing is written) until nvraid continues reshapes.
+    // nvraid reads an array the kernel left mid-reshape, but `write` to it
+    // stays refused (and nothing is written) until the reshape is finished
+    // (`serve` goes on with a grow: grow_resume.rs).
     let dir = tempfile::tempdir().unwrap();
     let m = unpack("reshape", dir.path());
     std::fs::write(dir.path().join("in"), vec![7u8; 4096]).unwrap();
@@ -310,6 +311,96 @@ fn nvraid_finishes_a_raid5_grow_the_kernel_left_mid_way() {
     ok(&args, dir.path());
     let images: Vec<PathBuf> = m.iter().map(|name| dir.path().join(name)).collect();
     kernel_reads(&images, &[sha(&all)]);
+}
+
+#[test]
+fn nvraid_serves_a_raid5_the_kernel_left_mid_grow_and_finishes_the_grow_while_serving_it() {
+    // The kernel's RAID 5 growing from 4 to 5 members, stopped cleanly at
+    // 12 MiB: `nvraid serve` goes on with the grow from there while it
+    // serves the array in its old shape (45 MiB), every byte of which
+    // reads through NBD as the pattern while the grow runs; the grow
+    // finishes; the array is then the kernel's 60 MiB of 5 members, and
+    // the kernel's md assembles it, reads it and its check finds no
+    // parity mismatch (one VM boot).
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let m = unpack("reshape_r5_grow", d);
+    let ctl = d.join("md.ctl").display().to_string();
+    let status = || -> serde_json::Value {
+        serde_json::from_str(&ok(&["status", "--json", "--socket", &ctl], d)).unwrap()
+    };
+    let server = serve_with(d, &m, &["--reshape-speed", "2"]);
+    let log = std::fs::read_to_string(d.join("serve.log")).unwrap();
+    assert!(
+        log.contains("event=reshape-resumed position=12582912 raid_disks=4->5"),
+        "{log}"
+    );
+    let s = status();
+    assert_eq!(s["array"]["size_bytes"], 45 << 20, "{s}");
+    let nbdcopy = tool("nbdcopy");
+    let got = Command::new(nbdcopy)
+        .arg(format!(
+            "nbd+unix:///?socket={}",
+            d.join("md.sock").display()
+        ))
+        .arg("-")
+        .output()
+        .unwrap();
+    assert!(
+        got.status.success(),
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    let s = status();
+    assert_eq!(
+        s["array"]["reshape"]["state"], "running",
+        "the grow ended before the read: {s}"
+    );
+    assert_eq!(got.stdout.len(), 45 << 20);
+    assert_eq!(first_wrong_block(&got.stdout), None);
+    assert_eq!(sha(&got.stdout), kernel_sha("reshape_r5_grow"));
+    let started = std::time::Instant::now();
+    while status()["array"]["reshape"]["state"] == "running" {
+        assert!(started.elapsed().as_secs() < 300, "the grow did not end");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let s = status();
+    assert_eq!(s["array"]["reshape"]["state"], "finished", "{s}");
+    server.interrupt();
+    let detail = detail(d, &m);
+    assert_eq!(detail["state"], "clean", "{detail}");
+    assert_eq!(detail["raid_disks"], 5, "{detail}");
+    assert_eq!(detail["size_bytes"], 60 << 20, "{detail}");
+    assert_eq!(detail["data_offset_bytes"], 1536 * 512, "{detail}");
+    let all = read_all(d, &m);
+    assert_eq!(sha(&all[..45 << 20]), kernel_sha("reshape_r5_grow"));
+    assert!(all[45 << 20..].iter().all(|&b| b == 0), "the grown space");
+    assert_checks_clean(d, &m, "after serve finished the kernel's grow");
+    let images: Vec<PathBuf> = m.iter().map(|name| d.join(name)).collect();
+    let out = Command::new(repo().join("tools/mdvm/mdvm-check"))
+        .arg("--scrub")
+        .arg("--expect")
+        .arg(sha(&all))
+        .arg("--")
+        .args(&images)
+        .output()
+        .expect("tools/mdvm/mdvm-check (./test.sh installs its tools)");
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{report}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = report
+        .lines()
+        .find(|l| l.starts_with("MDVM_CHECK "))
+        .unwrap_or_else(|| panic!("the kernel assembled nothing:\n{report}"));
+    assert!(
+        line.contains("level=raid5")
+            && line.contains("size=62914560")
+            && line.contains("mismatch=0"),
+        "{line}\n{report}"
+    );
 }
 
 #[test]
@@ -464,6 +555,42 @@ fn a_reshape_nvraid_does_not_continue_is_refused_with_nothing_written() {
         dir.path(),
         &["backwards", "let the kernel finish it"],
     );
+}
+
+#[test]
+fn a_reshape_serve_does_not_go_on_with_is_refused_naming_grow_continue() {
+    // The kernel's RAID 5 chunk change (64 to 128 KiB) and its shrink
+    // (backwards): `serve` goes on only with a grow that adds members;
+    // these it refuses before it serves, naming the offline continue,
+    // every member unchanged.
+    for (state, what) in [
+        ("reshape_r5_chunk_down", "chunk 65536 to 131072"),
+        ("reshape_r5_shrink", "backwards"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let m = unpack(state, dir.path());
+        let mut args = vec!["serve", "--listen", "unix:md.sock"];
+        args.extend(m.iter().map(String::as_str));
+        refused(
+            &args,
+            dir.path(),
+            &["reshape in progress", what, "nvraid grow --continue"],
+        );
+        // The boot path's scan says so too: not startable, not complete.
+        let scan: serde_json::Value = serde_json::from_slice(
+            &nvraid(&["assemble", "--scan", "--json", "."], dir.path()).stdout,
+        )
+        .unwrap();
+        let array = &scan["arrays"][0];
+        assert_eq!(array["status"], "not startable", "{scan}");
+        assert!(
+            array["reason"]
+                .as_str()
+                .unwrap()
+                .contains("nvraid grow --continue"),
+            "{scan}"
+        );
+    }
 }
 
 #[test]

@@ -841,3 +841,143 @@ fn run_starts_the_array_without_metrics_when_their_address_is_taken() {
         "{json}"
     );
 }
+
+#[test]
+fn run_starts_an_array_its_members_record_mid_grow() {
+    // A RAID 5 whose server was stopped part-way through an online grow:
+    // the boot path finds it complete (every member of both shapes) and
+    // starts `nvraid serve` on all four, which goes on with the grow
+    // (grow_resume.rs); before, its scan refused the reshape.
+    let m = Machine::new();
+    let mut members = m.create("m", "data");
+    let new = m.path("m").join("d");
+    std::fs::File::create(&new)
+        .unwrap()
+        .set_len(17 << 20)
+        .unwrap();
+    m.ok(&[
+        "config",
+        "add",
+        &members[0],
+        "--mdadm-conf",
+        "etc/mdadm/mdadm.conf",
+    ]);
+    let other = m.path("other");
+    let server = common::serve_with(&other, &members, &["--reshape-speed", "1"]);
+    let ctl = other.join("md.ctl").display().to_string();
+    let mut grow = Command::new(env!("CARGO_BIN_EXE_nvraid"))
+        .args(["grow", "--socket", &ctl, "-n", "4", "--add"])
+        .arg(&new)
+        .args(["--step", "1M"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    loop {
+        let s: serde_json::Value =
+            serde_json::from_str(&m.ok(&["status", "--json", "--socket", &ctl])).unwrap();
+        let p = s["array"]["reshape"]["position_bytes"]
+            .as_u64()
+            .unwrap_or(0);
+        if s["array"]["reshape"]["state"] == "running" && p > 0 {
+            break;
+        }
+        assert!(started.elapsed().as_secs() < 60, "no grow part-way: {s}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    server.interrupt();
+    let _ = grow.kill();
+    let _ = grow.wait();
+    members.push(new.display().to_string());
+    let json: serde_json::Value =
+        serde_json::from_str(&m.ok(&["run", "data", "--dry-run"])).unwrap();
+    assert_eq!(json["status"], "complete", "{json}");
+    let mut listed: Vec<String> = json["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    listed.sort();
+    members.sort();
+    assert_eq!(listed, members, "{json}");
+}
+
+#[test]
+fn serve_extends_systemds_start_timeout_while_it_finishes_a_grow_before_serving() {
+    // A server killed mid-grow leaves the array dirty: the next serve
+    // finishes the grow before it serves, which may outlast the unit's
+    // start timeout; each step asks systemd for more time
+    // (EXTEND_TIMEOUT_USEC) before READY=1.
+    use std::os::unix::net::UnixDatagram;
+    let m = Machine::new();
+    let mut members = m.create("m", "data");
+    let new = m.path("m").join("d");
+    std::fs::File::create(&new)
+        .unwrap()
+        .set_len(17 << 20)
+        .unwrap();
+    let other = m.path("other");
+    let mut server = common::serve_with(&other, &members, &["--reshape-speed", "1"]);
+    let ctl = other.join("md.ctl").display().to_string();
+    let mut grow = Command::new(env!("CARGO_BIN_EXE_nvraid"))
+        .args(["grow", "--socket", &ctl, "-n", "4", "--add"])
+        .arg(&new)
+        .args(["--step", "1M"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    loop {
+        let s: serde_json::Value =
+            serde_json::from_str(&m.ok(&["status", "--json", "--socket", &ctl])).unwrap();
+        let p = s["array"]["reshape"]["position_bytes"]
+            .as_u64()
+            .unwrap_or(0);
+        if s["array"]["reshape"]["state"] == "running" && p > 0 {
+            break;
+        }
+        assert!(started.elapsed().as_secs() < 60, "no grow part-way: {s}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let _ = grow.kill();
+    let _ = grow.wait();
+    members.push(new.display().to_string());
+    let notify_path = m.path("notify");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    notify
+        .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap();
+    let served = common::serve_env(
+        &m.root,
+        &members,
+        &[],
+        &[("NOTIFY_SOCKET", notify_path.to_str().unwrap())],
+    );
+    let mut said = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        let n = notify
+            .recv(&mut buffer)
+            .expect("no READY=1 from nvraid serve");
+        let message = String::from_utf8_lossy(&buffer[..n]).into_owned();
+        let ready = message.starts_with("READY=1");
+        said.push(message);
+        if ready {
+            break;
+        }
+    }
+    assert!(
+        said.len() > 1
+            && said[..said.len() - 1].iter().all(|m| m.starts_with(
+                "EXTEND_TIMEOUT_USEC=120000000\nSTATUS=finishing the recorded grow before serving"
+            )),
+        "{said:?}"
+    );
+    served.interrupt();
+    assert!(m.text("serve.log").contains("event=reshape-finished"));
+}

@@ -119,6 +119,17 @@ pub(super) struct Gate {
 }
 
 impl Gate {
+    /// A gate with the new shape ending at `position`.
+    fn at(position: u64) -> Gate {
+        Gate {
+            state: Mutex::new(GateState {
+                position,
+                ..GateState::default()
+            }),
+            opened: Condvar::new(),
+        }
+    }
+
     pub(super) fn position(&self) -> u64 {
         self.state
             .lock()
@@ -235,6 +246,78 @@ impl Clients {
 
 pub(super) const STRIPE_LOCKS: u64 = 256;
 
+/// A grow as `launch` takes it, however it began: checked and recorded
+/// just now (`start`), or read from the members' record (`resume`).
+pub(super) struct Parts {
+    /// The reshape at the position it starts from.
+    pub(super) reshape: Reshape,
+    pub(super) old_members: u32,
+    /// The added members by role from `old_members` on, each with its
+    /// superblock without the record (each update puts it in).
+    pub(super) added: Vec<(Member, Superblock)>,
+    /// Sectors the data offset moves down.
+    pub(super) moved_sectors: u64,
+    /// Each member's bad-block log's place (`bblog_offset`) in the record,
+    /// by role of the new shape.
+    pub(super) bblog_offsets: Vec<u32>,
+    /// The role table's entries the added members hold: (device, entry).
+    pub(super) table_entries: Vec<(usize, u16)>,
+}
+
+/// Whether the members record the reshape already (see `launch`).
+pub(super) enum Begin {
+    Fresh,
+    Recorded,
+}
+
+/// The served array can grow (or go on growing): served writable, RAID
+/// 4/5/6, whole, nothing recovering or awaiting a resync, neither a
+/// partial parity log nor a write journal.
+pub(super) fn check_growable(array: &Array) -> Result<()> {
+    let spec0 = array
+        .slot(0)
+        .map_or("(missing)", |s| s.member.spec())
+        .to_string();
+    let refuse = |what: String| Error::Unsupported {
+        spec: spec0.clone(),
+        what,
+    };
+    if !array.is_writable() {
+        return Err(Error::ReadOnly);
+    }
+    let old = array.geometry().clone();
+    if !matches!(
+        old.level(),
+        Level::Raid5 { .. } | Level::Raid6 { .. } | Level::Raid10 { .. }
+    ) {
+        return Err(refuse(format!(
+            "growing a served {} (nvraid grows RAID 4/5/6 and RAID 10 near while served, and adds mirrors to a RAID 1; stop serve and use `nvraid grow` for the others)",
+            old.level()
+        )));
+    }
+    if array.is_degraded() || (0..array.roles()).any(|r| !array.is_usable(r)) {
+        return Err(Error::NotStartable(
+            "the array is degraded; nvraid grows only a whole array: rebuild it first".into(),
+        ));
+    }
+    if array.read_limited() {
+        return Err(Error::NotStartable(
+            "a member is being recovered or has bad blocks; finish the rebuild first".into(),
+        ));
+    }
+    if array.first_copy_reads() {
+        return Err(Error::NotStartable(
+            "the array awaits a resync (it came up dirty); let it finish first".into(),
+        ));
+    }
+    if array.ppl.is_some() || array.md_journal.is_some() {
+        return Err(refuse(
+            "growing an array with md's partial parity log or write journal (md refuses to reshape those too)".into(),
+        ));
+    }
+    Ok(())
+}
+
 impl LiveGrow {
     /// Check that the served `array` can grow as asked, record the reshape
     /// on every member (the added ones first) and route client requests
@@ -261,39 +344,8 @@ impl LiveGrow {
                 "a second grow while one runs on this served array".into(),
             ));
         }
-        if !array.is_writable() {
-            return Err(Error::ReadOnly);
-        }
+        check_growable(array)?;
         let old = array.geometry().clone();
-        if !matches!(
-            old.level(),
-            Level::Raid5 { .. } | Level::Raid6 { .. } | Level::Raid10 { .. }
-        ) {
-            return Err(refuse(format!(
-                "growing a served {} (nvraid grows RAID 4/5/6 and RAID 10 near while served, and adds mirrors to a RAID 1; stop serve and use `nvraid grow` for the others)",
-                old.level()
-            )));
-        }
-        if array.is_degraded() || (0..array.roles()).any(|r| !array.is_usable(r)) {
-            return Err(Error::NotStartable(
-                "the array is degraded; nvraid grows only a whole array: rebuild it first".into(),
-            ));
-        }
-        if array.read_limited() {
-            return Err(Error::NotStartable(
-                "a member is being recovered or has bad blocks; finish the rebuild first".into(),
-            ));
-        }
-        if array.first_copy_reads() {
-            return Err(Error::NotStartable(
-                "the array awaits a resync (it came up dirty); let it finish first".into(),
-            ));
-        }
-        if array.ppl.is_some() || array.md_journal.is_some() {
-            return Err(refuse(
-                "growing an array with md's partial parity log or write journal (md refuses to reshape those too)".into(),
-            ));
-        }
         let old_count = old.members();
         let want = old_count as usize + options.add.len();
         if options.add.is_empty() || options.raid_devices as usize != want {
@@ -404,39 +456,92 @@ impl LiveGrow {
                     .map(|(_, sb)| sb.lock().expect("fresh").bblog_offset),
             )
             .collect();
-        let live = Arc::new(LiveGrow {
+        let parts = Parts {
             reshape,
             old_members: old_count,
-            added,
+            added: added
+                .into_iter()
+                .map(|(m, sb)| (m, sb.into_inner().expect("fresh")))
+                .collect(),
             moved_sectors,
             bblog_offsets,
             table_entries,
-            record: Mutex::new((0, false)),
-            gate: Gate::default(),
+        };
+        let pace = (
+            options.step_bytes,
+            options.min_bytes_per_sec,
+            options.max_bytes_per_sec,
+        );
+        LiveGrow::launch(array, parts, pace, Begin::Fresh)
+    }
+
+    /// The core `start` and `resume` share: the grow made of `parts`, at
+    /// the position its reshape is at, recorded in every superblock
+    /// update from now on, client requests routed through it, the steps
+    /// on their own thread. `Begin::Fresh`: nothing records the reshape
+    /// yet (the array is marked dirty, the added members written first,
+    /// then the others); `Begin::Recorded`: every member records it
+    /// already, so the record is in place before any superblock is
+    /// written (an update without it would forget the rows moved).
+    pub(super) fn launch(
+        array: &Arc<Array>,
+        parts: Parts,
+        (step_bytes, min_bytes_per_sec, max_bytes_per_sec): (u64, Option<u64>, Option<u64>),
+        begin: Begin,
+    ) -> Result<(Arc<LiveGrow>, std::thread::JoinHandle<()>)> {
+        let spec0 = array
+            .slot(0)
+            .map_or("(missing)", |s| s.member.spec())
+            .to_string();
+        let position = parts.reshape.position();
+        let live = Arc::new(LiveGrow {
+            reshape: parts.reshape,
+            old_members: parts.old_members,
+            added: parts
+                .added
+                .into_iter()
+                .map(|(m, sb)| (m, Mutex::new(sb)))
+                .collect(),
+            moved_sectors: parts.moved_sectors,
+            bblog_offsets: parts.bblog_offsets,
+            table_entries: parts.table_entries,
+            record: Mutex::new((position / 512, false)),
+            gate: Gate::at(position),
             stripes: (0..STRIPE_LOCKS).map(|_| Mutex::new(())).collect(),
             progress: Mutex::new(Progress {
                 state: "running",
                 error: None,
                 started: Instant::now(),
-                start_position: 0,
+                start_position: position,
             }),
             stop: AtomicBool::new(false),
-            step_bytes: options.step_bytes.max(1),
-            max_bytes_per_sec: options.max_bytes_per_sec,
-            min_bytes_per_sec: options.min_bytes_per_sec,
+            step_bytes: step_bytes.max(1),
+            max_bytes_per_sec,
+            min_bytes_per_sec,
             clients: Clients::default(),
         });
-        // Clients' writes from here on mark the array dirty through the
-        // record (a crash then resyncs what they touched).
-        array.mark_dirty()?;
-        // The added members first (as the offline grow writes them), one
-        // event ahead of the others until those are written.
-        live.write_added(array.events() + 1, None, &array.role_table_now())
-            .map_err(|(_, e)| Error::io("(a member the grow adds)", e))?;
-        if !array.set_reshape_record(live.clone()) {
-            return Err(refuse(
-                "a second grow while one runs on this served array".into(),
-            ));
+        let second = || Error::Unsupported {
+            spec: spec0.clone(),
+            what: "a second grow while one runs on this served array".into(),
+        };
+        match begin {
+            Begin::Fresh => {
+                // Clients' writes from here on mark the array dirty through the
+                // record (a crash then resyncs what they touched).
+                array.mark_dirty()?;
+                // The added members first (as the offline grow writes them), one
+                // event ahead of the others until those are written.
+                live.write_added(array.events() + 1, None, &array.role_table_now())
+                    .map_err(|(_, e)| Error::io("(a member the grow adds)", e))?;
+                if !array.set_reshape_record(live.clone()) {
+                    return Err(second());
+                }
+            }
+            Begin::Recorded => {
+                if !array.set_reshape_record(live.clone()) {
+                    return Err(second());
+                }
+            }
         }
         array.rewrite_superblocks()?;
         crate::failpoint::hit("reshape-superblock");

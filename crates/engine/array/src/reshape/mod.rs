@@ -34,6 +34,9 @@
 //!   count raised, the new members recorded recovering, client writes
 //!   reaching them below the copy's position), and [`start_live`], which
 //!   picks the served grow a level takes;
+//! - `resume`: `serve` of an array recorded mid-grow: the old shape
+//!   assembled and a `LiveGrow` made from the record going on (clean), or
+//!   the grow finished offline before the array is served (dirty);
 //! - `degraded`: a member failing during a grow, recorded faulty on the
 //!   others and read around; roles missing at `--continue`;
 //! - `takeover`: a RAID 0 grown (or restriped, `shape`) as md's RAID 4
@@ -61,6 +64,7 @@ mod live_degraded;
 mod mirror;
 mod read;
 mod record;
+mod resume;
 mod shape;
 mod size;
 mod step;
@@ -72,6 +76,8 @@ pub use live::{LiveGrow, LiveGrowOptions, LiveGrowStatus};
 pub use live_copy::{start_live, LiveMirror, LiveReshape};
 pub use read::{MidReshape, ReshapeDetail, ReshapeMember, ShapeDetail};
 pub use record::{is_reshaping, reshape_of};
+pub(crate) use resume::check_servable;
+pub use resume::{assemble_serving, resumed_line, RecordedGrow, ResumeOptions};
 pub use shape::{change_shape, ShapeOptions};
 pub use size::{resize, Resized, SizeOptions, SizeTarget};
 pub use takeover::{add_q, raid0_to_raid10};

@@ -6,7 +6,7 @@
 //! (after its step) before the array is closed.
 
 use nvraid_array::recovery::online::Online;
-use nvraid_array::reshape::{start_live, LiveGrowOptions, LiveReshape};
+use nvraid_array::reshape::{start_live, LiveGrow, LiveGrowOptions, LiveReshape};
 use nvraid_array::Array;
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
@@ -91,6 +91,14 @@ impl Reshaping {
         )
     }
 
+    /// A grow the members recorded, resumed at assembly (`serve` of an
+    /// array left mid-grow): shown by `status`, stopped with the server,
+    /// and a second one refused while it runs.
+    pub fn resumed(&self, grow: Arc<LiveGrow>, thread: JoinHandle<()>) {
+        let grow: Arc<dyn LiveReshape> = grow;
+        *self.live.lock().unwrap_or_else(|p| p.into_inner()) = Some((grow, Some(thread)));
+    }
+
     /// The grow's status for `status` (`None` before one started).
     pub fn status(&self) -> Option<Value> {
         let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
@@ -99,8 +107,8 @@ impl Reshaping {
     }
 
     /// Stop the grow after its step and wait for its thread (the position
-    /// it recorded stays on the members: `nvraid grow --continue` finishes
-    /// it before the array is served again).
+    /// it recorded stays on the members: `nvraid serve` goes on from there
+    /// the next time, or `nvraid grow --continue` finishes it offline).
     pub fn stop(&self) {
         let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((grow, thread)) = live.as_mut() {

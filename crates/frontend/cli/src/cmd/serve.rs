@@ -4,7 +4,8 @@
 use anyhow::{Context, Result};
 use clap::Args;
 use nvraid_array::recovery::online::{background_resync, Log, Online, ResyncState};
-use nvraid_array::{assemble, info, Array, AssembleOptions};
+use nvraid_array::reshape::{assemble_serving, resumed_line, LiveGrow, ResumeOptions};
+use nvraid_array::{info, Array, AssembleOptions};
 use nvraid_bench::cli::Engine;
 use nvraid_cache::journal::JournalLog;
 use nvraid_io::queue::Target;
@@ -38,8 +39,9 @@ pub struct ServeCmd {
     #[arg(long, value_name = "MIN:MAX", value_parser = crate::cmd::manage::parse_speed)]
     rebuild_speed: Option<(u64, u64)>,
     /// Speed limits in MB/s, md-style `MIN:MAX` (or `MAX`), of a grow run
-    /// through the control socket (`nvraid grow --socket`), paced as the
-    /// rebuild is: never faster than MAX, and no faster than MIN while
+    /// through the control socket (`nvraid grow --socket`), or resumed
+    /// at assembly (the members record one, stopped cleanly), paced as
+    /// the rebuild is: never faster than MAX, and no faster than MIN while
     /// clients are doing I/O (sampled every 100 ms; MIN 0: no rows move
     /// while they are). A bare MAX keeps the default MIN (50, or MAX if
     /// lower). Default: 50:unlimited.
@@ -87,7 +89,11 @@ pub struct ServeCmd {
     /// one that is refused leaves the array serving degraded.
     #[arg(long)]
     re_add: bool,
-    /// Members of the array to serve, in any order.
+    /// Members of the array to serve, in any order. An array its members
+    /// record mid-grow (RAID 4/5/6 gaining members) needs every member of
+    /// both shapes: stopped cleanly, it is served in its old shape while
+    /// the grow goes on; not (the server was killed), the grow is
+    /// finished first, then the array served and resynced.
     #[arg(required = true)]
     members: Vec<String>,
 }
@@ -121,14 +127,35 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
     let md_journal = args.cache == CacheChoice::Journal && cache::has_md_journal(&members, direct);
     let journal_member =
         check_cache_journal(args, &members, journal.as_deref(), md_journal, direct)?;
-    let array = Arc::new(assemble(
+    // An array its members record mid-grow is assembled in its old shape
+    // and the grow goes on from the recorded position while it is served
+    // (a dirty one is finished offline first, then resynced as usual):
+    // nvraid_array::reshape::resume.
+    let reshape_pace = reshape_pace(args.reshape_speed);
+    let resume = ResumeOptions {
+        step_bytes: RESHAPE_STEP_BYTES,
+        min_bytes_per_sec: reshape_pace.0,
+        max_bytes_per_sec: reshape_pace.1,
+    };
+    let (array, recorded) = assemble_serving(
         &members,
         AssembleOptions {
             writable,
             direct,
             allow_degraded: true,
         },
-    )?);
+        resume,
+        &assembly_log,
+    )?;
+    let array = Arc::new(array);
+    let resumed = match recorded {
+        Some(recorded) => {
+            let (grow, thread) = LiveGrow::resume(&array, recorded, resume)?;
+            eprintln!("{}", resumed_line(&grow.status()));
+            Some((grow, thread))
+        }
+        None => None,
+    };
     let resync = Arc::new(std::sync::Mutex::new(ResyncState::default()));
     let pace = match args.rebuild_speed {
         Some((min, max)) => (Some(min * 1_000_000), Some(max * 1_000_000)),
@@ -140,8 +167,11 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
         array.clone(),
         online.clone(),
         direct,
-        reshape_pace(args.reshape_speed),
+        reshape_pace,
     ));
+    if let Some((grow, thread)) = resumed {
+        reshaping.resumed(grow, thread);
+    }
     configure(&mut options, &array, &resync, &online, &reshaping);
     let monitor = monitor.start(&array, &online, &resync, &mut options);
     let (target, cache) = serving_target(args, journal_member, &array, &mut options)?;
@@ -521,6 +551,29 @@ pub(crate) fn ublk_geometry(ublk: &mut nvraid_serve::UblkOptions, array: &Array)
     ublk.discard_granularity = chunk.unwrap_or(physical).max(physical);
     ublk.depth = (g.members() * 8).clamp(16, 64) as u16;
 }
+
+/// How much longer systemd is asked to wait for READY=1 at each line a
+/// grow finished before serving logs (one per step): the unit's start
+/// timeout would otherwise end a long one part-way.
+const EXTEND_START_USEC: u64 = 120_000_000;
+
+/// What assembly logs (a grow finished before serving: its progress),
+/// on stderr; under systemd each line also extends the start timeout.
+fn assembly_log(line: &str) {
+    eprintln!("{line}");
+    if std::env::var_os("NOTIFY_SOCKET").is_some() {
+        let state = format!(
+            "EXTEND_TIMEOUT_USEC={EXTEND_START_USEC}\nSTATUS=finishing the recorded grow before serving"
+        );
+        if let Err(e) = nvraid_service::notify::notify(&state) {
+            eprintln!("nvraid: cannot tell systemd the start goes on: {e}");
+        }
+    }
+}
+
+/// The most array bytes one step of a resumed grow moves (as a grow
+/// started through the control socket moves by default).
+const RESHAPE_STEP_BYTES: u64 = 16 << 20;
 
 /// The default MIN of `--rebuild-speed`: 50 MB/s while clients are busy.
 const DEFAULT_REBUILD_MIN: u64 = 50_000_000;

@@ -1,0 +1,614 @@
+//! `nvraid serve` of an array its members record mid-grow: a clean one
+//! (the server stopped, or the kernel's md) is served in its old shape
+//! while the grow goes on from the recorded position; a dirty one (the
+//! server killed) is finished offline first and resynced; what cannot go
+//! on is refused by name, with no byte changed.
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn control(dir: &Path) -> String {
+    dir.join("md.ctl").display().to_string()
+}
+
+fn status(dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&ok(&["status", "--json", "--socket", &control(dir)], dir)).unwrap()
+}
+
+fn create(dir: &Path, members: &[String], size: &str) {
+    let mut args = vec!["create", "--level", "5", "--size", size, "--force"];
+    args.extend(members.iter().map(String::as_str));
+    ok(&args, dir);
+}
+
+fn blank(dir: &Path, name: &str, bytes: u64) {
+    std::fs::File::create(dir.join(name))
+        .unwrap()
+        .set_len(bytes)
+        .unwrap();
+}
+
+fn detail(dir: &Path, members: &[String]) -> serde_json::Value {
+    let mut args = vec!["detail", "--json"];
+    args.extend(members.iter().map(String::as_str));
+    serde_json::from_slice(&ok_bytes(&args, dir)).unwrap()
+}
+
+/// `grow --socket` to one more member (`add`), started once the server
+/// records it; the command itself waits for the grow's end (or the
+/// server's), so it runs on beside the test (`GrowCmd` ends it).
+fn grow(dir: &Path, raid_devices: u32, add: &str) -> GrowCmd {
+    let child = Command::new(env!("CARGO_BIN_EXE_nvraid"))
+        .current_dir(dir)
+        .args([
+            "grow",
+            "--socket",
+            &control(dir),
+            "-n",
+            &raid_devices.to_string(),
+            "--add",
+            add,
+            "--step",
+            "1M",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    GrowCmd(child)
+}
+
+/// A `grow --socket` command, killed when dropped.
+struct GrowCmd(Child);
+
+impl Drop for GrowCmd {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Poll `status` until the reshape is running part-way past `past`;
+/// returns its position.
+fn wait_mid_grow(dir: &Path, past: u64) -> u64 {
+    let started = Instant::now();
+    loop {
+        let s = status(dir);
+        let r = &s["array"]["reshape"];
+        let (p, end) = (
+            r["position_bytes"].as_u64().unwrap_or(0),
+            r["end_bytes"].as_u64().unwrap_or(0),
+        );
+        if r["state"] == "running" && p > past && p < end {
+            return p;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no grow part-way past {past}: {s}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Poll `status` until the reshape has finished.
+fn wait_finished(dir: &Path) -> serde_json::Value {
+    let started = Instant::now();
+    loop {
+        let s = status(dir);
+        if s["array"]["reshape"]["state"] == "finished" {
+            return s;
+        }
+        assert!(
+            s["array"]["reshape"]["state"] == "running",
+            "the resumed grow stopped: {s}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the grow did not finish: {s}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// fio's verified random writes over the first 48 MiB through NBD (or,
+/// `verify_only`, the read pass that checks every block it wrote).
+fn fio_verify(dir: &Path, verify_only: bool) -> Child {
+    let mut fio = fio_nbd(dir, "resume");
+    fio.args(FIO_VERIFY_JOB).args([
+        "--size=24m",
+        "--offset_increment=24m",
+        "--rate_iops=3000",
+        "--do_verify=1",
+        "--randseed=11",
+        "--output-format=json",
+    ]);
+    if verify_only {
+        fio.arg("--verify_only");
+    }
+    fio.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("fio (apt-get install fio)")
+}
+
+fn fio_done(fio: Child) {
+    let out = fio.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "fio failed: {text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(&text[text.find('{').unwrap()..]).unwrap();
+    let job = &report["jobs"][0];
+    assert_eq!(job["error"], 0, "{job}");
+    assert!(
+        job["read"]["io_bytes"].as_u64().unwrap() >= 48 << 20,
+        "fio verified less than it wrote: {job}"
+    );
+}
+
+/// Poll `status` until the background resync of an array that came up
+/// dirty has finished.
+fn wait_resynced(dir: &Path) {
+    let started = Instant::now();
+    loop {
+        let s = status(dir);
+        let resync = &s["array"]["resync"];
+        assert!(resync.is_null() || resync["error"].is_null(), "{s}");
+        if resync["finished"] == true {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the resync did not finish: {s}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn serve_log(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default()
+}
+
+/// The array, served again after the grow, is the new shape: every block
+/// fio wrote reads back, the parity checks clean, the size is the new one.
+fn finished_at_the_new_size(dir: &Path, members: &[String], size_before: u64) {
+    let server = serve(dir, members);
+    fio_done(fio_verify(dir, true));
+    server.interrupt();
+    let grown = detail(dir, members);
+    assert_eq!(grown["state"], "clean", "{grown}");
+    assert_eq!(grown["raid_disks"], members.len(), "{grown}");
+    assert_eq!(
+        grown["size_bytes"].as_u64().unwrap(),
+        size_before / 3 * 4,
+        "{grown}"
+    );
+    assert_checks_clean(dir, members, "after the grow was finished");
+}
+
+/// Four 32 MiB members (a 96 MiB RAID 5) and a blank fifth.
+fn four_and_a_blank(dir: &Path) -> (Vec<String>, u64) {
+    let members: Vec<String> = (0..4).map(|i| format!("m{i}.img")).collect();
+    create(dir, &members, "32M");
+    blank(dir, "new.img", 32 << 20);
+    let size = detail(dir, &members)["size_bytes"].as_u64().unwrap();
+    (members, size)
+}
+
+#[test]
+fn a_server_killed_mid_grow_is_served_again_with_the_grow_finished_and_fio_verifying() {
+    // fio writes and verifies through NBD while the served RAID 5 grows
+    // (slowly); the server is then killed with SIGKILL mid-grow (the array
+    // dirty). Served again, the grow is finished before it is served and
+    // the array resynced; fio's verify pass reads every block it wrote.
+    tool("fio");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (mut members, size) = four_and_a_blank(d);
+    let mut server = serve_with(d, &members, &["--reshape-speed", "1"]);
+    let _grow = grow(d, 5, "new.img");
+    fio_done(fio_verify(d, false));
+    wait_mid_grow(d, 0);
+    server.kill().unwrap();
+    server.wait().unwrap();
+    members.push("new.img".into());
+    let server = serve(d, &members);
+    let log = serve_log(d);
+    assert!(log.contains("event=reshape-finishing-offline"), "{log}");
+    assert!(
+        log.contains("event=reshape-finished raid_disks=4->5"),
+        "{log}"
+    );
+    // The array came up dirty: fio's read pass goes beside its resync.
+    fio_done(fio_verify(d, true));
+    wait_resynced(d);
+    server.interrupt();
+    finished_at_the_new_size(d, &members, size);
+}
+
+#[test]
+fn a_grow_stopped_with_the_server_goes_on_when_served_again_and_survives_a_kill() {
+    // The server is stopped (SIGTERM) mid-grow; served again, the grow
+    // goes on from the recorded position while fio writes and verifies
+    // through NBD (status shows it, the log says where it resumed); the
+    // server is then killed with SIGKILL during the resumed grow, and
+    // served again the grow is finished and every block fio wrote reads
+    // back.
+    tool("fio");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (mut members, size) = four_and_a_blank(d);
+    let server = serve_with(d, &members, &["--reshape-speed", "8"]);
+    let _grow = grow(d, 5, "new.img");
+    let stopped_at = wait_mid_grow(d, 0);
+    Command::new("kill")
+        .arg("-TERM")
+        .arg(server.id().to_string())
+        .status()
+        .unwrap();
+    let mut server = server;
+    assert!(server.wait().unwrap().success());
+    members.push("new.img".into());
+    let d0 = detail(d, &members);
+    assert_eq!(d0["state"], "reshaping", "{d0}");
+    let recorded = d0["position_bytes"].as_u64().unwrap();
+    assert!(recorded >= stopped_at, "{d0}");
+    let mut server = serve_with(d, &members, &["--reshape-speed", "1"]);
+    let log = serve_log(d);
+    assert!(
+        log.contains(&format!(
+            "event=reshape-resumed position={recorded} raid_disks=4->5"
+        )),
+        "{log}"
+    );
+    let s = status(d);
+    // Served in the old shape until it is assembled again.
+    assert_eq!(s["array"]["size_bytes"], size, "{s}");
+    assert_eq!(s["array"]["reshape"]["raid_disks_before"], 4, "{s}");
+    fio_done(fio_verify(d, false));
+    wait_mid_grow(d, recorded);
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let d1 = detail(d, &members);
+    assert_eq!(d1["state"], "reshaping", "{d1}");
+    assert!(d1["position_bytes"].as_u64().unwrap() > recorded, "{d1}");
+    let server = serve(d, &members);
+    let log = serve_log(d);
+    assert!(
+        log.contains("event=reshape-finished raid_disks=4->5"),
+        "{log}"
+    );
+    fio_done(fio_verify(d, true));
+    wait_resynced(d);
+    server.interrupt();
+    finished_at_the_new_size(d, &members, size);
+}
+
+#[test]
+fn a_grow_stopped_with_the_server_finishes_while_served_again() {
+    // Stopped mid-grow, served again at full speed: the grow goes on to
+    // its end while served ("finished" in status), bytes written before
+    // it read back through NBD, and the array assembled afterwards is the
+    // new shape with every byte in place and its parity right.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (mut members, size) = four_and_a_blank(d);
+    let data: Vec<u8> = (0..size).map(|i| (i % 251) as u8 ^ 0x3c).collect();
+    std::fs::write(d.join("data.bin"), &data).unwrap();
+    let mut write = vec!["write", "--input", "data.bin"];
+    write.extend(members.iter().map(String::as_str));
+    ok(&write, d);
+    let server = serve_with(d, &members, &["--reshape-speed", "4"]);
+    let _grow = grow(d, 5, "new.img");
+    wait_mid_grow(d, 0);
+    server.interrupt();
+    members.push("new.img".into());
+    let server = serve(d, &members);
+    let log = serve_log(d);
+    assert!(log.contains("event=reshape-resumed"), "{log}");
+    let s = wait_finished(d);
+    assert_eq!(s["array"]["reshape"]["raid_disks"], 5, "{s}");
+    let got = Command::new("nbdcopy")
+        .arg(format!(
+            "nbd+unix:///?socket={}",
+            d.join("md.sock").display()
+        ))
+        .arg("-")
+        .output()
+        .expect("nbdcopy (libnbd-bin)");
+    assert!(
+        got.status.success(),
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    assert_eq!(got.stdout.len() as u64, size);
+    assert!(got.stdout == data, "a byte changed across the resumed grow");
+    server.interrupt();
+    let grown = detail(d, &members);
+    assert_eq!(grown["state"], "clean", "{grown}");
+    assert_eq!(grown["raid_disks"], 5, "{grown}");
+    assert_checks_clean(d, &members, "after the resumed grow");
+    let mut read = vec!["read"];
+    read.extend(members.iter().map(String::as_str));
+    let all = ok_bytes(&read, d);
+    assert_eq!(all.len() as u64, size / 3 * 4);
+    assert!(all[..size as usize] == data[..]);
+    assert!(all[size as usize..].iter().all(|&b| b == 0));
+}
+
+/// A RAID 5 recorded mid-grow in `dir`, the server killed (dirty) or
+/// stopped (clean) part-way; every member's name, the added one last.
+fn left_mid_grow(d: &Path, kill: bool) -> Vec<String> {
+    let (mut members, _) = four_and_a_blank(d);
+    let mut server = serve_with(d, &members, &["--reshape-speed", "2"]);
+    let _grow = grow(d, 5, "new.img");
+    wait_mid_grow(d, 0);
+    if kill {
+        server.kill().unwrap();
+        server.wait().unwrap();
+    } else {
+        server.interrupt();
+    }
+    members.push("new.img".into());
+    members
+}
+
+#[test]
+fn a_dirty_array_recorded_mid_grow_with_a_member_missing_is_refused_and_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let members = left_mid_grow(d, true);
+    let before = hash_files(d);
+    // The added member missing, then an old one.
+    for left_out in [4, 1] {
+        let given: Vec<String> = (0..5)
+            .filter(|&i| i != left_out)
+            .map(|i| members[i].clone())
+            .collect();
+        let mut args = vec!["serve", "--listen", "unix:md.sock"];
+        args.extend(given.iter().map(String::as_str));
+        refused(
+            &args,
+            d,
+            &[
+                "not stopped cleanly",
+                &format!("role(s) {left_out} have no member"),
+                "stale",
+                "grow --continue",
+            ],
+        );
+        assert_eq!(hash_files(d), before, "a refused serve changed a byte");
+    }
+}
+
+#[test]
+fn a_clean_array_recorded_mid_grow_with_a_member_missing_is_refused_and_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let members = left_mid_grow(d, false);
+    let before = hash_files(d);
+    let mut args = vec!["serve", "--listen", "unix:md.sock"];
+    args.extend(members[..4].iter().map(String::as_str));
+    refused(
+        &args,
+        d,
+        &[
+            "role(s) 4 have no member",
+            "every member",
+            "grow --continue",
+        ],
+    );
+    // Read-only, the grow could not go on.
+    let mut args = vec!["serve", "--read-only", "--listen", "unix:md.sock"];
+    args.extend(members.iter().map(String::as_str));
+    refused(&args, d, &["read-only", "grow --continue"]);
+    assert_eq!(hash_files(d), before, "a refused serve changed a byte");
+}
+
+#[test]
+fn writes_in_flight_when_a_growing_server_is_killed_leave_acknowledged_blocks_and_right_parity() {
+    // qemu-io writes 4 KiB blocks (each a block of its own, filled with
+    // the write's byte) at random places of a served RAID 5 mid-grow,
+    // on both sides of the position, and the server is killed with
+    // SIGKILL while they go on: some were acknowledged, some in flight
+    // (a stripe's data and parity may disagree). Served again, the grow
+    // is finished and the array resynced: every acknowledged block reads
+    // back, the others are theirs or zeros, and the parity checks clean.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (mut members, size) = four_and_a_blank(d);
+    let mut server = serve_with(d, &members, &["--reshape-speed", "1"]);
+    let _grow = grow(d, 5, "new.img");
+    let position = wait_mid_grow(d, 0);
+    let blocks = size / 4096;
+    let mut rng = 0x2545_f491_u64;
+    let mut seen = std::collections::HashSet::new();
+    let mut writes = Vec::new();
+    let mut qemu_io = Command::new("qemu-io");
+    qemu_io.args(["-f", "raw"]);
+    for i in 0..4000u64 {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        // Half below the position (the new shape), half above (the old);
+        // each block written once.
+        let below = (position / 4096).max(1);
+        let b = if i % 2 == 0 {
+            rng % below
+        } else {
+            below + rng % (blocks - below)
+        };
+        if !seen.insert(b) {
+            continue;
+        }
+        let byte = (i % 250 + 1) as u8;
+        qemu_io.args(["-c", &format!("write -P {byte} {} 4096", b * 4096)]);
+        writes.push((b, byte));
+    }
+    let qemu_io = qemu_io
+        .arg(format!(
+            "nbd+unix:///?socket={}",
+            d.join("md.sock").display()
+        ))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("qemu-io (qemu-utils)");
+    std::thread::sleep(Duration::from_millis(400));
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let out = qemu_io.wait_with_output().unwrap();
+    let acked: std::collections::HashSet<u64> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("wrote 4096/4096 bytes at offset ")?;
+            rest.parse::<u64>().ok().map(|offset| offset / 4096)
+        })
+        .collect();
+    assert!(
+        !acked.is_empty(),
+        "no write acknowledged: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    members.push("new.img".into());
+    let server = serve(d, &members);
+    let log = serve_log(d);
+    assert!(
+        log.contains("event=reshape-finished raid_disks=4->5"),
+        "{log}"
+    );
+    wait_resynced(d);
+    server.interrupt();
+    assert_checks_clean(
+        d,
+        &members,
+        "after the killed grow was finished and resynced",
+    );
+    let mut read = vec!["read"];
+    read.extend(members.iter().map(String::as_str));
+    let got = ok_bytes(&read, d);
+    assert_eq!(got.len() as u64, size / 3 * 4);
+    let written: std::collections::HashMap<u64, u8> = writes.iter().copied().collect();
+    for b in 0..blocks {
+        let block = &got[(b * 4096) as usize..((b + 1) * 4096) as usize];
+        match written.get(&b) {
+            Some(&byte) if acked.contains(&b) => assert!(
+                block.iter().all(|&x| x == byte),
+                "block {b}: an acknowledged write was lost across the kill"
+            ),
+            Some(&byte) => assert!(
+                block.iter().all(|&x| x == byte || x == 0),
+                "block {b}: neither its write nor zeros"
+            ),
+            None => assert!(block.iter().all(|&x| x == 0), "block {b} changed"),
+        }
+    }
+    eprintln!(
+        "{} of {} writes acknowledged before the kill",
+        acked.len(),
+        writes.len()
+    );
+}
+
+#[test]
+fn a_raid6_whose_offline_grow_was_killed_mid_checkpoint_grows_on_while_served() {
+    // `nvraid grow` of a RAID 6 from 5 to 6 members dies in the middle of
+    // a checkpoint (some superblocks at the new position, the others one
+    // event behind at the last): the array was never dirtied, so `serve`
+    // goes on with the grow from the freshest position while serving it,
+    // and it ends with every byte in place and the parity right.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut members: Vec<String> = (0..5).map(|i| format!("m{i}.img")).collect();
+    let mut args = vec!["create", "--level", "6", "--size", "32M", "--force"];
+    args.extend(members.iter().map(String::as_str));
+    ok(&args, d);
+    let size = detail(d, &members)["size_bytes"].as_u64().unwrap();
+    let data: Vec<u8> = (0..size).map(|i| (i % 247) as u8 ^ 0xa5).collect();
+    std::fs::write(d.join("data.bin"), &data).unwrap();
+    let mut write = vec!["write", "--input", "data.bin"];
+    write.extend(members.iter().map(String::as_str));
+    ok(&write, d);
+    blank(d, "new.img", 32 << 20);
+    // Six superblocks record the reshape, then six per checkpoint: the
+    // 27th is the third of the fourth checkpoint's.
+    let mut args = vec![
+        "grow",
+        "--raid-devices",
+        "6",
+        "--add",
+        "new.img",
+        "--step",
+        "1M",
+    ];
+    args.extend(members.iter().map(String::as_str));
+    let out = Command::new(env!("CARGO_BIN_EXE_nvraid"))
+        .current_dir(d)
+        .env("NVRAID_FAILPOINT", "reshape-superblock:27")
+        .args(&args)
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("failpoint"),
+        "grow did not stop: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    members.push("new.img".into());
+    let before = detail(d, &members);
+    assert_eq!(before["state"], "reshaping", "{before}");
+    let recorded = before["position_bytes"].as_u64().unwrap();
+    assert!(recorded > 0, "{before}");
+    let events: std::collections::BTreeSet<u64> = before["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["events"].as_u64().unwrap())
+        .collect();
+    assert_eq!(events.len(), 2, "not killed mid-checkpoint: {before}");
+    let server = serve(d, &members);
+    let log = serve_log(d);
+    assert!(
+        log.contains(&format!(
+            "event=reshape-resumed position={recorded} raid_disks=5->6"
+        )),
+        "{log}"
+    );
+    let s = wait_finished(d);
+    assert_eq!(s["array"]["size_bytes"], size, "{s}");
+    server.interrupt();
+    let grown = detail(d, &members);
+    assert_eq!(grown["state"], "clean", "{grown}");
+    assert_eq!(grown["raid_disks"], 6, "{grown}");
+    assert_checks_clean(d, &members, "after the resumed RAID 6 grow");
+    let mut read = vec!["read"];
+    read.extend(members.iter().map(String::as_str));
+    let all = ok_bytes(&read, d);
+    assert_eq!(all.len() as u64, size / 3 * 4);
+    assert!(all[..size as usize] == data[..], "a byte changed");
+    assert!(all[size as usize..].iter().all(|&b| b == 0));
+}
+
+#[test]
+fn a_dirty_array_recorded_mid_grow_given_with_a_strangers_member_is_refused_before_the_grow_moves()
+{
+    // The grow of a dirty array is finished before it is served; a member
+    // of another array given with it is refused first, by name, and no
+    // byte of any member moves.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let members = left_mid_grow(d, true);
+    let strangers = ["x0.img".to_string(), "x1.img".to_string()];
+    let mut args = vec!["create", "--level", "1", "--size", "8M", "--force"];
+    args.extend(strangers.iter().map(String::as_str));
+    ok(&args, d);
+    let mut args = vec!["serve", "--listen", "unix:md.sock"];
+    args.extend(members.iter().map(String::as_str));
+    args.push("x0.img");
+    refused(&args, d, &["x0.img", "members of two different arrays"]);
+}
