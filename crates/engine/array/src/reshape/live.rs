@@ -195,6 +195,25 @@ pub(super) struct Progress {
     pub(super) start_position: u64,
 }
 
+impl Progress {
+    /// How a grow's steps ended (`Ok(false)`: stopped with the server,
+    /// `stopped` saying what that left), recorded for `status`.
+    pub(super) fn ended(&mut self, outcome: Result<bool>, stopped: &str) {
+        match outcome {
+            Ok(true) => self.state = "finished",
+            Ok(false) => {
+                self.state = "failed";
+                self.error = Some(stopped.into());
+            }
+            Err(e) => {
+                eprintln!("nvraid: event=reshape-failed reason=\"{e}\"");
+                self.state = "failed";
+                self.error = Some(e.to_string());
+            }
+        }
+    }
+}
+
 /// A grow running on a served array (see the module's text).
 #[derive(Debug)]
 pub struct LiveGrow {
@@ -592,21 +611,13 @@ impl LiveGrow {
     /// The steps, then the end; a failure recorded in the status.
     fn run(self: Arc<Self>, array: Weak<Array>) {
         let outcome = self.steps(&array);
-        let mut progress = self.progress.lock().unwrap_or_else(|p| p.into_inner());
-        match outcome {
-            Ok(true) => progress.state = "finished",
-            Ok(false) => {
-                progress.state = "failed";
-                progress.error = Some(
-                    "stopped (the server is stopping); `nvraid grow --continue` finishes it".into(),
-                );
-            }
-            Err(e) => {
-                eprintln!("nvraid: event=reshape-failed reason=\"{e}\"");
-                progress.state = "failed";
-                progress.error = Some(e.to_string());
-            }
-        }
+        self.progress
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .ended(
+                outcome,
+                "stopped (the server is stopping); `nvraid grow --continue` finishes it",
+            );
     }
 
     fn steps(&self, array: &Weak<Array>) -> Result<bool> {

@@ -429,21 +429,10 @@ impl LiveMirror {
     /// The copy, then the end; a failure recorded in the status.
     fn run(self: Arc<Self>, array: Weak<Array>) {
         let outcome = self.steps(&array);
-        let mut progress = self.progress.lock().unwrap_or_else(|p| p.into_inner());
-        match outcome {
-            Ok(true) => progress.state = "finished",
-            Ok(false) => {
-                progress.state = "failed";
-                progress.error = Some(
-                    "stopped (the server is stopping); the new mirrors are recorded recovering, and the rebuild goes on when the array is served again".into(),
-                );
-            }
-            Err(e) => {
-                eprintln!("nvraid: event=reshape-failed reason=\"{e}\"");
-                progress.state = "failed";
-                progress.error = Some(e.to_string());
-            }
-        }
+        self.progress
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .ended(outcome, "stopped (the server is stopping); the new mirrors are recorded recovering, and the rebuild goes on when the array is served again");
     }
 
     fn steps(&self, array: &Weak<Array>) -> Result<bool> {
