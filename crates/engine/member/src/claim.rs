@@ -23,34 +23,33 @@ use std::os::unix::fs::MetadataExt;
 /// from a kernel work item. When no live process holds the claim (its pid
 /// is gone, or no process is listed for it), the claim is retried for up to
 /// five seconds; when this process holds it, for up to one second. A
-/// shared lock is waited for, up to [`SHARED_WAIT_ATTEMPTS`]: udev holds
+/// live process's lock is refused at once, a shared one too: udev holds
 /// one on a block device while it probes it (systemd's block device
-/// locking convention), as it does after a writer closed the device (a
-/// server that stops closes its members, and the next one starts while
-/// udev looks at them).
+/// locking convention), also while it runs the programs its rules start,
+/// and one of those may be nvraid handing the device to a running array:
+/// waiting here would wait for ourselves. The caller that may wait (a
+/// server starting, `Holder::Probing`) retries.
 /// Who holds a claim that could not be taken.
 pub(crate) enum Holder {
     /// This process (the member opened for writing twice).
     Me,
-    /// Another process: `pid 1234 (nvraid serve ...)`.
+    /// Another process: `pid 1234 (nvraid serve ...), which claimed it
+    /// for writing`.
     Other(String),
+    /// Another process holding a shared lock (udev probing the device):
+    /// `pid 644 ((udev-worker)), which holds a shared lock ...`.
+    Probing(String),
 }
-
-/// How many 20 ms tries a shared lock (udev's probe) is waited for: 30 s,
-/// for a probe in a slow machine.
-const SHARED_WAIT_ATTEMPTS: u32 = 1500;
 
 pub(crate) fn claim(file: &File) -> io::Result<Result<(), Holder>> {
     let me = std::process::id().to_string();
-    for attempt in 0..SHARED_WAIT_ATTEMPTS {
+    for attempt in 0..250 {
         if nvraid_io::sys::try_lock_exclusive(file)? {
             return Ok(Ok(()));
         }
-        match holder_lock(file) {
-            Some((_, Lock::Shared)) => {}
-            Some((pid, _)) if pid == me && attempt < 50 => {}
-            Some((pid, _)) if std::path::Path::new(&format!("/proc/{pid}")).exists() => break,
-            _ if attempt >= 250 => break,
+        match holder_pid(file) {
+            Some(pid) if pid == me && attempt < 50 => {}
+            Some(pid) if std::path::Path::new(&format!("/proc/{pid}")).exists() => break,
             _ => {}
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
@@ -58,9 +57,11 @@ pub(crate) fn claim(file: &File) -> io::Result<Result<(), Holder>> {
     if holder_pid(file).is_some_and(|pid| pid == me) {
         return Ok(Err(Holder::Me));
     }
-    Ok(Err(Holder::Other(
-        holder(file).unwrap_or_else(|| "another process".into()),
-    )))
+    let who = holder(file).unwrap_or_else(|| "another process".into());
+    Ok(Err(match holder_lock(file) {
+        Some((_, Lock::Shared)) => Holder::Probing(who),
+        _ => Holder::Other(who),
+    }))
 }
 
 /// Whether `file` could be claimed now (claims it and lets go at once).
@@ -113,9 +114,7 @@ fn holder(file: &File) -> Option<String> {
     let (pid, lock) = holder_lock(file)?;
     let how = match lock {
         Lock::Exclusive => "which claimed it for writing",
-        Lock::Shared => {
-            "which has held a shared lock on it for 30 s (as udev does while it probes a device)"
-        }
+        Lock::Shared => "which holds a shared lock on it (as udev does while it probes a device)",
     };
     let command = std::fs::read(format!("/proc/{pid}/cmdline"))
         .map(|raw| {
@@ -162,30 +161,36 @@ mod tests {
         child
     }
 
-    /// udev holds a shared lock on a block device while it probes it, as
-    /// it does right after a server closed its members: the next server's
-    /// claim waits for it instead of refusing the member.
+    /// udev holds a shared lock on a block device while it probes it (and
+    /// while the programs its rules start run, nvraid's among them): the
+    /// claim is refused at once as `Probing`, for the caller to retry, and
+    /// taken once the lock is gone.
     #[test]
-    fn a_shared_lock_as_udev_takes_while_probing_is_waited_for() {
+    fn a_shared_lock_as_udev_takes_while_probing_is_told_apart_and_then_claimed() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("m0");
         std::fs::write(&path, [0u8; 4096]).unwrap();
-        let mut probe = locked_by_another_process(&path, true, 1.5);
+        let mut probe = locked_by_another_process(&path, true, 1.0);
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .open(&path)
             .unwrap();
         let started = Instant::now();
+        match claim(&file).unwrap() {
+            Err(Holder::Probing(who)) => assert!(who.contains("shared lock"), "{who}"),
+            _ => panic!("a shared lock was not told apart from a writer's claim"),
+        }
         assert!(
-            matches!(claim(&file).unwrap(), Ok(())),
-            "the claim was refused while a shared lock was held"
-        );
-        assert!(
-            started.elapsed() >= Duration::from_millis(500),
-            "claimed while the lock was held"
+            started.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
         );
         probe.wait().unwrap();
+        assert!(
+            matches!(claim(&file).unwrap(), Ok(())),
+            "not claimed once the lock was gone"
+        );
     }
 
     /// A writer's exclusive claim is refused at once, naming the process.

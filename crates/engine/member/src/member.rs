@@ -52,6 +52,10 @@ pub enum MemberError {
     Missing { spec: String },
     #[error("{spec}: in use by {holder}; stop that first")]
     Busy { spec: String, holder: String },
+    /// Another process holds a shared lock on it: udev probing it, for a
+    /// moment (see `claim`). Worth trying again.
+    #[error("{spec}: in use by {holder}; try again once it is done")]
+    Probing { spec: String, holder: String },
     /// This very process holds the member's claim already: the command
     /// named it twice (perhaps under two names), or it is in use here.
     #[error(
@@ -351,6 +355,12 @@ impl Member {
                         holder,
                     })
                 }
+                Err(claim::Holder::Probing(holder)) => {
+                    return Err(MemberError::Probing {
+                        spec: spec.into(),
+                        holder,
+                    })
+                }
             }
         }
         if let Some(bytes) = grow_to {
@@ -443,6 +453,10 @@ impl Member {
                 spec: self.spec.clone(),
             }),
             Ok(Err(claim::Holder::Other(holder))) => Err(MemberError::Busy {
+                spec: self.spec.clone(),
+                holder,
+            }),
+            Ok(Err(claim::Holder::Probing(holder))) => Err(MemberError::Probing {
                 spec: self.spec.clone(),
                 holder,
             }),

@@ -272,3 +272,47 @@ fn unaligned_writes_beside_aligned_ones_never_stall_a_single_worker() {
 fn unaligned_writes_beside_aligned_ones_never_stall_two_workers() {
     aligned_and_unaligned_writers_on_raid5("2");
 }
+
+/// udev holds a shared lock on a block device while it probes it, and it
+/// probes the members just after a server closed them: a restarted server
+/// opening them then found one "in use by (udev-worker)" and refused it
+/// (`systemctl restart` failed). It waits for the probe now, and serves.
+#[test]
+fn a_server_starting_while_udev_probes_a_member_waits_for_the_probe() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let members: Vec<String> = (0..3).map(|i| format!("m{i}")).collect();
+    ok(
+        &["create", "--level", "5", "--size", "8M", "m0", "m1", "m2"],
+        d,
+    );
+    // flock(1) holds a shared lock, as udev's worker does while it probes.
+    let mut probe = std::process::Command::new("flock")
+        .arg("--shared")
+        .arg(d.join("m1"))
+        .args(["sleep", "2"])
+        .spawn()
+        .expect("flock(1) (util-linux)");
+    let held = || {
+        !std::process::Command::new("flock")
+            .args(["--nonblock", "--exclusive"])
+            .arg(d.join("m1"))
+            .arg("true")
+            .status()
+            .unwrap()
+            .success()
+    };
+    let until = Instant::now() + Duration::from_secs(10);
+    while !held() {
+        assert!(Instant::now() < until, "flock(1) took no lock");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let served = serve_with(d, &members, &[]);
+    probe.wait().unwrap();
+    let log = std::fs::read_to_string(d.join("serve.log")).unwrap();
+    assert!(
+        log.contains("shared lock") && log.contains("waiting for it"),
+        "the server did not wait for the probe:\n{log}"
+    );
+    served.interrupt();
+}

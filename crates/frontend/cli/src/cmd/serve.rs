@@ -137,16 +137,18 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
         min_bytes_per_sec: reshape_pace.0,
         max_bytes_per_sec: reshape_pace.1,
     };
-    let (array, recorded) = assemble_serving(
-        &members,
-        AssembleOptions {
-            writable,
-            direct,
-            allow_degraded: true,
-        },
-        resume,
-        &assembly_log,
-    )?;
+    let (array, recorded) = waiting_for_probes(|| {
+        assemble_serving(
+            &members,
+            AssembleOptions {
+                writable,
+                direct,
+                allow_degraded: true,
+            },
+            resume,
+            &assembly_log,
+        )
+    })?;
     let array = Arc::new(array);
     let resumed = match recorded {
         Some(recorded) => {
@@ -393,6 +395,34 @@ fn serve_with_helpers(
         let _ = thread.join();
     }
     served
+}
+
+/// How long a server starting waits for udev's probe of a member (udev
+/// holds a shared lock on a block device while it probes it, as it does
+/// right after the previous server closed the members at a restart).
+const PROBE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// `assemble` tried again while a member is being probed by udev (refused
+/// as `Probing`, nothing changed), for up to [`PROBE_WAIT`].
+fn waiting_for_probes<T>(
+    mut assemble: impl FnMut() -> nvraid_array::Result<T>,
+) -> nvraid_array::Result<T> {
+    let until = std::time::Instant::now() + PROBE_WAIT;
+    let mut told = false;
+    loop {
+        match assemble() {
+            Err(nvraid_array::Error::Member(e @ nvraid_member::MemberError::Probing { .. }))
+                if std::time::Instant::now() < until =>
+            {
+                if !told {
+                    eprintln!("nvraid: {e}: waiting for it");
+                    told = true;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            other => return other,
+        }
+    }
 }
 
 /// How often, and how far apart, a re-add refused because something else
