@@ -161,6 +161,12 @@ pub(super) fn record_failure(
         let role = failure.role as usize;
         failed.0[role] = true;
         if !failed.has_every_byte(reshape) {
+            // The members after the failed one get the superblock the
+            // members before it got (as md writes every member's): one
+            // record on every member left, the failed one not recorded
+            // faulty (the level cannot lose it). A second failure here
+            // changes nothing of that answer.
+            let _ = write_surviving(placed, failed, bitmap.as_deref_mut());
             return Err(Error::NotStartable(format!(
                 "{} failed during the reshape ({}); without it the members left do not hold every byte of a {} of {} members: the reshape stopped at the position last recorded, {} bytes, with nothing written past it; bring the member back and run `nvraid grow --continue` (or `mdadm --assemble`)",
                 placed[role].member.spec(),
