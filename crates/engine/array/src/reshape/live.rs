@@ -337,6 +337,54 @@ pub(super) fn check_growable(array: &Array) -> Result<()> {
     Ok(())
 }
 
+/// A served grow's member count must be the old one plus one per `--add`.
+pub(super) fn check_count(options: &LiveGrowOptions, old_count: u32) -> Result<()> {
+    let want = old_count as usize + options.add.len();
+    if options.add.is_empty() || options.raid_devices as usize != want {
+        return Err(Error::BadOption {
+            option: "--raid-devices".into(),
+            why: format!(
+                "{} with {} member(s) added to {old_count}: give one --add per new member, {want} in all",
+                options.raid_devices,
+                options.add.len(),
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The members a served grow adds, opened for writing and checked (large
+/// enough, blank unless `force`, not members already, each given once).
+/// Nothing is written.
+pub(super) fn open_added(
+    array: &Array,
+    options: &LiveGrowOptions,
+    reference: &Superblock,
+    old: &Geometry,
+) -> Result<Vec<Member>> {
+    let open = OpenOptions {
+        write: true,
+        create_bytes: None,
+        direct: options.direct,
+        ..Default::default()
+    };
+    let mut adding: Vec<Member> = Vec::with_capacity(options.add.len());
+    for spec in &options.add {
+        let member_already =
+            (0..array.roles()).any(|r| array.slot(r).is_some_and(|s| s.member.spec() == spec));
+        if member_already || adding.iter().any(|m| m.spec() == spec) {
+            return Err(Error::BadOption {
+                option: "--add".into(),
+                why: format!("{spec} is a member of the array already"),
+            });
+        }
+        let member = Member::open(spec, open)?;
+        check_new_member(&member, reference, old, options.force)?;
+        adding.push(member);
+    }
+    Ok(adding)
+}
+
 impl LiveGrow {
     /// Check that the served `array` can grow as asked, record the reshape
     /// on every member (the added ones first) and route client requests
@@ -366,41 +414,14 @@ impl LiveGrow {
         check_growable(array)?;
         let old = array.geometry().clone();
         let old_count = old.members();
-        let want = old_count as usize + options.add.len();
-        if options.add.is_empty() || options.raid_devices as usize != want {
-            return Err(Error::BadOption {
-                option: "--raid-devices".into(),
-                why: format!(
-                    "{} with {} member(s) added to {old_count}: give one --add per new member, {want} in all",
-                    options.raid_devices,
-                    options.add.len(),
-                ),
-            });
-        }
+        check_count(options, old_count)?;
         let reference = array.superblock().clone();
         let sbs: Vec<Superblock> = (0..array.roles())
             .map(|r| array.slot(r).expect("whole").superblock.clone())
             .collect();
         let bitmap_bytes = super::live_copy::bitmap_bytes(array, &old, options.raid_devices)?;
         let (moved_sectors, log_moves) = room_for(&sbs, &reference, &old, bitmap_bytes)?;
-        let open = OpenOptions {
-            write: true,
-            create_bytes: None,
-            direct: options.direct,
-            ..Default::default()
-        };
-        let mut adding = Vec::with_capacity(options.add.len());
-        for spec in &options.add {
-            if (0..array.roles()).any(|r| array.slot(r).is_some_and(|s| s.member.spec() == spec)) {
-                return Err(Error::BadOption {
-                    option: "--add".into(),
-                    why: format!("{spec} is a member of the array already"),
-                });
-            }
-            let member = Member::open(spec, open)?;
-            check_new_member(&member, &reference, &old, options.force)?;
-            adding.push(member);
-        }
+        let adding = open_added(array, options, &reference, &old)?;
         let new = Geometry::new(
             old.level(),
             options.raid_devices,

@@ -33,7 +33,7 @@
 //! `nvraid add` fills it after a restart); the others go on. When every
 //! added member has failed, the copy stops.
 
-use super::grow::{check_new_member, free_dev_numbers, new_member_superblock};
+use super::grow::{free_dev_numbers, new_member_superblock};
 use super::live::{Clients, Gate, GrowPace, Paced, Progress, STRIPE_LOCKS};
 use super::{LiveGrow, LiveGrowOptions, LiveGrowStatus};
 use crate::array::{Array, LiveRoute};
@@ -44,7 +44,7 @@ use crate::slot::write_superblock;
 use nvraid_io::queue::OpKind;
 use nvraid_io::AlignedBuf;
 use nvraid_layout::{Geometry, Level};
-use nvraid_member::{Member, OpenOptions};
+use nvraid_member::Member;
 use nvraid_metadata::{features, Role, Superblock};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -328,38 +328,9 @@ impl LiveMirror {
             ));
         }
         let old_count = geometry.members();
-        let want = old_count as usize + options.add.len();
-        if options.add.is_empty() || options.raid_devices as usize != want {
-            return Err(Error::BadOption {
-                option: "--raid-devices".into(),
-                why: format!(
-                    "{} with {} member(s) added to {old_count}: give one --add per new member, {want} in all",
-                    options.raid_devices,
-                    options.add.len(),
-                ),
-            });
-        }
+        super::live::check_count(options, old_count)?;
         let reference = array.superblock().clone();
-        let open = OpenOptions {
-            write: true,
-            create_bytes: None,
-            direct: options.direct,
-            ..Default::default()
-        };
-        let mut adding: Vec<Member> = Vec::with_capacity(options.add.len());
-        for spec in &options.add {
-            let member_already =
-                (0..array.roles()).any(|r| array.slot(r).is_some_and(|s| s.member.spec() == spec));
-            if member_already || adding.iter().any(|m| m.spec() == spec) {
-                return Err(Error::BadOption {
-                    option: "--add".into(),
-                    why: format!("{spec} is a member of the array already"),
-                });
-            }
-            let member = Member::open(spec, open)?;
-            check_new_member(&member, &reference, &geometry, options.force)?;
-            adding.push(member);
-        }
+        let adding = super::live::open_added(array, options, &reference, &geometry)?;
         let free = free_dev_numbers(&reference, adding.len())?;
         let mut added = Vec::with_capacity(adding.len());
         let mut table_entries = Vec::with_capacity(adding.len());
