@@ -7,23 +7,10 @@
 
 mod common;
 
+use common::reshape::*;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-const MIB: u64 = 1 << 20;
-
-/// md's test pattern (tools/mdvm/pattern.c): 4 KiB block N holds the
-/// little-endian u64 N, repeated.
-fn pattern(bytes: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(bytes as usize);
-    for block in 0..bytes / 4096 {
-        for _ in 0..512 {
-            out.extend_from_slice(&block.to_le_bytes());
-        }
-    }
-    out
-}
 
 /// Data bytes each member holds (15 MiB files less 1 MiB of metadata).
 const PER: u64 = 14 * MIB;
@@ -66,25 +53,6 @@ fn filled_with(
 
 fn filled(dir: &Path, level: &str, count: usize) -> (Vec<String>, Vec<u8>) {
     filled_named(dir, level, count, "grow")
-}
-
-/// A blank 16 MiB member file.
-fn blank(dir: &Path, name: &str) -> String {
-    let f = std::fs::File::create(dir.join(name)).unwrap();
-    f.set_len(16 * MIB).unwrap();
-    name.into()
-}
-
-fn with<'a>(head: &[&'a str], members: &'a [String]) -> Vec<&'a str> {
-    let mut args = head.to_vec();
-    args.extend(members.iter().map(String::as_str));
-    args
-}
-
-/// Read `len` bytes of the array.
-fn read(dir: &Path, members: &[String], len: u64) -> Vec<u8> {
-    let len = len.to_string();
-    ok_bytes(&with(&["read", "--length", &len], members), dir)
 }
 
 #[test]
@@ -695,43 +663,6 @@ fn a_bitmap_grow_killed_mid_way_continues_with_its_bitmap_believed() {
     }
 }
 
-/// In a VM: the kernel assembles every array on the images, lets any
-/// reshape finish, then reports per array its size, whether the first
-/// `bytes` hold the pattern, and md's parity check.
-fn kernel_finishes(images: &[PathBuf], bytes: u64) -> String {
-    let script = images[0].parent().unwrap().join("check.sh");
-    std::fs::write(
-        &script,
-        format!(
-            r#"set +e
-mdadm --assemble --scan --run 2>&1
-echo 200000 > /proc/sys/dev/raid/speed_limit_min
-echo 2000000 > /proc/sys/dev/raid/speed_limit_max
-cat /proc/mdstat
-echo "ASSEMBLED $(grep -c -e resync -e recovery /proc/mdstat)"
-i=0; while grep -q -e reshape -e resync -e recovery /proc/mdstat && [ $i -lt 240 ]; do sleep 1; i=$((i+1)); done
-cat /proc/mdstat
-for sys in /sys/block/md*; do
-  md=/dev/${{sys##*/}}
-  echo check > $sys/md/sync_action; sleep 1; mdadm --wait $md >/dev/null 2>&1
-  if pattern verify -n {bytes} $md; then pv=ok; else pv=FAILED; fi
-  echo "KERNEL md=$md level=$(cat $sys/md/level) layout=$(cat $sys/md/layout) disks=$(cat $sys/md/raid_disks) size=$(blockdev --getsize64 $md) pattern=$pv mismatch=$(cat $sys/md/mismatch_cnt) offset=$(cat $sys/md/dev-*/offset | sort -u | tr '\n' ,) bitmap=$(cat $sys/md/bitmap/location 2>/dev/null || echo none) bchunk=$(cat $sys/md/bitmap/chunksize 2>/dev/null || echo none)"
-done
-echo "STALE_BITMAPS $(dmesg | grep -c 'out of date')"
-"#
-        ),
-    )
-    .unwrap();
-    let out = mdvm_on("mdvm", "6.1", &[])
-        .arg("--snapshot")
-        .arg("--script")
-        .arg(&script)
-        .args(images)
-        .output()
-        .expect("tools/mdvm/mdvm (./test.sh installs its tools)");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 #[test]
 fn the_kernel_reads_a_grown_array_and_finishes_one_nvraid_left_mid_reshape() {
     let dir = tempfile::tempdir().unwrap();
@@ -1140,4 +1071,9 @@ fn the_kernel_assembles_a_grown_bitmap_raid10_clean_and_finishes_one_left_mid_gr
             "{line}\n{report}"
         );
     }
+}
+
+/// A new blank member of 16 MiB named `name`.
+fn blank(dir: &Path, name: &str) -> String {
+    blank_mib(dir, name, 16)
 }

@@ -6,30 +6,16 @@
 
 mod common;
 
+use common::reshape::*;
 use common::*;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn control(dir: &Path) -> String {
-    dir.join("md.ctl").display().to_string()
-}
-
-fn status(dir: &Path) -> serde_json::Value {
-    serde_json::from_str(&ok(&["status", "--json", "--socket", &control(dir)], dir)).unwrap()
-}
-
 fn create(dir: &Path, level: &str, members: &[String], size: &str) {
     let mut args = vec!["create", "--level", level, "--size", size, "--force"];
     args.extend(members.iter().map(String::as_str));
     ok(&args, dir);
-}
-
-fn blank(dir: &Path, name: &str, bytes: u64) {
-    std::fs::File::create(dir.join(name))
-        .unwrap()
-        .set_len(bytes)
-        .unwrap();
 }
 
 fn grow_cmd(dir: &Path, raid_devices: u32, add: &str) -> Child {
@@ -73,58 +59,16 @@ fn wait_mid_grow(dir: &Path) -> serde_json::Value {
     }
 }
 
-fn fio_verify(dir: &Path, verify_only: bool) -> Child {
-    let mut fio = fio_nbd(dir, "grow");
-    fio.args(FIO_VERIFY_JOB).args([
-        "--size=24m",
-        "--offset_increment=24m",
-        "--rate_iops=2000",
-        "--do_verify=1",
-        "--randseed=7",
-        "--output-format=json",
-    ]);
-    if verify_only {
-        fio.arg("--verify_only");
-    }
-    fio.stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("fio (apt-get install fio)")
-}
-
-fn fio_done(fio: Child) {
-    let out = fio.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "fio failed: {text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_str(&text[text.find('{').unwrap()..]).unwrap();
-    let job = &report["jobs"][0];
-    assert_eq!(job["error"], 0, "{job}");
-    assert!(
-        job["read"]["io_bytes"].as_u64().unwrap() >= 48 << 20,
-        "fio verified less than it wrote: {job}"
-    );
-}
-
-fn detail(dir: &Path, members: &[String]) -> serde_json::Value {
-    let mut args = vec!["detail", "--json"];
-    args.extend(members.iter().map(String::as_str));
-    serde_json::from_slice(&ok_bytes(&args, dir)).unwrap()
-}
-
 fn grows_online_while_fio_verifies(level: &str, count: usize) {
     tool("fio");
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let mut members: Vec<String> = (0..count).map(|i| format!("m{i}.img")).collect();
     create(d, level, &members, "32M");
-    blank(d, "new.img", 32 << 20);
+    blank_mib(d, "new.img", 32);
     let size_before = detail(d, &members)["size_bytes"].as_u64().unwrap();
     let server = serve_with(d, &members, &["--reshape-speed", "12"]);
-    let fio = fio_verify(d, false);
+    let fio = fio_verify_grow(d, false);
     std::thread::sleep(Duration::from_millis(300));
     let grow = grow_cmd(d, count as u32 + 1, "new.img");
     let mid = wait_mid_grow(d);
@@ -158,7 +102,7 @@ fn grows_online_while_fio_verifies(level: &str, count: usize) {
     assert_checks_clean(d, &members, "after the online grow");
     // Served again in the new shape: fio finds every block it wrote.
     let server = serve(d, &members);
-    fio_done(fio_verify(d, true));
+    fio_done(fio_verify_grow(d, true));
     server.interrupt();
 }
 
@@ -172,9 +116,9 @@ fn fio_verifies_through_nbd_while_a_served_raid1_gains_a_third_mirror() {
     let d = dir.path();
     let mut members: Vec<String> = (0..2).map(|i| format!("m{i}.img")).collect();
     create(d, "1", &members, "56M");
-    blank(d, "new.img", 64 << 20);
+    blank_mib(d, "new.img", 64);
     let server = serve_with(d, &members, &["--reshape-speed", "12"]);
-    let fio = fio_verify(d, false);
+    let fio = fio_verify_grow(d, false);
     std::thread::sleep(Duration::from_millis(300));
     let grow = grow_cmd(d, 3, "new.img");
     let mid = wait_mid_grow(d);
@@ -221,69 +165,12 @@ fn fio_verifies_through_nbd_while_a_served_raid1_gains_a_third_mirror() {
         "the new mirror's data differs from the old mirror's"
     );
     let server = serve(d, &members);
-    fio_done(fio_verify(d, true));
+    fio_done(fio_verify_grow(d, true));
     server.interrupt();
 }
 
 fn examine_member(dir: &Path, member: &str) -> serde_json::Value {
     serde_json::from_str(&ok(&["examine", "--json", member], dir)).unwrap()
-}
-
-/// An NBD member through nbdkit's error filter: every request fails
-/// with EIO once `trigger` exists.
-struct FailingNode {
-    child: Child,
-    socket: std::path::PathBuf,
-    trigger: std::path::PathBuf,
-}
-
-impl FailingNode {
-    fn up(dir: &Path, image: &str) -> FailingNode {
-        let socket = dir.join(format!("{image}.sock"));
-        let trigger = dir.join(format!("{image}.trigger"));
-        let child = Command::new(tool("nbdkit"))
-            .arg("-f")
-            .arg("-U")
-            .arg(&socket)
-            .args(["--filter=error", "file"])
-            .arg(dir.join(image))
-            .arg("error-rate=100%")
-            .arg(format!("error-file={}", trigger.display()))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nbdkit (./test.sh installs it)");
-        let started = Instant::now();
-        while !socket.exists() {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "nbdkit did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-        FailingNode {
-            child,
-            socket,
-            trigger,
-        }
-    }
-
-    fn uri(&self) -> String {
-        format!("nbd+unix:///?socket={}", self.socket.display())
-    }
-
-    fn fail(&self) {
-        std::fs::write(&self.trigger, b"").unwrap();
-    }
-}
-
-impl Drop for FailingNode {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// An old member of a served RAID 5 fails part-way through its online
@@ -299,7 +186,7 @@ fn a_member_failing_mid_online_grow_is_recorded_faulty_and_the_raid5_grows_degra
     let d = dir.path();
     let members: Vec<String> = (0..4).map(|i| format!("m{i}.img")).collect();
     create(d, "5", &members, "32M");
-    blank(d, "new.img", 32 << 20);
+    blank_mib(d, "new.img", 32);
     let node = FailingNode::up(d, "m1.img");
     let through = vec![
         members[0].clone(),
@@ -308,7 +195,7 @@ fn a_member_failing_mid_online_grow_is_recorded_faulty_and_the_raid5_grows_degra
         members[3].clone(),
     ];
     let server = serve_with(d, &through, &["--reshape-speed", "12"]);
-    let fio = fio_verify(d, false);
+    let fio = fio_verify_grow(d, false);
     std::thread::sleep(Duration::from_millis(300));
     let grow = grow_cmd(d, 5, "new.img");
     wait_mid_grow(d);
@@ -346,11 +233,11 @@ fn a_member_failing_mid_online_grow_is_recorded_faulty_and_the_raid5_grows_degra
     );
     // Served degraded: fio finds every block it wrote.
     let server = serve(d, &survivors);
-    fio_done(fio_verify(d, true));
+    fio_done(fio_verify_grow(d, true));
     server.interrupt();
     // A blank member rebuilt into the missing role: check is clean, and
     // fio finds every block again.
-    blank(d, "spare.img", 32 << 20);
+    blank_mib(d, "spare.img", 32);
     let mut add = vec!["add", "--new", "spare.img"];
     add.extend(survivors.iter().map(String::as_str));
     ok(&add, d);
@@ -358,7 +245,7 @@ fn a_member_failing_mid_online_grow_is_recorded_faulty_and_the_raid5_grows_degra
     whole.push("spare.img".into());
     assert_checks_clean(d, &whole, "after the degraded online grow and a rebuild");
     let server = serve(d, &whole);
-    fio_done(fio_verify(d, true));
+    fio_done(fio_verify_grow(d, true));
     server.interrupt();
 }
 
@@ -376,7 +263,7 @@ fn a_second_member_failing_mid_online_raid5_grow_stops_it_at_the_recorded_positi
     let d = dir.path();
     let members: Vec<String> = (0..4).map(|i| format!("m{i}.img")).collect();
     create(d, "5", &members, "32M");
-    blank(d, "new.img", 32 << 20);
+    blank_mib(d, "new.img", 32);
     let first = FailingNode::up(d, "m1.img");
     let second = FailingNode::up(d, "m2.img");
     let through = vec![
@@ -459,7 +346,7 @@ fn a_server_killed_mid_grow_leaves_a_grow_that_continue_finishes_with_every_byte
     let mut write = vec!["write", "--input", "data.bin"];
     write.extend(members.iter().map(String::as_str));
     ok(&write, d);
-    blank(d, "new.img", 24 << 20);
+    blank_mib(d, "new.img", 24);
     let mut server = serve_with(d, &members, &["--reshape-speed", "4"]);
     let grow = grow_cmd(d, 5, "new.img");
     wait_mid_grow(d);
@@ -489,9 +376,9 @@ fn a_grow_through_the_socket_is_refused_while_one_runs_or_a_rebuild_does() {
     let d = dir.path();
     let members: Vec<String> = (0..4).map(|i| format!("m{i}.img")).collect();
     create(d, "5", &members, "24M");
-    blank(d, "new.img", 24 << 20);
-    blank(d, "other.img", 24 << 20);
-    blank(d, "spare.img", 24 << 20);
+    blank_mib(d, "new.img", 24);
+    blank_mib(d, "other.img", 24);
+    blank_mib(d, "spare.img", 24);
     // A rebuild runs: the grow waits for it.
     let server = serve_with(d, &members, &["--rebuild-speed", "1:1"]);
     ok(&["fail", "--socket", &control(d), "--member", "m1.img"], d);
@@ -549,55 +436,8 @@ fn a_grow_through_the_socket_is_refused_while_one_runs_or_a_rebuild_does() {
     assert!(!grow.wait_with_output().unwrap().status.success());
 }
 
-const MIB: u64 = 1 << 20;
 /// Data bytes each 15 MiB member holds (1 MiB of metadata before them).
 const PER: u64 = 14 * MIB;
-
-/// Block `b` of the array holds its number, as tools/mdvm's `pattern`
-/// writes and verifies.
-fn pattern(bytes: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(bytes as usize);
-    for block in 0..bytes / 4096 {
-        for _ in 0..512 {
-            out.extend_from_slice(&block.to_le_bytes());
-        }
-    }
-    out
-}
-
-/// The kernel's md (tools/mdvm, 6.1 series) assembles every array the
-/// images hold, finishes any reshape, checks each and verifies the
-/// pattern over `bytes`; its report.
-fn kernel_finishes(images: &[std::path::PathBuf], bytes: u64) -> String {
-    let script = images[0].parent().unwrap().join("check.sh");
-    std::fs::write(
-        &script,
-        format!(
-            r#"set +e
-mdadm --assemble --scan --run 2>&1
-echo 200000 > /proc/sys/dev/raid/speed_limit_min
-echo 2000000 > /proc/sys/dev/raid/speed_limit_max
-i=0; while grep -q -e reshape -e resync -e recovery /proc/mdstat && [ $i -lt 240 ]; do sleep 1; i=$((i+1)); done
-cat /proc/mdstat
-for sys in /sys/block/md*; do
-  md=/dev/${{sys##*/}}
-  echo check > $sys/md/sync_action; sleep 1; mdadm --wait $md >/dev/null 2>&1
-  if pattern verify -n {bytes} $md; then pv=ok; else pv=FAILED; fi
-  echo "KERNEL md=$md level=$(cat $sys/md/level) disks=$(cat $sys/md/raid_disks) size=$(blockdev --getsize64 $md) pattern=$pv mismatch=$(cat $sys/md/mismatch_cnt)"
-done
-"#
-        ),
-    )
-    .unwrap();
-    let out = mdvm_on("mdvm", "6.1", &[])
-        .arg("--snapshot")
-        .arg("--script")
-        .arg(&script)
-        .args(images)
-        .output()
-        .expect("tools/mdvm/mdvm (./test.sh installs its tools)");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 #[test]
 fn the_kernel_assembles_a_raid5_grown_online_and_finishes_one_left_mid_online_grow() {
@@ -620,7 +460,7 @@ fn the_kernel_assembles_a_raid5_grown_online_and_finishes_one_left_mid_online_gr
         args.extend(names.iter().map(String::as_str));
         ok(&args, &sub);
         std::fs::remove_file(sub.join("data")).unwrap();
-        blank(&sub, "d4", 16 * MIB);
+        blank_mib(&sub, "d4", 16);
         let speed = if kill { "2" } else { "50" };
         let mut server = serve_with(&sub, &names, &["--reshape-speed", speed]);
         let grow = grow_cmd(&sub, 5, "d4");
@@ -680,7 +520,7 @@ fn the_kernel_assembles_a_raid10_grown_online_and_finishes_one_left_mid_online_g
         args.extend(names.iter().map(String::as_str));
         ok(&args, &sub);
         std::fs::remove_file(sub.join("data")).unwrap();
-        blank(&sub, "d4", 16 * MIB);
+        blank_mib(&sub, "d4", 16);
         let speed = if kill { "2" } else { "50" };
         let mut server = serve_with(&sub, &names, &["--reshape-speed", speed]);
         let grow = grow_cmd(&sub, 5, "d4");
@@ -730,7 +570,7 @@ fn writes_acknowledged_during_an_online_grow_survive_a_sigkill_and_continue() {
     let mut members: Vec<String> = (0..4).map(|i| format!("m{i}.img")).collect();
     create(d, "5", &members, "24M");
     let size = detail(d, &members)["size_bytes"].as_u64().unwrap();
-    blank(d, "new.img", 24 << 20);
+    blank_mib(d, "new.img", 24);
     let mut server = serve_with(d, &members, &["--reshape-speed", "3"]);
     let grow = grow_cmd(d, 5, "new.img");
     let mid = wait_mid_grow(d);
@@ -795,4 +635,10 @@ fn writes_acknowledged_during_an_online_grow_survive_a_sigkill_and_continue() {
             "block {b} lost an acknowledged write across the kill"
         );
     }
+}
+
+/// fio's verified writes through NBD while a served array grows (or the
+/// read pass checking them).
+fn fio_verify_grow(dir: &Path, verify_only: bool) -> Child {
+    fio_verify(dir, "grow", 2000, 7, verify_only)
 }

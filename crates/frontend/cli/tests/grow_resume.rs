@@ -6,36 +6,16 @@
 
 mod common;
 
+use common::reshape::*;
 use common::*;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn control(dir: &Path) -> String {
-    dir.join("md.ctl").display().to_string()
-}
-
-fn status(dir: &Path) -> serde_json::Value {
-    serde_json::from_str(&ok(&["status", "--json", "--socket", &control(dir)], dir)).unwrap()
-}
-
 fn create(dir: &Path, members: &[String], size: &str) {
     let mut args = vec!["create", "--level", "5", "--size", size, "--force"];
     args.extend(members.iter().map(String::as_str));
     ok(&args, dir);
-}
-
-fn blank(dir: &Path, name: &str, bytes: u64) {
-    std::fs::File::create(dir.join(name))
-        .unwrap()
-        .set_len(bytes)
-        .unwrap();
-}
-
-fn detail(dir: &Path, members: &[String]) -> serde_json::Value {
-    let mut args = vec!["detail", "--json"];
-    args.extend(members.iter().map(String::as_str));
-    serde_json::from_slice(&ok_bytes(&args, dir)).unwrap()
 }
 
 /// `grow --socket` to one more member (`add`), started once the server
@@ -114,44 +94,6 @@ fn wait_finished(dir: &Path) -> serde_json::Value {
     }
 }
 
-/// fio's verified random writes over the first 48 MiB through NBD (or,
-/// `verify_only`, the read pass that checks every block it wrote).
-fn fio_verify(dir: &Path, verify_only: bool) -> Child {
-    let mut fio = fio_nbd(dir, "resume");
-    fio.args(FIO_VERIFY_JOB).args([
-        "--size=24m",
-        "--offset_increment=24m",
-        "--rate_iops=3000",
-        "--do_verify=1",
-        "--randseed=11",
-        "--output-format=json",
-    ]);
-    if verify_only {
-        fio.arg("--verify_only");
-    }
-    fio.stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("fio (apt-get install fio)")
-}
-
-fn fio_done(fio: Child) {
-    let out = fio.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "fio failed: {text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_str(&text[text.find('{').unwrap()..]).unwrap();
-    let job = &report["jobs"][0];
-    assert_eq!(job["error"], 0, "{job}");
-    assert!(
-        job["read"]["io_bytes"].as_u64().unwrap() >= 48 << 20,
-        "fio verified less than it wrote: {job}"
-    );
-}
-
 /// Poll `status` until the background resync of an array that came up
 /// dirty has finished.
 fn wait_resynced(dir: &Path) {
@@ -179,7 +121,7 @@ fn serve_log(dir: &Path) -> String {
 /// fio wrote reads back, the parity checks clean, the size is the new one.
 fn finished_at_the_new_size(dir: &Path, members: &[String], size_before: u64) {
     let server = serve(dir, members);
-    fio_done(fio_verify(dir, true));
+    fio_done(fio_verify_resume(dir, true));
     server.interrupt();
     let grown = detail(dir, members);
     assert_eq!(grown["state"], "clean", "{grown}");
@@ -196,7 +138,7 @@ fn finished_at_the_new_size(dir: &Path, members: &[String], size_before: u64) {
 fn four_and_a_blank(dir: &Path) -> (Vec<String>, u64) {
     let members: Vec<String> = (0..4).map(|i| format!("m{i}.img")).collect();
     create(dir, &members, "32M");
-    blank(dir, "new.img", 32 << 20);
+    blank_mib(dir, "new.img", 32);
     let size = detail(dir, &members)["size_bytes"].as_u64().unwrap();
     (members, size)
 }
@@ -213,7 +155,7 @@ fn a_server_killed_mid_grow_is_served_again_with_the_grow_finished_and_fio_verif
     let (mut members, size) = four_and_a_blank(d);
     let mut server = serve_with(d, &members, &["--reshape-speed", "1"]);
     let _grow = grow(d, 5, "new.img");
-    fio_done(fio_verify(d, false));
+    fio_done(fio_verify_resume(d, false));
     wait_mid_grow(d, 0);
     server.kill().unwrap();
     server.wait().unwrap();
@@ -226,7 +168,7 @@ fn a_server_killed_mid_grow_is_served_again_with_the_grow_finished_and_fio_verif
         "{log}"
     );
     // The array came up dirty: fio's read pass goes beside its resync.
-    fio_done(fio_verify(d, true));
+    fio_done(fio_verify_resume(d, true));
     wait_resynced(d);
     server.interrupt();
     finished_at_the_new_size(d, &members, size);
@@ -271,7 +213,7 @@ fn a_grow_stopped_with_the_server_goes_on_when_served_again_and_survives_a_kill(
     // Served in the old shape until it is assembled again.
     assert_eq!(s["array"]["size_bytes"], size, "{s}");
     assert_eq!(s["array"]["reshape"]["raid_disks_before"], 4, "{s}");
-    fio_done(fio_verify(d, false));
+    fio_done(fio_verify_resume(d, false));
     wait_mid_grow(d, recorded);
     server.kill().unwrap();
     server.wait().unwrap();
@@ -284,7 +226,7 @@ fn a_grow_stopped_with_the_server_goes_on_when_served_again_and_survives_a_kill(
         log.contains("event=reshape-finished raid_disks=4->5"),
         "{log}"
     );
-    fio_done(fio_verify(d, true));
+    fio_done(fio_verify_resume(d, true));
     wait_resynced(d);
     server.interrupt();
     finished_at_the_new_size(d, &members, size);
@@ -535,7 +477,7 @@ fn a_raid6_whose_offline_grow_was_killed_mid_checkpoint_grows_on_while_served() 
     let mut write = vec!["write", "--input", "data.bin"];
     write.extend(members.iter().map(String::as_str));
     ok(&write, d);
-    blank(d, "new.img", 32 << 20);
+    blank_mib(d, "new.img", 32);
     // Six superblocks record the reshape, then six per checkpoint: the
     // 27th is the third of the fourth checkpoint's.
     let mut args = vec![
@@ -611,4 +553,10 @@ fn a_dirty_array_recorded_mid_grow_given_with_a_strangers_member_is_refused_befo
     args.extend(members.iter().map(String::as_str));
     args.push("x0.img");
     refused(&args, d, &["x0.img", "members of two different arrays"]);
+}
+
+/// fio's verified writes through NBD over a grow served again (or the
+/// read pass checking them).
+fn fio_verify_resume(dir: &Path, verify_only: bool) -> Child {
+    fio_verify(dir, "resume", 3000, 11, verify_only)
 }

@@ -7,29 +7,12 @@
 
 mod common;
 
+use common::reshape::*;
 use common::*;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-const MIB: u64 = 1 << 20;
 const PER: u64 = 14 * MIB;
-
-/// md's test pattern (tools/mdvm/pattern.c).
-fn pattern(bytes: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(bytes as usize);
-    for block in 0..bytes / 4096 {
-        for _ in 0..512 {
-            out.extend_from_slice(&block.to_le_bytes());
-        }
-    }
-    out
-}
-
-fn with<'a>(head: &[&'a str], members: &'a [String]) -> Vec<&'a str> {
-    let mut args = head.to_vec();
-    args.extend(members.iter().map(String::as_str));
-    args
-}
 
 fn data_members(level: &str, count: u64) -> u64 {
     match level {

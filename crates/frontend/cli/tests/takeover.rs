@@ -7,27 +7,14 @@
 
 mod common;
 
+use common::reshape::*;
 use common::*;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-const MIB: u64 = 1 << 20;
-
 /// Data bytes each member holds (15 MiB files less 1 MiB of metadata).
 const PER: u64 = 14 * MIB;
-
-/// md's test pattern (tools/mdvm/pattern.c): 4 KiB block N holds the
-/// little-endian u64 N, repeated.
-fn pattern(bytes: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(bytes as usize);
-    for block in 0..bytes / 4096 {
-        for _ in 0..512 {
-            out.extend_from_slice(&block.to_le_bytes());
-        }
-    }
-    out
-}
 
 /// A RAID `level` of `count` members `d0..` of 15 MiB without a bitmap,
 /// named `name`, filled with the pattern; the members and the bytes.
@@ -52,84 +39,6 @@ fn filled(dir: &Path, level: &str, count: usize, name: &str) -> (Vec<String>, Ve
     ok(&args, dir);
     std::fs::remove_file(dir.join("data")).unwrap();
     (names, data)
-}
-
-/// A blank 16 MiB member file.
-fn blank(dir: &Path, name: &str) -> String {
-    let f = std::fs::File::create(dir.join(name)).unwrap();
-    f.set_len(16 * MIB).unwrap();
-    name.into()
-}
-
-fn with<'a>(head: &[&'a str], members: &'a [String]) -> Vec<&'a str> {
-    let mut args = head.to_vec();
-    args.extend(members.iter().map(String::as_str));
-    args
-}
-
-/// Read `len` bytes of the array.
-fn read(dir: &Path, members: &[String], len: u64) -> Vec<u8> {
-    let len = len.to_string();
-    ok_bytes(&with(&["read", "--length", &len], members), dir)
-}
-
-/// An nbdkit serving the file `image` in `dir` on a unix socket, with
-/// nbdkit's error filter (every request fails with EIO once `trigger`
-/// exists) over its delay filter (each write a little slow, so
-/// that a grow lasts a few seconds).
-struct FailingNode {
-    child: std::process::Child,
-    socket: PathBuf,
-    trigger: PathBuf,
-}
-
-impl FailingNode {
-    fn up(dir: &Path, image: &str) -> FailingNode {
-        let socket = dir.join(format!("{image}.sock"));
-        let trigger = dir.join(format!("{image}.trigger"));
-        let child = Command::new(tool("nbdkit"))
-            .arg("-f")
-            .arg("-U")
-            .arg(&socket)
-            .args(["--filter=error", "--filter=delay", "file"])
-            .arg(dir.join(image))
-            .arg("error-rate=100%")
-            .arg(format!("error-file={}", trigger.display()))
-            .arg("wdelay=60ms")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("nbdkit (./test.sh installs it)");
-        for _ in 0..200 {
-            if socket.exists() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        assert!(socket.exists(), "nbdkit did not start");
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        FailingNode {
-            child,
-            socket,
-            trigger,
-        }
-    }
-
-    fn uri(&self) -> String {
-        format!("nbd+unix:///?socket={}", self.socket.display())
-    }
-
-    fn fail(&self) {
-        std::fs::write(&self.trigger, b"").unwrap();
-    }
-}
-
-impl Drop for FailingNode {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Grow the array on `members` (`failing`'s member among them, reached
@@ -194,7 +103,7 @@ fn a_member_failing_mid_grow_is_recorded_failed_and_the_raid5_grows_degraded() {
     let new = blank(d, "d4");
     // d1 (an old member, whose chunks the steps then rebuild from parity)
     // fails part-way through.
-    let node = FailingNode::up(d, "d1");
+    let node = FailingNode::slow(d, "d1");
     let through: Vec<String> = vec![m[0].clone(), node.uri(), m[2].clone(), m[3].clone()];
     let out = grow_while_failing(d, &through, &new, &node);
     assert!(
@@ -343,76 +252,6 @@ fn a_grow_is_not_continued_without_members_the_level_cannot_spare() {
     }
 }
 
-/// In a VM: the kernel assembles every array on `images` (each in a
-/// directory named after its array), lets any reshape finish, and reports
-/// per array its name, level, member count, missing members, size,
-/// whether the first bytes hold the pattern (`bytes`: name -> count) and,
-/// for a whole redundant array, md's check's mismatch count; then md's
-/// chunk size (bytes) and layout number.
-fn kernel_reports(images: &[PathBuf], bytes: &[(&str, u64)]) -> String {
-    let script = images[0]
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("check.sh");
-    let cases: String = bytes
-        .iter()
-        .map(|(name, n)| format!("    *{name}) n={n} ;;\n"))
-        .collect();
-    std::fs::write(
-        &script,
-        format!(
-            r#"set +e
-mdadm --assemble --scan --run 2>&1
-echo 200000 > /proc/sys/dev/raid/speed_limit_min
-echo 2000000 > /proc/sys/dev/raid/speed_limit_max
-i=0; while grep -q -e reshape -e resync -e recovery /proc/mdstat && [ $i -lt 240 ]; do sleep 1; i=$((i+1)); done
-cat /proc/mdstat
-for sys in /sys/block/md*; do
-  md=/dev/${{sys##*/}}
-  name=$(mdadm --detail $md | sed -n 's/ *Name : \([^ ]*\).*/\1/p')
-  case "$name" in
-{cases}    *) n=4096 ;;
-  esac
-  if pattern verify -n $n $md; then pv=ok; else pv=FAILED; fi
-  mm=none
-  if [ -e $sys/md/sync_action ] && [ "$(cat $sys/md/degraded)" = 0 ]; then
-    echo check > $sys/md/sync_action; sleep 1; mdadm --wait $md >/dev/null 2>&1
-    mm=$(cat $sys/md/mismatch_cnt)
-  fi
-  echo "KERNEL name=$name level=$(cat $sys/md/level) disks=$(cat $sys/md/raid_disks) degraded=$(cat $sys/md/degraded) size=$(blockdev --getsize64 $md) pattern=$pv mismatch=$mm chunk=$(cat $sys/md/chunk_size) layout=$(cat $sys/md/layout)"
-done
-"#
-        ),
-    )
-    .unwrap();
-    let out = mdvm_on("mdvm", "6.1", &[])
-        .arg("--snapshot")
-        .arg("--script")
-        .arg(&script)
-        .args(images)
-        .output()
-        .expect("tools/mdvm/mdvm (./test.sh installs its tools)");
-    // mdvm's own complaints (a VM that did not start) after the report.
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-/// The line of array `name` in a [`kernel_reports`] report.
-fn kernel_line<'a>(report: &'a str, name: &str) -> &'a str {
-    report
-        .lines()
-        .find(|l| {
-            l.starts_with("KERNEL ")
-                && (l.contains(&format!("name={name} ")) || l.contains(&format!(":{name} ")))
-        })
-        .unwrap_or_else(|| panic!("the kernel did not assemble {name}:\n{report}"))
-}
-
 #[test]
 fn the_kernel_assembles_degraded_what_nvraid_grew_with_a_member_failing_or_missing() {
     let dir = tempfile::tempdir().unwrap();
@@ -424,7 +263,7 @@ fn the_kernel_assembles_degraded_what_nvraid_grew_with_a_member_failing_or_missi
     let (m, _) = filled(&sub, "5", 4, "failing");
     let new = blank(&sub, "d4");
     {
-        let node = FailingNode::up(&sub, "d1");
+        let node = FailingNode::slow(&sub, "d1");
         let through: Vec<String> = vec![m[0].clone(), node.uri(), m[2].clone(), m[3].clone()];
         grow_while_failing(&sub, &through, &new, &node);
     }
@@ -841,7 +680,7 @@ fn a_raid0_grow_stops_at_its_recorded_position_when_a_member_fails_and_continues
     let d = dir.path();
     let (m, data) = filled(d, "0", 3, "r0f");
     let new = blank(d, "d3");
-    let node = FailingNode::up(d, "d1");
+    let node = FailingNode::slow(d, "d1");
     let through: Vec<String> = vec![m[0].clone(), node.uri(), m[2].clone()];
     let (success, stdout, stderr) = grow_with_a_failure(d, &through, &new, "4", &node);
     assert!(!success, "a RAID 0 grew on without a member: {stdout}");
@@ -866,7 +705,7 @@ fn a_raid0_grow_stops_at_its_recorded_position_when_a_member_fails_and_continues
         "{positions:?}"
     );
     // The member answers again.
-    std::fs::remove_file(&node.trigger).unwrap();
+    node.heal();
     let mut all = through.clone();
     all.push(new);
     let out = ok(&with(&["grow", "--continue", "--step", "1M"], &all), d);
@@ -1303,22 +1142,6 @@ fn nvraid_reads_the_raid0_the_kernel_restriped_and_restripes_it_back() {
     assert!(read(d, &m, size) == all, "64 KiB again: the bytes differ");
 }
 
-/// Run `args` in `dir` with the crash point `point` armed; it must die
-/// there.
-fn killed_at(dir: &Path, args: &[&str], point: &str) {
-    let out = Command::new(env!("CARGO_BIN_EXE_nvraid"))
-        .current_dir(dir)
-        .env("NVRAID_FAILPOINT", point)
-        .args(args)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && stderr.contains("failpoint"),
-        "{args:?} did not stop at {point}: {stderr}"
-    );
-}
-
 #[test]
 fn a_takeover_killed_between_its_superblocks_is_finished_by_running_it_again() {
     // One member written (the new level, one event ahead), the other not:
@@ -1434,4 +1257,16 @@ fn a_raid4_without_its_parity_member_becomes_a_raid0_and_a_whole_one_is_refused(
         }
         assert!(read(d, &m[..3], 3 * PER) == data, "md level 4: {to4}");
     }
+}
+
+/// A new blank member of 16 MiB named `name`.
+fn blank(dir: &Path, name: &str) -> String {
+    blank_mib(dir, name, 16)
+}
+
+/// [`common::reshape::kernel_reports`] with the script beside the
+/// images' directory.
+fn kernel_reports(images: &[PathBuf], bytes: &[(&str, u64)]) -> String {
+    let beside = images[0].parent().unwrap().parent().unwrap();
+    common::reshape::kernel_reports(beside, images, bytes)
 }

@@ -1,6 +1,8 @@
 //! Helpers shared by the `nvraid` binary's integration tests.
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod reshape;
+
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
