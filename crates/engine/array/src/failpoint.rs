@@ -20,6 +20,7 @@
 //! | name | where |
 //! |---|---|
 //! | `rebuild-write` | a rebuild beside clients has read and computed a step of the new member's bytes, and is about to write them |
+//! | `reshape-section` | a grow in place is about to keep a critical-section step's rows in its backup area (OFFSET: the array position the step starts at) |
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;

@@ -6,32 +6,13 @@
 
 mod common;
 
+use common::reshape::*;
 use common::*;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-
-const MIB: u64 = 1 << 20;
+use std::process::{Command, Stdio};
 
 /// Data bytes each member holds (7 MiB members less 1 MiB of metadata).
 const PER: u64 = 6 * MIB;
-
-/// md's test pattern (tools/mdvm/pattern.c): 4 KiB block N holds the
-/// little-endian u64 N, repeated.
-fn pattern(bytes: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(bytes as usize);
-    for block in 0..bytes / 4096 {
-        for _ in 0..512 {
-            out.extend_from_slice(&block.to_le_bytes());
-        }
-    }
-    out
-}
-
-fn with<'a>(head: &[&'a str], members: &'a [String]) -> Vec<&'a str> {
-    let mut args = head.to_vec();
-    args.extend(members.iter().map(String::as_str));
-    args
-}
 
 /// A RAID `level` of `count` members of 7 MiB in chunks of 1 MiB (its
 /// data offset, 1 MiB, leaves less than a chunk of room below the data),
@@ -55,18 +36,6 @@ fn no_room_with(dir: &Path, level: &str, count: usize, bitmap: &str) -> (Vec<Str
     ok(&with(&["write", "--input", "data"], &names), dir);
     std::fs::remove_file(dir.join("data")).unwrap();
     (names, data)
-}
-
-/// A blank member file of `mib` MiB.
-fn blank(dir: &Path, name: &str, mib: u64) -> String {
-    let f = std::fs::File::create(dir.join(name)).unwrap();
-    f.set_len(mib * MIB).unwrap();
-    name.into()
-}
-
-fn read(dir: &Path, members: &[String], len: u64) -> Vec<u8> {
-    let len = len.to_string();
-    ok_bytes(&with(&["read", "--length", &len], members), dir)
 }
 
 fn examine(dir: &Path, name: &str) -> serde_json::Value {
@@ -94,7 +63,7 @@ fn assert_grown(dir: &Path, members: &[String], data: &[u8], size: u64, what: &s
 fn a_raid5_without_room_to_move_its_data_grows_in_place_with_a_backup() {
     let dir = tempfile::tempdir().unwrap();
     let (mut m, data) = no_room(dir.path(), "5", 4);
-    let new = blank(dir.path(), "d4", 12);
+    let new = blank_mib(dir.path(), "d4", 12);
     let out = ok(
         &with(&["grow", "-n", "5", "--add", &new, "--json"], &m),
         dir.path(),
@@ -118,7 +87,10 @@ fn a_raid5_without_room_to_move_its_data_grows_in_place_with_a_backup() {
     // RAID 6: two new members, each with the backup.
     let dir = tempfile::tempdir().unwrap();
     let (mut m, data) = no_room(dir.path(), "6", 4);
-    let (a, b) = (blank(dir.path(), "d4", 12), blank(dir.path(), "d5", 12));
+    let (a, b) = (
+        blank_mib(dir.path(), "d4", 12),
+        blank_mib(dir.path(), "d5", 12),
+    );
     ok(
         &with(&["grow", "-n", "6", "--add", &a, "--add", &b], &m),
         dir.path(),
@@ -130,14 +102,14 @@ fn a_raid5_without_room_to_move_its_data_grows_in_place_with_a_backup() {
     // RAID 4 (parity-last: the new member holds data).
     let dir = tempfile::tempdir().unwrap();
     let (mut m, data) = no_room(dir.path(), "4", 3);
-    let new = blank(dir.path(), "d3", 12);
+    let new = blank_mib(dir.path(), "d3", 12);
     ok(&with(&["grow", "-n", "4", "--add", &new], &m), dir.path());
     m.push(new);
     assert_grown(dir.path(), &m, &data, 3 * PER, "RAID 4 grown in place");
     // With a write-intent bitmap (kept where it is, below the data).
     let dir = tempfile::tempdir().unwrap();
     let (mut m, data) = no_room_with(dir.path(), "5", 4, "internal");
-    let new = blank(dir.path(), "d4", 12);
+    let new = blank_mib(dir.path(), "d4", 12);
     ok(&with(&["grow", "-n", "5", "--add", &new], &m), dir.path());
     m.push(new);
     let d: serde_json::Value =
@@ -157,7 +129,7 @@ fn a_grow_in_place_with_new_members_too_small_for_the_backup_is_refused_unchange
     let dir = tempfile::tempdir().unwrap();
     let (m, _) = no_room(dir.path(), "5", 4);
     // Room for the data area, none for the backup below it.
-    let new = blank(dir.path(), "d4", 8);
+    let new = blank_mib(dir.path(), "d4", 8);
     refused(
         &with(&["grow", "-n", "5", "--add", &new], &m),
         dir.path(),
@@ -175,21 +147,6 @@ fn copied(from: &Path) -> tempfile::TempDir {
     dir
 }
 
-/// Run `nvraid ARGS` with crash point `point` armed: it must die there.
-fn killed_at(dir: &Path, args: &[&str], point: &str) {
-    let out = Command::new(env!("CARGO_BIN_EXE_nvraid"))
-        .current_dir(dir)
-        .env("NVRAID_FAILPOINT", point)
-        .args(args)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && stderr.contains("failpoint"),
-        "{args:?} did not stop at {point}: {stderr}"
-    );
-}
-
 #[test]
 fn a_grow_in_place_killed_at_any_write_of_its_critical_section_is_restored_by_continue() {
     // RAID 5 of 4 members to 5, chunks of 1 MiB: a stripe of the new shape
@@ -201,7 +158,7 @@ fn a_grow_in_place_killed_at_any_write_of_its_critical_section_is_restored_by_co
     // superblocks. Every one of these points is crashed at.
     let template = tempfile::tempdir().unwrap();
     let (old, data) = no_room(template.path(), "5", 4);
-    blank(template.path(), "d4", 12);
+    blank_mib(template.path(), "d4", 12);
     let grow = with(&["grow", "-n", "5", "--add", "d4", "--step", "4M"], &old);
     let mut m = old.clone();
     m.push("d4".into());
@@ -225,7 +182,7 @@ fn a_grow_in_place_killed_at_any_write_of_its_critical_section_is_restored_by_co
 fn the_kernel_reads_a_raid5_nvraid_grew_in_place() {
     let dir = tempfile::tempdir().unwrap();
     let (mut m, data) = no_room(dir.path(), "5", 4);
-    let new = blank(dir.path(), "d4", 12);
+    let new = blank_mib(dir.path(), "d4", 12);
     ok(&with(&["grow", "-n", "5", "--add", &new], &m), dir.path());
     m.push(new);
     let mut whole = data.clone();
@@ -266,8 +223,8 @@ fn a_grow_killed_between_its_new_members_superblocks_is_finished_by_continue() {
             ok(&with(&["write", "--input", "data"], &names), dir.path());
             std::fs::remove_file(dir.path().join("data")).unwrap();
             let (a, b) = (
-                blank(dir.path(), "d4", new_mib),
-                blank(dir.path(), "d5", new_mib),
+                blank_mib(dir.path(), "d4", new_mib),
+                blank_mib(dir.path(), "d5", new_mib),
             );
             killed_at(
                 dir.path(),
@@ -289,13 +246,13 @@ fn a_blank_member_past_the_start_of_a_reshape_is_refused_by_name_unchanged() {
     // bytes are on it, so a blank one in its place is not taken for it.
     let dir = tempfile::tempdir().unwrap();
     let (old, _) = no_room(dir.path(), "5", 4);
-    blank(dir.path(), "d4", 12);
+    blank_mib(dir.path(), "d4", 12);
     killed_at(
         dir.path(),
         &with(&["grow", "-n", "5", "--add", "d4", "--step", "4M"], &old),
         "reshape-superblock:7",
     );
-    blank(dir.path(), "other", 12);
+    blank_mib(dir.path(), "other", 12);
     let mut m = old.clone();
     m.push("other".into());
     refused(
@@ -348,7 +305,7 @@ fn a_degraded_raid5_or_raid6_grows_with_force_and_a_rebuild_makes_it_whole() {
             .filter(|i| !missing.contains(i))
             .map(|i| m[i].clone())
             .collect();
-        let new = blank(d, "d4", new_mib);
+        let new = blank_mib(d, "d4", new_mib);
         let out = ok(
             &with(
                 &["grow", "-n", "5", "--add", &new, "--force", "--json"],
@@ -370,7 +327,7 @@ fn a_degraded_raid5_or_raid6_grows_with_force_and_a_rebuild_makes_it_whole() {
         assert!(got[data.len()..].iter().all(|&b| b == 0));
         let mut whole = survivors.clone();
         for (k, _) in missing.iter().enumerate() {
-            let spare = blank(d, &format!("s{k}"), new_mib);
+            let spare = blank_mib(d, &format!("s{k}"), new_mib);
             ok(&with(&["add", "--new", &spare], &whole), d);
             whole.push(spare);
         }
@@ -387,7 +344,7 @@ fn a_degraded_array_is_grown_only_with_force_and_raid10_not_at_all() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let (m, _) = roomy(d, "5", 4);
-    let new = blank(d, "d4", 16);
+    let new = blank_mib(d, "d4", 16);
     refused(
         &with(&["grow", "-n", "5", "--add", &new], &m[..3]),
         d,
@@ -401,69 +358,12 @@ fn a_degraded_array_is_grown_only_with_force_and_raid10_not_at_all() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let (m, _) = roomy(d, "10", 4);
-    let new = blank(d, "d4", 16);
+    let new = blank_mib(d, "d4", 16);
     refused(
         &with(&["grow", "-n", "5", "--add", &new, "--force"], &m[1..]),
         d,
         &["degraded", "raid10", "RAID 4/5/6"],
     );
-}
-
-/// The kernel's md (tools/mdvm) assembles every array `images` hold
-/// (degraded ones too), lets any reshape finish, and reports each:
-/// `KERNEL name=... level=... disks=... degraded=... size=... pattern=ok|FAILED
-/// mismatch=...`, the pattern verified over `bytes` of the array named.
-fn kernel_reports(script_dir: &Path, images: &[PathBuf], bytes: &[(&str, u64)]) -> String {
-    let script = script_dir.join("check.sh");
-    let cases: String = bytes
-        .iter()
-        .map(|(name, n)| format!("    *{name}) n={n} ;;\n"))
-        .collect();
-    std::fs::write(
-        &script,
-        format!(
-            r#"set +e
-mdadm --assemble --scan --run 2>&1
-echo 200000 > /proc/sys/dev/raid/speed_limit_min
-echo 2000000 > /proc/sys/dev/raid/speed_limit_max
-i=0; while grep -q -e reshape -e resync -e recovery /proc/mdstat && [ $i -lt 240 ]; do sleep 1; i=$((i+1)); done
-cat /proc/mdstat
-for sys in /sys/block/md*; do
-  md=/dev/${{sys##*/}}
-  name=$(mdadm --detail $md | sed -n 's/ *Name : \([^ ]*\).*/\1/p')
-  case "$name" in
-{cases}    *) n=4096 ;;
-  esac
-  if pattern verify -n $n $md; then pv=ok; else pv=FAILED; fi
-  mm=none
-  if [ -e $sys/md/sync_action ] && [ "$(cat $sys/md/degraded)" = 0 ]; then
-    echo check > $sys/md/sync_action; sleep 1; mdadm --wait $md >/dev/null 2>&1
-    mm=$(cat $sys/md/mismatch_cnt)
-  fi
-  echo "KERNEL name=$name level=$(cat $sys/md/level) disks=$(cat $sys/md/raid_disks) degraded=$(cat $sys/md/degraded) size=$(blockdev --getsize64 $md) pattern=$pv mismatch=$mm"
-done
-"#
-        ),
-    )
-    .unwrap();
-    let out = mdvm_on("mdvm", "6.1", &[])
-        .arg("--snapshot")
-        .arg("--script")
-        .arg(&script)
-        .args(images)
-        .output()
-        .expect("tools/mdvm/mdvm (./test.sh installs its tools)");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn kernel_line<'a>(report: &'a str, name: &str) -> &'a str {
-    report
-        .lines()
-        .find(|l| {
-            l.starts_with("KERNEL ")
-                && (l.contains(&format!("name={name} ")) || l.contains(&format!(":{name} ")))
-        })
-        .unwrap_or_else(|| panic!("the kernel did not assemble {name}:\n{report}"))
 }
 
 /// A RAID `level` of 4 members in `dir/name` (named `name`), filled:
@@ -501,7 +401,7 @@ fn the_kernel_assembles_what_nvraid_grew_degraded_or_in_place() {
             .filter(|i| !missing.contains(i))
             .map(|i| m[i].clone())
             .collect();
-        let new = blank(&sub, "d4", 16);
+        let new = blank_mib(&sub, "d4", 16);
         ok(
             &with(&["grow", "-n", "5", "--add", &new, "--force"], &given),
             &sub,
@@ -511,7 +411,7 @@ fn the_kernel_assembles_what_nvraid_grew_degraded_or_in_place() {
     // A RAID 5 grown in place, killed past its critical section (every
     // member records the fourth step's position): md goes on from there.
     let (sub, m, _) = named(dir.path(), "past", "5", false);
-    let new = blank(&sub, "d4", 12);
+    let new = blank_mib(&sub, "d4", 12);
     killed_at(
         &sub,
         &with(&["grow", "-n", "5", "--add", &new, "--step", "4M"], &m),
@@ -521,7 +421,7 @@ fn the_kernel_assembles_what_nvraid_grew_degraded_or_in_place() {
     // One killed inside it (the second step's position recorded): md
     // cannot restore nvraid's backup, and must not take it up.
     let (inside, inside_m, inside_bytes) = named(dir.path(), "inside", "5", false);
-    let new = blank(&inside, "d4", 12);
+    let new = blank_mib(&inside, "d4", 12);
     killed_at(
         &inside,
         &with(
@@ -581,7 +481,7 @@ fn a_degraded_grow_in_place_killed_in_its_critical_section_is_continued_degraded
     // puts the section back, reads around d1 and finishes.
     let template = tempfile::tempdir().unwrap();
     let (old, data) = no_room(template.path(), "5", 4);
-    blank(template.path(), "d4", 12);
+    blank_mib(template.path(), "d4", 12);
     let given = vec![old[0].clone(), old[2].clone(), old[3].clone()];
     let grow = with(
         &["grow", "-n", "5", "--add", "d4", "--force", "--step", "4M"],
@@ -617,7 +517,7 @@ fn a_spoiled_backup_of_the_critical_section_is_refused_by_name_unchanged() {
     // cannot know the old rows, so it writes nothing and names d4.
     let dir = tempfile::tempdir().unwrap();
     let (old, _) = no_room(dir.path(), "5", 4);
-    blank(dir.path(), "d4", 12);
+    blank_mib(dir.path(), "d4", 12);
     killed_at(
         dir.path(),
         &with(&["grow", "-n", "5", "--add", "d4", "--step", "4M"], &old),
@@ -636,5 +536,139 @@ fn a_spoiled_backup_of_the_critical_section_is_refused_by_name_unchanged() {
         &with(&["grow", "--continue"], &m),
         dir.path(),
         &["d4", "backup of the critical section", "checksum"],
+    );
+}
+
+/// Which member fails inside the critical section, and how.
+enum SectionFailure {
+    /// An old member, every request (the backup's read of its rows fails).
+    OldEverything,
+    /// An old member, its writes only (the backup is made; the step's
+    /// write of its rows fails, and the rows are put back and redone).
+    OldWrites,
+    /// A new member holding the backup, every request.
+    NewHost,
+}
+
+/// Grow the in-place array `members` by `new` to `n` members, the member
+/// named by `failure` reached through an nbdkit node that starts failing
+/// while the grow is paused before the critical-section step at `at`;
+/// the grow's output (it must succeed) and the names of the survivors.
+fn grow_in_place_failing(
+    d: &Path,
+    members: &[String],
+    new: &[String],
+    n: &str,
+    at: u64,
+    failure: SectionFailure,
+) -> (String, Vec<String>) {
+    use std::io::{BufRead, BufReader};
+    let (victim, node) = match failure {
+        SectionFailure::OldEverything => ("d1", FailingNode::up(d, "d1")),
+        SectionFailure::OldWrites => ("d1", FailingNode::slow_failing_writes(d, "d1")),
+        SectionFailure::NewHost => (new[0].as_str(), FailingNode::up(d, &new[0])),
+    };
+    let through = |name: &String| {
+        if name == victim {
+            node.uri()
+        } else {
+            name.clone()
+        }
+    };
+    let mut args: Vec<String> = vec!["grow".into(), "-n".into(), n.into(), "--json".into()];
+    for m in new {
+        args.extend(["--add".into(), through(m)]);
+    }
+    args.extend(members.iter().map(through));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nvraid"))
+        .current_dir(d)
+        .env("NVRAID_PAUSE", format!("reshape-section:{at}:1500"))
+        .args(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut seen = Vec::new();
+    let mut paused = false;
+    for line in BufReader::new(stderr).lines() {
+        let line = line.unwrap();
+        if !paused && line.contains("pause point reshape-section reached") {
+            node.fail();
+            paused = true;
+        }
+        seen.push(line);
+    }
+    let out = child.wait_with_output().unwrap();
+    let seen = seen.join("\n");
+    assert!(
+        paused,
+        "the grow never reached the section step at {at}: {seen}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "the grow did not go on degraded past {victim}'s failure: {seen}\n{stdout}"
+    );
+    drop(node);
+    let survivors = members
+        .iter()
+        .chain(new)
+        .filter(|m| m.as_str() != victim)
+        .cloned()
+        .collect();
+    (stdout, survivors)
+}
+
+#[test]
+fn a_member_failing_inside_the_critical_section_of_a_grow_in_place_is_recorded_faulty_and_the_grow_goes_on(
+) {
+    // RAID 5 of 4 members to 5: the steps from 0, 4 MiB and 8 MiB are the
+    // critical section (see above); the failure comes before the second.
+    for failure in [SectionFailure::OldEverything, SectionFailure::OldWrites] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let (m, data) = no_room(d, "5", 4);
+        let new = vec![blank_mib(d, "d4", 12)];
+        let (out, survivors) = grow_in_place_failing(d, &m, &new, "5", 4 * MIB, failure);
+        let grown: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(grown["raid_disks"], 5, "{grown}");
+        let detail = detail(d, &survivors);
+        assert_eq!(detail["raid_disks"], 5, "{detail}");
+        assert!(
+            detail["state"].as_str().unwrap().contains("degraded"),
+            "{detail}"
+        );
+        let got = read(d, &survivors, 4 * PER);
+        assert!(
+            got[..data.len()] == data[..],
+            "the bytes read degraded differ"
+        );
+        assert!(
+            got[data.len()..].iter().all(|&b| b == 0),
+            "new space not zeros"
+        );
+    }
+    // RAID 6 of 4 to 6: its one critical step is the first; one of the two
+    // new members holding the backup fails, the other keeps it.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (m, data) = no_room(d, "6", 4);
+    let new = vec![blank_mib(d, "d4", 12), blank_mib(d, "d5", 12)];
+    let (_, survivors) = grow_in_place_failing(d, &m, &new, "6", 0, SectionFailure::NewHost);
+    let detail = detail(d, &survivors);
+    assert_eq!(detail["raid_disks"], 6, "{detail}");
+    assert!(
+        detail["state"].as_str().unwrap().contains("degraded"),
+        "{detail}"
+    );
+    let got = read(d, &survivors, 4 * PER);
+    assert!(
+        got[..data.len()] == data[..],
+        "the RAID 6 read degraded differs"
+    );
+    assert!(
+        got[data.len()..].iter().all(|&b| b == 0),
+        "new space not zeros"
     );
 }

@@ -34,6 +34,7 @@
 
 use super::degraded::Failed;
 use super::grow::Placed;
+use super::step::{MemberFailure, StepResult};
 use crate::error::{Error, Result};
 use nvraid_io::AlignedBuf;
 use nvraid_layout::{Direction, Geometry, Reshape, Shape};
@@ -70,6 +71,14 @@ pub(super) struct Saved {
 
 fn io(p: &Placed, e: std::io::Error) -> Error {
     Error::io(p.member.spec(), e)
+}
+
+/// The member of `role` (placed as `p`) failed an I/O of a step.
+fn failure(role: usize, p: &Placed, e: std::io::Error) -> MemberFailure {
+    MemberFailure {
+        role: role as u32,
+        error: io(p, e),
+    }
 }
 
 impl Backup {
@@ -133,14 +142,16 @@ impl Backup {
     /// Copy the rows a step of `reshape` to `to` will write on the old
     /// members (`unreadable_old` by role: not read, not kept) to every
     /// host, each flushed, with the header last. Returns the copy, for
-    /// putting the rows back if the step stops part-way.
+    /// putting the rows back if the step stops part-way; or the member
+    /// that failed (an old member read, a host written), with nothing of
+    /// the step written to the old members.
     pub(super) fn save(
         &self,
         placed: &[Placed],
         unreadable_old: &[bool],
         reshape: &Reshape,
         to: u64,
-    ) -> Result<Saved> {
+    ) -> StepResult<Saved> {
         let old = reshape.old();
         let new = reshape.new_shape();
         let chunk = new.chunk_bytes().expect("parity levels have chunks");
@@ -172,7 +183,7 @@ impl Backup {
             let k = k * len as usize;
             p.member
                 .read_at(&mut data[k..k + len as usize], at)
-                .map_err(|e| io(p, e))?;
+                .map_err(|e| failure(role as usize, p, e))?;
         }
         let saved = Saved { entries, len, data };
         let header = saved.header(&placed[0].sb, reshape, to);
@@ -180,16 +191,17 @@ impl Backup {
         for &h in &self.hosts {
             let p = &placed[h];
             let at = Self::header_at(p);
-            p.member.write_at(&zero, at).map_err(|e| io(p, e))?;
-            p.member.flush().map_err(|e| io(p, e))?;
+            let failed = |e| failure(h, p, e);
+            p.member.write_at(&zero, at).map_err(failed)?;
+            p.member.flush().map_err(failed)?;
             crate::failpoint::hit("reshape-backup");
             p.member
                 .write_at(&saved.data, at - saved.data.len() as u64)
-                .map_err(|e| io(p, e))?;
-            p.member.flush().map_err(|e| io(p, e))?;
+                .map_err(failed)?;
+            p.member.flush().map_err(failed)?;
             crate::failpoint::hit("reshape-backup");
-            p.member.write_at(&header, at).map_err(|e| io(p, e))?;
-            p.member.flush().map_err(|e| io(p, e))?;
+            p.member.write_at(&header, at).map_err(failed)?;
+            p.member.flush().map_err(failed)?;
             crate::failpoint::hit("reshape-backup");
         }
         Ok(saved)

@@ -45,7 +45,7 @@
 //!    data offset is the new one, the data area that much larger, the
 //!    reshape fields cleared.
 
-use super::backup::Backup;
+use super::backup::{Backup, Saved};
 use super::degraded::{checkpoint, record_failure, Failed};
 use super::record::{is_reshaping, reshape_of};
 use super::step::{move_rows, Unreadable};
@@ -716,6 +716,44 @@ pub(super) fn run(
     )
 }
 
+/// The backup of the critical section's step of `reshape` to `to`
+/// (`Backup::save`), going on around members that fail while it is
+/// made: an old member whose rows cannot be read, or a new member whose
+/// copy cannot be written, is recorded faulty (where the level can spare
+/// it: md goes on degraded) and the copy is made again without it. Nothing
+/// of the step has reached the old members yet, so nothing is put back.
+/// Stops, the position recorded, when no new member is left to hold it.
+fn save_backup(
+    placed: &mut [Placed],
+    failed: &mut Failed,
+    reshape: &Reshape,
+    backup: &mut Option<Backup>,
+    mut bitmap: Option<&mut MemberBitmap>,
+    to: u64,
+) -> Result<Saved> {
+    crate::failpoint::pause(
+        "reshape-section",
+        reshape.position(),
+        to - reshape.position(),
+    );
+    loop {
+        let Some(b) = backup.as_ref().filter(|b| b.is_held()) else {
+            return Err(Error::NotStartable(format!(
+                "every new member holding the backup of the critical section failed; the reshape stands at {} bytes, nothing past it written: bring one back and run `nvraid grow --continue`",
+                reshape.position()
+            )));
+        };
+        let (old, _) = failed.unreadable();
+        match b.save(placed, &old, reshape, to) {
+            Ok(saved) => return Ok(saved),
+            Err(failure) => {
+                record_failure(placed, failed, reshape, failure, bitmap.as_deref_mut())?;
+                *backup = Backup::of(placed, failed, reshape);
+            }
+        }
+    }
+}
+
 /// [`run`] of a grow in place: the steps no step is safe for (the
 /// critical section) move one new stripe each, its overwritten rows kept
 /// in `backup` first (`backup`).
@@ -758,8 +796,14 @@ pub(super) fn run_backed(
                 match &backup {
                     Some(b) if b.is_held() => {
                         to = (p + unit).min(end);
-                        let (old, _) = failed.unreadable();
-                        backed = Some(b.save(&placed, &old, &reshape, to)?);
+                        backed = Some(save_backup(
+                            &mut placed,
+                            &mut failed,
+                            &reshape,
+                            &mut backup,
+                            bitmap.as_mut(),
+                            to,
+                        )?);
                         break;
                     }
                     Some(_) => {
