@@ -672,3 +672,97 @@ fn a_member_failing_inside_the_critical_section_of_a_grow_in_place_is_recorded_f
         "new space not zeros"
     );
 }
+
+/// A RAID `level` of 4 members of 24 MiB in chunks of 1 MiB in
+/// `dir/name` (named `name`), no room below the data, filled with the
+/// pattern: large enough for mdadm's backup of the whole critical section
+/// at the tail of the new members' data; the directory, the members and
+/// the pattern's length.
+fn named_roomy_tail(dir: &Path, name: &str, level: &str) -> (PathBuf, Vec<String>, u64) {
+    let sub = dir.join(name);
+    std::fs::create_dir(&sub).unwrap();
+    let names: Vec<String> = (0..4).map(|i| format!("d{i}")).collect();
+    let mut args = vec![
+        "create", "--level", level, "--bitmap", "none", "--name", name, "--size", "24M", "--chunk",
+        "1M",
+    ];
+    args.extend(names.iter().map(String::as_str));
+    ok(&args, &sub);
+    let data_members = if level == "6" { 2 } else { 3 };
+    let bytes = data_members * 23 * MIB;
+    std::fs::write(sub.join("data"), pattern(bytes)).unwrap();
+    ok(&with(&["write", "--input", "data"], &names), &sub);
+    std::fs::remove_file(sub.join("data")).unwrap();
+    (sub, names, bytes)
+}
+
+/// mdadm's backup record on the new member `name` (where mdadm looks: the
+/// last 4 KiB of the used size from the data offset): its magic and its
+/// length in sectors.
+fn md_backup_record(dir: &Path, name: &str) -> (String, u64) {
+    let sb = examine(dir, name);
+    let at = (sb["data_offset_sectors"].as_u64().unwrap() + sb["size_sectors"].as_u64().unwrap())
+        * 512
+        - 4096;
+    let image = std::fs::read(dir.join(name)).unwrap();
+    let record = &image[at as usize..at as usize + 512];
+    (
+        String::from_utf8_lossy(&record[..16]).into_owned(),
+        u64::from_le_bytes(record[56..64].try_into().unwrap()),
+    )
+}
+
+#[test]
+fn mdadm_restores_the_critical_section_of_a_grow_in_place_nvraid_left_inside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut images = Vec::new();
+    let mut expect = Vec::new();
+    // Killed with the first or second step's position recorded: inside
+    // the section (RAID 5 4 -> 5: it ends at 12 MiB; RAID 6 4 -> 5: 6 MiB).
+    // Killed past it: the record forgotten before the step past it.
+    for (name, level, point, section) in [
+        ("in5", "5", "reshape-superblock:10", Some(12 * MIB)),
+        ("in6", "6", "reshape-superblock:10", Some(6 * MIB)),
+        ("past5", "5", "reshape-superblock:25", None),
+    ] {
+        let (sub, m, bytes) = named_roomy_tail(dir.path(), name, level);
+        let new = blank_mib(&sub, "d4", 32);
+        killed_at(
+            &sub,
+            &with(&["grow", "-n", "5", "--add", &new, "--step", "4M"], &m),
+            point,
+        );
+        let (magic, sectors) = md_backup_record(&sub, &new);
+        assert_eq!(magic, "md_backup_data-1", "{name}: no mdadm record");
+        match section {
+            Some(len) => assert_eq!(sectors * 512, len, "{name}: the section's length"),
+            None => assert_eq!(sectors, 0, "{name}: the record was not forgotten"),
+        }
+        let position = examine(&sub, "d0")["reshape_position"].as_u64().unwrap() * 512;
+        assert!(
+            section.is_none_or(|len| position > 0 && position < len),
+            "{name}: killed at {position}, not inside the section"
+        );
+        images.extend(m.iter().chain([&new]).map(|n| sub.join(n)));
+        let data_members = if level == "6" { 3 } else { 4 };
+        expect.push((name, level, bytes, data_members * 23 * MIB));
+    }
+    let bytes: Vec<(&str, u64)> = expect.iter().map(|e| (e.0, e.2)).collect();
+    let report = kernel_reports(dir.path(), &images, &bytes);
+    assert!(
+        report.contains("restoring critical section") && !report.contains("Failed to restore"),
+        "mdadm did not restore the section:\n{report}"
+    );
+    for (name, level, _, size) in expect {
+        let line = kernel_line(&report, name);
+        assert!(
+            line.contains(&format!("level=raid{level} "))
+                && line.contains("disks=5 ")
+                && line.contains("degraded=0 ")
+                && line.contains(&format!("size={size} "))
+                && line.contains("pattern=ok")
+                && line.contains("mismatch=0"),
+            "{line}\n{report}"
+        );
+    }
+}

@@ -27,10 +27,12 @@
 //! far enough for the old shape's reads to stay ahead of the new shape's
 //! writes, the steps are safe without it.
 //!
-//! The format is nvraid's own: md keeps such a backup only through
-//! mdadm (`--backup-file`, its own format), and its kernel refuses to
-//! continue a reshape recorded inside the section; past it, and once the
-//! grow is done, the array is md's ordinary one.
+//! The format is nvraid's own, kept step by step for `grow --continue`.
+//! Beside it, where it fits, the grow writes mdadm's own backup of the
+//! whole section at the tail of the new members' data (`md_backup`), so
+//! that `mdadm --assemble` restores an array left inside the section and
+//! the kernel finishes it; past the section, and once the grow is done,
+//! the array is md's ordinary one.
 
 use super::degraded::Failed;
 use super::grow::Placed;
@@ -119,6 +121,11 @@ impl Backup {
     /// Whether any member holds the backup.
     pub(super) fn is_held(&self) -> bool {
         !self.hosts.is_empty()
+    }
+
+    /// The new members (by role) holding the backup.
+    pub(super) fn hosts(&self) -> &[usize] {
+        &self.hosts
     }
 
     fn header_at(p: &Placed) -> u64 {

@@ -47,6 +47,7 @@
 
 use super::backup::{Backup, Saved};
 use super::degraded::{checkpoint, record_failure, Failed};
+use super::md_backup::MdBackup;
 use super::record::{is_reshaping, reshape_of};
 use super::step::{move_rows, Unreadable};
 use crate::assemble::{check_distinct_specs, member_data_bytes};
@@ -332,6 +333,7 @@ pub fn grow(
     }
     if let Some(b) = &backup {
         b.clear(&placed)?;
+        super::md_backup::clear(&placed, b.hosts())?;
     }
     let order: Vec<usize> = (old_count as usize..placed.len())
         .chain(0..old_count as usize)
@@ -778,11 +780,36 @@ pub(super) fn run_backed(
         position_bytes: reshape.position(),
         end_bytes: end,
     });
+    // mdadm's backup of the whole section beside nvraid's, when it fits
+    // (`md_backup`): written before the section's first step, forgotten
+    // before the first step past it; no step crosses its end meanwhile.
+    let mut md = backup
+        .as_ref()
+        .and_then(|b| MdBackup::of(&placed, &failed, &reshape, b.hosts()));
+    if let Some(m) = &md {
+        if let Err(failure) = m.write(&placed, &reshape) {
+            md = None;
+            record_failure(&mut placed, &mut failed, &reshape, failure, bitmap.as_mut())?;
+            backup = Backup::of(&placed, &failed, &reshape);
+        }
+    }
     while reshape.position() < end {
         let p = reshape.position();
+        while let Some(m) = md.as_ref().filter(|m| p >= m.end()) {
+            match m.forget(&placed, &failed) {
+                Ok(()) => md = None,
+                Err(failure) => {
+                    record_failure(&mut placed, &mut failed, &reshape, failure, bitmap.as_mut())?;
+                    backup = Backup::of(&placed, &failed, &reshape);
+                }
+            }
+        }
         let mut to = (p + step_bytes).min(end);
         if to < end {
             to = to / unit * unit;
+        }
+        if let Some(m) = &md {
+            to = to.min(m.end());
         }
         // In the critical section of a grow in place: one new stripe, its
         // rows kept first.

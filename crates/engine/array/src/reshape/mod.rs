@@ -15,6 +15,9 @@
 //! - `backup`: a RAID 4/5/6 grown in place (no room to move the data
 //!   offset): the rows each step of the critical section overwrites kept
 //!   on the new members first, put back by `grow --continue`;
+//! - `md_backup`: beside it, mdadm's own backup of the whole critical
+//!   section at the tail of the new members' data, which `mdadm
+//!   --assemble` restores;
 //! - `level`: `grow --level`, md's level changes that move no byte
 //!   (RAID 1 of two <-> RAID 5 of two, RAID 4 <-> RAID 5 parity-last,
 //!   RAID 6 -> 5 dropping a last-member Q);
@@ -61,6 +64,7 @@ mod level;
 mod live;
 mod live_copy;
 mod live_degraded;
+mod md_backup;
 mod mirror;
 mod read;
 mod record;

@@ -78,7 +78,7 @@ pub(crate) fn read_through(
 /// the old shape, `failed.new` in the new): each piece from the first of
 /// its copies on a member not failed (RAID 10; levels of one copy need
 /// every member they read).
-fn read_around(
+pub(crate) fn read_around(
     reshape: &Reshape,
     members: &[&Member],
     failed: Unreadable,
