@@ -369,20 +369,32 @@ fn a_degraded_array_is_grown_only_with_force_and_raid10_not_at_all() {
 /// A RAID `level` of 4 members in `dir/name` (named `name`), filled:
 /// `no_room` or `roomy`, with the array's name set.
 fn named(dir: &Path, name: &str, level: &str, room: bool) -> (PathBuf, Vec<String>, u64) {
+    if room {
+        named_sized(dir, name, level, &["--size", "15M"], 14 * MIB)
+    } else {
+        named_sized(dir, name, level, &["--size", "7M", "--chunk", "1M"], PER)
+    }
+}
+
+/// A RAID `level` of 4 members created with `shape` in `dir/name` (named
+/// `name`, no bitmap), `per` data bytes of each filled with the pattern;
+/// the directory, the members and the pattern's length.
+fn named_sized(
+    dir: &Path,
+    name: &str,
+    level: &str,
+    shape: &[&str],
+    per: u64,
+) -> (PathBuf, Vec<String>, u64) {
     let sub = dir.join(name);
     std::fs::create_dir(&sub).unwrap();
     let names: Vec<String> = (0..4).map(|i| format!("d{i}")).collect();
     let mut args = vec![
         "create", "--level", level, "--bitmap", "none", "--name", name,
     ];
-    if room {
-        args.extend(["--size", "15M"]);
-    } else {
-        args.extend(["--size", "7M", "--chunk", "1M"]);
-    }
+    args.extend(shape);
     args.extend(names.iter().map(String::as_str));
     ok(&args, &sub);
-    let per = if room { 14 * MIB } else { PER };
     let data_members = if level == "6" { 2 } else { 3 };
     std::fs::write(sub.join("data"), pattern(data_members * per)).unwrap();
     ok(&with(&["write", "--input", "data"], &names), &sub);
@@ -633,21 +645,7 @@ fn a_member_failing_inside_the_critical_section_of_a_grow_in_place_is_recorded_f
         let (out, survivors) = grow_in_place_failing(d, &m, &new, "5", 4 * MIB, failure);
         let grown: serde_json::Value = serde_json::from_str(&out).unwrap();
         assert_eq!(grown["raid_disks"], 5, "{grown}");
-        let detail = detail(d, &survivors);
-        assert_eq!(detail["raid_disks"], 5, "{detail}");
-        assert!(
-            detail["state"].as_str().unwrap().contains("degraded"),
-            "{detail}"
-        );
-        let got = read(d, &survivors, 4 * PER);
-        assert!(
-            got[..data.len()] == data[..],
-            "the bytes read degraded differ"
-        );
-        assert!(
-            got[data.len()..].iter().all(|&b| b == 0),
-            "new space not zeros"
-        );
+        assert_degraded_holds(d, &survivors, 5, &data, 4 * PER);
     }
     // RAID 6 of 4 to 6: its one critical step is the first; one of the two
     // new members holding the backup fails, the other keeps it.
@@ -656,44 +654,22 @@ fn a_member_failing_inside_the_critical_section_of_a_grow_in_place_is_recorded_f
     let (m, data) = no_room(d, "6", 4);
     let new = vec![blank_mib(d, "d4", 12), blank_mib(d, "d5", 12)];
     let (_, survivors) = grow_in_place_failing(d, &m, &new, "6", 0, SectionFailure::NewHost);
-    let detail = detail(d, &survivors);
-    assert_eq!(detail["raid_disks"], 6, "{detail}");
-    assert!(
-        detail["state"].as_str().unwrap().contains("degraded"),
-        "{detail}"
-    );
-    let got = read(d, &survivors, 4 * PER);
-    assert!(
-        got[..data.len()] == data[..],
-        "the RAID 6 read degraded differs"
-    );
-    assert!(
-        got[data.len()..].iter().all(|&b| b == 0),
-        "new space not zeros"
-    );
+    assert_degraded_holds(d, &survivors, 6, &data, 4 * PER);
 }
 
 /// A RAID `level` of 4 members of 24 MiB in chunks of 1 MiB in
-/// `dir/name` (named `name`), no room below the data, filled with the
-/// pattern: large enough for mdadm's backup of the whole critical section
-/// at the tail of the new members' data; the directory, the members and
-/// the pattern's length.
+/// `dir/name` (named `name`), no room below the data, filled: large
+/// enough for mdadm's backup of the whole critical section at the tail of
+/// the new members' data; the directory, the members and the pattern's
+/// length.
 fn named_roomy_tail(dir: &Path, name: &str, level: &str) -> (PathBuf, Vec<String>, u64) {
-    let sub = dir.join(name);
-    std::fs::create_dir(&sub).unwrap();
-    let names: Vec<String> = (0..4).map(|i| format!("d{i}")).collect();
-    let mut args = vec![
-        "create", "--level", level, "--bitmap", "none", "--name", name, "--size", "24M", "--chunk",
-        "1M",
-    ];
-    args.extend(names.iter().map(String::as_str));
-    ok(&args, &sub);
-    let data_members = if level == "6" { 2 } else { 3 };
-    let bytes = data_members * 23 * MIB;
-    std::fs::write(sub.join("data"), pattern(bytes)).unwrap();
-    ok(&with(&["write", "--input", "data"], &names), &sub);
-    std::fs::remove_file(sub.join("data")).unwrap();
-    (sub, names, bytes)
+    named_sized(
+        dir,
+        name,
+        level,
+        &["--size", "24M", "--chunk", "1M"],
+        23 * MIB,
+    )
 }
 
 /// mdadm's backup record on the new member `name` (where mdadm looks: the

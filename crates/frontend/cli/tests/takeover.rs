@@ -124,22 +124,7 @@ fn a_member_failing_mid_grow_is_recorded_failed_and_the_raid5_grows_degraded() {
         .into_iter()
         .map(String::from)
         .collect();
-    let detail: serde_json::Value =
-        serde_json::from_str(&ok(&with(&["detail", "--json"], &survivors), d)).unwrap();
-    assert_eq!(detail["raid_disks"], 5, "{detail}");
-    assert!(
-        detail["state"].as_str().unwrap().contains("degraded"),
-        "{detail}"
-    );
-    let got = read(d, &survivors, 4 * PER);
-    assert!(
-        got[..data.len()] == data[..],
-        "the bytes read degraded differ"
-    );
-    assert!(
-        got[data.len()..].iter().all(|&b| b == 0),
-        "new space not zeros"
-    );
+    assert_degraded_holds(d, &survivors, 5, &data, 4 * PER);
     // With the stale d1 given too, nvraid refuses it by name and reads
     // nothing (md leaves it out: the others record it failed).
     let said = refusal(&with(&["read", "--length", "4096"], &all), d);

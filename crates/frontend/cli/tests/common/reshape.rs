@@ -39,6 +39,32 @@ pub fn detail(dir: &Path, members: &[String]) -> serde_json::Value {
     serde_json::from_slice(&ok_bytes(&with(&["detail", "--json"], members), dir)).unwrap()
 }
 
+/// The array on `survivors` is a degraded one of `raid_disks` members
+/// whose first `size` bytes read back as `data` followed by zeros.
+pub fn assert_degraded_holds(
+    dir: &Path,
+    survivors: &[String],
+    raid_disks: u32,
+    data: &[u8],
+    size: u64,
+) {
+    let detail = detail(dir, survivors);
+    assert_eq!(detail["raid_disks"], raid_disks, "{detail}");
+    assert!(
+        detail["state"].as_str().unwrap().contains("degraded"),
+        "{detail}"
+    );
+    let got = read(dir, survivors, size);
+    assert!(
+        got[..data.len()] == data[..],
+        "the bytes read degraded differ"
+    );
+    assert!(
+        got[data.len()..].iter().all(|&b| b == 0),
+        "new space not zeros"
+    );
+}
+
 /// A new blank member of `mib` MiB named `name` (returned).
 pub fn blank_mib(dir: &Path, name: &str, mib: u64) -> String {
     let f = std::fs::File::create(dir.join(name)).unwrap();
