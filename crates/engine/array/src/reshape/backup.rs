@@ -225,10 +225,25 @@ impl Backup {
         failed: &Failed,
         reshape: &Reshape,
     ) -> Result<bool> {
+        match self.find(placed, reshape)? {
+            Some(saved) => {
+                saved.put_back(placed, failed)?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// The copy on the first host whose header is for `reshape`'s
+    /// recorded position, this array's, with its checksums right: the old
+    /// rows the step under way may have overwritten part of. `None` when
+    /// no host has one; refused when the only header for the position has
+    /// rows that fail their checksum.
+    pub(super) fn find(&self, placed: &[Placed], reshape: &Reshape) -> Result<Option<Saved>> {
         // A header for this position whose rows fail their checksum: the
         // rows were flushed before the header was written, so the medium
         // changed them since. Without a good copy elsewhere, the step may
-        // have been part-way over the old rows: refused, nothing written.
+        // have been part-way over the old rows: refused.
         let mut spoiled = None;
         for &h in &self.hosts {
             let p = &placed[h];
@@ -251,15 +266,14 @@ impl Backup {
                 spoiled.get_or_insert(p.member.spec().to_string());
                 continue;
             }
-            Saved { entries, len, data }.put_back(placed, failed)?;
-            return Ok(true);
+            return Ok(Some(Saved { entries, len, data }));
         }
         match spoiled {
             Some(spec) => Err(Error::NotStartable(format!(
                 "{spec}: the backup of the critical section for the recorded position ({} bytes) fails its checksum, and no other new member holds a good one; the rows it keeps may be needed, so nothing was written: give the member with a good copy, or restore the members from a backup",
                 reshape.position()
             ))),
-            None => Ok(false),
+            None => Ok(None),
         }
     }
 }
@@ -283,6 +297,22 @@ impl Saved {
         let crc = crc32c(&h);
         h[64..68].copy_from_slice(&crc.to_le_bytes());
         h
+    }
+
+    /// Lay the kept rows of role `role`'s member over `buf`, which was
+    /// read from its device byte `at`.
+    pub(super) fn overlay(&self, role: u32, at: u64, buf: &mut [u8]) {
+        let end = at + buf.len() as u64;
+        for (k, &(r, from)) in self.entries.iter().enumerate() {
+            let to = from + self.len;
+            if r != role || to <= at || from >= end {
+                continue;
+            }
+            let (lo, hi) = (from.max(at), to.min(end));
+            let kept = k as u64 * self.len + (lo - from);
+            buf[(lo - at) as usize..(hi - at) as usize]
+                .copy_from_slice(&self.data[kept as usize..(kept + hi - lo) as usize]);
+        }
     }
 
     /// Write the rows back over the old members' (none to a member

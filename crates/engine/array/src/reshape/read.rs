@@ -6,6 +6,9 @@
 //! is read: a missing member's bytes would have to be rebuilt from the
 //! parity of whichever shape holds them, which nvraid does not do yet.
 
+use super::backup::{Backup, Saved};
+use super::degraded::Failed;
+use super::grow::Placed;
 use super::record::{is_reshaping, reshape_of};
 use super::step::read_through;
 use crate::decision::{decide_reshaping, SetAside};
@@ -25,6 +28,9 @@ pub struct MidReshape {
     /// Members given that take no part, with why.
     set_aside: Vec<(String, SetAside)>,
     sector_bytes: u32,
+    /// A grow in place left inside a step of its critical section: the old
+    /// rows the step was overwriting, from its backup, read in their place.
+    kept: Option<Saved>,
 }
 
 /// One shape of the reshape in `detail`.
@@ -159,12 +165,26 @@ impl MidReshape {
             .max()
             .unwrap_or(512)
             .max(512);
+        // A grow in place stopped inside a step of its critical section
+        // may have overwritten old rows the recorded position still reads
+        // from: those come from the step's backup.
+        let placed: Vec<Placed> = members
+            .into_iter()
+            .zip(superblocks)
+            .map(|(member, sb)| Placed { member, sb })
+            .collect();
+        let kept = match Backup::of(&placed, &Failed::none(placed.len()), &reshape) {
+            Some(backup) => backup.find(&placed, &reshape)?,
+            None => None,
+        };
+        let (members, superblocks) = placed.into_iter().map(|p| (p.member, p.sb)).unzip();
         Ok(Some(MidReshape {
             reshape,
             members,
             superblocks,
             set_aside,
             sector_bytes,
+            kept,
         }))
     }
 
@@ -205,7 +225,23 @@ impl MidReshape {
             });
         }
         let members: Vec<&Member> = self.members.iter().collect();
-        read_through(&self.reshape, &members, buf, offset)
+        let Some(kept) = &self.kept else {
+            return read_through(&self.reshape, &members, buf, offset);
+        };
+        let mut at = 0usize;
+        for piece in self.reshape.pieces(offset, len) {
+            let place = self.reshape.locate(&piece, 0);
+            let member = members[place.member as usize];
+            let part = &mut buf[at..at + piece.len as usize];
+            member
+                .read_at(part, place.member_offset)
+                .map_err(|e| Error::io(member.spec(), e))?;
+            if piece.shape == Shape::Old {
+                kept.overlay(place.member, place.member_offset, part);
+            }
+            at += piece.len as usize;
+        }
+        Ok(())
     }
 
     /// What `detail` shows.
