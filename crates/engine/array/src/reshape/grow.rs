@@ -448,6 +448,10 @@ pub fn continue_grow(
                     super::takeover::finish_as_raid0(&mut p.sb, layout);
                 }
             }
+            if super::shrink::is_shrink(&reshape) {
+                // The members that left are spares in every table.
+                super::shrink::release_leaving(&mut p.sb, reshape.new_shape().members());
+            }
             p.sb.events = done + 1;
             p.sb.utime = Timestamp::now();
         }
@@ -525,13 +529,14 @@ pub fn continue_grow(
     let grows = |level: Level| level.parity_chunks() > 0 || matches!(level, Level::Raid10 { .. });
     let same_shape = reshape.old().level() == reshape.new_shape().level()
         && reshape.old().chunk_bytes() == reshape.new_shape().chunk_bytes();
-    if !(in_place || reshape.direction() == Direction::Forwards && same_shape)
+    let shrinking = super::shrink::is_shrink(&reshape);
+    if !(in_place || shrinking || reshape.direction() == Direction::Forwards && same_shape)
         || !grows(reshape.old().level())
     {
         return Err(Error::Unsupported {
             spec: placed[0].member.spec().into(),
             what: format!(
-                "continuing this reshape ({} of {} members to {} of {}, {}): nvraid continues a RAID 4/5/6 or RAID 10 near that gains members, and a chunk or layout change of either; let the kernel finish it (mdadm --assemble)",
+                "continuing this reshape ({} of {} members to {} of {}, {}): nvraid continues a RAID 4/5/6 or RAID 10 near that gains members, a RAID 4/5/6 shrinking by members, and a chunk or layout change of either; let the kernel finish it (mdadm --assemble)",
                 reshape.old().level(),
                 reshape.old().members(),
                 reshape.new_shape().level(),
@@ -549,6 +554,11 @@ pub fn continue_grow(
             spec: placed[0].member.spec().into(),
             what: "continuing a reshape that runs backwards with members missing (nvraid reads around a missing member only forwards); give every member, or let the kernel finish it (mdadm --assemble)".into(),
         });
+    }
+    // A backwards reshape goes on only where every step down to the start
+    // is crash-safe (checked before anything is written).
+    if reshape.direction() == Direction::Backwards {
+        super::shrink::check_steps(&reshape, step_bytes, placed[0].member.spec())?;
     }
     // A grow in place stopped inside its critical section: the rows its
     // last step may have been writing are put back from the backup (before

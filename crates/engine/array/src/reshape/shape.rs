@@ -449,7 +449,8 @@ pub(super) fn run_backwards(
     progress: &mut dyn FnMut(GrowProgress),
 ) -> Result<Grown> {
     let level = reshape.new_shape().level();
-    if !is_in_place(&reshape)
+    let shrinking = super::shrink::is_shrink(&reshape);
+    if !(is_in_place(&reshape) || shrinking)
         || !(level.parity_chunks() > 0 || matches!(level, Level::Raid10 { .. }))
     {
         return Err(Error::Unsupported {
@@ -470,19 +471,11 @@ pub(super) fn run_backwards(
     progress(done(start));
     while reshape.position() > 0 {
         let p = reshape.position();
-        let mut to = p.saturating_sub(step_bytes) / unit * unit;
-        loop {
-            let kernel_ok = to == 0 || reshape.at(to).is_ok_and(|r| r.md_can_continue());
-            if to < p && reshape.step_is_safe(to) && kernel_ok {
-                break;
-            }
-            if to + unit >= p {
-                return Err(Error::NotStartable(format!(
-                    "no step down from {p} is safe (the data offset moved too little); nothing below it was written"
-                )));
-            }
-            to += unit;
-        }
+        let Some(to) = super::shrink::backwards_step(&reshape, step_bytes) else {
+            return Err(Error::NotStartable(format!(
+                "no step down from {p} is safe (the data offset moved too little); nothing below it was written"
+            )));
+        };
         let members: Vec<&Member> = placed.iter().map(|p| &p.member).collect();
         let hit = || crate::failpoint::hit("reshape-write");
         if reshape.new_shape().level().parity_chunks() == 0 {
@@ -517,8 +510,12 @@ pub(super) fn run_backwards(
             .map_err(|e| Error::NotStartable(e.to_string()))?;
         progress(done(to));
     }
+    let new_members = reshape.new_shape().members();
     for p in placed.iter_mut() {
         finish_record(&mut p.sb);
+        if shrinking {
+            super::shrink::release_leaving(&mut p.sb, new_members);
+        }
         p.sb.events += 1;
         p.sb.utime = Timestamp::now();
     }
