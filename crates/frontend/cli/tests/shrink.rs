@@ -306,6 +306,42 @@ fn a_raid5_of_four_becomes_a_raid1_through_a_shrink_to_two() {
     no_mismatch(dir.path(), &m[..2], "raid1 of the shrunk raid5");
     assert_eq!(role_of(dir.path(), "d2"), "spare");
     assert_eq!(role_of(dir.path(), "d3"), "spare");
+    // Killed mid-shrink: `grow --continue` finishes the shrink, then the
+    // takeover of the two active members.
+    let dir = tempfile::tempdir().unwrap();
+    let (m, data) = filled(dir.path(), "5", 4, 17, PER, &["--bitmap", "internal"]);
+    killed_at(
+        dir.path(),
+        &with(
+            &[
+                "grow",
+                "--level",
+                "1",
+                "--array-size",
+                "14M",
+                "--step",
+                "1M",
+            ],
+            &m,
+        ),
+        "reshape-superblock:20",
+    );
+    assert!(read(dir.path(), &m, PER) == data, "mid-shrink");
+    ok(&with(&["grow", "--continue"], &m), dir.path());
+    // Given with the spares, the takeover names them.
+    refused(
+        &with(&["grow", "--level", "1"], &m),
+        dir.path(),
+        &["d2", "a spare"],
+    );
+    ok(&with(&["grow", "--level", "1"], &m[..2]), dir.path());
+    assert_eq!(detail(dir.path(), &m[..2])["level"], 1);
+    for one in &m[..2] {
+        assert!(
+            read(dir.path(), std::slice::from_ref(one), PER) == data,
+            "{one} alone after the continued shrink"
+        );
+    }
 }
 
 #[test]
@@ -418,13 +454,10 @@ fn shrinks_md_refuses_are_refused_by_name_and_nothing_is_written() {
     );
 }
 
-#[test]
-fn the_kernels_shrink_with_its_offset_kept_is_refused_by_continue_and_unchanged() {
-    // tests/fixtures/md-states/reshape_r5_shrink: mdadm's 5 -> 4 with a
-    // backup file (the data offset kept), stopped at 18 MiB. Its last
-    // stripes can be moved only with mdadm's backup: refused, naming it,
-    // before anything is written.
-    let dir = tempfile::tempdir().unwrap();
+/// The kernel's shrink left mid-way (tests/fixtures/md-states/
+/// reshape_r5_shrink: mdadm's 5 -> 4 with a backup file, the data offset
+/// kept, stopped at 18 MiB), unpacked into `dir`; the members' names.
+fn kernel_shrink(dir: &Path) -> Vec<String> {
     let fixture = repo().join("tests/fixtures/md-states/reshape_r5_shrink");
     let mut names = Vec::new();
     for i in 0..5 {
@@ -434,15 +467,88 @@ fn the_kernels_shrink_with_its_offset_kept_is_refused_by_continue_and_unchanged(
             .arg(fixture.join(format!("{name}.xz")))
             .output()
             .expect("xz");
-        assert!(out.status.success());
-        std::fs::write(dir.path().join(&name), out.stdout).unwrap();
+        assert!(out.status.success(), "xz -dc {name}.xz");
+        std::fs::write(dir.join(&name), out.stdout).unwrap();
         names.push(name);
     }
-    refused(
-        &with(&["grow", "--continue"], &names),
-        dir.path(),
-        &["backup", "mdadm --assemble", "nothing was written"],
+    names
+}
+
+/// The events count `examine` gives `member`.
+fn events_of(dir: &Path, member: &str) -> u64 {
+    let e = ok(&["examine", member], dir);
+    e.lines()
+        .find(|l| l.trim_start().starts_with("Events"))
+        .and_then(|l| l.split(':').nth(1))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no events in {e}"))
+}
+
+/// The kernel's finished shrink is the first 36 MiB of the four members
+/// left, as the kernel read them (`kernel-sha256.txt`), parity clean,
+/// the fifth member a spare.
+fn is_the_kernels_result(dir: &Path, names: &[String], what: &str) {
+    let fixture = repo().join("tests/fixtures/md-states/reshape_r5_shrink");
+    let kernel = std::fs::read_to_string(fixture.join("kernel-sha256.txt")).unwrap();
+    let kernel = kernel.split_whitespace().next().unwrap();
+    let d = detail(dir, &names[..4]);
+    assert_eq!(d["raid_disks"], 4, "{what}: {d}");
+    assert_eq!(d["size_bytes"], 36 * MIB, "{what}: {d}");
+    assert_eq!(
+        sha(&read(dir, &names[..4], 36 * MIB)),
+        kernel,
+        "{what}: not the kernel's bytes"
     );
+    no_mismatch(dir, &names[..4], what);
+    assert_eq!(role_of(dir, &names[4]), "spare", "{what}");
+}
+
+#[test]
+fn nvraid_finishes_the_kernels_shrink_in_place_with_its_critical_section_kept_on_the_leaving_member(
+) {
+    // The kernel moved no data offset: near the start no step is safe by
+    // itself, so each of the last steps keeps the rows it overwrites on the
+    // leaving member first (its rows past the cut-off end). Uninterrupted,
+    // then killed inside those steps (while the backup is written, and
+    // while a backed step's rows are) and continued: the kernel's bytes.
+    let probe = tempfile::tempdir().unwrap();
+    let names = kernel_shrink(probe.path());
+    let before = events_of(probe.path(), &names[0]);
+    let out = ok(
+        &with(&["grow", "--continue", "--step", "1M", "--json"], &names),
+        probe.path(),
+    );
+    let after = serde_json::from_str::<serde_json::Value>(&out).unwrap()["events"]
+        .as_u64()
+        .unwrap();
+    is_the_kernels_result(probe.path(), &names, "uninterrupted");
+    // The record put back, one checkpoint per step but the last, the end:
+    // each step writes four members' rows and flushes (five points).
+    let writes = 5 * (after - before - 1);
+    let last = format!("reshape-write:{}", writes - 2);
+    let second_last = format!("reshape-write:{}", writes - 7);
+    for point in [
+        last.as_str(),
+        second_last.as_str(),
+        "reshape-backup:2",
+        "reshape-backup:3",
+        "reshape-backup:5",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let names = kernel_shrink(dir.path());
+        killed_at(
+            dir.path(),
+            &with(&["grow", "--continue", "--step", "1M"], &names),
+            point,
+        );
+        let e = ok(&["examine", &names[0]], dir.path());
+        assert!(e.contains("Reshape Pos'n"), "{point}: {e}");
+        ok(
+            &with(&["grow", "--continue", "--step", "1M"], &names),
+            dir.path(),
+        );
+        is_the_kernels_result(dir.path(), &names, point);
+    }
 }
 
 /// In a VM: the kernel assembles every array on the images, lets any

@@ -555,15 +555,17 @@ pub fn continue_grow(
             what: "continuing a reshape that runs backwards with members missing (nvraid reads around a missing member only forwards); give every member, or let the kernel finish it (mdadm --assemble)".into(),
         });
     }
-    // A backwards reshape goes on only where every step down to the start
-    // is crash-safe (checked before anything is written).
-    if reshape.direction() == Direction::Backwards {
-        super::shrink::check_steps(&reshape, step_bytes, placed[0].member.spec())?;
-    }
     // A grow in place stopped inside its critical section: the rows its
     // last step may have been writing are put back from the backup (before
     // anything else is written: a spoiled backup refuses with none).
     let backup = Backup::of(&placed, &failed, &reshape);
+    // A backwards reshape goes on only where every step down to the start
+    // is crash-safe, or a backup keeps the steps that are not (a shrink in
+    // place; checked before anything is written).
+    if reshape.direction() == Direction::Backwards && !backup.as_ref().is_some_and(Backup::is_held)
+    {
+        super::shrink::check_steps(&reshape, step_bytes, placed[0].member.spec())?;
+    }
     if let Some(b) = &backup {
         b.restore(&placed, &failed, &reshape)?;
     }
@@ -575,7 +577,9 @@ pub fn continue_grow(
     }
     write_superblocks(&placed, &all, bitmap.as_mut())?;
     if reshape.direction() == Direction::Backwards {
-        return super::shape::run_backwards(placed, reshape, step_bytes, bitmap, progress);
+        return super::shape::run_backwards_backed(
+            placed, reshape, step_bytes, bitmap, backup, progress,
+        );
     }
     run_backed(
         placed,

@@ -39,6 +39,7 @@
 //!   the new chunk and layout as the array's (`grow::finish_record`).
 //!   `grow --continue` finishes either direction.
 
+use super::backup::Backup;
 use super::grow::{
     check_whole, finish_record, floor_of, kept_bitmap, move_logs, old_shape, publish_bitmap,
     reshape_at, run, write_superblocks, GrowProgress, Grown, Placed,
@@ -442,10 +443,25 @@ fn copy_rows_down(reshape: &Reshape, members: &[&Member], to: u64, hit: &dyn Fn(
 /// stripes written at the new data offset, every member flushed, then the
 /// position recorded; then the finished shape.
 pub(super) fn run_backwards(
+    placed: Vec<Placed>,
+    reshape: Reshape,
+    step_bytes: u64,
+    bitmap: Option<MemberBitmap>,
+    progress: &mut dyn FnMut(GrowProgress),
+) -> Result<Grown> {
+    run_backwards_backed(placed, reshape, step_bytes, bitmap, None, progress)
+}
+
+/// [`run_backwards`] of a shrink in place (the kernel's, its data offset
+/// kept): a step no step is safe for (its critical section, near the
+/// start) moves one new stripe, the rows it overwrites kept in `backup`
+/// first (`backup`, on the members that leave).
+pub(super) fn run_backwards_backed(
     mut placed: Vec<Placed>,
     mut reshape: Reshape,
     step_bytes: u64,
     mut bitmap: Option<MemberBitmap>,
+    backup: Option<Backup>,
     progress: &mut dyn FnMut(GrowProgress),
 ) -> Result<Grown> {
     let level = reshape.new_shape().level();
@@ -471,10 +487,20 @@ pub(super) fn run_backwards(
     progress(done(start));
     while reshape.position() > 0 {
         let p = reshape.position();
-        let Some(to) = super::shrink::backwards_step(&reshape, step_bytes) else {
-            return Err(Error::NotStartable(format!(
-                "no step down from {p} is safe (the data offset moved too little); nothing below it was written"
-            )));
+        let to = match super::shrink::backwards_step(&reshape, step_bytes) {
+            Some(to) => to,
+            None => match &backup {
+                Some(b) if b.is_held() => {
+                    let to = p.saturating_sub(unit);
+                    b.save(&placed, &[], &reshape, to)?;
+                    to
+                }
+                _ => {
+                    return Err(Error::NotStartable(format!(
+                        "no step down from {p} is safe (the data offset moved too little); nothing below it was written"
+                    )))
+                }
+            },
         };
         let members: Vec<&Member> = placed.iter().map(|p| &p.member).collect();
         let hit = || crate::failpoint::hit("reshape-write");

@@ -32,11 +32,12 @@
 //!    finished record marks the roles that left as spares in every role
 //!    table ([`release_leaving`]), as md leaves them.
 //!
-//! `grow --continue` finishes an interrupted shrink (`grow::continue_grow`),
-//! after checking that every step down to the start is crash-safe
-//! ([`check_steps`]): the kernel's own shrink with the offset kept needs a
-//! backup of its last stripes (mdadm's backup file), which nvraid does not
-//! keep, and is refused before anything is written.
+//! `grow --continue` finishes an interrupted shrink (`grow::continue_grow`).
+//! The kernel's own shrink with the data offset kept (mdadm's backup file)
+//! has steps near the start that are not crash-safe by themselves: those
+//! keep the rows they overwrite on the members that leave first
+//! (`backup`); any other backwards reshape whose steps are not all safe
+//! is refused before anything is written ([`check_steps`]).
 
 use super::grow::{
     check_whole, kept_bitmap, old_shape, publish_bitmap, reshape_at, write_superblocks,

@@ -307,7 +307,12 @@ fn print_text(g: &Grown) {
         );
     } else {
         println!(
-            "grown from {} to {} members: {} -> {}",
+            "{} from {} to {} members: {} -> {}",
+            if g.raid_disks < g.raid_disks_before {
+                "shrunk"
+            } else {
+                "grown"
+            },
             g.raid_disks_before,
             g.raid_disks,
             bytes_text(g.size_bytes_before),
