@@ -1,7 +1,8 @@
 //! `nvraid grow`: add members to a RAID 4/5/6 or RAID 10 near and reshape it, offline, in
 //! md's format (docs/reshape.md), or mirrors to a RAID 1; `--level`
-//! changes the level where md does it without moving data; `--chunk` and
-//! `--layout` restripe it in place; `--continue`
+//! changes the level where md does it without moving data; `-n` with fewer
+//! members and `--array-size` shrinks a RAID 4/5/6 (a backwards reshape);
+//! `--chunk` and `--layout` restripe it in place; `--continue`
 //! resumes a reshape a crash or an interrupted run left part-way.
 
 use super::{bytes_text, size_arg};
@@ -19,7 +20,8 @@ use std::time::{Duration, Instant};
 #[derive(Args, Debug)]
 pub struct GrowArgs {
     /// The member count after the grow (mdadm's --raid-devices): the
-    /// array's members plus one --add for each new one.
+    /// array's members plus one --add for each new one; fewer than the
+    /// array has shrinks a RAID 4/5/6 (with --array-size).
     #[arg(
         long,
         short = 'n',
@@ -95,7 +97,8 @@ pub struct GrowArgs {
     /// while its clients
     /// read and write (with -n and --add;
     /// waits for the end, showing the progress). The served size stays
-    /// the old one until the server is restarted.
+    /// the old one until the server is restarted. A shrink runs offline
+    /// only.
     #[arg(long, value_name = "PATH", conflicts_with_all = ["members", "cont", "level"])]
     socket: Option<std::path::PathBuf>,
     /// Without --socket: the array's members, in any order.
