@@ -186,6 +186,25 @@ fn a_raid6_shrinks_from_6_to_5_members_with_p_and_q_right() {
     // Without any two members, P and Q give every byte back.
     let three = vec![m[0].clone(), m[2].clone(), m[4].clone()];
     assert!(read(dir.path(), &three, 3 * PER) == data, "two missing");
+    // Killed inside a step and at a checkpoint, then continued.
+    for point in ["reshape-write:9", "reshape-superblock:40"] {
+        let dir = tempfile::tempdir().unwrap();
+        let (m, data) = filled(dir.path(), "6", 6, 17, 3 * PER, &["--bitmap", "none"]);
+        killed_at(
+            dir.path(),
+            &with(
+                &["grow", "-n", "5", "--array-size", "42M", "--step", "1M"],
+                &m,
+            ),
+            point,
+        );
+        assert!(read(dir.path(), &m, 3 * PER) == data, "{point}: mid-way");
+        ok(&with(&["grow", "--continue"], &m), dir.path());
+        assert!(read(dir.path(), &m[..5], 3 * PER) == data, "{point}");
+        no_mismatch(dir.path(), &m[..5], point);
+        let three = vec![m[1].clone(), m[3].clone(), m[4].clone()];
+        assert!(read(dir.path(), &three, 3 * PER) == data, "{point}: P, Q");
+    }
 }
 
 #[test]
@@ -590,13 +609,18 @@ dmesg | grep -i -e 'md/raid' -e reshape | tail -20
 #[test]
 fn the_kernel_assembles_a_shrunk_array_and_finishes_one_nvraid_left_mid_way() {
     // RAID 5 of five shrunk to four: one to the end, one killed mid-way
-    // (a step written and recorded, more to go). md assembles both (the
+    // (a step written and recorded, more to go), and one more mid-way with
+    // a write-intent bitmap (kept). md assembles all three (the
     // fifth members as spares), the second goes on backwards from nvraid's
     // record; both read the pattern over the smaller size and md's check
     // finds no mismatch.
     let dir = tempfile::tempdir().unwrap();
     let mut images = Vec::new();
-    for (name, point) in [("done", None), ("mid", Some("reshape-superblock:60"))] {
+    for (name, point, bitmap) in [
+        ("done", None, "none"),
+        ("mid", Some("reshape-superblock:60"), "none"),
+        ("bitmap", Some("reshape-superblock:60"), "internal"),
+    ] {
         let sub = dir.path().join(name);
         std::fs::create_dir(&sub).unwrap();
         let (m, _) = filled(
@@ -605,7 +629,7 @@ fn the_kernel_assembles_a_shrunk_array_and_finishes_one_nvraid_left_mid_way() {
             5,
             17,
             3 * PER,
-            &["--bitmap", "none", "--name", name],
+            &["--bitmap", bitmap, "--name", name],
         );
         let args = with(
             &["grow", "-n", "4", "--array-size", "42M", "--step", "1M"],
@@ -630,11 +654,11 @@ fn the_kernel_assembles_a_shrunk_array_and_finishes_one_nvraid_left_mid_way() {
         .lines()
         .filter(|l| l.starts_with("KERNEL "))
         .collect();
-    assert_eq!(lines.len(), 2, "two arrays expected:\n{report}");
+    assert_eq!(lines.len(), 3, "three arrays expected:\n{report}");
     // /proc/mdstat, shown twice: the shrunk array's fifth member a spare
-    // both times, the other's once md has finished its shrink.
+    // both times, the others' once md has finished their shrink.
     assert!(
-        report.matches("[4](S)").count() >= 3,
+        report.matches("[4](S)").count() >= 4,
         "the leaving members are not md's spares:\n{report}"
     );
     for line in lines {
