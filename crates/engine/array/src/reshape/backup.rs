@@ -27,6 +27,12 @@
 //! far enough for the old shape's reads to stay ahead of the new shape's
 //! writes, the steps are safe without it.
 //!
+//! A shrink in place (the kernel's, mdadm having kept a backup file) has
+//! its critical section at the end, near the array's start: its backwards
+//! steps there move one new stripe each, the rows they overwrite kept the
+//! same way on the members that leave, at the top of their old rows (rows
+//! only the end the shrink cut off used, which neither shape reads).
+//!
 //! The format is nvraid's own, kept step by step for `grow --continue`.
 //! Beside it, where it fits, the grow writes mdadm's own backup of the
 //! whole section at the tail of the new members' data (`md_backup`), so
@@ -55,10 +61,12 @@ pub(super) fn room_bytes(old: &Geometry) -> u64 {
 }
 
 /// The backup areas of an in-place grow: the new members (by role) that
-/// hold one.
+/// hold one, each with its header's device offset (the rows below it).
+/// An in-place shrink keeps its backup the same way on the members that
+/// leave, in rows only the cut-off end of the old shape used (`of`).
 #[derive(Debug)]
 pub(super) struct Backup {
-    hosts: Vec<usize>,
+    hosts: Vec<(usize, u64)>,
 }
 
 /// The rows one step of the section overwrites, as copied.
@@ -90,6 +98,9 @@ impl Backup {
     /// members'. `None` for any other reshape.
     pub(super) fn of(placed: &[Placed], failed: &Failed, reshape: &Reshape) -> Option<Backup> {
         let (old, new) = (reshape.old(), reshape.new_shape());
+        if super::shrink::is_shrink(reshape) {
+            return Self::of_shrink(placed, failed, reshape);
+        }
         if reshape.direction() != Direction::Forwards
             || new.level().parity_chunks() == 0
             || new.members() <= old.members()
@@ -114,6 +125,39 @@ impl Backup {
             })
             .map(|r| r as usize)
             .filter(|&r| r < placed.len())
+            .map(|r| (r, placed[r].sb.data_offset_sectors * 512 - HEADER))
+            .collect();
+        Some(Backup { hosts })
+    }
+
+    /// The backup of a shrink in place (md's own with mdadm's backup file,
+    /// the data offset kept): its last steps, near the start, write new
+    /// rows over old rows still to be read. The members that leave hold
+    /// it: the new shape never writes them, and their rows past the old
+    /// stripes that still hold array bytes (the end the shrink cut off)
+    /// are read by neither shape. The header sits at the top of a leaving
+    /// member's old rows, one chunk of every member the new shape keeps
+    /// below it. `None` for a shrink that moved its data offset.
+    fn of_shrink(placed: &[Placed], failed: &Failed, reshape: &Reshape) -> Option<Backup> {
+        let (old, new) = (reshape.old(), reshape.new_shape());
+        for role in 0..new.members() {
+            if reshape.data_offset(Shape::Old, role) != reshape.data_offset(Shape::New, role) {
+                return None;
+            }
+        }
+        let chunk = old.chunk_bytes()?;
+        let old_unit = chunk * u64::from(old.members() - old.level().parity_chunks());
+        let rows = old.member_used_bytes() / chunk;
+        // The first old row holding no array byte of the smaller size.
+        let dead = reshape.array_bytes().div_ceil(old_unit);
+        let need = chunk * u64::from(new.members()) + HEADER;
+        let hosts = (new.members()..old.members())
+            .filter(|&r| !failed.is_failed(r as usize) && (r as usize) < placed.len())
+            .filter_map(|r| {
+                let base = reshape.data_offset(Shape::Old, r)?;
+                let top = base + rows * chunk;
+                (top >= base + dead * chunk + need).then_some((r as usize, top - HEADER))
+            })
             .collect();
         Some(Backup { hosts })
     }
@@ -123,24 +167,18 @@ impl Backup {
         !self.hosts.is_empty()
     }
 
-    /// The new members (by role) holding the backup.
-    pub(super) fn hosts(&self) -> &[usize] {
-        &self.hosts
-    }
-
-    fn header_at(p: &Placed) -> u64 {
-        p.sb.data_offset_sectors * 512 - HEADER
+    /// The members (by role) holding the backup.
+    pub(super) fn hosts(&self) -> Vec<usize> {
+        self.hosts.iter().map(|&(h, _)| h).collect()
     }
 
     /// Clear every host's header (flushed): before a grow records the
     /// reshape, so nothing found there later predates it.
     pub(super) fn clear(&self, placed: &[Placed]) -> Result<()> {
         let zero = AlignedBuf::zeroed(HEADER as usize);
-        for &h in &self.hosts {
+        for &(h, at) in &self.hosts {
             let p = &placed[h];
-            p.member
-                .write_at(&zero, Self::header_at(p))
-                .map_err(|e| io(p, e))?;
+            p.member.write_at(&zero, at).map_err(|e| io(p, e))?;
             p.member.flush().map_err(|e| io(p, e))?;
         }
         Ok(())
@@ -163,10 +201,13 @@ impl Backup {
         let new = reshape.new_shape();
         let chunk = new.chunk_bytes().expect("parity levels have chunks");
         let unit = reshape.position_unit();
-        let first_row = reshape.position() / unit;
-        let end_row = to.div_ceil(unit);
+        // The new rows the step writes, on the members both shapes have.
+        let (first_row, end_row) = match reshape.direction() {
+            Direction::Forwards => (reshape.position() / unit, to.div_ceil(unit)),
+            Direction::Backwards => (to / unit, reshape.position().div_ceil(unit)),
+        };
         let len = (end_row - first_row) * chunk;
-        let entries: Vec<(u32, u64)> = (0..old.members())
+        let entries: Vec<(u32, u64)> = (0..old.members().min(new.members()))
             .filter(|&r| !unreadable_old.get(r as usize).copied().unwrap_or(false))
             .map(|r| {
                 let at = reshape
@@ -195,9 +236,8 @@ impl Backup {
         let saved = Saved { entries, len, data };
         let header = saved.header(&placed[0].sb, reshape, to);
         let zero = AlignedBuf::zeroed(HEADER as usize);
-        for &h in &self.hosts {
+        for &(h, at) in &self.hosts {
             let p = &placed[h];
-            let at = Self::header_at(p);
             let failed = |e| failure(h, p, e);
             p.member.write_at(&zero, at).map_err(failed)?;
             p.member.flush().map_err(failed)?;
@@ -245,9 +285,8 @@ impl Backup {
         // changed them since. Without a good copy elsewhere, the step may
         // have been part-way over the old rows: refused.
         let mut spoiled = None;
-        for &h in &self.hosts {
+        for &(h, at) in &self.hosts {
             let p = &placed[h];
-            let at = Self::header_at(p);
             let mut header = AlignedBuf::zeroed(HEADER as usize);
             p.member.read_at(&mut header, at).map_err(|e| io(p, e))?;
             let Some((entries, len, crc)) = parse(&header, &placed[0].sb, reshape) else {

@@ -333,7 +333,7 @@ pub fn grow(
     }
     if let Some(b) = &backup {
         b.clear(&placed)?;
-        super::md_backup::clear(&placed, b.hosts())?;
+        super::md_backup::clear(&placed, &b.hosts())?;
     }
     let order: Vec<usize> = (old_count as usize..placed.len())
         .chain(0..old_count as usize)
@@ -450,6 +450,10 @@ pub fn continue_grow(
                     super::takeover::finish_as_raid0(&mut p.sb, layout);
                 }
             }
+            if super::shrink::is_shrink(&reshape) {
+                // The members that left are spares in every table.
+                super::shrink::release_leaving(&mut p.sb, reshape.new_shape().members());
+            }
             p.sb.events = done + 1;
             p.sb.utime = Timestamp::now();
         }
@@ -527,13 +531,14 @@ pub fn continue_grow(
     let grows = |level: Level| level.parity_chunks() > 0 || matches!(level, Level::Raid10 { .. });
     let same_shape = reshape.old().level() == reshape.new_shape().level()
         && reshape.old().chunk_bytes() == reshape.new_shape().chunk_bytes();
-    if !(in_place || reshape.direction() == Direction::Forwards && same_shape)
+    let shrinking = super::shrink::is_shrink(&reshape);
+    if !(in_place || shrinking || reshape.direction() == Direction::Forwards && same_shape)
         || !grows(reshape.old().level())
     {
         return Err(Error::Unsupported {
             spec: placed[0].member.spec().into(),
             what: format!(
-                "continuing this reshape ({} of {} members to {} of {}, {}): nvraid continues a RAID 4/5/6 or RAID 10 near that gains members, and a chunk or layout change of either; let the kernel finish it (mdadm --assemble)",
+                "continuing this reshape ({} of {} members to {} of {}, {}): nvraid continues a RAID 4/5/6 or RAID 10 near that gains members, a RAID 4/5/6 shrinking by members, and a chunk or layout change of either; let the kernel finish it (mdadm --assemble)",
                 reshape.old().level(),
                 reshape.old().members(),
                 reshape.new_shape().level(),
@@ -556,6 +561,13 @@ pub fn continue_grow(
     // last step may have been writing are put back from the backup (before
     // anything else is written: a spoiled backup refuses with none).
     let backup = Backup::of(&placed, &failed, &reshape);
+    // A backwards reshape goes on only where every step down to the start
+    // is crash-safe, or a backup keeps the steps that are not (a shrink in
+    // place; checked before anything is written).
+    if reshape.direction() == Direction::Backwards && !backup.as_ref().is_some_and(Backup::is_held)
+    {
+        super::shrink::check_steps(&reshape, step_bytes, placed[0].member.spec())?;
+    }
     if let Some(b) = &backup {
         b.restore(&placed, &failed, &reshape)?;
     }
@@ -567,7 +579,9 @@ pub fn continue_grow(
     }
     write_superblocks(&placed, &all, bitmap.as_mut())?;
     if reshape.direction() == Direction::Backwards {
-        return super::shape::run_backwards(placed, reshape, step_bytes, bitmap, progress);
+        return super::shape::run_backwards_backed(
+            placed, reshape, step_bytes, bitmap, backup, progress,
+        );
     }
     run_backed(
         placed,
@@ -785,7 +799,7 @@ pub(super) fn run_backed(
     // before the first step past it; no step crosses its end meanwhile.
     let mut md = backup
         .as_ref()
-        .and_then(|b| MdBackup::of(&placed, &failed, &reshape, b.hosts()));
+        .and_then(|b| MdBackup::of(&placed, &failed, &reshape, &b.hosts()));
     if let Some(m) = &md {
         if let Err(failure) = m.write(&placed, &reshape) {
             md = None;

@@ -337,8 +337,10 @@ pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelCh
         // each member holds every array byte, in order.
         (5, 1) if n == 2 => (1, 0, 0),
         (5, 1) => {
+            let two = geometry.member_used_bytes();
             return Err(refuse(format!(
-                "a {level} of {n} members as a RAID 1: md takes a RAID 5 over as RAID 1 only with two members (shrink it to two first, a reshape nvraid does not do yet)"
+                "a {level} of {n} members as a RAID 1: md takes a RAID 5 over as RAID 1 only with two members: shrink it to two first, which cuts the array to {} bytes; with the data below that, `nvraid grow --level 1 --raid-devices 2 --array-size {} MEMBERS` does both",
+                two, two
             )))
         }
         (4, 5) => (5, ParityLayout::ParityLast.to_md(), reference.chunk_sectors),

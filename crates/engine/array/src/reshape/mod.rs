@@ -24,6 +24,9 @@
 //! - `shape`: `grow --chunk`/`--layout`, a RAID 4/5/6 or RAID 10 near
 //!   restriped with its members kept, the data offset moved down or up
 //!   (the steps backwards are its own);
+//! - `shrink`: `grow -n` with fewer members, a RAID 4/5/6 shrunk by a
+//!   backwards reshape (the data offset moved up, the members that leave
+//!   made spares), and the shrink to two before a RAID 5 -> 1 takeover;
 //! - `size`: `grow --size`, how much of each member the array uses
 //!   (`max` after the members grew, the new region resynced; smaller with
 //!   `--force`); nothing moves;
@@ -70,6 +73,7 @@ mod read;
 mod record;
 mod resume;
 mod shape;
+mod shrink;
 mod size;
 mod step;
 mod takeover;
@@ -83,5 +87,6 @@ pub use record::{is_reshaping, reshape_of};
 pub(crate) use resume::check_servable;
 pub use resume::{assemble_serving, resumed_line, RecordedGrow, ResumeOptions};
 pub use shape::{change_shape, ShapeOptions};
+pub use shrink::{shrink, shrink_to_two, ShrinkOptions, Shrunk};
 pub use size::{resize, Resized, SizeOptions, SizeTarget};
 pub use takeover::{add_q, raid0_to_raid10};

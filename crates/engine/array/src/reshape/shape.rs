@@ -39,6 +39,7 @@
 //!   the new chunk and layout as the array's (`grow::finish_record`).
 //!   `grow --continue` finishes either direction.
 
+use super::backup::Backup;
 use super::grow::{
     check_whole, finish_record, floor_of, kept_bitmap, move_logs, old_shape, publish_bitmap,
     reshape_at, run, write_superblocks, GrowProgress, Grown, Placed,
@@ -442,14 +443,30 @@ fn copy_rows_down(reshape: &Reshape, members: &[&Member], to: u64, hit: &dyn Fn(
 /// stripes written at the new data offset, every member flushed, then the
 /// position recorded; then the finished shape.
 pub(super) fn run_backwards(
+    placed: Vec<Placed>,
+    reshape: Reshape,
+    step_bytes: u64,
+    bitmap: Option<MemberBitmap>,
+    progress: &mut dyn FnMut(GrowProgress),
+) -> Result<Grown> {
+    run_backwards_backed(placed, reshape, step_bytes, bitmap, None, progress)
+}
+
+/// [`run_backwards`] of a shrink in place (the kernel's, its data offset
+/// kept): a step no step is safe for (its critical section, near the
+/// start) moves one new stripe, the rows it overwrites kept in `backup`
+/// first (`backup`, on the members that leave).
+pub(super) fn run_backwards_backed(
     mut placed: Vec<Placed>,
     mut reshape: Reshape,
     step_bytes: u64,
     mut bitmap: Option<MemberBitmap>,
+    backup: Option<Backup>,
     progress: &mut dyn FnMut(GrowProgress),
 ) -> Result<Grown> {
     let level = reshape.new_shape().level();
-    if !is_in_place(&reshape)
+    let shrinking = super::shrink::is_shrink(&reshape);
+    if !(is_in_place(&reshape) || shrinking)
         || !(level.parity_chunks() > 0 || matches!(level, Level::Raid10 { .. }))
     {
         return Err(Error::Unsupported {
@@ -470,19 +487,22 @@ pub(super) fn run_backwards(
     progress(done(start));
     while reshape.position() > 0 {
         let p = reshape.position();
-        let mut to = p.saturating_sub(step_bytes) / unit * unit;
-        loop {
-            let kernel_ok = to == 0 || reshape.at(to).is_ok_and(|r| r.md_can_continue());
-            if to < p && reshape.step_is_safe(to) && kernel_ok {
-                break;
-            }
-            if to + unit >= p {
-                return Err(Error::NotStartable(format!(
-                    "no step down from {p} is safe (the data offset moved too little); nothing below it was written"
-                )));
-            }
-            to += unit;
-        }
+        let to = match super::shrink::backwards_step(&reshape, step_bytes) {
+            Some(to) => to,
+            None => match &backup {
+                Some(b) if b.is_held() => {
+                    let to = p.saturating_sub(unit);
+                    b.save(&placed, &[], &reshape, to)
+                        .map_err(|failure| failure.error)?;
+                    to
+                }
+                _ => {
+                    return Err(Error::NotStartable(format!(
+                        "no step down from {p} is safe (the data offset moved too little); nothing below it was written"
+                    )))
+                }
+            },
+        };
         let members: Vec<&Member> = placed.iter().map(|p| &p.member).collect();
         let hit = || crate::failpoint::hit("reshape-write");
         if reshape.new_shape().level().parity_chunks() == 0 {
@@ -517,8 +537,12 @@ pub(super) fn run_backwards(
             .map_err(|e| Error::NotStartable(e.to_string()))?;
         progress(done(to));
     }
+    let new_members = reshape.new_shape().members();
     for p in placed.iter_mut() {
         finish_record(&mut p.sb);
+        if shrinking {
+            super::shrink::release_leaving(&mut p.sb, new_members);
+        }
         p.sb.events += 1;
         p.sb.utime = Timestamp::now();
     }

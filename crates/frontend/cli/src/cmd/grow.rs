@@ -1,7 +1,8 @@
 //! `nvraid grow`: add members to a RAID 4/5/6 or RAID 10 near and reshape it, offline, in
 //! md's format (docs/reshape.md), or mirrors to a RAID 1; `--level`
-//! changes the level where md does it without moving data; `--chunk` and
-//! `--layout` restripe it in place; `--continue`
+//! changes the level where md does it without moving data; `-n` with fewer
+//! members and `--array-size` shrinks a RAID 4/5/6 (a backwards reshape);
+//! `--chunk` and `--layout` restripe it in place; `--continue`
 //! resumes a reshape a crash or an interrupted run left part-way.
 
 use super::{bytes_text, size_arg};
@@ -9,7 +10,8 @@ use anyhow::{bail, Result};
 use clap::Args;
 use nvraid_array::reshape::{
     add_q, change_level, change_shape, continue_grow, grow, raid0_to_raid10, raid1_to_raid5_grown,
-    resize, GrowOptions, GrowProgress, Grown, ShapeOptions, SizeOptions, SizeTarget,
+    resize, shrink, shrink_to_two, GrowOptions, GrowProgress, Grown, ShapeOptions, ShrinkOptions,
+    Shrunk, SizeOptions, SizeTarget,
 };
 use nvraid_member::format_size;
 use std::io::{IsTerminal, Write};
@@ -18,7 +20,8 @@ use std::time::{Duration, Instant};
 #[derive(Args, Debug)]
 pub struct GrowArgs {
     /// The member count after the grow (mdadm's --raid-devices): the
-    /// array's members plus one --add for each new one.
+    /// array's members plus one --add for each new one; fewer than the
+    /// array has shrinks a RAID 4/5/6 (with --array-size).
     #[arg(
         long,
         short = 'n',
@@ -68,10 +71,19 @@ pub struct GrowArgs {
     /// without --force (shrink the filesystem first). Nothing moves.
     #[arg(long, short = 'z', value_name = "max|SIZE", conflicts_with_all = ["raid_devices", "add", "level", "chunk", "layout", "cont"])]
     size: Option<String>,
+    /// Shrinking by members (-n fewer than the array has, RAID 4/5/6; or
+    /// --level 1 of a RAID 5 of more than two, shrunk to two first): the
+    /// size the array's data fits in, at most what the smaller shape holds
+    /// (mdadm's --array-size). Required: without it the command names that
+    /// size and the filesystem check to make. The reshape runs backwards,
+    /// the data offset moved up; the members that leave become spares.
+    #[arg(long = "array-size", short = 'Z', value_name = "SIZE", value_parser = size_arg, conflicts_with_all = ["add", "cont", "chunk", "layout", "size"])]
+    array_size: Option<u64>,
     /// Use new members that carry a filesystem or another array; grow a
     /// degraded RAID 4/5/6 whose parity covers the missing members (md
     /// allows it, mdadm asks for --force), reading around them; with
-    /// --size, shrink the array.
+    /// --size, shrink the array; with --array-size, shrink though a
+    /// filesystem at the array's start says it is larger.
     #[arg(long, short = 'f')]
     force: bool,
     /// The most array bytes moved between two checkpoints of the position.
@@ -85,7 +97,8 @@ pub struct GrowArgs {
     /// while its clients
     /// read and write (with -n and --add;
     /// waits for the end, showing the progress). The served size stays
-    /// the old one until the server is restarted.
+    /// the old one until the server is restarted. A shrink runs offline
+    /// only.
     #[arg(long, value_name = "PATH", conflicts_with_all = ["members", "cont", "level"])]
     socket: Option<std::path::PathBuf>,
     /// Without --socket: the array's members, in any order.
@@ -96,6 +109,9 @@ pub struct GrowArgs {
 pub fn run(args: &GrowArgs, direct: bool) -> Result<u8> {
     if let Some(socket) = &args.socket {
         return grow_online(args, socket);
+    }
+    if args.level == Some(1) && args.add.is_empty() && args.array_size.is_some() {
+        return raid5_to_raid1(args, direct);
     }
     if let Some(level) = args.level.filter(|_| args.add.is_empty()) {
         let changed = change_level(&args.members, level, direct)?;
@@ -183,6 +199,11 @@ pub fn run(args: &GrowArgs, direct: bool) -> Result<u8> {
             Some(other) => bail!(
                 "--level {other} with --add: md adds members with a level change only from a RAID 1 of two to RAID 5 (--level 5, then grown), from RAID 5 to RAID 6 (--level 6) and from RAID 0 to RAID 10 (--level 10)"
             ),
+            None if args.add.is_empty() => {
+                let shrunk = shrink(&args.members, &shrink_options(args, direct), &mut progress)?;
+                print_shrunk(&shrunk, args.json)?;
+                return Ok(0);
+            }
             None => grow(&args.members, &options, &mut progress)?,
         }
     };
@@ -190,6 +211,92 @@ pub fn run(args: &GrowArgs, direct: bool) -> Result<u8> {
         println!("{}", serde_json::to_string_pretty(&grown)?);
     } else {
         print_text(&grown);
+    }
+    Ok(0)
+}
+
+fn shrink_options(args: &GrowArgs, direct: bool) -> ShrinkOptions {
+    ShrinkOptions {
+        raid_devices: args.raid_devices.unwrap_or(2),
+        array_size: args.array_size,
+        force: args.force,
+        direct,
+        step_bytes: args.step,
+    }
+}
+
+fn print_shrunk(s: &Shrunk, json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(s)?);
+        return Ok(());
+    }
+    let g = &s.grown;
+    println!(
+        "shrunk from {} to {} members: {} -> {}",
+        g.raid_disks_before,
+        g.raid_disks,
+        bytes_text(g.size_bytes_before),
+        bytes_text(g.size_bytes)
+    );
+    println!(
+        "moved {} in {:.1} s; data offset now {}; events {}",
+        bytes_text(g.moved_bytes),
+        g.seconds,
+        bytes_text(g.data_offset_bytes),
+        g.events
+    );
+    if !s.spares.is_empty() {
+        println!(
+            "{} left the array and {} (`nvraid remove`, or blank before using elsewhere)",
+            s.spares.join(", "),
+            if s.spares.len() == 1 {
+                "is a spare"
+            } else {
+                "are spares"
+            }
+        );
+    }
+    Ok(())
+}
+
+/// `grow --level 1 --array-size SIZE` of a RAID 5 of more than two
+/// members: shrunk to two (a backwards reshape), then taken over as a RAID
+/// 1 (no byte moves). A RAID 5 of two goes straight to the takeover.
+fn raid5_to_raid1(args: &GrowArgs, direct: bool) -> Result<u8> {
+    let mut progress = progress_printer();
+    let shrunk = shrink_to_two(&args.members, &shrink_options(args, direct), &mut progress)?;
+    let remaining: Vec<String> = match &shrunk {
+        Some(s) => {
+            if !args.json {
+                print_shrunk(s, false)?;
+            }
+            args.members
+                .iter()
+                .filter(|m| !s.spares.contains(m))
+                .cloned()
+                .collect()
+        }
+        None => args.members.clone(),
+    };
+    let changed = change_level(&remaining, 1, direct)?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "shrunk": shrunk,
+                "level_changed": changed,
+            }))?
+        );
+    } else {
+        println!(
+            "level changed from {} (md level {}) to {} (md level {}); {} unchanged, no byte moved; events {}",
+            changed.level_before,
+            changed.md_level_before,
+            changed.level,
+            changed.md_level,
+            bytes_text(changed.size_bytes),
+            changed.events
+        );
     }
     Ok(0)
 }
@@ -203,7 +310,12 @@ fn print_text(g: &Grown) {
         );
     } else {
         println!(
-            "grown from {} to {} members: {} -> {}",
+            "{} from {} to {} members: {} -> {}",
+            if g.raid_disks < g.raid_disks_before {
+                "shrunk"
+            } else {
+                "grown"
+            },
             g.raid_disks_before,
             g.raid_disks,
             bytes_text(g.size_bytes_before),
@@ -273,6 +385,11 @@ fn grow_online(args: &GrowArgs, socket: &std::path::Path) -> Result<u8> {
     let Some(raid_devices) = args.raid_devices else {
         bail!("--raid-devices N is needed");
     };
+    if args.add.is_empty() || args.array_size.is_some() {
+        bail!(
+            "--socket: a served array gains members (give one --add per new member); shrinking by members is done offline only, not while served: stop the server, then `nvraid grow --raid-devices {raid_devices} --array-size SIZE MEMBERS`"
+        );
+    }
     let answer = nvraid_serve::request(
         socket,
         &serde_json::json!({
