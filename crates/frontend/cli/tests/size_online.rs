@@ -358,3 +358,196 @@ fn size_on_a_served_array_is_refused_naming_the_offline_command() {
         &["not changed online yet", "nvraid grow --size SIZE MEMBERS"],
     );
 }
+
+/// A server killed (SIGKILL) after a member its grow added was recorded
+/// faulty: the old members record the reshape at its last position with
+/// that slot faulty, the added member its own older superblock. `grow
+/// --continue` given the failed one too refuses it by name, nothing
+/// written (its rows are stale); given the old members it finishes the
+/// grow degraded, and every byte acknowledged, the write that failed it
+/// included, reads back.
+#[test]
+fn a_server_killed_after_an_added_member_failed_leaves_a_grow_continue_finishes_degraded() {
+    tool("fio");
+    tool("nbdcopy");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let members: Vec<String> = (0..4).map(|i| format!("m{i}.img")).collect();
+    create(d, "5", &members, "16M");
+    let size = detail(d, &members)["size_bytes"].as_u64().unwrap();
+    let mut data: Vec<u8> = (0..size).map(|i| (i % 251) as u8 ^ 0x3c).collect();
+    std::fs::write(d.join("data.bin"), &data).unwrap();
+    let mut write = vec!["write", "--input", "data.bin"];
+    write.extend(members.iter().map(String::as_str));
+    ok(&write, d);
+    blank(d, "new.img", 16 << 20);
+    let node = ErrorFilterNode::up(d, "new.img", "error-pwrite");
+    let mut server = serve_with(d, &members, &["--reshape-speed", "0:8"]);
+    let grow = grow_cmd(d, 5, &node.uri());
+    wait_grown_to(d, 2 << 20);
+    let mut reader = fio_nbd(d, "busy");
+    reader
+        .args([
+            "--thread",
+            "--rw=randread",
+            "--bs=4k",
+            "--offset=32m",
+            "--size=8m",
+            "--time_based",
+            "--runtime=120",
+            "--rate_iops=500",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut reader = reader.spawn().expect("fio");
+    std::thread::sleep(Duration::from_millis(600));
+    node.fail();
+    let new: Vec<u8> = (0..1u64 << 20).map(|i| (i % 239) as u8 ^ 0x6b).collect();
+    std::fs::write(d.join("new.bin"), &new).unwrap();
+    let copied = Command::new(tool("nbdcopy"))
+        .arg(d.join("new.bin"))
+        .arg(format!(
+            "nbd+unix:///?socket={}",
+            d.join("md.sock").display()
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        copied.status.success(),
+        "{}",
+        String::from_utf8_lossy(&copied.stderr)
+    );
+    data[..new.len()].copy_from_slice(&new);
+    let log = std::fs::read_to_string(d.join("serve.log")).unwrap();
+    assert!(
+        log.contains("a member the grow added, marked faulty"),
+        "{log}"
+    );
+    server.kill().unwrap();
+    server.wait().unwrap();
+    // The grow command loses its server.
+    let _ = grow.wait_with_output();
+    let _ = reader.kill();
+    let _ = reader.wait();
+    drop(node);
+    let sb = superblock(d, "m0.img");
+    assert_ne!(sb["feature_map"].as_u64().unwrap() & 4, 0, "{sb}");
+    // Given with the others, the failed member is refused by name,
+    // nothing written: its rows are stale.
+    let mut cont = vec!["grow", "--continue"];
+    cont.extend(members.iter().map(String::as_str));
+    let mut with_it = cont.clone();
+    with_it.push("new.img");
+    refused(&with_it, d, &["new.img takes no part in the reshape"]);
+    let out = nvraid(&cont, d);
+    assert!(
+        out.status.success(),
+        "grow --continue: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    recorded_with_the_added_member_faulty(d, &members, "new.img");
+    let mut read = vec!["read"];
+    read.extend(members.iter().map(String::as_str));
+    let got = ok_bytes(&read, d);
+    assert_eq!(got.len() as u64, size / 3 * 4);
+    assert!(
+        got[..size as usize] == data[..],
+        "a byte changed across the killed degraded grow"
+    );
+}
+
+const MIB: u64 = 1 << 20;
+
+/// Block `b` of the array holds its number, as tools/mdvm's `pattern`
+/// writes and verifies.
+fn pattern(bytes: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes as usize);
+    for block in 0..bytes / 4096 {
+        for _ in 0..512 {
+            out.extend_from_slice(&block.to_le_bytes());
+        }
+    }
+    out
+}
+
+/// The kernel's md assembles a RAID 5 whose added member failed part-way
+/// through its online grow (the grow finished degraded, the server then
+/// stopped): it takes the record of the old members (five roles, the
+/// fifth faulty) and leaves the failed member's stale superblock out,
+/// reads the pattern, rebuilds that image added back blank, and its check
+/// then finds no parity mismatch.
+#[test]
+fn the_kernel_assembles_a_raid5_grown_online_degraded_after_its_added_member_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let names: Vec<String> = (0..4).map(|i| format!("d{i}")).collect();
+    let per = 14 * MIB; // what each 15 MiB member holds past its data offset
+    let mut args = vec!["create", "--level", "5", "--size", "15M"];
+    args.extend(names.iter().map(String::as_str));
+    ok(&args, d);
+    std::fs::write(d.join("data"), pattern(3 * per)).unwrap();
+    let mut args = vec!["write", "--input", "data"];
+    args.extend(names.iter().map(String::as_str));
+    ok(&args, d);
+    std::fs::remove_file(d.join("data")).unwrap();
+    blank(d, "d4", 16 * MIB);
+    let node = ErrorFilterNode::up(d, "d4", "error");
+    let server = serve_with(d, &names, &["--reshape-speed", "8"]);
+    let grow = grow_cmd(d, 5, &node.uri());
+    wait_grown_to(d, 2 * MIB);
+    node.fail();
+    grow_finished(grow, 4);
+    server.interrupt();
+    drop(node);
+    recorded_with_the_added_member_faulty(d, &names, "d4");
+    let script = d.join("check.sh");
+    std::fs::write(
+        &script,
+        format!(
+            r#"set +e
+mdadm --assemble --scan --run 2>&1
+echo 200000 > /proc/sys/dev/raid/speed_limit_min
+echo 2000000 > /proc/sys/dev/raid/speed_limit_max
+cat /proc/mdstat
+sys=$(ls -d /sys/block/md* | head -1); md=/dev/${{sys##*/}}
+before="disks=$(cat $sys/md/raid_disks) degraded=$(cat $sys/md/degraded) size=$(blockdev --getsize64 $md)"
+if pattern verify -n {bytes} $md; then pv=ok; else pv=FAILED; fi
+mdadm --zero-superblock /dev/vde 2>&1
+mdadm $md --add /dev/vde 2>&1
+sleep 1; mdadm --wait $md >/dev/null 2>&1
+i=0; while grep -q -e recovery -e resync /proc/mdstat && [ $i -lt 240 ]; do sleep 1; i=$((i+1)); done
+echo check > $sys/md/sync_action; sleep 1; mdadm --wait $md >/dev/null 2>&1
+cat /proc/mdstat
+echo "KERNEL $before pattern=$pv after_degraded=$(cat $sys/md/degraded) mismatch=$(cat $sys/md/mismatch_cnt)"
+"#,
+            bytes = 3 * per
+        ),
+    )
+    .unwrap();
+    let images: Vec<std::path::PathBuf> = names
+        .iter()
+        .chain([&"d4".to_string()])
+        .map(|n| d.join(n))
+        .collect();
+    let out = mdvm_on("mdvm", "6.1", &[])
+        .arg("--snapshot")
+        .arg("--script")
+        .arg(&script)
+        .args(&images)
+        .output()
+        .expect("tools/mdvm/mdvm (./test.sh installs its tools)");
+    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    let line = report
+        .lines()
+        .find(|l| l.starts_with("KERNEL "))
+        .unwrap_or_else(|| panic!("no report:\n{report}"));
+    assert_eq!(
+        line,
+        format!(
+            "KERNEL disks=5 degraded=1 size={} pattern=ok after_degraded=0 mismatch=0",
+            4 * per
+        ),
+        "\n{report}"
+    );
+}
