@@ -228,6 +228,13 @@ fn an_added_member_failing_mid_online_grow_is_recorded_faulty_and_the_raid6_grow
     an_added_member_failing_mid_grow("6", 5);
 }
 
+/// RAID 10 near: the added member's chunks keep their other copy in the
+/// new shape, so the grow goes on the same way.
+#[test]
+fn an_added_member_failing_mid_online_grow_is_recorded_faulty_and_the_raid10_grows_degraded() {
+    an_added_member_failing_mid_grow("10", 4);
+}
+
 /// A client's write below the position (in the new shape) whose write to
 /// the added member fails: the member is recorded faulty and the write
 /// succeeds through the parity (it returned EIO before, the member left
