@@ -71,6 +71,13 @@ pub(crate) trait Companion: Send + Sync + std::fmt::Debug {
     /// The role table is about to be written: record the companion's own
     /// entry in it (a journal that failed is recorded faulty).
     fn role_table(&self, _table: &mut [u16]) {}
+
+    /// `after_superblocks` failed on a device the companion went on
+    /// without (a member a served grow added, now recorded faulty in its
+    /// role-table entry): write the update again. Asked once per failure.
+    fn write_again(&self) -> bool {
+        false
+    }
 }
 
 /// A reshape running on the array while it is served (`reshape::live`):
@@ -1111,8 +1118,14 @@ impl Members {
             let (role, error) = match failed {
                 Failed::Member(role, error) => (role, error),
                 // A companion's own device (the journal): md fails the
-                // array's writes with it.
-                Failed::Companion(error) => return Err(error),
+                // array's writes with it, unless the companion went on
+                // without it (its entry now faulty): written again.
+                Failed::Companion(error) => {
+                    if self.all_companions().any(|c| c.write_again()) {
+                        continue;
+                    }
+                    return Err(error);
+                }
             };
             let spec = self
                 .slot(role)

@@ -28,10 +28,11 @@
 //!   assembled again (at its new size: the served size stays the old one
 //!   until `serve` is restarted).
 //!
-//! An old member failing is recorded faulty and the grow goes on degraded
-//! (steps and the route read around it, write parity covering it) while
-//! the parity covers the members failed. Any other failure (one more
-//! member, an added member, a superblock write) stops the grow at the
+//! A member failing (an old one, or one the grow added: `live_degraded`)
+//! is recorded faulty and the grow goes on degraded (steps and the route
+//! read around it, write parity covering it) while the parity covers the
+//! members failed. Any other failure (one member more than the parity
+//! covers, a superblock update no member takes) stops the grow at the
 //! position last recorded: the record stays, client requests go on
 //! through the two shapes, and `nvraid grow --continue` finishes it after
 //! `serve` stops.
@@ -227,6 +228,8 @@ pub struct LiveGrow {
     moved_sectors: u64,
     /// Each member's bad-block log's new place (`bblog_offset`), by role.
     bblog_offsets: Vec<u32>,
+    /// Which added members failed (see `live_degraded`).
+    pub(super) added_failed: super::live_degraded::AddedFailures,
     /// The role table's entries the added members hold: (device, entry).
     table_entries: Vec<(usize, u16)>,
     /// The recorded position in sectors, and whether the finished shape is
@@ -534,6 +537,7 @@ impl LiveGrow {
             .map_or("(missing)", |s| s.member.spec())
             .to_string();
         let position = parts.reshape.position();
+        let added_count = parts.added.len();
         let live = Arc::new(LiveGrow {
             reshape: parts.reshape,
             old_members: parts.old_members,
@@ -544,6 +548,7 @@ impl LiveGrow {
                 .collect(),
             moved_sectors: parts.moved_sectors,
             bblog_offsets: parts.bblog_offsets,
+            added_failed: super::live_degraded::AddedFailures::new(added_count),
             table_entries: parts.table_entries,
             record: Mutex::new((position / 512, false)),
             gate: Gate::at(position),
@@ -1064,10 +1069,14 @@ impl LiveRoute for LiveGrow {
             OpKind::Flush => {
                 let _busy = self.clients.request();
                 array.flush().map_err(errno)?;
-                for (member, _) in &self.added {
-                    member
-                        .flush()
-                        .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+                for (k, (member, _)) in self.added.iter().enumerate() {
+                    if self.added_failed.is_failed(k) {
+                        continue;
+                    }
+                    if let Err(e) = member.flush() {
+                        let role = self.old_members as usize + k;
+                        self.member_failed(array, role, e).map_err(errno)?;
+                    }
                 }
                 Ok(())
             }
@@ -1080,15 +1089,26 @@ impl LiveRoute for LiveGrow {
 impl Companion for LiveGrow {
     fn after_superblocks(&self, update: &Update<'_>) -> Result<()> {
         self.write_added(update.events, Some(update), update.roles_raw)
-            .map_err(|(_, e)| Error::io("(a member the grow added)", e))
+            .map_err(|(role, e)| {
+                let spec = self.added[role - self.old_members as usize].0.spec();
+                self.added_superblock_failed(role, spec, e, update.roles_raw)
+            })
     }
 
     fn role_table(&self, table: &mut [u16]) {
-        for &(dev, entry) in &self.table_entries {
+        for (k, &(dev, entry)) in self.table_entries.iter().enumerate() {
             if let Some(slot) = table.get_mut(dev) {
-                *slot = entry;
+                *slot = if self.added_failed.is_failed(k) {
+                    Role::Faulty.to_raw()
+                } else {
+                    entry
+                };
             }
         }
+    }
+
+    fn write_again(&self) -> bool {
+        self.added_failed.take_write_again()
     }
 }
 
@@ -1102,6 +1122,10 @@ impl LiveGrow {
         table: &[u16],
     ) -> std::result::Result<(), (usize, std::io::Error)> {
         for (k, (member, sb)) in self.added.iter().enumerate() {
+            if self.added_failed.is_failed(k) {
+                // md writes no superblock to a member that failed.
+                continue;
+            }
             let role = self.old_members as usize + k;
             // Each write starts from the member's own superblock as it
             // was before the reshape (the record is put in afresh: the
@@ -1110,11 +1134,7 @@ impl LiveGrow {
             self.record_into(role, &mut written);
             written.events = events;
             written.roles_raw = table.to_vec();
-            for &(dev, entry) in &self.table_entries {
-                if let Some(slot) = written.roles_raw.get_mut(dev) {
-                    *slot = entry;
-                }
-            }
+            self.role_table(&mut written.roles_raw);
             match update {
                 Some(u) => {
                     written.resync_offset = u.resync_offset;

@@ -1,7 +1,9 @@
 //! A served grow going on degraded (md's rule, and the offline grow's in
-//! `degraded`): [`LiveGrow`]'s member failures, the new-shape stripe read
-//! around a failed member, the steps' window and their moves around the
-//! members failed. `live` calls these from its route and its step loop.
+//! `degraded`): [`LiveGrow`]'s member failures (an old member's recorded
+//! by the array, an added member's by the grow's role-table entry), the
+//! new-shape stripe read around a failed member, the steps' window and
+//! their moves around the members failed. `live` calls these from its
+//! route, its superblock updates and its step loop.
 
 use super::live::LiveGrow;
 use super::step::{move_rows, Unreadable};
@@ -9,20 +11,69 @@ use crate::array::Array;
 use crate::error::{Error, Result};
 use nvraid_io::AlignedBuf;
 use nvraid_layout::Reshape;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+/// Which of a served grow's added members failed. The array does not
+/// hold them (they have no role in its old shape), so the grow keeps
+/// their state: a failed one is written no more (neither rows nor
+/// superblock), its entry in every role table the array writes is
+/// md's faulty one, and its chunks are read through the parity.
+#[derive(Debug, Default)]
+pub(super) struct AddedFailures {
+    /// By added member (role `old_members + k`).
+    failed: Vec<AtomicBool>,
+    /// Held while a failure is recorded, so that a second request that
+    /// saw the same member fail returns only once the superblocks record
+    /// it (as the array's `fail_member` does under its events lock).
+    recording: Mutex<()>,
+    /// An added member's superblock write failed inside a superblock
+    /// update and it was marked failed: the update is written again,
+    /// its role table now recording the member faulty.
+    write_again: AtomicBool,
+}
+
+impl AddedFailures {
+    pub(super) fn new(added: usize) -> AddedFailures {
+        AddedFailures {
+            failed: (0..added).map(|_| AtomicBool::new(false)).collect(),
+            ..AddedFailures::default()
+        }
+    }
+
+    /// Whether added member `k` failed.
+    pub(super) fn is_failed(&self, k: usize) -> bool {
+        self.failed
+            .get(k)
+            .is_some_and(|f| f.load(Ordering::Acquire))
+    }
+
+    /// Whether a superblock update must be written again (once).
+    pub(super) fn take_write_again(&self) -> bool {
+        self.write_again.swap(false, Ordering::AcqRel)
+    }
+}
 
 /// A grow going on degraded (md's rule, and the offline grow's in
 /// `degraded`): a member of the old shape failing while the array is
-/// served is recorded faulty by the array, and the steps and the route's
-/// new-shape I/O read around it and write nothing to it, as long as the
-/// parity covers the members failed; one more stops the grow at the
-/// position recorded.
+/// served is recorded faulty by the array, an added member by the grow
+/// (its role-table entry faulty in every update from then on), and the
+/// steps and the route's new-shape I/O read around it and write nothing
+/// to it, as long as the parity covers the members failed; one more
+/// stops the grow at the position recorded.
 impl LiveGrow {
     /// The new shape's roles failed now (the old members the array
-    /// recorded faulty; an added member that fails stops the grow).
+    /// recorded faulty, the added members the grow did).
     pub(super) fn failed_roles(&self, array: &Array) -> Vec<bool> {
         let old = self.old_members as usize;
         (0..self.reshape.new_shape().members() as usize)
-            .map(|r| r < old && !array.is_usable(r))
+            .map(|r| {
+                if r < old {
+                    !array.is_usable(r)
+                } else {
+                    self.added_failed.is_failed(r - old)
+                }
+            })
             .collect()
     }
 
@@ -36,10 +87,11 @@ impl LiveGrow {
             && self.reshape.new_shape().has_every_byte(&usable)
     }
 
-    /// The member in `role` failed with `error`: an old member is failed
-    /// in the array (recorded faulty on the others, durably) when the
-    /// parity covers it, and the caller goes on without it; otherwise the
-    /// error.
+    /// The member in `role` failed with `error`: when the level covers
+    /// it (both shapes' bytes held by the others), an old member is failed
+    /// in the array and an added member by the grow, either recorded
+    /// faulty on every member still written, durably, before this
+    /// returns, and the caller goes on without it; otherwise the error.
     pub(super) fn member_failed(
         &self,
         array: &Array,
@@ -47,8 +99,34 @@ impl LiveGrow {
         error: std::io::Error,
     ) -> Result<()> {
         let spec = self.members_of(array)[role].spec().to_string();
-        if role >= self.old_members as usize {
-            return Err(Error::io(&spec, error));
+        let old = self.old_members as usize;
+        if role >= old {
+            let k = role - old;
+            let _recording = self
+                .added_failed
+                .recording
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if self.added_failed.is_failed(k) {
+                return Ok(());
+            }
+            let mut failed = self.failed_roles(array);
+            failed[role] = true;
+            if !self.holds_every_byte(&failed) {
+                eprintln!(
+                    "nvraid: {spec}: {error}; a member the grow added, needed (more members failed than the parity covers): the request fails"
+                );
+                return Err(Error::io(&spec, error));
+            }
+            self.added_failed.failed[k].store(true, Ordering::Release);
+            // Recorded before any request goes on without it: the role
+            // table every update writes now holds it faulty.
+            array.rewrite_superblocks()?;
+            eprintln!(
+                "nvraid: {spec}: {error}; a member the grow added, marked faulty (events {}), the grow goes on degraded",
+                array.events()
+            );
+            return Ok(());
         }
         let mut failed = self.failed_roles(array);
         failed[role] = true;
@@ -175,6 +253,42 @@ impl LiveGrow {
         (p, end)
     }
 
+    /// Added member `role` (`spec`) failed with `error` as its superblock
+    /// was written inside a superblock update whose role table is `table`
+    /// (the array's events lock held, so nothing is written here): when
+    /// the level covers it (the old roles `table` holds no member for
+    /// failed too), it is marked failed and the update asked to be
+    /// written again, its role table then recording it faulty and its
+    /// superblock left out; the error to fail the update with otherwise.
+    pub(super) fn added_superblock_failed(
+        &self,
+        role: usize,
+        spec: &str,
+        error: std::io::Error,
+        table: &[u16],
+    ) -> Error {
+        let old = self.old_members as usize;
+        let failed: Vec<bool> = (0..self.reshape.new_shape().members() as usize)
+            .map(|r| {
+                if r < old {
+                    !table.contains(&nvraid_metadata::Role::Active(r as u16).to_raw())
+                } else {
+                    r == role || self.added_failed.is_failed(r - old)
+                }
+            })
+            .collect();
+        if role >= old
+            && self.holds_every_byte(&failed)
+            && !self.added_failed.failed[role - old].swap(true, Ordering::AcqRel)
+        {
+            eprintln!(
+                "nvraid: {spec}: {error} while its superblock was updated; a member the grow added, marked faulty, the grow goes on degraded"
+            );
+            self.added_failed.write_again.store(true, Ordering::Release);
+        }
+        Error::io(spec, error)
+    }
+
     /// Move the array's `[P, to)` (the step's window closed): read around
     /// the members failed and write none of them; a member failing in
     /// the step is failed in the array and the step done again.
@@ -205,7 +319,7 @@ impl LiveGrow {
                 return Ok(());
             };
             let role = failure.role as usize;
-            if role >= self.old_members as usize || failed[role] {
+            if failed[role] {
                 return Err(failure.error);
             }
             let error = match failure.error {

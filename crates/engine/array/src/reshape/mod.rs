@@ -34,8 +34,9 @@
 //!   the record kept in every superblock update of the running array,
 //!   client requests split between the two shapes at the position, each
 //!   step's window closed to them and earlier requests drained;
-//! - `live_degraded`: a served grow going on degraded (an old member
-//!   failing recorded faulty, read around, parity written covering it);
+//! - `live_degraded`: a served grow going on degraded (an old member or
+//!   one the grow added failing recorded faulty, read around, parity
+//!   written covering it);
 //! - `live_copy`: [`LiveMirror`], a served RAID 1 gaining mirrors (the
 //!   count raised, the new members recorded recovering, client writes
 //!   reaching them below the copy's position), and [`start_live`], which

@@ -382,6 +382,9 @@ fn progress_printer() -> impl FnMut(GrowProgress) {
 /// `grow --socket`: ask the server to grow its array, then follow its
 /// `status` until the grow has finished or failed.
 fn grow_online(args: &GrowArgs, socket: &std::path::Path) -> Result<u8> {
+    if args.size.is_some() {
+        bail!("--size with --socket: a served array's size is not changed online yet; stop serve and run `nvraid grow --size SIZE MEMBERS` (docs/reshape.md, \"Online --size\")");
+    }
     let Some(raid_devices) = args.raid_devices else {
         bail!("--raid-devices N is needed");
     };

@@ -446,3 +446,64 @@ pub fn console_line<'a>(console: &'a str, prefix: &str) -> &'a str {
         .find(|l| l.starts_with(prefix))
         .unwrap_or_else(|| panic!("no {prefix:?} in:\n{console}"))
 }
+
+/// A member image served by nbdkit through its `error` filter on a unix
+/// socket in `dir`: once [`ErrorFilterNode::fail`] creates the trigger
+/// file, every request of the kinds `ops` names fails with EIO (`ops`:
+/// `"error"` for all, `"error-pwrite"` for writes only: the filter's
+/// parameter prefix). Killed when dropped.
+pub struct ErrorFilterNode {
+    child: Child,
+    socket: PathBuf,
+    trigger: PathBuf,
+}
+
+impl ErrorFilterNode {
+    pub fn up(dir: &Path, image: &str, ops: &str) -> ErrorFilterNode {
+        let socket = dir.join(format!("{image}.sock"));
+        let trigger = dir.join(format!("{image}.trigger"));
+        let child = Command::new(tool("nbdkit"))
+            .arg("-f")
+            .arg("-U")
+            .arg(&socket)
+            .args(["--filter=error", "file"])
+            .arg(dir.join(image))
+            .arg(format!("{ops}-rate=100%"))
+            .arg(format!("{ops}-file={}", trigger.display()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nbdkit (./test.sh installs it)");
+        let started = std::time::Instant::now();
+        while !socket.exists() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "nbdkit did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        ErrorFilterNode {
+            child,
+            socket,
+            trigger,
+        }
+    }
+
+    pub fn uri(&self) -> String {
+        format!("nbd+unix:///?socket={}", self.socket.display())
+    }
+
+    /// From now on the requests `ops` names fail.
+    pub fn fail(&self) {
+        std::fs::write(&self.trigger, b"").unwrap();
+    }
+}
+
+impl Drop for ErrorFilterNode {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
