@@ -662,6 +662,15 @@ impl Members {
         self.faulty[role].store(true, Ordering::Release);
     }
 
+    /// `role`'s member leaves the running array (a served RAID 6 taken
+    /// over as RAID 5 drops its Q member, `reshape::live_level`): from now
+    /// on it is neither read, written nor flushed, and no superblock
+    /// update writes it. Nothing is written here: the caller's record
+    /// says what the role table holds for it.
+    pub(crate) fn leave_role(&self, role: usize, why: String) {
+        self.set_faulty(role, why);
+    }
+
     /// Why `role`'s member was marked faulty while the array ran (`None`:
     /// it was not).
     pub fn faulty_reason(&self, role: usize) -> Option<String> {

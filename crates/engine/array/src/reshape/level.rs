@@ -231,20 +231,12 @@ fn raid4_without_parity_to_raid0(
         .flatten()
         .map(|&i| {
             let (member, mut sb) = slots[i].take().expect("one member per role");
-            sb.level = 0;
-            sb.layout = Level::Raid0.md_layout();
-            sb.raid_disks = (n - 1) as u32;
+            record_raid0_of_raid4(&mut sb, n as u32);
             for raw in sb.roles_raw.iter_mut() {
                 if *raw == last {
                     *raw = Role::Spare.to_raw();
                 }
             }
-            // A RAID 0's members hold their data area whole: the RAID 4's
-            // rows, no more.
-            if sb.size_sectors > 0 {
-                sb.data_size_sectors = sb.size_sectors;
-            }
-            sb.size_sectors = 0;
             sb.events = events;
             sb.utime = Timestamp::now();
             Placed { member, sb }
@@ -269,35 +261,79 @@ fn raid4_without_parity_to_raid0(
     }))
 }
 
-/// Change the array on `members` (every member, any order) to md level
-/// `to`, where md does it without moving data (RAID 4 ↔ 5 parity-last).
-pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelChanged> {
-    check_distinct_specs(members)?;
-    let found = super::record::open_members(members, direct)?;
-    if let Some((member, _)) = found.iter().find(|(_, sb)| is_reshaping(sb)) {
-        return Err(Error::Unsupported {
-            spec: member.spec().into(),
-            what: "a level change while a reshape is in progress: finish it first with `nvraid grow --continue`".into(),
-        });
+/// A RAID 4 of `n` members taken over as the RAID 0 of its first `n - 1`
+/// (md's `raid0_takeover_raid45`): the fields of one kept member's
+/// superblock, its role table aside (the parity's entry becomes a spare's).
+pub(super) fn record_raid0_of_raid4(sb: &mut nvraid_metadata::Superblock, n: u32) {
+    sb.level = 0;
+    sb.layout = Level::Raid0.md_layout();
+    sb.raid_disks = n - 1;
+    // A RAID 0's members hold their data area whole: the RAID 4's rows, no
+    // more.
+    if sb.size_sectors > 0 {
+        sb.data_size_sectors = sb.size_sectors;
     }
-    let found = match finish_interrupted(found, to)? {
-        Ok(finished) => return Ok(finished),
-        Err(found) => found,
-    };
-    let found = match to {
-        0 => match raid4_without_parity_to_raid0(found)? {
-            Ok(changed) => return Ok(changed),
-            Err(found) => found,
-        },
-        _ => found,
-    };
-    let (reference, _) = check_whole(&found, "changes the level of", "changing the level of")?;
-    let spec = found[0].0.spec().to_string();
-    let level = crate::assemble::level_of(&reference, &spec)?;
-    let geometry = crate::assemble::geometry_of(&reference, &spec)?;
+    sb.size_sectors = 0;
+}
+
+/// md's takeover of md level `from` to `md_level` without moving a byte,
+/// as [`plan_takeover`] chose it: what every kept member records.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Takeover {
+    pub(super) from: i32,
+    pub(super) md_level: i32,
+    pub(super) layout: u32,
+    pub(super) chunk_sectors: u32,
+    /// The last member (a RAID 6's Q) leaves the array.
+    pub(super) drop_last: bool,
+    /// The second copy of each pair (the odd roles) leaves, the others
+    /// renumbered (RAID 10 near=2 -> RAID 0).
+    pub(super) halve: bool,
+    /// The member count before.
+    pub(super) members: u32,
+    pub(super) array_bytes: u64,
+}
+
+impl Takeover {
+    /// The takeover put into a kept member's superblock (level, layout,
+    /// chunk, size, member count); its role table, events and time aside.
+    pub(super) fn record(&self, sb: &mut nvraid_metadata::Superblock) {
+        sb.level = self.md_level;
+        sb.layout = self.layout;
+        sb.chunk_sectors = self.chunk_sectors;
+        if (self.from, self.md_level) == (1, 5) || (self.from, self.md_level) == (5, 1) {
+            // md's size: a two-member RAID 5's member rows are its array
+            // bytes, as a RAID 1's are.
+            sb.size_sectors = self.array_bytes / 512;
+        }
+        if self.drop_last {
+            sb.raid_disks = self.members - 1;
+        }
+        if self.halve {
+            sb.raid_disks = self.members / 2;
+            // A RAID 0's members hold their data area whole: the RAID 10's
+            // rows, no more.
+            if sb.size_sectors > 0 {
+                sb.data_size_sectors = sb.size_sectors;
+            }
+            sb.size_sectors = 0;
+        }
+    }
+}
+
+/// Which of md's takeovers turns the array `reference` describes (whole)
+/// into md level `to` without moving a byte; the others refused, naming
+/// md's path (`spec`: the member named in a refusal).
+pub(super) fn plan_takeover(
+    reference: &nvraid_metadata::Superblock,
+    to: i32,
+    spec: &str,
+) -> Result<Takeover> {
+    let level = crate::assemble::level_of(reference, spec)?;
+    let geometry = crate::assemble::geometry_of(reference, spec)?;
     let n = reference.raid_disks;
     let refuse = |what: String| Error::Unsupported {
-        spec: spec.clone(),
+        spec: spec.to_string(),
         what,
     };
     let from = reference.level;
@@ -383,7 +419,7 @@ pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelCh
                 2 * n
             )))
         }
-        (10, 0) if level == (Level::Raid10 { near: 2 }) && n % 2 == 0 => {
+        (10, 0) if level == (Level::Raid10 { near: 2 }) && n.is_multiple_of(2) => {
             // md takes a RAID 10 near=2 over as RAID 0 from one copy of
             // each pair (mdadm fails the others): member 2i becomes i.
             halve = true;
@@ -407,6 +443,54 @@ pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelCh
             )))
         }
     };
+    Ok(Takeover {
+        from,
+        md_level,
+        layout,
+        chunk_sectors,
+        drop_last,
+        halve,
+        members: n,
+        array_bytes: geometry.array_bytes(),
+    })
+}
+
+/// Change the array on `members` (every member, any order) to md level
+/// `to`, where md does it without moving data (RAID 4 ↔ 5 parity-last).
+pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelChanged> {
+    check_distinct_specs(members)?;
+    let found = super::record::open_members(members, direct)?;
+    if let Some((member, _)) = found.iter().find(|(_, sb)| is_reshaping(sb)) {
+        return Err(Error::Unsupported {
+            spec: member.spec().into(),
+            what: "a level change while a reshape is in progress: finish it first with `nvraid grow --continue`".into(),
+        });
+    }
+    let found = match finish_interrupted(found, to)? {
+        Ok(finished) => return Ok(finished),
+        Err(found) => found,
+    };
+    let found = match to {
+        0 => match raid4_without_parity_to_raid0(found)? {
+            Ok(changed) => return Ok(changed),
+            Err(found) => found,
+        },
+        _ => found,
+    };
+    let (reference, _) = check_whole(&found, "changes the level of", "changing the level of")?;
+    let spec = found[0].0.spec().to_string();
+    let geometry = crate::assemble::geometry_of(&reference, &spec)?;
+    let level = geometry.level();
+    let n = reference.raid_disks;
+    let plan = plan_takeover(&reference, to, &spec)?;
+    let Takeover {
+        from,
+        md_level,
+        chunk_sectors,
+        drop_last,
+        halve,
+        ..
+    } = plan;
     let mut bitmap = kept_bitmap(found.iter().map(|(m, sb)| (m, sb)), &geometry)?;
     let events = reference.events + 1;
     // The leaving member: its slot in the role table becomes unused (md's
@@ -437,20 +521,11 @@ pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelCh
             !leaves
         })
         .map(|(member, mut sb)| {
-            sb.level = md_level;
-            sb.layout = layout;
-            sb.chunk_sectors = chunk_sectors;
-            if (from, md_level) == (1, 5) || (from, md_level) == (5, 1) {
-                // md's size: a two-member RAID 5's member rows are its
-                // array bytes, as a RAID 1's are.
-                sb.size_sectors = geometry.array_bytes() / 512;
-            }
-            if let Some((dev, count)) = leaving {
-                sb.raid_disks = count;
+            plan.record(&mut sb);
+            if let Some((dev, _)) = leaving {
                 sb.roles_raw[dev] = Role::Spare.to_raw();
             }
             if halve {
-                sb.raid_disks = n / 2;
                 for raw in sb.roles_raw.iter_mut() {
                     if let Role::Active(r) = Role::from_raw(*raw) {
                         *raw = if r % 2 == 0 {
@@ -460,12 +535,6 @@ pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelCh
                         };
                     }
                 }
-                // A RAID 0's members hold their data area whole: the
-                // RAID 10's rows, no more.
-                if sb.size_sectors > 0 {
-                    sb.data_size_sectors = sb.size_sectors;
-                }
-                sb.size_sectors = 0;
             }
             sb.events = events;
             sb.utime = Timestamp::now();
