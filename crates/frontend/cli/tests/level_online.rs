@@ -132,7 +132,29 @@ fn takes_over_while_fio_verifies(
         serde_json::from_str(&ok(&["status", "--json", "--socket", &control(dir)], dir)).unwrap();
     assert_eq!(status["array"]["reshape"]["kind"], "level", "{status}");
     assert_eq!(status["array"]["reshape"]["state"], "finished", "{status}");
+    assert_eq!(status["array"]["reshape"]["md_level"], md_level, "{status}");
+    // A member the takeover dropped left; it did not fail: no alert, and
+    // the array is not degraded by it.
+    for m in status["array"]["members"].as_array().unwrap() {
+        let left = served.contains(&m["path"].as_str().unwrap_or("").to_string())
+            && !kept.contains(&m["path"].as_str().unwrap_or("").to_string());
+        if left {
+            assert_eq!(m["state"], "left", "{status}");
+        }
+    }
+    assert!(
+        !status["array"]["state"]
+            .as_str()
+            .unwrap()
+            .contains("degraded"),
+        "{status}"
+    );
     server.interrupt();
+    let log = std::fs::read_to_string(dir.join("serve.log")).unwrap();
+    assert!(
+        !log.contains("Fail"),
+        "a member leaving raised a failure:\n{log}"
+    );
     assert!(
         md_levels(dir, kept).iter().all(|&l| l == md_level),
         "--level {to}: {:?}",

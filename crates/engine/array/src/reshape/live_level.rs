@@ -13,7 +13,9 @@
 //!   client request is in flight while the superblocks change. A RAID 6's
 //!   Q member then leaves the running array (no longer read, written or
 //!   flushed, and not written by any superblock update: it keeps its old
-//!   superblock, one event behind, as the offline takeover leaves it).
+//!   superblock, one event behind, as the offline takeover leaves it); a
+//!   RAID 4's missing parity role leaves too. A role that left is no
+//!   failure: the array is not degraded by it (`Members::has_left`).
 //!   Every other member's superblock is written with the new level,
 //!   events + 1, exactly as `grow --level` offline writes it
 //!   ([`Takeover::record`], `record_raid0_of_raid4`), the leaving role's
@@ -222,7 +224,11 @@ impl LiveLevel {
                     "a RAID 4 with a write-intent bitmap as a RAID 0 (md's RAID 0 keeps none; md refuses too)".into(),
                 ));
             }
-            (Change::Raid0OfRaid4 { members: n }, last_dev(n - 1), None)
+            (
+                Change::Raid0OfRaid4 { members: n },
+                last_dev(n - 1),
+                Some(n as usize - 1),
+            )
         } else {
             if !unusable.is_empty() {
                 return Err(Error::NotStartable(format!(
@@ -261,6 +267,7 @@ impl LiveLevel {
             )));
         }
         let released: Vec<String> = leaves
+            .filter(|&r| array.is_usable(r))
             .and_then(|r| array.slot(r))
             .map(|s| s.member.spec().to_string())
             .into_iter()
@@ -291,11 +298,13 @@ impl LiveLevel {
             ));
         }
         let switched = (|| {
+            // The leaving role (a RAID 6's Q member; a RAID 4's missing
+            // parity) is out of the array, not failed: not degraded by it.
             if let Some(role) = leaves {
                 array.leave_role(
                     role,
                     format!(
-                        "left the array: its {} taken over as {} (this member held Q)",
+                        "left the array: its {} taken over as {} (this role held Q or the parity)",
                         old.level(),
                         new.level()
                     ),

@@ -21,6 +21,9 @@ pub struct Reshaping {
     /// `serve --reshape-speed`'s (MIN, MAX), bytes per second.
     pace: (Option<u64>, Option<u64>),
     live: Mutex<Option<Running>>,
+    /// A level change's levels and counts, shown beside its status (the
+    /// server's own `level` stays the served map's until it restarts).
+    level_switched: Mutex<Option<Value>>,
 }
 
 /// A grow started: its handle and the thread moving its rows (taken when
@@ -40,6 +43,7 @@ impl Reshaping {
             direct,
             pace,
             live: Mutex::new(None),
+            level_switched: Mutex::new(None),
         }
     }
 
@@ -83,7 +87,12 @@ impl Reshaping {
         );
         let changed: Arc<dyn LiveReshape> = changed;
         *live = Some((changed, None));
-        serde_json::to_value(&switched).map_err(|e| e.to_string())
+        let answer = serde_json::to_value(&switched).map_err(|e| e.to_string())?;
+        *self
+            .level_switched
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(answer.clone());
+        Ok(answer)
     }
 
     fn grow(&self, request: &Value) -> Result<Value, String> {
@@ -136,7 +145,25 @@ impl Reshaping {
     pub fn status(&self) -> Option<Value> {
         let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
         let (grow, _) = live.as_ref()?;
-        serde_json::to_value(grow.status()).ok()
+        let mut status = serde_json::to_value(grow.status()).ok()?;
+        let switched = self
+            .level_switched
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let (Some(Value::Object(extra)), Value::Object(status)) = (&*switched, &mut status) {
+            for key in [
+                "md_level_before",
+                "level_before",
+                "md_level",
+                "level",
+                "events",
+            ] {
+                if let Some(v) = extra.get(key) {
+                    status.insert(key.to_string(), v.clone());
+                }
+            }
+        }
+        Some(status)
     }
 
     /// Stop the grow after its step and wait for its thread (the position
