@@ -376,45 +376,96 @@ fn a_second_reshape_is_refused_after_an_online_level_change_until_serve_restarts
 /// finishes it, and every byte written before reads back.
 #[test]
 fn a_server_killed_between_the_level_changes_superblock_writes_is_finished_offline() {
-    for (level, count, to, md, kill) in [
-        ("4", 4, "4", 4, "reshape-superblock:1"),
-        ("4", 4, "4", 4, "reshape-superblock:3"),
-        ("1", 2, "5", 5, "reshape-superblock:1"),
+    // (level, layout, members, served, --level, md level, kill point)
+    for (level, layout, count, served, to, md, kill) in [
+        ("4", None, 4, 4, "4", 4, "reshape-superblock:1"),
+        ("4", None, 4, 4, "4", 4, "reshape-superblock:3"),
+        ("1", None, 2, 2, "5", 5, "reshape-superblock:1"),
+        // The last role dropped: the Q member, a missing parity.
+        (
+            "6",
+            Some("left-symmetric-6"),
+            5,
+            5,
+            "5",
+            5,
+            "reshape-superblock:1",
+        ),
+        (
+            "6",
+            Some("left-symmetric-6"),
+            5,
+            5,
+            "5",
+            5,
+            "reshape-superblock:3",
+        ),
+        ("4", None, 4, 3, "0", 0, "reshape-superblock:2"),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
         let m = names(count);
-        create(d, level, None, &m, "8M");
+        let mut args = vec!["create", "--level", level, "--size", "8M", "--force"];
+        if let Some(layout) = layout {
+            args.extend(["--layout", layout]);
+        }
+        if md == 0 {
+            args.extend(["--bitmap", "none"]);
+        }
+        args.extend(m.iter().map(String::as_str));
+        ok(&args, d);
         let bytes = detail(d, &m)["size_bytes"].as_u64().unwrap();
         let data: Vec<u8> = (0..bytes).map(|i| (i * 7 % 251) as u8).collect();
         std::fs::write(d.join("data"), &data).unwrap();
         let mut args = vec!["write", "--input", "data"];
         args.extend(m.iter().map(String::as_str));
         ok(&args, d);
-        let mut server = serve_env(d, &m, &[], &[("NVRAID_FAILPOINT", kill)]);
+        let served: Vec<String> = m[..served].to_vec();
+        for gone in &m[served.len()..] {
+            std::fs::remove_file(d.join(gone)).unwrap();
+        }
+        // The members the new level keeps (a RAID 6's Q member leaves).
+        let kept: Vec<String> = if level == "6" {
+            m[..count - 1].to_vec()
+        } else {
+            served.clone()
+        };
+        let what = format!("{level}->{to} at {kill}");
+        let mut server = serve_env(d, &served, &[], &[("NVRAID_FAILPOINT", kill)]);
         let _ = nvraid(&["grow", "--socket", &control(d), "--level", to], d);
         let status = server.wait().unwrap();
-        assert!(
-            !status.success(),
-            "{level}->{to} at {kill}: the server lived"
-        );
+        assert!(!status.success(), "{what}: the server lived");
         let log = std::fs::read_to_string(d.join("serve.log")).unwrap();
         assert!(log.contains("failpoint reshape-superblock"), "{log}");
-        let levels = md_levels(d, &m);
+        let levels = md_levels(d, &kept);
         assert!(
             levels.contains(&md) && levels.iter().any(|&l| l != md),
-            "{level}->{to} at {kill}: not cut between members: {levels:?}"
+            "{what}: not cut between members: {levels:?}"
         );
+        // Run again offline, with every member served (the Q member too):
+        // finished, the leaving member named and left as it was.
         let mut args = vec!["grow", "--level", to];
-        args.extend(m.iter().map(String::as_str));
+        args.extend(served.iter().map(String::as_str));
         let out = ok(&args, d);
-        assert!(out.contains("level changed"), "{out}");
-        assert_eq!(md_levels(d, &m), vec![md; count], "{level} at {kill}");
+        assert!(out.contains("level changed"), "{what}: {out}");
+        if level == "6" {
+            assert!(out.contains("d4 left the array"), "{what}: {out}");
+            assert_eq!(md_levels(d, &["d4".to_string()]), vec![6], "{what}");
+        }
+        assert_eq!(md_levels(d, &kept), vec![md; kept.len()], "{what}");
+        let after = detail(d, &kept);
+        assert_eq!(after["raid_disks"], kept.len(), "{what}: {after}");
+        assert!(
+            !after["state"].as_str().unwrap().contains("degraded"),
+            "{what}: {after}"
+        );
         let mut args = vec!["read"];
-        args.extend(m.iter().map(String::as_str));
+        args.extend(kept.iter().map(String::as_str));
         let got = ok_bytes(&args, d);
-        assert!(got == data, "{level}->{to} at {kill}: the bytes differ");
-        assert_checks_clean(d, &m, &format!("{level}->{to} killed at {kill}"));
+        assert!(got == data, "{what}: the bytes differ");
+        if md != 0 {
+            assert_checks_clean(d, &kept, &what);
+        }
     }
 }
 

@@ -74,12 +74,17 @@ pub(super) fn raid1_takeover_chunk(array_bytes: u64) -> Option<u64> {
 }
 
 /// A takeover to md level `to` that a crash cut short while the
-/// superblocks were written (every member kept: RAID 1 <-> 5 of two, 4 <->
-/// 5), finished: the members already written (events E, level `to`) are
-/// the record, and those one event behind with the old level and the same
-/// role table get its level, layout, chunk and size (no byte moved, and
-/// nothing was written since: a write would have raised the events).
-/// Anything else is handed back for the ordinary checks.
+/// superblocks were written, finished: the members already written
+/// (events E, level `to`) are the record, and those one event behind with
+/// the old level get its level, layout, chunk and size (no byte moved, and
+/// nothing was written since: a write would have raised the events). Every
+/// member kept (RAID 1 <-> 5 of two, 4 <-> 5): the role tables are the
+/// same. The last role dropped (RAID 6 -> 5 without its Q member, a RAID 4
+/// without its parity -> 0): the stale members record one member more and
+/// that role where the record has a spare; they get the record's count and
+/// table too, and a member holding the dropped role is left as it is (it
+/// left the array, and is named). Anything else is handed back for the
+/// ordinary checks.
 fn finish_interrupted(
     found: Vec<(nvraid_member::Member, nvraid_metadata::Superblock)>,
     to: i32,
@@ -94,21 +99,47 @@ fn finish_interrupted(
         .find(|(_, sb)| sb.events == fresh)
         .map(|(_, sb)| sb.clone())
         .expect("the freshest is there");
+    // The role the takeover dropped, when the stale members record one
+    // more than the record (its table entry a spare's there).
+    let dropped = Role::Active(reference.raid_disks as u16).to_raw();
+    let same_table = |sb: &nvraid_metadata::Superblock| {
+        if sb.raid_disks == reference.raid_disks {
+            return sb.roles_raw == reference.roles_raw;
+        }
+        // One entry differs: the dropped role's (recorded faulty, when
+        // its member was missing or failed), a spare's in the record.
+        let differ: Vec<(u16, u16)> = sb
+            .roles_raw
+            .iter()
+            .zip(&reference.roles_raw)
+            .filter(|(was, now)| was != now)
+            .map(|(&was, &now)| (was, now))
+            .collect();
+        sb.raid_disks == reference.raid_disks + 1
+            && sb.roles_raw.len() == reference.roles_raw.len()
+            && differ.len() <= 1
+            && differ.iter().all(|&(was, now)| {
+                (was == dropped || was == Role::Faulty.to_raw()) && now == Role::Spare.to_raw()
+            })
+    };
+    let leaves = |sb: &nvraid_metadata::Superblock| {
+        sb.events + 1 == fresh && sb.roles_raw.get(sb.dev_number as usize) == Some(&dropped)
+    };
     let stale: Vec<usize> = (0..found.len())
-        .filter(|&i| found[i].1.events != fresh)
+        .filter(|&i| found[i].1.events != fresh && !leaves(&found[i].1))
         .collect();
     let interrupted = !stale.is_empty()
         && reference.level == to
         && found.iter().all(|(_, sb)| {
             sb.set_uuid == reference.set_uuid
-                && sb.raid_disks == reference.raid_disks
-                && sb.roles_raw == reference.roles_raw
                 && !is_reshaping(sb)
                 && (sb.events == fresh
                     && sb.level == to
+                    && sb.raid_disks == reference.raid_disks
+                    && sb.roles_raw == reference.roles_raw
                     && sb.layout == reference.layout
                     && sb.chunk_sectors == reference.chunk_sectors
-                    || sb.events + 1 == fresh && sb.level != to)
+                    || sb.events + 1 == fresh && sb.level != to && same_table(sb))
         });
     if !interrupted {
         return Ok(Err(found));
@@ -124,17 +155,34 @@ fn finish_interrupted(
     {
         return Ok(Err(found));
     }
+    let released: Vec<String> = found
+        .iter()
+        .filter(|(_, sb)| leaves(sb))
+        .map(|(m, _)| m.spec().to_string())
+        .collect();
+    let kept: Vec<(nvraid_member::Member, nvraid_metadata::Superblock)> =
+        found.into_iter().filter(|(_, sb)| !leaves(sb)).collect();
+    let stale: Vec<usize> = (0..kept.len())
+        .filter(|&i| kept[i].1.events != fresh)
+        .collect();
     // The bitmap as each member holds it (its header's events its own),
     // given the record's events on the members written now.
-    let mut bitmap = kept_bitmap(found.iter().map(|(m, sb)| (m, sb)), &after)?;
-    let placed: Vec<Placed> = found
+    let mut bitmap = kept_bitmap(kept.iter().map(|(m, sb)| (m, sb)), &after)?;
+    let placed: Vec<Placed> = kept
         .into_iter()
         .map(|(member, mut sb)| {
             if sb.events != fresh {
-                sb.level = reference.level;
-                sb.layout = reference.layout;
-                sb.chunk_sectors = reference.chunk_sectors;
-                sb.size_sectors = reference.size_sectors;
+                if reference.level == 0 && sb.level != 0 {
+                    let n = sb.raid_disks;
+                    record_raid0_of_raid4(&mut sb, n);
+                } else {
+                    sb.level = reference.level;
+                    sb.layout = reference.layout;
+                    sb.chunk_sectors = reference.chunk_sectors;
+                    sb.size_sectors = reference.size_sectors;
+                    sb.raid_disks = reference.raid_disks;
+                }
+                sb.roles_raw = reference.roles_raw.clone();
                 sb.events = fresh;
                 sb.utime = Timestamp::now();
             }
@@ -150,7 +198,7 @@ fn finish_interrupted(
         chunk_bytes: u64::from(reference.chunk_sectors) * 512,
         size_bytes: after.array_bytes(),
         events: fresh,
-        released: Vec::new(),
+        released,
     }))
 }
 
