@@ -583,3 +583,32 @@ done
         String::from_utf8_lossy(&out.stderr)
     )
 }
+
+#[test]
+fn an_online_level_change_is_refused_with_a_partial_parity_log_or_served_read_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let m = names(4);
+    // A RAID 4 (md's RAID 5 parity-last) keeping md's PPL: md takes no
+    // array with one over; nvraid neither.
+    let mut args = vec![
+        "create",
+        "--level",
+        "4",
+        "--size",
+        "8M",
+        "--force",
+        "--consistency-policy",
+        "ppl",
+    ];
+    args.extend(m.iter().map(String::as_str));
+    ok(&args, d);
+    let server = serve(d, &m);
+    refused_online(d, &m, &["--level", "4"], &["partial parity log"]);
+    server.interrupt();
+    // Served read-only: nothing may be written.
+    let server = serve_with(d, &m, &["--read-only"]);
+    refused_online(d, &m, &["--level", "4"], &["read-only"]);
+    server.interrupt();
+    assert_eq!(md_levels(d, &m), vec![5; 4]);
+}
