@@ -121,16 +121,22 @@ fn placed_detail(array: &Array, role: usize, slot: &Slot) -> MemberDetail {
         role: Some(role as u32),
         // md's `spare rebuilding`: a member in its role but in
         // sync only below its recovery offset is not `active` yet.
-        state: if array.is_faulty(role) {
+        state: if array.has_left(role) {
+            "left"
+        } else if array.is_faulty(role) {
             "faulty"
         } else if array.in_sync_bytes(role).is_some() {
             "rebuilding"
         } else {
             "active"
         },
-        reason: array
-            .faulty_reason(role)
-            .map(|why| format!("failed while the array ran ({why}); no longer used")),
+        reason: array.faulty_reason(role).map(|why| {
+            if array.has_left(role) {
+                format!("{why}; no longer used")
+            } else {
+                format!("failed while the array ran ({why}); no longer used")
+            }
+        }),
         in_sync_bytes: array.in_sync_bytes(role),
         bad_ranges: slot.read_limit.bad_ranges(),
         events: Some(slot.superblock.events),

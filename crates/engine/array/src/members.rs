@@ -148,6 +148,10 @@ pub struct Members {
     faulty: Vec<AtomicBool>,
     /// Per role: why its member was marked faulty while the array ran.
     faulty_reason: Vec<Mutex<Option<String>>>,
+    /// Roles whose member left the running array by a level change (see
+    /// [`Members::leave_role`]): out of use as a faulty one, but no
+    /// failure: the array is not degraded by it.
+    left: Vec<AtomicBool>,
     /// Per-role I/O counts of the fast path.
     counters: Vec<MemberCounters>,
     /// The open fast-path queues' counts (see [`CounterShard`]); folded
@@ -257,6 +261,7 @@ impl Members {
             set_aside: Vec::new(),
             faulty_reason: (0..roles).map(|_| Mutex::new(None)).collect(),
             faulty: (0..roles).map(|_| AtomicBool::new(false)).collect(),
+            left: (0..roles).map(|_| AtomicBool::new(false)).collect(),
             in_sync,
             by_bitmap,
             counters: (0..roles).map(|_| MemberCounters::default()).collect(),
@@ -669,6 +674,22 @@ impl Members {
         self.faulty[role].store(true, Ordering::Release);
     }
 
+    /// `role`'s member leaves the running array (a served RAID 6 taken
+    /// over as RAID 5 drops its Q member, `reshape::live_level`): from now
+    /// on it is neither read, written nor flushed, and no superblock
+    /// update writes it. Nothing is written here: the caller's record
+    /// says what the role table holds for it.
+    pub(crate) fn leave_role(&self, role: usize, why: String) {
+        self.left[role].store(true, Ordering::Release);
+        self.set_faulty(role, why);
+    }
+
+    /// Whether `role`'s member left the running array by a level change
+    /// (not a failure; see [`Members::leave_role`]).
+    pub fn has_left(&self, role: usize) -> bool {
+        self.left[role].load(Ordering::Acquire)
+    }
+
     /// Why `role`'s member was marked faulty while the array ran (`None`:
     /// it was not).
     pub fn faulty_reason(&self, role: usize) -> Option<String> {
@@ -906,9 +927,10 @@ impl Members {
         *self.events.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Whether a member is missing or has failed.
+    /// Whether a member is missing or has failed (one that left by a level
+    /// change is neither).
     pub fn is_degraded(&self) -> bool {
-        (0..self.roles()).any(|role| !self.is_usable(role))
+        (0..self.roles()).any(|role| !self.is_usable(role) && !self.has_left(role))
     }
 
     /// Whether the array is marked dirty on its members right now.

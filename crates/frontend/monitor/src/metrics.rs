@@ -40,10 +40,11 @@ pub type Scrape = Arc<dyn Fn() -> (Snapshot, Option<ExportTotals>) + Send + Sync
 
 /// The member states a member's `nvraid_member_state` lists (1 for the
 /// one it is in).
-pub const MEMBER_STATES: [&str; 9] = [
+pub const MEMBER_STATES: [&str; 10] = [
     "active",
     "rebuilding",
     "faulty",
+    "left",
     "missing",
     "spare",
     "stale",

@@ -106,7 +106,11 @@ fn members(array: &Array) -> Vec<MemberSnapshot> {
                     ..MemberSnapshot::default()
                 };
             };
-            let state = if array.is_faulty(role) {
+            let state = if array.has_left(role) {
+                // Taken out by a level change (a RAID 6's Q member as
+                // the array became a RAID 5), not failed.
+                "left"
+            } else if array.is_faulty(role) {
                 "faulty"
             } else if array.in_sync_bytes(role).is_some() {
                 "rebuilding"

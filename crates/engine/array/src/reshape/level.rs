@@ -74,12 +74,17 @@ pub(super) fn raid1_takeover_chunk(array_bytes: u64) -> Option<u64> {
 }
 
 /// A takeover to md level `to` that a crash cut short while the
-/// superblocks were written (every member kept: RAID 1 <-> 5 of two, 4 <->
-/// 5), finished: the members already written (events E, level `to`) are
-/// the record, and those one event behind with the old level and the same
-/// role table get its level, layout, chunk and size (no byte moved, and
-/// nothing was written since: a write would have raised the events).
-/// Anything else is handed back for the ordinary checks.
+/// superblocks were written, finished: the members already written
+/// (events E, level `to`) are the record, and those one event behind with
+/// the old level get its level, layout, chunk and size (no byte moved, and
+/// nothing was written since: a write would have raised the events). Every
+/// member kept (RAID 1 <-> 5 of two, 4 <-> 5): the role tables are the
+/// same. The last role dropped (RAID 6 -> 5 without its Q member, a RAID 4
+/// without its parity -> 0): the stale members record one member more and
+/// that role where the record has a spare; they get the record's count and
+/// table too, and a member holding the dropped role is left as it is (it
+/// left the array, and is named). Anything else is handed back for the
+/// ordinary checks.
 fn finish_interrupted(
     found: Vec<(nvraid_member::Member, nvraid_metadata::Superblock)>,
     to: i32,
@@ -94,21 +99,47 @@ fn finish_interrupted(
         .find(|(_, sb)| sb.events == fresh)
         .map(|(_, sb)| sb.clone())
         .expect("the freshest is there");
+    // The role the takeover dropped, when the stale members record one
+    // more than the record (its table entry a spare's there).
+    let dropped = Role::Active(reference.raid_disks as u16).to_raw();
+    let same_table = |sb: &nvraid_metadata::Superblock| {
+        if sb.raid_disks == reference.raid_disks {
+            return sb.roles_raw == reference.roles_raw;
+        }
+        // One entry differs: the dropped role's (recorded faulty, when
+        // its member was missing or failed), a spare's in the record.
+        let differ: Vec<(u16, u16)> = sb
+            .roles_raw
+            .iter()
+            .zip(&reference.roles_raw)
+            .filter(|(was, now)| was != now)
+            .map(|(&was, &now)| (was, now))
+            .collect();
+        sb.raid_disks == reference.raid_disks + 1
+            && sb.roles_raw.len() == reference.roles_raw.len()
+            && differ.len() <= 1
+            && differ.iter().all(|&(was, now)| {
+                (was == dropped || was == Role::Faulty.to_raw()) && now == Role::Spare.to_raw()
+            })
+    };
+    let leaves = |sb: &nvraid_metadata::Superblock| {
+        sb.events + 1 == fresh && sb.roles_raw.get(sb.dev_number as usize) == Some(&dropped)
+    };
     let stale: Vec<usize> = (0..found.len())
-        .filter(|&i| found[i].1.events != fresh)
+        .filter(|&i| found[i].1.events != fresh && !leaves(&found[i].1))
         .collect();
     let interrupted = !stale.is_empty()
         && reference.level == to
         && found.iter().all(|(_, sb)| {
             sb.set_uuid == reference.set_uuid
-                && sb.raid_disks == reference.raid_disks
-                && sb.roles_raw == reference.roles_raw
                 && !is_reshaping(sb)
                 && (sb.events == fresh
                     && sb.level == to
+                    && sb.raid_disks == reference.raid_disks
+                    && sb.roles_raw == reference.roles_raw
                     && sb.layout == reference.layout
                     && sb.chunk_sectors == reference.chunk_sectors
-                    || sb.events + 1 == fresh && sb.level != to)
+                    || sb.events + 1 == fresh && sb.level != to && same_table(sb))
         });
     if !interrupted {
         return Ok(Err(found));
@@ -124,17 +155,34 @@ fn finish_interrupted(
     {
         return Ok(Err(found));
     }
+    let released: Vec<String> = found
+        .iter()
+        .filter(|(_, sb)| leaves(sb))
+        .map(|(m, _)| m.spec().to_string())
+        .collect();
+    let kept: Vec<(nvraid_member::Member, nvraid_metadata::Superblock)> =
+        found.into_iter().filter(|(_, sb)| !leaves(sb)).collect();
+    let stale: Vec<usize> = (0..kept.len())
+        .filter(|&i| kept[i].1.events != fresh)
+        .collect();
     // The bitmap as each member holds it (its header's events its own),
     // given the record's events on the members written now.
-    let mut bitmap = kept_bitmap(found.iter().map(|(m, sb)| (m, sb)), &after)?;
-    let placed: Vec<Placed> = found
+    let mut bitmap = kept_bitmap(kept.iter().map(|(m, sb)| (m, sb)), &after)?;
+    let placed: Vec<Placed> = kept
         .into_iter()
         .map(|(member, mut sb)| {
             if sb.events != fresh {
-                sb.level = reference.level;
-                sb.layout = reference.layout;
-                sb.chunk_sectors = reference.chunk_sectors;
-                sb.size_sectors = reference.size_sectors;
+                if reference.level == 0 && sb.level != 0 {
+                    let n = sb.raid_disks;
+                    record_raid0_of_raid4(&mut sb, n);
+                } else {
+                    sb.level = reference.level;
+                    sb.layout = reference.layout;
+                    sb.chunk_sectors = reference.chunk_sectors;
+                    sb.size_sectors = reference.size_sectors;
+                    sb.raid_disks = reference.raid_disks;
+                }
+                sb.roles_raw = reference.roles_raw.clone();
                 sb.events = fresh;
                 sb.utime = Timestamp::now();
             }
@@ -150,7 +198,7 @@ fn finish_interrupted(
         chunk_bytes: u64::from(reference.chunk_sectors) * 512,
         size_bytes: after.array_bytes(),
         events: fresh,
-        released: Vec::new(),
+        released,
     }))
 }
 
@@ -231,20 +279,12 @@ fn raid4_without_parity_to_raid0(
         .flatten()
         .map(|&i| {
             let (member, mut sb) = slots[i].take().expect("one member per role");
-            sb.level = 0;
-            sb.layout = Level::Raid0.md_layout();
-            sb.raid_disks = (n - 1) as u32;
+            record_raid0_of_raid4(&mut sb, n as u32);
             for raw in sb.roles_raw.iter_mut() {
                 if *raw == last {
                     *raw = Role::Spare.to_raw();
                 }
             }
-            // A RAID 0's members hold their data area whole: the RAID 4's
-            // rows, no more.
-            if sb.size_sectors > 0 {
-                sb.data_size_sectors = sb.size_sectors;
-            }
-            sb.size_sectors = 0;
             sb.events = events;
             sb.utime = Timestamp::now();
             Placed { member, sb }
@@ -269,35 +309,79 @@ fn raid4_without_parity_to_raid0(
     }))
 }
 
-/// Change the array on `members` (every member, any order) to md level
-/// `to`, where md does it without moving data (RAID 4 ↔ 5 parity-last).
-pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelChanged> {
-    check_distinct_specs(members)?;
-    let found = super::record::open_members(members, direct)?;
-    if let Some((member, _)) = found.iter().find(|(_, sb)| is_reshaping(sb)) {
-        return Err(Error::Unsupported {
-            spec: member.spec().into(),
-            what: "a level change while a reshape is in progress: finish it first with `nvraid grow --continue`".into(),
-        });
+/// A RAID 4 of `n` members taken over as the RAID 0 of its first `n - 1`
+/// (md's `raid0_takeover_raid45`): the fields of one kept member's
+/// superblock, its role table aside (the parity's entry becomes a spare's).
+pub(super) fn record_raid0_of_raid4(sb: &mut nvraid_metadata::Superblock, n: u32) {
+    sb.level = 0;
+    sb.layout = Level::Raid0.md_layout();
+    sb.raid_disks = n - 1;
+    // A RAID 0's members hold their data area whole: the RAID 4's rows, no
+    // more.
+    if sb.size_sectors > 0 {
+        sb.data_size_sectors = sb.size_sectors;
     }
-    let found = match finish_interrupted(found, to)? {
-        Ok(finished) => return Ok(finished),
-        Err(found) => found,
-    };
-    let found = match to {
-        0 => match raid4_without_parity_to_raid0(found)? {
-            Ok(changed) => return Ok(changed),
-            Err(found) => found,
-        },
-        _ => found,
-    };
-    let (reference, _) = check_whole(&found, "changes the level of", "changing the level of")?;
-    let spec = found[0].0.spec().to_string();
-    let level = crate::assemble::level_of(&reference, &spec)?;
-    let geometry = crate::assemble::geometry_of(&reference, &spec)?;
+    sb.size_sectors = 0;
+}
+
+/// md's takeover of md level `from` to `md_level` without moving a byte,
+/// as [`plan_takeover`] chose it: what every kept member records.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Takeover {
+    pub(super) from: i32,
+    pub(super) md_level: i32,
+    pub(super) layout: u32,
+    pub(super) chunk_sectors: u32,
+    /// The last member (a RAID 6's Q) leaves the array.
+    pub(super) drop_last: bool,
+    /// The second copy of each pair (the odd roles) leaves, the others
+    /// renumbered (RAID 10 near=2 -> RAID 0).
+    pub(super) halve: bool,
+    /// The member count before.
+    pub(super) members: u32,
+    pub(super) array_bytes: u64,
+}
+
+impl Takeover {
+    /// The takeover put into a kept member's superblock (level, layout,
+    /// chunk, size, member count); its role table, events and time aside.
+    pub(super) fn record(&self, sb: &mut nvraid_metadata::Superblock) {
+        sb.level = self.md_level;
+        sb.layout = self.layout;
+        sb.chunk_sectors = self.chunk_sectors;
+        if (self.from, self.md_level) == (1, 5) || (self.from, self.md_level) == (5, 1) {
+            // md's size: a two-member RAID 5's member rows are its array
+            // bytes, as a RAID 1's are.
+            sb.size_sectors = self.array_bytes / 512;
+        }
+        if self.drop_last {
+            sb.raid_disks = self.members - 1;
+        }
+        if self.halve {
+            sb.raid_disks = self.members / 2;
+            // A RAID 0's members hold their data area whole: the RAID 10's
+            // rows, no more.
+            if sb.size_sectors > 0 {
+                sb.data_size_sectors = sb.size_sectors;
+            }
+            sb.size_sectors = 0;
+        }
+    }
+}
+
+/// Which of md's takeovers turns the array `reference` describes (whole)
+/// into md level `to` without moving a byte; the others refused, naming
+/// md's path (`spec`: the member named in a refusal).
+pub(super) fn plan_takeover(
+    reference: &nvraid_metadata::Superblock,
+    to: i32,
+    spec: &str,
+) -> Result<Takeover> {
+    let level = crate::assemble::level_of(reference, spec)?;
+    let geometry = crate::assemble::geometry_of(reference, spec)?;
     let n = reference.raid_disks;
     let refuse = |what: String| Error::Unsupported {
-        spec: spec.clone(),
+        spec: spec.to_string(),
         what,
     };
     let from = reference.level;
@@ -385,7 +469,7 @@ pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelCh
                 2 * n
             )))
         }
-        (10, 0) if level == (Level::Raid10 { near: 2 }) && n % 2 == 0 => {
+        (10, 0) if level == (Level::Raid10 { near: 2 }) && n.is_multiple_of(2) => {
             // md takes a RAID 10 near=2 over as RAID 0 from one copy of
             // each pair (mdadm fails the others): member 2i becomes i.
             halve = true;
@@ -409,6 +493,54 @@ pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelCh
             )))
         }
     };
+    Ok(Takeover {
+        from,
+        md_level,
+        layout,
+        chunk_sectors,
+        drop_last,
+        halve,
+        members: n,
+        array_bytes: geometry.array_bytes(),
+    })
+}
+
+/// Change the array on `members` (every member, any order) to md level
+/// `to`, where md does it without moving data (RAID 4 ↔ 5 parity-last).
+pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelChanged> {
+    check_distinct_specs(members)?;
+    let found = super::record::open_members(members, direct)?;
+    if let Some((member, _)) = found.iter().find(|(_, sb)| is_reshaping(sb)) {
+        return Err(Error::Unsupported {
+            spec: member.spec().into(),
+            what: "a level change while a reshape is in progress: finish it first with `nvraid grow --continue`".into(),
+        });
+    }
+    let found = match finish_interrupted(found, to)? {
+        Ok(finished) => return Ok(finished),
+        Err(found) => found,
+    };
+    let found = match to {
+        0 => match raid4_without_parity_to_raid0(found)? {
+            Ok(changed) => return Ok(changed),
+            Err(found) => found,
+        },
+        _ => found,
+    };
+    let (reference, _) = check_whole(&found, "changes the level of", "changing the level of")?;
+    let spec = found[0].0.spec().to_string();
+    let geometry = crate::assemble::geometry_of(&reference, &spec)?;
+    let level = geometry.level();
+    let n = reference.raid_disks;
+    let plan = plan_takeover(&reference, to, &spec)?;
+    let Takeover {
+        from,
+        md_level,
+        chunk_sectors,
+        drop_last,
+        halve,
+        ..
+    } = plan;
     let mut bitmap = kept_bitmap(found.iter().map(|(m, sb)| (m, sb)), &geometry)?;
     let events = reference.events + 1;
     // The leaving member: its slot in the role table becomes unused (md's
@@ -439,20 +571,11 @@ pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelCh
             !leaves
         })
         .map(|(member, mut sb)| {
-            sb.level = md_level;
-            sb.layout = layout;
-            sb.chunk_sectors = chunk_sectors;
-            if (from, md_level) == (1, 5) || (from, md_level) == (5, 1) {
-                // md's size: a two-member RAID 5's member rows are its
-                // array bytes, as a RAID 1's are.
-                sb.size_sectors = geometry.array_bytes() / 512;
-            }
-            if let Some((dev, count)) = leaving {
-                sb.raid_disks = count;
+            plan.record(&mut sb);
+            if let Some((dev, _)) = leaving {
                 sb.roles_raw[dev] = Role::Spare.to_raw();
             }
             if halve {
-                sb.raid_disks = n / 2;
                 for raw in sb.roles_raw.iter_mut() {
                     if let Role::Active(r) = Role::from_raw(*raw) {
                         *raw = if r % 2 == 0 {
@@ -462,12 +585,6 @@ pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelCh
                         };
                     }
                 }
-                // A RAID 0's members hold their data area whole: the
-                // RAID 10's rows, no more.
-                if sb.size_sectors > 0 {
-                    sb.data_size_sectors = sb.size_sectors;
-                }
-                sb.size_sectors = 0;
             }
             sb.events = events;
             sb.utime = Timestamp::now();

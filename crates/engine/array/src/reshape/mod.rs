@@ -41,6 +41,10 @@
 //!   count raised, the new members recorded recovering, client writes
 //!   reaching them below the copy's position), and [`start_live`], which
 //!   picks the served grow a level takes;
+//! - `live_level`: [`LiveLevel`], md's takeovers that move no byte made on
+//!   a served array (requests drained, every kept member's superblock
+//!   written as `level` writes it, a RAID 6's Q member leaving, then the
+//!   new level recorded in every update);
 //! - `resume`: `serve` of an array recorded mid-grow: the old shape
 //!   assembled and a `LiveGrow` made from the record going on (clean), or
 //!   the grow finished offline before the array is served (dirty);
@@ -68,6 +72,7 @@ mod level;
 mod live;
 mod live_copy;
 mod live_degraded;
+mod live_level;
 mod md_backup;
 mod mirror;
 mod read;
@@ -83,6 +88,7 @@ pub use grow::{continue_grow, grow, GrowOptions, GrowProgress, Grown};
 pub use level::{change_level, raid1_to_raid5_grown, LevelChanged};
 pub use live::{LiveGrow, LiveGrowOptions, LiveGrowStatus};
 pub use live_copy::{start_live, LiveMirror, LiveReshape};
+pub use live_level::{LevelSwitched, LiveLevel};
 pub use read::{MidReshape, ReshapeDetail, ReshapeMember, ShapeDetail};
 pub use record::{is_reshaping, reshape_of};
 pub(crate) use resume::check_servable;

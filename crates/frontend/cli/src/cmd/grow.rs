@@ -48,7 +48,8 @@ pub struct GrowArgs {
     /// or parity-last; that member leaves); 0 -> 10 near=2 with
     /// --raid-devices 2N --add NEW... (member i becomes 2i, the new
     /// mirrors rebuilt); 10 near=2 -> 0 (the second copies leave). md's
-    /// other level changes are refused, naming md's path.
+    /// other level changes are refused, naming md's path. With --socket,
+    /// the served array, without -n/--add (see --socket).
     #[arg(long, value_name = "LEVEL")]
     level: Option<i32>,
     /// Restripe the array in chunks of this size (RAID 4/5/6, RAID 10
@@ -99,7 +100,11 @@ pub struct GrowArgs {
     /// waits for the end, showing the progress). The served size stays
     /// the old one until the server is restarted. A shrink runs offline
     /// only.
-    #[arg(long, value_name = "PATH", conflicts_with_all = ["members", "cont", "level"])]
+    /// With --level (and no -n/--add): the served array taken over as
+    /// that level where md moves no byte (4 <-> 5 parity-last, 1 of two
+    /// <-> 5 of two, 6 -> 5 with Q on the last member, 4 without its
+    /// parity -> 0), its requests drained for the superblock writes.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["members", "cont"])]
     socket: Option<std::path::PathBuf>,
     /// Without --socket: the array's members, in any order.
     #[arg(required_unless_present = "socket")]
@@ -385,6 +390,9 @@ fn grow_online(args: &GrowArgs, socket: &std::path::Path) -> Result<u8> {
     if args.size.is_some() {
         bail!("--size with --socket: a served array's size is not changed online yet; stop serve and run `nvraid grow --size SIZE MEMBERS` (docs/reshape.md, \"Online --size\")");
     }
+    if let Some(level) = args.level {
+        return level_online(args, socket, level);
+    }
     let Some(raid_devices) = args.raid_devices else {
         bail!("--raid-devices N is needed");
     };
@@ -446,4 +454,44 @@ fn grow_online(args: &GrowArgs, socket: &std::path::Path) -> Result<u8> {
         }
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// `grow --socket --level N`: ask the server to take its array over as
+/// md level N (no byte moves); the answer says what changed.
+fn level_online(args: &GrowArgs, socket: &std::path::Path, level: i32) -> Result<u8> {
+    if args.raid_devices.is_some() || !args.add.is_empty() {
+        bail!(
+            "--level {level} with -n/--add on a served array: nvraid changes a served array's level only where md adds no member (4 <-> 5 parity-last, 1 of two <-> 5 of two, 6 -> 5, 4 without its parity -> 0); stop serve and use `nvraid grow --level {level} -n N --add NEW...`"
+        );
+    }
+    let answer = nvraid_serve::request(
+        socket,
+        &serde_json::json!({"command": "grow", "level": level}),
+    )?;
+    if let Some(error) = answer["error"].as_str() {
+        bail!("level change in the server refused: {error}");
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&answer)?);
+    } else {
+        println!(
+            "level changed online from {} (md level {}) to {} (md level {}), {} to {} members; {} unchanged, no byte moved; events {}",
+            answer["level_before"].as_str().unwrap_or("?"),
+            answer["md_level_before"],
+            answer["level"].as_str().unwrap_or("?"),
+            answer["md_level"],
+            answer["raid_disks_before"],
+            answer["raid_disks"],
+            bytes_text(answer["size_bytes"].as_u64().unwrap_or(0)),
+            answer["events"],
+        );
+        if let Some(released) = answer["released"].as_array().filter(|r| !r.is_empty()) {
+            let names: Vec<&str> = released.iter().filter_map(|v| v.as_str()).collect();
+            println!(
+                "{} left the array (the server no longer uses it; blank it before using it elsewhere)",
+                names.join(", ")
+            );
+        }
+    }
+    Ok(0)
 }

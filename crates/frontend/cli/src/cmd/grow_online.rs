@@ -1,12 +1,13 @@
 //! `grow` on the control socket of a running `nvraid serve`: the served
 //! RAID 4/5/6 or RAID 10 near gains members while clients read and write
 //! (`nvraid_array::reshape::LiveGrow`), a served RAID 1 mirrors
-//! (`LiveMirror`: the new members rebuilt), and `status` shows it.
+//! (`LiveMirror`: the new members rebuilt), a served array changes its
+//! level where md moves no byte (`LiveLevel`), and `status` shows it.
 //! One grow per server run; the thread that moves the rows is stopped
 //! (after its step) before the array is closed.
 
 use nvraid_array::recovery::online::Online;
-use nvraid_array::reshape::{start_live, LiveGrow, LiveGrowOptions, LiveReshape};
+use nvraid_array::reshape::{start_live, LiveGrow, LiveGrowOptions, LiveLevel, LiveReshape};
 use nvraid_array::Array;
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
@@ -20,6 +21,9 @@ pub struct Reshaping {
     /// `serve --reshape-speed`'s (MIN, MAX), bytes per second.
     pace: (Option<u64>, Option<u64>),
     live: Mutex<Option<Running>>,
+    /// A level change's levels and counts, shown beside its status (the
+    /// server's own `level` stays the served map's until it restarts).
+    level_switched: Mutex<Option<Value>>,
 }
 
 /// A grow started: its handle and the thread moving its rows (taken when
@@ -39,6 +43,7 @@ impl Reshaping {
             direct,
             pace,
             live: Mutex::new(None),
+            level_switched: Mutex::new(None),
         }
     }
 
@@ -50,7 +55,44 @@ impl Reshaping {
         if request["command"].as_str()? != "grow" {
             return None;
         }
+        if !request["level"].is_null() {
+            return Some(self.level(request).unwrap_or_else(|e| json!({"error": e})));
+        }
         Some(self.grow(request).unwrap_or_else(|e| json!({"error": e})))
+    }
+
+    /// `{"command": "grow", "level": N}`: the served array taken over as
+    /// md level N where md moves no byte; answered once every kept
+    /// member records it (what changed: `LevelSwitched`).
+    fn level(&self, request: &Value) -> Result<Value, String> {
+        let to = request["level"]
+            .as_i64()
+            .ok_or("\"level\" is md's level number")? as i32;
+        if self.online.is_busy() {
+            return Err(
+                "a rebuild, check or repair runs on the array (status shows it); change the level after it ends"
+                    .into(),
+            );
+        }
+        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        let changed = LiveLevel::start(&self.array, to).map_err(|e| e.to_string())?;
+        let switched = changed.switched();
+        eprintln!(
+            "nvraid: event=level-changed level={}->{} raid_disks={}->{} events={}",
+            switched.level_before,
+            switched.level,
+            switched.raid_disks_before,
+            switched.raid_disks,
+            switched.events
+        );
+        let changed: Arc<dyn LiveReshape> = changed;
+        *live = Some((changed, None));
+        let answer = serde_json::to_value(&switched).map_err(|e| e.to_string())?;
+        *self
+            .level_switched
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(answer.clone());
+        Ok(answer)
     }
 
     fn grow(&self, request: &Value) -> Result<Value, String> {
@@ -103,7 +145,25 @@ impl Reshaping {
     pub fn status(&self) -> Option<Value> {
         let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
         let (grow, _) = live.as_ref()?;
-        serde_json::to_value(grow.status()).ok()
+        let mut status = serde_json::to_value(grow.status()).ok()?;
+        let switched = self
+            .level_switched
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let (Some(Value::Object(extra)), Value::Object(status)) = (&*switched, &mut status) {
+            for key in [
+                "md_level_before",
+                "level_before",
+                "md_level",
+                "level",
+                "events",
+            ] {
+                if let Some(v) = extra.get(key) {
+                    status.insert(key.to_string(), v.clone());
+                }
+            }
+        }
+        Some(status)
     }
 
     /// Stop the grow after its step and wait for its thread (the position

@@ -1,0 +1,426 @@
+//! md's takeovers that move no byte, made on a served array (`nvraid grow
+//! --socket CTL --level N`): RAID 4 <-> RAID 5 parity-last, RAID 1 of two
+//! <-> RAID 5 of two, RAID 6 -> RAID 5 when Q is on the last member, and a
+//! RAID 4 whose parity member is missing -> RAID 0 of the others.
+//!
+//! The served `Array` keeps its geometry; what changes is what its members
+//! record and which members it uses. [`LiveLevel`] is both the array's
+//! reshape record and its route:
+//!
+//! - **The switch.** The route is set with its gate closed
+//!   (`Array::start_live_route`, which waits for every request the
+//!   fast-path queues had in flight; new ones wait at the gate), so no
+//!   client request is in flight while the superblocks change. A RAID 6's
+//!   Q member then leaves the running array (no longer read, written or
+//!   flushed, and not written by any superblock update: it keeps its old
+//!   superblock, one event behind, as the offline takeover leaves it); a
+//!   RAID 4's missing parity role leaves too. A role that left is no
+//!   failure: the array is not degraded by it (`Members::has_left`).
+//!   Every other member's superblock is written with the new level,
+//!   events + 1, exactly as `grow --level` offline writes it
+//!   ([`Takeover::record`], `record_raid0_of_raid4`), the leaving role's
+//!   table entry a spare's. Then the gate opens.
+//! - **After it.** Every superblock update of the running array (dirty
+//!   mark, a member failing, the clean close) records the new level
+//!   ([`ReshapeRecord::apply`]). Client requests go through the route to
+//!   the array's own simple path: each takeover is one that puts every
+//!   byte, copy and parity where the old shape had them, on the members
+//!   it keeps (checked before anything is written: [`same_places`]), so
+//!   the old map over the kept members is the new level's map. A RAID 6
+//!   without its Q member writes P and no Q: md's RAID 5 of the others.
+//!
+//! A crash between two members' superblock writes leaves what the offline
+//! takeover leaves when it is cut short there (some members one event
+//! ahead with the new level): `grow --level` again finishes it. The
+//! failpoint `reshape-superblock` is passed before each member's
+//! superblock after the first, and once after all of them.
+//!
+//! Refused with nothing written: a second reshape on the same server run,
+//! an array served read-only, with md's partial parity log or write
+//! journal (md refuses to take those over), being recovered or awaiting a
+//! resync, degraded (but for a RAID 4's missing parity going to RAID 0),
+//! a RAID 4 without its parity keeping a write-intent bitmap, RAID 10 ->
+//! 0 (its members are renumbered; offline only), and every takeover md
+//! does not make without moving data (named by `plan_takeover`).
+
+use super::level::{plan_takeover, record_raid0_of_raid4, Takeover};
+use super::live::LiveGrowStatus;
+use super::live_copy::LiveReshape;
+use crate::array::{Array, LiveRoute};
+use crate::error::{Error, Result};
+use crate::members::{Companion, ReshapeRecord};
+use nvraid_io::queue::OpKind;
+use nvraid_layout::parity::ParityLayout;
+use nvraid_layout::{Geometry, Level};
+use nvraid_metadata::{Role, Superblock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+/// The level change a served array takes.
+#[derive(Clone, Copy, Debug)]
+enum Change {
+    /// One of `change_level`'s takeovers of a whole array.
+    Whole(Takeover),
+    /// A RAID 4 of `members` without its parity member -> RAID 0.
+    Raid0OfRaid4 { members: u32 },
+}
+
+/// What the served array reports of its level change (also the
+/// control socket's answer).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct LevelSwitched {
+    pub md_level_before: i32,
+    pub level_before: String,
+    pub md_level: i32,
+    pub level: String,
+    pub raid_disks_before: u32,
+    pub raid_disks: u32,
+    pub size_bytes: u64,
+    /// The events every kept member records now.
+    pub events: u64,
+    /// The member that left (a RAID 6's Q member): blank it before using
+    /// it elsewhere, once the server has stopped.
+    pub released: Vec<String>,
+}
+
+/// A served array's level change (see the module's text).
+#[derive(Debug)]
+pub struct LiveLevel {
+    change: Change,
+    /// The device-table entry (md's `dev_roles` index) that becomes a
+    /// spare's: the leaving Q member's, a missing parity member's.
+    leaving_dev: Option<usize>,
+    /// The superblocks are being written for the switch (the failpoint
+    /// counts then only).
+    switching: AtomicBool,
+    /// Closed (false) while the switch runs: client requests wait.
+    open: Mutex<bool>,
+    opened: Condvar,
+    outcome: Mutex<(&'static str, Option<String>)>,
+    switched: Mutex<LevelSwitched>,
+}
+
+/// md's name of level `md_level` over `geometry` (`raid4` for md's 4).
+fn level_name(md_level: i32, geometry: &Geometry) -> String {
+    if md_level == 4 {
+        "raid4".into()
+    } else {
+        geometry.level().to_string()
+    }
+}
+
+/// Where the byte at `offset` of `g` lives with what covers it: every
+/// copy's place, or its data's place and its stripe's parity (P, Q) at the
+/// same row; (role, member offset), sorted.
+fn places(g: &Geometry, offset: u64) -> Vec<(u32, u64)> {
+    let mut out: Vec<(u32, u64)> = match g.level() {
+        Level::Raid5 { .. } | Level::Raid6 { .. } => {
+            let at = g.locate(offset, 0);
+            let chunk = g.chunk_bytes().expect("parity levels have chunks");
+            let map = g.level().stripe_map(g.members()).expect("a parity level");
+            let (p, q) = map.parity_members(at.member_offset / chunk);
+            std::iter::once(at.member)
+                .chain(std::iter::once(p))
+                .chain(q)
+                .map(|m| (m, at.member_offset))
+                .collect()
+        }
+        _ => (0..g.copies())
+            .map(|c| {
+                let at = g.locate(offset, c);
+                (at.member, at.member_offset)
+            })
+            .collect(),
+    };
+    out.sort_unstable();
+    out
+}
+
+/// Whether `new` puts every array byte (its copies, its parity) where
+/// `old` does on the roles below `kept` (the roles the new level keeps,
+/// numbered alike): sampled at every 4 KiB of the first stripes of both
+/// shapes, twice over, and of the array's last stripes. The served route
+/// relies on it: the old map over the kept members is then the new one.
+pub(super) fn same_places(old: &Geometry, new: &Geometry, kept: u32) -> bool {
+    if old.array_bytes() != new.array_bytes() {
+        return false;
+    }
+    let stripe = |g: &Geometry| g.chunk_bytes().unwrap_or(4096) * u64::from(g.members());
+    let span = (2 * stripe(old).max(stripe(new))).min(old.array_bytes());
+    let end = old.array_bytes();
+    let offsets = (0..span)
+        .step_by(4096)
+        .chain((end.saturating_sub(span)..end).step_by(4096));
+    for offset in offsets {
+        let was: Vec<(u32, u64)> = places(old, offset)
+            .into_iter()
+            .filter(|&(m, _)| m < kept)
+            .collect();
+        if was != places(new, offset) {
+            return false;
+        }
+    }
+    true
+}
+
+impl LiveLevel {
+    /// Take the served `array` over as md level `to` (see the module's
+    /// text); returns once every kept member records it. Refused, nothing
+    /// written, as the module's text lists.
+    pub fn start(array: &Arc<Array>, to: i32) -> Result<Arc<LiveLevel>> {
+        let spec0 = (0..array.roles())
+            .find_map(|r| array.slot(r))
+            .map_or("(missing)", |s| s.member.spec())
+            .to_string();
+        let refuse = |what: String| Error::Unsupported {
+            spec: spec0.clone(),
+            what,
+        };
+        if array.is_reshaping_live() {
+            return Err(refuse(
+                "a level change while another reshape ran on this served array (one per server run: restart `serve` first)".into(),
+            ));
+        }
+        if !array.is_writable() {
+            return Err(Error::ReadOnly);
+        }
+        if array.ppl.is_some() || array.md_journal.is_some() {
+            return Err(refuse(
+                "changing the level of an array with md's partial parity log or write journal (md refuses to take those over)".into(),
+            ));
+        }
+        if array.read_limited() {
+            return Err(Error::NotStartable(
+                "a member is being recovered or has bad blocks; finish the rebuild first".into(),
+            ));
+        }
+        if array.first_copy_reads() {
+            return Err(Error::NotStartable(
+                "the array awaits a resync (it came up dirty); let it finish first".into(),
+            ));
+        }
+        let old = array.geometry().clone();
+        let n = old.members();
+        let reference = array.superblock().clone();
+        let from = reference.level;
+        let unusable: Vec<usize> = (0..array.roles())
+            .filter(|&r| !array.is_usable(r))
+            .collect();
+        let parity_last =
+            from == 4 || (from == 5 && reference.layout == ParityLayout::ParityLast.to_md());
+        let last_dev = |role: u32| {
+            let raw = Role::Active(role as u16).to_raw();
+            reference.roles_raw.iter().position(|&r| r == raw)
+        };
+        let (change, leaving_dev, leaves) = if to == 0 && parity_last && !unusable.is_empty() {
+            if unusable != [n as usize - 1] {
+                return Err(refuse(format!(
+                    "a RAID 4 without role(s) {unusable:?} as a RAID 0: md takes a RAID 4 over as RAID 0 only when its parity member (role {}) is the one missing",
+                    n - 1
+                )));
+            }
+            if array.intent().is_some() {
+                return Err(refuse(
+                    "a RAID 4 with a write-intent bitmap as a RAID 0 (md's RAID 0 keeps none; md refuses too)".into(),
+                ));
+            }
+            (
+                Change::Raid0OfRaid4 { members: n },
+                last_dev(n - 1),
+                Some(n as usize - 1),
+            )
+        } else {
+            if !unusable.is_empty() {
+                return Err(Error::NotStartable(format!(
+                    "the array is degraded (role(s) {unusable:?} missing or failed); md takes over only a whole array (but a RAID 4 without its parity, as RAID 0): rebuild it first"
+                )));
+            }
+            let plan = plan_takeover(&reference, to, &spec0)?;
+            if plan.halve {
+                return Err(refuse(
+                    "a served RAID 10 as a RAID 0 (its kept members are renumbered, which a running array cannot do): stop `serve` and use `nvraid grow --level 0`".into(),
+                ));
+            }
+            let leaves = plan.drop_last.then_some(n as usize - 1);
+            (
+                Change::Whole(plan),
+                if plan.drop_last {
+                    last_dev(n - 1)
+                } else {
+                    None
+                },
+                leaves,
+            )
+        };
+        // The new level's shape, from a superblock as it will be written.
+        let mut after = reference.clone();
+        match change {
+            Change::Whole(plan) => plan.record(&mut after),
+            Change::Raid0OfRaid4 { members } => record_raid0_of_raid4(&mut after, members),
+        }
+        let new = crate::assemble::geometry_of(&after, &spec0)?;
+        if !same_places(&old, &new, new.members()) {
+            return Err(refuse(format!(
+                "a served {} as a {}: the new level does not keep every byte where the served one has it, so nvraid takes it over only offline (`nvraid grow --level {to}`)",
+                old.level(),
+                new.level()
+            )));
+        }
+        let released: Vec<String> = leaves
+            .filter(|&r| array.is_usable(r))
+            .and_then(|r| array.slot(r))
+            .map(|s| s.member.spec().to_string())
+            .into_iter()
+            .collect();
+        let live = Arc::new(LiveLevel {
+            change,
+            leaving_dev,
+            switching: AtomicBool::new(true),
+            open: Mutex::new(false),
+            opened: Condvar::new(),
+            outcome: Mutex::new(("running", None)),
+            switched: Mutex::new(LevelSwitched {
+                md_level_before: from,
+                level_before: level_name(from, &old),
+                md_level: after.level,
+                level: level_name(after.level, &new),
+                raid_disks_before: n,
+                raid_disks: new.members(),
+                size_bytes: new.array_bytes(),
+                events: 0,
+                released,
+            }),
+        });
+        // Every request in flight drained, new ones held at the gate.
+        if !array.start_live_route(live.clone()) {
+            return Err(refuse(
+                "a level change while another reshape runs on this served array".into(),
+            ));
+        }
+        let switched = (|| {
+            // The leaving role (a RAID 6's Q member; a RAID 4's missing
+            // parity) is out of the array, not failed: not degraded by it.
+            if let Some(role) = leaves {
+                array.leave_role(
+                    role,
+                    format!(
+                        "left the array: its {} taken over as {} (this role held Q or the parity)",
+                        old.level(),
+                        new.level()
+                    ),
+                );
+            }
+            if !array.set_reshape_record(live.clone()) {
+                return Err(refuse(
+                    "a level change while another reshape runs on this served array".into(),
+                ));
+            }
+            array.rewrite_superblocks()
+        })();
+        live.switching.store(false, Ordering::SeqCst);
+        if switched.is_ok() {
+            crate::failpoint::hit("reshape-superblock");
+        }
+        {
+            let mut outcome = live.outcome.lock().unwrap_or_else(|p| p.into_inner());
+            *outcome = match &switched {
+                Ok(()) => ("finished", None),
+                Err(e) => ("failed", Some(e.to_string())),
+            };
+            live.switched
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .events = array.events();
+        }
+        // The route is right either way (the old map is the new one); a
+        // superblock write that failed leaves members recording either
+        // level, as a crash would, and the next update records the new.
+        *live.open.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        live.opened.notify_all();
+        switched.map(|()| live)
+    }
+
+    /// What the switch did.
+    pub fn switched(&self) -> LevelSwitched {
+        self.switched
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn wait_open(&self) {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        while !*open {
+            open = self.opened.wait(open).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+impl LiveRoute for LiveLevel {
+    fn io(
+        &self,
+        array: &Array,
+        op: OpKind,
+        offset: u64,
+        buf: &mut [u8],
+        fua: bool,
+    ) -> std::result::Result<(), i32> {
+        self.wait_open();
+        let errno = |e: Error| match e {
+            Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+            _ => libc::EIO,
+        };
+        match op {
+            OpKind::Read => array.read_at(buf, offset).map_err(errno),
+            OpKind::Write => array.write_at(buf, offset, fua).map_err(errno),
+            OpKind::Flush => array.flush().map_err(errno),
+            OpKind::Discard => array.discard(offset, buf.len() as u64).map_err(errno),
+        }
+    }
+}
+
+impl Companion for LiveLevel {
+    fn role_table(&self, table: &mut [u16]) {
+        if let Some(slot) = self.leaving_dev.and_then(|dev| table.get_mut(dev)) {
+            *slot = Role::Spare.to_raw();
+        }
+    }
+}
+
+impl ReshapeRecord for LiveLevel {
+    fn apply(&self, role: usize, sb: &mut Superblock) {
+        if role > 0 && self.switching.load(Ordering::SeqCst) {
+            // The members before this one are written with the new level.
+            crate::failpoint::hit("reshape-superblock");
+        }
+        match self.change {
+            Change::Whole(plan) => plan.record(sb),
+            Change::Raid0OfRaid4 { members } => record_raid0_of_raid4(sb, members),
+        }
+    }
+}
+
+impl LiveReshape for LiveLevel {
+    fn stop(&self) {}
+
+    fn status(&self) -> LiveGrowStatus {
+        let s = self.switched();
+        let (state, error) = self
+            .outcome
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        LiveGrowStatus {
+            kind: "level",
+            state,
+            raid_disks_before: s.raid_disks_before,
+            raid_disks: s.raid_disks,
+            position_bytes: s.size_bytes,
+            end_bytes: s.size_bytes,
+            bytes_per_sec: 0,
+            eta_seconds: None,
+            error,
+            new_size_bytes: s.size_bytes,
+        }
+    }
+}
