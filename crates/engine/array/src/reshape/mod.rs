@@ -28,6 +28,9 @@
 //!   the record kept in every superblock update of the running array,
 //!   client requests split between the two shapes at the position, each
 //!   step's window closed to them and earlier requests drained;
+//! - `live_shape`: [`LiveGrow::start_shape`], a served RAID 4/5/6
+//!   restriped (chunk, layout) as a served grow keeping its members, the
+//!   data offset moved down;
 //! - `live_degraded`: a served grow going on degraded (an old member
 //!   failing recorded faulty, read around, parity written covering it);
 //! - `live_copy`: [`LiveMirror`], a served RAID 1 gaining mirrors (the
@@ -61,6 +64,7 @@ mod level;
 mod live;
 mod live_copy;
 mod live_degraded;
+mod live_shape;
 mod mirror;
 mod read;
 mod record;
@@ -74,6 +78,7 @@ pub use grow::{continue_grow, grow, GrowOptions, GrowProgress, Grown};
 pub use level::{change_level, raid1_to_raid5_grown, LevelChanged};
 pub use live::{LiveGrow, LiveGrowOptions, LiveGrowStatus};
 pub use live_copy::{start_live, LiveMirror, LiveReshape};
+pub use live_shape::LiveShapeOptions;
 pub use read::{MidReshape, ReshapeDetail, ReshapeMember, ShapeDetail};
 pub use record::{is_reshaping, reshape_of};
 pub(crate) use resume::check_servable;

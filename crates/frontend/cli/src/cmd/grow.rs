@@ -85,7 +85,10 @@ pub struct GrowArgs {
     /// while its clients
     /// read and write (with -n and --add;
     /// waits for the end, showing the progress). The served size stays
-    /// the old one until the server is restarted.
+    /// the old one until the server is restarted. With --chunk and/or
+    /// --layout: restripe the served RAID 4/5/6 (members kept, the data
+    /// offset moved down; refused, naming the offline command, when there
+    /// is no room below the data).
     #[arg(long, value_name = "PATH", conflicts_with_all = ["members", "cont", "level"])]
     socket: Option<std::path::PathBuf>,
     /// Without --socket: the array's members, in any order.
@@ -270,19 +273,27 @@ fn progress_printer() -> impl FnMut(GrowProgress) {
 /// `grow --socket`: ask the server to grow its array, then follow its
 /// `status` until the grow has finished or failed.
 fn grow_online(args: &GrowArgs, socket: &std::path::Path) -> Result<u8> {
-    let Some(raid_devices) = args.raid_devices else {
-        bail!("--raid-devices N is needed");
-    };
-    let answer = nvraid_serve::request(
-        socket,
-        &serde_json::json!({
+    let restripe = args.chunk.is_some() || args.layout.is_some();
+    let request = if restripe {
+        serde_json::json!({
+            "command": "grow",
+            "chunk_bytes": args.chunk,
+            "layout": args.layout,
+            "step_bytes": args.step,
+        })
+    } else {
+        let Some(raid_devices) = args.raid_devices else {
+            bail!("--raid-devices N is needed (or --chunk/--layout)");
+        };
+        serde_json::json!({
             "command": "grow",
             "raid_devices": raid_devices,
             "add": args.add,
             "force": args.force,
             "step_bytes": args.step,
-        }),
-    )?;
+        })
+    };
+    let answer = nvraid_serve::request(socket, &request)?;
     if let Some(error) = answer["error"].as_str() {
         bail!("grow in the server refused: {error}");
     }
@@ -308,6 +319,12 @@ fn grow_online(args: &GrowArgs, socket: &std::path::Path) -> Result<u8> {
                 });
                 if args.json {
                     println!("{}", serde_json::to_string_pretty(reshape)?);
+                } else if restripe {
+                    println!(
+                        "restriped online over {} members: {} unchanged (in the new chunk and layout from here on)",
+                        reshape["raid_disks"],
+                        bytes_text(reshape["new_size_bytes"].as_u64().unwrap_or(0)),
+                    );
                 } else {
                     println!(
                         "grown online from {} to {} members: {} once the server is restarted (it serves the old size until then)",
