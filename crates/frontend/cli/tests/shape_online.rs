@@ -118,17 +118,20 @@ fn wait_finished(dir: &Path) -> serde_json::Value {
     }
 }
 
-/// Poll `status` until no resync runs.
+/// Poll `status` until the background resync (of an array that came up
+/// dirty) has finished.
 fn wait_resynced(dir: &Path) {
     let started = Instant::now();
     loop {
         let s = status(dir);
-        if s["array"]["resync_from_bytes"].is_null() && !s.to_string().contains("\"resync\"") {
+        let resync = &s["array"]["resync"];
+        assert!(resync.is_null() || resync["error"].is_null(), "{s}");
+        if resync["finished"] == true {
             return;
         }
         assert!(
             started.elapsed() < Duration::from_secs(120),
-            "no end of the resync: {s}"
+            "the resync did not finish: {s}"
         );
         std::thread::sleep(Duration::from_millis(100));
     }
