@@ -57,22 +57,22 @@ fn serve_log(dir: &Path) -> String {
     std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default()
 }
 
+/// The restripe the tests ask of a RAID 5/6: 128 KiB chunks,
+/// right-asymmetric.
+const TO_128K_RA: [&str; 4] = ["--chunk", "128K", "--layout", "right-asymmetric"];
+
 /// `grow --socket` to 128 KiB chunks, right-asymmetric; it waits for the
 /// restripe's end (or the server's).
 fn restripe_cmd(dir: &Path) -> Child {
+    restripe_to(dir, &TO_128K_RA)
+}
+
+/// `grow --socket` with `shape` (`--chunk`, `--layout`).
+fn restripe_to(dir: &Path, shape: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_nvraid"))
         .current_dir(dir)
-        .args([
-            "grow",
-            "--socket",
-            &control(dir),
-            "--chunk",
-            "128K",
-            "--layout",
-            "right-asymmetric",
-            "--step",
-            "1M",
-        ])
+        .args(["grow", "--socket", &control(dir), "--step", "1M"])
+        .args(shape)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -176,16 +176,28 @@ fn fio_done(fio: Child) {
 /// The array is in the new shape: 128 KiB chunks, right-asymmetric,
 /// clean, the same size, parity in agreement.
 fn in_the_new_shape(dir: &Path, members: &[String], size: u64) {
+    in_shape(dir, members, size, "right-asymmetric")
+}
+
+/// The array is clean in 128 KiB chunks and `layout`, of `size`, its
+/// parity (or copies) in agreement.
+fn in_shape(dir: &Path, members: &[String], size: u64, layout: &str) {
     let d = detail(dir, members);
     assert_eq!(d["state"], "clean", "{d}");
     assert_eq!(d["chunk_bytes"], 128 * 1024, "{d}");
-    assert_eq!(d["layout"], "right-asymmetric", "{d}");
+    assert_eq!(d["layout"], layout, "{d}");
     assert_eq!(d["raid_disks"], members.len(), "{d}");
     assert_eq!(d["size_bytes"], size, "{d}");
     assert_checks_clean(dir, members, "after the online restripe");
 }
 
 fn restripes_online_while_fio_verifies(level: &str, count: usize) {
+    restripes_online_to(level, count, &TO_128K_RA, "right-asymmetric");
+}
+
+/// A served RAID `level` of `count` members restriped with `shape` while
+/// fio writes and verifies; it ends in 128 KiB chunks and `layout`.
+fn restripes_online_to(level: &str, count: usize, shape: &[&str], layout: &str) {
     tool("fio");
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
@@ -194,7 +206,7 @@ fn restripes_online_while_fio_verifies(level: &str, count: usize) {
     let server = serve_with(d, &members, &["--reshape-speed", "12"]);
     let fio = fio_verify(d, false);
     std::thread::sleep(Duration::from_millis(300));
-    let restripe = restripe_cmd(d);
+    let restripe = restripe_to(d, shape);
     let mid = wait_mid(d, 0);
     let r = &mid["array"]["reshape"];
     assert_eq!(r["kind"], "restripe", "{mid}");
@@ -202,6 +214,7 @@ fn restripes_online_while_fio_verifies(level: &str, count: usize) {
     assert_eq!(r["raid_disks_before"], count, "{mid}");
     assert_eq!(r["end_bytes"], size, "{mid}");
     assert!(r["bytes_per_sec"].as_u64().unwrap() > 0, "{mid}");
+    assert!(r["eta_seconds"].as_u64().is_some(), "{mid}");
     // The text status shows it too.
     let text = ok(&["status", "--socket", &control(d)], d);
     assert!(text.contains("reshape: restripe running"), "{text}");
@@ -224,7 +237,7 @@ fn restripes_online_while_fio_verifies(level: &str, count: usize) {
     );
     fio_done(fio);
     server.interrupt();
-    in_the_new_shape(d, &members, size);
+    in_shape(d, &members, size, layout);
     // Served again in the new shape: fio finds every block it wrote.
     let server = serve(d, &members);
     fio_done(fio_verify(d, true));
@@ -239,6 +252,11 @@ fn fio_verifies_through_nbd_while_a_served_raid5_is_restriped_to_128k_right_asym
 #[test]
 fn fio_verifies_through_nbd_while_a_served_raid6_is_restriped_to_128k_right_asymmetric() {
     restripes_online_while_fio_verifies("6", 5);
+}
+
+#[test]
+fn fio_verifies_through_nbd_while_a_served_raid10_near_is_restriped_to_128k_chunks() {
+    restripes_online_to("10", 4, &["--chunk", "128K"], "near=2");
 }
 
 /// A byte pattern the array is filled with first.
@@ -498,15 +516,16 @@ fn restripes_a_served_array_cannot_take_are_refused_by_name_and_change_no_byte()
         &["nothing to change"],
     );
     server.interrupt();
-    // A served RAID 10 is refused by name, naming the offline command.
-    let sub = d.join("r10");
+    // A served RAID 0 is refused by name, naming the offline command
+    // (md restripes it as a RAID 4 with its parity missing).
+    let sub = d.join("r0");
     std::fs::create_dir(&sub).unwrap();
-    let r10 = create(&sub, "10", 4, "16M");
-    let server = serve(&sub, &r10);
+    let r0 = create(&sub, "0", 4, "16M");
+    let server = serve(&sub, &r0);
     refused_online(
         &sub,
         &["--chunk", "128K"],
-        &["served raid10", "nvraid grow --chunk"],
+        &["served raid0", "nvraid grow --chunk"],
     );
     server.interrupt();
     // A second reshape while one runs: another restripe, and a grow.
@@ -602,16 +621,16 @@ done
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-#[test]
-fn the_kernel_assembles_a_raid5_restriped_online_and_finishes_one_killed_mid_restripe() {
-    // Two RAID 5 of four 15 MiB members holding the pattern, each served
-    // and restriped to 128 KiB chunks, right-asymmetric, through the
-    // control socket: one to the end (the server then stopped), one
-    // killed with SIGKILL part-way (its record at the last recorded
-    // position, the array dirty). md assembles both, finishes the second,
-    // runs both in 128 KiB chunks right-asymmetric (md's layout 1), reads
-    // the pattern and finds no parity mismatch.
-    const PER: u64 = 14 * MIB;
+/// Data bytes each 15 MiB member holds (1 MiB of metadata before them).
+const PER: u64 = 14 * MIB;
+
+/// Two arrays of `level` over four 15 MiB members holding the pattern
+/// over `bytes`, each served and restriped with `shape` through the
+/// control socket: one to the end (the server then stopped), one killed
+/// with SIGKILL part-way (its record at the last recorded position, the
+/// array dirty). The kernel's md assembles both and finishes the second;
+/// its report line for each.
+fn restriped_online_then_by_the_kernel(level: &str, shape: &[&str], bytes: u64) -> Vec<String> {
     let dir = tempfile::tempdir().unwrap();
     let mut images = Vec::new();
     for (name, kill) in [("done", false), ("killed", true)] {
@@ -621,18 +640,18 @@ fn the_kernel_assembles_a_raid5_restriped_online_and_finishes_one_killed_mid_res
         ok(
             &with(
                 &[
-                    "create", "--level", "5", "--size", "15M", "--chunk", "64K", "--name", name,
+                    "create", "--level", level, "--size", "15M", "--chunk", "64K", "--name", name,
                 ],
                 &names,
             ),
             &sub,
         );
-        std::fs::write(sub.join("data"), pattern(3 * PER)).unwrap();
+        std::fs::write(sub.join("data"), pattern(bytes)).unwrap();
         ok(&with(&["write", "--input", "data"], &names), &sub);
         std::fs::remove_file(sub.join("data")).unwrap();
         let speed = if kill { "2" } else { "50" };
         let mut server = serve_with(&sub, &names, &["--reshape-speed", speed]);
-        let restripe = restripe_cmd(&sub);
+        let restripe = restripe_to(&sub, shape);
         if kill {
             wait_mid(&sub, MIB);
             server.kill().unwrap();
@@ -653,13 +672,21 @@ fn the_kernel_assembles_a_raid5_restriped_online_and_finishes_one_killed_mid_res
         }
         images.extend(names.iter().map(|n| sub.join(n)));
     }
-    let report = kernel_finishes(&images, 3 * PER);
-    let lines: Vec<&str> = report
+    let report = kernel_finishes(&images, bytes);
+    let lines: Vec<String> = report
         .lines()
         .filter(|l| l.starts_with("KERNEL "))
+        .map(|l| format!("{l}\n{report}"))
         .collect();
     assert_eq!(lines.len(), 2, "two arrays expected:\n{report}");
-    for line in lines {
+    lines
+}
+
+#[test]
+fn the_kernel_assembles_a_raid5_restriped_online_and_finishes_one_killed_mid_restripe() {
+    // md runs both in 128 KiB chunks right-asymmetric (md's layout 1),
+    // reads the pattern and finds no parity mismatch.
+    for line in restriped_online_then_by_the_kernel("5", &TO_128K_RA, 3 * PER) {
         assert!(
             line.contains("level=raid5")
                 && line.contains("layout=1 ")
@@ -668,7 +695,25 @@ fn the_kernel_assembles_a_raid5_restriped_online_and_finishes_one_killed_mid_res
                 && line.contains(&format!("size={}", 3 * PER))
                 && line.contains("pattern=ok")
                 && line.contains("mismatch=0"),
-            "{line}\n{report}"
+            "{line}"
+        );
+    }
+}
+
+#[test]
+fn the_kernel_assembles_a_raid10_restriped_online_and_finishes_one_killed_mid_restripe() {
+    // md runs both in 128 KiB chunks, near=2 (md's layout 0x102), reads
+    // the pattern and finds no copy that differs.
+    for line in restriped_online_then_by_the_kernel("10", &["--chunk", "128K"], 2 * PER) {
+        assert!(
+            line.contains("level=raid10")
+                && line.contains("layout=258 ")
+                && line.contains("chunk=131072")
+                && line.contains("disks=4")
+                && line.contains(&format!("size={}", 2 * PER))
+                && line.contains("pattern=ok")
+                && line.contains("mismatch=0"),
+            "{line}"
         );
     }
 }

@@ -1,6 +1,6 @@
-//! A served RAID 4/5/6 restriped in place (`nvraid grow --socket --chunk
-//! SIZE --layout NAME`): [`LiveGrow`] with the member count kept and the
-//! chunk and/or layout changed, md's `new_chunk`/`new_layout` recorded
+//! A served RAID 4/5/6 (or RAID 10 near: its chunk) restriped in place
+//! (`nvraid grow --socket --chunk SIZE --layout NAME`): [`LiveGrow`] with
+//! the member count kept and the chunk and/or layout changed, md's `new_chunk`/`new_layout` recorded
 //! with the data offset moved down (`new_offset` < 0), running forwards.
 //!
 //! - **Checks**, before any write: the offline restripe's (`shape`: the
@@ -20,9 +20,10 @@
 //!   each step's window closed and drained; the finished record takes
 //!   the new chunk and layout as the array's.
 //!
-//! A RAID 10 near (whose served grow takes the copies' route) and a RAID
-//! 0 (restriped as md's RAID 4 with its parity missing) are refused by
-//! name: `nvraid grow --chunk` restripes them offline.
+//! A RAID 10 near takes the copies' route and steps of its served grow
+//! (`live_copy`; its bitmap counts array bytes, the same in both shapes).
+//! A RAID 0 (restriped as md's RAID 4 with its parity missing) is refused
+//! by name: `nvraid grow --chunk` restripes it offline.
 
 use super::grow::room_for;
 use super::live::{check_growable, Begin, LiveGrow, Parts};
@@ -85,9 +86,13 @@ impl LiveGrow {
             options.layout.as_deref(),
             &spec0,
         )?;
-        if !matches!(old.level(), Level::Raid5 { .. } | Level::Raid6 { .. }) {
+        // (A RAID 10 far/offset is refused by `new_level`.)
+        if !matches!(
+            old.level(),
+            Level::Raid5 { .. } | Level::Raid6 { .. } | Level::Raid10 { .. }
+        ) {
             return Err(refuse(format!(
-                "changing the chunk or layout of a served {} (nvraid restripes a served RAID 4/5/6); stop serve and restripe it offline with `nvraid grow --chunk SIZE MEMBERS`",
+                "changing the chunk or layout of a served {} (nvraid restripes a served RAID 4/5/6 or RAID 10 near); stop serve and restripe it offline with `nvraid grow --chunk SIZE MEMBERS`",
                 old.level()
             )));
         }
