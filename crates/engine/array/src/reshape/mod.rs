@@ -28,8 +28,8 @@
 //!   the record kept in every superblock update of the running array,
 //!   client requests split between the two shapes at the position, each
 //!   step's window closed to them and earlier requests drained;
-//! - `live_shape`: [`LiveGrow::start_shape`], a served RAID 4/5/6
-//!   restriped (chunk, layout) as a served grow keeping its members, the
+//! - `live_shape`: [`LiveGrow::start_shape`], a served RAID 4/5/6 or
+//!   RAID 10 near restriped (chunk, layout) as a served grow keeping its members, the
 //!   data offset moved down;
 //! - `live_degraded`: a served grow going on degraded (an old member
 //!   failing recorded faulty, read around, parity written covering it);

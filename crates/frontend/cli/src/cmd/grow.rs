@@ -86,9 +86,9 @@ pub struct GrowArgs {
     /// read and write (with -n and --add;
     /// waits for the end, showing the progress). The served size stays
     /// the old one until the server is restarted. With --chunk and/or
-    /// --layout: restripe the served RAID 4/5/6 (members kept, the data
-    /// offset moved down; refused, naming the offline command, when there
-    /// is no room below the data).
+    /// --layout: restripe the served RAID 4/5/6 or RAID 10 near (members
+    /// kept, the data offset moved down; refused, naming the offline
+    /// command, when there is no room below the data).
     #[arg(long, value_name = "PATH", conflicts_with_all = ["members", "cont", "level"])]
     socket: Option<std::path::PathBuf>,
     /// Without --socket: the array's members, in any order.

@@ -2,7 +2,8 @@
 //! RAID 4/5/6 or RAID 10 near gains members while clients read and write
 //! (`nvraid_array::reshape::LiveGrow`), a served RAID 1 mirrors
 //! (`LiveMirror`: the new members rebuilt), a served RAID 4/5/6 is
-//! restriped (`--chunk`/`--layout`: `LiveGrow::start_shape`), and
+//! restriped, or a RAID 10 near's chunk changed (`--chunk`/`--layout`:
+//! `LiveGrow::start_shape`), and
 //! `status` shows it.
 //! One grow per server run; the thread that moves the rows is stopped
 //! (after its step) before the array is closed.
@@ -98,7 +99,8 @@ impl Reshaping {
 
     /// `{"command": "grow", "chunk_bytes": n, "layout": "name",
     /// "step_bytes": n}` (either or both of the first two): the served
-    /// RAID 4/5/6 restriped with its members kept (`LiveGrow::start_shape`).
+    /// RAID 4/5/6 (or RAID 10 near) restriped with its members kept
+    /// (`LiveGrow::start_shape`).
     fn restripe(&self, request: &Value) -> Result<Value, String> {
         let layout = match &request["layout"] {
             Value::Null => None,
