@@ -1,6 +1,8 @@
 //! A RAID 4/5/6 or RAID 10 near gaining members while it is served (`nvraid grow
-//! --socket`): the offline grow's record and steps (`grow`, `step`), run
-//! on the served array's members while clients read and write.
+//! --socket`), or a RAID 4/5/6 restriped in place (`live_shape`: the
+//! members kept, the chunk or layout changed): the offline grow's record
+//! and steps (`grow`, `step`), run on the served array's members while
+//! clients read and write.
 //!
 //! - **The record.** Every superblock update of the running array records
 //!   the reshape ([`ReshapeRecord`]: `RESHAPE_ACTIVE | NEW_OFFSET`, the new
@@ -79,8 +81,9 @@ pub struct LiveGrowOptions {
 /// Where a served grow stands (`nvraid status`).
 #[derive(Clone, Debug, Serialize)]
 pub struct LiveGrowStatus {
-    /// `grow` (rows move to the new shape) or `mirror` (a RAID 1's added
-    /// members rebuilt from the others while it is served).
+    /// `grow` (rows move to the new shape), `restripe` (the same, the
+    /// member count kept: a chunk or layout change) or `mirror` (a RAID
+    /// 1's added members rebuilt from the others while it is served).
     pub kind: &'static str,
     /// `running`, `finished` or `failed`.
     pub state: &'static str,
@@ -620,7 +623,12 @@ impl LiveGrow {
             0
         };
         LiveGrowStatus {
-            kind: "grow",
+            // The member count kept: a chunk or layout change (`live_shape`).
+            kind: if self.old_members == self.reshape.new_shape().members() {
+                "restripe"
+            } else {
+                "grow"
+            },
             state: progress.state,
             raid_disks_before: self.old_members,
             raid_disks: self.reshape.new_shape().members(),
@@ -823,13 +831,16 @@ impl LiveGrow {
         let chunk = new.chunk_bytes().expect("chunks");
         let data_per = u64::from(map.data_per_stripe());
         let unit = chunk * data_per;
-        let old_unit = chunk * u64::from(old.members() - old.level().parity_chunks());
+        let old_chunk = old.chunk_bytes().expect("chunks");
+        let old_unit = old_chunk * u64::from(old.members() - old.level().parity_chunks());
         let end = offset + buf.len() as u64;
         let (first, last) = (offset / unit, (end - 1) / unit);
         // The old shape's array bytes in the same member rows: what the
-        // write-intent bitmap (member rows) and the dirty mark take.
-        let admit_at = first * old_unit;
-        let admit_len = ((last + 1) * old_unit).min(old.array_bytes()) - admit_at;
+        // write-intent bitmap (member rows) and the dirty mark take; whole
+        // old stripes, whose chunk may differ (a restripe).
+        let admit_at = first * chunk / old_chunk * old_unit;
+        let admit_len = ((last + 1) * chunk).div_ceil(old_chunk) * old_unit;
+        let admit_len = admit_len.min(old.array_bytes()) - admit_at;
         let base = self.new_offset();
         let kernel = nvraid_parity::Kernel::best();
         array.while_admitted(admit_at, admit_len.max(1), || {
@@ -918,8 +929,16 @@ impl LiveGrow {
         sb.feature_map |= features::RESHAPE_ACTIVE | features::NEW_OFFSET;
         sb.delta_disks = (new.members() - self.old_members) as i32 as u32;
         sb.new_level = sb.level as u32;
-        sb.new_layout = sb.layout;
-        sb.new_chunk = sb.chunk_sectors;
+        // A restripe's new layout and chunk (`live_shape`); a grow keeps
+        // both, the layout word as it is (md's raid4 keeps its own).
+        if new.level() != self.reshape.old().level() {
+            sb.new_layout = new.level().md_layout();
+        } else {
+            sb.new_layout = sb.layout;
+        }
+        sb.new_chunk = new
+            .chunk_bytes()
+            .map_or(sb.chunk_sectors, |c| (c / 512) as u32);
         sb.reshape_position = position;
         sb.new_offset = (-(self.moved_sectors as i64)) as i32 as u32;
         if finished {

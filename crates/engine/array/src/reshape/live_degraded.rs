@@ -241,6 +241,8 @@ impl LiveGrow {
         let new = self.reshape.new_shape();
         let chunk = old.chunk_bytes().expect("chunks");
         if new.level().parity_chunks() == 0 {
+            // The new shape's rows, in its chunk (a restripe's differs).
+            let chunk = new.chunk_bytes().expect("chunks");
             let (n, near) = (u64::from(new.members()), u64::from(new.copies()));
             let first_row = (p / chunk) * near / n;
             let end_row = (to.div_ceil(chunk) * near).div_ceil(n);

@@ -34,6 +34,9 @@
 //!   the record kept in every superblock update of the running array,
 //!   client requests split between the two shapes at the position, each
 //!   step's window closed to them and earlier requests drained;
+//! - `live_shape`: [`LiveGrow::start_shape`], a served RAID 4/5/6 or
+//!   RAID 10 near restriped (chunk, layout) as a served grow keeping its members, the
+//!   data offset moved down;
 //! - `live_degraded`: a served grow going on degraded (an old member or
 //!   one the grow added failing recorded faulty, read around, parity
 //!   written covering it);
@@ -73,6 +76,7 @@ mod live;
 mod live_copy;
 mod live_degraded;
 mod live_level;
+mod live_shape;
 mod md_backup;
 mod mirror;
 mod read;
@@ -89,6 +93,7 @@ pub use level::{change_level, raid1_to_raid5_grown, LevelChanged};
 pub use live::{LiveGrow, LiveGrowOptions, LiveGrowStatus};
 pub use live_copy::{start_live, LiveMirror, LiveReshape};
 pub use live_level::{LevelSwitched, LiveLevel};
+pub use live_shape::LiveShapeOptions;
 pub use read::{MidReshape, ReshapeDetail, ReshapeMember, ShapeDetail};
 pub use record::{is_reshaping, reshape_of};
 pub(crate) use resume::check_servable;

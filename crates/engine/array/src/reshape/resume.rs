@@ -18,10 +18,13 @@
 //!   the background (the bits of a write-intent bitmap, or all of it),
 //!   which puts right the parity of the new-shape rows clients wrote
 //!   before the crash.
+//! - **Restripes** (a RAID 4/5/6 keeping its members, chunk and/or layout
+//!   changed: `grow --socket --chunk`, or the offline `grow --chunk`
+//!   moving the data offset down) go on the same way, clean or dirty.
 //! - **Refused**, nothing written, with `nvraid grow --continue` named: a
-//!   reshape other than a RAID 4/5/6 gaining members with its data offset
-//!   moved down (a level, chunk or layout change, a RAID 10 or RAID 0
-//!   grow, a backwards reshape), an array with a partial parity log or a
+//!   reshape other than a RAID 4/5/6 gaining members or restriped with its
+//!   data offset moved down (a level change, a RAID 10 or RAID 0 grow or
+//!   restripe, a backwards reshape), an array with a partial parity log or a
 //!   write journal, a served read-only export, and a role without its
 //!   member; a dirty one with a member missing names the risk (its bytes
 //!   would come from parity the crash may have left stale; md refuses to
@@ -308,7 +311,8 @@ pub(crate) fn check_servable(reference: &Superblock, spec: &str) -> Result<()> {
 }
 
 /// The reshape `reference` records is one `serve` goes on with: a RAID
-/// 4/5/6 gaining members, forwards, level, layout and chunk kept, every
+/// 4/5/6 gaining members (level, layout and chunk kept) or restriped
+/// with its members kept (chunk and/or layout changed), forwards, every
 /// member's data offset moving down by the same amount from one offset,
 /// without a partial parity log or a write journal. Refused otherwise,
 /// naming the offline continue.
@@ -318,8 +322,8 @@ fn check_kind(reference: &Superblock, spec: &str, continue_hint: &str) -> Result
     let refuse = |what: String| {
         Error::NotStartable(format!(
             "the members record a reshape in progress ({what}); `nvraid serve` goes on only \
-             with a RAID 4/5/6 gaining members while served (forwards, the data offset moved \
-             down): finish this one first with {continue_hint}, or let the kernel's md finish \
+             with a RAID 4/5/6 gaining members or restriped (chunk, layout) while served \
+             (forwards, the data offset moved down): finish this one first with {continue_hint}, or let the kernel's md finish \
              it (mdadm --assemble)"
         ))
     };
@@ -337,12 +341,13 @@ fn check_kind(reference: &Superblock, spec: &str, continue_hint: &str) -> Result
         }
     );
     let parity = matches!(old.level(), Level::Raid5 { .. } | Level::Raid6 { .. });
-    if !parity
-        || old.level() != new.level()
-        || old.chunk_bytes() != new.chunk_bytes()
-        || new.members() <= old.members()
-        || reshape.direction() != Direction::Forwards
-    {
+    let grow = old.level() == new.level()
+        && old.chunk_bytes() == new.chunk_bytes()
+        && new.members() > old.members();
+    // A chunk or layout change within the level (`live_shape`).
+    let restripe = super::shape::is_in_place(&reshape)
+        && std::mem::discriminant(&old.level()) == std::mem::discriminant(&new.level());
+    if !parity || !(grow || restripe) || reshape.direction() != Direction::Forwards {
         return Err(refuse(describe));
     }
     let moved = i64::from(reference.new_offset as i32);

@@ -76,7 +76,12 @@ pub(super) fn is_in_place(reshape: &Reshape) -> bool {
 
 /// The level `old` becomes with `layout` (md's names), or why md would not
 /// make it. `md_level` is the superblock's level number (md's raid4 is 4).
-fn new_level(old: Level, md_level: i32, layout: Option<&str>, spec: &str) -> Result<Level> {
+pub(super) fn new_level(
+    old: Level,
+    md_level: i32,
+    layout: Option<&str>,
+    spec: &str,
+) -> Result<Level> {
     let refuse = |what: String| Error::Unsupported {
         spec: spec.into(),
         what,
@@ -170,6 +175,54 @@ fn ordinary_of(rotation: nvraid_layout::parity::Raid5Rotation) -> ParityLayout {
     }
 }
 
+/// Why a RAID 0's restripe must move its data offset down (see
+/// [`choose_move`]).
+const RAID0_FORWARDS_ONLY: &str = "a RAID 0's restripe (md's RAID 4 with its parity missing) moves the data offset down by at least that, and cannot here";
+
+/// The new shape of a restripe of `old` to `level` in chunks of `chunk`
+/// bytes (`None`: the old chunk) over members holding `member_bytes` of
+/// data each, and that chunk; refused, with the option named, when nothing
+/// changes (`layout_given`: the layout was asked for), when the chunk is
+/// one md does not take, or when the array would change size (md wants
+/// the array a multiple of the new chunk). The offline restripe's checks,
+/// which the served one (`live_shape`) makes too.
+pub(super) fn new_geometry(
+    old: &Geometry,
+    level: Level,
+    chunk: Option<u64>,
+    layout_given: bool,
+    member_bytes: u64,
+    spec: &str,
+) -> Result<(Geometry, u64)> {
+    let old_chunk = old.chunk_bytes().expect("the levels restriped have chunks");
+    let chunk = chunk.unwrap_or(old_chunk);
+    if level == old.level() && chunk == old_chunk {
+        return Err(Error::BadOption {
+            option: if layout_given { "--layout" } else { "--chunk" }.into(),
+            why: format!(
+                "the array is already a {level} in chunks of {chunk} bytes: nothing to change"
+            ),
+        });
+    }
+    let new =
+        Geometry::new(level, old.members(), chunk, member_bytes).map_err(|e| Error::BadOption {
+            option: "--chunk".into(),
+            why: e.to_string(),
+        })?;
+    if new.array_bytes() != old.array_bytes() {
+        return Err(Error::Unsupported {
+            spec: spec.into(),
+            what: format!(
+                "chunks of {chunk} bytes on this array: each member holds {} bytes of data, not a whole number of the new chunks, so the array would shrink from {} to {} bytes (md wants the array a multiple of the new chunk); shrink it first (`nvraid grow --size`) or pick a smaller chunk",
+                old.member_used_bytes(),
+                old.array_bytes(),
+                new.array_bytes()
+            ),
+        });
+    }
+    Ok((new, chunk))
+}
+
 /// Restripe the RAID 4/5/6 or RAID 10 near on `members` (every member, any
 /// order) to `options`' chunk and layout, in place.
 pub fn change_shape(
@@ -211,47 +264,26 @@ pub fn change_shape(
         }
         None => (old, level),
     };
-    let old_chunk = old.chunk_bytes().expect("the levels restriped have chunks");
-    let chunk = options.chunk_bytes.unwrap_or(old_chunk);
-    if level == old.level() && chunk == old_chunk {
-        return Err(Error::BadOption {
-            option: if options.layout.is_some() {
-                "--layout"
-            } else {
-                "--chunk"
-            }
-            .into(),
-            why: format!(
-                "the array is already a {level} in chunks of {chunk} bytes: nothing to change"
-            ),
-        });
-    }
     let member_bytes = match raid0_layout {
         Some(_) => old.member_used_bytes(),
         None => member_data_bytes(&reference),
     };
-    let new =
-        Geometry::new(level, old.members(), chunk, member_bytes).map_err(|e| Error::BadOption {
-            option: "--chunk".into(),
-            why: e.to_string(),
-        })?;
-    if new.array_bytes() != old.array_bytes() {
-        return Err(Error::Unsupported {
-            spec,
-            what: format!(
-                "chunks of {chunk} bytes on this array: each member holds {} bytes of data, not a whole number of the new chunks, so the array would shrink from {} to {} bytes (md wants the array a multiple of the new chunk); shrink it first (`nvraid grow --size`) or pick a smaller chunk",
-                old.member_used_bytes(),
-                old.array_bytes(),
-                new.array_bytes()
-            ),
-        });
-    }
+    let (new, chunk) = new_geometry(
+        &old,
+        level,
+        options.chunk_bytes,
+        options.layout.is_some(),
+        member_bytes,
+        &spec,
+    )?;
     let bitmap = kept_bitmap(found.iter().map(|(m, sb)| (m, sb)), &old)?;
     let bitmap_bytes = bitmap.as_ref().map(|b| b.storage.len() as u64);
     // A RAID 0's restripe runs forwards only: nvraid reads around a
     // missing member (its RAID 4's parity) only forwards.
-    let (direction, moved_sectors) =
-        choose_move(&found, &old, &new, bitmap_bytes, raid0_layout.is_some())?;
+    let held: Vec<(&Member, &Superblock)> = found.iter().map(|(m, sb)| (m, sb)).collect();
+    let forwards_only = raid0_layout.map(|_| RAID0_FORWARDS_ONLY);
+    let (direction, moved_sectors) = choose_move(&held, &old, &new, bitmap_bytes, forwards_only)?;
+    drop(held);
     let mut slots: Vec<Option<(Member, Superblock)>> = found.into_iter().map(Some).collect();
     let mut placed: Vec<Placed> = roles
         .iter()
@@ -343,12 +375,12 @@ pub fn change_shape(
 /// that stays; after it, up to the device's end), by about half that room
 /// (at least the larger chunk, in 4 KiB); the other side when that one has
 /// less than the larger chunk.
-fn choose_move(
-    found: &[(Member, Superblock)],
+pub(super) fn choose_move(
+    found: &[(&Member, &Superblock)],
     old: &Geometry,
     new: &Geometry,
     bitmap_bytes: Option<u64>,
-    forwards_only: bool,
+    forwards_only: Option<&str>,
 ) -> Result<(Direction, u64)> {
     let min = old
         .chunk_bytes()
@@ -379,13 +411,17 @@ fn choose_move(
     };
     let Some(direction) = [first, other]
         .into_iter()
-        .filter(|&d| !forwards_only || d == Direction::Forwards)
+        .filter(|&d| forwards_only.is_none() || d == Direction::Forwards)
         .find(|&d| room(d) >= min)
     else {
-        if forwards_only {
+        if let Some(why) = forwards_only {
             return Err(Error::NotStartable(format!(
-                "the members have {} bytes free before the data, less than the larger chunk ({} bytes): a RAID 0's restripe (md's RAID 4 with its parity missing) moves the data offset down by at least that, and cannot here",
+                "the members have {} bytes free before the data{}, less than the larger chunk ({} bytes): {why}",
                 before * 512,
+                match bitmap_bytes {
+                    Some(len) => format!(" (above a write-intent bitmap of {len} bytes)"),
+                    None => String::new(),
+                },
                 min * 512
             )));
         }

@@ -99,7 +99,9 @@ pub struct GrowArgs {
     /// read and write (with -n and --add;
     /// waits for the end, showing the progress). The served size stays
     /// the old one until the server is restarted. A shrink runs offline
-    /// only.
+    /// only. With --chunk and/or --layout: restripe the served RAID 4/5/6
+    /// or RAID 10 near (members kept, the data offset moved down; refused,
+    /// naming the offline command, when there is no room below the data).
     /// With --level (and no -n/--add): the served array taken over as
     /// that level where md moves no byte (4 <-> 5 parity-last, 1 of two
     /// <-> 5 of two, 6 -> 5 with Q on the last member, 4 without its
@@ -393,24 +395,32 @@ fn grow_online(args: &GrowArgs, socket: &std::path::Path) -> Result<u8> {
     if let Some(level) = args.level {
         return level_online(args, socket, level);
     }
-    let Some(raid_devices) = args.raid_devices else {
-        bail!("--raid-devices N is needed");
-    };
-    if args.add.is_empty() || args.array_size.is_some() {
-        bail!(
-            "--socket: a served array gains members (give one --add per new member); shrinking by members is done offline only, not while served: stop the server, then `nvraid grow --raid-devices {raid_devices} --array-size SIZE MEMBERS`"
-        );
-    }
-    let answer = nvraid_serve::request(
-        socket,
-        &serde_json::json!({
+    let restripe = args.chunk.is_some() || args.layout.is_some();
+    let request = if restripe {
+        serde_json::json!({
+            "command": "grow",
+            "chunk_bytes": args.chunk,
+            "layout": args.layout,
+            "step_bytes": args.step,
+        })
+    } else {
+        let Some(raid_devices) = args.raid_devices else {
+            bail!("--raid-devices N is needed (or --chunk/--layout)");
+        };
+        if args.add.is_empty() || args.array_size.is_some() {
+            bail!(
+                "--socket: a served array gains members (give one --add per new member); shrinking by members is done offline only, not while served: stop the server, then `nvraid grow --raid-devices {raid_devices} --array-size SIZE MEMBERS`"
+            );
+        }
+        serde_json::json!({
             "command": "grow",
             "raid_devices": raid_devices,
             "add": args.add,
             "force": args.force,
             "step_bytes": args.step,
-        }),
-    )?;
+        })
+    };
+    let answer = nvraid_serve::request(socket, &request)?;
     if let Some(error) = answer["error"].as_str() {
         bail!("grow in the server refused: {error}");
     }
@@ -436,6 +446,12 @@ fn grow_online(args: &GrowArgs, socket: &std::path::Path) -> Result<u8> {
                 });
                 if args.json {
                     println!("{}", serde_json::to_string_pretty(reshape)?);
+                } else if restripe {
+                    println!(
+                        "restriped online over {} members: {} unchanged (in the new chunk and layout from here on)",
+                        reshape["raid_disks"],
+                        bytes_text(reshape["new_size_bytes"].as_u64().unwrap_or(0)),
+                    );
                 } else {
                     println!(
                         "grown online from {} to {} members: {} once the server is restarted (it serves the old size until then)",
@@ -462,6 +478,11 @@ fn level_online(args: &GrowArgs, socket: &std::path::Path, level: i32) -> Result
     if args.raid_devices.is_some() || !args.add.is_empty() {
         bail!(
             "--level {level} with -n/--add on a served array: nvraid changes a served array's level only where md adds no member (4 <-> 5 parity-last, 1 of two <-> 5 of two, 6 -> 5, 4 without its parity -> 0); stop serve and use `nvraid grow --level {level} -n N --add NEW...`"
+        );
+    }
+    if args.chunk.is_some() || args.layout.is_some() || args.array_size.is_some() {
+        bail!(
+            "--level {level} with --chunk, --layout or --array-size on a served array: a served array changes one thing at a time; change the level (`grow --socket CTL --level {level}`), then restripe (`grow --socket CTL --chunk SIZE --layout NAME`), or stop serve for a shrink"
         );
     }
     let answer = nvraid_serve::request(

@@ -1,13 +1,17 @@
 //! `grow` on the control socket of a running `nvraid serve`: the served
 //! RAID 4/5/6 or RAID 10 near gains members while clients read and write
 //! (`nvraid_array::reshape::LiveGrow`), a served RAID 1 mirrors
-//! (`LiveMirror`: the new members rebuilt), a served array changes its
-//! level where md moves no byte (`LiveLevel`), and `status` shows it.
+//! (`LiveMirror`: the new members rebuilt), a served RAID 4/5/6 is
+//! restriped, or a RAID 10 near's chunk changed (`--chunk`/`--layout`:
+//! `LiveGrow::start_shape`), a served array changes its level where md
+//! moves no byte (`LiveLevel`), and `status` shows it.
 //! One grow per server run; the thread that moves the rows is stopped
 //! (after its step) before the array is closed.
 
 use nvraid_array::recovery::online::Online;
-use nvraid_array::reshape::{start_live, LiveGrow, LiveGrowOptions, LiveLevel, LiveReshape};
+use nvraid_array::reshape::{
+    start_live, LiveGrow, LiveGrowOptions, LiveLevel, LiveReshape, LiveShapeOptions,
+};
 use nvraid_array::Array;
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
@@ -96,6 +100,9 @@ impl Reshaping {
     }
 
     fn grow(&self, request: &Value) -> Result<Value, String> {
+        if !request["chunk_bytes"].is_null() || !request["layout"].is_null() {
+            return self.restripe(request);
+        }
         let raid_devices = request["raid_devices"]
             .as_u64()
             .ok_or("grow needs \"raid_devices\"")? as u32;
@@ -130,6 +137,50 @@ impl Reshaping {
         *live = Some((grow, Some(thread)));
         Ok(
             json!({"started": "grow", "raid_disks": status.raid_disks, "end_bytes": status.end_bytes}),
+        )
+    }
+
+    /// `{"command": "grow", "chunk_bytes": n, "layout": "name",
+    /// "step_bytes": n}` (either or both of the first two): the served
+    /// RAID 4/5/6 (or RAID 10 near) restriped with its members kept
+    /// (`LiveGrow::start_shape`).
+    fn restripe(&self, request: &Value) -> Result<Value, String> {
+        let layout = match &request["layout"] {
+            Value::Null => None,
+            v => Some(
+                v.as_str()
+                    .ok_or("\"layout\" is a layout's name")?
+                    .to_string(),
+            ),
+        };
+        let chunk_bytes = match &request["chunk_bytes"] {
+            Value::Null => None,
+            v => Some(v.as_u64().ok_or("\"chunk_bytes\" is a number of bytes")?),
+        };
+        if self.online.is_busy() {
+            return Err(
+                "a rebuild, check or repair runs on the array (status shows it); restripe after it ends"
+                    .into(),
+            );
+        }
+        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        let options = LiveShapeOptions {
+            chunk_bytes,
+            layout,
+            step_bytes: request["step_bytes"].as_u64().unwrap_or(16 << 20),
+            min_bytes_per_sec: self.pace.0,
+            max_bytes_per_sec: self.pace.1,
+        };
+        let (grow, thread) =
+            LiveGrow::start_shape(&self.array, &options).map_err(|e| e.to_string())?;
+        let status = grow.status();
+        eprintln!(
+            "nvraid: event=reshape-started kind=restripe raid_disks={} end={}",
+            status.raid_disks, status.end_bytes
+        );
+        *live = Some((grow, Some(thread)));
+        Ok(
+            json!({"started": "restripe", "raid_disks": status.raid_disks, "end_bytes": status.end_bytes}),
         )
     }
 

@@ -837,6 +837,26 @@ fn print_array(array: &serde_json::Value) {
                 .unwrap_or_default()
         );
     }
+    let reshape = &array["reshape"];
+    if !reshape.is_null() {
+        // A served grow, restripe or mirror add (`grow --socket`).
+        println!(
+            "reshape: {} {}, {} of {} bytes, {} bytes/s{}{}",
+            reshape["kind"].as_str().unwrap_or("?"),
+            reshape["state"].as_str().unwrap_or("?"),
+            reshape["position_bytes"],
+            reshape["end_bytes"],
+            reshape["bytes_per_sec"],
+            reshape["eta_seconds"]
+                .as_u64()
+                .map(|s| format!(", ETA {s} s"))
+                .unwrap_or_default(),
+            reshape["error"]
+                .as_str()
+                .map(|why| format!("; {why}"))
+                .unwrap_or_default()
+        );
+    }
     println!(
         "  {:>4}  {:<10}  {:>12}  {:>16}  {:>6}  path",
         "role", "state", "ops", "bytes", "errors"

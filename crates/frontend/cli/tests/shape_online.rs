@@ -1,0 +1,719 @@
+//! `nvraid grow --socket --chunk/--layout`: a served RAID 5/6 restriped
+//! (64 KiB -> 128 KiB chunks, left-symmetric -> right-asymmetric) while fio
+//! writes and verifies through NBD; `status` shows it; a server killed
+//! or stopped mid-restripe is served again and the restripe finished with
+//! every acknowledged byte in place; the kernel's md finishes one left
+//! mid-way; what cannot be restriped served is refused by name, with no
+//! byte changed.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+
+fn control(dir: &Path) -> String {
+    dir.join("md.ctl").display().to_string()
+}
+
+fn status(dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&ok(&["status", "--json", "--socket", &control(dir)], dir)).unwrap()
+}
+
+fn with<'a>(args: &[&'a str], members: &'a [String]) -> Vec<&'a str> {
+    let mut all = args.to_vec();
+    all.extend(members.iter().map(String::as_str));
+    all
+}
+
+/// A RAID `level` of `count` members using `size` of each, in 64 KiB
+/// chunks, left-symmetric (md's default).
+fn create(dir: &Path, level: &str, count: usize, size: &str) -> Vec<String> {
+    let members: Vec<String> = (0..count).map(|i| format!("m{i}.img")).collect();
+    ok(
+        &with(
+            &[
+                "create", "--level", level, "--size", size, "--chunk", "64K", "--force",
+            ],
+            &members,
+        ),
+        dir,
+    );
+    members
+}
+
+fn detail(dir: &Path, members: &[String]) -> serde_json::Value {
+    serde_json::from_slice(&ok_bytes(&with(&["detail", "--json"], members), dir)).unwrap()
+}
+
+fn read_all(dir: &Path, members: &[String]) -> Vec<u8> {
+    ok_bytes(&with(&["read"], members), dir)
+}
+
+fn serve_log(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default()
+}
+
+/// The restripe the tests ask of a RAID 5/6: 128 KiB chunks,
+/// right-asymmetric.
+const TO_128K_RA: [&str; 4] = ["--chunk", "128K", "--layout", "right-asymmetric"];
+
+/// `grow --socket` to 128 KiB chunks, right-asymmetric; it waits for the
+/// restripe's end (or the server's).
+fn restripe_cmd(dir: &Path) -> Child {
+    restripe_to(dir, &TO_128K_RA)
+}
+
+/// `grow --socket` with `shape` (`--chunk`, `--layout`).
+fn restripe_to(dir: &Path, shape: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_nvraid"))
+        .current_dir(dir)
+        .args(["grow", "--socket", &control(dir), "--step", "1M"])
+        .args(shape)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Poll `status` until the reshape shows part-way (past `past` bytes).
+fn wait_mid(dir: &Path, past: u64) -> serde_json::Value {
+    let started = Instant::now();
+    loop {
+        let s = status(dir);
+        let r = &s["array"]["reshape"];
+        let (p, end) = (
+            r["position_bytes"].as_u64().unwrap_or(0),
+            r["end_bytes"].as_u64().unwrap_or(0),
+        );
+        if r["state"] == "running" && p > past && p < end {
+            return s;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no restripe part-way: {s}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Poll `status` until the reshape has finished.
+fn wait_finished(dir: &Path) -> serde_json::Value {
+    let started = Instant::now();
+    loop {
+        let s = status(dir);
+        let r = &s["array"]["reshape"];
+        if r["state"] == "finished" {
+            return s;
+        }
+        assert_ne!(r["state"], "failed", "{s}");
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the restripe did not finish: {s}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Poll `status` until the background resync (of an array that came up
+/// dirty) has finished.
+fn wait_resynced(dir: &Path) {
+    let started = Instant::now();
+    loop {
+        let s = status(dir);
+        let resync = &s["array"]["resync"];
+        assert!(resync.is_null() || resync["error"].is_null(), "{s}");
+        if resync["finished"] == true {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the resync did not finish: {s}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn fio_verify(dir: &Path, verify_only: bool) -> Child {
+    let mut fio = fio_nbd(dir, "restripe");
+    fio.args(FIO_VERIFY_JOB).args([
+        "--size=24m",
+        "--offset_increment=24m",
+        "--rate_iops=2000",
+        "--do_verify=1",
+        "--randseed=11",
+        "--output-format=json",
+    ]);
+    if verify_only {
+        fio.arg("--verify_only");
+    }
+    fio.stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("fio (apt-get install fio)")
+}
+
+fn fio_done(fio: Child) {
+    let out = fio.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "fio failed: {text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(&text[text.find('{').unwrap()..]).unwrap();
+    let job = &report["jobs"][0];
+    assert_eq!(job["error"], 0, "{job}");
+    assert!(
+        job["read"]["io_bytes"].as_u64().unwrap() >= 48 << 20,
+        "fio verified less than it wrote: {job}"
+    );
+}
+
+/// The array is in the new shape: 128 KiB chunks, right-asymmetric,
+/// clean, the same size, parity in agreement.
+fn in_the_new_shape(dir: &Path, members: &[String], size: u64) {
+    in_shape(dir, members, size, "right-asymmetric")
+}
+
+/// The array is clean in 128 KiB chunks and `layout`, of `size`, its
+/// parity (or copies) in agreement.
+fn in_shape(dir: &Path, members: &[String], size: u64, layout: &str) {
+    let d = detail(dir, members);
+    assert_eq!(d["state"], "clean", "{d}");
+    assert_eq!(d["chunk_bytes"], 128 * 1024, "{d}");
+    assert_eq!(d["layout"], layout, "{d}");
+    assert_eq!(d["raid_disks"], members.len(), "{d}");
+    assert_eq!(d["size_bytes"], size, "{d}");
+    assert_checks_clean(dir, members, "after the online restripe");
+}
+
+fn restripes_online_while_fio_verifies(level: &str, count: usize) {
+    restripes_online_to(level, count, &TO_128K_RA, "right-asymmetric");
+}
+
+/// A served RAID `level` of `count` members restriped with `shape` while
+/// fio writes and verifies; it ends in 128 KiB chunks and `layout`.
+fn restripes_online_to(level: &str, count: usize, shape: &[&str], layout: &str) {
+    tool("fio");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let members = create(d, level, count, "32M");
+    let size = detail(d, &members)["size_bytes"].as_u64().unwrap();
+    let server = serve_with(d, &members, &["--reshape-speed", "12"]);
+    let fio = fio_verify(d, false);
+    std::thread::sleep(Duration::from_millis(300));
+    let restripe = restripe_to(d, shape);
+    let mid = wait_mid(d, 0);
+    let r = &mid["array"]["reshape"];
+    assert_eq!(r["kind"], "restripe", "{mid}");
+    assert_eq!(r["raid_disks"], count, "{mid}");
+    assert_eq!(r["raid_disks_before"], count, "{mid}");
+    assert_eq!(r["end_bytes"], size, "{mid}");
+    assert!(r["bytes_per_sec"].as_u64().unwrap() > 0, "{mid}");
+    assert!(r["eta_seconds"].as_u64().is_some(), "{mid}");
+    // The text status shows it too.
+    let text = ok(&["status", "--socket", &control(d)], d);
+    assert!(text.contains("reshape: restripe running"), "{text}");
+    // The members record md's chunk and layout change mid-way.
+    let sb = &serde_json::from_str::<serde_json::Value>(&ok(&["examine", "--json", "m0.img"], d))
+        .unwrap()[0]["superblock"];
+    assert_ne!(sb["feature_map"].as_u64().unwrap() & 4, 0, "{sb}");
+    assert_eq!(sb["new_chunk"], 256, "{sb}");
+    assert_eq!(sb["delta_disks"], 0, "{sb}");
+    let out = restripe.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "grow --socket --chunk: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("restriped online"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    fio_done(fio);
+    server.interrupt();
+    in_shape(d, &members, size, layout);
+    // Served again in the new shape: fio finds every block it wrote.
+    let server = serve(d, &members);
+    fio_done(fio_verify(d, true));
+    server.interrupt();
+}
+
+#[test]
+fn fio_verifies_through_nbd_while_a_served_raid5_is_restriped_to_128k_right_asymmetric() {
+    restripes_online_while_fio_verifies("5", 4);
+}
+
+#[test]
+fn fio_verifies_through_nbd_while_a_served_raid6_is_restriped_to_128k_right_asymmetric() {
+    restripes_online_while_fio_verifies("6", 5);
+}
+
+#[test]
+fn fio_verifies_through_nbd_while_a_served_raid10_near_is_restriped_to_128k_chunks() {
+    restripes_online_to("10", 4, &["--chunk", "128K"], "near=2");
+}
+
+/// A byte pattern the array is filled with first.
+fn fill(dir: &Path, members: &[String], size: u64) -> Vec<u8> {
+    let data: Vec<u8> = (0..size).map(|i| (i % 251) as u8 ^ 0x3c).collect();
+    std::fs::write(dir.join("data.bin"), &data).unwrap();
+    ok(&with(&["write", "--input", "data.bin"], members), dir);
+    std::fs::remove_file(dir.join("data.bin")).unwrap();
+    data
+}
+
+/// qemu-io writes 4 KiB blocks at random places of the served array
+/// (half below `position`, half above), each filled with its own byte;
+/// every write must be acknowledged. `data` gets them.
+fn write_blocks(dir: &Path, position: u64, data: &mut [u8]) {
+    let blocks = data.len() as u64 / 4096;
+    let mut rng = 0x2545_f491_u64;
+    let mut qemu_io = Command::new(tool("qemu-io"));
+    qemu_io.args(["-f", "raw"]);
+    let mut writes = Vec::new();
+    for i in 0..400u64 {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let below = (position / 4096).max(1);
+        let b = if i % 2 == 0 {
+            rng % below
+        } else {
+            below + rng % (blocks - below)
+        };
+        let byte = (i % 250 + 1) as u8;
+        qemu_io.args(["-c", &format!("write -P {byte} {} 4096", b * 4096)]);
+        writes.push((b, byte));
+    }
+    let out = qemu_io
+        .arg(format!(
+            "nbd+unix:///?socket={}",
+            dir.join("md.sock").display()
+        ))
+        .output()
+        .expect("qemu-io (qemu-utils)");
+    let acked = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with("wrote 4096/4096"))
+        .count();
+    assert_eq!(
+        acked,
+        writes.len(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (b, byte) in writes {
+        data[(b * 4096) as usize..((b + 1) * 4096) as usize].fill(byte);
+    }
+}
+
+fn first_difference(got: &[u8], want: &[u8]) -> Option<usize> {
+    assert_eq!(got.len(), want.len());
+    (0..got.len() / 4096).find(|&b| got[b * 4096..(b + 1) * 4096] != want[b * 4096..(b + 1) * 4096])
+}
+
+#[test]
+fn a_server_killed_mid_online_restripe_is_served_again_with_every_acknowledged_write() {
+    // The served RAID 5 restripes slowly; qemu-io writes blocks on both
+    // sides of the position, then the server is killed with SIGKILL (the
+    // array dirty). Served again, the restripe is finished before the
+    // array is served, then resynced; every acknowledged write reads back,
+    // in the new chunk and layout, parity in agreement.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let members = create(d, "5", 4, "24M");
+    let size = detail(d, &members)["size_bytes"].as_u64().unwrap();
+    let mut want = fill(d, &members, size);
+    let mut server = serve_with(d, &members, &["--reshape-speed", "3"]);
+    let restripe = restripe_cmd(d);
+    let mid = wait_mid(d, 0);
+    let position = mid["array"]["reshape"]["position_bytes"].as_u64().unwrap();
+    write_blocks(d, position, &mut want);
+    let s = status(d);
+    assert_eq!(s["array"]["reshape"]["state"], "running", "{s}");
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let _ = restripe.wait_with_output();
+    let server = serve(d, &members);
+    let log = serve_log(d);
+    assert!(log.contains("event=reshape-finishing-offline"), "{log}");
+    wait_resynced(d);
+    server.interrupt();
+    let got = read_all(d, &members);
+    assert_eq!(
+        first_difference(&got, &want),
+        None,
+        "a block lost an acknowledged write across the kill"
+    );
+    in_the_new_shape(d, &members, size);
+}
+
+#[test]
+fn a_restripe_stopped_with_the_server_goes_on_online_when_served_again() {
+    // The server is stopped (SIGINT) mid-restripe: the array is clean,
+    // the members record the position. Served again, the restripe goes
+    // on from there while served (status shows it running, the log says
+    // where it resumed) and qemu-io's writes on both sides of the
+    // position read back once it has finished.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let members = create(d, "5", 4, "24M");
+    let size = detail(d, &members)["size_bytes"].as_u64().unwrap();
+    let mut want = fill(d, &members, size);
+    let server = serve_with(d, &members, &["--reshape-speed", "3"]);
+    let restripe = restripe_cmd(d);
+    wait_mid(d, 2 * MIB);
+    server.interrupt();
+    let _ = restripe.wait_with_output();
+    let sb = &serde_json::from_str::<serde_json::Value>(&ok(&["examine", "--json", "m1.img"], d))
+        .unwrap()[0]["superblock"];
+    let recorded = sb["reshape_position"].as_u64().unwrap() * 512;
+    assert!(recorded > 0 && recorded < size, "{sb}");
+    let server = serve_with(d, &members, &["--reshape-speed", "3"]);
+    let log = serve_log(d);
+    assert!(
+        log.contains(&format!("event=reshape-resumed position={recorded}")),
+        "{log}"
+    );
+    let mid = wait_mid(d, recorded);
+    assert_eq!(mid["array"]["reshape"]["kind"], "restripe", "{mid}");
+    let position = mid["array"]["reshape"]["position_bytes"].as_u64().unwrap();
+    write_blocks(d, position, &mut want);
+    wait_finished(d);
+    server.interrupt();
+    let got = read_all(d, &members);
+    assert_eq!(
+        first_difference(&got, &want),
+        None,
+        "a block differs after the resumed restripe"
+    );
+    in_the_new_shape(d, &members, size);
+}
+
+#[test]
+fn serve_goes_on_with_the_kernels_forwards_chunk_change_and_finishes_it() {
+    // The kernel's RAID 5 of 4, 64 -> 128 KiB chunks, the offset moved
+    // down, stopped at 9 MiB of 45 (tests/fixtures/md-states): served, the
+    // restripe goes on from the kernel's position and finishes; the array
+    // then reads the kernel's bytes in 128 KiB chunks, parity clean.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let states = repo().join("tests/fixtures/md-states/reshape_r5_chunk_down");
+    let mut members = Vec::new();
+    for disk in 0..4 {
+        let out = Command::new("xz")
+            .arg("-dc")
+            .arg(states.join(format!("disk{disk}.img.xz")))
+            .output()
+            .expect("xz (apt-get install xz-utils)");
+        assert!(out.status.success());
+        let name = format!("k{disk}.img");
+        std::fs::write(d.join(&name), out.stdout).unwrap();
+        members.push(name);
+    }
+    let kernel_sha = std::fs::read_to_string(states.join("kernel-sha256.txt"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let server = serve(d, &members);
+    let log = serve_log(d);
+    assert!(
+        log.contains(&format!("event=reshape-resumed position={}", 9 * MIB)),
+        "{log}"
+    );
+    let done = wait_finished(d);
+    assert_eq!(done["array"]["reshape"]["kind"], "restripe", "{done}");
+    server.interrupt();
+    let d2 = detail(d, &members);
+    assert_eq!(d2["state"], "clean", "{d2}");
+    assert_eq!(d2["chunk_bytes"], 128 * 1024, "{d2}");
+    assert_eq!(sha(&read_all(d, &members)), kernel_sha);
+    assert_checks_clean(d, &members, "after serve finished the kernel's restripe");
+}
+
+#[test]
+fn restripes_a_served_array_cannot_take_are_refused_by_name_and_change_no_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // The members' bytes (the server's log may grow).
+    let images = |d: &Path| -> Vec<(PathBuf, String)> {
+        hash_files(d)
+            .into_iter()
+            .filter(|(p, _)| p.extension().is_some_and(|e| e == "img"))
+            .collect()
+    };
+    let refused_online = |d: &Path, args: &[&str], needles: &[&str]| {
+        // The server's own writes as it comes up (its first superblock
+        // update) settle first.
+        let mut before = images(d);
+        loop {
+            std::thread::sleep(Duration::from_millis(300));
+            let now = images(d);
+            if now == before {
+                break;
+            }
+            before = now;
+        }
+        let mut all = vec!["grow", "--socket"];
+        let ctl = control(d);
+        all.push(&ctl);
+        all.extend_from_slice(args);
+        let text = refusal(&all, d);
+        for needle in needles {
+            assert!(text.contains(needle), "{needle:?} not in: {text}");
+        }
+        assert!(!before.is_empty());
+        assert_eq!(before, images(d), "a refused restripe changed a byte");
+        said_once(&text);
+    };
+    // No room below the data: 1 MiB chunks, 17 MiB files of which 15 are
+    // used; the room is after the data only (the offline restripe moves
+    // the offset up there; served, it runs forwards only).
+    let members: Vec<String> = (0..4).map(|i| format!("m{i}.img")).collect();
+    for m in &members {
+        std::fs::File::create(d.join(m))
+            .unwrap()
+            .set_len(17 * MIB)
+            .unwrap();
+    }
+    ok(
+        &with(
+            &[
+                "create", "--level", "5", "--chunk", "1M", "--size", "15M", "--force",
+            ],
+            &members,
+        ),
+        d,
+    );
+    let server = serve(d, &members);
+    refused_online(
+        d,
+        &["--chunk", "512K"],
+        &[
+            "free before the data",
+            "larger chunk",
+            "nvraid grow --chunk SIZE --layout NAME MEMBERS",
+        ],
+    );
+    // A chunk the members' data is not a whole number of (15 MiB - 1 MiB
+    // of metadata = 14 MiB, not a multiple of 4 MiB).
+    refused_online(
+        d,
+        &["--chunk", "4M"],
+        &["not a whole number of the new chunks"],
+    );
+    // A layout md does not give a RAID 5, and nothing to change.
+    refused_online(d, &["--layout", "left-symmetric-6"], &["--layout"]);
+    refused_online(
+        d,
+        &["--chunk", "1M", "--layout", "left-symmetric"],
+        &["nothing to change"],
+    );
+    server.interrupt();
+    // A served RAID 0 is refused by name, naming the offline command
+    // (md restripes it as a RAID 4 with its parity missing).
+    let sub = d.join("r0");
+    std::fs::create_dir(&sub).unwrap();
+    let r0 = create(&sub, "0", 4, "16M");
+    let server = serve(&sub, &r0);
+    refused_online(
+        &sub,
+        &["--chunk", "128K"],
+        &["served raid0", "nvraid grow --chunk"],
+    );
+    server.interrupt();
+    // A second reshape while one runs: another restripe, and a grow.
+    let sub = d.join("second");
+    std::fs::create_dir(&sub).unwrap();
+    let r5 = create(&sub, "5", 4, "24M");
+    std::fs::File::create(sub.join("new.img"))
+        .unwrap()
+        .set_len(24 * MIB)
+        .unwrap();
+    let server = serve_with(&sub, &r5, &["--reshape-speed", "1"]);
+    let restripe = restripe_cmd(&sub);
+    wait_mid(&sub, 0);
+    // The running restripe writes its members: only new.img is compared.
+    let blank_sha = sha(&std::fs::read(sub.join("new.img")).unwrap());
+    let text = refusal(
+        &["grow", "--socket", &control(&sub), "--chunk", "256K"],
+        &sub,
+    );
+    assert!(text.contains("second reshape"), "{text}");
+    let text = refusal(
+        &[
+            "grow",
+            "--socket",
+            &control(&sub),
+            "-n",
+            "5",
+            "--add",
+            "new.img",
+        ],
+        &sub,
+    );
+    assert!(text.contains("second grow"), "{text}");
+    assert_eq!(
+        blank_sha,
+        sha(&std::fs::read(sub.join("new.img")).unwrap()),
+        "a refused grow wrote to the new member"
+    );
+    let sb =
+        &serde_json::from_str::<serde_json::Value>(&ok(&["examine", "--json", "m0.img"], &sub))
+            .unwrap()[0]["superblock"];
+    assert_eq!(
+        sb["new_chunk"], 256,
+        "the running restripe's record changed: {sb}"
+    );
+    server.interrupt();
+    let _ = restripe.wait_with_output();
+}
+
+/// Block `b` of the array holds its number, as tools/mdvm's `pattern`
+/// writes and verifies.
+fn pattern(bytes: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes as usize);
+    for block in 0..bytes / 4096 {
+        for _ in 0..512 {
+            out.extend_from_slice(&block.to_le_bytes());
+        }
+    }
+    out
+}
+
+/// The kernel's md (tools/mdvm, 6.1 series) assembles every array on the
+/// images, finishes any reshape, checks each and verifies the pattern over
+/// `bytes`; its report lines, with the chunk and layout md runs.
+fn kernel_finishes(images: &[PathBuf], bytes: u64) -> String {
+    let script = images[0].parent().unwrap().join("check.sh");
+    std::fs::write(
+        &script,
+        format!(
+            r#"set +e
+mdadm --assemble --scan --run 2>&1
+echo 200000 > /proc/sys/dev/raid/speed_limit_min
+echo 2000000 > /proc/sys/dev/raid/speed_limit_max
+i=0; while grep -q -e reshape -e resync -e recovery /proc/mdstat && [ $i -lt 240 ]; do sleep 1; i=$((i+1)); done
+cat /proc/mdstat
+for sys in /sys/block/md*; do
+  md=/dev/${{sys##*/}}
+  echo check > $sys/md/sync_action; sleep 1; mdadm --wait $md >/dev/null 2>&1
+  if pattern verify -n {bytes} $md; then pv=ok; else pv=FAILED; fi
+  echo "KERNEL md=$md level=$(cat $sys/md/level) layout=$(cat $sys/md/layout) chunk=$(cat $sys/md/chunk_size) disks=$(cat $sys/md/raid_disks) size=$(blockdev --getsize64 $md) pattern=$pv mismatch=$(cat $sys/md/mismatch_cnt)"
+done
+"#
+        ),
+    )
+    .unwrap();
+    let out = mdvm_on("mdvm", "6.1", &[])
+        .arg("--snapshot")
+        .arg("--script")
+        .arg(&script)
+        .args(images)
+        .output()
+        .expect("tools/mdvm/mdvm (./test.sh installs its tools)");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Data bytes each 15 MiB member holds (1 MiB of metadata before them).
+const PER: u64 = 14 * MIB;
+
+/// Two arrays of `level` over four 15 MiB members holding the pattern
+/// over `bytes`, each served and restriped with `shape` through the
+/// control socket: one to the end (the server then stopped), one killed
+/// with SIGKILL part-way (its record at the last recorded position, the
+/// array dirty). The kernel's md assembles both and finishes the second;
+/// its report line for each.
+fn restriped_online_then_by_the_kernel(level: &str, shape: &[&str], bytes: u64) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let mut images = Vec::new();
+    for (name, kill) in [("done", false), ("killed", true)] {
+        let sub = dir.path().join(name);
+        std::fs::create_dir(&sub).unwrap();
+        let names: Vec<String> = (0..4).map(|i| format!("d{i}")).collect();
+        ok(
+            &with(
+                &[
+                    "create", "--level", level, "--size", "15M", "--chunk", "64K", "--name", name,
+                ],
+                &names,
+            ),
+            &sub,
+        );
+        std::fs::write(sub.join("data"), pattern(bytes)).unwrap();
+        ok(&with(&["write", "--input", "data"], &names), &sub);
+        std::fs::remove_file(sub.join("data")).unwrap();
+        let speed = if kill { "2" } else { "50" };
+        let mut server = serve_with(&sub, &names, &["--reshape-speed", speed]);
+        let restripe = restripe_to(&sub, shape);
+        if kill {
+            wait_mid(&sub, MIB);
+            server.kill().unwrap();
+            server.wait().unwrap();
+            let _ = restripe.wait_with_output();
+            let sb =
+                &serde_json::from_str::<serde_json::Value>(&ok(&["examine", "--json", "d0"], &sub))
+                    .unwrap()[0]["superblock"];
+            assert_ne!(sb["feature_map"].as_u64().unwrap() & 4, 0, "{sb}");
+        } else {
+            let out = restripe.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            server.interrupt();
+        }
+        images.extend(names.iter().map(|n| sub.join(n)));
+    }
+    let report = kernel_finishes(&images, bytes);
+    let lines: Vec<String> = report
+        .lines()
+        .filter(|l| l.starts_with("KERNEL "))
+        .map(|l| format!("{l}\n{report}"))
+        .collect();
+    assert_eq!(lines.len(), 2, "two arrays expected:\n{report}");
+    lines
+}
+
+#[test]
+fn the_kernel_assembles_a_raid5_restriped_online_and_finishes_one_killed_mid_restripe() {
+    // md runs both in 128 KiB chunks right-asymmetric (md's layout 1),
+    // reads the pattern and finds no parity mismatch.
+    for line in restriped_online_then_by_the_kernel("5", &TO_128K_RA, 3 * PER) {
+        assert!(
+            line.contains("level=raid5")
+                && line.contains("layout=1 ")
+                && line.contains("chunk=131072")
+                && line.contains("disks=4")
+                && line.contains(&format!("size={}", 3 * PER))
+                && line.contains("pattern=ok")
+                && line.contains("mismatch=0"),
+            "{line}"
+        );
+    }
+}
+
+#[test]
+fn the_kernel_assembles_a_raid10_restriped_online_and_finishes_one_killed_mid_restripe() {
+    // md runs both in 128 KiB chunks, near=2 (md's layout 0x102), reads
+    // the pattern and finds no copy that differs.
+    for line in restriped_online_then_by_the_kernel("10", &["--chunk", "128K"], 2 * PER) {
+        assert!(
+            line.contains("level=raid10")
+                && line.contains("layout=258 ")
+                && line.contains("chunk=131072")
+                && line.contains("disks=4")
+                && line.contains(&format!("size={}", 2 * PER))
+                && line.contains("pattern=ok")
+                && line.contains("mismatch=0"),
+            "{line}"
+        );
+    }
+}
