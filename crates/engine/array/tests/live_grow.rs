@@ -6,38 +6,17 @@
 
 mod common;
 
-use common::{new_array, writable, Rng};
+use common::{new_array, one, pattern, writable, Rng};
 use nvraid_array::reshape::{LiveGrow, LiveGrowOptions};
 use nvraid_array::{assemble, Array, AssembleOptions, FanoutTarget};
 use nvraid_io::engine::EngineKind;
-use nvraid_io::queue::{OpKind, Queue, Target};
+use nvraid_io::queue::{OpKind, Target};
 use nvraid_layout::parity::ParityLayout;
 use nvraid_layout::Level;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 const BLOCK: u64 = 4096;
-
-/// The bytes block `b` holds after its `version`-th write.
-fn pattern(b: u64, version: u64, out: &mut [u8]) {
-    let mut x =
-        b.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ version.wrapping_mul(0xd6e8_feb8_6659_fd93) | 1;
-    for word in out.chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        word.copy_from_slice(&x.to_le_bytes()[..word.len()]);
-    }
-}
-
-fn one(queue: &mut Box<dyn Queue>, op: OpKind, offset: u64, len: u32) {
-    queue.submit(0, op, offset, len, false).unwrap();
-    let mut result = None;
-    while result.is_none() {
-        queue.reap(1, &mut |c| result = Some(c.result)).unwrap();
-    }
-    assert_eq!(result.unwrap(), Ok(len), "{op:?} at {offset}+{len}");
-}
 
 fn empty_member(dir: &tempfile::TempDir, name: &str, bytes: u64) -> String {
     let path = dir.path().join(name);

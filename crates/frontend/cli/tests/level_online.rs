@@ -8,16 +8,11 @@
 
 mod common;
 
+use common::reshape::*;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::Duration;
-
-const MIB: u64 = 1 << 20;
-
-fn control(dir: &Path) -> String {
-    dir.join("md.ctl").display().to_string()
-}
 
 fn names(count: usize) -> Vec<String> {
     (0..count).map(|i| format!("d{i}")).collect()
@@ -30,12 +25,6 @@ fn create(dir: &Path, level: &str, layout: Option<&str>, members: &[String], siz
     }
     args.extend(members.iter().map(String::as_str));
     ok(&args, dir);
-}
-
-fn detail(dir: &Path, members: &[String]) -> serde_json::Value {
-    let mut args = vec!["detail", "--json"];
-    args.extend(members.iter().map(String::as_str));
-    serde_json::from_slice(&ok_bytes(&args, dir)).unwrap()
 }
 
 /// md's level number each member's superblock records.
@@ -530,18 +519,6 @@ fn the_kernel_assembles_arrays_whose_level_changed_online() {
             "no {md} of {disks} holding the pattern:\n{report}"
         );
     }
-}
-
-/// Block `b` of the array holds its number, as tools/mdvm's `pattern`
-/// writes and verifies.
-fn pattern(bytes: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(bytes as usize);
-    for block in 0..bytes / 4096 {
-        for _ in 0..512 {
-            out.extend_from_slice(&block.to_le_bytes());
-        }
-    }
-    out
 }
 
 /// tools/mdvm: assemble every array on `images`, check each (RAID 0 has

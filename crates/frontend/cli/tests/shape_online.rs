@@ -8,26 +8,11 @@
 
 mod common;
 
+use common::reshape::*;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-const MIB: u64 = 1 << 20;
-
-fn control(dir: &Path) -> String {
-    dir.join("md.ctl").display().to_string()
-}
-
-fn status(dir: &Path) -> serde_json::Value {
-    serde_json::from_str(&ok(&["status", "--json", "--socket", &control(dir)], dir)).unwrap()
-}
-
-fn with<'a>(args: &[&'a str], members: &'a [String]) -> Vec<&'a str> {
-    let mut all = args.to_vec();
-    all.extend(members.iter().map(String::as_str));
-    all
-}
 
 /// A RAID `level` of `count` members using `size` of each, in 64 KiB
 /// chunks, left-symmetric (md's default).
@@ -43,10 +28,6 @@ fn create(dir: &Path, level: &str, count: usize, size: &str) -> Vec<String> {
         dir,
     );
     members
-}
-
-fn detail(dir: &Path, members: &[String]) -> serde_json::Value {
-    serde_json::from_slice(&ok_bytes(&with(&["detail", "--json"], members), dir)).unwrap()
 }
 
 fn read_all(dir: &Path, members: &[String]) -> Vec<u8> {
@@ -137,42 +118,6 @@ fn wait_resynced(dir: &Path) {
     }
 }
 
-fn fio_verify(dir: &Path, verify_only: bool) -> Child {
-    let mut fio = fio_nbd(dir, "restripe");
-    fio.args(FIO_VERIFY_JOB).args([
-        "--size=24m",
-        "--offset_increment=24m",
-        "--rate_iops=2000",
-        "--do_verify=1",
-        "--randseed=11",
-        "--output-format=json",
-    ]);
-    if verify_only {
-        fio.arg("--verify_only");
-    }
-    fio.stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("fio (apt-get install fio)")
-}
-
-fn fio_done(fio: Child) {
-    let out = fio.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "fio failed: {text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_str(&text[text.find('{').unwrap()..]).unwrap();
-    let job = &report["jobs"][0];
-    assert_eq!(job["error"], 0, "{job}");
-    assert!(
-        job["read"]["io_bytes"].as_u64().unwrap() >= 48 << 20,
-        "fio verified less than it wrote: {job}"
-    );
-}
-
 /// The array is in the new shape: 128 KiB chunks, right-asymmetric,
 /// clean, the same size, parity in agreement.
 fn in_the_new_shape(dir: &Path, members: &[String], size: u64) {
@@ -204,7 +149,7 @@ fn restripes_online_to(level: &str, count: usize, shape: &[&str], layout: &str) 
     let members = create(d, level, count, "32M");
     let size = detail(d, &members)["size_bytes"].as_u64().unwrap();
     let server = serve_with(d, &members, &["--reshape-speed", "12"]);
-    let fio = fio_verify(d, false);
+    let fio = fio_verify_restripe(d, false);
     std::thread::sleep(Duration::from_millis(300));
     let restripe = restripe_to(d, shape);
     let mid = wait_mid(d, 0);
@@ -240,7 +185,7 @@ fn restripes_online_to(level: &str, count: usize, shape: &[&str], layout: &str) 
     in_shape(d, &members, size, layout);
     // Served again in the new shape: fio finds every block it wrote.
     let server = serve(d, &members);
-    fio_done(fio_verify(d, true));
+    fio_done(fio_verify_restripe(d, true));
     server.interrupt();
 }
 
@@ -575,52 +520,6 @@ fn restripes_a_served_array_cannot_take_are_refused_by_name_and_change_no_byte()
     let _ = restripe.wait_with_output();
 }
 
-/// Block `b` of the array holds its number, as tools/mdvm's `pattern`
-/// writes and verifies.
-fn pattern(bytes: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(bytes as usize);
-    for block in 0..bytes / 4096 {
-        for _ in 0..512 {
-            out.extend_from_slice(&block.to_le_bytes());
-        }
-    }
-    out
-}
-
-/// The kernel's md (tools/mdvm, 6.1 series) assembles every array on the
-/// images, finishes any reshape, checks each and verifies the pattern over
-/// `bytes`; its report lines, with the chunk and layout md runs.
-fn kernel_finishes(images: &[PathBuf], bytes: u64) -> String {
-    let script = images[0].parent().unwrap().join("check.sh");
-    std::fs::write(
-        &script,
-        format!(
-            r#"set +e
-mdadm --assemble --scan --run 2>&1
-echo 200000 > /proc/sys/dev/raid/speed_limit_min
-echo 2000000 > /proc/sys/dev/raid/speed_limit_max
-i=0; while grep -q -e reshape -e resync -e recovery /proc/mdstat && [ $i -lt 240 ]; do sleep 1; i=$((i+1)); done
-cat /proc/mdstat
-for sys in /sys/block/md*; do
-  md=/dev/${{sys##*/}}
-  echo check > $sys/md/sync_action; sleep 1; mdadm --wait $md >/dev/null 2>&1
-  if pattern verify -n {bytes} $md; then pv=ok; else pv=FAILED; fi
-  echo "KERNEL md=$md level=$(cat $sys/md/level) layout=$(cat $sys/md/layout) chunk=$(cat $sys/md/chunk_size) disks=$(cat $sys/md/raid_disks) size=$(blockdev --getsize64 $md) pattern=$pv mismatch=$(cat $sys/md/mismatch_cnt)"
-done
-"#
-        ),
-    )
-    .unwrap();
-    let out = mdvm_on("mdvm", "6.1", &[])
-        .arg("--snapshot")
-        .arg("--script")
-        .arg(&script)
-        .args(images)
-        .output()
-        .expect("tools/mdvm/mdvm (./test.sh installs its tools)");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// Data bytes each 15 MiB member holds (1 MiB of metadata before them).
 const PER: u64 = 14 * MIB;
 
@@ -716,4 +615,10 @@ fn the_kernel_assembles_a_raid10_restriped_online_and_finishes_one_killed_mid_re
             "{line}"
         );
     }
+}
+
+/// fio's verified writes through NBD over a served restripe (or the read
+/// pass checking them).
+fn fio_verify_restripe(dir: &Path, verify_only: bool) -> Child {
+    fio_verify(dir, "restripe", 2000, 11, verify_only)
 }

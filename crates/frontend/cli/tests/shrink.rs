@@ -10,31 +10,13 @@
 
 mod common;
 
+use common::reshape::*;
 use common::*;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-const MIB: u64 = 1 << 20;
 /// Data bytes each member holds (`--size 15M` less 1 MiB of metadata).
 const PER: u64 = 14 * MIB;
-
-/// md's test pattern (tools/mdvm/pattern.c): 4 KiB block N holds the
-/// little-endian u64 N, repeated.
-fn pattern(bytes: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(bytes as usize);
-    for block in 0..bytes / 4096 {
-        for _ in 0..512 {
-            out.extend_from_slice(&block.to_le_bytes());
-        }
-    }
-    out
-}
-
-fn with<'a>(head: &[&'a str], members: &'a [String]) -> Vec<&'a str> {
-    let mut args = head.to_vec();
-    args.extend(members.iter().map(String::as_str));
-    args
-}
 
 /// A RAID `level` of `count` members (`file_mib` MiB files, 15 MiB of each
 /// used), `extra` create options, made clean; the pattern written over
@@ -76,33 +58,10 @@ fn filled(
     (names, all)
 }
 
-fn read(dir: &Path, members: &[String], len: u64) -> Vec<u8> {
-    let len = len.to_string();
-    ok_bytes(&with(&["read", "--length", &len], members), dir)
-}
-
-fn detail(dir: &Path, members: &[String]) -> serde_json::Value {
-    serde_json::from_str(&ok(&with(&["detail", "--json"], members), dir)).unwrap()
-}
-
 fn no_mismatch(dir: &Path, members: &[String], what: &str) {
     let check = ok(&with(&["check", "--json"], members), dir);
     let check: serde_json::Value = serde_json::from_str(&check).unwrap();
     assert_eq!(check["mismatch_sectors"], 0, "{what}: {check}");
-}
-
-fn killed_at(dir: &Path, args: &[&str], point: &str) {
-    let out = Command::new(env!("CARGO_BIN_EXE_nvraid"))
-        .current_dir(dir)
-        .env("NVRAID_FAILPOINT", point)
-        .args(args)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && stderr.contains("failpoint"),
-        "{args:?} did not stop at {point}: {stderr}"
-    );
 }
 
 /// The role `examine` gives `member`.
@@ -568,42 +527,6 @@ fn nvraid_finishes_the_kernels_shrink_in_place_with_its_critical_section_kept_on
         );
         is_the_kernels_result(dir.path(), &names, point);
     }
-}
-
-/// In a VM: the kernel assembles every array on the images, lets any
-/// reshape finish, and reports per array its level, member count, size,
-/// the pattern over `bytes` and md's parity check.
-fn kernel_finishes(images: &[PathBuf], bytes: u64) -> String {
-    let script = images[0].parent().unwrap().join("check.sh");
-    std::fs::write(
-        &script,
-        format!(
-            r#"set +e
-mdadm --assemble --scan --run 2>&1
-echo 200000 > /proc/sys/dev/raid/speed_limit_min
-echo 2000000 > /proc/sys/dev/raid/speed_limit_max
-cat /proc/mdstat
-i=0; while grep -q -e reshape -e resync -e recovery /proc/mdstat && [ $i -lt 240 ]; do sleep 1; i=$((i+1)); done
-cat /proc/mdstat
-for sys in /sys/block/md*; do
-  md=/dev/${{sys##*/}}
-  echo check > $sys/md/sync_action; sleep 1; mdadm --wait $md >/dev/null 2>&1
-  if pattern verify -n {bytes} $md; then pv=ok; else pv=FAILED; fi
-  echo "KERNEL md=$md level=$(cat $sys/md/level) disks=$(cat $sys/md/raid_disks) size=$(blockdev --getsize64 $md) pattern=$pv mismatch=$(cat $sys/md/mismatch_cnt) reshape=$(cat $sys/md/reshape_position) degraded=$(cat $sys/md/degraded)"
-done
-dmesg | grep -i -e 'md/raid' -e reshape | tail -20
-"#
-        ),
-    )
-    .unwrap();
-    let out = mdvm_on("mdvm", "6.1", &[])
-        .arg("--snapshot")
-        .arg("--script")
-        .arg(&script)
-        .args(images)
-        .output()
-        .expect("tools/mdvm/mdvm (./test.sh installs its tools)");
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[test]

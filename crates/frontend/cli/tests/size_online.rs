@@ -6,30 +6,16 @@
 
 mod common;
 
+use common::reshape::*;
 use common::*;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn control(dir: &Path) -> String {
-    dir.join("md.ctl").display().to_string()
-}
-
-fn status(dir: &Path) -> serde_json::Value {
-    serde_json::from_str(&ok(&["status", "--json", "--socket", &control(dir)], dir)).unwrap()
-}
-
 fn create(dir: &Path, level: &str, members: &[String], size: &str) {
     let mut args = vec!["create", "--level", level, "--size", size, "--force"];
     args.extend(members.iter().map(String::as_str));
     ok(&args, dir);
-}
-
-fn blank(dir: &Path, name: &str, bytes: u64) {
-    std::fs::File::create(dir.join(name))
-        .unwrap()
-        .set_len(bytes)
-        .unwrap();
 }
 
 fn grow_cmd(dir: &Path, raid_devices: u32, add: &str) -> Child {
@@ -70,48 +56,6 @@ fn position(dir: &Path) -> u64 {
     status(dir)["array"]["reshape"]["position_bytes"]
         .as_u64()
         .unwrap()
-}
-
-fn fio_verify(dir: &Path, verify_only: bool) -> Child {
-    let mut fio = fio_nbd(dir, "grow");
-    fio.args(FIO_VERIFY_JOB).args([
-        "--size=24m",
-        "--offset_increment=24m",
-        "--rate_iops=2000",
-        "--do_verify=1",
-        "--randseed=7",
-        "--output-format=json",
-    ]);
-    if verify_only {
-        fio.arg("--verify_only");
-    }
-    fio.stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("fio (apt-get install fio)")
-}
-
-fn fio_done(fio: Child) {
-    let out = fio.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "fio failed: {text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_str(&text[text.find('{').unwrap()..]).unwrap();
-    let job = &report["jobs"][0];
-    assert_eq!(job["error"], 0, "{job}");
-    assert!(
-        job["read"]["io_bytes"].as_u64().unwrap() >= 48 << 20,
-        "fio verified less than it wrote: {job}"
-    );
-}
-
-fn detail(dir: &Path, members: &[String]) -> serde_json::Value {
-    let mut args = vec!["detail", "--json"];
-    args.extend(members.iter().map(String::as_str));
-    serde_json::from_slice(&ok_bytes(&args, dir)).unwrap()
 }
 
 fn superblock(dir: &Path, member: &str) -> serde_json::Value {
@@ -182,10 +126,10 @@ fn an_added_member_failing_mid_grow(level: &str, count: usize) {
     let d = dir.path();
     let members: Vec<String> = (0..count).map(|i| format!("m{i}.img")).collect();
     create(d, level, &members, "32M");
-    blank(d, "new.img", 32 << 20);
+    blank_mib(d, "new.img", 32);
     let node = ErrorFilterNode::up(d, "new.img", "error");
     let server = serve_with(d, &members, &["--reshape-speed", "12"]);
-    let fio = fio_verify(d, false);
+    let fio = fio_verify_grow(d, false);
     std::thread::sleep(Duration::from_millis(300));
     let grow = grow_cmd(d, count as u32 + 1, &node.uri());
     wait_grown_to(d, 1);
@@ -202,11 +146,11 @@ fn an_added_member_failing_mid_grow(level: &str, count: usize) {
     recorded_with_the_added_member_faulty(d, &members, "new.img");
     // Served degraded: fio finds every block it wrote.
     let server = serve(d, &members);
-    fio_done(fio_verify(d, true));
+    fio_done(fio_verify_grow(d, true));
     server.interrupt();
     // A blank member rebuilt into the missing role: check is clean, and
     // fio finds every block again.
-    blank(d, "spare.img", 32 << 20);
+    blank_mib(d, "spare.img", 32);
     let mut add = vec!["add", "--new", "spare.img"];
     add.extend(members.iter().map(String::as_str));
     ok(&add, d);
@@ -214,7 +158,7 @@ fn an_added_member_failing_mid_grow(level: &str, count: usize) {
     whole.push("spare.img".into());
     assert_checks_clean(d, &whole, "after the degraded online grow and a rebuild");
     let server = serve(d, &whole);
-    fio_done(fio_verify(d, true));
+    fio_done(fio_verify_grow(d, true));
     server.interrupt();
 }
 
@@ -257,7 +201,7 @@ fn a_new_shape_write_failing_on_an_added_member_fails_the_member_not_the_write()
     let mut write = vec!["write", "--input", "data.bin"];
     write.extend(members.iter().map(String::as_str));
     ok(&write, d);
-    blank(d, "new.img", 16 << 20);
+    blank_mib(d, "new.img", 16);
     let node = ErrorFilterNode::up(d, "new.img", "error-pwrite");
     let server = serve_with(d, &members, &["--reshape-speed", "0:8"]);
     let grow = grow_cmd(d, 5, &node.uri());
@@ -387,7 +331,7 @@ fn a_server_killed_after_an_added_member_failed_leaves_a_grow_continue_finishes_
     let mut write = vec!["write", "--input", "data.bin"];
     write.extend(members.iter().map(String::as_str));
     ok(&write, d);
-    blank(d, "new.img", 16 << 20);
+    blank_mib(d, "new.img", 16);
     let node = ErrorFilterNode::up(d, "new.img", "error-pwrite");
     let mut server = serve_with(d, &members, &["--reshape-speed", "0:8"]);
     let grow = grow_cmd(d, 5, &node.uri());
@@ -464,20 +408,6 @@ fn a_server_killed_after_an_added_member_failed_leaves_a_grow_continue_finishes_
     );
 }
 
-const MIB: u64 = 1 << 20;
-
-/// Block `b` of the array holds its number, as tools/mdvm's `pattern`
-/// writes and verifies.
-fn pattern(bytes: u64) -> Vec<u8> {
-    let mut out = Vec::with_capacity(bytes as usize);
-    for block in 0..bytes / 4096 {
-        for _ in 0..512 {
-            out.extend_from_slice(&block.to_le_bytes());
-        }
-    }
-    out
-}
-
 /// The kernel's md assembles a RAID 5 whose added member failed part-way
 /// through its online grow (the grow finished degraded, the server then
 /// stopped): it takes the record of the old members (five roles, the
@@ -498,7 +428,7 @@ fn the_kernel_assembles_a_raid5_grown_online_degraded_after_its_added_member_fai
     args.extend(names.iter().map(String::as_str));
     ok(&args, d);
     std::fs::remove_file(d.join("data")).unwrap();
-    blank(d, "d4", 16 * MIB);
+    blank_mib(d, "d4", 16);
     let node = ErrorFilterNode::up(d, "d4", "error");
     let server = serve_with(d, &names, &["--reshape-speed", "8"]);
     let grow = grow_cmd(d, 5, &node.uri());
@@ -557,4 +487,10 @@ echo "KERNEL $before pattern=$pv after_degraded=$(cat $sys/md/degraded) mismatch
         ),
         "\n{report}"
     );
+}
+
+/// fio's verified writes through NBD while a served array grows (or the
+/// read pass checking them).
+fn fio_verify_grow(dir: &Path, verify_only: bool) -> Child {
+    fio_verify(dir, "grow", 2000, 7, verify_only)
 }

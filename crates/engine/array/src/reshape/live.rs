@@ -325,6 +325,19 @@ pub(super) fn check_growable(array: &Array) -> Result<()> {
             "the array is degraded; nvraid grows only a whole array: rebuild it first".into(),
         ));
     }
+    check_settled(array)?;
+    if array.ppl.is_some() || array.md_journal.is_some() {
+        return Err(refuse(
+            "growing an array with md's partial parity log or write journal (md refuses to reshape those too)".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// No member of the served array is being recovered or has bad blocks,
+/// and no resync is awaited: every reshape of a served array waits for
+/// those to end.
+pub(super) fn check_settled(array: &Array) -> Result<()> {
     if array.read_limited() {
         return Err(Error::NotStartable(
             "a member is being recovered or has bad blocks; finish the rebuild first".into(),
@@ -335,12 +348,35 @@ pub(super) fn check_growable(array: &Array) -> Result<()> {
             "the array awaits a resync (it came up dirty); let it finish first".into(),
         ));
     }
-    if array.ppl.is_some() || array.md_journal.is_some() {
-        return Err(refuse(
-            "growing an array with md's partial parity log or write journal (md refuses to reshape those too)".into(),
-        ));
-    }
     Ok(())
+}
+
+/// Copy each bad-block log in the way of a served reshape's move of the
+/// data offset (`log_moves` by role, from `room_for`: its sector, length
+/// and new sector), flushed; the superblocks' new `bblog_offset`s.
+pub(super) fn move_bblogs(
+    array: &Array,
+    sbs: &[Superblock],
+    log_moves: &[Option<(u64, u64, u64)>],
+) -> Result<Vec<u32>> {
+    let mut bblog_offsets: Vec<u32> = sbs.iter().map(|sb| sb.bblog_offset).collect();
+    for (role, moved) in log_moves.iter().enumerate() {
+        let Some((start, len, to)) = *moved else {
+            continue;
+        };
+        let member = &array.slot(role).expect("whole").member;
+        let mut log = AlignedBuf::zeroed((len * 512).next_multiple_of(4096) as usize);
+        let log = &mut log[..(len * 512) as usize];
+        member
+            .read_at(log, start * 512)
+            .map_err(|e| Error::io(member.spec(), e))?;
+        member
+            .write_at(log, to * 512)
+            .map_err(|e| Error::io(member.spec(), e))?;
+        member.flush().map_err(|e| Error::io(member.spec(), e))?;
+        bblog_offsets[role] = (to - sbs[role].super_offset_sectors) as u32;
+    }
+    Ok(bblog_offsets)
 }
 
 /// A served grow's member count must be the old one plus one per `--add`.
@@ -456,23 +492,7 @@ impl LiveGrow {
         }
         // The bad-block logs in the way of the move, copied first (the
         // record names their new places).
-        let mut bblog_offsets: Vec<u32> = sbs.iter().map(|sb| sb.bblog_offset).collect();
-        for (role, moved) in log_moves.iter().enumerate() {
-            let Some((start, len, to)) = *moved else {
-                continue;
-            };
-            let member = &array.slot(role).expect("whole").member;
-            let mut log = AlignedBuf::zeroed((len * 512).next_multiple_of(4096) as usize);
-            let log = &mut log[..(len * 512) as usize];
-            member
-                .read_at(log, start * 512)
-                .map_err(|e| Error::io(member.spec(), e))?;
-            member
-                .write_at(log, to * 512)
-                .map_err(|e| Error::io(member.spec(), e))?;
-            member.flush().map_err(|e| Error::io(member.spec(), e))?;
-            bblog_offsets[role] = (to - sbs[role].super_offset_sectors) as u32;
-        }
+        let bblog_offsets = move_bblogs(array, &sbs, &log_moves)?;
         // A RAID 10's new region marked in the bitmap, before the added
         // members get its copy (see `live_copy::mark_new_region`).
         super::live_copy::mark_new_region(array, &old, &new)?;

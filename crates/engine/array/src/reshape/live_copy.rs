@@ -317,16 +317,7 @@ impl LiveMirror {
                     .into(),
             ));
         }
-        if array.read_limited() {
-            return Err(Error::NotStartable(
-                "a member is being recovered or has bad blocks; finish the rebuild first".into(),
-            ));
-        }
-        if array.first_copy_reads() {
-            return Err(Error::NotStartable(
-                "the array awaits a resync (it came up dirty); let it finish first".into(),
-            ));
-        }
+        super::live::check_settled(array)?;
         let old_count = geometry.members();
         super::live::check_count(options, old_count)?;
         let reference = array.superblock().clone();

@@ -189,16 +189,7 @@ impl LiveLevel {
                 "changing the level of an array with md's partial parity log or write journal (md refuses to take those over)".into(),
             ));
         }
-        if array.read_limited() {
-            return Err(Error::NotStartable(
-                "a member is being recovered or has bad blocks; finish the rebuild first".into(),
-            ));
-        }
-        if array.first_copy_reads() {
-            return Err(Error::NotStartable(
-                "the array awaits a resync (it came up dirty); let it finish first".into(),
-            ));
-        }
+        super::live::check_settled(array)?;
         let old = array.geometry().clone();
         let n = old.members();
         let reference = array.superblock().clone();

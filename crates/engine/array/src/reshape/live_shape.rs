@@ -26,11 +26,10 @@
 //! by name: `nvraid grow --chunk` restripes it offline.
 
 use super::grow::room_for;
-use super::live::{check_growable, Begin, LiveGrow, Parts};
+use super::live::{check_growable, move_bblogs, Begin, LiveGrow, Parts};
 use super::shape::{choose_move, new_geometry, new_level};
 use crate::array::Array;
 use crate::error::{Error, Result};
-use nvraid_io::AlignedBuf;
 use nvraid_layout::{Direction, Level, Reshape};
 use nvraid_member::Member;
 use nvraid_metadata::Superblock;
@@ -140,23 +139,7 @@ impl LiveGrow {
             (0..new.members()).map(|_| new_offset).collect(),
         )
         .map_err(|e| Error::NotStartable(e.to_string()))?;
-        let mut bblog_offsets: Vec<u32> = sbs.iter().map(|sb| sb.bblog_offset).collect();
-        for (role, moved) in log_moves.iter().enumerate() {
-            let Some((start, len, to)) = *moved else {
-                continue;
-            };
-            let member = &array.slot(role).expect("whole").member;
-            let mut log = AlignedBuf::zeroed((len * 512).next_multiple_of(4096) as usize);
-            let log = &mut log[..(len * 512) as usize];
-            member
-                .read_at(log, start * 512)
-                .map_err(|e| Error::io(member.spec(), e))?;
-            member
-                .write_at(log, to * 512)
-                .map_err(|e| Error::io(member.spec(), e))?;
-            member.flush().map_err(|e| Error::io(member.spec(), e))?;
-            bblog_offsets[role] = (to - sbs[role].super_offset_sectors) as u32;
-        }
+        let bblog_offsets = move_bblogs(array, &sbs, &log_moves)?;
         let parts = Parts {
             reshape,
             old_members: old.members(),

@@ -80,3 +80,31 @@ pub fn kernel_check(images: &[String], options: &[&str]) -> String {
     );
     text
 }
+
+/// The bytes block `b` holds after its `version`-th write (the live
+/// reshape tests' clients).
+pub fn pattern(b: u64, version: u64, out: &mut [u8]) {
+    let mut x =
+        b.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ version.wrapping_mul(0xd6e8_feb8_6659_fd93) | 1;
+    for word in out.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        word.copy_from_slice(&x.to_le_bytes()[..word.len()]);
+    }
+}
+
+/// Submit one operation on `queue` and wait for it to complete whole.
+pub fn one(
+    queue: &mut Box<dyn nvraid_io::queue::Queue>,
+    op: nvraid_io::queue::OpKind,
+    offset: u64,
+    len: u32,
+) {
+    queue.submit(0, op, offset, len, false).unwrap();
+    let mut result = None;
+    while result.is_none() {
+        queue.reap(1, &mut |c| result = Some(c.result)).unwrap();
+    }
+    assert_eq!(result.unwrap(), Ok(len), "{op:?} at {offset}+{len}");
+}

@@ -142,7 +142,7 @@ pub fn fio_done(fio: Child) {
 /// The kernel's md (tools/mdvm, Linux 6.1) assembles the member images,
 /// finishes any reshape, resync or recovery, checks the array, and
 /// verifies the first `bytes` as [`pattern`]. One `KERNEL md=... level=
-/// layout= chunk= disks= size= pattern= mismatch= reshape= offset=
+/// layout= chunk= disks= size= pattern= mismatch= reshape= degraded= offset=
 /// bitmap= bchunk=` line per array; `ASSEMBLED n` counts the arrays
 /// resyncing or recovering right after assembly, `STALE_BITMAPS n` the
 /// kernel's complaints of a stale bitmap.
@@ -163,7 +163,7 @@ for sys in /sys/block/md*; do
   md=/dev/${{sys##*/}}
   echo check > $sys/md/sync_action; sleep 1; mdadm --wait $md >/dev/null 2>&1
   if pattern verify -n {bytes} $md; then pv=ok; else pv=FAILED; fi
-  echo "KERNEL md=$md level=$(cat $sys/md/level) layout=$(cat $sys/md/layout) chunk=$(cat $sys/md/chunk_size) disks=$(cat $sys/md/raid_disks) size=$(blockdev --getsize64 $md) pattern=$pv mismatch=$(cat $sys/md/mismatch_cnt) reshape=$(cat $sys/md/reshape_position) offset=$(cat $sys/md/dev-*/offset | sort -u | tr '\n' ,) bitmap=$(cat $sys/md/bitmap/location 2>/dev/null || echo none) bchunk=$(cat $sys/md/bitmap/chunksize 2>/dev/null || echo none)"
+  echo "KERNEL md=$md level=$(cat $sys/md/level) layout=$(cat $sys/md/layout) chunk=$(cat $sys/md/chunk_size) disks=$(cat $sys/md/raid_disks) size=$(blockdev --getsize64 $md) pattern=$pv mismatch=$(cat $sys/md/mismatch_cnt) reshape=$(cat $sys/md/reshape_position) degraded=$(cat $sys/md/degraded) offset=$(cat $sys/md/dev-*/offset | sort -u | tr '\n' ,) bitmap=$(cat $sys/md/bitmap/location 2>/dev/null || echo none) bchunk=$(cat $sys/md/bitmap/chunksize 2>/dev/null || echo none)"
 done
 echo "STALE_BITMAPS $(dmesg | grep -c 'out of date')"
 dmesg | grep -i -e 'md/raid' -e reshape | tail -20
