@@ -45,6 +45,8 @@ use nvraid_metadata::Timestamp;
 const MAGIC: &[u8; 16] = b"md_backup_data-1";
 /// A record's block (the record itself is its first 512 bytes).
 const BLOCK: u64 = 4096;
+/// The most of the section read and written at once.
+const PIECE: u64 = 16 << 20;
 
 /// mdadm's backup of one grow in place's critical section: the new
 /// members (by role) holding it, and the section's end (array bytes).
@@ -109,14 +111,26 @@ impl MdBackup {
             old: &none,
             new: &none,
         };
-        let mut data = AlignedBuf::zeroed(self.end as usize);
-        read_around(reshape, &members, unreadable, &mut data, 0)?;
+        // In pieces: a section of large chunks over many members runs to
+        // hundreds of MiB.
+        let mut data = AlignedBuf::zeroed(PIECE.min(self.end) as usize);
+        let mut at = 0;
+        while at < self.end {
+            let len = PIECE.min(self.end - at) as usize;
+            read_around(reshape, &members, unreadable, &mut data[..len], at)?;
+            for &h in &self.hosts {
+                let p = &placed[h];
+                p.member
+                    .write_at(&data[..len], record_at(p) - self.end + at)
+                    .map_err(|e| failure(h, p, e))?;
+            }
+            at += len as u64;
+        }
         for &h in &self.hosts {
             let p = &placed[h];
             let failed = |e| failure(h, p, e);
             let record_at = record_at(p);
             let devstart = record_at - self.end;
-            p.member.write_at(&data, devstart).map_err(failed)?;
             p.member.flush().map_err(failed)?;
             let record = self.record(p, devstart, self.end);
             p.member
