@@ -10,7 +10,7 @@ use common::reshape::*;
 use common::*;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn create(dir: &Path, members: &[String], size: &str) {
     let mut args = vec!["create", "--level", "5", "--size", size, "--force"];
@@ -50,71 +50,6 @@ impl Drop for GrowCmd {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-/// Poll `status` until the reshape is running part-way past `past`;
-/// returns its position.
-fn wait_mid_grow(dir: &Path, past: u64) -> u64 {
-    let started = Instant::now();
-    loop {
-        let s = status(dir);
-        let r = &s["array"]["reshape"];
-        let (p, end) = (
-            r["position_bytes"].as_u64().unwrap_or(0),
-            r["end_bytes"].as_u64().unwrap_or(0),
-        );
-        if r["state"] == "running" && p > past && p < end {
-            return p;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "no grow part-way past {past}: {s}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Poll `status` until the reshape has finished.
-fn wait_finished(dir: &Path) -> serde_json::Value {
-    let started = Instant::now();
-    loop {
-        let s = status(dir);
-        if s["array"]["reshape"]["state"] == "finished" {
-            return s;
-        }
-        assert!(
-            s["array"]["reshape"]["state"] == "running",
-            "the resumed grow stopped: {s}"
-        );
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "the grow did not finish: {s}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// Poll `status` until the background resync of an array that came up
-/// dirty has finished.
-fn wait_resynced(dir: &Path) {
-    let started = Instant::now();
-    loop {
-        let s = status(dir);
-        let resync = &s["array"]["resync"];
-        assert!(resync.is_null() || resync["error"].is_null(), "{s}");
-        if resync["finished"] == true {
-            return;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "the resync did not finish: {s}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-fn serve_log(dir: &Path) -> String {
-    std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default()
 }
 
 /// The array, served again after the grow, is the new shape: every block
@@ -254,7 +189,7 @@ fn a_grow_stopped_with_the_server_finishes_while_served_again() {
     let server = serve(d, &members);
     let log = serve_log(d);
     assert!(log.contains("event=reshape-resumed"), "{log}");
-    let s = wait_finished(d);
+    let s = wait_reshape_finished(d);
     assert_eq!(s["array"]["reshape"]["raid_disks"], 5, "{s}");
     let got = Command::new("nbdcopy")
         .arg(format!(
@@ -521,7 +456,7 @@ fn a_raid6_whose_offline_grow_was_killed_mid_checkpoint_grows_on_while_served() 
         )),
         "{log}"
     );
-    let s = wait_finished(d);
+    let s = wait_reshape_finished(d);
     assert_eq!(s["array"]["size_bytes"], size, "{s}");
     server.interrupt();
     let grown = detail(d, &members);
@@ -559,4 +494,11 @@ fn a_dirty_array_recorded_mid_grow_given_with_a_strangers_member_is_refused_befo
 /// read pass checking them).
 fn fio_verify_resume(dir: &Path, verify_only: bool) -> Child {
     fio_verify(dir, "resume", 3000, 11, verify_only)
+}
+
+/// [`wait_reshape_past`]'s position.
+fn wait_mid_grow(dir: &Path, past: u64) -> u64 {
+    wait_reshape_past(dir, past)["array"]["reshape"]["position_bytes"]
+        .as_u64()
+        .unwrap()
 }

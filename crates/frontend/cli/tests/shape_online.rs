@@ -12,7 +12,7 @@ use common::reshape::*;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A RAID `level` of `count` members using `size` of each, in 64 KiB
 /// chunks, left-symmetric (md's default).
@@ -32,10 +32,6 @@ fn create(dir: &Path, level: &str, count: usize, size: &str) -> Vec<String> {
 
 fn read_all(dir: &Path, members: &[String]) -> Vec<u8> {
     ok_bytes(&with(&["read"], members), dir)
-}
-
-fn serve_log(dir: &Path) -> String {
-    std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default()
 }
 
 /// The restripe the tests ask of a RAID 5/6: 128 KiB chunks,
@@ -58,64 +54,6 @@ fn restripe_to(dir: &Path, shape: &[&str]) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
-}
-
-/// Poll `status` until the reshape shows part-way (past `past` bytes).
-fn wait_mid(dir: &Path, past: u64) -> serde_json::Value {
-    let started = Instant::now();
-    loop {
-        let s = status(dir);
-        let r = &s["array"]["reshape"];
-        let (p, end) = (
-            r["position_bytes"].as_u64().unwrap_or(0),
-            r["end_bytes"].as_u64().unwrap_or(0),
-        );
-        if r["state"] == "running" && p > past && p < end {
-            return s;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "no restripe part-way: {s}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Poll `status` until the reshape has finished.
-fn wait_finished(dir: &Path) -> serde_json::Value {
-    let started = Instant::now();
-    loop {
-        let s = status(dir);
-        let r = &s["array"]["reshape"];
-        if r["state"] == "finished" {
-            return s;
-        }
-        assert_ne!(r["state"], "failed", "{s}");
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "the restripe did not finish: {s}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// Poll `status` until the background resync (of an array that came up
-/// dirty) has finished.
-fn wait_resynced(dir: &Path) {
-    let started = Instant::now();
-    loop {
-        let s = status(dir);
-        let resync = &s["array"]["resync"];
-        assert!(resync.is_null() || resync["error"].is_null(), "{s}");
-        if resync["finished"] == true {
-            return;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "the resync did not finish: {s}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 /// The array is in the new shape: 128 KiB chunks, right-asymmetric,
@@ -152,7 +90,7 @@ fn restripes_online_to(level: &str, count: usize, shape: &[&str], layout: &str) 
     let fio = fio_verify_restripe(d, false);
     std::thread::sleep(Duration::from_millis(300));
     let restripe = restripe_to(d, shape);
-    let mid = wait_mid(d, 0);
+    let mid = wait_reshape_past(d, 0);
     let r = &mid["array"]["reshape"];
     assert_eq!(r["kind"], "restripe", "{mid}");
     assert_eq!(r["raid_disks"], count, "{mid}");
@@ -277,7 +215,7 @@ fn a_server_killed_mid_online_restripe_is_served_again_with_every_acknowledged_w
     let mut want = fill(d, &members, size);
     let mut server = serve_with(d, &members, &["--reshape-speed", "3"]);
     let restripe = restripe_cmd(d);
-    let mid = wait_mid(d, 0);
+    let mid = wait_reshape_past(d, 0);
     let position = mid["array"]["reshape"]["position_bytes"].as_u64().unwrap();
     write_blocks(d, position, &mut want);
     let s = status(d);
@@ -313,7 +251,7 @@ fn a_restripe_stopped_with_the_server_goes_on_online_when_served_again() {
     let mut want = fill(d, &members, size);
     let server = serve_with(d, &members, &["--reshape-speed", "3"]);
     let restripe = restripe_cmd(d);
-    wait_mid(d, 2 * MIB);
+    wait_reshape_past(d, 2 * MIB);
     server.interrupt();
     let _ = restripe.wait_with_output();
     let sb = &serde_json::from_str::<serde_json::Value>(&ok(&["examine", "--json", "m1.img"], d))
@@ -326,11 +264,11 @@ fn a_restripe_stopped_with_the_server_goes_on_online_when_served_again() {
         log.contains(&format!("event=reshape-resumed position={recorded}")),
         "{log}"
     );
-    let mid = wait_mid(d, recorded);
+    let mid = wait_reshape_past(d, recorded);
     assert_eq!(mid["array"]["reshape"]["kind"], "restripe", "{mid}");
     let position = mid["array"]["reshape"]["position_bytes"].as_u64().unwrap();
     write_blocks(d, position, &mut want);
-    wait_finished(d);
+    wait_reshape_finished(d);
     server.interrupt();
     let got = read_all(d, &members);
     assert_eq!(
@@ -372,7 +310,7 @@ fn serve_goes_on_with_the_kernels_forwards_chunk_change_and_finishes_it() {
         log.contains(&format!("event=reshape-resumed position={}", 9 * MIB)),
         "{log}"
     );
-    let done = wait_finished(d);
+    let done = wait_reshape_finished(d);
     assert_eq!(done["array"]["reshape"]["kind"], "restripe", "{done}");
     server.interrupt();
     let d2 = detail(d, &members);
@@ -483,7 +421,7 @@ fn restripes_a_served_array_cannot_take_are_refused_by_name_and_change_no_byte()
         .unwrap();
     let server = serve_with(&sub, &r5, &["--reshape-speed", "1"]);
     let restripe = restripe_cmd(&sub);
-    wait_mid(&sub, 0);
+    wait_reshape_past(&sub, 0);
     // The running restripe writes its members: only new.img is compared.
     let blank_sha = sha(&std::fs::read(sub.join("new.img")).unwrap());
     let text = refusal(
@@ -552,7 +490,7 @@ fn restriped_online_then_by_the_kernel(level: &str, shape: &[&str], bytes: u64) 
         let mut server = serve_with(&sub, &names, &["--reshape-speed", speed]);
         let restripe = restripe_to(&sub, shape);
         if kill {
-            wait_mid(&sub, MIB);
+            wait_reshape_past(&sub, MIB);
             server.kill().unwrap();
             server.wait().unwrap();
             let _ = restripe.wait_with_output();

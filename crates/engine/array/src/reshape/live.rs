@@ -334,6 +334,30 @@ pub(super) fn check_growable(array: &Array) -> Result<()> {
     Ok(())
 }
 
+/// Write a member a served reshape added: its superblock `written` (its
+/// record and role table already put in) with `events`, and the update's
+/// resync offset and time once it is known (dirty before), flushed.
+pub(super) fn write_added_superblock(
+    member: &Member,
+    written: &mut Superblock,
+    events: u64,
+    update: Option<&Update<'_>>,
+) -> std::io::Result<()> {
+    written.events = events;
+    match update {
+        Some(u) => {
+            written.resync_offset = u.resync_offset;
+            written.utime = u.utime;
+        }
+        None => written.resync_offset = 0,
+    }
+    write_superblock(member, written).map_err(|e| match e {
+        Error::Io { source, .. } => source,
+        other => std::io::Error::other(other.to_string()),
+    })?;
+    member.flush()
+}
+
 /// No member of the served array is being recovered or has bad blocks,
 /// and no resync is awaited: every reshape of a served array waits for
 /// those to end.
@@ -1171,22 +1195,9 @@ impl LiveGrow {
             // finished shape moves the data offset once).
             let mut written = sb.lock().unwrap_or_else(|p| p.into_inner()).clone();
             self.record_into(role, &mut written);
-            written.events = events;
             written.roles_raw = table.to_vec();
             self.role_table(&mut written.roles_raw);
-            match update {
-                Some(u) => {
-                    written.resync_offset = u.resync_offset;
-                    written.utime = u.utime;
-                }
-                None => written.resync_offset = 0,
-            }
-            let to_io = |e: Error| match e {
-                Error::Io { source, .. } => source,
-                other => std::io::Error::other(other.to_string()),
-            };
-            write_superblock(member, &written).map_err(|e| (role, to_io(e)))?;
-            member.flush().map_err(|e| (role, e))?;
+            write_added_superblock(member, &mut written, events, update).map_err(|e| (role, e))?;
         }
         Ok(())
     }

@@ -34,13 +34,12 @@
 //! added member has failed, the copy stops.
 
 use super::grow::{free_dev_numbers, new_member_superblock};
-use super::live::{Clients, Gate, GrowPace, Paced, Progress, STRIPE_LOCKS};
+use super::live::{write_added_superblock, Clients, Gate, GrowPace, Paced, Progress, STRIPE_LOCKS};
 use super::{LiveGrow, LiveGrowOptions, LiveGrowStatus};
 use crate::array::{Array, LiveRoute};
 use crate::error::{Error, Result};
 use crate::intent::{bitmap_at, read_member_bitmap};
 use crate::members::{Companion, ReshapeRecord, Update};
-use crate::slot::write_superblock;
 use nvraid_io::queue::OpKind;
 use nvraid_io::AlignedBuf;
 use nvraid_layout::{Geometry, Level};
@@ -527,24 +526,9 @@ impl LiveMirror {
                 written.feature_map |= features::RECOVERY_OFFSET;
                 written.recovery_offset = position / 512;
             }
-            written.events = events;
             written.roles_raw = table.to_vec();
             self.role_table(&mut written.roles_raw);
-            match update {
-                Some(u) => {
-                    written.resync_offset = u.resync_offset;
-                    written.utime = u.utime;
-                }
-                None => written.resync_offset = 0,
-            }
-            let to_io = |e: Error| match e {
-                Error::Io { source, .. } => source,
-                other => std::io::Error::other(other.to_string()),
-            };
-            let done = write_superblock(member, &written)
-                .map_err(to_io)
-                .and_then(|()| member.flush());
-            if let Err(e) = done {
+            if let Err(e) = write_added_superblock(member, &mut written, events, update) {
                 failed.push((k, e));
             }
         }

@@ -98,6 +98,73 @@ pub fn status(dir: &Path) -> serde_json::Value {
     serde_json::from_str(&ok(&["status", "--json", "--socket", &control(dir)], dir)).unwrap()
 }
 
+/// Poll the served array's `status` until its reshape runs part-way,
+/// past `past` bytes (within 60 s); the status.
+pub fn wait_reshape_past(dir: &Path, past: u64) -> serde_json::Value {
+    let started = std::time::Instant::now();
+    loop {
+        let s = status(dir);
+        let r = &s["array"]["reshape"];
+        let (p, end) = (
+            r["position_bytes"].as_u64().unwrap_or(0),
+            r["end_bytes"].as_u64().unwrap_or(0),
+        );
+        if r["state"] == "running" && p > past && p < end {
+            return s;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "no reshape part-way past {past}: {s}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Poll `status` until the served array's reshape has finished (within
+/// 120 s), running all the while; the status.
+pub fn wait_reshape_finished(dir: &Path) -> serde_json::Value {
+    let started = std::time::Instant::now();
+    loop {
+        let s = status(dir);
+        if s["array"]["reshape"]["state"] == "finished" {
+            return s;
+        }
+        assert!(
+            s["array"]["reshape"]["state"] == "running",
+            "the reshape stopped: {s}"
+        );
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(120),
+            "the reshape did not finish: {s}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Poll `status` until the background resync of an array that came up
+/// dirty has finished (within 120 s), with no error.
+pub fn wait_resynced(dir: &Path) {
+    let started = std::time::Instant::now();
+    loop {
+        let s = status(dir);
+        let resync = &s["array"]["resync"];
+        assert!(resync.is_null() || resync["error"].is_null(), "{s}");
+        if resync["finished"] == true {
+            return;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(120),
+            "the resync did not finish: {s}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// What the server wrote to `serve.log` in `dir` (empty when nothing).
+pub fn serve_log(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default()
+}
+
 /// fio's verified random writes over the first 48 MiB through NBD, in
 /// two jobs of 24 MiB at `rate` IOPS from `seed` (or, `verify_only`, the
 /// read pass that checks every block they wrote).
