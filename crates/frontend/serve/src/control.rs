@@ -15,7 +15,7 @@
 
 use std::io::{Read, Write};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
-use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -105,7 +105,7 @@ pub(crate) fn check_path(path: &Path, flag: &str, remove: bool) -> Result<(), St
 impl ControlServer {
     pub(crate) fn start(path: &Path, shared: Arc<Shared>) -> Result<ControlServer, Error> {
         check_path(path, "--control", true).map_err(Error::Control)?;
-        let listener = UnixListener::bind(path)
+        let listener = crate::stream::bind_unix(path)
             .map_err(|e| Error::Control(format!("{}: {e}", path.display())))?;
         let identity = std::fs::symlink_metadata(path)
             .ok()

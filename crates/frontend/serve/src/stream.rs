@@ -16,6 +16,29 @@ pub(crate) enum Listener {
     Tcp(TcpListener),
 }
 
+/// Bind a Unix socket that is already listening when its path appears.
+///
+/// `UnixListener::bind` makes the path at `bind(2)` and only then calls
+/// `listen(2)`: a client that waits for the path and connects in between
+/// is refused. The socket is bound under a private name beside `path` and
+/// linked into place once it listens, so whoever sees `path` can connect.
+pub(crate) fn bind_unix(path: &std::path::Path) -> io::Result<UnixListener> {
+    let name = path
+        .file_name()
+        .map_or_else(|| std::ffi::OsString::from("socket"), |n| n.to_os_string());
+    let mut hidden = std::ffi::OsString::from(".");
+    hidden.push(&name);
+    hidden.push(format!(".{}.binding", std::process::id()));
+    let temporary = path.with_file_name(hidden);
+    let _ = std::fs::remove_file(&temporary);
+    let listener = UnixListener::bind(&temporary)?;
+    // A link, not a rename: it never replaces what may have appeared at
+    // `path` since it was checked (that fails, as bind(2) would).
+    let linked = std::fs::hard_link(&temporary, path);
+    let _ = std::fs::remove_file(&temporary);
+    linked.map(|()| listener)
+}
+
 impl Listener {
     pub(crate) fn bind(address: &ListenAddress) -> Result<Listener, Error> {
         let fail = |source| Error::Listen {
@@ -25,7 +48,7 @@ impl Listener {
         match address {
             ListenAddress::Unix(path) => {
                 remove_stale_socket(path);
-                UnixListener::bind(path)
+                bind_unix(path)
                     .map(|l| Listener::Unix(l, path.clone()))
                     .map_err(fail)
             }
@@ -172,5 +195,31 @@ impl Write for Stream {
 
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_unix_socket_answers_as_soon_as_its_path_is_there_and_leaves_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sock");
+        let listener = bind_unix(&path).unwrap();
+        UnixStream::connect(&path).unwrap();
+        listener.accept().unwrap();
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["s.sock"]);
+        // Something already at the path is left as it was.
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"kept").unwrap();
+        let err = bind_unix(&file).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::AlreadyExists, "{err}");
+        assert_eq!(std::fs::read(&file).unwrap(), b"kept");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
     }
 }
