@@ -8,7 +8,7 @@ mod common;
 
 use common::reshape::*;
 use common::*;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -439,82 +439,22 @@ fn a_grow_through_the_socket_is_refused_while_one_runs_or_a_rebuild_does() {
 /// Data bytes each 15 MiB member holds (1 MiB of metadata before them).
 const PER: u64 = 14 * MIB;
 
-#[test]
-fn the_kernel_assembles_a_raid5_grown_online_and_finishes_one_left_mid_online_grow() {
-    // Two RAID 5 of four 15 MiB members holding the pattern, each served
-    // and grown to five through the control socket: one to the end (the
-    // server then stopped), one killed with SIGKILL part-way (its record
-    // at the last recorded position, the array dirty). md assembles both,
-    // finishes the second, reads the pattern, finds no parity mismatch.
-    let dir = tempfile::tempdir().unwrap();
+/// Two arrays of `level` on four 15 MiB members holding the pattern (over
+/// `bytes`), each served and grown to five through the control socket:
+/// `tags[0]` to the end (the server then stopped), `tags[1]` killed with
+/// SIGKILL part-way (its record at the last recorded position, the array
+/// dirty). Their ten images, for the kernel.
+fn two_grown_online(dir: &Path, level: &str, tags: [&str; 2], bytes: u64) -> Vec<PathBuf> {
     let mut images = Vec::new();
-    for (name, kill) in [("done", false), ("killed", true)] {
-        let sub = dir.path().join(name);
+    for (name, kill) in [(tags[0], false), (tags[1], true)] {
+        let sub = dir.join(name);
         std::fs::create_dir(&sub).unwrap();
         let names: Vec<String> = (0..4).map(|i| format!("d{i}")).collect();
-        let mut args = vec!["create", "--level", "5", "--size", "15M", "--name", name];
-        args.extend(names.iter().map(String::as_str));
-        ok(&args, &sub);
-        std::fs::write(sub.join("data"), pattern(3 * PER)).unwrap();
-        let mut args = vec!["write", "--input", "data"];
-        args.extend(names.iter().map(String::as_str));
-        ok(&args, &sub);
-        std::fs::remove_file(sub.join("data")).unwrap();
-        blank_mib(&sub, "d4", 16);
-        let speed = if kill { "2" } else { "50" };
-        let mut server = serve_with(&sub, &names, &["--reshape-speed", speed]);
-        let grow = grow_cmd(&sub, 5, "d4");
-        if kill {
-            wait_mid_grow(&sub);
-            server.kill().unwrap();
-            server.wait().unwrap();
-            let _ = grow.wait_with_output();
-        } else {
-            let out = grow.wait_with_output().unwrap();
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            server.interrupt();
-        }
-        images.extend(names.iter().chain([&"d4".to_string()]).map(|n| sub.join(n)));
-    }
-    let report = kernel_finishes(&images, 3 * PER);
-    let lines: Vec<&str> = report
-        .lines()
-        .filter(|l| l.starts_with("KERNEL "))
-        .collect();
-    assert_eq!(lines.len(), 2, "two arrays expected:\n{report}");
-    for line in lines {
-        assert!(
-            line.contains("disks=5")
-                && line.contains(&format!("size={}", 4 * PER))
-                && line.contains("pattern=ok")
-                && line.contains("mismatch=0"),
-            "{line}\n{report}"
-        );
-    }
-}
-
-#[test]
-fn the_kernel_assembles_a_raid10_grown_online_and_finishes_one_left_mid_online_grow() {
-    // Two RAID 10 near=2 of four 15 MiB members holding the pattern, each
-    // served and grown to five through the control socket: one to the end
-    // (the server then stopped), one killed with SIGKILL part-way. md
-    // assembles both, finishes the second, reads the pattern, finds no
-    // copy that differs.
-    let dir = tempfile::tempdir().unwrap();
-    let mut images = Vec::new();
-    for (name, kill) in [("done10", false), ("killed10", true)] {
-        let sub = dir.path().join(name);
-        std::fs::create_dir(&sub).unwrap();
-        let names: Vec<String> = (0..4).map(|i| format!("d{i}")).collect();
-        let mut args = vec!["create", "--level", "10", "--size", "15M", "--name", name];
+        let mut args = vec!["create", "--level", level, "--size", "15M", "--name", name];
         args.extend(names.iter().map(String::as_str));
         ok(&args, &sub);
         let size = detail(&sub, &names)["size_bytes"].as_u64().unwrap();
-        assert_eq!(size, 2 * PER);
+        assert_eq!(size, bytes);
         std::fs::write(sub.join("data"), pattern(size)).unwrap();
         let mut args = vec!["write", "--input", "data"];
         args.extend(names.iter().map(String::as_str));
@@ -540,22 +480,55 @@ fn the_kernel_assembles_a_raid10_grown_online_and_finishes_one_left_mid_online_g
         }
         images.extend(names.iter().chain([&"d4".to_string()]).map(|n| sub.join(n)));
     }
-    let report = kernel_finishes(&images, 2 * PER);
+    images
+}
+
+/// The kernel's two `KERNEL` lines of `report`, each holding every one of
+/// `must` (five members, the grown size, the pattern, mismatch 0...).
+fn assert_both_finished(report: &str, must: &[String]) {
     let lines: Vec<&str> = report
         .lines()
         .filter(|l| l.starts_with("KERNEL "))
         .collect();
     assert_eq!(lines.len(), 2, "two arrays expected:\n{report}");
     for line in lines {
-        assert!(
-            line.contains("level=raid10")
-                && line.contains("disks=5")
-                && line.contains(&format!("size={}", 5 * PER / 2))
-                && line.contains("pattern=ok")
-                && line.contains("mismatch=0"),
-            "{line}\n{report}"
-        );
+        for want in must {
+            assert!(line.contains(want.as_str()), "{want}: {line}\n{report}");
+        }
     }
+}
+
+#[test]
+fn the_kernel_assembles_a_raid5_grown_online_and_finishes_one_left_mid_online_grow() {
+    // md assembles both, finishes the second, reads the pattern, finds no
+    // parity mismatch.
+    let dir = tempfile::tempdir().unwrap();
+    let images = two_grown_online(dir.path(), "5", ["done", "killed"], 3 * PER);
+    let report = kernel_finishes(&images, 3 * PER);
+    let must = [
+        "disks=5".to_string(),
+        format!("size={}", 4 * PER),
+        "pattern=ok".into(),
+        "mismatch=0".into(),
+    ];
+    assert_both_finished(&report, &must);
+}
+
+#[test]
+fn the_kernel_assembles_a_raid10_grown_online_and_finishes_one_left_mid_online_grow() {
+    // RAID 10 near=2: md assembles both, finishes the second, reads the
+    // pattern, finds no copy that differs.
+    let dir = tempfile::tempdir().unwrap();
+    let images = two_grown_online(dir.path(), "10", ["done10", "killed10"], 2 * PER);
+    let report = kernel_finishes(&images, 2 * PER);
+    let must = [
+        "level=raid10".to_string(),
+        "disks=5".into(),
+        format!("size={}", 5 * PER / 2),
+        "pattern=ok".into(),
+        "mismatch=0".into(),
+    ];
+    assert_both_finished(&report, &must);
 }
 
 #[test]
@@ -575,43 +548,8 @@ fn writes_acknowledged_during_an_online_grow_survive_a_sigkill_and_continue() {
     let grow = grow_cmd(d, 5, "new.img");
     let mid = wait_mid_grow(d);
     let position = mid["array"]["reshape"]["position_bytes"].as_u64().unwrap();
-    let blocks = size / 4096;
-    let mut rng = 0x9e37_79b9_u64;
-    let mut writes = Vec::new();
-    let mut qemu_io = Command::new("qemu-io");
-    qemu_io.args(["-f", "raw"]);
-    for i in 0..600u64 {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        // Half below the position (the new shape), half above (the old).
-        let below = (position / 4096).max(1);
-        let b = if i % 2 == 0 {
-            rng % below
-        } else {
-            below + rng % (blocks - below)
-        };
-        let byte = (i % 250 + 1) as u8;
-        qemu_io.args(["-c", &format!("write -P {byte} {} 4096", b * 4096)]);
-        writes.push((b, byte));
-    }
-    let out = qemu_io
-        .arg(format!(
-            "nbd+unix:///?socket={}",
-            d.join("md.sock").display()
-        ))
-        .output()
-        .expect("qemu-io (qemu-utils)");
-    let acked = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.starts_with("wrote 4096/4096"))
-        .count();
-    assert_eq!(
-        acked,
-        writes.len(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut want = vec![0u8; size as usize];
+    write_blocks(d, position, 600, 0x9e37_79b9, &mut want);
     let s = status(d);
     assert_eq!(s["array"]["reshape"]["state"], "running", "{s}");
     server.kill().unwrap();
@@ -624,10 +562,7 @@ fn writes_acknowledged_during_an_online_grow_survive_a_sigkill_and_continue() {
     let mut read = vec!["read"];
     read.extend(members.iter().map(String::as_str));
     let got = ok_bytes(&read, d);
-    let mut want = vec![0u8; size as usize];
-    for &(b, byte) in &writes {
-        want[(b * 4096) as usize..((b + 1) * 4096) as usize].fill(byte);
-    }
+    let blocks = size / 4096;
     assert!(got.len() as u64 > size);
     for b in 0..blocks as usize {
         assert!(

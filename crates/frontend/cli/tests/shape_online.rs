@@ -151,51 +151,6 @@ fn fill(dir: &Path, members: &[String], size: u64) -> Vec<u8> {
     data
 }
 
-/// qemu-io writes 4 KiB blocks at random places of the served array
-/// (half below `position`, half above), each filled with its own byte;
-/// every write must be acknowledged. `data` gets them.
-fn write_blocks(dir: &Path, position: u64, data: &mut [u8]) {
-    let blocks = data.len() as u64 / 4096;
-    let mut rng = 0x2545_f491_u64;
-    let mut qemu_io = Command::new(tool("qemu-io"));
-    qemu_io.args(["-f", "raw"]);
-    let mut writes = Vec::new();
-    for i in 0..400u64 {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        let below = (position / 4096).max(1);
-        let b = if i % 2 == 0 {
-            rng % below
-        } else {
-            below + rng % (blocks - below)
-        };
-        let byte = (i % 250 + 1) as u8;
-        qemu_io.args(["-c", &format!("write -P {byte} {} 4096", b * 4096)]);
-        writes.push((b, byte));
-    }
-    let out = qemu_io
-        .arg(format!(
-            "nbd+unix:///?socket={}",
-            dir.join("md.sock").display()
-        ))
-        .output()
-        .expect("qemu-io (qemu-utils)");
-    let acked = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.starts_with("wrote 4096/4096"))
-        .count();
-    assert_eq!(
-        acked,
-        writes.len(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    for (b, byte) in writes {
-        data[(b * 4096) as usize..((b + 1) * 4096) as usize].fill(byte);
-    }
-}
-
 fn first_difference(got: &[u8], want: &[u8]) -> Option<usize> {
     assert_eq!(got.len(), want.len());
     (0..got.len() / 4096).find(|&b| got[b * 4096..(b + 1) * 4096] != want[b * 4096..(b + 1) * 4096])
@@ -217,7 +172,7 @@ fn a_server_killed_mid_online_restripe_is_served_again_with_every_acknowledged_w
     let restripe = restripe_cmd(d);
     let mid = wait_reshape_past(d, 0);
     let position = mid["array"]["reshape"]["position_bytes"].as_u64().unwrap();
-    write_blocks(d, position, &mut want);
+    write_blocks(d, position, 400, 0x2545_f491, &mut want);
     let s = status(d);
     assert_eq!(s["array"]["reshape"]["state"], "running", "{s}");
     server.kill().unwrap();
@@ -267,7 +222,7 @@ fn a_restripe_stopped_with_the_server_goes_on_online_when_served_again() {
     let mid = wait_reshape_past(d, recorded);
     assert_eq!(mid["array"]["reshape"]["kind"], "restripe", "{mid}");
     let position = mid["array"]["reshape"]["position_bytes"].as_u64().unwrap();
-    write_blocks(d, position, &mut want);
+    write_blocks(d, position, 400, 0x2545_f491, &mut want);
     wait_reshape_finished(d);
     server.interrupt();
     let got = read_all(d, &members);

@@ -163,36 +163,13 @@ fn the_kernel_assembles_a_grown_size_resyncs_the_new_region_and_finds_no_mismatc
     grow_members(dir.path(), &m, 8);
     ok(&with(&["grow", "--size", "max"], &m), dir.path());
     let images: Vec<PathBuf> = m.iter().map(|n| dir.path().join(n)).collect();
-    let script = dir.path().join("check.sh");
-    std::fs::write(
-        &script,
-        format!(
-            r#"set +e
-mdadm --assemble --scan --run 2>&1
-echo 200000 > /proc/sys/dev/raid/speed_limit_min
-echo 2000000 > /proc/sys/dev/raid/speed_limit_max
-cat /proc/mdstat
-i=0; while grep -q -e resync -e recovery /proc/mdstat && [ $i -lt 240 ]; do sleep 1; i=$((i+1)); done
-for sys in /sys/block/md*; do
-  md=/dev/${{sys##*/}}
-  echo check > $sys/md/sync_action; sleep 1; mdadm --wait $md >/dev/null 2>&1
-  if pattern verify -n {} $md; then pv=ok; else pv=FAILED; fi
-  echo "KERNEL size=$(blockdev --getsize64 $md) component=$(cat $sys/md/component_size) pattern=$pv mismatch=$(cat $sys/md/mismatch_cnt) bitmap=$(cat $sys/md/bitmap/location)"
-done
-dmesg | grep -i -e bitmap -e resync | tail -10
-"#,
-            3 * PER
-        ),
-    )
-    .unwrap();
-    let out = mdvm_on("mdvm", "6.1", &[])
-        .arg("--snapshot")
-        .arg("--script")
-        .arg(&script)
-        .args(&images)
-        .output()
-        .expect("tools/mdvm/mdvm (./test.sh installs its tools)");
-    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    let report = kernel_resyncs(
+        dir.path(),
+        &images,
+        3 * PER,
+        "size=$(blockdev --getsize64 $md) component=$(cat $sys/md/component_size)",
+        "bitmap=$(cat $sys/md/bitmap/location)",
+    );
     let line = report
         .lines()
         .find(|l| l.starts_with("KERNEL "))
@@ -294,36 +271,13 @@ fn the_kernel_assembles_arrays_whose_bitmap_chunk_size_max_doubled() {
         ok(&with(&["grow", "--size", "max"], &m), &sub);
         images.extend(m.iter().map(|n| sub.join(n)));
     }
-    let script = dir.path().join("check.sh");
-    std::fs::write(
-        &script,
-        format!(
-            r#"set +e
-mdadm --assemble --scan --run 2>&1
-echo 200000 > /proc/sys/dev/raid/speed_limit_min
-echo 2000000 > /proc/sys/dev/raid/speed_limit_max
-cat /proc/mdstat
-i=0; while grep -q -e resync -e recovery /proc/mdstat && [ $i -lt 240 ]; do sleep 1; i=$((i+1)); done
-for sys in /sys/block/md*; do
-  md=/dev/${{sys##*/}}
-  echo check > $sys/md/sync_action; sleep 1; mdadm --wait $md >/dev/null 2>&1
-  if pattern verify -n {} $md; then pv=ok; else pv=FAILED; fi
-  echo "KERNEL level=$(cat $sys/md/level) size=$(blockdev --getsize64 $md) pattern=$pv mismatch=$(cat $sys/md/mismatch_cnt) bitmap=$(cat $sys/md/bitmap/location) bchunk=$(cat $sys/md/bitmap/chunksize)"
-done
-dmesg | grep -i -e bitmap -e resync | tail -10
-"#,
-            16 * MIB
-        ),
-    )
-    .unwrap();
-    let out = mdvm_on("mdvm", "6.1", &[])
-        .arg("--snapshot")
-        .arg("--script")
-        .arg(&script)
-        .args(&images)
-        .output()
-        .expect("tools/mdvm/mdvm (./test.sh installs its tools)");
-    let report = String::from_utf8_lossy(&out.stdout).into_owned();
+    let report = kernel_resyncs(
+        dir.path(),
+        &images,
+        16 * MIB,
+        "level=$(cat $sys/md/level) size=$(blockdev --getsize64 $md)",
+        "bitmap=$(cat $sys/md/bitmap/location) bchunk=$(cat $sys/md/bitmap/chunksize)",
+    );
     let lines: Vec<&str> = report
         .lines()
         .filter(|l| l.starts_with("KERNEL "))
@@ -347,4 +301,47 @@ dmesg | grep -i -e bitmap -e resync | tail -10
         !report.contains("out of date"),
         "md found a bitmap out of date:\n{report}"
     );
+}
+
+/// md in tools/mdvm (Linux 6.1) assembles the arrays on `images`, resyncs
+/// them at full speed, checks them, and prints a `KERNEL` line per array:
+/// `before` (fields in shell, such as `size=$(blockdev --getsize64 $md)`),
+/// `pattern=` (the pattern's first `pattern_bytes` read back: `ok` or
+/// `FAILED`), `mismatch=` and `after`. The whole report.
+fn kernel_resyncs(
+    dir: &Path,
+    images: &[PathBuf],
+    pattern_bytes: u64,
+    before: &str,
+    after: &str,
+) -> String {
+    let script = dir.join("check.sh");
+    std::fs::write(
+        &script,
+        format!(
+            r#"set +e
+mdadm --assemble --scan --run 2>&1
+echo 200000 > /proc/sys/dev/raid/speed_limit_min
+echo 2000000 > /proc/sys/dev/raid/speed_limit_max
+cat /proc/mdstat
+i=0; while grep -q -e resync -e recovery /proc/mdstat && [ $i -lt 240 ]; do sleep 1; i=$((i+1)); done
+for sys in /sys/block/md*; do
+  md=/dev/${{sys##*/}}
+  echo check > $sys/md/sync_action; sleep 1; mdadm --wait $md >/dev/null 2>&1
+  if pattern verify -n {pattern_bytes} $md; then pv=ok; else pv=FAILED; fi
+  echo "KERNEL {before} pattern=$pv mismatch=$(cat $sys/md/mismatch_cnt) {after}"
+done
+dmesg | grep -i -e bitmap -e resync | tail -10
+"#
+        ),
+    )
+    .unwrap();
+    let out = mdvm_on("mdvm", "6.1", &[])
+        .arg("--snapshot")
+        .arg("--script")
+        .arg(&script)
+        .args(images)
+        .output()
+        .expect("tools/mdvm/mdvm (./test.sh installs its tools)");
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }

@@ -52,6 +52,54 @@ fn wait_grown_to(dir: &Path, at: u64) -> u64 {
     }
 }
 
+/// A RAID 5 of four 16 MiB members filled with a pattern (`xor` varies
+/// it), served and growing to five onto an nbdkit node of `new.img`
+/// whose writes fail once told to, already 2 MiB in: the members, the
+/// array's size, its bytes, the node, the server and the grow command.
+fn growing_onto_a_failing_member(
+    d: &Path,
+    xor: u8,
+) -> (Vec<String>, u64, Vec<u8>, ErrorFilterNode, Served, Child) {
+    tool("fio");
+    tool("nbdcopy");
+    let members: Vec<String> = (0..4).map(|i| format!("m{i}.img")).collect();
+    create(d, "5", &members, "16M");
+    let size = detail(d, &members)["size_bytes"].as_u64().unwrap();
+    let data: Vec<u8> = (0..size).map(|i| (i % 251) as u8 ^ xor).collect();
+    std::fs::write(d.join("data.bin"), &data).unwrap();
+    let mut write = vec!["write", "--input", "data.bin"];
+    write.extend(members.iter().map(String::as_str));
+    ok(&write, d);
+    blank_mib(d, "new.img", 16);
+    let node = ErrorFilterNode::up(d, "new.img", "error-pwrite");
+    let server = serve_with(d, &members, &["--reshape-speed", "0:8"]);
+    let grow = grow_cmd(d, 5, &node.uri());
+    wait_grown_to(d, 2 << 20);
+    (members, size, data, node, server, grow)
+}
+
+/// fio reading 4K at random past the grow's position through NBD, 500
+/// IOPS for up to two minutes: clients busy, so a grow whose minimum rate
+/// is 0 stops stepping. Threads, not forked jobs: killing fio ends its
+/// reads.
+fn busy_reader(d: &Path) -> Child {
+    let mut reader = fio_nbd(d, "busy");
+    reader
+        .args([
+            "--thread",
+            "--rw=randread",
+            "--bs=4k",
+            "--offset=32m",
+            "--size=8m",
+            "--time_based",
+            "--runtime=120",
+            "--rate_iops=500",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    reader.spawn().expect("fio")
+}
+
 fn position(dir: &Path) -> u64 {
     status(dir)["array"]["reshape"]["position_bytes"]
         .as_u64()
@@ -189,41 +237,12 @@ fn an_added_member_failing_mid_online_grow_is_recorded_faulty_and_the_raid10_gro
 /// back.
 #[test]
 fn a_new_shape_write_failing_on_an_added_member_fails_the_member_not_the_write() {
-    tool("fio");
-    tool("nbdcopy");
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let members: Vec<String> = (0..4).map(|i| format!("m{i}.img")).collect();
-    create(d, "5", &members, "16M");
-    let size = detail(d, &members)["size_bytes"].as_u64().unwrap();
-    let mut data: Vec<u8> = (0..size).map(|i| (i % 251) as u8 ^ 0x5c).collect();
-    std::fs::write(d.join("data.bin"), &data).unwrap();
-    let mut write = vec!["write", "--input", "data.bin"];
-    write.extend(members.iter().map(String::as_str));
-    ok(&write, d);
-    blank_mib(d, "new.img", 16);
-    let node = ErrorFilterNode::up(d, "new.img", "error-pwrite");
-    let server = serve_with(d, &members, &["--reshape-speed", "0:8"]);
-    let grow = grow_cmd(d, 5, &node.uri());
-    wait_grown_to(d, 2 << 20);
+    let (members, size, mut data, node, server, grow) = growing_onto_a_failing_member(d, 0x5c);
     // A reader past the position keeps the clients busy: the grow, whose
     // minimum is 0, stops stepping.
-    let mut reader = fio_nbd(d, "busy");
-    reader
-        .args([
-            // Threads, not forked jobs: killing fio ends its reads.
-            "--thread",
-            "--rw=randread",
-            "--bs=4k",
-            "--offset=32m",
-            "--size=8m",
-            "--time_based",
-            "--runtime=120",
-            "--rate_iops=500",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    let mut reader = reader.spawn().expect("fio");
+    let mut reader = busy_reader(d);
     let started = Instant::now();
     let paused = loop {
         let p = position(d);
@@ -319,38 +338,10 @@ fn size_on_a_served_array_is_refused_naming_the_offline_command() {
 /// included, reads back.
 #[test]
 fn a_server_killed_after_an_added_member_failed_leaves_a_grow_continue_finishes_degraded() {
-    tool("fio");
-    tool("nbdcopy");
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let members: Vec<String> = (0..4).map(|i| format!("m{i}.img")).collect();
-    create(d, "5", &members, "16M");
-    let size = detail(d, &members)["size_bytes"].as_u64().unwrap();
-    let mut data: Vec<u8> = (0..size).map(|i| (i % 251) as u8 ^ 0x3c).collect();
-    std::fs::write(d.join("data.bin"), &data).unwrap();
-    let mut write = vec!["write", "--input", "data.bin"];
-    write.extend(members.iter().map(String::as_str));
-    ok(&write, d);
-    blank_mib(d, "new.img", 16);
-    let node = ErrorFilterNode::up(d, "new.img", "error-pwrite");
-    let mut server = serve_with(d, &members, &["--reshape-speed", "0:8"]);
-    let grow = grow_cmd(d, 5, &node.uri());
-    wait_grown_to(d, 2 << 20);
-    let mut reader = fio_nbd(d, "busy");
-    reader
-        .args([
-            "--thread",
-            "--rw=randread",
-            "--bs=4k",
-            "--offset=32m",
-            "--size=8m",
-            "--time_based",
-            "--runtime=120",
-            "--rate_iops=500",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    let mut reader = reader.spawn().expect("fio");
+    let (members, size, mut data, node, mut server, grow) = growing_onto_a_failing_member(d, 0x3c);
+    let mut reader = busy_reader(d);
     std::thread::sleep(Duration::from_millis(600));
     node.fail();
     let new: Vec<u8> = (0..1u64 << 20).map(|i| (i % 239) as u8 ^ 0x6b).collect();

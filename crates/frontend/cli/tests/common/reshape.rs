@@ -406,3 +406,49 @@ impl Drop for FailingNode {
         let _ = self.child.wait();
     }
 }
+
+/// qemu-io writes `count` 4 KiB blocks at random places (from `seed`) of
+/// the array served in `dir` (`md.sock`), half below `position` and half
+/// above (so both shapes of a reshape get some), each filled with its own
+/// byte; every write must be acknowledged. `data` gets them.
+pub fn write_blocks(dir: &Path, position: u64, count: u64, seed: u64, data: &mut [u8]) {
+    let blocks = data.len() as u64 / 4096;
+    let mut rng = seed;
+    let mut qemu_io = Command::new(super::tool("qemu-io"));
+    qemu_io.args(["-f", "raw"]);
+    let mut writes = Vec::new();
+    for i in 0..count {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let below = (position / 4096).max(1);
+        let b = if i % 2 == 0 {
+            rng % below
+        } else {
+            below + rng % (blocks - below)
+        };
+        let byte = (i % 250 + 1) as u8;
+        qemu_io.args(["-c", &format!("write -P {byte} {} 4096", b * 4096)]);
+        writes.push((b, byte));
+    }
+    let out = qemu_io
+        .arg(format!(
+            "nbd+unix:///?socket={}",
+            dir.join("md.sock").display()
+        ))
+        .output()
+        .expect("qemu-io (qemu-utils)");
+    let acked = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with("wrote 4096/4096"))
+        .count();
+    assert_eq!(
+        acked,
+        writes.len(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (b, byte) in writes {
+        data[(b * 4096) as usize..((b + 1) * 4096) as usize].fill(byte);
+    }
+}
