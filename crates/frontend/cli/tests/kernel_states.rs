@@ -628,6 +628,45 @@ fn a_raid5_the_kernel_left_mid_shrink_reads_every_byte() {
 }
 
 #[test]
+fn a_raid10_the_kernel_left_mid_shrink_reads_every_byte_and_continue_finishes_it() {
+    // raid10 near=2 of 5 members (12 MiB used of each) shrinking to 4,
+    // backwards, its data offset moving up 128 sectors, stopped at 39168
+    // sectors: from there on the bytes are in the new 4-member shape,
+    // below it in the old 5-member one (the leaving fifth member read).
+    // `grow --continue` finishes it: the kernel's bytes, the copies equal,
+    // the fifth member a spare.
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = unpack("reshape_r10_shrink", dir.path());
+    m.reverse();
+    let d = detail(dir.path(), &m);
+    assert_eq!(d["state"], "reshaping", "{d}");
+    assert_eq!(d["direction"], "backwards", "{d}");
+    assert_eq!(d["position_bytes"], 39168 * 512, "{d}");
+    assert_eq!(d["old"]["raid_disks"], 5, "{d}");
+    assert_eq!(d["new"]["raid_disks"], 4, "{d}");
+    assert_eq!(d["size_bytes"], 24 << 20, "{d}");
+    let got = read_all(dir.path(), &m);
+    assert_eq!(got.len(), 24 << 20);
+    assert_eq!(first_wrong_block(&got), None);
+    assert_eq!(sha(&got), kernel_sha("reshape_r10_shrink"));
+    let mut args = vec!["grow", "--continue", "--step", "1M", "--json"];
+    args.extend(m.iter().map(String::as_str));
+    let grown: serde_json::Value = serde_json::from_str(&ok(&args, dir.path())).unwrap();
+    assert_eq!(grown["raid_disks"], 4, "{grown}");
+    assert_eq!(grown["size_bytes"], 24 << 20, "{grown}");
+    assert_eq!(grown["data_offset_bytes"], 2176 * 512, "{grown}");
+    let four: Vec<String> = m[1..].to_vec();
+    let d = detail(dir.path(), &four);
+    assert_eq!(d["state"], "clean", "{d}");
+    let got = read_all(dir.path(), &four);
+    assert_eq!(sha(&got), kernel_sha("reshape_r10_shrink"));
+    let mut args = vec!["check", "--json"];
+    args.extend(four.iter().map(String::as_str));
+    let check: serde_json::Value = serde_json::from_str(&ok(&args, dir.path())).unwrap();
+    assert_eq!(check["mismatch_sectors"], 0, "{check}");
+}
+
+#[test]
 fn a_raid0_over_members_of_unequal_size_reads_every_zone() {
     // md's original and alternate zone layouts place the same array bytes
     // differently on the members; both read back the kernel's bytes.

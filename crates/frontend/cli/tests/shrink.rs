@@ -174,6 +174,43 @@ fn a_raid5_shrinks_by_two_members_at_once() {
 }
 
 #[test]
+fn a_raid10_near_shrinks_from_5_to_4_members_and_every_byte_reads_back() {
+    // md's RAID 10 shrink: backwards, the data offset moved up, the fifth
+    // member a spare; every chunk's two copies equal afterwards. With a
+    // write-intent bitmap, kept.
+    let dir = tempfile::tempdir().unwrap();
+    let (m, data) = filled(dir.path(), "10", 5, 17, 2 * PER, &["--bitmap", "internal"]);
+    shrink_and_check(dir.path(), &m, 4, 2 * PER, &data, "raid10 5 -> 4");
+    assert!(detail(dir.path(), &m[..4])["bitmap"].is_object());
+    // One copy of each pair (roles 0 and 2 of four) gives every byte back.
+    let halves = vec![m[0].clone(), m[2].clone()];
+    assert!(read(dir.path(), &halves, 2 * PER) == data, "one copy each");
+    // Killed inside a step and at a checkpoint, then continued.
+    for point in ["reshape-write:9", "reshape-superblock:40"] {
+        let dir = tempfile::tempdir().unwrap();
+        let (m, data) = filled(dir.path(), "10", 5, 17, 2 * PER, &["--bitmap", "none"]);
+        killed_at(
+            dir.path(),
+            &with(
+                &["grow", "-n", "4", "--array-size", "28M", "--step", "1M"],
+                &m,
+            ),
+            point,
+        );
+        let e = ok(&["examine", "d0"], dir.path());
+        assert!(
+            e.contains("Reshape Pos'n") && e.contains("RESHAPE_BACKWARDS"),
+            "{point}: not left shrinking: {e}"
+        );
+        assert!(read(dir.path(), &m, 2 * PER) == data, "{point}: mid-way");
+        ok(&with(&["grow", "--continue"], &m), dir.path());
+        assert!(read(dir.path(), &m[..4], 2 * PER) == data, "{point}");
+        no_mismatch(dir.path(), &m[..4], point);
+        assert_eq!(role_of(dir.path(), "d4"), "spare", "{point}");
+    }
+}
+
+#[test]
 fn a_shrink_killed_at_any_write_reads_back_and_continues() {
     // An uninterrupted shrink counts the superblock writes (five members,
     // one write each per recorded event), so the last points fall in the
@@ -415,12 +452,28 @@ fn shrinks_md_refuses_are_refused_by_name_and_nothing_is_written() {
         r0.path(),
         &["shrinking a raid0 by members"],
     );
+    // RAID 10: near=2 not below two members; the far layout not at all
+    // (md reshapes a RAID 10 only in its near layout).
     let r10 = tempfile::tempdir().unwrap();
     let (m10, _) = filled(r10.path(), "10", 4, 17, PER, &["--bitmap", "none"]);
     refused(
-        &with(&["grow", "-n", "2", "--array-size", "14M"], &m10),
+        &with(&["grow", "-n", "1", "--array-size", "14M"], &m10),
         r10.path(),
-        &["shrinking a raid10", "by members"],
+        &["--raid-devices", "at least 2"],
+    );
+    let f2 = tempfile::tempdir().unwrap();
+    let (mf2, _) = filled(
+        f2.path(),
+        "10",
+        4,
+        17,
+        PER,
+        &["--bitmap", "none", "--layout", "f2"],
+    );
+    refused(
+        &with(&["grow", "-n", "3", "--array-size", "14M"], &mf2),
+        f2.path(),
+        &["shrinking a raid10 far layout", "near"],
     );
     // No room after the data (15 MiB files, all used).
     let full = tempfile::tempdir().unwrap();
@@ -589,6 +642,67 @@ fn the_kernel_assembles_a_shrunk_array_and_finishes_one_nvraid_left_mid_way() {
             line.contains("level=raid5")
                 && line.contains("disks=4 ")
                 && line.contains(&format!("size={}", 3 * PER))
+                && line.contains("pattern=ok")
+                && line.contains("mismatch=0")
+                && line.contains("reshape=none")
+                && line.contains("degraded=0"),
+            "{line}\n{report}"
+        );
+    }
+}
+
+#[test]
+fn the_kernel_assembles_a_raid10_shrunk_and_finishes_one_nvraid_left_mid_way() {
+    // RAID 10 near=2 of five shrunk to four: one to the end, one killed
+    // mid-way (steps written and recorded, more to go). md assembles both
+    // (the fifth members as spares), the second goes on backwards from
+    // nvraid's record; both read the pattern over the smaller size and
+    // md's check finds no copy that differs.
+    let dir = tempfile::tempdir().unwrap();
+    let mut images = Vec::new();
+    for (name, point) in [("done10", None), ("mid10", Some("reshape-superblock:40"))] {
+        let sub = dir.path().join(name);
+        std::fs::create_dir(&sub).unwrap();
+        let (m, _) = filled(
+            &sub,
+            "10",
+            5,
+            17,
+            2 * PER,
+            &["--bitmap", "none", "--name", name],
+        );
+        let args = with(
+            &["grow", "-n", "4", "--array-size", "28M", "--step", "1M"],
+            &m,
+        );
+        match point {
+            None => {
+                ok(&args, &sub);
+            }
+            Some(point) => {
+                killed_at(&sub, &args, point);
+                let examine = ok(&["examine", "d0"], &sub);
+                assert!(examine.contains("Reshape Pos'n"), "{name}: {examine}");
+            }
+        }
+        images.extend(m.iter().map(|n| sub.join(n)));
+    }
+    let report = kernel_finishes(&images, 2 * PER);
+    eprintln!("{report}");
+    let lines: Vec<&str> = report
+        .lines()
+        .filter(|l| l.starts_with("KERNEL "))
+        .collect();
+    assert_eq!(lines.len(), 2, "two arrays expected:\n{report}");
+    assert!(
+        report.matches("[4](S)").count() >= 2,
+        "the leaving members are not md's spares:\n{report}"
+    );
+    for line in lines {
+        assert!(
+            line.contains("level=raid10")
+                && line.contains("disks=4 ")
+                && line.contains(&format!("size={}", 2 * PER))
                 && line.contains("pattern=ok")
                 && line.contains("mismatch=0")
                 && line.contains("reshape=none")

@@ -140,6 +140,10 @@ impl Backup {
     /// below it. `None` for a shrink that moved its data offset.
     fn of_shrink(placed: &[Placed], failed: &Failed, reshape: &Reshape) -> Option<Backup> {
         let (old, new) = (reshape.old(), reshape.new_shape());
+        // md shrinks a RAID 10 only with its data offset moved.
+        if old.level().parity_chunks() == 0 {
+            return None;
+        }
         for role in 0..new.members() {
             if reshape.data_offset(Shape::Old, role) != reshape.data_offset(Shape::New, role) {
                 return None;

@@ -1,6 +1,7 @@
-//! `grow -n N` with fewer members than the array has: a RAID 4/5/6
-//! shrunk by members, offline, in md's format (a backwards reshape), and
-//! a RAID 5 of more than two members taken to RAID 1 through it.
+//! `grow -n N` with fewer members than the array has: a RAID 4/5/6 or a
+//! RAID 10 near shrunk by members, offline, in md's format (a backwards
+//! reshape), and a RAID 5 of more than two members taken to RAID 1
+//! through it.
 //!
 //! md shrinks this way: the array's size is cut first (mdadm's
 //! `--grow --array-size`) so the data fits the smaller shape, then the
@@ -10,9 +11,10 @@
 //! old shape's rows still live and no backup is needed; the members that
 //! leave become spares.
 //!
-//! 1. **Checks**, before any write: a whole, clean RAID 4/5/6 (the grow's
-//!    checks: md refuses a degraded one too), no reshape recorded, a count
-//!    the level allows (two members for RAID 4/5, four for RAID 6), and
+//! 1. **Checks**, before any write: a whole, clean RAID 4/5/6 or RAID 10
+//!    near (the grow's checks: md refuses a degraded one too), no reshape
+//!    recorded, a count the level allows (two members for RAID 4/5, four
+//!    for RAID 6, one per copy for RAID 10), and
 //!    `--array-size` given and no larger than what the smaller shape holds
 //!    (without it the command names that size and the filesystem check to
 //!    make). A filesystem the array starts with (ext2/3/4, XFS) that its own
@@ -78,25 +80,27 @@ pub struct Shrunk {
     pub spares: Vec<String>,
 }
 
-/// Whether `reshape` removes members from a RAID 4/5/6 (level, layout and
-/// chunk kept): what [`shrink`] records.
+/// Whether `reshape` removes members from a RAID 4/5/6 or RAID 10 near
+/// (level, layout and chunk kept): what [`shrink`] records.
 pub(super) fn is_shrink(reshape: &Reshape) -> bool {
     let (old, new) = (reshape.old(), reshape.new_shape());
     new.members() < old.members()
         && old.level() == new.level()
         && old.chunk_bytes() == new.chunk_bytes()
-        && old.level().parity_chunks() > 0
+        && (old.level().parity_chunks() > 0 || matches!(old.level(), Level::Raid10 { .. }))
 }
 
-/// The fewest members md runs a level with after a shrink.
+/// The fewest members md runs a level with after a shrink (a RAID 10
+/// near layout: one member per copy).
 fn fewest(level: Level) -> u32 {
-    match level.parity_chunks() {
-        2 => 4,
+    match level {
+        Level::Raid10 { near } => near.max(2),
+        _ if level.parity_chunks() == 2 => 4,
         _ => 2,
     }
 }
 
-/// Shrink the RAID 4/5/6 on `members` (every member, any order) to
+/// Shrink the RAID 4/5/6 or RAID 10 near on `members` (every member, any order) to
 /// `options.raid_devices` members.
 pub fn shrink(
     members: &[String],
@@ -125,20 +129,21 @@ pub fn shrink(
     match level {
         Level::Raid0 => {
             return Err(refuse(
-                "shrinking a raid0 by members (md reshapes a RAID 0 only forwards, as a RAID 4 gaining members; nvraid shrinks RAID 4/5/6): copy the data to a smaller array".into(),
+                "shrinking a raid0 by members (md reshapes a RAID 0 only forwards, as a RAID 4 gaining members; nvraid shrinks RAID 4/5/6 and RAID 10 near): copy the data to a smaller array".into(),
             ))
         }
         Level::Raid1 => {
             return Err(refuse(
-                "fewer mirrors of a raid1 by --raid-devices (md lowers a RAID 1's count only once the extra mirrors were failed and removed; nvraid shrinks RAID 4/5/6 by members)".into(),
+                "fewer mirrors of a raid1 by --raid-devices (md lowers a RAID 1's count only once the extra mirrors were failed and removed; nvraid shrinks RAID 4/5/6 and RAID 10 near by members)".into(),
             ))
         }
-        Level::Raid10 { .. } | Level::Raid10Far { .. } => {
+        Level::Raid10Far { offset, .. } => {
             return Err(refuse(format!(
-                "shrinking a {level} by members (nvraid shrinks RAID 4/5/6 only, as a backwards reshape; copy the data to a smaller array)"
+                "shrinking a raid10 {} layout by members (md reshapes a RAID 10 only in its near layout; nvraid shrinks RAID 4/5/6 and RAID 10 near): copy the data to a smaller array",
+                if offset { "offset" } else { "far" }
             )))
         }
-        Level::Raid5 { .. } | Level::Raid6 { .. } => {}
+        Level::Raid10 { .. } | Level::Raid5 { .. } | Level::Raid6 { .. } => {}
     }
     let old = old_shape(&reference, &spec)?;
     let n = options.raid_devices;
@@ -152,7 +157,9 @@ pub fn shrink(
             ),
         });
     }
-    let chunk = old.chunk_bytes().expect("parity levels have chunks");
+    let chunk = old
+        .chunk_bytes()
+        .expect("RAID 4/5/6 and RAID 10 have chunks");
     let new = Geometry::new(level, n, chunk, member_data_bytes(&reference))?;
     let new_size = new.array_bytes();
     let Some(array_size) = options.array_size else {

@@ -1,7 +1,7 @@
 //! `nvraid grow`: add members to a RAID 4/5/6 or RAID 10 near and reshape it, offline, in
 //! md's format (docs/reshape.md), or mirrors to a RAID 1; `--level`
 //! changes the level where md does it without moving data; `-n` with fewer
-//! members and `--array-size` shrinks a RAID 4/5/6 (a backwards reshape);
+//! members and `--array-size` shrinks a RAID 4/5/6 or RAID 10 near (a backwards reshape);
 //! `--chunk` and `--layout` restripe it in place; `--continue`
 //! resumes a reshape a crash or an interrupted run left part-way.
 
@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 pub struct GrowArgs {
     /// The member count after the grow (mdadm's --raid-devices): the
     /// array's members plus one --add for each new one; fewer than the
-    /// array has shrinks a RAID 4/5/6 (with --array-size).
+    /// array has shrinks a RAID 4/5/6 or RAID 10 near (with --array-size).
     #[arg(
         long,
         short = 'n',
