@@ -145,7 +145,7 @@ fn bitmap_wanted(options: &CreateOptions, geometry: &Geometry) -> Result<Option<
 }
 
 /// A bitmap chunk given by the user: a power of two from 4 KiB to 2 GiB.
-fn checked_bitmap_chunk(c: u64) -> Result<u64> {
+pub(crate) fn checked_bitmap_chunk(c: u64) -> Result<u64> {
     if c < 4096 || !c.is_power_of_two() || c > u64::from(u32::MAX / 2 + 1) {
         return Err(Error::BadOption {
             option: format!("--bitmap-chunk {c}"),

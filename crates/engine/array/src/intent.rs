@@ -359,7 +359,7 @@ impl WriteIntent {
         if let Some(spec) = any_without {
             return Err(Error::Unsupported {
                 spec,
-                what: "a member without the md bitmap its array's other members have".into(),
+                what: "a member without the md bitmap its array's other members have (a change of the consistency policy cut short? `nvraid grow --consistency-policy bitmap|resync` given every member finishes it)".into(),
             });
         }
         Ok(Some(Self::install(loaded, geometry, events)))

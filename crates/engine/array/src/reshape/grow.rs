@@ -1264,7 +1264,7 @@ fn check_members(
     }
     if reference.feature_map & (features::PPL | features::MULTIPLE_PPLS) != 0 {
         return Err(refuse(format!(
-            "{doing} an array with md's partial parity log (md refuses to reshape it too; switch the consistency policy to resync first)"
+            "{doing} an array with md's partial parity log (md refuses to reshape it too; switch it to resync first with `nvraid grow --consistency-policy resync MEMBERS`, and back with `--consistency-policy ppl` after)"
         )));
     }
     if reference.feature_map & features::JOURNAL != 0 {

@@ -26,7 +26,7 @@ pub struct GrowArgs {
         long,
         short = 'n',
         value_name = "N",
-        required_unless_present_any = ["cont", "level", "chunk", "layout", "size"]
+        required_unless_present_any = ["cont", "level", "chunk", "layout", "size", "consistency_policy", "bitmap"]
     )]
     raid_devices: Option<u32>,
     /// A member to add (repeat for several); it must be blank (or --force)
@@ -90,6 +90,22 @@ pub struct GrowArgs {
     /// The most array bytes moved between two checkpoints of the position.
     #[arg(long, default_value = "16M", value_parser = size_arg)]
     step: u64,
+    /// Change how the array stays consistent after a crash (mdadm's
+    /// --grow --consistency-policy), offline: `bitmap` (md's internal
+    /// write-intent bitmap, every bit clear), `resync` (none), `ppl` (md's
+    /// partial parity log, RAID 4/5). A clean, whole array without md's
+    /// write journal; md reshapes no array with a partial parity log, so
+    /// switch it to resync first and back after.
+    #[arg(long = "consistency-policy", value_name = "bitmap|resync|ppl", conflicts_with_all = ["raid_devices", "add", "cont", "level", "chunk", "layout", "size", "array_size", "socket", "bitmap"])]
+    consistency_policy: Option<String>,
+    /// mdadm's --grow --bitmap: `internal` adds md's write-intent bitmap,
+    /// `none` removes it (the same as --consistency-policy bitmap|resync).
+    #[arg(long, value_name = "internal|none", conflicts_with_all = ["raid_devices", "add", "cont", "level", "chunk", "layout", "size", "array_size", "socket"])]
+    bitmap: Option<String>,
+    /// With a bitmap added: bytes of the array per bit (a power of two
+    /// from 4K; default mdadm's for the array's size).
+    #[arg(long = "bitmap-chunk", value_name = "SIZE", value_parser = size_arg)]
+    bitmap_chunk: Option<u64>,
     /// Print the outcome as JSON on stdout (progress stays on stderr).
     #[arg(long)]
     json: bool,
@@ -116,6 +132,16 @@ pub struct GrowArgs {
 pub fn run(args: &GrowArgs, direct: bool) -> Result<u8> {
     if let Some(socket) = &args.socket {
         return grow_online(args, socket);
+    }
+    if args.consistency_policy.is_some() || args.bitmap.is_some() {
+        return super::grow_policy::run(
+            &args.members,
+            args.consistency_policy.as_deref(),
+            args.bitmap.as_deref(),
+            args.bitmap_chunk,
+            args.json,
+            direct,
+        );
     }
     if args.level == Some(1) && args.add.is_empty() && args.array_size.is_some() {
         return raid5_to_raid1(args, direct);

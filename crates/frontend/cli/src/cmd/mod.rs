@@ -8,6 +8,7 @@ pub mod detail;
 pub mod examine;
 pub mod grow;
 pub mod grow_online;
+pub mod grow_policy;
 pub mod io;
 pub mod manage;
 pub mod manual;
