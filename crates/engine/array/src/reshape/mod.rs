@@ -48,6 +48,9 @@
 //!   a served array (requests drained, every kept member's superblock
 //!   written as `level` writes it, a RAID 6's Q member leaving, then the
 //!   new level recorded in every update);
+//! - `live_raid0`: a served RAID 0 grown as md's RAID 4 with its parity
+//!   missing (a [`LiveGrow`] writing no parity) and taken back to RAID 0
+//!   in the superblock write that records the end;
 //! - `resume`: `serve` of an array recorded mid-grow: the old shape
 //!   assembled and a `LiveGrow` made from the record going on (clean), or
 //!   the grow finished offline before the array is served (dirty);
@@ -76,6 +79,7 @@ mod live;
 mod live_copy;
 mod live_degraded;
 mod live_level;
+mod live_raid0;
 mod live_shape;
 mod md_backup;
 mod mirror;

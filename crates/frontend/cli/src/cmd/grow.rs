@@ -94,7 +94,8 @@ pub struct GrowArgs {
     #[arg(long)]
     json: bool,
     /// A running `nvraid serve`'s control socket: grow the served RAID
-    /// 4/5/6 or RAID 10 near there, or add mirrors to a served RAID 1,
+    /// 4/5/6 or RAID 10 near there (a RAID 0 too, as md grows one: through
+    /// a RAID 4 with its parity missing), or add mirrors to a served RAID 1,
     /// while its clients
     /// read and write (with -n and --add;
     /// waits for the end, showing the progress). The served size stays
