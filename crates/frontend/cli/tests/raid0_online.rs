@@ -305,9 +305,11 @@ const PER: u64 = 14 * MIB;
 /// whose server was killed with SIGKILL part-way and that `grow
 /// --continue` finished, and one left killed, which the kernel's md
 /// continues from nvraid's record as its own RAID 4 grow (its parity
-/// missing): each reads the pattern written before the grow.
+/// missing); and a RAID 5 of four that became a RAID 6 of five while
+/// served (Q rebuilt online), whole, its check finding no mismatch: each
+/// reads the pattern written before.
 #[test]
-fn the_kernel_assembles_raid0s_grown_online_and_continues_one_left_mid_grow() {
+fn the_kernel_assembles_raid0s_grown_online_and_a_raid5_that_took_q_online() {
     let dir = tempfile::tempdir().unwrap();
     let mut images: Vec<PathBuf> = Vec::new();
     for (name, kill, cont) in [
@@ -344,10 +346,41 @@ fn the_kernel_assembles_raid0s_grown_online_and_continues_one_left_mid_grow() {
         }
         images.extend(all.iter().map(|n| sub.join(n)));
     }
+    // A RAID 5 of four that became a RAID 6 of five while served.
+    let sub = dir.path().join("q6");
+    std::fs::create_dir(&sub).unwrap();
+    let names: Vec<String> = (0..4).map(|i| format!("d{i}")).collect();
+    create(&sub, "5", &names, "15M", "q6");
+    write_pattern(&sub, &names, 3 * PER);
+    blank_mib(&sub, "d4", 16);
+    let server = serve_with(&sub, &names, &["--reshape-speed", "50"]);
+    let out = add_q_cmd(&sub, 5, "d4").wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    server.interrupt();
+    images.extend(names.iter().chain([&"d4".to_string()]).map(|n| sub.join(n)));
     let report = kernel_reports(
         dir.path(),
         &images,
-        &[("done0", 3 * PER), ("cont0", 3 * PER), ("left0", 3 * PER)],
+        &[
+            ("done0", 3 * PER),
+            ("cont0", 3 * PER),
+            ("left0", 3 * PER),
+            ("q6", 3 * PER),
+        ],
+    );
+    let line = kernel_line(&report, "q6");
+    assert!(
+        line.contains("level=raid6")
+            && line.contains("disks=5")
+            && line.contains("degraded=0")
+            && line.contains(&format!("size={}", 3 * PER))
+            && line.contains("pattern=ok")
+            && line.contains("mismatch=0"),
+        "{line}\n{report}"
     );
     for name in ["done0", "cont0"] {
         let line = kernel_line(&report, name);
@@ -369,5 +402,265 @@ fn the_kernel_assembles_raid0s_grown_online_and_continues_one_left_mid_grow() {
             && line.contains(&format!("size={}", 4 * PER))
             && line.contains("pattern=ok"),
         "{line}\n{report}"
+    );
+}
+
+fn create(dir: &Path, level: &str, members: &[String], size: &str, name: &str) {
+    let mut args = vec![
+        "create", "--level", level, "--size", size, "--name", name, "--force",
+    ];
+    args.extend(members.iter().map(String::as_str));
+    ok(&args, dir);
+}
+
+/// `grow --socket CTL --level 6 -n N+1 --add NEW`.
+fn add_q_cmd(dir: &Path, raid_devices: u32, add: &str) -> Child {
+    let n = raid_devices.to_string();
+    let ctl = control(dir);
+    Command::new(env!("CARGO_BIN_EXE_nvraid"))
+        .current_dir(dir)
+        .args([
+            "grow", "--socket", &ctl, "--level", "6", "-n", &n, "--add", add, "--step", "1M",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Wait until the server reports its rebuild finished (within 120 s).
+fn wait_rebuilt(dir: &Path) -> serde_json::Value {
+    let started = std::time::Instant::now();
+    loop {
+        let s = status(dir);
+        let rebuild = &s["array"]["recovery"]["rebuild"];
+        if rebuild["finished"] == true {
+            return s;
+        }
+        assert!(rebuild["error"].is_null(), "{s}");
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "rebuild not finished: {s}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A served RAID 5 of four becomes md's RAID 6 of five (the `-6` layout,
+/// Q on the added member) while fio writes and verifies through NBD: the
+/// members record level 6 at once, the new member recovering while Q is
+/// rebuilt on it (client writes below the position writing Q too); after
+/// the restart the RAID 6 is whole and clean, its P and Q check clean,
+/// and fio finds every block.
+#[test]
+fn fio_verifies_through_nbd_while_a_served_raid5_becomes_a_raid6_with_q_on_an_added_member() {
+    tool("fio");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut members: Vec<String> = (0..4).map(|i| format!("m{i}.img")).collect();
+    create(d, "5", &members, "32M", "q6");
+    blank_mib(d, "new.img", 32);
+    let size_before = detail(d, &members)["size_bytes"].as_u64().unwrap();
+    let server = serve_with(d, &members, &["--reshape-speed", "8"]);
+    let fio = fio_verify(d, "q6", 2000, 13, false);
+    std::thread::sleep(Duration::from_millis(300));
+    let grow = add_q_cmd(d, 5, "new.img");
+    let mid = wait_reshape_past(d, 0);
+    let r = &mid["array"]["reshape"];
+    assert_eq!(r["kind"], "add-q", "{mid}");
+    assert_eq!(r["raid_disks_before"], 4, "{mid}");
+    assert_eq!(r["raid_disks"], 5, "{mid}");
+    let old_sb = examine_sb(d, "m0.img");
+    assert_eq!(old_sb["level"], 6, "{old_sb}");
+    assert_eq!(old_sb["raid_disks"], 5, "{old_sb}");
+    let new_sb = examine_sb(d, "new.img");
+    assert_eq!(new_sb["level"], 6, "{new_sb}");
+    assert_ne!(
+        new_sb["feature_map"].as_u64().unwrap() & 2,
+        0,
+        "the Q member is not recorded recovering: {new_sb}"
+    );
+    // Members neither join nor get checked while it runs.
+    let out = grow.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "grow --socket --level 6: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("raid5 to raid6, 4 to 5 members"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    fio_done(fio);
+    server.interrupt();
+    members.push("new.img".into());
+    let grown = detail(d, &members);
+    assert_eq!(grown["level"], 6, "{grown}");
+    assert_eq!(grown["raid_disks"], 5, "{grown}");
+    assert_eq!(grown["state"], "clean", "{grown}");
+    assert_eq!(
+        grown["size_bytes"].as_u64().unwrap(),
+        size_before,
+        "{grown}"
+    );
+    assert_checks_clean(d, &members, "after RAID 5 -> 6 online");
+    // The RAID 6 reads every byte without two of its members (Q is used).
+    let server = serve(d, &members);
+    fio_done(fio_verify(d, "q6", 2000, 13, true));
+    server.interrupt();
+    let whole = read(d, &members, 48 * MIB);
+    let without_two = read(d, &members[2..], 48 * MIB);
+    assert!(
+        whole == without_two,
+        "the RAID 6 without two members reads other bytes"
+    );
+}
+
+/// qemu-io's writes through NBD, acknowledged on both sides of the Q
+/// rebuild's position, then the server killed with SIGKILL: `serve`
+/// assembles md's RAID 6 with the Q member recovering from its offset and
+/// rebuilds it; every acknowledged write reads back and P and Q check
+/// clean.
+#[test]
+fn writes_acknowledged_while_a_served_raid5_takes_q_survive_a_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut members: Vec<String> = (0..4).map(|i| format!("m{i}.img")).collect();
+    create(d, "5", &members, "24M", "kq6");
+    let size = detail(d, &members)["size_bytes"].as_u64().unwrap();
+    blank_mib(d, "new.img", 24);
+    let mut server = serve_with(d, &members, &["--reshape-speed", "3"]);
+    let grow = add_q_cmd(d, 5, "new.img");
+    let mid = wait_reshape_past(d, 0);
+    let position = mid["array"]["reshape"]["position_bytes"].as_u64().unwrap();
+    let blocks = size / 4096;
+    let mut rng = 0x1234_5679_u64;
+    let mut writes = Vec::new();
+    let mut qemu_io = Command::new(tool("qemu-io"));
+    qemu_io.args(["-f", "raw"]);
+    for i in 0..600u64 {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let below = (position / 4096).max(1);
+        let b = if i % 2 == 0 {
+            rng % below
+        } else {
+            below + rng % (blocks - below)
+        };
+        let byte = (i % 250 + 1) as u8;
+        qemu_io.args(["-c", &format!("write -P {byte} {} 4096", b * 4096)]);
+        writes.push((b, byte));
+    }
+    let out = qemu_io
+        .arg(format!(
+            "nbd+unix:///?socket={}",
+            d.join("md.sock").display()
+        ))
+        .output()
+        .unwrap();
+    let acked = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with("wrote 4096/4096"))
+        .count();
+    assert_eq!(
+        acked,
+        writes.len(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = status(d);
+    assert_eq!(s["array"]["reshape"]["state"], "running", "{s}");
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let _ = grow.wait_with_output();
+    members.push("new.img".into());
+    let server = serve(d, &members);
+    wait_rebuilt(d);
+    wait_resynced(d);
+    server.interrupt();
+    let grown = detail(d, &members);
+    assert_eq!(grown["level"], 6, "{grown}");
+    assert_eq!(grown["raid_disks"], 5, "{grown}");
+    assert_checks_clean(d, &members, "after the killed RAID 5 -> 6 was rebuilt");
+    let got = read(d, &members, size);
+    let mut want = vec![0u8; size as usize];
+    for &(b, byte) in &writes {
+        want[(b * 4096) as usize..((b + 1) * 4096) as usize].fill(byte);
+    }
+    for b in 0..blocks as usize {
+        assert!(
+            got[b * 4096..(b + 1) * 4096] == want[b * 4096..(b + 1) * 4096],
+            "block {b} lost an acknowledged write across the kill"
+        );
+    }
+}
+
+/// The added member fails while Q is rebuilt on it (nbdkit's error
+/// filter): it is recorded faulty, the rebuild stops saying that the
+/// array is a RAID 6 with its Q role missing, and clients go on; the
+/// array assembled afterwards is that degraded RAID 6 and every byte
+/// (the pattern written before, a write made after the failure) reads
+/// back.
+#[test]
+fn a_q_member_failing_while_a_served_raid5_takes_q_is_recorded_faulty_and_no_byte_is_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let members: Vec<String> = (0..4).map(|i| format!("m{i}.img")).collect();
+    create(d, "5", &members, "24M", "fq6");
+    let size = detail(d, &members)["size_bytes"].as_u64().unwrap();
+    write_pattern(d, &members, size);
+    blank_mib(d, "new.img", 24);
+    let node = FailingNode::up(d, "new.img");
+    let server = serve_with(d, &members, &["--reshape-speed", "4"]);
+    let grow = add_q_cmd(d, 5, &node.uri());
+    wait_reshape_past(d, 2 * MIB);
+    node.fail();
+    let out = grow.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success(), "the Q rebuild went on: {stderr}");
+    assert!(
+        stderr.contains("recorded faulty") && stderr.contains("Q role missing"),
+        "{stderr}"
+    );
+    let s = status(d);
+    assert_eq!(s["array"]["reshape"]["state"], "failed", "{s}");
+    // Clients go on: a write after the failure, read back.
+    let out = Command::new(tool("qemu-io"))
+        .args([
+            "-f",
+            "raw",
+            "-c",
+            "write -P 7 0 65536",
+            "-c",
+            "read -P 7 0 65536",
+        ])
+        .arg(format!(
+            "nbd+unix:///?socket={}",
+            d.join("md.sock").display()
+        ))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("wrote 65536/65536") && text.contains("read 65536/65536"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    server.interrupt();
+    drop(node);
+    let after = detail(d, &members);
+    assert_eq!(after["level"], 6, "{after}");
+    assert_eq!(after["raid_disks"], 5, "{after}");
+    assert!(
+        after["state"].as_str().unwrap().contains("degraded"),
+        "{after}"
+    );
+    let mut want = pattern(size);
+    want[..65536].fill(7);
+    assert!(
+        read(d, &members, size) == want,
+        "bytes lost with the Q member"
     );
 }

@@ -174,7 +174,7 @@ pub(super) fn finish_as_raid0(sb: &mut Superblock, raid0_layout: u32) {
 /// rotation over the first members and Q on the added last one (the `-6`
 /// layouts), or parity-last (P then Q on the last two). Either keeps
 /// every data chunk and P where the RAID 5 has them.
-fn raid6_layout_for(layout: ParityLayout) -> Option<ParityLayout> {
+pub(super) fn raid6_layout_for(layout: ParityLayout) -> Option<ParityLayout> {
     use nvraid_layout::parity::Raid5Rotation as R;
     Some(match layout {
         ParityLayout::LeftAsymmetric => ParityLayout::Raid5With6(R::LeftAsymmetric),
