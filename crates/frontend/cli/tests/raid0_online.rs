@@ -664,3 +664,70 @@ fn a_q_member_failing_while_a_served_raid5_takes_q_is_recorded_faulty_and_no_byt
         "bytes lost with the Q member"
     );
 }
+
+/// Decompress the kernel-made state `state` (tests/fixtures/md-states)
+/// into `dir`; the member file names, by disk.
+fn unpack(state: &str, dir: &Path) -> Vec<String> {
+    let src = repo().join("tests/fixtures/md-states").join(state);
+    let mut names = Vec::new();
+    for disk in 0.. {
+        let xz = src.join(format!("disk{disk}.img.xz"));
+        if !xz.exists() {
+            break;
+        }
+        let out = Command::new("xz").arg("-dc").arg(&xz).output().expect("xz");
+        assert!(out.status.success(), "xz -dc {}", xz.display());
+        let name = format!("d{disk}");
+        std::fs::write(dir.join(&name), out.stdout).unwrap();
+        names.push(name);
+    }
+    assert!(!names.is_empty(), "no members in {}", src.display());
+    names
+}
+
+/// A served RAID 0 grow md would not make, or asked wrongly, is refused
+/// by the server naming the cause, and no byte of any member (the new
+/// ones included) changes: a RAID 0 of several zones (the kernel's own,
+/// members of different sizes), a count other than the members plus one
+/// per `--add`, a new member that is not blank.
+#[test]
+fn online_raid0_grows_md_would_not_make_are_refused_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let images = |names: &[String]| -> Vec<Vec<u8>> {
+        names
+            .iter()
+            .map(|n| std::fs::read(d.join(n)).unwrap())
+            .collect()
+    };
+    let refused = |members: &[String], args: &[&str], want: &str| {
+        let mut all: Vec<String> = members.to_vec();
+        all.extend(
+            args.iter()
+                .zip(args.iter().skip(1))
+                .filter(|(a, _)| **a == "--add")
+                .map(|(_, n)| n.to_string()),
+        );
+        let before = images(&all);
+        let ctl = control(d);
+        let mut full = vec!["grow", "--socket", &ctl];
+        full.extend_from_slice(args);
+        let out = refusal(&full, d);
+        assert!(out.contains(want), "{args:?}: {out}");
+        assert!(images(&all) == before, "{args:?} changed a member");
+    };
+    let zones = unpack("zones", d);
+    blank_mib(d, "z3", 64);
+    let server = serve(d, &zones);
+    refused(&zones, &["-n", "4", "--add", "z3"], "several zones");
+    server.interrupt();
+    let members: Vec<String> = (0..3).map(|i| format!("m{i}.img")).collect();
+    create0(d, &members, "16M", "refuse0");
+    blank_mib(d, "new.img", 17);
+    let other: Vec<String> = (0..2).map(|i| format!("o{i}.img")).collect();
+    create0(d, &other, "17M", "other0");
+    let server = serve(d, &members);
+    refused(&members, &["-n", "5", "--add", "new.img"], "--raid-devices");
+    refused(&members, &["-n", "4", "--add", "o0.img"], "o0.img");
+    server.interrupt();
+}
