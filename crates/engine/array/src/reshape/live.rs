@@ -249,6 +249,9 @@ pub struct LiveGrow {
     min_bytes_per_sec: Option<u64>,
     /// The clients' requests, as the pacing samples them.
     clients: Clients,
+    /// A RAID 0 grown as md's RAID 4 with its parity missing
+    /// (`live_raid0`).
+    pub(super) raid0: Option<super::live_raid0::Raid0Grow>,
 }
 
 /// Client requests (reads, writes, flushes) routed through a grow so far,
@@ -576,8 +579,20 @@ impl LiveGrow {
     pub(super) fn launch(
         array: &Arc<Array>,
         parts: Parts,
+        pace: (u64, Option<u64>, Option<u64>),
+        begin: Begin,
+    ) -> Result<(Arc<LiveGrow>, std::thread::JoinHandle<()>)> {
+        LiveGrow::launch_as(array, parts, pace, begin, None)
+    }
+
+    /// [`LiveGrow::launch`], of a RAID 0 grown as md's RAID 4 when
+    /// `raid0` is given (`live_raid0`).
+    pub(super) fn launch_as(
+        array: &Arc<Array>,
+        parts: Parts,
         (step_bytes, min_bytes_per_sec, max_bytes_per_sec): (u64, Option<u64>, Option<u64>),
         begin: Begin,
+        raid0: Option<super::live_raid0::Raid0Grow>,
     ) -> Result<(Arc<LiveGrow>, std::thread::JoinHandle<()>)> {
         let spec0 = array
             .slot(0)
@@ -611,6 +626,7 @@ impl LiveGrow {
             max_bytes_per_sec,
             min_bytes_per_sec,
             clients: Clients::default(),
+            raid0,
         });
         let second = || Error::Unsupported {
             spec: spec0.clone(),
@@ -675,7 +691,8 @@ impl LiveGrow {
             },
             state: progress.state,
             raid_disks_before: self.old_members,
-            raid_disks: self.reshape.new_shape().members(),
+            // A RAID 0's grow ends one member short of its RAID 4.
+            raid_disks: self.reshape.new_shape().members() - u32::from(self.raid0.is_some()),
             position_bytes: position,
             end_bytes: end,
             bytes_per_sec: rate,
@@ -771,6 +788,7 @@ impl LiveGrow {
         (0..self.old_members as usize)
             .map(|r| &array.slot(r).expect("a whole array").member)
             .chain(self.added.iter().map(|(m, _)| m))
+            .chain(self.raid0.as_ref().map(|r| &r.stand_in))
             .collect()
     }
 
@@ -968,10 +986,11 @@ impl LiveGrow {
     fn record_into(&self, role: usize, sb: &mut Superblock) {
         let (position, finished) = *self.record.lock().unwrap_or_else(|p| p.into_inner());
         let new = self.reshape.new_shape();
+        self.raid0_as_raid4(sb);
         sb.raid_disks = new.members();
         sb.bblog_offset = self.bblog_offsets[role];
         sb.feature_map |= features::RESHAPE_ACTIVE | features::NEW_OFFSET;
-        sb.delta_disks = (new.members() - self.old_members) as i32 as u32;
+        sb.delta_disks = (new.members() - self.reshape.old().members()) as i32 as u32;
         sb.new_level = sb.level as u32;
         // A restripe's new layout and chunk (`live_shape`); a grow keeps
         // both, the layout word as it is (md's raid4 keeps its own).
@@ -988,6 +1007,7 @@ impl LiveGrow {
         if finished {
             finish_record(sb);
         }
+        self.raid0_record(role, sb, position * 512, finished);
     }
 }
 

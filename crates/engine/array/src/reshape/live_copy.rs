@@ -79,6 +79,10 @@ pub fn start_live(
         let (live, thread) = LiveMirror::start(array, options)?;
         return Ok((live, thread));
     }
+    if matches!(array.geometry().level(), Level::Raid0) {
+        let (live, thread) = LiveGrow::start_raid0(array, options)?;
+        return Ok((live, thread));
+    }
     let (live, thread) = LiveGrow::start(array, options)?;
     Ok((live, thread))
 }

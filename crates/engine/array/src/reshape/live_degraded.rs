@@ -71,7 +71,7 @@ impl LiveGrow {
                 if r < old {
                     !array.is_usable(r)
                 } else {
-                    self.added_failed.is_failed(r - old)
+                    self.added_failed.is_failed(r - old) || self.raid0_parity_role() == Some(r)
                 }
             })
             .collect()
@@ -83,7 +83,12 @@ impl LiveGrow {
     pub(super) fn holds_every_byte(&self, failed: &[bool]) -> bool {
         let usable: Vec<bool> = failed.iter().map(|f| !f).collect();
         let old = self.old_members as usize;
-        self.reshape.old().has_every_byte(&usable[..old])
+        // The old shape's roles no member of the array holds (a RAID 0's
+        // parity role, `live_raid0`) are absent from it.
+        let old_usable: Vec<bool> = (0..self.reshape.old().members() as usize)
+            .map(|r| r < old && usable[r])
+            .collect();
+        self.reshape.old().has_every_byte(&old_usable)
             && self.reshape.new_shape().has_every_byte(&usable)
     }
 
@@ -310,8 +315,16 @@ impl LiveGrow {
                 )));
             }
             let members = self.members_of(array);
+            // The old shape's roles the array holds no member for (a RAID
+            // 0's parity role, held by the first added member in the new
+            // shape) are not read in old rows.
+            let old_members = self.old_members as usize;
+            let old_shape = self.reshape.old().members() as usize;
+            let old_unreadable: Vec<bool> = (0..failed.len())
+                .map(|r| failed[r] || (old_members..old_shape).contains(&r))
+                .collect();
             let unreadable = Unreadable {
-                old: &failed,
+                old: &old_unreadable,
                 new: &failed,
             };
             let moved = move_rows(reshape, &members, unreadable, to, kernel, &|| {
@@ -328,7 +341,8 @@ impl LiveGrow {
                 Error::Io { source, .. } => source,
                 other => std::io::Error::other(other.to_string()),
             };
-            self.member_failed(array, role, error)?;
+            self.member_failed(array, role, error)
+                .map_err(|e| self.raid0_stopped(e, p))?;
         }
     }
 }

@@ -48,6 +48,12 @@
 //!   a served array (requests drained, every kept member's superblock
 //!   written as `level` writes it, a RAID 6's Q member leaving, then the
 //!   new level recorded in every update);
+//! - `live_raid0`: a served RAID 0 grown as md's RAID 4 with its parity
+//!   missing (a [`LiveGrow`] writing no parity) and taken back to RAID 0
+//!   in the superblock write that records the end;
+//! - `live_raid6`: [`LiveQ`], a served RAID 5 taken over as md's RAID 6
+//!   in a `-6` layout with Q on an added member, Q rebuilt there while
+//!   clients read and write (their writes below the position writing Q);
 //! - `resume`: `serve` of an array recorded mid-grow: the old shape
 //!   assembled and a `LiveGrow` made from the record going on (clean), or
 //!   the grow finished offline before the array is served (dirty);
@@ -76,6 +82,8 @@ mod live;
 mod live_copy;
 mod live_degraded;
 mod live_level;
+mod live_raid0;
+mod live_raid6;
 mod live_shape;
 mod md_backup;
 mod mirror;
@@ -94,6 +102,7 @@ pub use level::{change_level, raid1_to_raid5_grown, LevelChanged};
 pub use live::{LiveGrow, LiveGrowOptions, LiveGrowStatus};
 pub use live_copy::{start_live, LiveMirror, LiveReshape};
 pub use live_level::{LevelSwitched, LiveLevel};
+pub use live_raid6::LiveQ;
 pub use live_shape::LiveShapeOptions;
 pub use policy::{change_policy, Policy, PolicyChanged};
 pub use read::{MidReshape, ReshapeDetail, ReshapeMember, ShapeDetail};

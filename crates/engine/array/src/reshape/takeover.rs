@@ -43,14 +43,20 @@ const PARITY_LAST: u32 = 5;
 /// `shape`). Refused for a RAID 0 of several zones (members of different
 /// sizes), as md refuses to take one over.
 pub(super) fn raid0_as_raid4(found: &[(Member, Superblock)], raid0: &Geometry) -> Result<Geometry> {
+    let held: Vec<(&str, &Superblock)> = found.iter().map(|(m, sb)| (m.spec(), sb)).collect();
+    raid4_of_raid0(&held, raid0)
+}
+
+/// [`raid0_as_raid4`] of members named by spec (a served array's slots).
+pub(super) fn raid4_of_raid0(found: &[(&str, &Superblock)], raid0: &Geometry) -> Result<Geometry> {
     let chunk = raid0.chunk_bytes().expect("RAID 0 has chunks");
     let rows = |sb: &Superblock| sb.data_size_sectors * 512 / chunk * chunk;
-    if let Some((member, sb)) = found
+    if let Some((spec, sb)) = found
         .iter()
         .find(|(_, sb)| rows(sb) != raid0.member_used_bytes())
     {
         return Err(Error::Unsupported {
-            spec: member.spec().into(),
+            spec: (*spec).into(),
             what: format!(
                 "growing or restriping a RAID 0 of several zones (this member holds {} bytes of data, another {}): md takes only a RAID 0 of one zone over as RAID 4 to reshape it",
                 rows(sb),
@@ -168,7 +174,7 @@ pub(super) fn finish_as_raid0(sb: &mut Superblock, raid0_layout: u32) {
 /// rotation over the first members and Q on the added last one (the `-6`
 /// layouts), or parity-last (P then Q on the last two). Either keeps
 /// every data chunk and P where the RAID 5 has them.
-fn raid6_layout_for(layout: ParityLayout) -> Option<ParityLayout> {
+pub(super) fn raid6_layout_for(layout: ParityLayout) -> Option<ParityLayout> {
     use nvraid_layout::parity::Raid5Rotation as R;
     Some(match layout {
         ParityLayout::LeftAsymmetric => ParityLayout::Raid5With6(R::LeftAsymmetric),

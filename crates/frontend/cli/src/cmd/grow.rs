@@ -49,7 +49,8 @@ pub struct GrowArgs {
     /// --raid-devices 2N --add NEW... (member i becomes 2i, the new
     /// mirrors rebuilt); 10 near=2 -> 0 (the second copies leave). md's
     /// other level changes are refused, naming md's path. With --socket,
-    /// the served array, without -n/--add (see --socket).
+    /// the served array, without -n/--add (see --socket), but for 5 -> 6
+    /// with -n N+1 --add NEW (Q rebuilt while served).
     #[arg(long, value_name = "LEVEL")]
     level: Option<i32>,
     /// Restripe the array in chunks of this size (RAID 4/5/6, RAID 10
@@ -110,7 +111,8 @@ pub struct GrowArgs {
     #[arg(long)]
     json: bool,
     /// A running `nvraid serve`'s control socket: grow the served RAID
-    /// 4/5/6 or RAID 10 near there, or add mirrors to a served RAID 1,
+    /// 4/5/6 or RAID 10 near there (a RAID 0 too, as md grows one: through
+    /// a RAID 4 with its parity missing), or add mirrors to a served RAID 1,
     /// while its clients
     /// read and write (with -n and --add;
     /// waits for the end, showing the progress). The served size stays
@@ -418,7 +420,10 @@ fn grow_online(args: &GrowArgs, socket: &std::path::Path) -> Result<u8> {
     if args.size.is_some() {
         bail!("--size with --socket: a served array's size is not changed online yet; stop serve and run `nvraid grow --size SIZE MEMBERS` (docs/reshape.md, \"Online --size\")");
     }
-    if let Some(level) = args.level {
+    // RAID 5 -> 6 with its Q member added is a rebuild the server runs;
+    // the other level changes are answered at once.
+    let add_q = args.level == Some(6) && !args.add.is_empty();
+    if let Some(level) = args.level.filter(|_| !add_q) {
         return level_online(args, socket, level);
     }
     let restripe = args.chunk.is_some() || args.layout.is_some();
@@ -440,6 +445,7 @@ fn grow_online(args: &GrowArgs, socket: &std::path::Path) -> Result<u8> {
         }
         serde_json::json!({
             "command": "grow",
+            "level": args.level,
             "raid_devices": raid_devices,
             "add": args.add,
             "force": args.force,
@@ -472,6 +478,14 @@ fn grow_online(args: &GrowArgs, socket: &std::path::Path) -> Result<u8> {
                 });
                 if args.json {
                     println!("{}", serde_json::to_string_pretty(reshape)?);
+                } else if add_q {
+                    println!(
+                        "level changed online from raid5 to raid6, {} to {} members (Q on {}, rebuilt): {} unchanged",
+                        reshape["raid_disks_before"],
+                        reshape["raid_disks"],
+                        args.add[0],
+                        bytes_text(reshape["new_size_bytes"].as_u64().unwrap_or(0)),
+                    );
                 } else if restripe {
                     println!(
                         "restriped online over {} members: {} unchanged (in the new chunk and layout from here on)",
@@ -503,7 +517,7 @@ fn grow_online(args: &GrowArgs, socket: &std::path::Path) -> Result<u8> {
 fn level_online(args: &GrowArgs, socket: &std::path::Path, level: i32) -> Result<u8> {
     if args.raid_devices.is_some() || !args.add.is_empty() {
         bail!(
-            "--level {level} with -n/--add on a served array: nvraid changes a served array's level only where md adds no member (4 <-> 5 parity-last, 1 of two <-> 5 of two, 6 -> 5, 4 without its parity -> 0); stop serve and use `nvraid grow --level {level} -n N --add NEW...`"
+            "--level {level} with -n/--add on a served array: nvraid changes a served array's level with members added only from RAID 5 to RAID 6 (`--level 6 -n N+1 --add NEW`), otherwise only where md adds no member (4 <-> 5 parity-last, 1 of two <-> 5 of two, 6 -> 5, 4 without its parity -> 0); stop serve and use `nvraid grow --level {level} -n N --add NEW...`"
         );
     }
     if args.chunk.is_some() || args.layout.is_some() || args.array_size.is_some() {

@@ -10,7 +10,7 @@
 
 use nvraid_array::recovery::online::Online;
 use nvraid_array::reshape::{
-    start_live, LiveGrow, LiveGrowOptions, LiveLevel, LiveReshape, LiveShapeOptions,
+    start_live, LiveGrow, LiveGrowOptions, LiveLevel, LiveQ, LiveReshape, LiveShapeOptions,
 };
 use nvraid_array::Array;
 use serde_json::{json, Value};
@@ -58,6 +58,9 @@ impl Reshaping {
     pub fn command(&self, request: &Value) -> Option<Value> {
         if request["command"].as_str()? != "grow" {
             return None;
+        }
+        if !request["level"].is_null() && !request["add"].is_null() {
+            return Some(self.add_q(request).unwrap_or_else(|e| json!({"error": e})));
         }
         if !request["level"].is_null() {
             return Some(self.level(request).unwrap_or_else(|e| json!({"error": e})));
@@ -137,6 +140,54 @@ impl Reshaping {
         *live = Some((grow, Some(thread)));
         Ok(
             json!({"started": "grow", "raid_disks": status.raid_disks, "end_bytes": status.end_bytes}),
+        )
+    }
+
+    /// `{"command": "grow", "level": 6, "raid_devices": N+1, "add":
+    /// [NEW]}`: the served RAID 5 taken over as md's RAID 6 with Q on the
+    /// new member, Q rebuilt there while clients go on (`LiveQ`).
+    fn add_q(&self, request: &Value) -> Result<Value, String> {
+        if request["level"].as_i64() != Some(6) {
+            return Err(
+                "a level change with members added is made on a served array only to RAID 6 (a RAID 5 gaining Q); stop serve for the others".into(),
+            );
+        }
+        let raid_devices = request["raid_devices"]
+            .as_u64()
+            .ok_or("--level 6 with --add needs \"raid_devices\"")?
+            as u32;
+        let add: Vec<String> = request["add"]
+            .as_array()
+            .ok_or("\"add\" lists paths")?
+            .iter()
+            .map(|v| v.as_str().map(str::to_string).ok_or("\"add\" lists paths"))
+            .collect::<Result<_, _>>()?;
+        if self.online.is_busy() {
+            return Err(
+                "a rebuild, check or repair runs on the array (status shows it); change the level after it ends"
+                    .into(),
+            );
+        }
+        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        let options = LiveGrowOptions {
+            raid_devices,
+            add,
+            direct: self.direct,
+            force: request["force"].as_bool().unwrap_or(false),
+            step_bytes: request["step_bytes"].as_u64().unwrap_or(16 << 20),
+            min_bytes_per_sec: self.pace.0,
+            max_bytes_per_sec: self.pace.1,
+        };
+        let (q, thread) = LiveQ::start(&self.array, &options).map_err(|e| e.to_string())?;
+        let status = q.status();
+        eprintln!(
+            "nvraid: event=reshape-started kind=add-q raid_disks={}->{} end={}",
+            status.raid_disks_before, status.raid_disks, status.end_bytes
+        );
+        let q: Arc<dyn LiveReshape> = q;
+        *live = Some((q, Some(thread)));
+        Ok(
+            json!({"started": "add-q", "raid_disks": status.raid_disks, "end_bytes": status.end_bytes}),
         )
     }
 
