@@ -6,9 +6,9 @@
 
 mod common;
 
-use common::{new_array, one, pattern, writable, Rng};
+use common::{clients_during, new_array, one, pattern, writable};
 use nvraid_array::reshape::{LiveGrow, LiveGrowOptions};
-use nvraid_array::{assemble, Array, AssembleOptions, FanoutTarget};
+use nvraid_array::{assemble, AssembleOptions, FanoutTarget};
 use nvraid_io::engine::EngineKind;
 use nvraid_io::queue::{OpKind, Target};
 use nvraid_layout::parity::ParityLayout;
@@ -25,50 +25,6 @@ fn empty_member(dir: &tempfile::TempDir, name: &str, bytes: u64) -> String {
         .set_len(bytes)
         .unwrap();
     path.display().to_string()
-}
-
-/// Clients (each on its own queue, owning every `threads`-th block) write
-/// and read back their blocks while `array` grows; returns each block's
-/// last version (0: the fill).
-fn clients_during(
-    array: &Arc<Array>,
-    threads: u64,
-    writes: bool,
-    running: &Arc<AtomicBool>,
-) -> Vec<std::thread::JoinHandle<Vec<(u64, u64)>>> {
-    let blocks = array.size_bytes() / BLOCK;
-    (0..threads)
-        .map(|t| {
-            let array = array.clone();
-            let running = running.clone();
-            std::thread::spawn(move || {
-                let target = FanoutTarget::array(array, EngineKind::Psync);
-                let mut queue = target.open_queue(1, 64 << 10).unwrap();
-                let mut rng = Rng(0x1234 + t);
-                let mut versions = std::collections::HashMap::new();
-                let mut want = vec![0u8; BLOCK as usize];
-                let mut ops = 0u64;
-                while running.load(Ordering::Acquire) || ops < 200 {
-                    ops += 1;
-                    let b = rng.below(blocks / threads) * threads + t;
-                    if writes && rng.below(3) == 0 {
-                        let v = versions.get(&b).copied().unwrap_or(0) + 1;
-                        pattern(b, v, queue.buffer_mut(0)[..BLOCK as usize].as_mut());
-                        one(&mut queue, OpKind::Write, b * BLOCK, BLOCK as u32);
-                        versions.insert(b, v);
-                    } else {
-                        one(&mut queue, OpKind::Read, b * BLOCK, BLOCK as u32);
-                        pattern(b, versions.get(&b).copied().unwrap_or(0), &mut want);
-                        assert!(
-                            queue.buffer(0)[..BLOCK as usize] == want[..],
-                            "block {b} read back wrong during the grow"
-                        );
-                    }
-                }
-                versions.into_iter().collect()
-            })
-        })
-        .collect()
 }
 
 fn grow_online_and_check(level: Level, members: usize, add: usize, clients: Clients) {
@@ -103,7 +59,14 @@ fn grow_online_failing(level: Level, members: usize, add: usize, clients: Client
         // at full speed: the most position moves under reads in flight.
         Clients::Readers => (8, false, 1, None),
     };
-    let clients = clients_during(&array, threads, writes, &running);
+    let clients = clients_during(
+        &array,
+        threads,
+        writes.then_some(3),
+        0x1234,
+        "grow",
+        &running,
+    );
     std::thread::sleep(std::time::Duration::from_millis(50));
     let (live, thread) = LiveGrow::start(
         &array,
@@ -372,7 +335,7 @@ fn an_online_grow_slows_to_its_minimum_while_clients_are_busy_and_speeds_up_when
         }
     }
     let running = Arc::new(AtomicBool::new(true));
-    let clients = clients_during(&array, 2, false, &running);
+    let clients = clients_during(&array, 2, None, 0x1234, "grow", &running);
     std::thread::sleep(std::time::Duration::from_millis(50));
     let min: u64 = 500_000;
     let step: u64 = 128 << 10;
@@ -472,7 +435,7 @@ fn a_mirror_added_online_and_stopped_part_way_is_recovering_from_its_position_wh
         }
     }
     let running = Arc::new(AtomicBool::new(true));
-    let clients = clients_during(&array, 4, true, &running);
+    let clients = clients_during(&array, 4, Some(3), 0x1234, "grow", &running);
     let (live, thread) = start_live(
         &array,
         &LiveGrowOptions {

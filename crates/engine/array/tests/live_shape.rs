@@ -6,9 +6,9 @@
 
 mod common;
 
-use common::{new_array, one, pattern, writable, Rng};
+use common::{clients_during, new_array, one, pattern, writable};
 use nvraid_array::reshape::{LiveGrow, LiveShapeOptions};
-use nvraid_array::{assemble, Array, AssembleOptions, FanoutTarget};
+use nvraid_array::{assemble, AssembleOptions, FanoutTarget};
 use nvraid_io::engine::EngineKind;
 use nvraid_io::queue::{OpKind, Target};
 use nvraid_layout::parity::ParityLayout;
@@ -17,49 +17,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 const BLOCK: u64 = 4096;
-
-/// Clients (each on its own queue, owning every `threads`-th block) write
-/// and read back their blocks until `running` clears; each block's last
-/// version (0: the fill).
-fn clients_during(
-    array: &Arc<Array>,
-    threads: u64,
-    running: &Arc<AtomicBool>,
-) -> Vec<std::thread::JoinHandle<Vec<(u64, u64)>>> {
-    let blocks = array.size_bytes() / BLOCK;
-    (0..threads)
-        .map(|t| {
-            let array = array.clone();
-            let running = running.clone();
-            std::thread::spawn(move || {
-                let target = FanoutTarget::array(array, EngineKind::Psync);
-                let mut queue = target.open_queue(1, 64 << 10).unwrap();
-                let mut rng = Rng(0x5151 + t);
-                let mut versions = std::collections::HashMap::new();
-                let mut want = vec![0u8; BLOCK as usize];
-                let mut ops = 0u64;
-                while running.load(Ordering::Acquire) || ops < 200 {
-                    ops += 1;
-                    let b = rng.below(blocks / threads) * threads + t;
-                    if rng.below(2) == 0 {
-                        let v = versions.get(&b).copied().unwrap_or(0) + 1;
-                        pattern(b, v, queue.buffer_mut(0)[..BLOCK as usize].as_mut());
-                        one(&mut queue, OpKind::Write, b * BLOCK, BLOCK as u32);
-                        versions.insert(b, v);
-                    } else {
-                        one(&mut queue, OpKind::Read, b * BLOCK, BLOCK as u32);
-                        pattern(b, versions.get(&b).copied().unwrap_or(0), &mut want);
-                        assert!(
-                            queue.buffer(0)[..BLOCK as usize] == want[..],
-                            "block {b} read back wrong during the restripe"
-                        );
-                    }
-                }
-                versions.into_iter().collect()
-            })
-        })
-        .collect()
-}
 
 /// A RAID `level` of `members` in `chunk`-byte chunks, filled, restriped
 /// to `new_chunk` (and `layout`) while four clients write and read; then
@@ -86,7 +43,7 @@ fn restripe_online_and_check(
         }
     }
     let running = Arc::new(AtomicBool::new(true));
-    let clients = clients_during(&array, 4, &running);
+    let clients = clients_during(&array, 4, Some(2), 0x5151, "restripe", &running);
     std::thread::sleep(std::time::Duration::from_millis(50));
     let options = LiveShapeOptions {
         chunk_bytes: Some(new_chunk),

@@ -108,3 +108,56 @@ pub fn one(
     }
     assert_eq!(result.unwrap(), Ok(len), "{op:?} at {offset}+{len}");
 }
+
+/// Clients, each on its own fast-path queue owning every `threads`-th 4
+/// KiB block, read their blocks back (checked against the last version
+/// written) and, one op in `write_every` (none: reads only), write a new
+/// version, until `running` clears (200 ops at least); each returns its
+/// blocks' last versions (0: the fill). `seed` varies the choices,
+/// `during` names the work for a failed check.
+pub fn clients_during(
+    array: &Arc<Array>,
+    threads: u64,
+    write_every: Option<u64>,
+    seed: u64,
+    during: &'static str,
+    running: &Arc<std::sync::atomic::AtomicBool>,
+) -> Vec<std::thread::JoinHandle<Vec<(u64, u64)>>> {
+    use nvraid_io::queue::{OpKind, Target};
+    use std::sync::atomic::Ordering;
+    const BLOCK: u64 = 4096;
+    let blocks = array.size_bytes() / BLOCK;
+    (0..threads)
+        .map(|t| {
+            let array = array.clone();
+            let running = running.clone();
+            std::thread::spawn(move || {
+                let target =
+                    nvraid_array::FanoutTarget::array(array, nvraid_io::engine::EngineKind::Psync);
+                let mut queue = target.open_queue(1, 64 << 10).unwrap();
+                let mut rng = Rng(seed + t);
+                let mut versions = std::collections::HashMap::new();
+                let mut want = vec![0u8; BLOCK as usize];
+                let mut ops = 0u64;
+                while running.load(Ordering::Acquire) || ops < 200 {
+                    ops += 1;
+                    let b = rng.below(blocks / threads) * threads + t;
+                    if write_every.is_some_and(|n| rng.below(n) == 0) {
+                        let v = versions.get(&b).copied().unwrap_or(0) + 1;
+                        pattern(b, v, queue.buffer_mut(0)[..BLOCK as usize].as_mut());
+                        one(&mut queue, OpKind::Write, b * BLOCK, BLOCK as u32);
+                        versions.insert(b, v);
+                    } else {
+                        one(&mut queue, OpKind::Read, b * BLOCK, BLOCK as u32);
+                        pattern(b, versions.get(&b).copied().unwrap_or(0), &mut want);
+                        assert!(
+                            queue.buffer(0)[..BLOCK as usize] == want[..],
+                            "block {b} read back wrong during the {during}"
+                        );
+                    }
+                }
+                versions.into_iter().collect()
+            })
+        })
+        .collect()
+}
