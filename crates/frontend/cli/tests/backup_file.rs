@@ -91,6 +91,11 @@ fn le64(r: &[u8], at: usize) -> u64 {
 /// Grow killed at the first checkpoint inside the section (position 4
 /// MiB), with the file `bf` written.
 fn killed_inside(dir: &Path, old: &[String]) {
+    killed_inside_at(dir, old, "reshape-superblock:8")
+}
+
+/// Grow (`--step 4M`, the file `bf`) killed at `point` inside the section.
+fn killed_inside_at(dir: &Path, old: &[String], point: &str) {
     killed_at(
         dir,
         &with(
@@ -107,7 +112,7 @@ fn killed_inside(dir: &Path, old: &[String]) {
             ],
             old,
         ),
-        "reshape-superblock:8",
+        point,
     );
     let position = examine(dir, "d0")["reshape_position"].as_u64().unwrap() * 512;
     assert!(
@@ -407,13 +412,14 @@ fn a_backup_file_where_none_is_needed_is_ignored_as_mdadm_ignores_it() {
 }
 
 /// The images of a grow in place (file alone) killed inside its section,
-/// named `name` in `dir/name`, and the file padded to whole 4 KiB (a
-/// disk in the VM).
+/// in the middle of the second step's member writes (old rows the
+/// recorded position reads already overwritten), named `name` in
+/// `dir/name`, and the file padded to whole MiB (a disk in the VM).
 fn vm_case(dir: &Path, name: &str) -> (Vec<PathBuf>, PathBuf) {
     let sub = dir.join(name);
     std::fs::create_dir(&sub).unwrap();
     let (old, _) = in_place(&sub, name, 8);
-    killed_inside(&sub, &old);
+    killed_inside_at(&sub, &old, "reshape-write:9");
     let file = sub.join("bf");
     let len = std::fs::metadata(&file).unwrap().len();
     std::fs::OpenOptions::new()
