@@ -484,3 +484,139 @@ echo "KERNEL level=$(cat $sys/md/level) disks=$(cat $sys/md/raid_disks) degraded
         "{line}\n{report}"
     );
 }
+
+/// The start of a guest script that runs mdadm as it runs on a booted
+/// system: mdadm (4.2) does not go on with a reshape from an initramfs
+/// (its root on ramfs), so the guest's tools are copied to an ext4 file
+/// system on the disk `/dev/vdg` and mdadm runs chrooted there.
+const CHROOTED: &str = r#"set +e
+mkdir -p /mnt; mke2fs -q /dev/vdg >/dev/null 2>&1 && mount -t ext4 /dev/vdg /mnt || echo MOUNT_FAILED
+for d in bin sbin usr lib lib64 etc; do [ -e /$d ] && cp -a /$d /mnt/ 2>/dev/null; done
+rm -rf /mnt/lib/modules; rm -f /mnt/etc/initrd-release
+mkdir -p /mnt/dev /mnt/proc /mnt/sys /mnt/run /mnt/tmp
+mount --bind /dev /mnt/dev; mount -t proc proc /mnt/proc; mount -t sysfs sys /mnt/sys
+"#;
+
+/// Run `script` (after [`CHROOTED`]) in tools/mdvm on `images` (the last
+/// one the ext4 disk, made here); its output.
+fn chrooted_vm(dir: &Path, script: &str, images: &[PathBuf]) -> String {
+    let fs = dir.join("fsdisk");
+    std::fs::File::create(&fs)
+        .unwrap()
+        .set_len(64 * MIB)
+        .unwrap();
+    let path = dir.join("script.sh");
+    std::fs::write(&path, format!("{CHROOTED}{script}")).unwrap();
+    let out = mdvm_on("mdvm", "6.1", &["ext4"])
+        .arg("--script")
+        .arg(&path)
+        .args(images)
+        .arg(&fs)
+        .output()
+        .expect("tools/mdvm/mdvm (./test.sh installs its tools)");
+    std::fs::remove_file(&fs).unwrap();
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn mdadms_own_backup_file_is_restored_by_continue_as_mdadm_restores_it() {
+    // mdadm's `--grow --backup-file` of a RAID 5 with no room to move its
+    // data (4 -> 5 members of 32 MiB, chunks of 1 MiB: a section of 12
+    // MiB, which mdadm wants below half a member), the slowest sync speed;
+    // the file copied out to a disk the moment its record is written,
+    // then mdadm killed and the VM powered off with the array running
+    // (the superblocks record position 0). Two copies of that state:
+    // nvraid's `grow --continue --backup-file` on one, mdadm's `--assemble
+    // --backup-file` (and the kernel) on the other; both give the same
+    // array bytes, and nvraid's parity is clean.
+    let dir = tempfile::tempdir().unwrap();
+    let names: Vec<String> = (0..4).map(|i| format!("d{i}")).collect();
+    let mut args = vec![
+        "create", "--level", "5", "--chunk", "1M", "--bitmap", "none", "--size", "32M", "--name",
+        "mdfile",
+    ];
+    args.extend(names.iter().map(String::as_str));
+    ok(&args, dir.path());
+    let bytes = 3 * 31 * MIB;
+    std::fs::write(dir.path().join("data"), pattern(bytes)).unwrap();
+    ok(&with(&["write", "--input", "data"], &names), dir.path());
+    std::fs::remove_file(dir.path().join("data")).unwrap();
+    blank_mib(dir.path(), "d4", 32);
+    blank_mib(dir.path(), "bf", 16);
+    let m = all(&names);
+    let mut images: Vec<PathBuf> = m.iter().map(|n| dir.path().join(n)).collect();
+    images.push(dir.path().join("bf"));
+    let captured = chrooted_vm(
+        dir.path(),
+        r#"chroot /mnt mdadm --assemble /dev/md0 /dev/vda /dev/vdb /dev/vdc /dev/vdd 2>&1
+echo 1 > /proc/sys/dev/raid/speed_limit_min
+echo 1 > /proc/sys/dev/raid/speed_limit_max
+(chroot /mnt mdadm --grow /dev/md0 -n 5 --add /dev/vde --backup-file /bf 2>&1) &
+i=0
+while [ $i -lt 600 ]; do
+  if [ -e /mnt/bf ] && [ "$(dd if=/mnt/bf bs=16 count=1 2>/dev/null)" = "md_backup_data-1" ]; then
+    dd if=/mnt/bf of=/dev/vdf bs=1M 2>/dev/null; sync
+    echo "CAPTURED $(grep reshape /proc/mdstat)"
+    break
+  fi
+  sleep 0.05; i=$((i+1))
+done
+kill -9 $(pidof mdadm)
+sync
+"#,
+        &images,
+    );
+    assert!(
+        captured.contains("CAPTURED"),
+        "no backup file from mdadm:\n{captured}"
+    );
+    let position = examine(dir.path(), "d0")["reshape_position"]
+        .as_u64()
+        .unwrap()
+        * 512;
+    assert!(
+        position < SECTION,
+        "mdadm left it at {position}:\n{captured}"
+    );
+    let theirs = dir.path().join("theirs");
+    std::fs::create_dir(&theirs).unwrap();
+    for n in m.iter().chain([&"bf".to_string()]) {
+        std::fs::copy(dir.path().join(n), theirs.join(n)).unwrap();
+    }
+    // nvraid's.
+    ok(
+        &with(&["grow", "--continue", "--backup-file", "bf"], &m),
+        dir.path(),
+    );
+    let ours = read(dir.path(), &m, bytes);
+    assert_checks_clean(dir.path(), &m, "nvraid's continue of mdadm's grow");
+    // mdadm's.
+    let mut images: Vec<PathBuf> = m.iter().map(|n| theirs.join(n)).collect();
+    images.push(theirs.join("bf"));
+    let report = chrooted_vm(
+        &theirs,
+        &format!(
+            r#"echo 200000 > /proc/sys/dev/raid/speed_limit_min
+dd if=/dev/vdf of=/mnt/bf bs=4096 count=3073 2>/dev/null
+chroot /mnt mdadm --assemble /dev/md0 --run --backup-file /bf /dev/vda /dev/vdb /dev/vdc /dev/vdd /dev/vde 2>&1
+i=0; while grep -q reshape /proc/mdstat && [ $i -lt 200 ]; do sleep 1; i=$((i+1)); done
+cat /proc/mdstat
+echo "SHA $(head -c {bytes} /dev/md0 | sha256sum)"
+"#
+        ),
+        &images,
+    );
+    assert!(
+        report.contains("restoring critical section"),
+        "mdadm did not restore the section:\n{report}"
+    );
+    assert!(
+        report.contains(&format!("SHA {}", sha(&ours))),
+        "nvraid's array differs from mdadm's (nvraid's sha256 {}):\n{captured}\n{report}",
+        sha(&ours)
+    );
+}
