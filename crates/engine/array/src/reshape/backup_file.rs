@@ -243,7 +243,11 @@ pub(super) fn restore(
     // The position as mdadm sets it: past the copies when it lies in them.
     let position = reshape.position();
     let lo = copies.iter().map(|c| c.start).min().expect("a copy");
-    let hi = copies.iter().map(|c| c.start + c.len).max().expect("a copy");
+    let hi = copies
+        .iter()
+        .map(|c| c.start + c.len)
+        .max()
+        .expect("a copy");
     if position < lo || position > hi {
         return Ok(Some(position));
     }
