@@ -23,14 +23,19 @@ const SECTION: u64 = 12 * MIB;
 /// bitmap, filled with the pattern; and a blank fifth member of
 /// `new_mib` MiB (12: room for nvraid's backup area; 8: none).
 fn in_place(dir: &Path, name: &str, new_mib: u64) -> (Vec<String>, Vec<u8>) {
+    in_place_level(dir, name, "5", new_mib)
+}
+
+/// [`in_place`] of RAID `level` (5 or 6).
+fn in_place_level(dir: &Path, name: &str, level: &str, new_mib: u64) -> (Vec<String>, Vec<u8>) {
     let names: Vec<String> = (0..4).map(|i| format!("d{i}")).collect();
     let mut args = vec![
-        "create", "--level", "5", "--chunk", "1M", "--bitmap", "none", "--size", "7M", "--name",
+        "create", "--level", level, "--chunk", "1M", "--bitmap", "none", "--size", "7M", "--name",
         name,
     ];
     args.extend(names.iter().map(String::as_str));
     ok(&args, dir);
-    let data = pattern(3 * PER);
+    let data = pattern(if level == "6" { 2 } else { 3 } * PER);
     std::fs::write(dir.join("data"), &data).unwrap();
     ok(&with(&["write", "--input", "data"], &names), dir);
     std::fs::remove_file(dir.join("data")).unwrap();
@@ -51,7 +56,12 @@ fn examine(dir: &Path, name: &str) -> serde_json::Value {
 /// Every byte of the grown array (the pattern, then zeros) and every
 /// parity right.
 fn assert_grown(dir: &Path, members: &[String], data: &[u8], what: &str) {
-    let got = read(dir, members, 4 * PER);
+    assert_grown_to(dir, members, data, 4 * PER, what)
+}
+
+/// [`assert_grown`] of an array of `size` bytes.
+fn assert_grown_to(dir: &Path, members: &[String], data: &[u8], size: u64, what: &str) {
+    let got = read(dir, members, size);
     assert!(
         got[..data.len()] == data[..],
         "{what}: the old bytes moved wrong"
@@ -189,6 +199,39 @@ fn a_grow_in_place_with_no_room_for_its_backup_area_grows_with_a_backup_file_alo
         "the file stayed after the grow"
     );
     assert_grown(dir.path(), &all(&old), &data, "grown with the file alone");
+    // A RAID 6 (4 -> 5 members: a section of 6 MiB), killed inside it
+    // mid-step, continued from the file.
+    let dir = tempfile::tempdir().unwrap();
+    let (old, data) = in_place_level(dir.path(), "alone6", "6", 8);
+    killed_at(
+        dir.path(),
+        &with(
+            &[
+                "grow",
+                "-n",
+                "5",
+                "--add",
+                "d4",
+                "--step",
+                "3M",
+                "--backup-file",
+                "bf",
+            ],
+            &old,
+        ),
+        "reshape-write:9",
+    );
+    let position = examine(dir.path(), "d0")["reshape_position"]
+        .as_u64()
+        .unwrap()
+        * 512;
+    assert!(position > 0 && position < 6 * MIB, "killed at {position}");
+    let m = all(&old);
+    ok(
+        &with(&["grow", "--continue", "--backup-file", "bf"], &m),
+        dir.path(),
+    );
+    assert_grown_to(dir.path(), &m, &data, 3 * PER, "RAID 6 with the file alone");
 }
 
 #[test]
@@ -371,6 +414,19 @@ fn a_backup_file_where_none_is_needed_is_ignored_as_mdadm_ignores_it() {
         "a file made though none was needed"
     );
     let m = all(&names);
+    assert!(read(dir.path(), &m, data.len() as u64) == data);
+    // A change that keeps no backup (a restripe moving the data offset):
+    // said so, the file not made.
+    let out = nvraid(
+        &with(&["grow", "--chunk", "128K", "--backup-file", "bf"], &m),
+        dir.path(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stderr.contains("--backup-file bf: not used"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("bf").exists(), "a file made by a restripe");
     assert!(read(dir.path(), &m, data.len() as u64) == data);
     // A grow in place killed past its section: continue needs no file, a
     // missing one is no matter.

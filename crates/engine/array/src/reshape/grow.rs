@@ -657,7 +657,7 @@ fn continue_inner(
         return Err(Error::BadOption {
             option: "--backup-file".into(),
             why: format!(
-                "the reshape stands at {} bytes, inside the critical section of a grow in place whose section no member keeps (mdadm's, or `nvraid grow --backup-file`'s): give the file with `--backup-file FILE`; nothing was written",
+                "the reshape stands at {} bytes, inside the critical section of a grow in place whose section no member keeps (mdadm's, or `nvraid grow --backup-file`'s): give the file with `--backup-file FILE` (mdadm's backup on the new members' tails, without a file, is restored by `mdadm --assemble`); nothing was written",
                 reshape.position()
             ),
         });

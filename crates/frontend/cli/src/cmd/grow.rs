@@ -129,6 +129,19 @@ pub fn run(args: &GrowArgs, direct: bool) -> Result<u8> {
     if let Some(socket) = &args.socket {
         return grow_online(args, socket);
     }
+    // mdadm accepts --backup-file with any reshape and uses it only where
+    // it needs one; nvraid keeps one for a grow by members in place.
+    let file_used = args.cont
+        || (args.level.is_none()
+            && !args.add.is_empty()
+            && args.chunk.is_none()
+            && args.layout.is_none());
+    if let (Some(file), false) = (&args.backup_file, file_used) {
+        eprintln!(
+            "nvraid: --backup-file {}: not used by this change (nvraid keeps what it needs on the members); not made",
+            file.display()
+        );
+    }
     if args.level == Some(1) && args.add.is_empty() && args.array_size.is_some() {
         return raid5_to_raid1(args, direct);
     }
