@@ -9,6 +9,7 @@
 //! | `add-journal-superblock` | `add_journal` has written and flushed one more superblock (the journal's first, then each member's) |
 //! | `reshape-write` | a grow's step has written one more member's rows (then once more after every member was flushed) |
 //! | `reshape-backup` | a grow (or a shrink) in place has written and flushed one more piece of a critical-section step's backup on a new member (a leaving one) (header cleared, rows, header) |
+//! | `reshape-backup-file` | a grow in place with `--backup-file` has written and flushed one more piece of the file (the section's bytes, the records; the record forgotten past the section) |
 //! | `reshape-superblock` | a grow has written and flushed one more superblock (the reshape's record: new members first; each checkpoint; the finished shape); a served level change is about to write the next member's superblock (members before it written), and once more after all |
 //!
 //! Pause points hold a thread still instead, so that a test can act in

@@ -46,6 +46,7 @@
 //!    reshape fields cleared.
 
 use super::backup::{Backup, Saved};
+use super::backup_file::BackupFile;
 use super::degraded::{checkpoint, record_failure, Failed};
 use super::md_backup::MdBackup;
 use super::record::{is_reshaping, reshape_of};
@@ -123,6 +124,29 @@ pub(super) struct Placed {
 pub fn grow(
     members: &[String],
     options: &GrowOptions,
+    progress: &mut dyn FnMut(GrowProgress),
+) -> Result<Grown> {
+    grow_inner(members, options, None, progress)
+}
+
+/// [`grow`] with mdadm's `--backup-file`: a RAID 4/5/6 grown in place
+/// keeps its critical section in the file `backup_file` too (made new,
+/// `backup_file`), or only there when the new members have no room for
+/// nvraid's backup area. A grow that can move its data offset needs no
+/// backup and ignores the file, as mdadm does (it is not made).
+pub fn grow_with_backup_file(
+    members: &[String],
+    options: &GrowOptions,
+    backup_file: &std::path::Path,
+    progress: &mut dyn FnMut(GrowProgress),
+) -> Result<Grown> {
+    grow_inner(members, options, Some(backup_file), progress)
+}
+
+fn grow_inner(
+    members: &[String],
+    options: &GrowOptions,
+    backup_file: Option<&std::path::Path>,
     progress: &mut dyn FnMut(GrowProgress),
 ) -> Result<Grown> {
     let all: Vec<String> = members.iter().chain(&options.add).cloned().collect();
@@ -203,13 +227,18 @@ pub fn grow(
     }
     // No room to move the data offset: a RAID 4/5/6 grows in place, the
     // critical section kept in a backup area on the new members (`backup`).
+    // With a backup file and new members too small for that area, the
+    // file alone keeps the section (`backup_file`).
+    let mut room_area = true;
     let moved_sectors = match room_to_move(&found, &reference, &old_geometry, bitmap_bytes) {
         Ok(moved) => Some(moved),
         Err(_) if raid0_layout.is_none() && old_geometry.level().parity_chunks() > 0 => {
             let room = super::backup::room_bytes(&old_geometry);
             let need =
                 reference.data_offset_sectors * 512 + room + old_geometry.member_used_bytes();
-            if let Some(small) = adding.iter().find(|m| m.size_bytes() < need) {
+            if backup_file.is_some() && adding.iter().any(|m| m.size_bytes() < need) {
+                room_area = false;
+            } else if let Some(small) = adding.iter().find(|m| m.size_bytes() < need) {
                 return Err(Error::TooSmall {
                     spec: small.spec().into(),
                     size_bytes: small.size_bytes(),
@@ -289,7 +318,7 @@ pub fn grow(
     };
     for (member, dev) in adding.into_iter().zip(free_slots) {
         let mut sb = new_member_superblock(&member, &reference, dev)?;
-        if moved_sectors.is_none() {
+        if moved_sectors.is_none() && room_area {
             // Its data starts above the backup area.
             sb.data_offset_sectors += super::backup::room_bytes(&old_geometry) / 512;
             sb.data_size_sectors =
@@ -326,6 +355,18 @@ pub fn grow(
         Some(_) => None,
         None => Backup::of(&placed, &failed, &reshape),
     };
+    // mdadm's backup file, made and filled before any member is written.
+    let file = match (moved_sectors, backup_file) {
+        (None, Some(path)) => {
+            let mut f = BackupFile::create(path, reference.set_uuid, &reshape)?;
+            if let Err(e) = f.write(&placed, &failed, &reshape) {
+                let _ = std::fs::remove_file(path);
+                return Err(e);
+            }
+            Some(f)
+        }
+        _ => None,
+    };
     // New members first: a crash before the old members are recorded
     // leaves them one event ahead, which `grow --continue` finishes.
     for p in placed[old_count as usize..].iter() {
@@ -343,7 +384,7 @@ pub fn grow(
         publish_bitmap(&placed, &order, b, events)?;
     }
     write_superblocks(&placed, &order, bitmap.as_mut())?;
-    run_backed(
+    run_backed_with(
         placed,
         failed,
         reshape,
@@ -351,6 +392,7 @@ pub fn grow(
         bitmap,
         raid0_layout,
         backup,
+        file,
         progress,
     )
 }
@@ -363,6 +405,31 @@ pub fn continue_grow(
     members: &[String],
     direct: bool,
     step_bytes: u64,
+    progress: &mut dyn FnMut(GrowProgress),
+) -> Result<Grown> {
+    continue_inner(members, direct, step_bytes, None, progress)
+}
+
+/// [`continue_grow`] with mdadm's `--backup-file`: a grow in place
+/// stopped inside its critical section gets the section back from the
+/// file (`backup_file`; checked as mdadm checks it, refused by name with
+/// nothing written) before it goes on. A file the position does not need
+/// is ignored, as mdadm ignores it; a missing one too, then.
+pub fn continue_grow_with_backup_file(
+    members: &[String],
+    direct: bool,
+    step_bytes: u64,
+    backup_file: &std::path::Path,
+    progress: &mut dyn FnMut(GrowProgress),
+) -> Result<Grown> {
+    continue_inner(members, direct, step_bytes, Some(backup_file), progress)
+}
+
+fn continue_inner(
+    members: &[String],
+    direct: bool,
+    step_bytes: u64,
+    backup_file: Option<&std::path::Path>,
     progress: &mut dyn FnMut(GrowProgress),
 ) -> Result<Grown> {
     check_distinct_specs(members)?;
@@ -516,7 +583,7 @@ pub fn continue_grow(
         p.sb.events = events;
         p.sb.utime = Timestamp::now();
     }
-    let reshape = reshape_at(&placed, reference.reshape_position * 512)?;
+    let mut reshape = reshape_at(&placed, reference.reshape_position * 512)?;
     // A RAID 10's bitmap counts array bytes: md resized it for the new
     // shape when its grow started (and so did `grow`); resizing it again
     // changes nothing, and gives the image the new shape's bits.
@@ -560,7 +627,41 @@ pub fn continue_grow(
     // A grow in place stopped inside its critical section: the rows its
     // last step may have been writing are put back from the backup (before
     // anything else is written: a spoiled backup refuses with none).
-    let backup = Backup::of(&placed, &failed, &reshape);
+    let mut backup = Backup::of(&placed, &failed, &reshape);
+    // mdadm's backup file, when given: checked (refused by name, nothing
+    // written), its section written back in the new shape and the
+    // position taken past it. Without one, a grow in place inside its
+    // section with no backup area of nvraid's is refused, naming it.
+    let mut file_used = false;
+    if let Some(path) = backup_file {
+        if let Some(to) = super::backup_file::restore(
+            path,
+            &placed,
+            &failed,
+            &reshape,
+            &reference.set_uuid,
+            reference.utime,
+        )? {
+            file_used = true;
+            if to != reshape.position() {
+                for p in placed.iter_mut() {
+                    p.sb.reshape_position = to / 512;
+                }
+                reshape = reshape_at(&placed, to)?;
+                backup = Backup::of(&placed, &failed, &reshape);
+            }
+        }
+    } else if super::backup_file::inside_section(&reshape)
+        && !backup.as_ref().is_some_and(Backup::is_held)
+    {
+        return Err(Error::BadOption {
+            option: "--backup-file".into(),
+            why: format!(
+                "the reshape stands at {} bytes, inside the critical section of a grow in place whose section no member keeps (mdadm's, or `nvraid grow --backup-file`'s): give the file with `--backup-file FILE` (mdadm's backup on the new members' tails, without a file, is restored by `mdadm --assemble`); nothing was written",
+                reshape.position()
+            ),
+        });
+    }
     // A backwards reshape goes on only where every step down to the start
     // is crash-safe, or a backup keeps the steps that are not (a shrink in
     // place; checked before anything is written).
@@ -583,7 +684,7 @@ pub fn continue_grow(
             placed, reshape, step_bytes, bitmap, backup, progress,
         );
     }
-    run_backed(
+    let grown = run_backed(
         placed,
         failed,
         reshape,
@@ -592,7 +693,12 @@ pub fn continue_grow(
         raid0_layout,
         backup,
         progress,
-    )
+    )?;
+    // Done with it, as mdadm is once the reshape is finished.
+    if let (true, Some(path)) = (file_used, backup_file) {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(grown)
 }
 
 /// Open every member of `specs` for writing and read its superblock; the
@@ -775,6 +881,36 @@ fn save_backup(
 /// in `backup` first (`backup`).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn run_backed(
+    placed: Vec<Placed>,
+    failed: Failed,
+    reshape: Reshape,
+    step_bytes: u64,
+    bitmap: Option<MemberBitmap>,
+    raid0_layout: Option<u32>,
+    backup: Option<Backup>,
+    progress: &mut dyn FnMut(GrowProgress),
+) -> Result<Grown> {
+    run_backed_with(
+        placed,
+        failed,
+        reshape,
+        step_bytes,
+        bitmap,
+        raid0_layout,
+        backup,
+        None,
+        progress,
+    )
+}
+
+/// [`run_backed`] with mdadm's backup file (`backup_file`), filled with
+/// the whole section: no step crosses the section's end while it stands;
+/// where nvraid keeps no backup area of its own, the steps inside the
+/// section need no other (a crash there is undone from the file); it is
+/// forgotten before the first step past the section and removed at the
+/// end.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn run_backed_with(
     mut placed: Vec<Placed>,
     mut failed: Failed,
     mut reshape: Reshape,
@@ -782,8 +918,10 @@ pub(super) fn run_backed(
     mut bitmap: Option<MemberBitmap>,
     raid0_layout: Option<u32>,
     mut backup: Option<Backup>,
+    mut file: Option<BackupFile>,
     progress: &mut dyn FnMut(GrowProgress),
 ) -> Result<Grown> {
+    let mut file_standing = file.is_some();
     let started = std::time::Instant::now();
     let start = reshape.position();
     let end = reshape.new_shape().array_bytes();
@@ -818,6 +956,10 @@ pub(super) fn run_backed(
                 }
             }
         }
+        if let Some(f) = file.as_mut().filter(|f| file_standing && p >= f.end()) {
+            f.forget()?;
+            file_standing = false;
+        }
         let mut to = (p + step_bytes).min(end);
         if to < end {
             to = to / unit * unit;
@@ -825,10 +967,26 @@ pub(super) fn run_backed(
         if let Some(m) = &md {
             to = to.min(m.end());
         }
+        // Inside the section, the file alone keeping it: any step up to
+        // its end (a crash is undone from the file).
+        let by_file = match file.as_ref().filter(|_| file_standing) {
+            Some(f) if !backup.as_ref().is_some_and(Backup::is_held) => {
+                to = to.min(f.end());
+                true
+            }
+            Some(f) => {
+                to = to.min(f.end());
+                false
+            }
+            None => false,
+        };
         // In the critical section of a grow in place: one new stripe, its
         // rows kept first.
         let mut backed = None;
         loop {
+            if by_file && to > p {
+                break;
+            }
             let kernel_ok = to == end || reshape.at(to).is_ok_and(|r| r.md_can_continue());
             if to > p && reshape.step_is_safe(to) && kernel_ok {
                 break;
@@ -878,6 +1036,14 @@ pub(super) fn run_backed(
                 // part-way over them).
                 Err(failure) => {
                     record_failure(&mut placed, &mut failed, &reshape, failure, bitmap.as_mut())?;
+                    if by_file {
+                        // Old rows of the step may be overwritten: the
+                        // file puts the section back.
+                        return Err(Error::NotStartable(format!(
+                            "a member failed inside the critical section (recorded faulty); the reshape stands at {p} bytes: run `nvraid grow --continue --backup-file {}`",
+                            file.as_ref().map(|f| f.path().display().to_string()).unwrap_or_default()
+                        )));
+                    }
                     if backup.is_some() {
                         backup = Backup::of(&placed, &failed, &reshape);
                     }
@@ -935,6 +1101,10 @@ pub(super) fn run_backed(
         p.sb.utime = Timestamp::now();
     }
     checkpoint(&mut placed, &mut failed, &reshape, bitmap.as_mut())?;
+    if let Some(f) = &file {
+        // Done with it, as mdadm is once the reshape is finished.
+        let _ = std::fs::remove_file(f.path());
+    }
     let survivor = failed.surviving().first().copied().unwrap_or(0);
     let raid0 = u32::from(raid0_layout.is_some());
     Ok(Grown {

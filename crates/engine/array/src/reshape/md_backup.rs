@@ -201,7 +201,7 @@ fn failure(role: usize, p: &Placed, e: std::io::Error) -> MemberFailure {
 /// mdadm's checksum of a record's first `len` bytes, as mdadm computes it:
 /// it adds the first byte (of the magic: `m`) at every step, so it
 /// depends on `len` alone; kept so, since mdadm compares with it.
-fn checksum(len: usize) -> u32 {
+pub(super) fn checksum(len: usize) -> u32 {
     let first = i32::from(MAGIC[0] as i8);
     (0..len).fold(0i32, |c, _| c.wrapping_shl(3).wrapping_add(first)) as u32
 }
@@ -209,7 +209,7 @@ fn checksum(len: usize) -> u32 {
 /// The end of the critical section as mdadm computes it (its
 /// `Grow_restart`, for a growing member count): the first new stripe
 /// boundary from which the kernel's reads stay ahead of its writes.
-fn section_end(reshape: &Reshape) -> Option<u64> {
+pub(super) fn section_end(reshape: &Reshape) -> Option<u64> {
     let (old, new) = (reshape.old(), reshape.new_shape());
     let odata = u64::from(old.members() - old.level().parity_chunks());
     let ndata = u64::from(new.members() - new.level().parity_chunks());

@@ -15,6 +15,9 @@
 //! - `backup`: a RAID 4/5/6 grown in place (no room to move the data
 //!   offset): the rows each step of the critical section overwrites kept
 //!   on the new members first, put back by `grow --continue`;
+//! - `backup_file`: mdadm's `--backup-file`, the critical section kept in
+//!   a file in mdadm's format (written by `grow`, restored by
+//!   `grow --continue`);
 //! - `md_backup`: beside it, mdadm's own backup of the whole critical
 //!   section at the tail of the new members' data, which `mdadm
 //!   --assemble` restores;
@@ -74,6 +77,7 @@
 //! [`Reshape`]: nvraid_layout::Reshape
 
 mod backup;
+mod backup_file;
 mod bitmap;
 mod degraded;
 mod grow;
@@ -97,7 +101,10 @@ mod size;
 mod step;
 mod takeover;
 
-pub use grow::{continue_grow, grow, GrowOptions, GrowProgress, Grown};
+pub use grow::{
+    continue_grow, continue_grow_with_backup_file, grow, grow_with_backup_file, GrowOptions,
+    GrowProgress, Grown,
+};
 pub use level::{change_level, raid1_to_raid5_grown, LevelChanged};
 pub use live::{LiveGrow, LiveGrowOptions, LiveGrowStatus};
 pub use live_copy::{start_live, LiveMirror, LiveReshape};

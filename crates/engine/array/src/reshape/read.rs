@@ -31,6 +31,12 @@ pub struct MidReshape {
     /// A grow in place left inside a step of its critical section: the old
     /// rows the step was overwriting, from its backup, read in their place.
     kept: Option<Saved>,
+    /// A grow in place inside its critical section with no backup area of
+    /// nvraid's (its section kept only in mdadm's backup file): the array
+    /// bytes from the position to the section's end, which the old rows
+    /// may no longer hold, and the file's copy of them when given.
+    unkept: Option<(u64, u64)>,
+    file: Option<super::backup_file::Checked>,
 }
 
 /// One shape of the reshape in `detail`.
@@ -104,6 +110,26 @@ impl MidReshape {
     /// md's assembly rules (`decision`), the reshape's fields checked the
     /// same on all of them; a missing role is refused.
     pub fn open(specs: &[String], direct: bool) -> Result<Option<MidReshape>> {
+        Self::open_inner(specs, direct, None)
+    }
+
+    /// [`MidReshape::open`] with mdadm's backup file (`--backup-file`): a
+    /// grow in place inside its critical section reads the section's bytes
+    /// from the file (checked as `grow --continue` checks it, refused by
+    /// name); a file the position does not need is ignored.
+    pub fn open_with_backup_file(
+        specs: &[String],
+        direct: bool,
+        backup_file: &std::path::Path,
+    ) -> Result<Option<MidReshape>> {
+        Self::open_inner(specs, direct, Some(backup_file))
+    }
+
+    fn open_inner(
+        specs: &[String],
+        direct: bool,
+        backup_file: Option<&std::path::Path>,
+    ) -> Result<Option<MidReshape>> {
         if specs.is_empty() {
             return Err(Error::NoMembers);
         }
@@ -173,9 +199,24 @@ impl MidReshape {
             .zip(superblocks)
             .map(|(member, sb)| Placed { member, sb })
             .collect();
-        let kept = match Backup::of(&placed, &Failed::none(placed.len()), &reshape) {
+        let backup = Backup::of(&placed, &Failed::none(placed.len()), &reshape);
+        let kept = match &backup {
             Some(backup) => backup.find(&placed, &reshape)?,
             None => None,
+        };
+        let unkept = (super::backup_file::inside_section(&reshape)
+            && !backup.as_ref().is_some_and(Backup::is_held))
+        .then(|| super::md_backup::section_end(&reshape))
+        .flatten()
+        .map(|end| (reshape.position(), end));
+        let file = match (unkept, backup_file) {
+            (Some(_), Some(path)) => super::backup_file::check(
+                path,
+                &reshape,
+                &placed[0].sb.set_uuid,
+                placed[0].sb.utime,
+            )?,
+            _ => None,
         };
         let (members, superblocks) = placed.into_iter().map(|p| (p.member, p.sb)).unzip();
         Ok(Some(MidReshape {
@@ -185,6 +226,8 @@ impl MidReshape {
             set_aside,
             sector_bytes,
             kept,
+            unkept,
+            file,
         }))
     }
 
@@ -225,6 +268,17 @@ impl MidReshape {
             });
         }
         let members: Vec<&Member> = self.members.iter().collect();
+        if let Some((from, to)) = self.unkept {
+            if offset < to && offset + len > from {
+                let Some(file) = &self.file else {
+                    return Err(Error::NotStartable(format!(
+                        "array bytes [{from}, {to}) of this grow in place, stopped inside its critical section, are kept only in mdadm's backup file (the old rows may be overwritten): give it with `--backup-file FILE`, or finish the grow with `nvraid grow --continue --backup-file FILE`"
+                    )));
+                };
+                read_through(&self.reshape, &members, buf, offset)?;
+                return file.overlay(buf, offset);
+            }
+        }
         let Some(kept) = &self.kept else {
             return read_through(&self.reshape, &members, buf, offset);
         };

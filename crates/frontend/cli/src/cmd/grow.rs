@@ -9,9 +9,9 @@ use super::{bytes_text, size_arg};
 use anyhow::{bail, Result};
 use clap::Args;
 use nvraid_array::reshape::{
-    add_q, change_level, change_shape, continue_grow, grow, raid0_to_raid10, raid1_to_raid5_grown,
-    resize, shrink, shrink_to_two, GrowOptions, GrowProgress, Grown, ShapeOptions, ShrinkOptions,
-    Shrunk, SizeOptions, SizeTarget,
+    add_q, change_level, change_shape, continue_grow, continue_grow_with_backup_file, grow,
+    grow_with_backup_file, raid0_to_raid10, raid1_to_raid5_grown, resize, shrink, shrink_to_two,
+    GrowOptions, GrowProgress, Grown, ShapeOptions, ShrinkOptions, Shrunk, SizeOptions, SizeTarget,
 };
 use nvraid_member::format_size;
 use std::io::{IsTerminal, Write};
@@ -126,6 +126,18 @@ pub struct GrowArgs {
     /// parity -> 0), its requests drained for the superblock writes.
     #[arg(long, value_name = "PATH", conflicts_with_all = ["members", "cont"])]
     socket: Option<std::path::PathBuf>,
+    /// mdadm's --backup-file: a RAID 4/5/6 grown in place (no room to move
+    /// the data offset) keeps its critical section in this new file too,
+    /// in mdadm's format (or only there, when the new members have no
+    /// room for nvraid's backup area), which `mdadm --assemble
+    /// --backup-file` also restores; removed when the grow ends. With
+    /// --continue: the section of a grow in place stopped inside it is
+    /// restored from the file (mdadm's or nvraid's; refused by name when
+    /// it is another array's, damaged, or older than the position).
+    /// Ignored where no backup is needed (a grow that moves the data
+    /// offset, a reshape past its section), as mdadm ignores it.
+    #[arg(long = "backup-file", value_name = "FILE", conflicts_with = "socket")]
+    backup_file: Option<std::path::PathBuf>,
     /// Without --socket: the array's members, in any order.
     #[arg(required_unless_present = "socket")]
     members: Vec<String>,
@@ -134,6 +146,19 @@ pub struct GrowArgs {
 pub fn run(args: &GrowArgs, direct: bool) -> Result<u8> {
     if let Some(socket) = &args.socket {
         return grow_online(args, socket);
+    }
+    // mdadm accepts --backup-file with any reshape and uses it only where
+    // it needs one; nvraid keeps one for a grow by members in place.
+    let file_used = args.cont
+        || (args.level.is_none()
+            && !args.add.is_empty()
+            && args.chunk.is_none()
+            && args.layout.is_none());
+    if let (Some(file), false) = (&args.backup_file, file_used) {
+        eprintln!(
+            "nvraid: --backup-file {}: not used by this change (nvraid keeps what it needs on the members); not made",
+            file.display()
+        );
     }
     if args.consistency_policy.is_some() || args.bitmap.is_some() {
         return super::grow_policy::run(
@@ -215,7 +240,16 @@ pub fn run(args: &GrowArgs, direct: bool) -> Result<u8> {
         };
         change_shape(&args.members, &options, &mut progress)?
     } else if args.cont {
-        continue_grow(&args.members, direct, args.step, &mut progress)?
+        match &args.backup_file {
+            Some(file) => continue_grow_with_backup_file(
+                &args.members,
+                direct,
+                args.step,
+                file,
+                &mut progress,
+            )?,
+            None => continue_grow(&args.members, direct, args.step, &mut progress)?,
+        }
     } else {
         let Some(raid_devices) = args.raid_devices else {
             bail!("--raid-devices N is needed (or --continue)");
@@ -239,7 +273,10 @@ pub fn run(args: &GrowArgs, direct: bool) -> Result<u8> {
                 print_shrunk(&shrunk, args.json)?;
                 return Ok(0);
             }
-            None => grow(&args.members, &options, &mut progress)?,
+            None => match &args.backup_file {
+                Some(file) => grow_with_backup_file(&args.members, &options, file, &mut progress)?,
+                None => grow(&args.members, &options, &mut progress)?,
+            },
         }
     };
     if args.json {

@@ -51,6 +51,11 @@ pub struct ReadArgs {
     #[arg(long, short = 'o')]
     output: Option<String>,
     /// Members of the array, in any order.
+    /// mdadm's backup file of a grow in place stopped inside its critical
+    /// section (`nvraid grow --backup-file`, or mdadm's): the section's
+    /// bytes read from it (checked as `grow --continue` checks it).
+    #[arg(long = "backup-file", value_name = "FILE")]
+    backup_file: Option<std::path::PathBuf>,
     #[arg(required = true)]
     members: Vec<String>,
 }
@@ -160,7 +165,11 @@ fn copy_in(array: &Array, input: &mut File, offset: u64, len: u64) -> Result<()>
 
 pub fn read(args: &ReadArgs, direct: bool) -> Result<u8> {
     // An array part-way through a reshape is read through its reshape's map.
-    if let Some(mid) = MidReshape::open(&args.members, direct)? {
+    let mid = match &args.backup_file {
+        Some(file) => MidReshape::open_with_backup_file(&args.members, direct, file)?,
+        None => MidReshape::open(&args.members, direct)?,
+    };
+    if let Some(mid) = mid {
         let read = |buf: &mut [u8], at: u64| mid.read_at(buf, at);
         return read_out(args, mid.size_bytes(), mid.sector_bytes(), &read);
     }
