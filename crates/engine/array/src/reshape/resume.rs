@@ -1,6 +1,7 @@
 //! `nvraid serve` of an array its members record part-way through a grow
-//! (a server killed or stopped during `grow --socket`, the offline grow
-//! killed, or the kernel's md stopped mid-reshape).
+//! of a RAID 4/5/6 or RAID 10 near (a server killed or stopped during
+//! `grow --socket`, the offline grow killed, or the kernel's md stopped
+//! mid-reshape).
 //!
 //! - **Clean** (every superblock says the array was stopped cleanly, every
 //!   member of both shapes given, each recording the reshape): the array
@@ -18,13 +19,15 @@
 //!   the background (the bits of a write-intent bitmap, or all of it),
 //!   which puts right the parity of the new-shape rows clients wrote
 //!   before the crash.
-//! - **Restripes** (a RAID 4/5/6 keeping its members, chunk and/or layout
-//!   changed: `grow --socket --chunk`, or the offline `grow --chunk`
-//!   moving the data offset down) go on the same way, clean or dirty.
+//! - **Restripes** (a RAID 4/5/6 or RAID 10 near keeping its members,
+//!   chunk and/or layout changed: `grow --socket --chunk`, or the offline
+//!   `grow --chunk` moving the data offset down) go on the same way, clean
+//!   or dirty. A RAID 10's new region is marked in its bitmap again before
+//!   the steps go on (`live_copy::mark_new_region`, as a new grow marks it).
 //! - **Refused**, nothing written, with `nvraid grow --continue` named: a
-//!   reshape other than a RAID 4/5/6 gaining members or restriped with its
-//!   data offset moved down (a level change, a RAID 10 or RAID 0 grow or
-//!   restripe, a backwards reshape), an array with a partial parity log or a
+//!   reshape other than a RAID 4/5/6 or RAID 10 near gaining members or
+//!   restriped with its data offset moved down (a level change, a RAID 0
+//!   grow or restripe, a backwards reshape), an array with a partial parity log or a
 //!   write journal, a served read-only export, and a role without its
 //!   member; a dirty one with a member missing names the risk (its bytes
 //!   would come from parity the crash may have left stale; md refuses to
@@ -311,7 +314,7 @@ pub(crate) fn check_servable(reference: &Superblock, spec: &str) -> Result<()> {
 }
 
 /// The reshape `reference` records is one `serve` goes on with: a RAID
-/// 4/5/6 gaining members (level, layout and chunk kept) or restriped
+/// 4/5/6 or RAID 10 near gaining members (level, layout and chunk kept) or restriped
 /// with its members kept (chunk and/or layout changed), forwards, every
 /// member's data offset moving down by the same amount from one offset,
 /// without a partial parity log or a write journal. Refused otherwise,
@@ -322,8 +325,8 @@ fn check_kind(reference: &Superblock, spec: &str, continue_hint: &str) -> Result
     let refuse = |what: String| {
         Error::NotStartable(format!(
             "the members record a reshape in progress ({what}); `nvraid serve` goes on only \
-             with a RAID 4/5/6 gaining members or restriped (chunk, layout) while served \
-             (forwards, the data offset moved down): finish this one first with {continue_hint}, or let the kernel's md finish \
+             with a RAID 4/5/6 or RAID 10 near gaining members or restriped (chunk, layout) \
+             while served (forwards, the data offset moved down): finish this one first with {continue_hint}, or let the kernel's md finish \
              it (mdadm --assemble)"
         ))
     };
@@ -341,13 +344,16 @@ fn check_kind(reference: &Superblock, spec: &str, continue_hint: &str) -> Result
         }
     );
     let parity = matches!(old.level(), Level::Raid5 { .. } | Level::Raid6 { .. });
+    // A RAID 10 near keeping its copies (the route's `copy_read` and
+    // `copy_write`, `step`'s RAID 10 rows).
+    let near = matches!(old.level(), Level::Raid10 { .. }) && old.level() == new.level();
     let grow = old.level() == new.level()
         && old.chunk_bytes() == new.chunk_bytes()
         && new.members() > old.members();
     // A chunk or layout change within the level (`live_shape`).
     let restripe = super::shape::is_in_place(&reshape)
         && std::mem::discriminant(&old.level()) == std::mem::discriminant(&new.level());
-    if !parity || !(grow || restripe) || reshape.direction() != Direction::Forwards {
+    if !(parity || near) || !(grow || restripe) || reshape.direction() != Direction::Forwards {
         return Err(refuse(describe));
     }
     let moved = i64::from(reference.new_offset as i32);
@@ -403,6 +409,14 @@ impl LiveGrow {
         options: ResumeOptions,
     ) -> Result<(Arc<LiveGrow>, std::thread::JoinHandle<()>)> {
         check_growable(array)?;
+        // A RAID 10's new region marked again (a crash while it goes on
+        // leaves md to resync that region by these bits, as `start`'s
+        // mark does for a new grow).
+        super::live_copy::mark_new_region(
+            array,
+            recorded.parts.reshape.old(),
+            recorded.parts.reshape.new_shape(),
+        )?;
         for (member, _) in &recorded.parts.added {
             array.bitmap_copy_to(member)?;
             member.flush().map_err(|e| Error::io(member.spec(), e))?;

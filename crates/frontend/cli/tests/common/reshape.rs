@@ -406,3 +406,41 @@ impl Drop for FailingNode {
         let _ = self.child.wait();
     }
 }
+
+/// A state the kernel's md left (tests/fixtures/md-states/`state`, made
+/// by its `make` script in tools/mdvm): its members decompressed into
+/// `dir`; their file names, by disk.
+pub fn md_state(state: &str, dir: &Path) -> Vec<String> {
+    let src = super::repo().join("tests/fixtures/md-states").join(state);
+    let mut names = Vec::new();
+    for disk in 0.. {
+        let xz = src.join(format!("disk{disk}.img.xz"));
+        if !xz.exists() {
+            break;
+        }
+        let name = format!("{state}-{disk}.img");
+        let out = Command::new("xz")
+            .arg("-dc")
+            .arg(&xz)
+            .output()
+            .expect("xz (apt-get install xz-utils)");
+        assert!(out.status.success(), "xz -dc {}", xz.display());
+        std::fs::write(dir.join(&name), out.stdout).unwrap();
+        names.push(name);
+    }
+    assert!(!names.is_empty(), "no members in {}", src.display());
+    names
+}
+
+/// The sha256 of what the kernel reads of a [`md_state`]'s array.
+pub fn md_state_sha(state: &str) -> String {
+    std::fs::read_to_string(
+        super::repo()
+            .join("tests/fixtures/md-states")
+            .join(state)
+            .join("kernel-sha256.txt"),
+    )
+    .unwrap()
+    .trim()
+    .to_string()
+}
