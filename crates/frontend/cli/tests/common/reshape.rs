@@ -444,3 +444,23 @@ pub fn md_state_sha(state: &str) -> String {
     .trim()
     .to_string()
 }
+
+/// Poll the served array's `status` until its reshape running backwards
+/// (a shrink: the position falls to 0) is part-way, below `below` bytes
+/// (within 60 s); the status.
+pub fn wait_reshape_below(dir: &Path, below: u64) -> serde_json::Value {
+    let started = std::time::Instant::now();
+    loop {
+        let s = status(dir);
+        let r = &s["array"]["reshape"];
+        let p = r["position_bytes"].as_u64().unwrap_or(u64::MAX);
+        if r["state"] == "running" && p < below && p > 0 {
+            return s;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "no reshape part-way below {below}: {s}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
