@@ -363,3 +363,40 @@ fn a_kernel_shrink_that_kept_its_data_offset_is_refused_by_serve_and_unchanged()
     );
     assert_eq!(hash_files(d), before, "a refused serve changed a byte");
 }
+
+#[test]
+fn a_served_shrink_stopped_with_the_server_goes_on_from_where_the_server_left_it() {
+    // A shrink going on while served is stopped (SIGTERM) part-way: the
+    // record the served steps wrote is md's (backwards, the position it
+    // reached, the array clean), so served again it goes on from there,
+    // not from where the offline shrink was killed, and finishes with
+    // every byte in place.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (m, new_size) = shrink_killed(d, 17, "reshape-superblock:30");
+    let recorded = detail(d, &m)["position_bytes"].as_u64().unwrap();
+    let server = serve_with(d, &m, &["--reshape-speed", "2"]);
+    wait_reshape_below(d, recorded);
+    server.interrupt();
+    let left = detail(d, &m);
+    assert_eq!(left["state"], "reshaping", "{left}");
+    assert_eq!(left["direction"], "backwards", "{left}");
+    let reached = left["position_bytes"].as_u64().unwrap();
+    assert!(reached < recorded && reached > 0, "{left}");
+    assert!(read(d, &m, new_size) == pattern(new_size), "mid-way");
+    let server = serve(d, &m);
+    let log = serve_log(d);
+    assert!(
+        log.contains(&format!(
+            "event=reshape-resumed position={reached} raid_disks=5->4"
+        )),
+        "{log}"
+    );
+    wait_reshape_finished(d);
+    assert!(served_bytes(d) == pattern(new_size));
+    server.interrupt();
+    let shrunk = detail(d, &m);
+    assert_eq!(shrunk["state"], "clean", "{shrunk}");
+    assert_eq!(shrunk["raid_disks"], 4, "{shrunk}");
+    assert_checks_clean(d, &m[..4], "after the shrink resumed twice");
+}
