@@ -400,3 +400,62 @@ fn a_served_shrink_stopped_with_the_server_goes_on_from_where_the_server_left_it
     assert_eq!(shrunk["raid_disks"], 4, "{shrunk}");
     assert_checks_clean(d, &m[..4], "after the shrink resumed twice");
 }
+
+#[test]
+fn reshapes_serve_still_does_not_go_on_with_are_refused_naming_grow_continue_and_unchanged() {
+    // What `serve` still refuses, each before any byte moves: the
+    // kernel's RAID 0 grow (md's RAID 4 with its parity missing) and
+    // nvraid's own grow in place (no room to move the data offset: its
+    // critical section needs the backup), killed past the section. Each
+    // refusal names `grow --continue`, and every member is unchanged.
+    let dir = tempfile::tempdir().unwrap();
+    let r0 = dir.path().join("r0");
+    std::fs::create_dir(&r0).unwrap();
+    let m = md_state("reshape_r0_grow", &r0);
+    let before = hash_files(&r0);
+    refused(
+        &with(&["serve", "--listen", "unix:md.sock"], &m),
+        &r0,
+        &[
+            "reshape in progress",
+            "RAID 4 with its parity missing",
+            "nvraid grow --continue",
+        ],
+    );
+    assert_eq!(hash_files(&r0), before, "a refused serve changed a byte");
+
+    let inplace = dir.path().join("inplace");
+    std::fs::create_dir(&inplace).unwrap();
+    let mut m: Vec<String> = (0..4).map(|i| format!("d{i}")).collect();
+    ok(
+        &with(
+            &[
+                "create", "--level", "5", "--bitmap", "none", "--size", "7M", "--chunk", "1M",
+            ],
+            &m,
+        ),
+        &inplace,
+    );
+    std::fs::write(inplace.join("data"), pattern(3 * (6 << 20))).unwrap();
+    ok(&with(&["write", "--input", "data"], &m), &inplace);
+    std::fs::remove_file(inplace.join("data")).unwrap();
+    let new = blank_mib(&inplace, "d4", 12);
+    killed_at(
+        &inplace,
+        &with(&["grow", "-n", "5", "--add", &new, "--step", "4M"], &m),
+        "reshape-superblock:25",
+    );
+    m.push(new);
+    assert_eq!(detail(&inplace, &m)["state"], "reshaping");
+    let before = hash_files(&inplace);
+    refused(
+        &with(&["serve", "--listen", "unix:md.sock"], &m),
+        &inplace,
+        &["reshape in progress", "kept", "nvraid grow --continue"],
+    );
+    assert_eq!(
+        hash_files(&inplace),
+        before,
+        "a refused serve changed a byte"
+    );
+}

@@ -372,6 +372,13 @@ fn check_kind(reference: &Superblock, spec: &str, continue_hint: &str) -> Result
     // A chunk or layout change within the level (`live_shape`).
     let restripe = super::shape::is_in_place(&reshape)
         && std::mem::discriminant(&old.level()) == std::mem::discriminant(&new.level());
+    // A RAID 0 grown or restriped as md's RAID 4 (its parity role never
+    // named, so no member of it is "missing" to give).
+    if parity && super::takeover::last_role_unnamed(reference) {
+        return Err(refuse(format!(
+            "{describe}: a RAID 0's reshape as md's RAID 4 with its parity missing"
+        )));
+    }
     // Backwards (`live_backwards`): a RAID 4/5/6 shrunk by members or
     // restriped with its data offset moved up.
     let backwards = reshape.direction() == Direction::Backwards;
