@@ -93,7 +93,7 @@ pub fn detail(array: &Array) -> ArrayDetail {
         level: geometry.level().number(),
         layout: geometry.level().layout_name(),
         chunk_bytes: geometry.chunk_bytes(),
-        size_bytes: geometry.array_bytes(),
+        size_bytes: array.size_bytes(),
         sector_bytes: array.sector_bytes(),
         raid_disks: geometry.members(),
         state: array_state(array),

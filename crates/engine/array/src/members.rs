@@ -168,6 +168,10 @@ pub struct Members {
     /// The array keeps md's write-intent bitmap (a re-added member may
     /// recover by it).
     has_bitmap: bool,
+    /// The most bytes the array serves (`u64::MAX`: its geometry's size):
+    /// a shrink going on while served (`reshape::resume`) serves the new,
+    /// smaller size from its start.
+    size_cap: AtomicU64,
     /// A write that fails on a member the array cannot lose is recorded
     /// as bad blocks (the parity family; see `Personality`).
     records_lost_writes: bool,
@@ -245,6 +249,7 @@ impl Members {
             companions: Vec::new(),
             reshape: OnceLock::new(),
             has_bitmap: false,
+            size_cap: AtomicU64::new(u64::MAX),
             records_lost_writes,
             arena: Self::arena_of(slots),
             arena_used: AtomicUsize::new(roles),
@@ -875,7 +880,15 @@ impl Members {
     }
 
     pub fn size_bytes(&self) -> u64 {
-        self.geometry.array_bytes()
+        self.geometry
+            .array_bytes()
+            .min(self.size_cap.load(Ordering::Acquire))
+    }
+
+    /// Serve no more than `bytes` from now on (a served shrink: the size
+    /// its record gives the array while it reshapes and after).
+    pub(crate) fn cap_size(&self, bytes: u64) {
+        self.size_cap.fetch_min(bytes, Ordering::AcqRel);
     }
 
     /// Offsets and lengths must be multiples of this (512, or 4096 when a

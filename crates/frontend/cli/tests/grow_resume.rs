@@ -502,3 +502,146 @@ fn wait_mid_grow(dir: &Path, past: u64) -> u64 {
         .as_u64()
         .unwrap()
 }
+
+/// Four 32 MiB members in a RAID 10 near=2 (its default bitmap kept)
+/// holding [`pattern`], and a blank fifth; the members' names and the
+/// array's size.
+fn raid10_and_a_blank(d: &Path) -> (Vec<String>, u64) {
+    let members: Vec<String> = (0..4).map(|i| format!("m{i}.img")).collect();
+    ok(
+        &with(
+            &["create", "--level", "10", "--size", "32M", "--force"],
+            &members,
+        ),
+        d,
+    );
+    blank_mib(d, "new.img", 32);
+    let size = detail(d, &members)["size_bytes"].as_u64().unwrap();
+    std::fs::write(d.join("data.bin"), pattern(size)).unwrap();
+    ok(&with(&["write", "--input", "data.bin"], &members), d);
+    (members, size)
+}
+
+/// The whole served array through NBD (`nbdcopy`).
+fn served_bytes(d: &Path) -> Vec<u8> {
+    let got = Command::new(tool("nbdcopy"))
+        .arg(format!(
+            "nbd+unix:///?socket={}",
+            d.join("md.sock").display()
+        ))
+        .arg("-")
+        .output()
+        .unwrap();
+    assert!(
+        got.status.success(),
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    got.stdout
+}
+
+#[test]
+fn a_raid10_grow_stopped_with_the_server_goes_on_when_served_again_and_md_assembles_it() {
+    // A RAID 10 near=2 growing from 4 to 5 members while served is
+    // stopped (SIGTERM) part-way; served again, the grow goes on from the
+    // recorded position (it was refused before, naming `grow --continue`):
+    // every byte reads back through NBD while it runs, it finishes, the
+    // array assembled afterwards is the 5-member one with the pattern in
+    // place, zeros past it and its copies agreeing, and the kernel's md
+    // assembles it, reads the pattern and finds no mismatch.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (mut members, size) = raid10_and_a_blank(d);
+    let server = serve_with(d, &members, &["--reshape-speed", "4"]);
+    let _grow = grow(d, 5, "new.img");
+    wait_mid_grow(d, 0);
+    server.interrupt();
+    members.push("new.img".into());
+    let d0 = detail(d, &members);
+    assert_eq!(d0["state"], "reshaping", "{d0}");
+    let recorded = d0["position_bytes"].as_u64().unwrap();
+    let server = serve_with(d, &members, &["--reshape-speed", "2"]);
+    let log = serve_log(d);
+    assert!(
+        log.contains(&format!(
+            "event=reshape-resumed position={recorded} raid_disks=4->5"
+        )),
+        "{log}"
+    );
+    let s = status(d);
+    assert_eq!(s["array"]["size_bytes"], size, "{s}");
+    let got = served_bytes(d);
+    assert_eq!(
+        status(d)["array"]["reshape"]["state"],
+        "running",
+        "the grow ended before the read"
+    );
+    assert!(
+        got == pattern(size),
+        "a byte changed across the resumed grow"
+    );
+    let s = wait_reshape_finished(d);
+    assert_eq!(s["array"]["reshape"]["raid_disks"], 5, "{s}");
+    assert!(served_bytes(d) == pattern(size), "after the grow finished");
+    server.interrupt();
+    let grown = detail(d, &members);
+    assert_eq!(grown["state"], "clean", "{grown}");
+    assert_eq!(grown["raid_disks"], 5, "{grown}");
+    let new_size = grown["size_bytes"].as_u64().unwrap();
+    assert_eq!(new_size, size / 4 * 5, "{grown}");
+    assert_checks_clean(d, &members, "after the resumed RAID 10 grow");
+    let all = ok_bytes(&with(&["read"], &members), d);
+    assert!(all[..size as usize] == pattern(size)[..]);
+    assert!(all[size as usize..].iter().all(|&b| b == 0), "new space");
+    let images: Vec<std::path::PathBuf> = members.iter().map(|m| d.join(m)).collect();
+    let report = kernel_finishes(&images, size);
+    let line = report
+        .lines()
+        .find(|l| l.starts_with("KERNEL "))
+        .unwrap_or_else(|| panic!("the kernel assembled nothing:\n{report}"));
+    assert!(
+        line.contains("level=raid10")
+            && line.contains("disks=5")
+            && line.contains(&format!("size={new_size}"))
+            && line.contains("pattern=ok")
+            && line.contains("mismatch=0"),
+        "{line}\n{report}"
+    );
+}
+
+#[test]
+fn a_server_killed_mid_raid10_grow_is_served_again_with_the_grow_finished_and_fio_verifying() {
+    // fio writes and verifies through NBD while a served RAID 10 grows
+    // from 4 to 5 members; the server is killed (SIGKILL, the array
+    // dirty). Served again, the grow is finished offline before it is
+    // served (refused before, naming `grow --continue`), the array comes
+    // up in its new shape and fio's verify pass reads every block it
+    // wrote; the copies agree once it is resynced.
+    tool("fio");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (mut members, size) = raid10_and_a_blank(d);
+    let mut server = serve_with(d, &members, &["--reshape-speed", "1"]);
+    let _grow = grow(d, 5, "new.img");
+    fio_done(fio_verify_resume(d, false));
+    wait_mid_grow(d, 0);
+    server.kill().unwrap();
+    server.wait().unwrap();
+    members.push("new.img".into());
+    assert_eq!(detail(d, &members)["state"], "reshaping");
+    let server = serve(d, &members);
+    let log = serve_log(d);
+    assert!(log.contains("event=reshape-finishing-offline"), "{log}");
+    assert!(
+        log.contains("event=reshape-finished raid_disks=4->5"),
+        "{log}"
+    );
+    assert_eq!(status(d)["array"]["size_bytes"], size / 4 * 5);
+    fio_done(fio_verify_resume(d, true));
+    wait_resynced(d);
+    server.interrupt();
+    let grown = detail(d, &members);
+    assert_eq!(grown["state"], "clean", "{grown}");
+    assert_eq!(grown["raid_disks"], 5, "{grown}");
+    assert_checks_clean(d, &members, "after the RAID 10 grow finished offline");
+}

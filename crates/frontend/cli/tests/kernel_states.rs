@@ -561,41 +561,39 @@ fn a_reshape_nvraid_does_not_continue_is_refused_with_nothing_written() {
 
 #[test]
 fn a_reshape_serve_does_not_go_on_with_is_refused_naming_grow_continue() {
-    // The kernel's RAID 5 chunk change moving the offset up (64 to 32
-    // KiB, backwards) and its shrink (backwards): `serve` goes on only
-    // with a grow or restripe running forwards (the kernel's forwards
-    // chunk change it goes on with: shape_online.rs
-    // `serve_goes_on_with_the_kernels_forwards_chunk_change_and_finishes_it`);
-    // these it refuses before it serves, naming the offline continue,
-    // every member unchanged.
-    for (state, what) in [
-        ("reshape_r5_chunk_up", "chunk 65536 to 32768, backwards"),
-        ("reshape_r5_shrink", "backwards"),
-    ] {
-        let dir = tempfile::tempdir().unwrap();
-        let m = unpack(state, dir.path());
-        let mut args = vec!["serve", "--listen", "unix:md.sock"];
-        args.extend(m.iter().map(String::as_str));
-        refused(
-            &args,
-            dir.path(),
-            &["reshape in progress", what, "nvraid grow --continue"],
-        );
-        // The boot path's scan says so too: not startable, not complete.
-        let scan: serde_json::Value = serde_json::from_slice(
-            &nvraid(&["assemble", "--scan", "--json", "."], dir.path()).stdout,
-        )
-        .unwrap();
-        let array = &scan["arrays"][0];
-        assert_eq!(array["status"], "not startable", "{scan}");
-        assert!(
-            array["reason"]
-                .as_str()
-                .unwrap()
-                .contains("nvraid grow --continue"),
-            "{scan}"
-        );
-    }
+    // The kernel's shrink in place (backwards, the data offset kept: its
+    // last steps need mdadm's backup file): `serve` goes on with a reshape
+    // that moved the data offset (forwards down, backwards up: the kernel's
+    // chunk changes, shape_online.rs and serve_resume.rs); this one it
+    // refuses before it serves, naming the offline continue, every member
+    // unchanged.
+    let dir = tempfile::tempdir().unwrap();
+    let m = unpack("reshape_r5_shrink", dir.path());
+    let mut args = vec!["serve", "--listen", "unix:md.sock"];
+    args.extend(m.iter().map(String::as_str));
+    refused(
+        &args,
+        dir.path(),
+        &[
+            "reshape in progress",
+            "backwards",
+            "kept",
+            "nvraid grow --continue",
+        ],
+    );
+    // The boot path's scan says so too: not startable, not complete.
+    let scan: serde_json::Value =
+        serde_json::from_slice(&nvraid(&["assemble", "--scan", "--json", "."], dir.path()).stdout)
+            .unwrap();
+    let array = &scan["arrays"][0];
+    assert_eq!(array["status"], "not startable", "{scan}");
+    assert!(
+        array["reason"]
+            .as_str()
+            .unwrap()
+            .contains("nvraid grow --continue"),
+        "{scan}"
+    );
 }
 
 #[test]

@@ -30,6 +30,10 @@
 //!   assembled again (at its new size: the served size stays the old one
 //!   until `serve` is restarted).
 //!
+//! A reshape running backwards (a shrink, or a restripe that moved the
+//! data offset up, which `serve` goes on with) has the shapes the other
+//! way round: `live_backwards`.
+//!
 //! A member failing (an old one, or one the grow added: `live_degraded`)
 //! is recorded faulty and the grow goes on degraded (steps and the route
 //! read around it, write parity covering it) while the parity covers the
@@ -82,8 +86,10 @@ pub struct LiveGrowOptions {
 #[derive(Clone, Debug, Serialize)]
 pub struct LiveGrowStatus {
     /// `grow` (rows move to the new shape), `restripe` (the same, the
-    /// member count kept: a chunk or layout change) or `mirror` (a RAID
-    /// 1's added members rebuilt from the others while it is served).
+    /// member count kept: a chunk or layout change), `shrink` (fewer
+    /// members, the rows moved from the end down: the position falls) or
+    /// `mirror` (a RAID 1's added members rebuilt from the others while
+    /// it is served).
     pub kind: &'static str,
     /// `running`, `finished` or `failed`.
     pub state: &'static str,
@@ -237,14 +243,14 @@ pub struct LiveGrow {
     table_entries: Vec<(usize, u16)>,
     /// The recorded position in sectors, and whether the finished shape is
     /// recorded.
-    record: Mutex<(u64, bool)>,
-    gate: Gate,
+    pub(super) record: Mutex<(u64, bool)>,
+    pub(super) gate: Gate,
     /// New-shape stripe locks (stripe number modulo their count; a RAID
     /// 10's chunk number).
     pub(super) stripes: Vec<Mutex<()>>,
     progress: Mutex<Progress>,
     stop: AtomicBool,
-    step_bytes: u64,
+    pub(super) step_bytes: u64,
     max_bytes_per_sec: Option<u64>,
     min_bytes_per_sec: Option<u64>,
     /// The clients' requests, as the pacing samples them.
@@ -252,6 +258,11 @@ pub struct LiveGrow {
     /// A RAID 0 grown as md's RAID 4 with its parity missing
     /// (`live_raid0`).
     pub(super) raid0: Option<super::live_raid0::Raid0Grow>,
+    /// A shrink's leaving roles' devices (`live_backwards`): spares in
+    /// the role table once they left the running array.
+    pub(super) leaving_devs: Vec<usize>,
+    /// Whether the leaving roles have left the running array.
+    pub(super) left: AtomicBool,
 }
 
 /// Client requests (reads, writes, flushes) routed through a grow so far,
@@ -600,6 +611,7 @@ impl LiveGrow {
             .to_string();
         let position = parts.reshape.position();
         let added_count = parts.added.len();
+        let leaving_devs = super::live_backwards::leaving_devs(array, &parts.reshape);
         let live = Arc::new(LiveGrow {
             reshape: parts.reshape,
             old_members: parts.old_members,
@@ -627,6 +639,8 @@ impl LiveGrow {
             min_bytes_per_sec,
             clients: Clients::default(),
             raid0,
+            leaving_devs,
+            left: AtomicBool::new(false),
         });
         let second = || Error::Unsupported {
             spec: spec0.clone(),
@@ -676,7 +690,17 @@ impl LiveGrow {
         let progress = self.progress.lock().unwrap_or_else(|p| p.into_inner());
         let end = self.reshape.new_shape().array_bytes();
         let secs = progress.started.elapsed().as_secs_f64();
-        let moved = position.saturating_sub(progress.start_position);
+        let backwards = self.reshape.direction() == Direction::Backwards;
+        let moved = if backwards {
+            progress.start_position.saturating_sub(position)
+        } else {
+            position.saturating_sub(progress.start_position)
+        };
+        let left = if backwards {
+            position
+        } else {
+            end - position.min(end)
+        };
         let rate = if secs > 0.0 {
             (moved as f64 / secs) as u64
         } else {
@@ -686,6 +710,8 @@ impl LiveGrow {
             // The member count kept: a chunk or layout change (`live_shape`).
             kind: if self.old_members == self.reshape.new_shape().members() {
                 "restripe"
+            } else if self.old_members > self.reshape.new_shape().members() {
+                "shrink"
             } else {
                 "grow"
             },
@@ -696,8 +722,7 @@ impl LiveGrow {
             position_bytes: position,
             end_bytes: end,
             bytes_per_sec: rate,
-            eta_seconds: (rate > 0 && progress.state == "running")
-                .then(|| (end - position.min(end)) / rate),
+            eta_seconds: (rate > 0 && progress.state == "running").then(|| left / rate),
             error: progress.error.clone(),
             new_size_bytes: end,
         }
@@ -716,6 +741,9 @@ impl LiveGrow {
     }
 
     fn steps(&self, array: &Weak<Array>) -> Result<bool> {
+        if self.reshape.direction() == Direction::Backwards {
+            return self.steps_backwards(array);
+        }
         let end = self.reshape.new_shape().array_bytes();
         let unit = self.reshape.position_unit();
         let step_bytes = self.step_bytes.max(unit);
@@ -799,21 +827,29 @@ impl LiveGrow {
         let split = position.clamp(offset, offset + len);
         let cut = (split - offset) as usize;
         let (below, above) = buf.split_at_mut(cut);
+        // Forwards the new shape is below the position, backwards (a
+        // shrink, `live_backwards`) at and past it.
+        let ((new_at, new_part), (old_at, old_part)) =
+            if self.reshape.direction() == Direction::Backwards {
+                ((split, above), (offset, below))
+            } else {
+                ((offset, below), (split, above))
+            };
         let done = (|| {
-            if !below.is_empty() {
+            if !new_part.is_empty() {
                 let copies = self.reshape.new_shape().level().parity_chunks() == 0;
                 match (write, copies) {
-                    (true, false) => self.new_write(array, offset, below, fua)?,
-                    (false, false) => self.new_read(array, offset, below)?,
-                    (true, true) => self.copy_write(array, offset, below, fua)?,
-                    (false, true) => self.copy_read(array, offset, below)?,
+                    (true, false) => self.new_write(array, new_at, new_part, fua)?,
+                    (false, false) => self.new_read(array, new_at, new_part)?,
+                    (true, true) => self.copy_write(array, new_at, new_part, fua)?,
+                    (false, true) => self.copy_read(array, new_at, new_part)?,
                 }
             }
-            if !above.is_empty() {
+            if !old_part.is_empty() {
                 if write {
-                    array.write_at(above, split, fua)?;
+                    array.write_at(old_part, old_at, fua)?;
                 } else {
-                    array.read_at(above, split)?;
+                    array.read_at(old_part, old_at)?;
                 }
             }
             Ok(())
@@ -990,7 +1026,14 @@ impl LiveGrow {
         sb.raid_disks = new.members();
         sb.bblog_offset = self.bblog_offsets[role];
         sb.feature_map |= features::RESHAPE_ACTIVE | features::NEW_OFFSET;
-        sb.delta_disks = (new.members() - self.reshape.old().members()) as i32 as u32;
+        let backwards = self.reshape.direction() == Direction::Backwards;
+        if backwards {
+            sb.feature_map |= features::RESHAPE_BACKWARDS;
+        }
+        // Counted from the old shape's roles (a RAID 0 grown as md's RAID 4
+        // has one more than its members).
+        sb.delta_disks =
+            (i64::from(new.members()) - i64::from(self.reshape.old().members())) as i32 as u32;
         sb.new_level = sb.level as u32;
         // A restripe's new layout and chunk (`live_shape`); a grow keeps
         // both, the layout word as it is (md's raid4 keeps its own).
@@ -1003,7 +1046,11 @@ impl LiveGrow {
             .chunk_bytes()
             .map_or(sb.chunk_sectors, |c| (c / 512) as u32);
         sb.reshape_position = position;
-        sb.new_offset = (-(self.moved_sectors as i64)) as i32 as u32;
+        sb.new_offset = if backwards {
+            self.moved_sectors as i32 as u32
+        } else {
+            (-(self.moved_sectors as i64)) as i32 as u32
+        };
         if finished {
             finish_record(sb);
         }
@@ -1179,6 +1226,7 @@ impl Companion for LiveGrow {
     }
 
     fn role_table(&self, table: &mut [u16]) {
+        self.leaving_table(table);
         for (k, &(dev, entry)) in self.table_entries.iter().enumerate() {
             if let Some(slot) = table.get_mut(dev) {
                 *slot = if self.added_failed.is_failed(k) {

@@ -62,11 +62,12 @@ impl AddedFailures {
 /// to it, as long as the parity covers the members failed; one more
 /// stops the grow at the position recorded.
 impl LiveGrow {
-    /// The new shape's roles failed now (the old members the array
-    /// recorded faulty, the added members the grow did).
+    /// The roles failed now, of both shapes (the old members the array
+    /// recorded faulty, the added members the grow did; a shrink's
+    /// leaving roles after the new shape's).
     pub(super) fn failed_roles(&self, array: &Array) -> Vec<bool> {
         let old = self.old_members as usize;
-        (0..self.reshape.new_shape().members() as usize)
+        (0..(self.reshape.new_shape().members() as usize).max(old))
             .map(|r| {
                 if r < old {
                     !array.is_usable(r)
@@ -83,13 +84,14 @@ impl LiveGrow {
     pub(super) fn holds_every_byte(&self, failed: &[bool]) -> bool {
         let usable: Vec<bool> = failed.iter().map(|f| !f).collect();
         let old = self.old_members as usize;
+        let new = self.reshape.new_shape().members() as usize;
         // The old shape's roles no member of the array holds (a RAID 0's
         // parity role, `live_raid0`) are absent from it.
         let old_usable: Vec<bool> = (0..self.reshape.old().members() as usize)
-            .map(|r| r < old && usable[r])
+            .map(|r| r < old && usable.get(r).copied().unwrap_or(false))
             .collect();
         self.reshape.old().has_every_byte(&old_usable)
-            && self.reshape.new_shape().has_every_byte(&usable)
+            && self.reshape.new_shape().has_every_byte(&usable[..new.min(usable.len())])
     }
 
     /// The member in `role` failed with `error`: when the level covers

@@ -83,6 +83,7 @@ mod degraded;
 mod grow;
 mod level;
 mod live;
+mod live_backwards;
 mod live_copy;
 mod live_degraded;
 mod live_level;

@@ -1,6 +1,7 @@
 //! `nvraid serve` of an array its members record part-way through a grow
-//! (a server killed or stopped during `grow --socket`, the offline grow
-//! killed, or the kernel's md stopped mid-reshape).
+//! of a RAID 4/5/6 or RAID 10 near (a server killed or stopped during
+//! `grow --socket`, the offline grow killed, or the kernel's md stopped
+//! mid-reshape).
 //!
 //! - **Clean** (every superblock says the array was stopped cleanly, every
 //!   member of both shapes given, each recording the reshape): the array
@@ -18,13 +19,26 @@
 //!   the background (the bits of a write-intent bitmap, or all of it),
 //!   which puts right the parity of the new-shape rows clients wrote
 //!   before the crash.
-//! - **Restripes** (a RAID 4/5/6 keeping its members, chunk and/or layout
-//!   changed: `grow --socket --chunk`, or the offline `grow --chunk`
-//!   moving the data offset down) go on the same way, clean or dirty.
+//! - **Restripes** (a RAID 4/5/6 or RAID 10 near keeping its members,
+//!   chunk and/or layout changed: `grow --socket --chunk`, or the offline
+//!   `grow --chunk` moving the data offset down) go on the same way, clean
+//!   or dirty. A RAID 10's new region is marked in its bitmap again before
+//!   the steps go on (`live_copy::mark_new_region`, as a new grow marks it).
+//! - **Backwards** (a RAID 4/5/6 shrunk by members, nvraid's `grow -n N
+//!   --array-size` or the kernel's, or restriped with its data offset moved
+//!   up, md's choice when there is more room after the data): the same,
+//!   clean or dirty, with the position falling to 0 (`live_backwards`):
+//!   the old shape assembled (every member, the leaving ones too) is
+//!   served at the new, smaller size (`Members::cap_size`), `[P, end)`
+//!   read and written in the new shape, `[0, P)` in the old; at the end a
+//!   shrink's leaving members leave the running array and are recorded
+//!   spares.
 //! - **Refused**, nothing written, with `nvraid grow --continue` named: a
-//!   reshape other than a RAID 4/5/6 gaining members or restriped with its
-//!   data offset moved down (a level change, a RAID 10 or RAID 0 grow or
-//!   restripe, a backwards reshape), an array with a partial parity log or a
+//!   reshape other than a RAID 4/5/6 or RAID 10 near gaining members or
+//!   restriped with its data offset moved down, or a RAID 4/5/6 shrunk or
+//!   restriped with it moved up (a level change, a RAID 0 grow or
+//!   restripe, a RAID 10 running backwards, a reshape that kept its data
+//!   offset: mdadm's backup file), an array with a partial parity log or a
 //!   write journal, a served read-only export, and a role without its
 //!   member; a dirty one with a member missing names the risk (its bytes
 //!   would come from parity the crash may have left stale; md refuses to
@@ -224,8 +238,10 @@ pub fn assemble_serving(
     let reshape = reshape_of(&reference, &ref_spec, &by_role)?;
     let old_members = reshape.old().members();
     let new_members = reshape.new_shape().members();
-    let mut bblog_offsets = vec![0u32; new_members as usize];
-    let mut added_at: Vec<Option<usize>> = vec![None; (new_members - old_members) as usize];
+    // By role of the larger shape (a shrink's leaving roles included).
+    let mut bblog_offsets = vec![0u32; new_members.max(old_members) as usize];
+    let mut added_at: Vec<Option<usize>> =
+        vec![None; new_members.saturating_sub(old_members) as usize];
     for (role, index) in decision.roles.iter().enumerate() {
         let Some(index) = *index else {
             unreachable!("invariant: no role is missing (looked at above)")
@@ -289,6 +305,9 @@ pub fn assemble_serving(
             array.roles()
         )));
     }
+    // A shrink is served at its new, smaller size (md's size while it
+    // reshapes, the bytes past it given up before it began).
+    array.cap_size(reshape.array_bytes());
     Ok((
         array,
         Some(RecordedGrow {
@@ -296,7 +315,7 @@ pub fn assemble_serving(
                 reshape,
                 old_members,
                 added,
-                moved_sectors: (old_offset - new_offset) / 512,
+                moved_sectors: old_offset.abs_diff(new_offset) / 512,
                 bblog_offsets,
                 table_entries,
             },
@@ -311,9 +330,11 @@ pub(crate) fn check_servable(reference: &Superblock, spec: &str) -> Result<()> {
 }
 
 /// The reshape `reference` records is one `serve` goes on with: a RAID
-/// 4/5/6 gaining members (level, layout and chunk kept) or restriped
+/// 4/5/6 or RAID 10 near gaining members (level, layout and chunk kept) or restriped
 /// with its members kept (chunk and/or layout changed), forwards, every
-/// member's data offset moving down by the same amount from one offset,
+/// member's data offset moving down by the same amount from one offset;
+/// or a RAID 4/5/6 shrunk by members or restriped backwards, the offsets
+/// moving up;
 /// without a partial parity log or a write journal. Refused otherwise,
 /// naming the offline continue.
 fn check_kind(reference: &Superblock, spec: &str, continue_hint: &str) -> Result<Reshape> {
@@ -322,8 +343,9 @@ fn check_kind(reference: &Superblock, spec: &str, continue_hint: &str) -> Result
     let refuse = |what: String| {
         Error::NotStartable(format!(
             "the members record a reshape in progress ({what}); `nvraid serve` goes on only \
-             with a RAID 4/5/6 gaining members or restriped (chunk, layout) while served \
-             (forwards, the data offset moved down): finish this one first with {continue_hint}, or let the kernel's md finish \
+             with a RAID 4/5/6 or RAID 10 near gaining members or restriped (chunk, layout) \
+             while served (forwards, the data offset moved down), and with a RAID 4/5/6 \
+             shrunk or restriped backwards (the data offset moved up): finish this one first with {continue_hint}, or let the kernel's md finish \
              it (mdadm --assemble)"
         ))
     };
@@ -341,23 +363,42 @@ fn check_kind(reference: &Superblock, spec: &str, continue_hint: &str) -> Result
         }
     );
     let parity = matches!(old.level(), Level::Raid5 { .. } | Level::Raid6 { .. });
+    // A RAID 10 near keeping its copies (the route's `copy_read` and
+    // `copy_write`, `step`'s RAID 10 rows).
+    let near = matches!(old.level(), Level::Raid10 { .. }) && old.level() == new.level();
     let grow = old.level() == new.level()
         && old.chunk_bytes() == new.chunk_bytes()
         && new.members() > old.members();
     // A chunk or layout change within the level (`live_shape`).
     let restripe = super::shape::is_in_place(&reshape)
         && std::mem::discriminant(&old.level()) == std::mem::discriminant(&new.level());
-    if !parity || !(grow || restripe) || reshape.direction() != Direction::Forwards {
+    // A RAID 0 grown or restriped as md's RAID 4 (its parity role never
+    // named, so no member of it is "missing" to give).
+    if parity && super::takeover::last_role_unnamed(reference) {
+        return Err(refuse(format!(
+            "{describe}: a RAID 0's reshape as md's RAID 4 with its parity missing"
+        )));
+    }
+    // Backwards (`live_backwards`): a RAID 4/5/6 shrunk by members or
+    // restriped with its data offset moved up.
+    let backwards = reshape.direction() == Direction::Backwards;
+    let shrink = super::shrink::is_shrink(&reshape);
+    let forwards_ok = !backwards && (parity || near) && (grow || restripe);
+    let backwards_ok = backwards && parity && (shrink || restripe);
+    if !(forwards_ok || backwards_ok) {
         return Err(refuse(describe));
     }
     let moved = i64::from(reference.new_offset as i32);
-    if reference.feature_map & features::NEW_OFFSET == 0 || moved >= 0 {
+    let moved_right = if backwards { moved > 0 } else { moved < 0 };
+    if reference.feature_map & features::NEW_OFFSET == 0 || !moved_right {
         return Err(refuse(format!(
             "{describe}, the data offset {}",
-            if moved > 0 {
+            if moved == 0 {
+                "kept (md's backup file)"
+            } else if moved > 0 {
                 "moving up"
             } else {
-                "kept (md's backup file)"
+                "moving down"
             }
         )));
     }
@@ -403,6 +444,14 @@ impl LiveGrow {
         options: ResumeOptions,
     ) -> Result<(Arc<LiveGrow>, std::thread::JoinHandle<()>)> {
         check_growable(array)?;
+        // A RAID 10's new region marked again (a crash while it goes on
+        // leaves md to resync that region by these bits, as `start`'s
+        // mark does for a new grow).
+        super::live_copy::mark_new_region(
+            array,
+            recorded.parts.reshape.old(),
+            recorded.parts.reshape.new_shape(),
+        )?;
         for (member, _) in &recorded.parts.added {
             array.bitmap_copy_to(member)?;
             member.flush().map_err(|e| Error::io(member.spec(), e))?;

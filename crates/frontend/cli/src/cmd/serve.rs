@@ -90,10 +90,12 @@ pub struct ServeCmd {
     #[arg(long)]
     re_add: bool,
     /// Members of the array to serve, in any order. An array its members
-    /// record mid-grow (RAID 4/5/6 gaining members) needs every member of
-    /// both shapes: stopped cleanly, it is served in its old shape while
-    /// the grow goes on; not (the server was killed), the grow is
-    /// finished first, then the array served and resynced.
+    /// record mid-reshape (a RAID 4/5/6 or RAID 10 near gaining members or
+    /// restriped, a RAID 4/5/6 shrunk) needs every member of both shapes:
+    /// stopped cleanly, it is served in its old shape (a shrink at its new,
+    /// smaller size) while the reshape goes on; not (the server was
+    /// killed), the reshape is finished first, then the array served and
+    /// resynced.
     #[arg(required = true)]
     members: Vec<String>,
 }

@@ -452,3 +452,61 @@ pub fn write_blocks(dir: &Path, position: u64, count: u64, seed: u64, data: &mut
         data[(b * 4096) as usize..((b + 1) * 4096) as usize].fill(byte);
     }
 }
+
+/// A state the kernel's md left (tests/fixtures/md-states/`state`, made
+/// by its `make` script in tools/mdvm): its members decompressed into
+/// `dir`; their file names, by disk.
+pub fn md_state(state: &str, dir: &Path) -> Vec<String> {
+    let src = super::repo().join("tests/fixtures/md-states").join(state);
+    let mut names = Vec::new();
+    for disk in 0.. {
+        let xz = src.join(format!("disk{disk}.img.xz"));
+        if !xz.exists() {
+            break;
+        }
+        let name = format!("{state}-{disk}.img");
+        let out = Command::new("xz")
+            .arg("-dc")
+            .arg(&xz)
+            .output()
+            .expect("xz (apt-get install xz-utils)");
+        assert!(out.status.success(), "xz -dc {}", xz.display());
+        std::fs::write(dir.join(&name), out.stdout).unwrap();
+        names.push(name);
+    }
+    assert!(!names.is_empty(), "no members in {}", src.display());
+    names
+}
+
+/// The sha256 of what the kernel reads of a [`md_state`]'s array.
+pub fn md_state_sha(state: &str) -> String {
+    std::fs::read_to_string(
+        super::repo()
+            .join("tests/fixtures/md-states")
+            .join(state)
+            .join("kernel-sha256.txt"),
+    )
+    .unwrap()
+    .trim()
+    .to_string()
+}
+
+/// Poll the served array's `status` until its reshape running backwards
+/// (a shrink: the position falls to 0) is part-way, below `below` bytes
+/// (within 60 s); the status.
+pub fn wait_reshape_below(dir: &Path, below: u64) -> serde_json::Value {
+    let started = std::time::Instant::now();
+    loop {
+        let s = status(dir);
+        let r = &s["array"]["reshape"];
+        let p = r["position_bytes"].as_u64().unwrap_or(u64::MAX);
+        if r["state"] == "running" && p < below && p > 0 {
+            return s;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "no reshape part-way below {below}: {s}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
