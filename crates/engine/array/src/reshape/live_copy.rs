@@ -120,7 +120,7 @@ pub(super) fn bitmap_bytes(array: &Array, old: &Geometry, members: u32) -> Resul
     }
     let found: Vec<(&Member, &Superblock)> = (0..array.roles())
         .filter_map(|r| array.slot(r))
-        .map(|s| (&s.member, &s.superblock))
+        .map(|s| (&*s.member, &s.superblock))
         .collect();
     super::bitmap::check_fits(grown.at, grown.storage.len() as u64, &found)?;
     Ok(Some(
