@@ -349,3 +349,63 @@ fn a_served_raid1_taken_over_as_raid5_swaps_in_the_parity_family_and_a_grow_foll
     let all: Vec<String> = specs.iter().chain(&added).cloned().collect();
     check_all(array, &versions, first_size, &all);
 }
+
+#[test]
+fn a_served_raid1_gaining_a_mirror_swaps_in_the_new_count_and_the_added_mirror_holds_every_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let member_bytes = 6 << 20;
+    let specs = new_array(&dir, Level::Raid1, 2, 64 << 10, member_bytes);
+    let added = vec![empty_member(&dir, "n0", member_bytes)];
+    let array = writable(&specs);
+    let first_size = array.size_bytes();
+    fill(&array);
+    let versions = Versions::default();
+    let running = Arc::new(AtomicBool::new(true));
+    let clients = clients(&array, &versions, &running);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let (live, thread) = nvraid_array::reshape::start_live(
+        &array,
+        &LiveGrowOptions {
+            raid_devices: 3,
+            add: added.clone(),
+            direct: true,
+            force: false,
+            step_bytes: 256 << 10,
+            max_bytes_per_sec: Some(32 << 20),
+            min_bytes_per_sec: None,
+        },
+    )
+    .unwrap();
+    thread.join().unwrap();
+    assert_eq!(live.status().state, "finished", "{:?}", live.status());
+    assert!(!array.is_reshaping_live(), "the mirror's route outlived it");
+    assert_eq!(array.roles(), 3);
+    assert!(array.is_usable(2) && array.in_sync_bytes(2).is_none());
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    running.store(false, Ordering::Release);
+    for c in clients {
+        c.join().unwrap();
+    }
+    drop(live);
+    // Each mirror alone holds every block: the added one assembled alone.
+    let all: Vec<String> = specs.iter().chain(&added).cloned().collect();
+    let sizes = array.size_bytes();
+    assert_eq!(sizes, first_size);
+    check_all(array, &versions, first_size, &all);
+    let alone = assemble(
+        &added,
+        AssembleOptions {
+            writable: false,
+            allow_degraded: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let versions = versions.lock().unwrap().clone();
+    let (mut got, mut want) = (vec![0u8; BLOCK as usize], vec![0u8; BLOCK as usize]);
+    for b in 0..first_size / BLOCK {
+        alone.read_at(&mut got, b * BLOCK).unwrap();
+        pattern(b, versions.get(&b).copied().unwrap_or(0), &mut want);
+        assert!(got == want, "block {b} wrong on the added mirror");
+    }
+}

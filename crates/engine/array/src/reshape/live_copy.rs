@@ -247,7 +247,7 @@ pub struct LiveMirror {
     new_members: u32,
     /// The added members, by role from `old_members` on, with their
     /// superblocks as first made (each update puts the state in).
-    added: Vec<(Member, Mutex<Superblock>)>,
+    added: Vec<(Arc<Member>, Mutex<Superblock>)>,
     /// Per added member: it failed (no longer written, recorded faulty).
     failed: Vec<AtomicBool>,
     /// Where the added members' data starts on them.
@@ -333,7 +333,7 @@ impl LiveMirror {
             crate::badlog::write_empty(&member, &sb)?;
             array.bitmap_copy_to(&member)?;
             member.flush().map_err(|e| Error::io(member.spec(), e))?;
-            added.push((member, Mutex::new(sb)));
+            added.push((Arc::new(member), Mutex::new(sb)));
         }
         let live = Arc::new(LiveMirror {
             old_members: old_count,
@@ -389,7 +389,12 @@ impl LiveMirror {
 
     /// The copy, then the end; a failure recorded in the status.
     fn run(self: Arc<Self>, array: Weak<Array>) {
-        let outcome = self.steps(&array);
+        let outcome = self
+            .steps(&array)
+            .and_then(|finished| match array.upgrade() {
+                Some(array) if finished => self.adopt_end(&array).map(|()| true),
+                _ => Ok(finished),
+            });
         self.progress
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -428,6 +433,49 @@ impl LiveMirror {
             pace.moved(self, to - p);
         }
         Ok(true)
+    }
+
+    /// The added mirrors are recorded in sync: the served array takes the
+    /// new member count (`Array::swap_shape`), the added mirrors its own
+    /// roles (an added one that failed missing), and another reshape may
+    /// start. The shape is the one the next assembly makes of the
+    /// superblocks as recorded.
+    fn adopt_end(&self, array: &Array) -> Result<()> {
+        let table = array.role_table_now();
+        let old = self.old_members as usize;
+        let mut slots = Vec::with_capacity(self.new_members as usize);
+        for role in 0..self.new_members as usize {
+            let held = if role < old {
+                array
+                    .slot(role)
+                    .filter(|_| array.is_usable(role))
+                    .map(|s| (s.member.clone(), s.superblock.clone()))
+            } else {
+                let k = role - old;
+                let (member, sb) = &self.added[k];
+                (!self.failed[k].load(Ordering::Acquire)).then(|| {
+                    let mut sb = sb.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                    sb.feature_map &= !features::RECOVERY_OFFSET;
+                    sb.recovery_offset = 0;
+                    (member.clone(), sb)
+                })
+            };
+            match held {
+                Some((member, mut sb)) => {
+                    self.apply(role, &mut sb);
+                    slots.push(Some(crate::slot::Slot::shared(member, sb)?));
+                }
+                None => slots.push(None),
+            }
+        }
+        let reference = slots
+            .iter()
+            .flatten()
+            .next()
+            .map(|s| s.superblock.clone())
+            .expect("a mirrored array keeps a member");
+        let new = crate::assemble::geometry_of(&reference, &reference.name())?;
+        array.swap_shape(new, slots, table)
     }
 
     /// Copy the array's `[p, to)` onto every added member still in use,
