@@ -409,3 +409,66 @@ fn a_served_raid1_gaining_a_mirror_swaps_in_the_new_count_and_the_added_mirror_h
         assert!(got == want, "block {b} wrong on the added mirror");
     }
 }
+
+/// Requests a queue's route finished but the caller has not reaped yet
+/// when the shape is swapped are reaped after it (the queue made again
+/// for the new shape keeps them): before, they were lost and the server's
+/// worker waited for them for ever.
+#[test]
+fn completions_a_queue_has_not_reaped_when_the_shape_swaps_are_reaped_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let member_bytes = 6 << 20;
+    let specs = new_array(
+        &dir,
+        Level::Raid5 {
+            layout: ParityLayout::LeftSymmetric,
+        },
+        4,
+        64 << 10,
+        member_bytes,
+    );
+    let added = vec![empty_member(&dir, "n0", member_bytes)];
+    let array = writable(&specs);
+    fill(&array);
+    let target = FanoutTarget::array(array.clone(), EngineKind::Psync);
+    let mut queue = target.open_queue(8, 64 << 10).unwrap();
+    let (live, thread) = grow(&array, 5, added);
+    // Routed (the grow runs): done at once, their completions waiting.
+    for slot in 0..4u32 {
+        queue
+            .submit(
+                slot,
+                OpKind::Read,
+                u64::from(slot) * BLOCK,
+                BLOCK as u32,
+                false,
+            )
+            .unwrap();
+    }
+    wait_swapped(&array, &live, thread);
+    // The first request after the swap makes the queue again.
+    queue
+        .submit(4, OpKind::Read, 4 * BLOCK, BLOCK as u32, false)
+        .unwrap();
+    let mut done = Vec::new();
+    let started = std::time::Instant::now();
+    while done.len() < 5 {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "completions lost across the swap: got {done:?}"
+        );
+        queue
+            .reap(1, &mut |c| done.push((c.slot, c.result)))
+            .unwrap();
+    }
+    done.sort_by_key(|&(slot, _)| slot);
+    let mut want = vec![0u8; BLOCK as usize];
+    for (slot, result) in done {
+        assert_eq!(result, Ok(BLOCK as u32));
+        pattern(u64::from(slot), 0, &mut want);
+        assert!(
+            queue.buffer(slot)[..BLOCK as usize] == want[..],
+            "slot {slot}"
+        );
+    }
+}

@@ -60,6 +60,21 @@ impl Shared {
     /// started is served at its new size to connections made after; those
     /// made before keep the size they were told, and never address the
     /// grown region).
+    /// The served target's size now (see `watched`).
+    pub(crate) fn size_now(&self) -> u64 {
+        self.watched
+            .upgrade()
+            .map_or(self.size_bytes, |t| t.size_bytes())
+    }
+
+    /// The served target's description now (an array's level and member
+    /// count change with an online reshape).
+    pub(crate) fn description_now(&self) -> String {
+        self.watched
+            .upgrade()
+            .map_or_else(|| self.target_description.clone(), |t| t.describe())
+    }
+
     pub(crate) fn handshake_now(&self) -> Arc<ServerConfig> {
         let Some(now) = self.watched.upgrade().map(|t| t.size_bytes()) else {
             return Arc::clone(&self.handshake);

@@ -348,7 +348,10 @@ impl FanoutQueue {
             engine: self.engine_kind,
         };
         let buffers = std::mem::take(&mut self.buffers);
-        let fresh = Self::open_over(&target, self.max_io_bytes, buffers, false)?;
+        let mut fresh = Self::open_over(&target, self.max_io_bytes, buffers, false)?;
+        // Requests done and not yet reaped (the routed ones) are reaped
+        // from the new queue.
+        fresh.ready.append(&mut self.ready);
         // The old queue goes (its counts folded into the array's); its
         // engine never holds an operation now.
         *self = fresh;
