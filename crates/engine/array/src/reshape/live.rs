@@ -25,10 +25,10 @@
 //!   overwrites: the step waits for it), then moves the rows, flushes the
 //!   members, records `P'` in every superblock, and only then moves `P`
 //!   in memory and opens the window.
-//! - **The end.** The finished shape is recorded; from then on every byte
-//!   is read and written in the new shape, here, until the array is
-//!   assembled again (at its new size: the served size stays the old one
-//!   until `serve` is restarted).
+//! - **The end.** The finished shape is recorded; then the served array
+//!   takes it (`Array::swap_shape`, `LiveGrow::adopt_end`): the added
+//!   members become its own roles, the fast path serves the new shape at
+//!   the new size, and another reshape may start.
 //!
 //! A member failing (an old one, or one the grow added: `live_degraded`)
 //! is recorded faulty and the grow goes on degraded (steps and the route

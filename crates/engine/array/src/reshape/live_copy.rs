@@ -26,8 +26,9 @@
 //!   wrote only the old members above it), reads the array, writes and
 //!   flushes the added members, records `P'` as their recovery offset and
 //!   only then moves `P` and opens the window.
-//! - **The end.** The added members are recorded in sync; every write goes
-//!   to every mirror until the array is assembled again with all of them.
+//! - **The end.** The added members are recorded in sync; the served
+//!   array takes the new member count (`Array::swap_shape`): the added
+//!   mirrors are its own roles, read and written by the fast path.
 //!
 //! An added member that fails is recorded faulty (its role then missing,
 //! `nvraid add` fills it after a restart); the others go on. When every

@@ -3,9 +3,11 @@
 //! <-> RAID 5 of two, RAID 6 -> RAID 5 when Q is on the last member, and a
 //! RAID 4 whose parity member is missing -> RAID 0 of the others.
 //!
-//! The served `Array` keeps its geometry; what changes is what its members
-//! record and which members it uses. [`LiveLevel`] is both the array's
-//! reshape record and its route:
+//! What changes is what the members record and which members the array
+//! uses; once every kept member records the new level, the served array
+//! takes it (`Array::swap_shape`: the new level's geometry and family,
+//! the fast path, another reshape free to start). [`LiveLevel`] is both
+//! the array's reshape record and, until then, its route:
 //!
 //! - **The switch.** The route is set with its gate closed
 //!   (`Array::start_live_route`, which waits for every request the
