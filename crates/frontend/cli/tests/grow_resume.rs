@@ -457,7 +457,13 @@ fn a_raid6_whose_offline_grow_was_killed_mid_checkpoint_grows_on_while_served() 
         "{log}"
     );
     let s = wait_reshape_finished(d);
-    assert_eq!(s["array"]["size_bytes"], size, "{s}");
+    // The finished shape is served at once (`Array::swap_shape`).
+    assert!(s["array"]["size_bytes"].as_u64().unwrap() > size, "{s}");
+    assert_eq!(
+        s["array"]["size_bytes"], s["array"]["reshape"]["new_size_bytes"],
+        "{s}"
+    );
+    assert_eq!(s["array"]["raid_disks"], 6, "{s}");
     server.interrupt();
     let grown = detail(d, &members);
     assert_eq!(grown["state"], "clean", "{grown}");
