@@ -18,8 +18,8 @@ use crate::parity::ppl::Ppl;
 use crate::personality::Personality;
 use crate::slot::Slot;
 use nvraid_layout::Geometry;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::Duration;
 
 /// An assembled array. All methods take `&self`; the array is `Sync`.
@@ -29,15 +29,27 @@ pub struct Array {
     /// md's write-intent bitmap, when the array has one (see `intent`).
     intent: Option<Arc<WriteIntent>>,
     /// What the level's family does (RAID 0/1/10: copies; RAID 4/5/6:
-    /// parity), chosen once here.
-    pub(crate) personality: Personality,
+    /// parity), one per shape the array has had, the current one at
+    /// `personality_at` (see [`Array::personality`]); entries are never
+    /// dropped while the array lives.
+    personalities: Vec<OnceLock<Personality>>,
+    personality_at: AtomicUsize,
     /// RAID 5 with md's partial parity log (see `ppl`).
     pub(crate) ppl: Option<Ppl>,
     /// RAID 4/5/6 with md's write journal: its member (see `journal`).
     pub(crate) md_journal: Option<Arc<MdJournal>>,
     /// A reshape started while the array is served: once set, every
     /// fast-path request goes through it (see [`LiveRoute`]).
-    live: OnceLock<Arc<dyn LiveRoute>>,
+    live: Mutex<Option<Arc<dyn LiveRoute>>>,
+    /// Whether `live` holds a route: what the hot path looks at first.
+    live_set: AtomicBool,
+    /// Held (read) by each request a route takes, and (write) by a shape
+    /// swap (see [`Array::swap_shape`]), which so holds new routed
+    /// requests and waits for those in flight.
+    route_hold: RwLock<()>,
+    /// Moves when the array's shape is swapped: fast-path queues re-read
+    /// geometry, parity shape and size when it changes.
+    shape_epoch: AtomicU64,
     /// Each open fast-path queue's count of requests in flight on its own
     /// member operations (see [`Array::start_live_route`]).
     queues: Mutex<Vec<Weak<AtomicU64>>>,
@@ -58,6 +70,34 @@ pub(crate) trait LiveRoute: Send + Sync + std::fmt::Debug {
         buf: &mut [u8],
         fua: bool,
     ) -> std::result::Result<(), i32>;
+}
+
+/// The route of a shape swap with no reshape running (a size change):
+/// every request through the array's simple path, which the swap holds.
+#[derive(Debug)]
+struct SimpleRoute;
+
+impl LiveRoute for SimpleRoute {
+    fn io(
+        &self,
+        array: &Array,
+        op: nvraid_io::queue::OpKind,
+        offset: u64,
+        buf: &mut [u8],
+        fua: bool,
+    ) -> std::result::Result<(), i32> {
+        use nvraid_io::queue::OpKind;
+        let errno = |e: Error| match e {
+            Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+            _ => libc::EIO,
+        };
+        match op {
+            OpKind::Read => array.read_at(buf, offset).map_err(errno),
+            OpKind::Write => array.write_at(buf, offset, fua).map_err(errno),
+            OpKind::Flush => array.flush().map_err(errno),
+            OpKind::Discard => array.discard(offset, buf.len() as u64).map_err(errno),
+        }
+    }
 }
 
 impl std::ops::Deref for Array {
@@ -90,23 +130,66 @@ impl Array {
         Array {
             members: Members::new(geometry, slots, writable, records_lost_writes),
             intent: None,
-            personality,
+            personalities: std::iter::once(OnceLock::from(personality))
+                .chain((1..crate::members::SHAPES_PER_RUN).map(|_| OnceLock::new()))
+                .collect(),
+            personality_at: AtomicUsize::new(0),
             ppl: None,
             md_journal: None,
-            live: OnceLock::new(),
+            live: Mutex::new(None),
+            live_set: AtomicBool::new(false),
+            route_hold: RwLock::new(()),
+            shape_epoch: AtomicU64::new(0),
             queues: Mutex::new(Vec::new()),
         }
     }
 
-    /// The reshape that takes the fast path's requests, once one started.
+    /// The level family's personality of the current shape.
     #[inline]
-    pub(crate) fn live_route(&self) -> Option<&Arc<dyn LiveRoute>> {
-        self.live.get()
+    pub(crate) fn personality(&self) -> &Personality {
+        self.personalities[self.personality_at.load(Ordering::Acquire)]
+            .get()
+            .expect("invariant: the current personality is installed before it is published")
     }
 
-    /// Whether a reshape started while the array is served.
+    /// The personality, at assembly (before any swap).
+    pub(crate) fn personality_mut(&mut self) -> &mut Personality {
+        let at = *self.personality_at.get_mut();
+        self.personalities[at]
+            .get_mut()
+            .expect("invariant: the current personality is installed")
+    }
+
+    /// The reshape that takes the fast path's requests, while one runs.
+    #[inline]
+    pub(crate) fn live_route(&self) -> Option<Arc<dyn LiveRoute>> {
+        if !self.live_set.load(Ordering::SeqCst) {
+            return None;
+        }
+        self.live.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Hold a routed request against a shape swap: the route to take it,
+    /// with the guard to keep while it runs, or `None` when no route is
+    /// set any more (the swap ended it: the queue serves the new shape).
+    pub(crate) fn enter_route(
+        &self,
+    ) -> Option<(std::sync::RwLockReadGuard<'_, ()>, Arc<dyn LiveRoute>)> {
+        let guard = self.route_hold.read().unwrap_or_else(|p| p.into_inner());
+        let route = self.live_route()?;
+        Some((guard, route))
+    }
+
+    /// Whether a reshape runs on the served array (its route set; a
+    /// reshape whose end was adopted, [`Array::swap_shape`], no longer).
     pub fn is_reshaping_live(&self) -> bool {
-        self.live.get().is_some()
+        self.live_set.load(Ordering::SeqCst)
+    }
+
+    /// Moves each time the shape is swapped (see [`Array::swap_shape`]).
+    #[inline]
+    pub fn shape_epoch(&self) -> u64 {
+        self.shape_epoch.load(Ordering::SeqCst)
     }
 
     /// A fast-path queue opens: its count of requests in flight on its
@@ -123,9 +206,67 @@ impl Array {
     /// request either sees the route or is waited for here). `false`
     /// when a route was set already.
     pub(crate) fn start_live_route(&self, route: Arc<dyn LiveRoute>) -> bool {
-        if self.live.set(route).is_err() {
-            return false;
+        {
+            let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+            if live.is_some() {
+                return false;
+            }
+            *live = Some(route);
+            self.live_set.store(true, Ordering::SeqCst);
         }
+        self.wait_queues_idle();
+        true
+    }
+
+    /// Swap the running array's shape for `new` (a served reshape's end,
+    /// or a size change): `slots` and `table` as
+    /// [`Members::adopt_shape`] takes them. Fast-path requests are held
+    /// first: they all go through a route already (a served reshape's;
+    /// else one through the simple path is set, which waits for every
+    /// queue's own requests), and the route's hold is taken, which waits
+    /// for the routed requests in flight and holds new ones. Then the
+    /// bitmap, the members and the level family's personality take the new
+    /// shape, the shape epoch moves (each queue makes itself again for the
+    /// new shape at its next request) and the route is cleared: requests
+    /// go to the fast path in the new shape at full speed. Last, every
+    /// superblock is written again from the new templates (events + 1),
+    /// the bitmap's header with the new size. Nothing may resync, rebuild
+    /// or scrub meanwhile (a reshape refuses to start beside those).
+    pub(crate) fn swap_shape(
+        &self,
+        new: Geometry,
+        slots: Vec<Option<Slot>>,
+        table: Vec<u16>,
+    ) -> Result<()> {
+        if !self.is_reshaping_live() {
+            // Only the first route set wins; a reshape starting meanwhile
+            // is refused by its own start.
+            let _ = self.start_live_route(Arc::new(SimpleRoute));
+        }
+        {
+            let _hold = self.route_hold.write().unwrap_or_else(|p| p.into_inner());
+            if let Some(intent) = self.intent() {
+                intent.adopt(&new)?;
+            }
+            let personality = Personality::of(&new);
+            self.members.adopt_shape(new, slots, table)?;
+            let at = self.personality_at.load(Ordering::Acquire) + 1;
+            assert!(
+                self.personalities[at].set(personality).is_ok(),
+                "invariant: each shape's personality is installed once"
+            );
+            self.personality_at.store(at, Ordering::Release);
+            // The epoch moves before the route goes: a queue that finds no
+            // route finds the new epoch.
+            self.shape_epoch.fetch_add(1, Ordering::SeqCst);
+            *self.live.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            self.live_set.store(false, Ordering::SeqCst);
+        }
+        self.rewrite_superblocks()
+    }
+
+    /// Return once no fast-path queue has a request of its own in flight.
+    fn wait_queues_idle(&self) {
         loop {
             let busy = {
                 let queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
@@ -135,7 +276,7 @@ impl Array {
                     .any(|q| q.load(Ordering::SeqCst) != 0)
             };
             if !busy {
-                return true;
+                return;
             }
             std::thread::sleep(Duration::from_micros(200));
         }
@@ -195,7 +336,7 @@ impl Array {
 
     /// RAID 4/5/6: the stripe geometry (`None` for RAID 0/1/10).
     pub(crate) fn parity_shape(&self) -> Option<crate::parity::ParityShape> {
-        self.personality.shape()
+        self.personality().shape()
     }
 
     /// Whether client writes are let in through [`Array::admit_write`]: a

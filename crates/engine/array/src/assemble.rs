@@ -599,7 +599,7 @@ impl Array {
                 ),
             });
         }
-        if let crate::personality::Personality::Parity(parity) = &mut self.personality {
+        if let crate::personality::Personality::Parity(parity) = self.personality_mut() {
             // A column's partial parity is as wide as the column: one log
             // write must hold it (whole 4 KiB pages, as md logs them).
             let fits = ppl.pp_max() / 4096 * 4096;

@@ -52,7 +52,7 @@ impl std::fmt::Debug for WriteIntent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WriteIntent")
             .field("chunk_bytes", &(1u64 << self.chunk_shift))
-            .field("chunks", &self.chunks)
+            .field("chunks", &self.chunks())
             .field("at_bytes", &self.at_bytes)
             .finish_non_exhaustive()
     }
@@ -60,7 +60,11 @@ impl std::fmt::Debug for WriteIntent {
 
 pub(crate) struct WriteIntent {
     chunk_shift: u32,
-    chunks: u64,
+    /// The array's chunks (bits) now; the counters below have room for
+    /// every bit the image holds, so a reshape of the running array that
+    /// covers more bits (a RAID 10 grown) keeps them (see
+    /// [`WriteIntent::adopt`]).
+    chunks: AtomicU64,
     pending: Box<[AtomicU32]>,
     durable: Box<[AtomicU64]>,
     touched: Box<[AtomicU64]>,
@@ -70,7 +74,8 @@ pub(crate) struct WriteIntent {
     at_bytes: u64,
     /// The array's shape: a write's array bytes are put in the bitmap's
     /// space through it (RAID 4/5/6: member rows, as md counts them).
-    geometry: Geometry,
+    /// Replaced when a reshape's end is adopted ([`WriteIntent::adopt`]).
+    geometry: std::sync::RwLock<Geometry>,
 }
 
 /// What the bitmap says, for `detail`.
@@ -89,7 +94,9 @@ fn word_bit(chunk: u64) -> (usize, u64) {
 impl WriteIntent {
     fn new(header: BitmapHeader, storage: AlignedBuf, geometry: &Geometry, at_bytes: u64) -> Self {
         let chunks = bitmap::bits_for(geometry.bitmap_space_bytes(), header.chunk_bytes);
-        let words = chunks.div_ceil(64) as usize;
+        // Every bit the image holds (see `chunks`).
+        let room = chunks.max((storage.len().saturating_sub(bitmap::HEADER_BYTES) * 8) as u64);
+        let words = room.div_ceil(64) as usize;
         let mut durable: Box<[AtomicU64]> = (0..words).map(|_| AtomicU64::new(0)).collect();
         for chunk in 0..chunks {
             if bitmap::test_bit(&storage, chunk) {
@@ -99,8 +106,8 @@ impl WriteIntent {
         }
         WriteIntent {
             chunk_shift: header.chunk_bytes.trailing_zeros(),
-            chunks,
-            pending: (0..chunks).map(|_| AtomicU32::new(0)).collect(),
+            chunks: AtomicU64::new(chunks),
+            pending: (0..room).map(|_| AtomicU32::new(0)).collect(),
             durable,
             touched: (0..words).map(|_| AtomicU64::new(0)).collect(),
             image: Mutex::new(Image {
@@ -109,22 +116,66 @@ impl WriteIntent {
                 last_pass: Instant::now(),
             }),
             at_bytes,
-            geometry: geometry.clone(),
+            geometry: std::sync::RwLock::new(geometry.clone()),
         }
+    }
+
+    /// The array's chunks (bits) now.
+    fn chunks(&self) -> u64 {
+        self.chunks.load(Ordering::Acquire)
+    }
+
+    /// A reshape of the running array ended (`Array::swap_shape`): writes
+    /// from now on are put in the bitmap's space through `geometry`, and
+    /// the bits cover its size (the header records it from the next
+    /// superblock update on). Bits already set in the image for chunks
+    /// the array gains (a RAID 10's new region, `mark_space`) count as
+    /// durable. Refused when the image has no room for them. Called with
+    /// no client write in flight.
+    pub(crate) fn adopt(&self, geometry: &Geometry) -> Result<()> {
+        let mut image = self.lock();
+        let space = geometry.bitmap_space_bytes();
+        let chunks = bitmap::bits_for(space, image.header.chunk_bytes);
+        if chunks > self.pending.len() as u64 {
+            return Err(Error::Unsupported {
+                spec: "(the write-intent bitmap)".into(),
+                what: format!(
+                    "a reshaped array of {chunks} bitmap chunks in a bitmap with room for {}",
+                    self.pending.len()
+                ),
+            });
+        }
+        for chunk in self.chunks()..chunks {
+            if bitmap::test_bit(&image.storage, chunk) {
+                let (w, b) = word_bit(chunk);
+                self.durable[w].fetch_or(b, Ordering::SeqCst);
+            }
+        }
+        image.header.sync_size_sectors = space / 512;
+        let header = image.header.clone();
+        header.encode(&mut image.storage);
+        *self.geometry.write().unwrap_or_else(|p| p.into_inner()) = geometry.clone();
+        self.chunks.store(chunks, Ordering::Release);
+        Ok(())
     }
 
     /// The bits that array bytes `[offset, offset + len)` are under: for
     /// RAID 4/5/6 those of their stripes' member rows (md's bitmap counts
     /// member sectors there, the array's elsewhere).
     fn chunk_range(&self, offset: u64, len: u64) -> std::ops::Range<u64> {
-        let space = self.geometry.bitmap_range(offset, len);
+        let space = self
+            .geometry
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .bitmap_range(offset, len);
         let first = space.start >> self.chunk_shift;
         let end = if space.is_empty() {
             first
         } else {
             ((space.end - 1) >> self.chunk_shift) + 1
         };
-        first.min(self.chunks)..end.min(self.chunks)
+        let chunks = self.chunks();
+        first.min(chunks)..end.min(chunks)
     }
 
     fn is_durable(&self, chunk: u64) -> bool {
@@ -151,15 +202,18 @@ impl WriteIntent {
 
     /// Array bytes a walk through the array steps by to cover whole bits.
     pub(crate) fn array_step_bytes(&self) -> u64 {
-        self.geometry.bitmap_step_bytes(self.chunk_bytes())
+        self.geometry
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .bitmap_step_bytes(self.chunk_bytes())
     }
 
     pub(crate) fn info(&self) -> BitmapInfo {
         let image = self.lock();
         BitmapInfo {
             chunk_bytes: 1 << self.chunk_shift,
-            chunks: self.chunks,
-            dirty_chunks: (0..self.chunks)
+            chunks: self.chunks(),
+            dirty_chunks: (0..self.chunks())
                 .filter(|&c| bitmap::test_bit(&image.storage, c))
                 .count() as u64,
             events_cleared: image.header.events_cleared,
@@ -504,7 +558,7 @@ impl WriteIntent {
         }
         drop(image);
         fail_all(members, failed)?;
-        for chunk in first..end.min(self.chunks) {
+        for chunk in first..end.min(self.chunks()) {
             let (w, b) = word_bit(chunk);
             self.durable[w].fetch_or(b, Ordering::SeqCst);
         }

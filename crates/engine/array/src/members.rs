@@ -95,7 +95,13 @@ pub(crate) trait ReshapeRecord: Companion {
 /// it is `Sync`.
 #[derive(Debug)]
 pub struct Members {
-    geometry: Geometry,
+    /// Every shape the array has had while it runs, the current one at
+    /// `shape_at`: a served reshape's end installs the new one
+    /// ([`Members::adopt_shape`]). Entries are never replaced or dropped,
+    /// so `&Geometry` borrows stay valid without locks.
+    shapes: Vec<OnceLock<Geometry>>,
+    /// Index of the current shape in `shapes`.
+    shape_at: AtomicUsize,
     /// Every member the array has held, in the order they joined: the
     /// assembled ones at their role's index, members added while it runs
     /// after them. Entries are never replaced or dropped while the array
@@ -104,7 +110,10 @@ pub struct Members {
     arena: Vec<OnceLock<Slot>>,
     /// Arena entries taken.
     arena_used: AtomicUsize,
-    /// Per role, the arena index of its member (`NO_SLOT`: missing).
+    /// Per role, the arena index of its member (`NO_SLOT`: missing). This
+    /// and the other per-role tables have room for [`ONLINE_JOINS`] roles
+    /// more than the array was assembled with (a served grow adds roles);
+    /// the roles in use are the current shape's.
     current: Vec<AtomicUsize>,
     /// Moves whenever a role gets another member: queues that cache the
     /// members (file tables, data offsets) refresh when it changes.
@@ -163,8 +172,9 @@ pub struct Members {
     barrier_turn: Mutex<()>,
     /// Written with every superblock update (see [`Companion`]).
     companions: Vec<Arc<dyn Companion>>,
-    /// A reshape started while the array runs (at most one per assembly).
-    reshape: OnceLock<Arc<dyn ReshapeRecord>>,
+    /// A reshape running on the array (one at a time; cleared when its
+    /// end is adopted, [`Members::adopt_shape`]).
+    reshape: Mutex<Option<Arc<dyn ReshapeRecord>>>,
     /// The array keeps md's write-intent bitmap (a re-added member may
     /// recover by it).
     has_bitmap: bool,
@@ -182,6 +192,9 @@ const NO_SLOT: usize = usize::MAX;
 /// Members that may join an array while it runs (online add, replace, a
 /// spare taking over), beyond those assembled; then it must be restarted.
 pub const ONLINE_JOINS: usize = 64;
+/// Shapes a running array may take, the assembled one included (each
+/// served reshape's end is one; see [`Members::adopt_shape`]).
+pub const SHAPES_PER_RUN: usize = 64;
 
 /// What stopped one pass of a superblock update.
 enum Failed {
@@ -225,13 +238,16 @@ impl Members {
             .next()
             .map(|s| s.superblock.roles_raw.clone())
             .unwrap_or_default();
-        let roles = slots.len();
+        let assembled_roles = slots.len();
+        // Room for roles a served grow adds (see `current`).
+        let roles = assembled_roles + ONLINE_JOINS;
         let in_sync = slots
             .iter()
             .map(|s| {
                 let bytes = s.as_ref().and_then(|s| s.read_limit.in_sync_bytes);
                 AtomicU64::new(bytes.unwrap_or(u64::MAX))
             })
+            .chain((assembled_roles..roles).map(|_| AtomicU64::new(u64::MAX)))
             .collect();
         let by_bitmap = slots
             .iter()
@@ -239,20 +255,22 @@ impl Members {
                 let bits = s.as_ref().map_or(0, |s| s.superblock.feature_map);
                 AtomicBool::new(bits & features::RECOVERY_BITMAP != 0)
             })
+            .chain((assembled_roles..roles).map(|_| AtomicBool::new(false)))
             .collect();
         let current = slots
             .iter()
             .enumerate()
             .map(|(role, s)| AtomicUsize::new(if s.is_some() { role } else { NO_SLOT }))
+            .chain((assembled_roles..roles).map(|_| AtomicUsize::new(NO_SLOT)))
             .collect();
         Members {
             companions: Vec::new(),
-            reshape: OnceLock::new(),
+            reshape: Mutex::new(None),
             has_bitmap: false,
             size_cap: AtomicU64::new(u64::MAX),
             records_lost_writes,
             arena: Self::arena_of(slots),
-            arena_used: AtomicUsize::new(roles),
+            arena_used: AtomicUsize::new(assembled_roles),
             current,
             generation: AtomicU64::new(0),
             table: Mutex::new(table),
@@ -273,7 +291,10 @@ impl Members {
             shards: Mutex::new(Vec::new()),
             barrier: Barrier::new(),
             barrier_turn: Mutex::new(()),
-            geometry,
+            shapes: std::iter::once(OnceLock::from(geometry))
+                .chain((1..SHAPES_PER_RUN).map(|_| OnceLock::new()))
+                .collect(),
+            shape_at: AtomicUsize::new(0),
         }
     }
 
@@ -298,7 +319,7 @@ impl Members {
     /// queue's.
     pub fn member_counters(&self) -> Vec<MemberCounters> {
         let shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
-        (0..self.counters.len())
+        (0..self.roles())
             .map(|role| {
                 let base = &self.counters[role];
                 let (mut ops, mut bytes, mut errors) = (
@@ -377,20 +398,35 @@ impl Members {
     /// From now on every superblock update records `record`'s reshape
     /// (see [`ReshapeRecord`]); false when one was set already.
     pub(crate) fn set_reshape_record(&self, record: Arc<dyn ReshapeRecord>) -> bool {
-        self.reshape.set(record).is_ok()
+        let mut held = self.reshape.lock().unwrap_or_else(|p| p.into_inner());
+        if held.is_some() {
+            return false;
+        }
+        *held = Some(record);
+        true
     }
 
-    /// Whether a reshape started while the array runs.
+    /// Whether a reshape runs on the array (recorded, its end not adopted
+    /// yet).
     pub(crate) fn is_reshaping(&self) -> bool {
-        self.reshape.get().is_some()
+        self.reshape_record().is_some()
+    }
+
+    /// The running reshape's record, if any.
+    fn reshape_record(&self) -> Option<Arc<dyn ReshapeRecord>> {
+        self.reshape
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The companions, the running reshape's record last.
-    fn all_companions(&self) -> impl Iterator<Item = &dyn Companion> {
-        self.companions
-            .iter()
-            .map(|c| c.as_ref() as &dyn Companion)
-            .chain(self.reshape.get().map(|r| r.as_ref() as &dyn Companion))
+    fn all_companions(&self) -> Vec<Arc<dyn Companion>> {
+        let mut all = self.companions.clone();
+        if let Some(record) = self.reshape_record() {
+            all.push(record as Arc<dyn Companion>);
+        }
+        all
     }
 
     pub(crate) fn set_has_bitmap(&mut self) {
@@ -498,7 +534,7 @@ impl Members {
             .resync_at
             .load(Ordering::Acquire)
             .min(self.size_bytes());
-        self.geometry.sync_position_of(at) / 512
+        self.geometry().sync_position_of(at) / 512
     }
 
     /// Whether `role`'s member may be read at `[offset, offset + len)` of
@@ -606,6 +642,74 @@ impl Members {
         let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
         let resync_offset = self.resync_offset_now();
         self.update_superblocks(&mut events, resync_offset)
+    }
+
+    /// A reshape of the running array ended and its members record the
+    /// finished shape: from now on the array is `new`. `slots[role]` is
+    /// each role's member with its superblock as the finished record wrote
+    /// it (the template every later update starts from; `None`: the role's
+    /// member failed during the reshape, missing from now on); `table` the
+    /// role table the record wrote. The reshape's record is cleared: later
+    /// updates write the new shape as it is. Roles past `new`'s count (a
+    /// member that left by a level change) keep their state, unused.
+    /// Nothing is written here. The caller holds every client request
+    /// (`Array::swap_shape`).
+    pub(crate) fn adopt_shape(
+        &self,
+        new: Geometry,
+        slots: Vec<Option<Slot>>,
+        table: Vec<u16>,
+    ) -> Result<()> {
+        let _events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        let refuse = |what: String| Error::Unsupported {
+            spec: self.slot(0).map_or("(missing)", |s| s.member.spec()).into(),
+            what,
+        };
+        if slots.len() != new.members() as usize || slots.len() > self.current.len() {
+            return Err(refuse(format!(
+                "a running array of {} roles taking a shape of {} (at most {} roles while it runs)",
+                slots.len(),
+                new.members(),
+                self.current.len()
+            )));
+        }
+        let at = self.shape_at.load(Ordering::Acquire) + 1;
+        let joins = slots.iter().flatten().count();
+        if at >= self.shapes.len()
+            || self.arena_used.load(Ordering::Acquire) + joins > self.arena.len()
+        {
+            return Err(refuse(format!(
+                "another reshape after {} on this running array (restart `serve` first)",
+                at - 1
+            )));
+        }
+        for (role, slot) in slots.into_iter().enumerate() {
+            let Some(slot) = slot else {
+                self.current[role].store(NO_SLOT, Ordering::Release);
+                continue;
+            };
+            let index = self.arena_used.fetch_add(1, Ordering::AcqRel);
+            let in_sync = slot.read_limit.in_sync_bytes.unwrap_or(u64::MAX);
+            let by_bitmap = slot.superblock.feature_map & features::RECOVERY_BITMAP != 0;
+            if !slot.read_limit.is_none() {
+                self.read_limited.store(true, Ordering::Release);
+            }
+            assert!(
+                self.arena[index].set(slot).is_ok(),
+                "arena entry {index} taken twice"
+            );
+            self.in_sync[role].store(in_sync, Ordering::Release);
+            self.by_bitmap[role].store(by_bitmap, Ordering::Release);
+            self.current[role].store(index, Ordering::Release);
+        }
+        *self.table.lock().unwrap_or_else(|p| p.into_inner()) = table;
+        *self.reshape.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        assert!(self.shapes[at].set(new).is_ok(), "shape {at} taken twice");
+        self.shape_at.store(at, Ordering::Release);
+        // A served shrink's cap is the new shape's size now.
+        self.size_cap.store(u64::MAX, Ordering::Release);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        Ok(())
     }
 
     /// Take a faulty member out of `role` (md's `--remove`): its device
@@ -740,7 +844,7 @@ impl Members {
         }
         let mut usable: Vec<bool> = (0..self.roles()).map(|r| self.is_usable(r)).collect();
         usable[role] = false;
-        if !self.has_redundancy() || !self.geometry.has_every_byte(&usable) {
+        if !self.has_redundancy() || !self.geometry().has_every_byte(&usable) {
             eprintln!(
                 "nvraid: {spec}: {error}; it holds the only copy of some data, so it stays in use and the request fails"
             );
@@ -821,7 +925,7 @@ impl Members {
         len: u64,
         companions: &[usize],
     ) -> Result<()> {
-        if self.reshape.get().is_some() {
+        if self.is_reshaping() {
             // The log's place and the data's move while the array
             // reshapes (and ranges would count from which offset?): the
             // member fails instead, as md fails one whose log cannot take
@@ -875,18 +979,22 @@ impl Members {
         companions.iter().try_for_each(|&c| add(c))
     }
 
+    /// The array's shape now (see `shapes`).
     pub fn geometry(&self) -> &Geometry {
-        &self.geometry
+        self.shapes[self.shape_at.load(Ordering::Acquire)]
+            .get()
+            .expect("invariant: the current shape is installed before it is published")
     }
 
     pub fn size_bytes(&self) -> u64 {
-        self.geometry
+        self.geometry()
             .array_bytes()
             .min(self.size_cap.load(Ordering::Acquire))
     }
 
     /// Serve no more than `bytes` from now on (a served shrink: the size
-    /// its record gives the array while it reshapes and after).
+    /// its record gives the array while it reshapes; the shape swapped at
+    /// its end lifts the cap).
     pub(crate) fn cap_size(&self, bytes: u64) {
         self.size_cap.fetch_min(bytes, Ordering::AcqRel);
     }
@@ -903,7 +1011,7 @@ impl Members {
 
     /// Roles in order, each with its member now; `None` for a missing one.
     pub fn slots(&self) -> Vec<Option<&Slot>> {
-        (0..self.current.len()).map(|r| self.slot(r)).collect()
+        (0..self.roles()).map(|r| self.slot(r)).collect()
     }
 
     /// `role`'s member now (`None`: missing).
@@ -916,7 +1024,7 @@ impl Members {
 
     /// The number of roles.
     pub fn roles(&self) -> usize {
-        self.current.len()
+        self.geometry().members() as usize
     }
 
     /// Changes whenever a role gets another member (see the field).
@@ -952,7 +1060,7 @@ impl Members {
     }
 
     pub(crate) fn has_redundancy(&self) -> bool {
-        self.geometry.level().is_redundant()
+        self.geometry().level().is_redundant()
     }
 
     pub(crate) fn check(&self, offset: u64, len: u64) -> Result<()> {
@@ -1156,7 +1264,7 @@ impl Members {
                 // array's writes with it, unless the companion went on
                 // without it (its entry now faulty): written again.
                 Failed::Companion(error) => {
-                    if self.all_companions().any(|c| c.write_again()) {
+                    if self.all_companions().iter().any(|c| c.write_again()) {
                         continue;
                     }
                     return Err(error);
@@ -1168,7 +1276,7 @@ impl Members {
                 .to_string();
             let mut usable: Vec<bool> = (0..self.roles()).map(|r| self.is_usable(r)).collect();
             usable[role] = false;
-            if !self.has_redundancy() || !self.geometry.has_every_byte(&usable) {
+            if !self.has_redundancy() || !self.geometry().has_every_byte(&usable) {
                 return Err(Error::io(&spec, error));
             }
             let error = match self.slot(role).and_then(|s| s.member.identity_refused()) {
@@ -1197,6 +1305,7 @@ impl Members {
         }
         let now = Timestamp::now();
         let table = self.role_table();
+        let record = self.reshape_record();
         let mut written = 0;
         for (role, slot) in self.slots().into_iter().enumerate() {
             let Some(slot) = slot else { continue };
@@ -1206,7 +1315,7 @@ impl Members {
             }
             written += 1;
             let mut sb = slot.superblock.clone();
-            if let Some(reshape) = self.reshape.get() {
+            if let Some(reshape) = &record {
                 reshape.apply(role, &mut sb);
             }
             sb.events = next;

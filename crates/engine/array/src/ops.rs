@@ -12,7 +12,7 @@ impl Array {
     /// Read `buf.len()` bytes at `offset`.
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         self.check(offset, buf.len() as u64)?;
-        self.personality.read(self, buf, offset)
+        self.personality().read(self, buf, offset)
     }
 
     /// Write `buf` at `offset` to every copy; with `fua`, the data is durable
@@ -23,7 +23,7 @@ impl Array {
             return Err(Error::ReadOnly);
         }
         let written = self.while_admitted(offset, buf.len() as u64, || {
-            self.personality.write(self, buf, offset)
+            self.personality().write(self, buf, offset)
         });
         if fua {
             self.flush_slots(|role| written.as_ref().is_ok_and(|touched| touched[role]))?;
@@ -38,7 +38,7 @@ impl Array {
         if !self.is_writable() {
             return Err(Error::ReadOnly);
         }
-        self.personality.discard(self, offset, len)
+        self.personality().discard(self, offset, len)
     }
 }
 

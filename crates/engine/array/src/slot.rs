@@ -12,7 +12,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// it that md would not read.
 #[derive(Debug)]
 pub struct Slot {
-    pub member: Member,
+    /// Shared: a served reshape's end gives the same member a new slot
+    /// (its superblock as the new shape records it; see
+    /// `Members::adopt_shape`).
+    pub member: std::sync::Arc<Member>,
     pub superblock: Superblock,
     pub read_limit: ReadLimit,
     /// What the member must prove on each new connection (remote members;
@@ -24,6 +27,12 @@ impl Slot {
     /// A slot for `member`, reading its bad-block log when the superblock
     /// has one and noting how far a member being recovered is in sync.
     pub fn new(member: Member, superblock: Superblock) -> Result<Slot> {
+        Slot::shared(std::sync::Arc::new(member), superblock)
+    }
+
+    /// A slot for a member already open and shared (one a served reshape
+    /// keeps or added), as [`Slot::new`] makes one.
+    pub fn shared(member: std::sync::Arc<Member>, superblock: Superblock) -> Result<Slot> {
         let read_limit = ReadLimit::of(&member, &superblock)?;
         // The superblock was just read from (or written to) the member
         // over its open connection: every later connection must find the

@@ -36,7 +36,7 @@ pub fn prefill(array: &Array, len: u64) -> Result<(), Error> {
 /// The fast-path target over `array`, with the engine `choice` gives for
 /// its present members ([`engine_for`]).
 pub fn array_target(array: Arc<Array>, choice: Engine) -> Arc<dyn Target> {
-    let members: Vec<&Member> = array.slots().iter().flatten().map(|s| &s.member).collect();
+    let members: Vec<&Member> = array.slots().iter().flatten().map(|s| &*s.member).collect();
     let engine = engine_for(choice, &members);
     Arc::new(FanoutTarget::array(array.clone(), engine))
 }

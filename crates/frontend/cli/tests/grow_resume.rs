@@ -204,8 +204,16 @@ fn a_grow_stopped_with_the_server_finishes_while_served_again() {
         "{}",
         String::from_utf8_lossy(&got.stderr)
     );
-    assert_eq!(got.stdout.len() as u64, size);
-    assert!(got.stdout == data, "a byte changed across the resumed grow");
+    // The served array took the grown shape at the end: a new connection
+    // is told the new size, the grown region zeros.
+    let new_size = s["array"]["reshape"]["new_size_bytes"].as_u64().unwrap();
+    assert!(new_size > size, "{s}");
+    assert_eq!(got.stdout.len() as u64, new_size);
+    assert!(
+        got.stdout[..size as usize] == data[..],
+        "a byte changed across the resumed grow"
+    );
+    assert!(got.stdout[size as usize..].iter().all(|&b| b == 0));
     server.interrupt();
     let grown = detail(d, &members);
     assert_eq!(grown["state"], "clean", "{grown}");
@@ -457,7 +465,13 @@ fn a_raid6_whose_offline_grow_was_killed_mid_checkpoint_grows_on_while_served() 
         "{log}"
     );
     let s = wait_reshape_finished(d);
-    assert_eq!(s["array"]["size_bytes"], size, "{s}");
+    // The finished shape is served at once (`Array::swap_shape`).
+    assert!(s["array"]["size_bytes"].as_u64().unwrap() > size, "{s}");
+    assert_eq!(
+        s["array"]["size_bytes"], s["array"]["reshape"]["new_size_bytes"],
+        "{s}"
+    );
+    assert_eq!(s["array"]["raid_disks"], 6, "{s}");
     server.interrupt();
     let grown = detail(d, &members);
     assert_eq!(grown["state"], "clean", "{grown}");
@@ -582,7 +596,15 @@ fn a_raid10_grow_stopped_with_the_server_goes_on_when_served_again_and_md_assemb
     );
     let s = wait_reshape_finished(d);
     assert_eq!(s["array"]["reshape"]["raid_disks"], 5, "{s}");
-    assert!(served_bytes(d) == pattern(size), "after the grow finished");
+    // Served in the grown shape from its end on: the pattern, then the
+    // grown region's zeros.
+    let served = served_bytes(d);
+    assert!(served.len() as u64 > size, "not served at the grown size");
+    assert!(
+        served[..size as usize] == pattern(size)[..],
+        "after the grow finished"
+    );
+    assert!(served[size as usize..].iter().all(|&b| b == 0));
     server.interrupt();
     let grown = detail(d, &members);
     assert_eq!(grown["state"], "clean", "{grown}");

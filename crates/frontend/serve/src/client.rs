@@ -37,21 +37,27 @@ pub(crate) fn run(shared: Arc<Shared>, stream: Stream, id: u64, client: String) 
     shared.register(&connection);
     connection.log("event=connected");
     let outcome = negotiate(&shared, &connection, Channel::Plain(stream));
-    if let Some((channel, negotiated)) = outcome {
-        transmit(&shared, &connection, channel, negotiated);
+    if let Some((channel, negotiated, size_bytes)) = outcome {
+        transmit(&shared, &connection, channel, negotiated, size_bytes);
     }
     shared.unregister(&connection);
 }
 
-/// The handshake; `None` when the client left or was refused.
+/// The handshake; `None` when the client left or was refused. With the
+/// export's size the client was told.
 fn negotiate(
     shared: &Shared,
     connection: &Arc<Connection>,
     mut channel: Channel,
-) -> Option<(Channel, Negotiated)> {
+) -> Option<(Channel, Negotiated, u64)> {
     let limit = shared.options.handshake_timeout;
     let deadline = Instant::now() + limit;
-    let mut handshake = ServerHandshake::new(Arc::clone(&shared.handshake));
+    let config = shared.handshake_now();
+    let size_bytes = config
+        .exports
+        .first()
+        .map_or(shared.size_bytes, |e| e.size_bytes);
+    let mut handshake = ServerHandshake::new(config);
     let mut buffer = [0u8; 4096];
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -102,7 +108,7 @@ fn negotiate(
                     .and_then(|_| channel.flush())
                     .ok()?;
                 let _ = channel.stream().set_read_timeout(None);
-                return Some((channel, negotiated));
+                return Some((channel, negotiated, size_bytes));
             }
         }
     }
@@ -171,13 +177,14 @@ fn transmit(
     connection: &Arc<Connection>,
     channel: Channel,
     negotiated: Negotiated,
+    size_bytes: u64,
 ) {
     connection.log(&format!(
         "event=transmission export={:?} structured={} tls={}",
         shared.options.export_name, negotiated.structured_replies, negotiated.tls_active
     ));
     let rules = RequestRules {
-        size_bytes: shared.size_bytes,
+        size_bytes,
         minimum_block_bytes: shared.block_sizes.minimum_bytes,
         maximum_payload_bytes: shared.block_sizes.maximum_bytes,
         transmission_flags: negotiated.transmission_flags,

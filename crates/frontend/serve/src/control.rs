@@ -296,8 +296,8 @@ pub(crate) fn status(shared: &Shared) -> Value {
     json!({
         "export": {
             "name": shared.options.export_name,
-            "target": shared.target_description,
-            "size_bytes": shared.size_bytes,
+            "target": shared.description_now(),
+            "size_bytes": shared.size_now(),
             "read_only": shared.read_only,
             "block_sizes": {
                 "minimum_bytes": shared.block_sizes.minimum_bytes,

@@ -191,6 +191,7 @@ pub fn start_bound(
     let ublk_counters = device.as_ref().map(|d| Arc::clone(&d.counters));
     let shared = Arc::new(Shared {
         handshake,
+        watched: Arc::downgrade(&target),
         tls,
         size_bytes: target.size_bytes(),
         block_sizes,

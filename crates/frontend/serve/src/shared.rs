@@ -21,6 +21,10 @@ use crate::worker::WorkerPool;
 pub(crate) struct Shared {
     pub options: ServeOptions,
     pub handshake: Arc<ServerConfig>,
+    /// The served target, whose size may change while it is served (an
+    /// array grown online): each new NBD connection is told its size then
+    /// ([`Shared::handshake_now`]).
+    pub(crate) watched: std::sync::Weak<dyn nvraid_io::queue::Target>,
     pub tls: Option<Arc<rustls::ServerConfig>>,
     pub size_bytes: u64,
     pub block_sizes: BlockSizes,
@@ -51,6 +55,44 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// The handshake's settings for a new connection: the export's size
+    /// the target's as it is now (an array grown online since the server
+    /// started is served at its new size to connections made after; those
+    /// made before keep the size they were told, and never address the
+    /// grown region).
+    /// The served target's size now (see `watched`).
+    pub(crate) fn size_now(&self) -> u64 {
+        self.watched
+            .upgrade()
+            .map_or(self.size_bytes, |t| t.size_bytes())
+    }
+
+    /// The served target's description now (an array's level and member
+    /// count change with an online reshape).
+    pub(crate) fn description_now(&self) -> String {
+        self.watched
+            .upgrade()
+            .map_or_else(|| self.target_description.clone(), |t| t.describe())
+    }
+
+    pub(crate) fn handshake_now(&self) -> Arc<ServerConfig> {
+        let Some(now) = self.watched.upgrade().map(|t| t.size_bytes()) else {
+            return Arc::clone(&self.handshake);
+        };
+        if self
+            .handshake
+            .exports
+            .first()
+            .is_none_or(|e| e.size_bytes == now)
+        {
+            return Arc::clone(&self.handshake);
+        }
+        let mut config = (*self.handshake).clone();
+        for export in &mut config.exports {
+            export.size_bytes = now;
+        }
+        Arc::new(config)
+    }
     /// Record a connection; a connection that arrives during shutdown is
     /// told to stop reading at once.
     pub(crate) fn register(&self, connection: &Arc<Connection>) {

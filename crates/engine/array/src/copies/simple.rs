@@ -14,7 +14,7 @@ impl Array {
     /// The copies family's state. Only the copies family's code calls
     /// this, and only on a RAID 0/1/10 (the personality chose it).
     fn copies_family(&self) -> &crate::personality::Copies {
-        let crate::personality::Personality::Copies(copies) = &self.personality else {
+        let crate::personality::Personality::Copies(copies) = self.personality() else {
             panic!("invariant: copies-family code runs on RAID 0/1/10 only");
         };
         copies

@@ -308,6 +308,11 @@ impl Queue for FanoutQueue {
     ) -> io::Result<()> {
         let invalid = |what: String| Err(io::Error::new(io::ErrorKind::InvalidInput, what));
         if let Shape::Array(array) = &self.shape {
+            if array.shape_epoch() != self.shape_epoch && self.busy_slots == 0 {
+                self.reshape()?;
+            }
+        }
+        if let Shape::Array(array) = &self.shape {
             if array.generation() != self.generation {
                 self.refresh()?;
             }
@@ -337,14 +342,30 @@ impl Queue for FanoutQueue {
         // `Array::start_live_route`).
         self.published_busy
             .store(u64::from(self.busy_slots), Ordering::SeqCst);
-        if let Shape::Array(array) = &self.shape {
-            if let Some(route) = array.live_route() {
+        let routed = match &self.shape {
+            Shape::Array(array) if array.is_reshaping_live() => Some(array.clone()),
+            _ => None,
+        };
+        if let Some(array) = routed {
+            let Some((_hold, route)) = array.enter_route() else {
+                // The route ended (its reshape's shape swapped in) since
+                // the look above: no request of this queue's own is in
+                // flight (every one was routed), so it is made again for
+                // the new shape and this request starts over there.
+                self.slots[slot as usize] = SlotState::IDLE;
+                self.busy_slots -= 1;
+                self.published_busy
+                    .store(u64::from(self.busy_slots), Ordering::SeqCst);
+                if array.shape_epoch() != self.shape_epoch {
+                    self.reshape()?;
+                }
+                return self.submit(slot, op, offset, len, fua);
+            };
+            {
                 // This request is not the queue's own: what it has in
                 // flight of its own is what was there before.
                 self.published_busy
                     .store(u64::from(self.busy_slots - 1), Ordering::SeqCst);
-                let array = array.clone();
-                let route = route.clone();
                 let moves = matches!(op, OpKind::Read | OpKind::Write);
                 let buf = &mut self.buffers[slot as usize][..if moves { len as usize } else { 0 }];
                 if let Err(errno) = route.io(&array, op, offset, buf, fua) {
@@ -355,6 +376,18 @@ impl Queue for FanoutQueue {
                 self.published_busy
                     .store(u64::from(self.busy_slots), Ordering::SeqCst);
                 return Ok(());
+            }
+        }
+        if let Shape::Array(array) = &self.shape {
+            if array.shape_epoch() != self.shape_epoch {
+                // Swapped between the look at the top and the route's
+                // (its route already cleared): start over in the new shape.
+                self.slots[slot as usize] = SlotState::IDLE;
+                self.busy_slots -= 1;
+                self.published_busy
+                    .store(u64::from(self.busy_slots), Ordering::SeqCst);
+                self.reshape()?;
+                return self.submit(slot, op, offset, len, fua);
             }
         }
         let outcome = match op {

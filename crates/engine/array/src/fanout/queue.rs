@@ -58,7 +58,7 @@ impl FanoutTarget {
             Shape::Array(a) => a
                 .slots()
                 .iter()
-                .map(|s| s.as_ref().map(|s| &s.member))
+                .map(|s| s.as_ref().map(|s| &*s.member))
                 .collect(),
             Shape::Raw(m) => vec![Some(m)],
         }
@@ -200,7 +200,7 @@ pub(crate) struct SlotState {
 
 impl SlotState {
     /// A slot with no request.
-    const IDLE: SlotState = SlotState {
+    pub(crate) const IDLE: SlotState = SlotState {
         pending: 0,
         errno: 0,
         len: 0,
@@ -264,6 +264,13 @@ pub struct FanoutQueue {
     /// The array's member generation this queue's file table and data
     /// offsets reflect (see [`Array::generation`]).
     pub(crate) generation: u64,
+    /// The array's shape epoch this queue's geometry, parity shape, size
+    /// and tables were made for (see [`Array::swap_shape`]): when it
+    /// moves, the queue is made again over the same slot buffers
+    /// ([`FanoutQueue::reshape`]).
+    pub(crate) shape_epoch: u64,
+    /// The engine the queue was opened with (for [`FanoutQueue::reshape`]).
+    pub(crate) engine_kind: EngineKind,
     /// The file table as registered with the engine.
     pub(crate) files: Vec<i32>,
     /// Which remote member each entry's channel reaches (by address).
@@ -318,11 +325,53 @@ impl FanoutQueue {
                 "queue depth and I/O size must be positive",
             ));
         }
+        let buffers: Vec<AlignedBuf> = (0..depth)
+            .map(|_| AlignedBuf::zeroed(max_io_bytes as usize))
+            .collect();
+        Self::open_over(target, max_io_bytes, buffers, true)
+    }
+
+    /// The array's shape was swapped since this queue was made (see
+    /// [`Array::swap_shape`]): make it again for the new shape (geometry,
+    /// parity shape, size, member tables, records sized for the new
+    /// member count), keeping its slot buffers where they are (a ublk
+    /// queue's tags point into them). Only with no request of its own in
+    /// flight: the swap ran with every request routed.
+    pub(crate) fn reshape(&mut self) -> io::Result<()> {
+        if self.busy_slots != 0 {
+            return Err(io::Error::other(
+                "invariant: a queue is made again for a new shape with nothing of its own in flight",
+            ));
+        }
+        let target = FanoutTarget {
+            shape: self.shape.clone(),
+            engine: self.engine_kind,
+        };
+        let buffers = std::mem::take(&mut self.buffers);
+        let mut fresh = Self::open_over(&target, self.max_io_bytes, buffers, false)?;
+        // Requests done and not yet reaped (the routed ones) are reaped
+        // from the new queue.
+        fresh.ready.append(&mut self.ready);
+        // The old queue goes (its counts folded into the array's); its
+        // engine never holds an operation now.
+        *self = fresh;
+        Ok(())
+    }
+
+    /// A queue over `buffers` (one per slot); `zeroed`: they hold zeros.
+    fn open_over(
+        target: &FanoutTarget,
+        max_io_bytes: u32,
+        mut buffers: Vec<AlignedBuf>,
+        zeroed: bool,
+    ) -> io::Result<FanoutQueue> {
+        let depth = buffers.len() as u32;
         // Read before the members: a member joining meanwhile moves the
-        // generation past this value, and the first submit refreshes.
-        let generation = match &target.shape {
-            Shape::Array(a) => a.generation(),
-            Shape::Raw(_) => 0,
+        // generation past this value, and the first submit refreshes. The
+        // shape epoch is read before the geometry likewise.
+        let (generation, shape_epoch) = match &target.shape {
+            Shape::Array(a) => (a.generation(), a.shape_epoch()),
+            Shape::Raw(_) => (0, 0),
         };
         let members = target.members();
         let files = file_table(&members);
@@ -338,9 +387,6 @@ impl FanoutQueue {
                 .collect(),
             Shape::Raw(_) => vec![Some(0)],
         };
-        let mut buffers: Vec<AlignedBuf> = (0..depth)
-            .map(|_| AlignedBuf::zeroed(max_io_bytes as usize))
-            .collect();
         let per_request = Self::subs_per_request(&target.shape, max_io_bytes, members.len());
         let subs_max = depth as usize * per_request;
         let remotes = remote_table(&members);
@@ -374,7 +420,7 @@ impl FanoutQueue {
                 }
                 count
             },
-            zeroed: vec![true; depth as usize],
+            zeroed: vec![zeroed; depth as usize],
             counts: match &target.shape {
                 Shape::Array(array) => array.counter_shard(),
                 Shape::Raw(_) => Arc::new(CounterShard::new(members.len())),
@@ -385,6 +431,8 @@ impl FanoutQueue {
             max_io_bytes,
             size_bytes: target.size_bytes(),
             generation,
+            shape_epoch,
+            engine_kind: target.engine,
             files,
             remotes: remotes.iter().map(remote_id).collect(),
             mixed,
@@ -419,7 +467,7 @@ impl FanoutQueue {
         let array = Arc::clone(array);
         let generation = array.generation();
         let slots = array.slots();
-        let members: Vec<Option<&Member>> = slots.iter().map(|s| s.map(|s| &s.member)).collect();
+        let members: Vec<Option<&Member>> = slots.iter().map(|s| s.map(|s| &*s.member)).collect();
         let files = file_table(&members);
         for (index, (&new, old)) in files.iter().zip(self.files.iter_mut()).enumerate() {
             if new != *old {

@@ -18,7 +18,7 @@ impl Array {
     /// The parity family's state. Only the parity family's code calls
     /// this, and only on a RAID 4/5/6 (the personality chose it).
     pub(crate) fn parity_family(&self) -> &crate::personality::Parity {
-        let Some(parity) = self.personality.parity() else {
+        let Some(parity) = self.personality().parity() else {
             panic!("invariant: parity-family code runs on RAID 4/5/6 only");
         };
         parity

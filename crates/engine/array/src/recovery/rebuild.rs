@@ -438,7 +438,7 @@ fn read_ahead(
         let Ok(mut buf) = empty.recv() else { return };
         let end = (at + REGION_BYTES).min(total);
         let read = array
-            .personality
+            .personality()
             .rebuild(array, role, (at, end), &mut buf, &mut sources);
         let failed = read.is_err();
         if full.send(read.map(|()| (at, end, buf))).is_err() || failed {
@@ -561,7 +561,7 @@ fn rebuild_stepwise(
         let len = (step - at % step).min(total - at);
         // The array bytes this step's member bytes belong to (RAID 4/5/6:
         // the data of their stripe, for any block of it).
-        let (logical, logical_len) = array.personality.array_bytes_of(geometry, role, at, len);
+        let (logical, logical_len) = array.personality().array_bytes_of(geometry, role, at, len);
         if !only_marked || array.resync_wanted(logical, logical_len) {
             // Every region the step's array bytes touch: a RAID 4/5/6
             // stripe can cross a region's edge, and a client write to its
@@ -651,7 +651,7 @@ fn copy_step(
     let read = |piece_at: u64, buf: &mut [u8], sources: &mut Vec<AlignedBuf>| {
         let logical = logical + (piece_at - at);
         array
-            .personality
+            .personality()
             .rebuild_piece(array, role, (piece_at, logical), buf, sources)
     };
     if len <= piece_bytes {
@@ -716,7 +716,7 @@ fn step_bytes(array: &Array, only_marked: bool) -> u64 {
     [
         Some(REGION_BYTES),
         Some(crate::barrier::BARRIER_REGION_BYTES),
-        array.personality.rebuild_step_limit(array.geometry()),
+        array.personality().rebuild_step_limit(array.geometry()),
         array.bitmap_chunk_bytes().filter(|_| only_marked),
     ]
     .into_iter()

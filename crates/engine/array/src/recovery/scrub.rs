@@ -54,9 +54,9 @@ pub fn scrub_with(
         bytes: 0,
         seconds: 0.0,
         resynced: false,
-        parity: array.personality.parity().is_some(),
+        parity: array.personality().parity().is_some(),
     };
-    let personality = &array.personality;
+    let personality = array.personality();
     let mut state = personality.scrub_state(array.geometry(), REGION_BYTES as usize);
     let mut at = from;
     while at < total {

@@ -25,10 +25,10 @@
 //!   overwrites: the step waits for it), then moves the rows, flushes the
 //!   members, records `P'` in every superblock, and only then moves `P`
 //!   in memory and opens the window.
-//! - **The end.** The finished shape is recorded; from then on every byte
-//!   is read and written in the new shape, here, until the array is
-//!   assembled again (at its new size: the served size stays the old one
-//!   until `serve` is restarted).
+//! - **The end.** The finished shape is recorded; then the served array
+//!   takes it (`Array::swap_shape`, `LiveGrow::adopt_end`): the added
+//!   members become its own roles, the fast path serves the new shape at
+//!   the new size, and another reshape may start.
 //!
 //! A reshape running backwards (a shrink, or a restripe that moved the
 //! data offset up, which `serve` goes on with) has the shapes the other
@@ -232,7 +232,7 @@ pub struct LiveGrow {
     pub(super) old_members: u32,
     /// The added members, by role from `old_members` on, with their
     /// superblocks before the record (each update puts it in).
-    added: Vec<(Member, Mutex<Superblock>)>,
+    added: Vec<(Arc<Member>, Mutex<Superblock>)>,
     /// Sectors the data offset moves down.
     moved_sectors: u64,
     /// Each member's bad-block log's new place (`bblog_offset`), by role.
@@ -618,7 +618,7 @@ impl LiveGrow {
             added: parts
                 .added
                 .into_iter()
-                .map(|(m, sb)| (m, Mutex::new(sb)))
+                .map(|(m, sb)| (Arc::new(m), Mutex::new(sb)))
                 .collect(),
             moved_sectors: parts.moved_sectors,
             bblog_offsets: parts.bblog_offsets,
@@ -730,7 +730,12 @@ impl LiveGrow {
 
     /// The steps, then the end; a failure recorded in the status.
     fn run(self: Arc<Self>, array: Weak<Array>) {
-        let outcome = self.steps(&array);
+        let outcome = self
+            .steps(&array)
+            .and_then(|finished| match array.upgrade() {
+                Some(array) if finished => self.adopt_end(&array).map(|()| true),
+                _ => Ok(finished),
+            });
         self.progress
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -811,11 +816,68 @@ impl LiveGrow {
         Ok(true)
     }
 
+    /// The finished shape is recorded on every member: the served array
+    /// takes it (`Array::swap_shape`): the fast path serves the new shape,
+    /// the size is the new one, the added members are the array's own
+    /// roles, and another reshape may start. Each role's superblock
+    /// template is the one the finished record wrote; a member that failed
+    /// during the grow is missing from the new shape. The new shape is the
+    /// one the next assembly makes of those superblocks, or the array
+    /// keeps serving through the grow's route (refused, by name).
+    fn adopt_end(&self, array: &Array) -> Result<()> {
+        let mut new = self.reshape.new_shape().clone();
+        let failed = self.failed_roles(array);
+        let table = array.role_table_now();
+        let old = self.old_members as usize;
+        // The roles of the array from now on: a shrink's leaving roles
+        // have left it, and a RAID 0 grown as md's RAID 4 ends as a RAID 0
+        // of its data roles (the parity role, last, never held a member).
+        let roles = new.members() as usize - usize::from(self.raid0.is_some());
+        let mut slots = Vec::with_capacity(roles);
+        let mut reference = None;
+        for (role, &failed) in failed.iter().enumerate().take(roles) {
+            if failed {
+                slots.push(None);
+                continue;
+            }
+            let (member, mut sb) = if role < old {
+                let slot = array.slot(role).expect("a usable role has its member");
+                (slot.member.clone(), slot.superblock.clone())
+            } else {
+                let (member, sb) = &self.added[role - old];
+                (
+                    member.clone(),
+                    sb.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+                )
+            };
+            self.record_into(role, &mut sb);
+            reference.get_or_insert_with(|| sb.clone());
+            slots.push(Some(crate::slot::Slot::shared(member, sb)?));
+        }
+        let reference = reference.expect("a grown array has a member");
+        let assembled = crate::assemble::geometry_of(&reference, &reference.name())?;
+        if self.raid0.is_some() && assembled.level() == Level::Raid0 {
+            // One zone: the RAID 4's data chunks lie where the RAID 0's do.
+            if assembled.members() as usize == roles
+                && assembled.chunk_bytes() == new.chunk_bytes()
+                && assembled.array_bytes() == new.array_bytes()
+            {
+                new = assembled.clone();
+            }
+        }
+        if assembled != new {
+            return Err(Error::NotStartable(format!(
+                "the finished shape as assembled ({assembled:?}) is not the one grown ({new:?}); the array serves it through the grow's route until `serve` restarts"
+            )));
+        }
+        array.swap_shape(new, slots, table)
+    }
+
     /// The new shape's members by role: the array's, then the added.
     pub(super) fn members_of<'a>(&'a self, array: &'a Array) -> Vec<&'a Member> {
         (0..self.old_members as usize)
-            .map(|r| &array.slot(r).expect("a whole array").member)
-            .chain(self.added.iter().map(|(m, _)| m))
+            .map(|r| &*array.slot(r).expect("a whole array").member)
+            .chain(self.added.iter().map(|(m, _)| &**m))
             .chain(self.raid0.as_ref().map(|r| &r.stand_in))
             .collect()
     }

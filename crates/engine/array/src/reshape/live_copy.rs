@@ -26,8 +26,9 @@
 //!   wrote only the old members above it), reads the array, writes and
 //!   flushes the added members, records `P'` as their recovery offset and
 //!   only then moves `P` and opens the window.
-//! - **The end.** The added members are recorded in sync; every write goes
-//!   to every mirror until the array is assembled again with all of them.
+//! - **The end.** The added members are recorded in sync; the served
+//!   array takes the new member count (`Array::swap_shape`): the added
+//!   mirrors are its own roles, read and written by the fast path.
 //!
 //! An added member that fails is recorded faulty (its role then missing,
 //! `nvraid add` fills it after a restart); the others go on. When every
@@ -124,7 +125,7 @@ pub(super) fn bitmap_bytes(array: &Array, old: &Geometry, members: u32) -> Resul
     }
     let found: Vec<(&Member, &Superblock)> = (0..array.roles())
         .filter_map(|r| array.slot(r))
-        .map(|s| (&s.member, &s.superblock))
+        .map(|s| (&*s.member, &s.superblock))
         .collect();
     super::bitmap::check_fits(grown.at, grown.storage.len() as u64, &found)?;
     Ok(Some(
@@ -251,7 +252,7 @@ pub struct LiveMirror {
     new_members: u32,
     /// The added members, by role from `old_members` on, with their
     /// superblocks as first made (each update puts the state in).
-    added: Vec<(Member, Mutex<Superblock>)>,
+    added: Vec<(Arc<Member>, Mutex<Superblock>)>,
     /// Per added member: it failed (no longer written, recorded faulty).
     failed: Vec<AtomicBool>,
     /// Where the added members' data starts on them.
@@ -337,7 +338,7 @@ impl LiveMirror {
             crate::badlog::write_empty(&member, &sb)?;
             array.bitmap_copy_to(&member)?;
             member.flush().map_err(|e| Error::io(member.spec(), e))?;
-            added.push((member, Mutex::new(sb)));
+            added.push((Arc::new(member), Mutex::new(sb)));
         }
         let live = Arc::new(LiveMirror {
             old_members: old_count,
@@ -393,7 +394,12 @@ impl LiveMirror {
 
     /// The copy, then the end; a failure recorded in the status.
     fn run(self: Arc<Self>, array: Weak<Array>) {
-        let outcome = self.steps(&array);
+        let outcome = self
+            .steps(&array)
+            .and_then(|finished| match array.upgrade() {
+                Some(array) if finished => self.adopt_end(&array).map(|()| true),
+                _ => Ok(finished),
+            });
         self.progress
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -432,6 +438,49 @@ impl LiveMirror {
             pace.moved(self, to - p);
         }
         Ok(true)
+    }
+
+    /// The added mirrors are recorded in sync: the served array takes the
+    /// new member count (`Array::swap_shape`), the added mirrors its own
+    /// roles (an added one that failed missing), and another reshape may
+    /// start. The shape is the one the next assembly makes of the
+    /// superblocks as recorded.
+    fn adopt_end(&self, array: &Array) -> Result<()> {
+        let table = array.role_table_now();
+        let old = self.old_members as usize;
+        let mut slots = Vec::with_capacity(self.new_members as usize);
+        for role in 0..self.new_members as usize {
+            let held = if role < old {
+                array
+                    .slot(role)
+                    .filter(|_| array.is_usable(role))
+                    .map(|s| (s.member.clone(), s.superblock.clone()))
+            } else {
+                let k = role - old;
+                let (member, sb) = &self.added[k];
+                (!self.failed[k].load(Ordering::Acquire)).then(|| {
+                    let mut sb = sb.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                    sb.feature_map &= !features::RECOVERY_OFFSET;
+                    sb.recovery_offset = 0;
+                    (member.clone(), sb)
+                })
+            };
+            match held {
+                Some((member, mut sb)) => {
+                    self.apply(role, &mut sb);
+                    slots.push(Some(crate::slot::Slot::shared(member, sb)?));
+                }
+                None => slots.push(None),
+            }
+        }
+        let reference = slots
+            .iter()
+            .flatten()
+            .next()
+            .map(|s| s.superblock.clone())
+            .expect("a mirrored array keeps a member");
+        let new = crate::assemble::geometry_of(&reference, &reference.name())?;
+        array.swap_shape(new, slots, table)
     }
 
     /// Copy the array's `[p, to)` onto every added member still in use,

@@ -91,7 +91,10 @@ impl LiveGrow {
             .map(|r| r < old && usable.get(r).copied().unwrap_or(false))
             .collect();
         self.reshape.old().has_every_byte(&old_usable)
-            && self.reshape.new_shape().has_every_byte(&usable[..new.min(usable.len())])
+            && self
+                .reshape
+                .new_shape()
+                .has_every_byte(&usable[..new.min(usable.len())])
     }
 
     /// The member in `role` failed with `error`: when the level covers

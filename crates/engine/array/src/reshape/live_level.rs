@@ -3,9 +3,11 @@
 //! <-> RAID 5 of two, RAID 6 -> RAID 5 when Q is on the last member, and a
 //! RAID 4 whose parity member is missing -> RAID 0 of the others.
 //!
-//! The served `Array` keeps its geometry; what changes is what its members
-//! record and which members it uses. [`LiveLevel`] is both the array's
-//! reshape record and its route:
+//! What changes is what the members record and which members the array
+//! uses; once every kept member records the new level, the served array
+//! takes it (`Array::swap_shape`: the new level's geometry and family,
+//! the fast path, another reshape free to start). [`LiveLevel`] is both
+//! the array's reshape record and, until then, its route:
 //!
 //! - **The switch.** The route is set with its gate closed
 //!   (`Array::start_live_route`, which waits for every request the
@@ -328,7 +330,35 @@ impl LiveLevel {
         // level, as a crash would, and the next update records the new.
         *live.open.lock().unwrap_or_else(|p| p.into_inner()) = true;
         live.opened.notify_all();
-        switched.map(|()| live)
+        switched?;
+        // The served array takes the new level (requests held for it):
+        // the fast path serves it, `status` and `detail` show it, and
+        // another reshape may start.
+        if let Err(e) = live.adopt(array, &new) {
+            let mut outcome = live.outcome.lock().unwrap_or_else(|p| p.into_inner());
+            *outcome = ("failed", Some(e.to_string()));
+            return Err(e);
+        }
+        Ok(live)
+    }
+
+    /// Swap the served array's shape for `new`, the level every kept
+    /// member records now: each role's template the superblock as
+    /// recorded (see `Array::swap_shape`).
+    fn adopt(&self, array: &Array, new: &Geometry) -> Result<()> {
+        let table = array.role_table_now();
+        let mut slots = Vec::with_capacity(new.members() as usize);
+        for role in 0..new.members() as usize {
+            match array.slot(role).filter(|_| array.is_usable(role)) {
+                Some(slot) => {
+                    let mut sb = slot.superblock.clone();
+                    self.apply(role, &mut sb);
+                    slots.push(Some(crate::slot::Slot::shared(slot.member.clone(), sb)?));
+                }
+                None => slots.push(None),
+            }
+        }
+        array.swap_shape(new.clone(), slots, table)
     }
 
     /// What the switch did.

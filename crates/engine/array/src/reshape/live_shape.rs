@@ -121,7 +121,7 @@ impl LiveGrow {
         let held: Vec<(&Member, &Superblock)> = (0..array.roles())
             .map(|r| {
                 let slot = array.slot(r).expect("whole");
-                (&slot.member, &sbs[r])
+                (&*slot.member, &sbs[r])
             })
             .collect();
         let (direction, moved_sectors) =

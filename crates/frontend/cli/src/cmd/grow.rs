@@ -115,8 +115,10 @@ pub struct GrowArgs {
     /// a RAID 4 with its parity missing), or add mirrors to a served RAID 1,
     /// while its clients
     /// read and write (with -n and --add;
-    /// waits for the end, showing the progress). The served size stays
-    /// the old one until the server is restarted. A shrink runs offline
+    /// waits for the end, showing the progress). Once it ends the server
+    /// serves the new shape and size (NBD connections made after it, and
+    /// NVMe/TCP hosts, see the new size), and another reshape may follow
+    /// in the same run. A shrink runs offline
     /// only. With --chunk and/or --layout: restripe the served RAID 4/5/6
     /// or RAID 10 near (members kept, the data offset moved down; refused,
     /// naming the offline command, when there is no room below the data).
@@ -531,7 +533,7 @@ fn grow_online(args: &GrowArgs, socket: &std::path::Path) -> Result<u8> {
                     );
                 } else {
                     println!(
-                        "grown online from {} to {} members: {} once the server is restarted (it serves the old size until then)",
+                        "grown online from {} to {} members: {} served from now on (clients connecting from now on see the new size)",
                         reshape["raid_disks_before"],
                         reshape["raid_disks"],
                         bytes_text(reshape["new_size_bytes"].as_u64().unwrap_or(0)),

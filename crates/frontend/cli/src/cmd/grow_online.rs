@@ -5,8 +5,10 @@
 //! restriped, or a RAID 10 near's chunk changed (`--chunk`/`--layout`:
 //! `LiveGrow::start_shape`), a served array changes its level where md
 //! moves no byte (`LiveLevel`), and `status` shows it.
-//! One grow per server run; the thread that moves the rows is stopped
-//! (after its step) before the array is closed.
+//! One reshape at a time; once one ends the served array takes its shape
+//! (`Array::swap_shape`) and another may start in the same run. The
+//! thread that moves the rows is stopped (after its step) before the
+//! array is closed.
 
 use nvraid_array::recovery::online::Online;
 use nvraid_array::reshape::{
@@ -25,8 +27,8 @@ pub struct Reshaping {
     /// `serve --reshape-speed`'s (MIN, MAX), bytes per second.
     pace: (Option<u64>, Option<u64>),
     live: Mutex<Option<Running>>,
-    /// A level change's levels and counts, shown beside its status (the
-    /// server's own `level` stays the served map's until it restarts).
+    /// A level change's levels and counts, shown beside its status (until
+    /// another reshape starts).
     level_switched: Mutex<Option<Value>>,
 }
 
@@ -132,6 +134,7 @@ impl Reshaping {
             max_bytes_per_sec: self.pace.1,
         };
         let (grow, thread) = start_live(&self.array, &options).map_err(|e| e.to_string())?;
+        self.forget_level_change();
         let status = grow.status();
         eprintln!(
             "nvraid: event=reshape-started raid_disks={}->{} end={}",
@@ -224,6 +227,7 @@ impl Reshaping {
         };
         let (grow, thread) =
             LiveGrow::start_shape(&self.array, &options).map_err(|e| e.to_string())?;
+        self.forget_level_change();
         let status = grow.status();
         eprintln!(
             "nvraid: event=reshape-started kind=restripe raid_disks={} end={}",
@@ -233,6 +237,15 @@ impl Reshaping {
         Ok(
             json!({"started": "restripe", "raid_disks": status.raid_disks, "end_bytes": status.end_bytes}),
         )
+    }
+
+    /// A reshape started after a level change: the level change's fields
+    /// no longer go with `status`'s reshape.
+    fn forget_level_change(&self) {
+        *self
+            .level_switched
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = None;
     }
 
     /// A grow the members recorded, resumed at assembly (`serve` of an
