@@ -11,8 +11,8 @@ clients are busy, unlimited while idle, as the rebuild's), and fio reads
 2 jobs) for SECONDS, first with no grow (baseline), then again right
 after `grow --socket -n 5 --add` started (the grow must still be running
 when fio ends, or the round is reported as such), and once more after
-the grow ended (the served array still routes every request through the
-grow's synchronous path until it is restarted). The ratio is the grow
+the grow ended (the served array has then taken the grown shape,
+`Array::swap_shape`, and serves it through the fast path again). The ratio is the grow
 round's IOPS / the baseline's. The grow's rate while fio ran (positions
 from `status` 1 s in and 1 s before its end) is printed beside it.
 
@@ -154,7 +154,7 @@ def main():
                   f"ratio {during / base:.2f}{'' if still else ' (the grow ended before fio did)'}; "
                   f"grow at {s['position_bytes'] if s else '?'} of {s['end_bytes'] if s else '?'} bytes, "
                   f"{busy_rate / 1e6:.0f} MB/s while fio ran; "
-                  f"after it (still routed until restart) {after:.0f} IOPS, ratio {after / base:.2f}")
+                  f"after it (the grown shape, swapped in) {after:.0f} IOPS, ratio {after / base:.2f}")
             if rep > 0:
                 rows.append(during / base)
                 afters.append(after / base)

@@ -137,42 +137,8 @@ fn writes_acknowledged_during_an_online_raid0_grow_survive_a_sigkill_and_continu
     let grow = grow_cmd(d, 4, &["new.img"]);
     let mid = wait_reshape_past(d, 0);
     let position = mid["array"]["reshape"]["position_bytes"].as_u64().unwrap();
-    let blocks = size / 4096;
-    let mut rng = 0x2545_f491_u64;
-    let mut writes = Vec::new();
-    let mut qemu_io = Command::new(tool("qemu-io"));
-    qemu_io.args(["-f", "raw"]);
-    for i in 0..600u64 {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        let below = (position / 4096).max(1);
-        let b = if i % 2 == 0 {
-            rng % below
-        } else {
-            below + rng % (blocks - below)
-        };
-        let byte = (i % 250 + 1) as u8;
-        qemu_io.args(["-c", &format!("write -P {byte} {} 4096", b * 4096)]);
-        writes.push((b, byte));
-    }
-    let out = qemu_io
-        .arg(format!(
-            "nbd+unix:///?socket={}",
-            d.join("md.sock").display()
-        ))
-        .output()
-        .unwrap();
-    let acked = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.starts_with("wrote 4096/4096"))
-        .count();
-    assert_eq!(
-        acked,
-        writes.len(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut want = vec![0u8; size as usize];
+    write_blocks(d, position, 600, 0x2545_f491, &mut want);
     let s = status(d);
     assert_eq!(s["array"]["reshape"]["state"], "running", "{s}");
     server.kill().unwrap();
@@ -189,10 +155,7 @@ fn writes_acknowledged_during_an_online_raid0_grow_survive_a_sigkill_and_continu
     assert_eq!(grown["raid_disks"], 4, "{grown}");
     let got = ok_bytes(&with(&["read"], &members), d);
     assert_eq!(got.len() as u64, size / 3 * 4);
-    let mut want = vec![0u8; got.len()];
-    for &(b, byte) in &writes {
-        want[(b * 4096) as usize..((b + 1) * 4096) as usize].fill(byte);
-    }
+    want.resize(got.len(), 0);
     for b in 0..got.len() / 4096 {
         assert!(
             got[b * 4096..(b + 1) * 4096] == want[b * 4096..(b + 1) * 4096],
@@ -534,42 +497,8 @@ fn writes_acknowledged_while_a_served_raid5_takes_q_survive_a_sigkill() {
     let grow = add_q_cmd(d, 5, "new.img");
     let mid = wait_reshape_past(d, 0);
     let position = mid["array"]["reshape"]["position_bytes"].as_u64().unwrap();
-    let blocks = size / 4096;
-    let mut rng = 0x1234_5679_u64;
-    let mut writes = Vec::new();
-    let mut qemu_io = Command::new(tool("qemu-io"));
-    qemu_io.args(["-f", "raw"]);
-    for i in 0..600u64 {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        let below = (position / 4096).max(1);
-        let b = if i % 2 == 0 {
-            rng % below
-        } else {
-            below + rng % (blocks - below)
-        };
-        let byte = (i % 250 + 1) as u8;
-        qemu_io.args(["-c", &format!("write -P {byte} {} 4096", b * 4096)]);
-        writes.push((b, byte));
-    }
-    let out = qemu_io
-        .arg(format!(
-            "nbd+unix:///?socket={}",
-            d.join("md.sock").display()
-        ))
-        .output()
-        .unwrap();
-    let acked = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| l.starts_with("wrote 4096/4096"))
-        .count();
-    assert_eq!(
-        acked,
-        writes.len(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut want = vec![0u8; size as usize];
+    write_blocks(d, position, 600, 0x1234_5679, &mut want);
     let s = status(d);
     assert_eq!(s["array"]["reshape"]["state"], "running", "{s}");
     server.kill().unwrap();
@@ -585,11 +514,7 @@ fn writes_acknowledged_while_a_served_raid5_takes_q_survive_a_sigkill() {
     assert_eq!(grown["raid_disks"], 5, "{grown}");
     assert_checks_clean(d, &members, "after the killed RAID 5 -> 6 was rebuilt");
     let got = read(d, &members, size);
-    let mut want = vec![0u8; size as usize];
-    for &(b, byte) in &writes {
-        want[(b * 4096) as usize..((b + 1) * 4096) as usize].fill(byte);
-    }
-    for b in 0..blocks as usize {
+    for b in 0..(size / 4096) as usize {
         assert!(
             got[b * 4096..(b + 1) * 4096] == want[b * 4096..(b + 1) * 4096],
             "block {b} lost an acknowledged write across the kill"
