@@ -591,24 +591,51 @@ fn the_kernel_assembles_a_shrunk_array_and_finishes_one_nvraid_left_mid_way() {
     // record; both read the pattern over the smaller size and md's check
     // finds no mismatch.
     let dir = tempfile::tempdir().unwrap();
-    let mut images = Vec::new();
-    for (name, point, bitmap) in [
+    let cases = [
         ("done", None, "none"),
         ("mid", Some("reshape-superblock:60"), "none"),
         ("bitmap", Some("reshape-superblock:60"), "internal"),
-    ] {
-        let sub = dir.path().join(name);
+    ];
+    let images = shrunk_for_the_kernel(dir.path(), "5", 3 * PER, "42M", &cases);
+    let report = kernel_finishes(&images, 3 * PER);
+    // /proc/mdstat, shown twice: the shrunk array's fifth member a spare
+    // both times, the others' once md has finished their shrink.
+    assert_kernel_shrunk(&report, "raid5", 3, 3 * PER, 4);
+}
+
+/// Arrays of `level` on five members (the pattern over `keep` bytes)
+/// shrunk to four with `--array-size array_size`, one per case (`name`,
+/// the failpoint it is killed at or `None` to the end, its bitmap); the
+/// images of all five members of each (md takes the fifth as a spare).
+fn shrunk_for_the_kernel(
+    dir: &Path,
+    level: &str,
+    keep: u64,
+    array_size: &str,
+    cases: &[(&str, Option<&str>, &str)],
+) -> Vec<std::path::PathBuf> {
+    let mut images = Vec::new();
+    for &(name, point, bitmap) in cases {
+        let sub = dir.join(name);
         std::fs::create_dir(&sub).unwrap();
         let (m, _) = filled(
             &sub,
-            "5",
+            level,
             5,
             17,
-            3 * PER,
+            keep,
             &["--bitmap", bitmap, "--name", name],
         );
         let args = with(
-            &["grow", "-n", "4", "--array-size", "42M", "--step", "1M"],
+            &[
+                "grow",
+                "-n",
+                "4",
+                "--array-size",
+                array_size,
+                "--step",
+                "1M",
+            ],
             &m,
         );
         match point {
@@ -621,27 +648,31 @@ fn the_kernel_assembles_a_shrunk_array_and_finishes_one_nvraid_left_mid_way() {
                 assert!(examine.contains("Reshape Pos'n"), "{name}: {examine}");
             }
         }
-        // The member that leaves is given too: md takes it as a spare.
         images.extend(m.iter().map(|n| sub.join(n)));
     }
-    let report = kernel_finishes(&images, 3 * PER);
+    images
+}
+
+/// The kernel's report of `count` arrays shrunk to four members: each a
+/// whole `level` of `size` bytes, the pattern read, no mismatch, no
+/// reshape left; the leaving members md's spares (`[4](S)` at least
+/// `spares` times in /proc/mdstat's two showings).
+fn assert_kernel_shrunk(report: &str, level: &str, count: usize, size: u64, spares: usize) {
     eprintln!("{report}");
     let lines: Vec<&str> = report
         .lines()
         .filter(|l| l.starts_with("KERNEL "))
         .collect();
-    assert_eq!(lines.len(), 3, "three arrays expected:\n{report}");
-    // /proc/mdstat, shown twice: the shrunk array's fifth member a spare
-    // both times, the others' once md has finished their shrink.
+    assert_eq!(lines.len(), count, "{count} arrays expected:\n{report}");
     assert!(
-        report.matches("[4](S)").count() >= 4,
+        report.matches("[4](S)").count() >= spares,
         "the leaving members are not md's spares:\n{report}"
     );
     for line in lines {
         assert!(
-            line.contains("level=raid5")
+            line.contains(&format!("level={level}"))
                 && line.contains("disks=4 ")
-                && line.contains(&format!("size={}", 3 * PER))
+                && line.contains(&format!("size={size}"))
                 && line.contains("pattern=ok")
                 && line.contains("mismatch=0")
                 && line.contains("reshape=none")
@@ -659,55 +690,11 @@ fn the_kernel_assembles_a_raid10_shrunk_and_finishes_one_nvraid_left_mid_way() {
     // nvraid's record; both read the pattern over the smaller size and
     // md's check finds no copy that differs.
     let dir = tempfile::tempdir().unwrap();
-    let mut images = Vec::new();
-    for (name, point) in [("done10", None), ("mid10", Some("reshape-superblock:40"))] {
-        let sub = dir.path().join(name);
-        std::fs::create_dir(&sub).unwrap();
-        let (m, _) = filled(
-            &sub,
-            "10",
-            5,
-            17,
-            2 * PER,
-            &["--bitmap", "none", "--name", name],
-        );
-        let args = with(
-            &["grow", "-n", "4", "--array-size", "28M", "--step", "1M"],
-            &m,
-        );
-        match point {
-            None => {
-                ok(&args, &sub);
-            }
-            Some(point) => {
-                killed_at(&sub, &args, point);
-                let examine = ok(&["examine", "d0"], &sub);
-                assert!(examine.contains("Reshape Pos'n"), "{name}: {examine}");
-            }
-        }
-        images.extend(m.iter().map(|n| sub.join(n)));
-    }
+    let cases = [
+        ("done10", None, "none"),
+        ("mid10", Some("reshape-superblock:40"), "none"),
+    ];
+    let images = shrunk_for_the_kernel(dir.path(), "10", 2 * PER, "28M", &cases);
     let report = kernel_finishes(&images, 2 * PER);
-    eprintln!("{report}");
-    let lines: Vec<&str> = report
-        .lines()
-        .filter(|l| l.starts_with("KERNEL "))
-        .collect();
-    assert_eq!(lines.len(), 2, "two arrays expected:\n{report}");
-    assert!(
-        report.matches("[4](S)").count() >= 2,
-        "the leaving members are not md's spares:\n{report}"
-    );
-    for line in lines {
-        assert!(
-            line.contains("level=raid10")
-                && line.contains("disks=4 ")
-                && line.contains(&format!("size={}", 2 * PER))
-                && line.contains("pattern=ok")
-                && line.contains("mismatch=0")
-                && line.contains("reshape=none")
-                && line.contains("degraded=0"),
-            "{line}\n{report}"
-        );
-    }
+    assert_kernel_shrunk(&report, "raid10", 2, 2 * PER, 2);
 }
