@@ -665,17 +665,13 @@ impl LiveGrow {
                 }
             }
         }
-        array.rewrite_superblocks()?;
-        crate::failpoint::hit("reshape-superblock");
-        if !array.start_live_route(live.clone()) {
-            unreachable!("invariant: the record was set once, so was the route");
-        }
-        let weak = Arc::downgrade(array);
-        let thread_live = live.clone();
-        let thread = std::thread::Builder::new()
-            .name("nvraid-reshape".into())
-            .spawn(move || thread_live.run(weak))
-            .map_err(|e| Error::NotStartable(format!("no reshape thread: {e}")))?;
+        let thread = super::live::route_and_run(
+            array,
+            &live,
+            "nvraid-reshape",
+            "no reshape thread",
+            LiveGrow::run,
+        )?;
         Ok((live, thread))
     }
 
@@ -1222,6 +1218,30 @@ impl GrowPace {
 
 /// What [`GrowPace`] reads of a served reshape: its clients' requests,
 /// whether it is asked to stop, and its (minimum, maximum) rates.
+/// What every served reshape's start does once its record is set on the
+/// array: every superblock written with it, the route set (waiting for
+/// the requests the fast-path queues had in flight), and `run` started on
+/// a thread named `thread` (`failed`: what a refused thread is called).
+pub(super) fn route_and_run<T: LiveRoute + 'static>(
+    array: &Arc<Array>,
+    live: &Arc<T>,
+    thread: &str,
+    failed: &str,
+    run: fn(Arc<T>, Weak<Array>),
+) -> Result<std::thread::JoinHandle<()>> {
+    array.rewrite_superblocks()?;
+    crate::failpoint::hit("reshape-superblock");
+    if !array.start_live_route(live.clone()) {
+        unreachable!("invariant: the record was set once, so was the route");
+    }
+    let weak = Arc::downgrade(array);
+    let live = live.clone();
+    std::thread::Builder::new()
+        .name(thread.into())
+        .spawn(move || run(live, weak))
+        .map_err(|e| Error::NotStartable(format!("{failed}: {e}")))
+}
+
 pub(super) trait Paced {
     fn clients(&self) -> &Clients;
     fn stopping(&self) -> bool;

@@ -378,17 +378,13 @@ impl LiveMirror {
                 what: "a second grow while one runs on this served array".into(),
             });
         }
-        array.rewrite_superblocks()?;
-        crate::failpoint::hit("reshape-superblock");
-        if !array.start_live_route(live.clone()) {
-            unreachable!("invariant: the record was set once, so was the route");
-        }
-        let weak = Arc::downgrade(array);
-        let thread_live = live.clone();
-        let thread = std::thread::Builder::new()
-            .name("nvraid-mirror".into())
-            .spawn(move || thread_live.run(weak))
-            .map_err(|e| Error::NotStartable(format!("no copy thread: {e}")))?;
+        let thread = super::live::route_and_run(
+            array,
+            &live,
+            "nvraid-mirror",
+            "no copy thread",
+            LiveMirror::run,
+        )?;
         Ok((live, thread))
     }
 

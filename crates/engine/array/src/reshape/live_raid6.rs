@@ -227,17 +227,13 @@ impl LiveQ {
         if !array.set_reshape_record(live.clone()) {
             return Err(refuse("a second reshape on this served array".into()));
         }
-        array.rewrite_superblocks()?;
-        crate::failpoint::hit("reshape-superblock");
-        if !array.start_live_route(live.clone()) {
-            unreachable!("invariant: the record was set once, so was the route");
-        }
-        let weak = Arc::downgrade(array);
-        let thread_live = live.clone();
-        let thread = std::thread::Builder::new()
-            .name("nvraid-add-q".into())
-            .spawn(move || thread_live.run(weak))
-            .map_err(|e| Error::NotStartable(format!("no rebuild thread: {e}")))?;
+        let thread = super::live::route_and_run(
+            array,
+            &live,
+            "nvraid-add-q",
+            "no rebuild thread",
+            LiveQ::run,
+        )?;
         Ok((live, thread))
     }
 
