@@ -249,12 +249,8 @@ pub struct LiveGrow {
     /// 10's chunk number).
     pub(super) stripes: Vec<Mutex<()>>,
     progress: Mutex<Progress>,
-    stop: AtomicBool,
     pub(super) step_bytes: u64,
-    max_bytes_per_sec: Option<u64>,
-    min_bytes_per_sec: Option<u64>,
-    /// The clients' requests, as the pacing samples them.
-    clients: Clients,
+    pub(super) pacing: Pacing,
     /// A RAID 0 grown as md's RAID 4 with its parity missing
     /// (`live_raid0`).
     pub(super) raid0: Option<super::live_raid0::Raid0Grow>,
@@ -280,6 +276,43 @@ impl Clients {
         self.ops.fetch_add(1, Ordering::Relaxed);
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         ClientRequest(&self.in_flight)
+    }
+}
+
+/// What [`GrowPace`] reads of a served reshape, the same for every kind
+/// (`LiveGrow`, `LiveMirror`, `LiveQ`): its clients' requests, whether it
+/// is asked to stop, and its (minimum, maximum) rates.
+#[derive(Debug)]
+pub(super) struct Pacing {
+    /// The clients' requests, as the pacing samples them.
+    clients: Clients,
+    stop: AtomicBool,
+    min_bytes_per_sec: Option<u64>,
+    max_bytes_per_sec: Option<u64>,
+}
+
+impl Pacing {
+    pub(super) fn new(min_bytes_per_sec: Option<u64>, max_bytes_per_sec: Option<u64>) -> Pacing {
+        Pacing {
+            clients: Clients::default(),
+            stop: AtomicBool::new(false),
+            min_bytes_per_sec,
+            max_bytes_per_sec,
+        }
+    }
+
+    /// A client request starts (see [`Clients::request`]).
+    pub(super) fn request(&self) -> ClientRequest<'_> {
+        self.clients.request()
+    }
+
+    /// Ask the reshape to stop after the step under way.
+    pub(super) fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+    }
+
+    pub(super) fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
     }
 }
 
@@ -375,6 +408,32 @@ pub(super) fn write_added_superblock(
 /// No member of the served array is being recovered or has bad blocks,
 /// and no resync is awaited: every reshape of a served array waits for
 /// those to end.
+/// Refused while another reshape runs on the served `array` (a served
+/// reshape ends, and its shape is swapped in, before the next may start):
+/// "a second `what`", named on `spec0` (the first member).
+pub(super) fn refuse_second(array: &Array, spec0: &str, what: &str) -> Result<()> {
+    if array.is_reshaping_live() {
+        return Err(Error::Unsupported {
+            spec: spec0.into(),
+            what: format!(
+                "a second {what} while a reshape runs on this served array (`nvraid status` shows it): wait for its end"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// A member a served reshape adds, made ready before any superblock
+/// names it: its bad-block log written empty, the array's write-intent
+/// bitmap as it stands copied to it (the union the clients' writes set
+/// from here on is on the old members; md's assembly and `--continue`
+/// take the union), and flushed.
+pub(super) fn ready_added(array: &Array, member: &Member, sb: &Superblock) -> Result<()> {
+    crate::badlog::write_empty(member, sb)?;
+    array.bitmap_copy_to(member)?;
+    member.flush().map_err(|e| Error::io(member.spec(), e))
+}
+
 pub(super) fn check_settled(array: &Array) -> Result<()> {
     if array.read_limited() {
         return Err(Error::NotStartable(
@@ -486,11 +545,7 @@ impl LiveGrow {
             spec: spec0.clone(),
             what,
         };
-        if array.is_reshaping_live() {
-            return Err(refuse(
-                "a second grow while one runs on this served array".into(),
-            ));
-        }
+        refuse_second(array, &spec0, "grow")?;
         check_growable(array)?;
         let old = array.geometry().clone();
         let old_count = old.members();
@@ -544,12 +599,7 @@ impl LiveGrow {
                 dev as usize,
                 Role::Active((old_count as usize + k) as u16).to_raw(),
             ));
-            crate::badlog::write_empty(&member, &sb)?;
-            // The bitmap as it stands (the union the clients' writes set
-            // from here on is on the old members; md's assembly and
-            // `--continue` take the union).
-            array.bitmap_copy_to(&member)?;
-            member.flush().map_err(|e| Error::io(member.spec(), e))?;
+            ready_added(array, &member, &sb)?;
             added.push((member, Mutex::new(sb)));
         }
         let bblog_offsets = bblog_offsets
@@ -633,11 +683,8 @@ impl LiveGrow {
                 started: Instant::now(),
                 start_position: position,
             }),
-            stop: AtomicBool::new(false),
             step_bytes: step_bytes.max(1),
-            max_bytes_per_sec,
-            min_bytes_per_sec,
-            clients: Clients::default(),
+            pacing: Pacing::new(min_bytes_per_sec, max_bytes_per_sec),
             raid0,
             leaving_devs,
             left: AtomicBool::new(false),
@@ -677,7 +724,7 @@ impl LiveGrow {
 
     /// Stop after the step under way (the position it records stays).
     pub fn stop(&self) {
-        self.stop.store(true, Ordering::Release);
+        self.pacing.stop();
     }
 
     /// Where it stands.
@@ -749,13 +796,13 @@ impl LiveGrow {
         let unit = self.reshape.position_unit();
         let step_bytes = self.step_bytes.max(unit);
         let kernel = nvraid_parity::Kernel::best();
-        let mut pace = GrowPace::open(self);
+        let mut pace = GrowPace::open(&self.pacing);
         loop {
             let p = self.gate.position();
             if p >= end {
                 break;
             }
-            if !pace.may_step(self) {
+            if !pace.may_step(&self.pacing) {
                 return Ok(false);
             }
             let Some(array) = array.upgrade() else {
@@ -807,7 +854,7 @@ impl LiveGrow {
             }
             crate::failpoint::hit("reshape-superblock");
             self.gate.open_window(Some(to));
-            pace.moved(self, to - p);
+            pace.moved(&self.pacing, to - p);
         }
         Ok(true)
     }
@@ -880,7 +927,7 @@ impl LiveGrow {
 
     fn rw(&self, array: &Array, write: bool, offset: u64, buf: &mut [u8], fua: bool) -> Result<()> {
         let len = buf.len() as u64;
-        let _busy = self.clients.request();
+        let _busy = self.pacing.request();
         let (epoch, position) = self.gate.enter(offset, len);
         let split = position.clamp(offset, offset + len);
         let cut = (split - offset) as usize;
@@ -1145,13 +1192,13 @@ pub(super) struct GrowPace {
 impl GrowPace {
     const WINDOW: Duration = Duration::from_millis(100);
 
-    pub(super) fn open(live: &dyn Paced) -> GrowPace {
-        let mut pace = GrowPace::watching(live.clients());
-        if live.rates().0.is_some() {
+    pub(super) fn open(live: &Pacing) -> GrowPace {
+        let mut pace = GrowPace::watching(&live.clients);
+        if live.min_bytes_per_sec.is_some() {
             // Look before the first step: a full-speed first window would
             // take the clients' share before their activity shows.
             std::thread::sleep(Duration::from_millis(20));
-            pace.sample(live.clients());
+            pace.sample(&live.clients);
         }
         pace
     }
@@ -1176,8 +1223,8 @@ impl GrowPace {
     }
 
     /// The rate that applies now (`None`: unlimited).
-    fn rate(&self, live: &dyn Paced) -> Option<u64> {
-        let (min, max) = live.rates();
+    fn rate(&self, live: &Pacing) -> Option<u64> {
+        let (min, max) = (live.min_bytes_per_sec, live.max_bytes_per_sec);
         match (self.busy, min, max) {
             (true, Some(min), Some(max)) => Some(min.min(max)),
             (true, Some(min), None) => Some(min),
@@ -1187,7 +1234,7 @@ impl GrowPace {
 
     /// Whether the next step may start (`false`: the grow is asked to
     /// stop). With a minimum of 0, waits while clients stay busy.
-    pub(super) fn may_step(&mut self, live: &dyn Paced) -> bool {
+    pub(super) fn may_step(&mut self, live: &Pacing) -> bool {
         loop {
             if live.stopping() {
                 return false;
@@ -1196,13 +1243,13 @@ impl GrowPace {
                 return true;
             }
             std::thread::sleep(Self::WINDOW);
-            self.sample(live.clients());
+            self.sample(&live.clients);
         }
     }
 
     /// A step moved `len` bytes: sleep while ahead of the rate that
     /// applies, and open the next window when this one is over.
-    pub(super) fn moved(&mut self, live: &dyn Paced, len: u64) {
+    pub(super) fn moved(&mut self, live: &Pacing, len: u64) {
         self.bytes += len;
         if let Some(rate) = self.rate(live).filter(|&r| r > 0) {
             let due = Duration::from_secs_f64(self.bytes as f64 / rate as f64);
@@ -1211,13 +1258,11 @@ impl GrowPace {
             }
         }
         if self.start.elapsed() >= Self::WINDOW {
-            self.sample(live.clients());
+            self.sample(&live.clients);
         }
     }
 }
 
-/// What [`GrowPace`] reads of a served reshape: its clients' requests,
-/// whether it is asked to stop, and its (minimum, maximum) rates.
 /// What every served reshape's start does once its record is set on the
 /// array: every superblock written with it, the route set (waiting for
 /// the requests the fast-path queues had in flight), and `run` started on
@@ -1242,26 +1287,6 @@ pub(super) fn route_and_run<T: LiveRoute + 'static>(
         .map_err(|e| Error::NotStartable(format!("{failed}: {e}")))
 }
 
-pub(super) trait Paced {
-    fn clients(&self) -> &Clients;
-    fn stopping(&self) -> bool;
-    fn rates(&self) -> (Option<u64>, Option<u64>);
-}
-
-impl Paced for LiveGrow {
-    fn clients(&self) -> &Clients {
-        &self.clients
-    }
-
-    fn stopping(&self) -> bool {
-        self.stop.load(Ordering::Acquire)
-    }
-
-    fn rates(&self) -> (Option<u64>, Option<u64>) {
-        (self.min_bytes_per_sec, self.max_bytes_per_sec)
-    }
-}
-
 impl LiveRoute for LiveGrow {
     fn io(
         &self,
@@ -1279,7 +1304,7 @@ impl LiveRoute for LiveGrow {
             OpKind::Read => self.rw(array, false, offset, buf, false).map_err(errno),
             OpKind::Write => self.rw(array, true, offset, buf, fua).map_err(errno),
             OpKind::Flush => {
-                let _busy = self.clients.request();
+                let _busy = self.pacing.request();
                 array.flush().map_err(errno)?;
                 for (k, (member, _)) in self.added.iter().enumerate() {
                     if self.added_failed.is_failed(k) {

@@ -72,13 +72,13 @@ impl LiveGrow {
         let unit = self.reshape.position_unit();
         let step_bytes = self.step_bytes.max(unit);
         let kernel = nvraid_parity::Kernel::best();
-        let mut pace = GrowPace::open(self);
+        let mut pace = GrowPace::open(&self.pacing);
         loop {
             let p = self.gate.position();
             if p == 0 {
                 break;
             }
-            if !pace.may_step(self) {
+            if !pace.may_step(&self.pacing) {
                 return Ok(false);
             }
             let Some(array) = array.upgrade() else {
@@ -116,7 +116,7 @@ impl LiveGrow {
                 break;
             }
             self.gate.open_window(Some(to));
-            pace.moved(self, p - to);
+            pace.moved(&self.pacing, p - to);
         }
         Ok(true)
     }

@@ -35,7 +35,7 @@
 //! added member has failed, the copy stops.
 
 use super::grow::{free_dev_numbers, new_member_superblock};
-use super::live::{write_added_superblock, Clients, Gate, GrowPace, Paced, Progress, STRIPE_LOCKS};
+use super::live::{write_added_superblock, Gate, GrowPace, Pacing, Progress, STRIPE_LOCKS};
 use super::{LiveGrow, LiveGrowOptions, LiveGrowStatus};
 use crate::array::{Array, LiveRoute};
 use crate::error::{Error, Result};
@@ -266,25 +266,8 @@ pub struct LiveMirror {
     record: Mutex<(u64, bool)>,
     gate: Gate,
     progress: Mutex<Progress>,
-    stop: AtomicBool,
     step_bytes: u64,
-    max_bytes_per_sec: Option<u64>,
-    min_bytes_per_sec: Option<u64>,
-    clients: Clients,
-}
-
-impl Paced for LiveMirror {
-    fn clients(&self) -> &Clients {
-        &self.clients
-    }
-
-    fn stopping(&self) -> bool {
-        self.stop.load(Ordering::Acquire)
-    }
-
-    fn rates(&self) -> (Option<u64>, Option<u64>) {
-        (self.min_bytes_per_sec, self.max_bytes_per_sec)
-    }
+    pacing: Pacing,
 }
 
 impl LiveMirror {
@@ -304,12 +287,7 @@ impl LiveMirror {
             .slot(0)
             .map_or("(missing)", |s| s.member.spec())
             .to_string();
-        if array.is_reshaping_live() {
-            return Err(Error::Unsupported {
-                spec: spec0,
-                what: "a second grow while one runs on this served array".into(),
-            });
-        }
+        super::live::refuse_second(array, &spec0, "grow")?;
         if !array.is_writable() {
             return Err(Error::ReadOnly);
         }
@@ -335,9 +313,7 @@ impl LiveMirror {
                 dev as usize,
                 Role::Active((old_count as usize + k) as u16).to_raw(),
             ));
-            crate::badlog::write_empty(&member, &sb)?;
-            array.bitmap_copy_to(&member)?;
-            member.flush().map_err(|e| Error::io(member.spec(), e))?;
+            super::live::ready_added(array, &member, &sb)?;
             added.push((Arc::new(member), Mutex::new(sb)));
         }
         let live = Arc::new(LiveMirror {
@@ -356,11 +332,8 @@ impl LiveMirror {
                 started: Instant::now(),
                 start_position: 0,
             }),
-            stop: AtomicBool::new(false),
             step_bytes: options.step_bytes.max(4096),
-            max_bytes_per_sec: options.max_bytes_per_sec,
-            min_bytes_per_sec: options.min_bytes_per_sec,
-            clients: Clients::default(),
+            pacing: Pacing::new(options.min_bytes_per_sec, options.max_bytes_per_sec),
         });
         array.mark_dirty()?;
         // The added members first, one event ahead of the others until
@@ -404,14 +377,14 @@ impl LiveMirror {
 
     fn steps(&self, array: &Weak<Array>) -> Result<bool> {
         let end = self.end;
-        let mut pace = GrowPace::open(self);
+        let mut pace = GrowPace::open(&self.pacing);
         let mut buf = AlignedBuf::zeroed(self.step_bytes.min(4 << 20) as usize);
         loop {
             let p = self.gate.position();
             if p >= end {
                 break;
             }
-            if !pace.may_step(self) {
+            if !pace.may_step(&self.pacing) {
                 return Ok(false);
             }
             let Some(array) = array.upgrade() else {
@@ -431,7 +404,7 @@ impl LiveMirror {
             }
             crate::failpoint::hit("reshape-superblock");
             self.gate.open_window(Some(to));
-            pace.moved(self, to - p);
+            pace.moved(&self.pacing, to - p);
         }
         Ok(true)
     }
@@ -587,7 +560,7 @@ impl LiveMirror {
 
 impl LiveReshape for LiveMirror {
     fn stop(&self) {
-        self.stop.store(true, Ordering::Release);
+        self.pacing.stop();
     }
 
     fn status(&self) -> LiveGrowStatus {
@@ -629,7 +602,7 @@ impl LiveRoute for LiveMirror {
             Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             _ => libc::EIO,
         };
-        let _busy = self.clients.request();
+        let _busy = self.pacing.request();
         match op {
             OpKind::Read => array.read_at(buf, offset).map_err(errno),
             OpKind::Write => self.write(array, offset, buf, fua).map_err(errno),

@@ -178,11 +178,7 @@ impl LiveLevel {
             spec: spec0.clone(),
             what,
         };
-        if array.is_reshaping_live() {
-            return Err(refuse(
-                "a level change while another reshape ran on this served array (one per server run: restart `serve` first)".into(),
-            ));
-        }
+        super::live::refuse_second(array, &spec0, "level change")?;
         if !array.is_writable() {
             return Err(Error::ReadOnly);
         }

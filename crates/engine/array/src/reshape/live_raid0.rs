@@ -66,11 +66,7 @@ impl LiveGrow {
             spec: spec0.clone(),
             what,
         };
-        if array.is_reshaping_live() {
-            return Err(refuse(
-                "a second reshape while one ran on this served array (restart serve first)".into(),
-            ));
-        }
+        super::live::refuse_second(array, &spec0, "reshape")?;
         if !array.is_writable() {
             return Err(Error::ReadOnly);
         }
@@ -126,8 +122,7 @@ impl LiveGrow {
             let mut sb = new_member_superblock(&member, &reference, dev)?;
             sb.bblog_offset = reference.bblog_offset;
             table_entries.push((dev as usize, Role::Active((n as usize + k) as u16).to_raw()));
-            crate::badlog::write_empty(&member, &sb)?;
-            member.flush().map_err(|e| Error::io(member.spec(), e))?;
+            super::live::ready_added(array, &member, &sb)?;
             added.push((member, sb));
         }
         let bblog_offsets = bblog_offsets

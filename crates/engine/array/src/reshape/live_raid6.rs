@@ -33,8 +33,8 @@
 
 use super::grow::{free_dev_numbers, new_member_superblock};
 use super::live::{
-    check_settled, open_added, write_added_superblock, Clients, GrowPace, LiveGrowOptions,
-    LiveGrowStatus, Paced, Progress, STRIPE_LOCKS,
+    check_settled, open_added, write_added_superblock, GrowPace, LiveGrowOptions, LiveGrowStatus,
+    Pacing, Progress, STRIPE_LOCKS,
 };
 use super::live_copy::LiveReshape;
 use crate::array::{Array, LiveRoute};
@@ -71,25 +71,8 @@ pub struct LiveQ {
     gate: super::live::Gate,
     stripes: Vec<Mutex<()>>,
     progress: Mutex<Progress>,
-    stop: AtomicBool,
     step_bytes: u64,
-    max_bytes_per_sec: Option<u64>,
-    min_bytes_per_sec: Option<u64>,
-    clients: Clients,
-}
-
-impl Paced for LiveQ {
-    fn clients(&self) -> &Clients {
-        &self.clients
-    }
-
-    fn stopping(&self) -> bool {
-        self.stop.load(Ordering::Acquire)
-    }
-
-    fn rates(&self) -> (Option<u64>, Option<u64>) {
-        (self.min_bytes_per_sec, self.max_bytes_per_sec)
-    }
+    pacing: Pacing,
 }
 
 impl LiveQ {
@@ -114,11 +97,7 @@ impl LiveQ {
             spec: spec0.clone(),
             what,
         };
-        if array.is_reshaping_live() {
-            return Err(refuse(
-                "a second reshape while one ran on this served array (restart serve first)".into(),
-            ));
-        }
+        super::live::refuse_second(array, &spec0, "reshape")?;
         if !array.is_writable() {
             return Err(Error::ReadOnly);
         }
@@ -193,9 +172,7 @@ impl LiveQ {
         sb.level = 6;
         sb.layout = new_layout.to_md();
         sb.raid_disks = n + 1;
-        crate::badlog::write_empty(&member, &sb)?;
-        array.bitmap_copy_to(&member)?;
-        member.flush().map_err(|e| Error::io(member.spec(), e))?;
+        super::live::ready_added(array, &member, &sb)?;
         let live = Arc::new(LiveQ {
             old_members: n,
             data_offset: sb.data_offset_sectors * 512,
@@ -213,11 +190,8 @@ impl LiveQ {
                 started: Instant::now(),
                 start_position: 0,
             }),
-            stop: AtomicBool::new(false),
             step_bytes: options.step_bytes,
-            max_bytes_per_sec: options.max_bytes_per_sec,
-            min_bytes_per_sec: options.min_bytes_per_sec,
-            clients: Clients::default(),
+            pacing: Pacing::new(options.min_bytes_per_sec, options.max_bytes_per_sec),
         });
         array.mark_dirty()?;
         // The new member first, one event ahead of the others until those
@@ -254,13 +228,13 @@ impl LiveQ {
         let end = self.raid6.array_bytes();
         let unit = self.unit();
         let step = (self.step_bytes.min(4 << 20) / unit).max(1) * unit;
-        let mut pace = GrowPace::open(self);
+        let mut pace = GrowPace::open(&self.pacing);
         loop {
             let p = self.gate.position();
             if p >= end {
                 break;
             }
-            if !pace.may_step(self) {
+            if !pace.may_step(&self.pacing) {
                 return Ok(false);
             }
             let Some(array) = array.upgrade() else {
@@ -289,7 +263,7 @@ impl LiveQ {
             }
             crate::failpoint::hit("reshape-superblock");
             self.gate.open_window(Some(to));
-            pace.moved(self, to - p);
+            pace.moved(&self.pacing, to - p);
         }
         Ok(true)
     }
@@ -407,7 +381,7 @@ impl LiveQ {
 
 impl LiveReshape for LiveQ {
     fn stop(&self) {
-        self.stop.store(true, Ordering::Release);
+        self.pacing.stop();
     }
 
     fn status(&self) -> LiveGrowStatus {
@@ -450,7 +424,7 @@ impl LiveRoute for LiveQ {
             Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             _ => libc::EIO,
         };
-        let _busy = self.clients.request();
+        let _busy = self.pacing.request();
         match op {
             OpKind::Read => array.read_at(buf, offset).map_err(errno),
             OpKind::Write => self.write(array, offset, buf, fua).map_err(errno),

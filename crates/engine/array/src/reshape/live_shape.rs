@@ -71,11 +71,7 @@ impl LiveGrow {
             spec: spec0.clone(),
             what,
         };
-        if array.is_reshaping_live() {
-            return Err(refuse(
-                "a second reshape while one runs on this served array (a grow or restripe; `nvraid status` shows it): wait for its end".into(),
-            ));
-        }
+        super::live::refuse_second(array, &spec0, "reshape")?;
         let reference = array.superblock().clone();
         let old = array.geometry().clone();
         // md's rules for the level and the layout (the offline restripe's).
