@@ -26,7 +26,7 @@
 //!    back raw past the page cache, resize2fs grows ext4 online, 20 more
 //!    files, e2fsck clean, all 40 verify;
 //! 10. SIGTERM: the array is flushed and closed clean, 4 members
-//!    (checked on the images here too).
+//!     (checked on the images here too).
 
 mod common;
 
@@ -131,5 +131,8 @@ fn the_kernels_nvme_tcp_initiator_carries_ext4_across_a_reconnect() {
     detail.push("d.img");
     let text = ok(&detail, d);
     assert!(text.lines().any(|l| l.trim() == "State : clean"), "{text}");
-    assert!(text.lines().any(|l| l.trim() == "Raid Devices : 4"), "{text}");
+    assert!(
+        text.lines().any(|l| l.trim() == "Raid Devices : 4"),
+        "{text}"
+    );
 }

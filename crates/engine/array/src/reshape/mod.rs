@@ -120,4 +120,5 @@ pub use resume::{assemble_serving, resumed_line, RecordedGrow, ResumeOptions};
 pub use shape::{change_shape, ShapeOptions};
 pub use shrink::{shrink, shrink_to_two, ShrinkOptions, Shrunk};
 pub use size::{resize, Resized, SizeOptions, SizeTarget};
+pub(crate) use takeover::last_role_unnamed;
 pub use takeover::{add_q, raid0_to_raid10};
