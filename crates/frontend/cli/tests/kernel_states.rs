@@ -337,28 +337,15 @@ fn nvraid_serves_a_raid5_the_kernel_left_mid_grow_and_finishes_the_grow_while_se
     );
     let s = status();
     assert_eq!(s["array"]["size_bytes"], 45 << 20, "{s}");
-    let nbdcopy = tool("nbdcopy");
-    let got = Command::new(nbdcopy)
-        .arg(format!(
-            "nbd+unix:///?socket={}",
-            d.join("md.sock").display()
-        ))
-        .arg("-")
-        .output()
-        .unwrap();
-    assert!(
-        got.status.success(),
-        "{}",
-        String::from_utf8_lossy(&got.stderr)
-    );
+    let got = common::reshape::served_bytes(d);
     let s = status();
     assert_eq!(
         s["array"]["reshape"]["state"], "running",
         "the grow ended before the read: {s}"
     );
-    assert_eq!(got.stdout.len(), 45 << 20);
-    assert_eq!(first_wrong_block(&got.stdout), None);
-    assert_eq!(sha(&got.stdout), kernel_sha("reshape_r5_grow"));
+    assert_eq!(got.len(), 45 << 20);
+    assert_eq!(first_wrong_block(&got), None);
+    assert_eq!(sha(&got), kernel_sha("reshape_r5_grow"));
     let started = std::time::Instant::now();
     while status()["array"]["reshape"]["state"] == "running" {
         assert!(started.elapsed().as_secs() < 300, "the grow did not end");
