@@ -918,20 +918,41 @@ fn a_served_size_change_killed_after_its_superblocks_and_mid_resync_resumes_at_t
         det["state"], "clean",
         "the new region awaits its resync: {det}"
     );
-    // Served again, slowly: the resync resumes at the old end.
+    // Served again, slowly: the resync resumes at the old end; killed
+    // part-way (no client wrote: the checkpoint is the resync's own).
     let mut server = serve_with(d, &m, &["--resync-speed", "2"]);
     assert_eq!(nbd_size(d), grown);
-    let mut data = pattern(old);
-    data.resize(grown as usize, 0);
-    let written = write_new_region(d, old, 48, 0x51ce, &mut data);
-    std::thread::sleep(Duration::from_millis(1500));
+    std::thread::sleep(Duration::from_millis(2500));
     server.kill().unwrap();
     server.wait().unwrap();
     let log = serve_log(d);
     assert!(log.contains(&format!("resyncing from byte {old}")), "{log}");
+    let resumed_at = |log: &str| -> u64 {
+        log.split("resyncing from byte ")
+            .nth(1)
+            .and_then(|t| t.split_whitespace().next())
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("{log}"))
+    };
+    // From the checkpoint the killed resync left; clients write into the
+    // new region (acknowledged), and it is killed again.
+    let mut server = serve_with(d, &m, &["--resync-speed", "2"]);
+    let from = resumed_at(&serve_log(d));
+    assert!(
+        from > old && from < grown,
+        "resumed at {from}: {}",
+        serve_log(d)
+    );
+    let mut data = pattern(old);
+    data.resize(grown as usize, 0);
+    let written = write_new_region(d, old, 48, 0x51ce, &mut data);
+    std::thread::sleep(Duration::from_millis(500));
+    server.kill().unwrap();
+    server.wait().unwrap();
     let det = detail(d, &m);
     assert_eq!(det["size_bytes"], grown, "{det}");
-    // Once more, to the end.
+    assert_ne!(det["state"], "clean", "{det}");
+    // Once more, to the end (the clients wrote: from the bitmap's marks).
     let server = serve(d, &m);
     wait_resynced(d);
     assert_holds(&nbd_read_all(d), &data, old, &written, "after the kills");
@@ -948,11 +969,12 @@ fn a_served_size_change_killed_after_its_superblocks_and_mid_resync_resumes_at_t
     );
 }
 
-/// A member failing while the new region is resynced (its file cut short
-/// under the running array, so its reads there fail): the server goes on
-/// degraded, and every block written into the new region before and after
-/// reads back (their stripes' parity was computed from the data, never
-/// trusted from the grown devices).
+/// A member failed (`nvraid fail --socket`) while the new region is
+/// resynced: the server goes on degraded; every block written into the new
+/// region before and after reads back, served and offline (their stripes'
+/// parity was computed from the data, never trusted from the grown
+/// devices); a blank member rebuilt into the role leaves every parity in
+/// agreement and every block in place.
 #[test]
 fn a_member_failing_during_the_new_regions_resync_keeps_every_written_block() {
     let dir = tempfile::tempdir().unwrap();
@@ -966,40 +988,39 @@ fn a_member_failing_during_the_new_regions_resync_keeps_every_written_block() {
     let mut data = pattern(old);
     data.resize(grown as usize, 0);
     let mut written = write_new_region(d, old, 48, 0xfa11, &mut data);
-    // d3 loses everything past its old end: its reads there fail.
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(d.join("d3"))
-        .unwrap()
-        .set_len(15 * MIB)
-        .unwrap();
-    let got = nbd_read_all(d);
+    ok(&["fail", "--socket", "md.ctl", "--member", "d3"], d);
     written.extend(write_new_region(d, old, 48, 0xfa12, &mut data));
-    let _ = got;
+    assert_holds(&nbd_read_all(d), &data, old, &written, "degraded, served");
     let out = cmd.wait_with_output().unwrap();
-    let _ = out;
     let s = status(d);
-    let degraded = s["array"]["state"]
-        .as_str()
-        .unwrap_or("")
-        .contains("degraded")
-        || serve_log(d).contains("faulty");
-    assert!(degraded, "d3 was not failed: {s}\n{}", serve_log(d));
+    assert!(
+        s["array"]["reshape"]["state"] == "finished" || s["array"]["reshape"]["state"] == "failed",
+        "{s}\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_holds(
         &nbd_read_all(d),
         &data,
         old,
         &written,
-        "degraded in the new region",
+        "degraded, after the resync",
     );
     server.interrupt();
+    let three = &m[..3];
     assert_holds(
-        &read(d, &m[..3], grown),
+        &read(d, three, grown),
         &data,
         old,
         &written,
-        "degraded offline",
+        "degraded, offline",
     );
+    blank_mib(d, "spare.img", 23);
+    ok(&with(&["add", "--new", "spare.img"], three), d);
+    let mut whole = three.to_vec();
+    whole.push("spare.img".into());
+    assert_checks_clean(d, &whole, "after the degraded resync and a rebuild");
+    assert_holds(&read(d, &whole, grown), &data, old, &written, "rebuilt");
 }
 
 /// The kernel's md (tools/mdvm) assembles a RAID 5 whose size was raised
