@@ -646,9 +646,51 @@ fn member_hashes(dir: &Path, members: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// The bytes [`switch_writer`] writes.
+const SWITCH_BYTES: u64 = 4 * MIB;
+
+/// fio writing the first [`SWITCH_BYTES`] through NBD at random, 300
+/// IOPS (about 3.5 s), then verifying every block it wrote.
+fn switch_writer(dir: &Path) -> Child {
+    let mut fio = fio_nbd(dir, "switch");
+    fio.args([
+        "--rw=randwrite",
+        "--bs=4k",
+        "--iodepth=4",
+        "--size=4m",
+        "--verify=crc32c",
+        "--verify_fatal=1",
+        "--do_verify=1",
+        "--rate_iops=300",
+        "--output-format=json",
+    ])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .expect("fio")
+}
+
+/// A [`switch_writer`] wrote and verified all it wrote, with no error.
+fn switch_writer_done(fio: Child) {
+    let out = fio.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "fio failed across the switch: {text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(&text[text.find('{').unwrap()..]).unwrap();
+    let job = &report["jobs"][0];
+    assert_eq!(job["error"], 0, "{job}");
+    assert!(
+        job["read"]["io_bytes"].as_u64().unwrap() >= SWITCH_BYTES,
+        "fio verified less than it wrote: {job}"
+    );
+}
+
 /// `--size max` on a served RAID 5, 6, 1 and 10 after every member file
-/// grew by 8 MiB: the server answers once the superblocks record the new
-/// size, a new NBD connection is told it, blocks written into the new
+/// grew by 8 MiB, fio writing across the switch: the server answers once
+/// the superblocks record the new size, a new NBD connection is told it, blocks written into the new
 /// region while its resync runs read back, the command follows the
 /// resync to its end, and once stopped the array records the new size,
 /// clean, with every copy and parity in agreement.
@@ -662,6 +704,10 @@ fn size_max_on_a_served_array_raises_it_and_resyncs_the_new_region_while_clients
         let server = serve_with(d, &m, &["--reshape-speed", "0:4"]);
         assert_eq!(nbd_size(d), old, "raid{level}");
         size_grow_files(d, &m, 8);
+        // fio writes (and then verifies) the first 4 MiB across the
+        // switch: requests held at its gate and let through.
+        let fio = switch_writer(d);
+        std::thread::sleep(Duration::from_millis(700));
         let cmd = size_cmd(d, "max", false);
         let s = wait_size_resync_past(d, old);
         assert_eq!(
@@ -669,7 +715,10 @@ fn size_max_on_a_served_array_raises_it_and_resyncs_the_new_region_while_clients
             "raid{level}: {s}"
         );
         assert_eq!(nbd_size(d), grown, "raid{level}: a new connection's size");
+        switch_writer_done(fio);
         let mut data = pattern(old);
+        // fio verified its own blocks.
+        data[..SWITCH_BYTES as usize].copy_from_slice(&nbd_read_all(d)[..SWITCH_BYTES as usize]);
         data.resize(grown as usize, 0);
         let written = write_new_region(d, old, 64, 0x9e37 + count as u64, &mut data);
         assert_holds(

@@ -24,9 +24,11 @@
 //!   written with the new `size` and `data_size` (events + 1; the bitmap's
 //!   header first with the new size) — [`LiveSize`] is the array's
 //!   reshape record until the swap, so any update carries them — the
-//!   failpoint `size-superblocks` is passed, and the served array takes
-//!   the new shape (`Array::swap_shape`: queues made again, new NBD
-//!   connections told the new size, the gate's requests let through).
+//!   failpoint `size-superblocks` is passed and the gate opens (the
+//!   requests waiting there run through the old shape, which the new one
+//!   extends or cuts: the swap waits for them, as it holds the route).
+//!   Then the served array takes the new shape (`Array::swap_shape`:
+//!   queues made again, new NBD connections told the new size).
 //! - **The new region's resync** runs on its own thread, as a dirty
 //!   array's background resync does (`recovery::scrub_with` in repair
 //!   mode, one region at a time held against client writes, the bitmap's
@@ -262,13 +264,37 @@ impl LiveSize {
                 "a size change while another reshape runs on this served array".into(),
             ));
         }
-        let switched = live.switch(array, &old, &new);
+        let written = live.record(array, &old, &new);
+        if written.is_ok() {
+            crate::failpoint::hit("size-superblocks");
+        }
+        // The gate opens before the swap: a request waiting at it holds
+        // the route's hold, which the swap takes (it waits for the routed
+        // requests in flight). Meanwhile requests run through the old
+        // shape, which the new one extends or cuts; a superblock update
+        // records the new size (the record is set).
         *live.open.lock().unwrap_or_else(|p| p.into_inner()) = true;
         live.opened.notify_all();
-        if let Err(e) = switched {
+        let swapped = match written {
+            Ok(()) => live.adopt(array, &new, true),
+            Err(e) => {
+                // The served array takes back its old shape (the next
+                // superblock update records it).
+                if let Some(intent) = array.intent() {
+                    let _ = intent.adopt(&old);
+                }
+                let _ = live.adopt(array, &old, false);
+                Err(e)
+            }
+        };
+        if let Err(e) = swapped {
             live.fail(&e);
             return Err(e);
         }
+        live.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .position = resync_from.unwrap_or(new.array_bytes());
         if !grown {
             live.state.lock().unwrap_or_else(|p| p.into_inner()).state = "finished";
             return Ok((live, None));
@@ -283,54 +309,32 @@ impl LiveSize {
         Ok((live, Some(thread)))
     }
 
-    /// The superblocks and the bitmap changed, then the shape swapped
-    /// (requests held at the gate meanwhile). On an error after the record
-    /// was set, the served array takes back its old shape (the next
-    /// superblock update records it).
-    fn switch(self: &Arc<Self>, array: &Array, old: &Geometry, new: &Geometry) -> Result<()> {
+    /// The superblocks and the bitmap changed for the new size (requests
+    /// held at the gate meanwhile).
+    fn record(self: &Arc<Self>, array: &Array, old: &Geometry, new: &Geometry) -> Result<()> {
         if !array.set_reshape_record(self.clone()) {
             return Err(Error::NotStartable(
                 "a size change while another reshape runs on this served array".into(),
             ));
         }
-        let written = (|| {
-            if let Some(from) = self.changed.resync_from_bytes {
-                // The new region awaits its resync from the old end: every
-                // superblock update records that from now on.
-                array.await_resync_from(from);
-                if let Some(intent) = array.intent() {
-                    if !intent.mark_space(
-                        array,
-                        old.bitmap_space_bytes(),
-                        new.bitmap_space_bytes(),
-                    )? {
-                        return Err(Error::Unsupported {
-                            spec: array.slot(0).map_or("(missing)", |s| s.member.spec()).into(),
-                            what: "a served size change whose write-intent bitmap has no room for the new region's bits; stop serve and use `nvraid grow --size`".into(),
-                        });
-                    }
+        if let Some(from) = self.changed.resync_from_bytes {
+            // The new region awaits its resync from the old end: every
+            // superblock update records that from now on.
+            array.await_resync_from(from);
+            if let Some(intent) = array.intent() {
+                if !intent.mark_space(array, old.bitmap_space_bytes(), new.bitmap_space_bytes())? {
+                    return Err(Error::Unsupported {
+                        spec: array.slot(0).map_or("(missing)", |s| s.member.spec()).into(),
+                        what: "a served size change whose write-intent bitmap has no room for the new region's bits; stop serve and use `nvraid grow --size`".into(),
+                    });
                 }
             }
-            if let Some(intent) = array.intent() {
-                // The header's size is the new one in the update below.
-                intent.adopt(new)?;
-            }
-            array.rewrite_superblocks()
-        })();
-        if let Err(e) = written {
-            if let Some(intent) = array.intent() {
-                let _ = intent.adopt(old);
-            }
-            let _ = self.adopt(array, old, false);
-            return Err(e);
         }
-        crate::failpoint::hit("size-superblocks");
-        self.adopt(array, new, true)?;
-        self.state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .position = self.changed.resync_from_bytes.unwrap_or(new.array_bytes());
-        Ok(())
+        if let Some(intent) = array.intent() {
+            // The header's size is the new one in the update below.
+            intent.adopt(new)?;
+        }
+        array.rewrite_superblocks()
     }
 
     /// Swap the served array's shape for `shape`: each role's template its
