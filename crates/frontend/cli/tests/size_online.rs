@@ -850,7 +850,8 @@ fn a_smaller_size_on_a_served_array_needs_force_and_cuts_the_served_size_at_once
 /// What md refuses, or nvraid cannot do on a served array, is refused by
 /// name with no member byte changed: RAID 0, md's partial parity log, a
 /// degraded array, a size larger than the members hold, nothing to change,
-/// and a second size change while the first one's resync runs.
+/// a reshape or a rebuild running, and a second size change while the
+/// first one's resync runs.
 #[test]
 fn size_changes_refused_on_a_served_array_name_the_reason_and_change_nothing() {
     let refused_served = |d: &Path, m: &[String], size: &str, needles: &[&str]| {
@@ -916,6 +917,41 @@ fn size_changes_refused_on_a_served_array_name_the_reason_and_change_nothing() {
     let server = serve(d, &m[..3]);
     size_grow_files(d, &m[..3], 4);
     refused_served(d, &m[..3], "max", &["degraded"]);
+    server.interrupt();
+    // A reshape running (a grow by a member, paced slow), then a rebuild.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (m, _) = size_filled(d, "5", 4);
+    blank_mib(d, "new.img", 15);
+    let server = serve_with(d, &m, &["--reshape-speed", "0:1", "--rebuild-speed", "1:1"]);
+    size_grow_files(d, &m, 4);
+    let grow = grow_cmd(d, 5, "new.img");
+    wait_reshape_past(d, 0);
+    refused_served(d, &m, "max", &["reshape runs"]);
+    server.interrupt();
+    let _ = grow.wait_with_output();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (m, _) = size_filled(d, "5", 4);
+    blank_mib(d, "spare.img", 15);
+    let server = serve_with(d, &m, &["--rebuild-speed", "1:1"]);
+    ok(&["fail", "--socket", &control(d), "--member", "d1"], d);
+    ok(&["remove", "--socket", &control(d), "--member", "d1"], d);
+    ok(&["add", "--socket", &control(d), "--new", "spare.img"], d);
+    size_grow_files(d, &m, 4);
+    // The rebuild writes the members meanwhile: the size is what must
+    // not change.
+    let before = nbd_size(d);
+    let stderr = refusal(&["grow", "--socket", &control(d), "--size", "max"], d);
+    assert!(stderr.contains("rebuild"), "{stderr}");
+    said_once(&stderr);
+    assert_eq!(nbd_size(d), before);
+    assert_eq!(
+        status(d)["array"]["reshape"],
+        serde_json::Value::Null,
+        "{}",
+        status(d)
+    );
     server.interrupt();
     // A second change while the first one's resync runs.
     let dir = tempfile::tempdir().unwrap();
