@@ -14,9 +14,14 @@
 //!   of the larger array in its chunk as it is: md's resize would double
 //!   the chunk, which the running array's counters cannot follow, so that
 //!   case is refused naming the offline command.
-//! - **The switch.** The array's route is set with its gate closed
-//!   (`Array::start_live_route` waits for every fast-path request in
-//!   flight; new ones wait at the gate). A larger size: the new region is
+//! - **The switch.** The array's route is set (`Array::start_live_route`
+//!   waits for every fast-path queue's own requests in flight; from then on
+//!   each request runs through the route, on the simple path), then its
+//!   gate closes (it waits for the routed requests running; new ones wait
+//!   there). The gate is not closed while the route is set: a routed
+//!   request runs on its worker's thread, and one held at the gate then
+//!   would keep that queue's earlier requests unreaped, which the route's
+//!   start waits for. A larger size: the new region is
 //!   recorded as awaiting a resync from the old end (md's `resync_offset`,
 //!   kept by `Members` from then on, so every later superblock update
 //!   writes it until the resync passes it), and the bitmap's bits of the
@@ -60,7 +65,7 @@ use nvraid_member::Member;
 use nvraid_metadata::{bitmap, Superblock};
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -97,9 +102,9 @@ pub struct LiveSize {
     data_size_sectors: Vec<u64>,
     changed: SizeChanged,
     raid_disks: u32,
-    /// The route's gate: closed while the superblocks change.
-    open: Mutex<bool>,
-    opened: Condvar,
+    /// The route's gate: held (read) by each routed request while it runs,
+    /// and (write) while the superblocks change.
+    gate: RwLock<()>,
     stop: AtomicBool,
     /// `running`, `finished` or `failed`, why it failed, and the resync's
     /// progress (array bytes reached, the rate).
@@ -247,8 +252,7 @@ impl LiveSize {
                 events: 0,
             },
             raid_disks: old.members(),
-            open: Mutex::new(false),
-            opened: Condvar::new(),
+            gate: RwLock::new(()),
             stop: AtomicBool::new(false),
             state: Mutex::new(SizeState {
                 state: "running",
@@ -258,23 +262,30 @@ impl LiveSize {
             }),
         });
         drop(slots);
-        // Every request in flight drained, new ones held at the gate.
+        // Every fast-path request goes through the route from here on
+        // (the queues' own requests drained). The gate is open meanwhile:
+        // a routed request runs on its worker's thread, so one held there
+        // would keep that queue's own earlier requests from being reaped,
+        // which `start_live_route` waits for.
         if !array.start_live_route(live.clone()) {
             return Err(refuse(
                 "a size change while another reshape runs on this served array".into(),
             ));
         }
+        // Then the gate closes: it waits for the routed requests running
+        // (the simple path's, which need no worker to finish) and holds
+        // new ones while the superblocks change.
+        let closed = live.gate.write().unwrap_or_else(|p| p.into_inner());
         let written = live.record(array, &old, &new);
         if written.is_ok() {
             crate::failpoint::hit("size-superblocks");
         }
-        // The gate opens before the swap: a request waiting at it holds
-        // the route's hold, which the swap takes (it waits for the routed
+        // It opens before the swap: a request waiting at it holds the
+        // route's hold, which the swap takes (it waits for the routed
         // requests in flight). Meanwhile requests run through the old
         // shape, which the new one extends or cuts; a superblock update
         // records the new size (the record is set).
-        *live.open.lock().unwrap_or_else(|p| p.into_inner()) = true;
-        live.opened.notify_all();
+        drop(closed);
         let swapped = match written {
             Ok(()) => live.adopt(array, &new, true),
             Err(e) => {
@@ -402,13 +413,6 @@ impl LiveSize {
         changed.events = array.events();
         changed
     }
-
-    fn wait_open(&self) {
-        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        while !*open {
-            open = self.opened.wait(open).unwrap_or_else(|p| p.into_inner());
-        }
-    }
 }
 
 /// A served array's write-intent bitmap must keep its chunk for the new
@@ -458,7 +462,7 @@ impl LiveRoute for LiveSize {
         buf: &mut [u8],
         fua: bool,
     ) -> std::result::Result<(), i32> {
-        self.wait_open();
+        let _open = self.gate.read().unwrap_or_else(|p| p.into_inner());
         let errno = |e: Error| match e {
             Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             _ => libc::EIO,
