@@ -40,6 +40,12 @@
 //! - `live_shape`: [`LiveGrow::start_shape`], a served RAID 4/5/6 or
 //!   RAID 10 near restriped (chunk, layout) as a served grow keeping its members, the
 //!   data offset moved down;
+//! - `live_size`: [`LiveSize`], `grow --socket CTL --size` on a served
+//!   RAID 1/4/5/6/10: the superblocks and the bitmap changed as `size`
+//!   changes them (requests held meanwhile), the served shape swapped to
+//!   the new size, then the new region resynced beside the clients from
+//!   md's `resync_offset` at the old end (a smaller size with `force`
+//!   only, cut at once);
 //! - `live_degraded`: a served grow going on degraded (an old member or
 //!   one the grow added failing recorded faulty, read around, parity
 //!   written covering it);
@@ -90,6 +96,7 @@ mod live_level;
 mod live_raid0;
 mod live_raid6;
 mod live_shape;
+mod live_size;
 mod md_backup;
 mod mirror;
 mod policy;
@@ -112,6 +119,7 @@ pub use live_copy::{start_live, LiveMirror, LiveReshape};
 pub use live_level::{LevelSwitched, LiveLevel};
 pub use live_raid6::LiveQ;
 pub use live_shape::LiveShapeOptions;
+pub use live_size::{LiveSize, LiveSizeOptions, SizeChanged};
 pub use policy::{change_policy, Policy, PolicyChanged};
 pub use read::{MidReshape, ReshapeDetail, ReshapeMember, ShapeDetail};
 pub use record::{is_reshaping, reshape_of};
