@@ -480,10 +480,18 @@ fn the_kernel_assembles_arrays_taken_between_raid0_and_raid10_online() {
     let dir = tempfile::tempdir().unwrap();
     let mut images: Vec<PathBuf> = Vec::new();
     let mut sizes = Vec::new();
-    for (name, level, count, to, add) in [
-        ("r0to10", "0", 2, "10", true),
-        ("r0to10d", "0", 2, "10", false),
-        ("r10to0", "10", 4, "0", false),
+    // (name, create level, members, online --level, mirrors added, kill
+    // point: the server killed between the first and second member's
+    // superblock write)
+    for (name, level, count, to, add, kill) in [
+        ("r0to10", "0", 2, "10", true, None),
+        ("r0to10d", "0", 2, "10", false, None),
+        ("r10to0", "10", 4, "0", false, None),
+        ("c0to10", "0", 2, "10", false, Some("reshape-superblock:1")),
+        ("c10to0", "10", 4, "0", false, Some("reshape-superblock:1")),
+        // The same, then finished offline (`grow --level`).
+        ("f0to10", "0", 2, "10", false, Some("reshape-superblock:1")),
+        ("f10to0", "10", 4, "0", false, Some("reshape-superblock:1")),
     ] {
         let sub = dir.path().join(name);
         std::fs::create_dir(&sub).unwrap();
@@ -496,6 +504,32 @@ fn the_kernel_assembles_arrays_taken_between_raid0_and_raid10_online() {
         ok(&args, &sub);
         let bytes = write_pattern(&sub, &m).len() as u64;
         std::fs::remove_file(sub.join("data")).unwrap();
+        if let Some(kill) = kill {
+            // Every member given to md: it must not mix the two levels.
+            let mut server = serve_env(&sub, &m, &[], &[("NVRAID_FAILPOINT", kill)]);
+            let _ = nvraid(&["grow", "--socket", &control(&sub), "--level", to], &sub);
+            assert!(
+                !server.wait().unwrap().success(),
+                "{name}: the server lived"
+            );
+            if name.starts_with('f') {
+                ok(&with(&["grow", "--level", to], &m), &sub);
+                // The second copies a RAID 10 -> 0 let go keep their old
+                // superblock (as md leaves the devices mdadm removed):
+                // blanked before reuse, so not given to md.
+                let kept: Vec<String> = if to == "0" {
+                    m.iter().step_by(2).cloned().collect()
+                } else {
+                    m.clone()
+                };
+                images.extend(kept.iter().map(|n| sub.join(n)));
+                sizes.push((name, bytes));
+                continue;
+            }
+            images.extend(m.iter().map(|n| sub.join(n)));
+            sizes.push((name, bytes));
+            continue;
+        }
         let server = serve(&sub, &m);
         let mut kept = m.clone();
         if add {
@@ -542,4 +576,28 @@ fn the_kernel_assembles_arrays_taken_between_raid0_and_raid10_online() {
         line.contains("level=raid0 ") && line.contains("disks=2 ") && line.contains("pattern=ok"),
         "{report}"
     );
+    // Finished offline: md assembles the new level (the RAID 10 without
+    // its mirrors; the RAID 0 of the first copies, the second ones left).
+    let line = kernel_line(&report, "f0to10");
+    assert!(
+        line.contains("level=raid10 ")
+            && line.contains("degraded=2 ")
+            && line.contains("pattern=ok"),
+        "{report}"
+    );
+    let line = kernel_line(&report, "f10to0");
+    assert!(
+        line.contains("level=raid0 ") && line.contains("disks=2 ") && line.contains("pattern=ok"),
+        "{report}"
+    );
+    // Cut between members: whatever md makes of the members (the old or
+    // the new level, or nothing), it never serves misplaced bytes.
+    for name in ["c0to10", "c10to0"] {
+        for line in report
+            .lines()
+            .filter(|l| l.starts_with("KERNEL ") && l.contains(&format!("name={name} ")))
+        {
+            assert!(line.contains("pattern=ok"), "{name}: {line}\n{report}");
+        }
+    }
 }
