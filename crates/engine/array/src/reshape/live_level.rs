@@ -1,7 +1,19 @@
 //! md's takeovers that move no byte, made on a served array (`nvraid grow
 //! --socket CTL --level N`): RAID 4 <-> RAID 5 parity-last, RAID 1 of two
-//! <-> RAID 5 of two, RAID 6 -> RAID 5 when Q is on the last member, and a
-//! RAID 4 whose parity member is missing -> RAID 0 of the others.
+//! <-> RAID 5 of two, RAID 6 -> RAID 5 when Q is on the last member, a
+//! RAID 4 whose parity member is missing -> RAID 0 of the others, and RAID
+//! 0 of N <-> RAID 10 near=2 of 2N.
+//!
+//! The last two renumber the roles (`renumber`): RAID 0 role k becomes
+//! RAID 10 role 2k, the odd roles (the second copies) missing, to be added
+//! and rebuilt by the server's online recovery; a RAID 10 keeps, as mdadm
+//! does, the first working copy of each pair (roles 2i, 2i+1) as RAID 0
+//! role i, and its other copies leave as a RAID 6's Q member does. The
+//! record's role table and [`ReshapeRecord::role_written`] give the
+//! superblock writes the new numbers; the swap gives each new role the
+//! member the renumbering names (`Members::adopt_shape`). Until then the
+//! served map (the RAID 0's; the RAID 10's without the leaving copies)
+//! puts every byte where the new level puts it on the kept members.
 //!
 //! What changes is what the members record and which members the array
 //! uses; once every kept member records the new level, the served array
@@ -33,17 +45,21 @@
 //!
 //! A crash between two members' superblock writes leaves what the offline
 //! takeover leaves when it is cut short there (some members one event
-//! ahead with the new level): `grow --level` again finishes it. The
-//! failpoint `reshape-superblock` is passed before each member's
-//! superblock after the first, and once after all of them.
+//! ahead with the new level): `grow --level` again finishes it (a
+//! renumbering one too: `level::finish_renumbered`). The failpoint
+//! `reshape-superblock` is passed before each member's superblock after
+//! the first written, and once after all of them.
 //!
 //! Refused with nothing written: a second reshape on the same server run,
 //! an array served read-only, with md's partial parity log or write
 //! journal (md refuses to take those over), being recovered or awaiting a
-//! resync, degraded (but for a RAID 4's missing parity going to RAID 0),
-//! a RAID 4 without its parity keeping a write-intent bitmap, RAID 10 ->
-//! 0 (its members are renumbered; offline only), and every takeover md
-//! does not make without moving data (named by `plan_takeover`).
+//! resync, degraded (but for a RAID 4's missing parity going to RAID 0,
+//! and a RAID 10 with a working copy of each pair), a RAID 4 without its
+//! parity or a RAID 0 or 10 keeping a write-intent bitmap (md's RAID 0
+//! keeps none), a RAID 10 far/offset, of three copies or an odd count, a
+//! RAID 0 of several zones, a run without room for twice the roles, and
+//! every takeover md does not make without moving data (named by
+//! `plan_takeover`).
 
 use super::level::{plan_takeover, record_raid0_of_raid4, Takeover};
 use super::live::LiveGrowStatus;
