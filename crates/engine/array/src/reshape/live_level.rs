@@ -280,19 +280,21 @@ impl LiveLevel {
                     "a RAID 0 keeping a write-intent bitmap as a RAID 10 (md's RAID 0 keeps none and md takes over none that does): remove it first (`nvraid grow --bitmap none`, offline)".into(),
                 ));
             }
-            let held: Vec<(&str, &Superblock)> = (0..array.roles())
-                .filter_map(|r| array.slot(r))
-                .map(|s| (s.member.spec(), &s.superblock))
-                .collect();
             // One zone only (md refuses the others): every member holds
             // the same rows, the RAID 10's.
-            super::takeover::raid4_of_raid0(&held, &old).map_err(|e| match e {
-                Error::Unsupported { spec, what } => Error::Unsupported {
-                    spec,
-                    what: what.replace("growing or restriping a RAID 0", "a RAID 0 as a RAID 10"),
-                },
-                other => other,
-            })?;
+            let rows = old.member_used_bytes();
+            let chunk = old.chunk_bytes().expect("RAID 0 has chunks");
+            for slot in (0..array.roles()).filter_map(|r| array.slot(r)) {
+                let held = slot.superblock.data_size_sectors * 512 / chunk * chunk;
+                if held != rows {
+                    return Err(Error::Unsupported {
+                        spec: slot.member.spec().into(),
+                        what: format!(
+                            "a RAID 0 of several zones as a RAID 10 (this member holds {held} bytes of data, another {rows}): md takes only a RAID 0 of one zone over"
+                        ),
+                    });
+                }
+            }
             let (room, joins) = array.room();
             if 2 * n as usize > room || (n as usize) > joins {
                 return Err(refuse(format!(
