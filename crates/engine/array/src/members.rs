@@ -89,6 +89,13 @@ pub(crate) trait ReshapeRecord: Companion {
     /// Put the reshape's record, as it stands now, into the superblock of
     /// the member in `role` (one of the array's own roles).
     fn apply(&self, role: usize, sb: &mut Superblock);
+
+    /// The role the member in `role` holds in the table the record writes:
+    /// its own, but where a level change renumbers the roles (RAID 0 <->
+    /// RAID 10 near=2, `reshape::live_level`).
+    fn role_written(&self, role: usize) -> usize {
+        role
+    }
 }
 
 /// The members of an array and their state. All methods take `&self`;
@@ -659,8 +666,12 @@ impl Members {
     /// it (the template every later update starts from; `None`: the role's
     /// member failed during the reshape, missing from now on); `table` the
     /// role table the record wrote. The reshape's record is cleared: later
-    /// updates write the new shape as it is. Roles past `new`'s count (a
-    /// member that left by a level change) keep their state, unused.
+    /// updates write the new shape as it is. A role given a member is a
+    /// working one from now on (not faulty, not left), whichever member
+    /// held it before (a level change renumbering the roles moves members
+    /// between them); a role given none is missing, or failed as it was.
+    /// Roles past `new`'s count (a member that left by a level change)
+    /// keep their state, unused.
     /// Nothing is written here. The caller holds every client request
     /// (`Array::swap_shape`).
     pub(crate) fn adopt_shape(
@@ -693,10 +704,19 @@ impl Members {
             )));
         }
         for (role, slot) in slots.into_iter().enumerate() {
+            // A role of the new shape is no longer one a level change took
+            // out (its roles may be renumbered: RAID 0 <-> RAID 10).
+            self.left[role].store(false, Ordering::Release);
             let Some(slot) = slot else {
                 self.current[role].store(NO_SLOT, Ordering::Release);
                 continue;
             };
+            // A role given a member is held by a working one (the callers
+            // give none that failed), whichever role it held before.
+            self.faulty[role].store(false, Ordering::Release);
+            *self.faulty_reason[role]
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = None;
             let index = self.arena_used.fetch_add(1, Ordering::AcqRel);
             let in_sync = slot.read_limit.in_sync_bytes.unwrap_or(u64::MAX);
             let by_bitmap = slot.superblock.feature_map & features::RECOVERY_BITMAP != 0;
@@ -800,6 +820,16 @@ impl Members {
     pub(crate) fn leave_role(&self, role: usize, why: String) {
         self.left[role].store(true, Ordering::Release);
         self.set_faulty(role, why);
+    }
+
+    /// Room in the running array: the roles a shape may have, and the
+    /// members that may still join (each member a new shape keeps takes
+    /// one too; see [`Members::adopt_shape`]).
+    pub(crate) fn room(&self) -> (usize, usize) {
+        (
+            self.current.len(),
+            self.arena.len() - self.arena_used.load(Ordering::Acquire),
+        )
     }
 
     /// Whether `role`'s member left the running array by a level change
@@ -1334,10 +1364,11 @@ impl Members {
             self.apply_recovery(role, &mut sb);
             apply_bad_blocks(slot, &mut sb);
             // Paired with assembly's placement: the table still gives this
-            // member the role it holds.
+            // member the role it holds (renumbered by a level change).
+            let written = record.as_ref().map_or(role, |r| r.role_written(role));
             assert_eq!(
                 sb.role(),
-                Role::Active(role as u16),
+                Role::Active(written as u16),
                 "role table lost a present member"
             );
             write_superblock(&slot.member, &sb).map_err(|e| match e {

@@ -472,3 +472,84 @@ fn completions_a_queue_has_not_reaped_when_the_shape_swaps_are_reaped_after_it()
         );
     }
 }
+
+/// A served RAID 10 near=2 of four taken over as RAID 0 and back, twice,
+/// under clients on fast-path queues: the roles renumbered at each swap
+/// (RAID 10 role 2i or 2i+1 is RAID 0 role i, RAID 0 role k is RAID 10
+/// role 2k), a role a new shape fills working (not faulty, not left, even
+/// when the member that held it before left), a role it leaves empty
+/// missing (the RAID 10 degraded by it, not "left"), and every block
+/// where the clients last wrote it, in the run and assembled again.
+#[test]
+fn a_served_raid10_taken_over_as_raid0_and_back_renumbers_its_roles_under_clients() {
+    let dir = tempfile::tempdir().unwrap();
+    let specs: Vec<String> = (0..4)
+        .map(|i| dir.path().join(format!("m{i}")).display().to_string())
+        .collect();
+    let options = nvraid_array::CreateOptions {
+        level: Level::Raid10 { near: 2 },
+        chunk_bytes: 64 << 10,
+        name: "tests".into(),
+        size_bytes: Some(6 << 20),
+        force: false,
+        direct: true,
+        // md's RAID 0 keeps no bitmap: md takes over none that has one.
+        bitmap: nvraid_array::BitmapChoice::None,
+    };
+    nvraid_array::create(&specs, &options)
+        .unwrap()
+        .close()
+        .unwrap();
+    let array = writable(&specs);
+    let first_size = array.size_bytes();
+    fill(&array);
+    let versions = Versions::default();
+    let running = Arc::new(AtomicBool::new(true));
+    let clients = clients(&array, &versions, &running);
+    let spec_of =
+        |array: &Array, role: usize| array.slot(role).map(|s| s.member.spec().to_string());
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    // RAID 10 -> 0: the first copy of each pair kept, m1 and m3 leave.
+    let live = LiveLevel::start(&array, 0).unwrap();
+    assert_eq!(
+        live.switched().released,
+        vec![specs[1].clone(), specs[3].clone()]
+    );
+    assert_eq!(array.geometry().level(), Level::Raid0);
+    assert_eq!(array.geometry().members(), 2);
+    assert_eq!(
+        [spec_of(&array, 0), spec_of(&array, 1)],
+        [Some(specs[0].clone()), Some(specs[2].clone())]
+    );
+    // Role 1 held m1, which left; m2 holds it now, working.
+    assert!(array.is_usable(1) && !array.is_faulty(1) && !array.has_left(1));
+    assert!(!array.is_degraded());
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    // RAID 0 -> 10: m0 role 0, m2 role 2, roles 1 and 3 missing (role 3's
+    // member left before: missing now, not left).
+    LiveLevel::start(&array, 10).unwrap();
+    assert_eq!(array.geometry().level(), Level::Raid10 { near: 2 });
+    assert_eq!(array.geometry().members(), 4);
+    assert_eq!(
+        (0..4).map(|r| spec_of(&array, r)).collect::<Vec<_>>(),
+        [Some(specs[0].clone()), None, Some(specs[2].clone()), None]
+    );
+    assert!(!array.has_left(1) && !array.has_left(3));
+    assert!(array.is_degraded());
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    // And back to RAID 0 from the copies left: nothing leaves.
+    let live = LiveLevel::start(&array, 0).unwrap();
+    assert!(live.switched().released.is_empty());
+    assert_eq!(
+        [spec_of(&array, 0), spec_of(&array, 1)],
+        [Some(specs[0].clone()), Some(specs[2].clone())]
+    );
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    running.store(false, Ordering::Release);
+    for c in clients {
+        c.join().unwrap();
+    }
+    drop(live);
+    let kept = vec![specs[0].clone(), specs[2].clone()];
+    check_all(array, &versions, first_size, &kept);
+}

@@ -291,11 +291,13 @@ fn online_level_changes_md_does_not_make_in_place_are_refused_naming_the_support
     refused_online(d, &m, &["--level", "6"], &["--add NEW"]);
     refused_online(d, &m, &["--level", "1"], &["two members"]);
     refused_online(d, &m, &["--level", "5"], &["already is"]);
+    // Mirrors are added with a level change to a served RAID 0 only
+    // (raid10_online.rs).
     refused_online(
         d,
         &m,
         &["--level", "10", "-n", "8", "--add", "x"],
-        &["stop serve", "--level 10 -n N --add"],
+        &["raid5", "RAID 0 only"],
     );
     // RAID 5 -> 6 with its Q member added is made online (raid0_online.rs);
     // a Q member that is not there is named, nothing written.

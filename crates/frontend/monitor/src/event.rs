@@ -218,11 +218,31 @@ pub fn diff(previous: &Snapshot, now: &Snapshot) -> Vec<Event> {
         state: "missing".into(),
         ..MemberSnapshot::default()
     };
+    // A level change renumbering the roles (RAID 0 <-> RAID 10) moves
+    // working members to other roles, and one taking a RAID 10 to RAID 0
+    // lets the second copies leave: neither is a failure.
+    let reshaped = previous.level != now.level || previous.raid_disks != now.raid_disks;
+    let placed_now = |path: &Option<String>| {
+        path.is_some()
+            && now
+                .members
+                .iter()
+                .any(|n| n.role.is_some() && n.path == *path && n.working())
+    };
     for m in now.members.iter().filter(|m| m.role.is_some()) {
         let role = m.role.unwrap_or_default();
         let before = previous.role(role).unwrap_or(&idle);
         let same = before.path.is_some() && before.path == m.path;
-        if !same && before.working() {
+        // The member in this role held another one before the renumbering.
+        let moved = previous.members.iter().find(|b| {
+            reshaped && !same && b.role.is_some() && b.path.is_some() && b.path == m.path
+        });
+        let left = reshaped
+            && !now
+                .members
+                .iter()
+                .any(|n| n.path.is_some() && n.path == before.path);
+        if !same && before.working() && !placed_now(&before.path) && !left {
             // Another member (or none) holds the role of one that was
             // working: only a failure takes a working member out (a
             // remove needs it faulty first).
@@ -236,10 +256,10 @@ pub fn diff(previous: &Snapshot, now: &Snapshot) -> Vec<Event> {
                 ),
             ));
         }
-        let was = if same {
-            before.state.as_str()
-        } else {
-            "missing"
+        let was = match (same, moved) {
+            (true, _) => before.state.as_str(),
+            (false, Some(b)) => b.state.as_str(),
+            (false, None) => "missing",
         };
         match (was, m.state.as_str()) {
             ("active" | "rebuilding", "faulty") => events.push(Event::new(
@@ -496,6 +516,39 @@ mod tests {
             ]
         );
         assert_eq!(EventKind::Fail.priority(), 2);
+    }
+
+    #[test]
+    fn members_renumbered_by_a_level_change_neither_failed_nor_joined() {
+        // A RAID 0 of two taken over as RAID 10 of four: m1 moves from
+        // role 1 to role 2, roles 1 and 3 missing (the array degraded).
+        let raid0 = array(&["active", "active"]);
+        let mut raid10 = array(&["active", "missing", "active", "missing"]);
+        raid10.members[2].path = Some("m1".into());
+        raid10.level = 10;
+        assert_eq!(
+            kinds(&diff(&raid0, &raid10)),
+            [(EventKind::DegradedArray, None)]
+        );
+        // And back: m1 moves to role 1 again; the second copies (n0,
+        // n1) leave, no failure.
+        let mut whole = array(&["active", "active", "active", "active"]);
+        whole.level = 10;
+        whole.members[1].path = Some("n0".into());
+        whole.members[2].path = Some("m1".into());
+        whole.members[3].path = Some("n1".into());
+        assert!(diff(&whole, &raid0).is_empty());
+        // Without a level change a working member gone still failed.
+        let mut same_shape = whole.clone();
+        same_shape.members[1] = member(1, "", "missing");
+        same_shape.degraded = true;
+        assert_eq!(
+            kinds(&diff(&whole, &same_shape)),
+            [
+                (EventKind::Fail, Some("n0")),
+                (EventKind::DegradedArray, None)
+            ]
+        );
     }
 
     #[test]

@@ -141,10 +141,11 @@ impl Online {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Starts the recovery thread (nothing runs on a read-only array, or
-    /// one without copies).
+    /// Starts the recovery thread (nothing runs on a read-only array; on
+    /// one without copies it waits: a served RAID 0 taken over as RAID 10
+    /// gains copies to rebuild).
     pub fn start(self: &Arc<Self>) -> Option<JoinHandle<()>> {
-        if !self.array.is_writable() || !self.array.geometry().level().is_redundant() {
+        if !self.array.is_writable() {
             return None;
         }
         let me = self.clone();
@@ -276,7 +277,7 @@ impl Online {
         while !self.stop.load(Ordering::Acquire) {
             // A grow running on the array owns its members' layout: a
             // rebuild in the old shape would write over moved rows.
-            if !self.array.is_reshaping_live() {
+            if !self.array.is_reshaping_live() && self.array.geometry().level().is_redundant() {
                 self.take_spares();
                 self.rebuild();
             }
@@ -447,6 +448,48 @@ impl Online {
                 Ok(Joined::Spare)
             }
         }
+    }
+
+    /// Whether `spec` could join the array now as a new member rebuilt in
+    /// a role holding `member_bytes` of data (what [`Online::add`] refuses,
+    /// asked before a change that adds it, so that a bad member changes
+    /// nothing): it opens for writing, is not a member already, is blank
+    /// (unless `force`; a member that was this array's too) and is large
+    /// enough.
+    pub fn check_joining(&self, spec: &str, force: bool, member_bytes: u64) -> Result<(), String> {
+        if let Ok(role) = role_of(&self.array, spec) {
+            return Err(format!(
+                "{spec}: already a member of this array (role {role})"
+            ));
+        }
+        let member = open_member(spec, self.direct)?;
+        if self
+            .array
+            .slots()
+            .iter()
+            .flatten()
+            .any(|s| member.identity().is_some() && s.member.identity() == member.identity())
+        {
+            return Err(format!("{spec}: already a member of this array"));
+        }
+        if !force {
+            if let Ok(sb) = crate::read_superblock(&member) {
+                if sb.set_uuid == self.array.superblock().set_uuid {
+                    return Err(format!(
+                        "{spec}: carries this array's superblock (it left it); use --force to add it as a new member"
+                    ));
+                }
+            }
+            check_blank(&member)?;
+        }
+        let needed = self.array.superblock().data_offset_sectors * 512 + member_bytes;
+        if member.size_bytes() < needed {
+            return Err(format!(
+                "{spec}: {} bytes is too small: a member of this array needs {needed} bytes",
+                member.size_bytes()
+            ));
+        }
+        Ok(())
     }
 
     /// Removes `spec`: a hot spare from the list, or a member from its role.

@@ -202,6 +202,145 @@ fn finish_interrupted(
     }))
 }
 
+/// A takeover that renumbers the roles (RAID 0 of N <-> RAID 10 near=2
+/// of 2N, made on a served array: `live_level`) cut short by a crash
+/// while the superblocks were written, finished: the members already
+/// written (events E, level `to`, the renumbered table) are the record;
+/// the others, one event behind with the old level and the old table
+/// (which the record's renumbers: RAID 0 role k is RAID 10 role 2k; a
+/// RAID 10's kept copy of pair i is RAID 0 role i, the other copy's entry
+/// a spare's), get the record's level, layout, count, size and table. A
+/// RAID 10 member whose entry the record makes a spare's left the array:
+/// it is named and left as it is. No byte moved and nothing was written
+/// since (a write would have raised the events). Anything else (a
+/// write-intent bitmap too) is handed back for the ordinary checks.
+fn finish_renumbered(
+    found: Vec<(nvraid_member::Member, nvraid_metadata::Superblock)>,
+    to: i32,
+) -> Result<
+    std::result::Result<LevelChanged, Vec<(nvraid_member::Member, nvraid_metadata::Superblock)>>,
+> {
+    use nvraid_metadata::features;
+    let Some(fresh) = found.iter().map(|(_, sb)| sb.events).max() else {
+        return Ok(Err(found));
+    };
+    let reference = found
+        .iter()
+        .find(|(_, sb)| sb.events == fresh)
+        .map(|(_, sb)| sb.clone())
+        .expect("the freshest is there");
+    let Some(old) = found
+        .iter()
+        .find(|(_, sb)| sb.events + 1 == fresh)
+        .map(|(_, sb)| sb.clone())
+    else {
+        return Ok(Err(found));
+    };
+    let from = old.level;
+    let near2 = Level::Raid10 { near: 2 }.md_layout();
+    let (raid0, raid10) = match (from, to) {
+        (0, 10) => (&old, &reference),
+        (10, 0) => (&reference, &old),
+        _ => return Ok(Err(found)),
+    };
+    if reference.level != to
+        || raid10.layout != near2
+        || raid10.raid_disks != 2 * raid0.raid_disks
+        || old.roles_raw.len() != reference.roles_raw.len()
+    {
+        return Ok(Err(found));
+    }
+    // The old table renumbered as the takeover renumbers it: each entry
+    // must be the record's.
+    let renumbered = old
+        .roles_raw
+        .iter()
+        .zip(&reference.roles_raw)
+        .all(
+            |(&was, &now)| match (Role::from_raw(was), Role::from_raw(now)) {
+                (Role::Active(k), Role::Active(j)) if from == 0 => j == 2 * k,
+                (Role::Active(r), Role::Active(i)) if from == 10 => i == r / 2,
+                (Role::Active(_) | Role::Faulty, Role::Spare) => from == 10,
+                (a, b) => a == b,
+            },
+        );
+    // A RAID 10 -> 0 keeps exactly one copy of each pair.
+    let pairs_kept = from != 10
+        || (0..reference.raid_disks as u16).all(|i| {
+            reference
+                .roles_raw
+                .iter()
+                .filter(|&&raw| Role::from_raw(raw) == Role::Active(i))
+                .count()
+                == 1
+        });
+    let same = |a: &nvraid_metadata::Superblock, b: &nvraid_metadata::Superblock| {
+        a.level == b.level
+            && a.layout == b.layout
+            && a.raid_disks == b.raid_disks
+            && a.chunk_sectors == b.chunk_sectors
+            && a.roles_raw == b.roles_raw
+    };
+    let consistent = found.iter().all(|(_, sb)| {
+        sb.set_uuid == reference.set_uuid
+            && !is_reshaping(sb)
+            && sb.feature_map & features::BITMAP_OFFSET == 0
+            && (sb.events == fresh && same(sb, &reference)
+                || sb.events + 1 == fresh && same(sb, &old))
+    });
+    if !renumbered || !pairs_kept || !consistent {
+        return Ok(Err(found));
+    }
+    // A member whose own entry the record makes a spare's left the array.
+    let leaves = |sb: &nvraid_metadata::Superblock| {
+        reference.roles_raw.get(sb.dev_number as usize) == Some(&Role::Spare.to_raw())
+    };
+    let spec = found[0].0.spec().to_string();
+    let before = crate::assemble::geometry_of(&old, &spec)?;
+    let after = crate::assemble::geometry_of(&reference, &spec)?;
+    if before.array_bytes() != after.array_bytes() {
+        return Ok(Err(found));
+    }
+    let released: Vec<String> = found
+        .iter()
+        .filter(|(_, sb)| sb.events != fresh && leaves(sb))
+        .map(|(m, _)| m.spec().to_string())
+        .collect();
+    let kept: Vec<(nvraid_member::Member, nvraid_metadata::Superblock)> =
+        found.into_iter().filter(|(_, sb)| !leaves(sb)).collect();
+    let stale: Vec<usize> = (0..kept.len())
+        .filter(|&i| kept[i].1.events != fresh)
+        .collect();
+    let placed: Vec<Placed> = kept
+        .into_iter()
+        .map(|(member, mut sb)| {
+            if sb.events != fresh {
+                sb.level = reference.level;
+                sb.layout = reference.layout;
+                sb.chunk_sectors = reference.chunk_sectors;
+                sb.raid_disks = reference.raid_disks;
+                sb.size_sectors = reference.size_sectors;
+                sb.data_size_sectors = reference.data_size_sectors;
+                sb.roles_raw = reference.roles_raw.clone();
+                sb.events = fresh;
+                sb.utime = Timestamp::now();
+            }
+            Placed { member, sb }
+        })
+        .collect();
+    write_superblocks(&placed, &stale, None)?;
+    Ok(Ok(LevelChanged {
+        md_level_before: from,
+        level_before: md_name(from, before.level()),
+        md_level: to,
+        level: md_name(to, after.level()),
+        chunk_bytes: u64::from(reference.chunk_sectors) * 512,
+        size_bytes: after.array_bytes(),
+        events: fresh,
+        released,
+    }))
+}
+
 /// md's takeover of a RAID 4 (level 4, or 5 parity-last) whose parity
 /// member (the last role) is missing as a RAID 0 of the others
 /// (`raid0_takeover_raid45`): each data chunk is where the RAID 0 of one
@@ -517,6 +656,10 @@ pub fn change_level(members: &[String], to: i32, direct: bool) -> Result<LevelCh
         });
     }
     let found = match finish_interrupted(found, to)? {
+        Ok(finished) => return Ok(finished),
+        Err(found) => found,
+    };
+    let found = match finish_renumbered(found, to)? {
         Ok(finished) => return Ok(finished),
         Err(found) => found,
     };

@@ -1,7 +1,19 @@
 //! md's takeovers that move no byte, made on a served array (`nvraid grow
 //! --socket CTL --level N`): RAID 4 <-> RAID 5 parity-last, RAID 1 of two
-//! <-> RAID 5 of two, RAID 6 -> RAID 5 when Q is on the last member, and a
-//! RAID 4 whose parity member is missing -> RAID 0 of the others.
+//! <-> RAID 5 of two, RAID 6 -> RAID 5 when Q is on the last member, a
+//! RAID 4 whose parity member is missing -> RAID 0 of the others, and RAID
+//! 0 of N <-> RAID 10 near=2 of 2N.
+//!
+//! The last two renumber the roles (`renumber`): RAID 0 role k becomes
+//! RAID 10 role 2k, the odd roles (the second copies) missing, to be added
+//! and rebuilt by the server's online recovery; a RAID 10 keeps, as mdadm
+//! does, the first working copy of each pair (roles 2i, 2i+1) as RAID 0
+//! role i, and its other copies leave as a RAID 6's Q member does. The
+//! record's role table and [`ReshapeRecord::role_written`] give the
+//! superblock writes the new numbers; the swap gives each new role the
+//! member the renumbering names (`Members::adopt_shape`). Until then the
+//! served map (the RAID 0's; the RAID 10's without the leaving copies)
+//! puts every byte where the new level puts it on the kept members.
 //!
 //! What changes is what the members record and which members the array
 //! uses; once every kept member records the new level, the served array
@@ -33,17 +45,21 @@
 //!
 //! A crash between two members' superblock writes leaves what the offline
 //! takeover leaves when it is cut short there (some members one event
-//! ahead with the new level): `grow --level` again finishes it. The
-//! failpoint `reshape-superblock` is passed before each member's
-//! superblock after the first, and once after all of them.
+//! ahead with the new level): `grow --level` again finishes it (a
+//! renumbering one too: `level::finish_renumbered`). The failpoint
+//! `reshape-superblock` is passed before each member's superblock after
+//! the first written, and once after all of them.
 //!
 //! Refused with nothing written: a second reshape on the same server run,
 //! an array served read-only, with md's partial parity log or write
 //! journal (md refuses to take those over), being recovered or awaiting a
-//! resync, degraded (but for a RAID 4's missing parity going to RAID 0),
-//! a RAID 4 without its parity keeping a write-intent bitmap, RAID 10 ->
-//! 0 (its members are renumbered; offline only), and every takeover md
-//! does not make without moving data (named by `plan_takeover`).
+//! resync, degraded (but for a RAID 4's missing parity going to RAID 0,
+//! and a RAID 10 with a working copy of each pair), a RAID 4 without its
+//! parity or a RAID 0 or 10 keeping a write-intent bitmap (md's RAID 0
+//! keeps none), a RAID 10 far/offset, of three copies or an odd count, a
+//! RAID 0 of several zones, a run without room for twice the roles, and
+//! every takeover md does not make without moving data (named by
+//! `plan_takeover`).
 
 use super::level::{plan_takeover, record_raid0_of_raid4, Takeover};
 use super::live::LiveGrowStatus;
@@ -55,7 +71,7 @@ use nvraid_io::queue::OpKind;
 use nvraid_layout::parity::ParityLayout;
 use nvraid_layout::{Geometry, Level};
 use nvraid_metadata::{Role, Superblock};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 /// The level change a served array takes.
@@ -65,6 +81,10 @@ enum Change {
     Whole(Takeover),
     /// A RAID 4 of `members` without its parity member -> RAID 0.
     Raid0OfRaid4 { members: u32 },
+    /// A RAID 0 of `members` (one zone, `member_rows` bytes of each) ->
+    /// md's RAID 10 near=2 of twice as many, role k becoming 2k, the odd
+    /// roles (the second copies) missing.
+    Raid10OfRaid0 { members: u32, member_rows: u64 },
 }
 
 /// What the served array reports of its level change (also the
@@ -92,9 +112,15 @@ pub struct LiveLevel {
     /// The device-table entry (md's `dev_roles` index) that becomes a
     /// spare's: the leaving Q member's, a missing parity member's.
     leaving_dev: Option<usize>,
+    /// Old role -> new role where the change renumbers the roles (RAID 0
+    /// <-> RAID 10 near=2); `None` in it: the role leaves (a RAID 10's
+    /// copy not kept). Empty: every role keeps its number.
+    renumber: Vec<Option<usize>>,
     /// The superblocks are being written for the switch (the failpoint
     /// counts then only).
     switching: AtomicBool,
+    /// Members written so far in the switch.
+    switch_writes: AtomicUsize,
     /// Closed (false) while the switch runs: client requests wait.
     open: Mutex<bool>,
     opened: Condvar,
@@ -139,11 +165,16 @@ fn places(g: &Geometry, offset: u64) -> Vec<(u32, u64)> {
 }
 
 /// Whether `new` puts every array byte (its copies, its parity) where
-/// `old` does on the roles below `kept` (the roles the new level keeps,
-/// numbered alike): sampled at every 4 KiB of the first stripes of both
-/// shapes, twice over, and of the array's last stripes. The served route
-/// relies on it: the old map over the kept members is then the new one.
-pub(super) fn same_places(old: &Geometry, new: &Geometry, kept: u32) -> bool {
+/// `old` does on the roles the new level keeps, numbered by `role` (old
+/// role -> new role, `None`: not kept): every old place on a kept role is,
+/// renumbered, one of the new level's, and every new place on a role some
+/// old role becomes is one of those (the new level's other roles, a RAID
+/// 10's missing second copies, hold nothing yet). Sampled at every 4 KiB
+/// of the first stripes of both shapes, twice over, and of the array's
+/// last stripes. The served route relies on it: the old map over the kept
+/// members is then the new one.
+fn same_places(old: &Geometry, new: &Geometry, role: &dyn Fn(u32) -> Option<u32>) -> bool {
+    let targets: Vec<u32> = (0..old.members()).filter_map(role).collect();
     if old.array_bytes() != new.array_bytes() {
         return false;
     }
@@ -154,11 +185,16 @@ pub(super) fn same_places(old: &Geometry, new: &Geometry, kept: u32) -> bool {
         .step_by(4096)
         .chain((end.saturating_sub(span)..end).step_by(4096));
     for offset in offsets {
-        let was: Vec<(u32, u64)> = places(old, offset)
+        let mut was: Vec<(u32, u64)> = places(old, offset)
             .into_iter()
-            .filter(|&(m, _)| m < kept)
+            .filter_map(|(m, at)| role(m).map(|m| (m, at)))
             .collect();
-        if was != places(new, offset) {
+        was.sort_unstable();
+        let now: Vec<(u32, u64)> = places(new, offset)
+            .into_iter()
+            .filter(|(m, _)| targets.contains(m))
+            .collect();
+        if was.is_empty() || was != now {
             return false;
         }
     }
@@ -187,7 +223,25 @@ impl LiveLevel {
                 "changing the level of an array with md's partial parity log or write journal (md refuses to take those over)".into(),
             ));
         }
-        super::live::check_settled(array)?;
+        // As `live::check_settled`, but asked of each member as it stands
+        // (the array's read-limit mark stays set after a rebuild ends: a
+        // RAID 0 taken over as RAID 10 and whose mirrors were rebuilt goes
+        // back to RAID 0 in the same run).
+        let settled = (0..array.roles()).all(|r| {
+            !array.is_usable(r)
+                || array.in_sync_bytes(r).is_none()
+                    && array
+                        .slot(r)
+                        .is_none_or(|s| s.read_limit.bad_ranges().is_empty())
+        });
+        if !settled {
+            super::live::check_settled(array)?;
+        }
+        if array.first_copy_reads() {
+            return Err(Error::NotStartable(
+                "the array awaits a resync (it came up dirty); let it finish first".into(),
+            ));
+        }
         let old = array.geometry().clone();
         let n = old.members();
         let reference = array.superblock().clone();
@@ -201,6 +255,7 @@ impl LiveLevel {
             let raw = Role::Active(role as u16).to_raw();
             reference.roles_raw.iter().position(|&r| r == raw)
         };
+        let mut renumber = Vec::new();
         let (change, leaving_dev, leaves) = if to == 0 && parity_last && !unusable.is_empty() {
             if unusable != [n as usize - 1] {
                 return Err(refuse(format!(
@@ -216,21 +271,84 @@ impl LiveLevel {
             (
                 Change::Raid0OfRaid4 { members: n },
                 last_dev(n - 1),
-                Some(n as usize - 1),
+                vec![n as usize - 1],
             )
+        } else if (from, to) == (0, 10) {
+            // A RAID 0 is never degraded while served (it has no copy).
+            if array.intent().is_some() {
+                return Err(refuse(
+                    "a RAID 0 keeping a write-intent bitmap as a RAID 10 (md's RAID 0 keeps none and md takes over none that does): remove it first (`nvraid grow --bitmap none`, offline)".into(),
+                ));
+            }
+            // One zone only (md refuses the others): every member holds
+            // the same rows, the RAID 10's.
+            let rows = old.member_used_bytes();
+            let chunk = old.chunk_bytes().expect("RAID 0 has chunks");
+            for slot in (0..array.roles()).filter_map(|r| array.slot(r)) {
+                let held = slot.superblock.data_size_sectors * 512 / chunk * chunk;
+                if held != rows {
+                    return Err(Error::Unsupported {
+                        spec: slot.member.spec().into(),
+                        what: format!(
+                            "a RAID 0 of several zones as a RAID 10 (this member holds {held} bytes of data, another {rows}): md takes only a RAID 0 of one zone over"
+                        ),
+                    });
+                }
+            }
+            let (room, joins) = array.room();
+            if 2 * n as usize > room || (n as usize) > joins {
+                return Err(refuse(format!(
+                    "a served RAID 0 of {n} as a RAID 10 of {}: this server run has room for {room} roles and {joins} more members; restart `serve` first, or take it over offline (`nvraid grow --level 10 -n {} --add NEW...`)",
+                    2 * n,
+                    2 * n
+                )));
+            }
+            renumber = (0..n as usize).map(|k| Some(2 * k)).collect();
+            (
+                Change::Raid10OfRaid0 {
+                    members: n,
+                    member_rows: old.member_used_bytes(),
+                },
+                None,
+                Vec::new(),
+            )
+        } else if (from, to) == (10, 0) {
+            // far/offset, three copies, an odd count: refused by name.
+            let plan = plan_takeover(&reference, to, &spec0)?;
+            if array.intent().is_some() {
+                return Err(refuse(
+                    "a RAID 10 keeping a write-intent bitmap as a RAID 0 (md's RAID 0 keeps none; md refuses too): remove it first (`nvraid grow --bitmap none`, offline)".into(),
+                ));
+            }
+            // mdadm's way: the first working copy of each pair is kept, the
+            // others failed and removed (md then requires exactly one copy
+            // of each pair missing); kept role 2i or 2i+1 becomes role i.
+            renumber = vec![None; n as usize];
+            let mut leaving = Vec::new();
+            for pair in 0..n as usize / 2 {
+                let copies = [2 * pair, 2 * pair + 1];
+                let Some(&keep) = copies.iter().find(|&&r| array.is_usable(r)) else {
+                    return Err(Error::NotStartable(format!(
+                        "roles {} and {} (a pair of copies) both missing or failed: md takes a RAID 10 over as RAID 0 keeping one working copy of each pair, and this pair has none",
+                        copies[0], copies[1]
+                    )));
+                };
+                renumber[keep] = Some(pair);
+                leaving.extend(copies.iter().filter(|&&r| r != keep && array.is_usable(r)));
+            }
+            (Change::Whole(plan), None, leaving)
         } else {
             if !unusable.is_empty() {
                 return Err(Error::NotStartable(format!(
-                    "the array is degraded (role(s) {unusable:?} missing or failed); md takes over only a whole array (but a RAID 4 without its parity, as RAID 0): rebuild it first"
+                    "the array is degraded (role(s) {unusable:?} missing or failed); md takes over only a whole array (but a RAID 4 without its parity, as RAID 0; a RAID 10 near=2 keeping one copy of each pair, as RAID 0): rebuild it first"
                 )));
             }
             let plan = plan_takeover(&reference, to, &spec0)?;
-            if plan.halve {
-                return Err(refuse(
-                    "a served RAID 10 as a RAID 0 (its kept members are renumbered, which a running array cannot do): stop `serve` and use `nvraid grow --level 0`".into(),
-                ));
-            }
-            let leaves = plan.drop_last.then_some(n as usize - 1);
+            let leaves: Vec<usize> = plan
+                .drop_last
+                .then_some(n as usize - 1)
+                .into_iter()
+                .collect();
             (
                 Change::Whole(plan),
                 if plan.drop_last {
@@ -243,12 +361,16 @@ impl LiveLevel {
         };
         // The new level's shape, from a superblock as it will be written.
         let mut after = reference.clone();
-        match change {
-            Change::Whole(plan) => plan.record(&mut after),
-            Change::Raid0OfRaid4 { members } => record_raid0_of_raid4(&mut after, members),
-        }
+        record_change(&change, &mut after);
         let new = crate::assemble::geometry_of(&after, &spec0)?;
-        if !same_places(&old, &new, new.members()) {
+        let kept_as = |r: u32| -> Option<u32> {
+            if renumber.is_empty() {
+                (r < new.members()).then_some(r)
+            } else {
+                renumber[r as usize].map(|j| j as u32)
+            }
+        };
+        if !same_places(&old, &new, &kept_as) {
             return Err(refuse(format!(
                 "a served {} as a {}: the new level does not keep every byte where the served one has it, so nvraid takes it over only offline (`nvraid grow --level {to}`)",
                 old.level(),
@@ -256,15 +378,17 @@ impl LiveLevel {
             )));
         }
         let released: Vec<String> = leaves
-            .filter(|&r| array.is_usable(r))
-            .and_then(|r| array.slot(r))
+            .iter()
+            .filter(|&&r| array.is_usable(r))
+            .filter_map(|&r| array.slot(r))
             .map(|s| s.member.spec().to_string())
-            .into_iter()
             .collect();
         let live = Arc::new(LiveLevel {
             change,
             leaving_dev,
+            renumber,
             switching: AtomicBool::new(true),
+            switch_writes: AtomicUsize::new(0),
             open: Mutex::new(false),
             opened: Condvar::new(),
             outcome: Mutex::new(("running", None)),
@@ -289,13 +413,18 @@ impl LiveLevel {
         let switched = (|| {
             // The leaving role (a RAID 6's Q member; a RAID 4's missing
             // parity) is out of the array, not failed: not degraded by it.
-            if let Some(role) = leaves {
+            for &role in &leaves {
                 array.leave_role(
                     role,
                     format!(
-                        "left the array: its {} taken over as {} (this role held Q or the parity)",
+                        "left the array: its {} taken over as {} (this role held {})",
                         old.level(),
-                        new.level()
+                        new.level(),
+                        if from == 10 {
+                            "a second copy"
+                        } else {
+                            "Q or the parity"
+                        }
                     ),
                 );
             }
@@ -342,13 +471,23 @@ impl LiveLevel {
     /// member records now: each role's template the superblock as
     /// recorded (see `Array::swap_shape`).
     fn adopt(&self, array: &Array, new: &Geometry) -> Result<()> {
+        // The table as recorded: renumbered where the change renumbers.
         let table = array.role_table_now();
         let mut slots = Vec::with_capacity(new.members() as usize);
         for role in 0..new.members() as usize {
-            match array.slot(role).filter(|_| array.is_usable(role)) {
+            // The old role whose member takes this one.
+            let from = if self.renumber.is_empty() {
+                Some(role)
+            } else {
+                self.renumber.iter().position(|&to| to == Some(role))
+            };
+            match from
+                .filter(|&r| array.is_usable(r))
+                .and_then(|r| array.slot(r))
+            {
                 Some(slot) => {
                     let mut sb = slot.superblock.clone();
-                    self.apply(role, &mut sb);
+                    record_change(&self.change, &mut sb);
                     slots.push(Some(crate::slot::Slot::shared(slot.member.clone(), sb)?));
                 }
                 None => slots.push(None),
@@ -401,19 +540,62 @@ impl Companion for LiveLevel {
         if let Some(slot) = self.leaving_dev.and_then(|dev| table.get_mut(dev)) {
             *slot = Role::Spare.to_raw();
         }
+        if self.renumber.is_empty() {
+            return;
+        }
+        // Roles renumbered; a RAID 10's copies not kept (left, or missing
+        // and so recorded faulty) are out of the array: a spare's entry,
+        // as md records the devices mdadm removed for its takeover.
+        let halving = matches!(self.change, Change::Whole(plan) if plan.halve);
+        for entry in table.iter_mut() {
+            match Role::from_raw(*entry) {
+                Role::Active(r) => {
+                    *entry = match self.renumber.get(usize::from(r)).copied().flatten() {
+                        Some(to) => Role::Active(to as u16).to_raw(),
+                        None => Role::Spare.to_raw(),
+                    }
+                }
+                Role::Faulty if halving => *entry = Role::Spare.to_raw(),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The level change put into a kept member's superblock (level, layout,
+/// chunk, size, member count); its role table, events and time aside.
+fn record_change(change: &Change, sb: &mut Superblock) {
+    match *change {
+        Change::Whole(plan) => plan.record(sb),
+        Change::Raid0OfRaid4 { members } => record_raid0_of_raid4(sb, members),
+        Change::Raid10OfRaid0 {
+            members,
+            member_rows,
+        } => {
+            // As `grow --level 10` offline writes it: md's RAID 10 near=2
+            // of twice the members, each member's rows the RAID 0's.
+            sb.level = 10;
+            sb.layout = Level::Raid10 { near: 2 }.md_layout();
+            sb.raid_disks = 2 * members;
+            sb.size_sectors = member_rows / 512;
+            sb.data_size_sectors = member_rows / 512;
+        }
     }
 }
 
 impl ReshapeRecord for LiveLevel {
-    fn apply(&self, role: usize, sb: &mut Superblock) {
-        if role > 0 && self.switching.load(Ordering::SeqCst) {
+    fn apply(&self, _role: usize, sb: &mut Superblock) {
+        if self.switching.load(Ordering::SeqCst)
+            && self.switch_writes.fetch_add(1, Ordering::SeqCst) > 0
+        {
             // The members before this one are written with the new level.
             crate::failpoint::hit("reshape-superblock");
         }
-        match self.change {
-            Change::Whole(plan) => plan.record(sb),
-            Change::Raid0OfRaid4 { members } => record_raid0_of_raid4(sb, members),
-        }
+        record_change(&self.change, sb);
+    }
+
+    fn role_written(&self, role: usize) -> usize {
+        self.renumber.get(role).copied().flatten().unwrap_or(role)
     }
 }
 

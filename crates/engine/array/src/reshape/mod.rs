@@ -23,7 +23,8 @@
 //!   --assemble` restores;
 //! - `level`: `grow --level`, md's level changes that move no byte
 //!   (RAID 1 of two <-> RAID 5 of two, RAID 4 <-> RAID 5 parity-last,
-//!   RAID 6 -> 5 dropping a last-member Q);
+//!   RAID 6 -> 5 dropping a last-member Q; a RAID 0 <-> 10 takeover a
+//!   crash cut short on a served array finished);
 //! - `shape`: `grow --chunk`/`--layout`, a RAID 4/5/6 or RAID 10 near
 //!   restriped with its members kept, the data offset moved down or up
 //!   (the steps backwards are its own);
@@ -56,7 +57,10 @@
 //! - `live_level`: [`LiveLevel`], md's takeovers that move no byte made on
 //!   a served array (requests drained, every kept member's superblock
 //!   written as `level` writes it, a RAID 6's Q member leaving, then the
-//!   new level recorded in every update);
+//!   new level recorded in every update), RAID 0 <-> RAID 10 near=2 among
+//!   them with the roles renumbered (RAID 0 role k is RAID 10 role 2k; a
+//!   RAID 10's second copies leave), the served RAID 10's missing copies
+//!   added by the server's online recovery;
 //! - `live_raid0`: a served RAID 0 grown as md's RAID 4 with its parity
 //!   missing (a [`LiveGrow`] writing no parity) and taken back to RAID 0
 //!   in the superblock write that records the end;

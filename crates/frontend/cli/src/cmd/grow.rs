@@ -50,7 +50,9 @@ pub struct GrowArgs {
     /// mirrors rebuilt); 10 near=2 -> 0 (the second copies leave). md's
     /// other level changes are refused, naming md's path. With --socket,
     /// the served array, without -n/--add (see --socket), but for 5 -> 6
-    /// with -n N+1 --add NEW (Q rebuilt while served).
+    /// with -n N+1 --add NEW (Q rebuilt while served) and 0 -> 10 with
+    /// --add NEW... (the second copies rebuilt while served; without
+    /// --add the RAID 10 is served degraded).
     #[arg(long, value_name = "LEVEL")]
     level: Option<i32>,
     /// Restripe the array in chunks of this size (RAID 4/5/6, RAID 10
@@ -125,7 +127,10 @@ pub struct GrowArgs {
     /// With --level (and no -n/--add): the served array taken over as
     /// that level where md moves no byte (4 <-> 5 parity-last, 1 of two
     /// <-> 5 of two, 6 -> 5 with Q on the last member, 4 without its
-    /// parity -> 0), its requests drained for the superblock writes.
+    /// parity -> 0, 10 near=2 of 2N -> 0 of N keeping the first working
+    /// copy of each pair, 0 of N -> 10 near=2 of 2N with the second copies
+    /// missing, filled by --add), its requests drained for the superblock
+    /// writes.
     #[arg(long, value_name = "PATH", conflicts_with_all = ["members", "cont"])]
     socket: Option<std::path::PathBuf>,
     /// mdadm's --backup-file: a RAID 4/5/6 grown in place (no room to move
@@ -641,9 +646,12 @@ fn size_online(args: &GrowArgs, socket: &std::path::Path, size: &str) -> Result<
 /// `grow --socket --level N`: ask the server to take its array over as
 /// md level N (no byte moves); the answer says what changed.
 fn level_online(args: &GrowArgs, socket: &std::path::Path, level: i32) -> Result<u8> {
+    if level == 10 {
+        return raid10_online(args, socket);
+    }
     if args.raid_devices.is_some() || !args.add.is_empty() {
         bail!(
-            "--level {level} with -n/--add on a served array: nvraid changes a served array's level with members added only from RAID 5 to RAID 6 (`--level 6 -n N+1 --add NEW`), otherwise only where md adds no member (4 <-> 5 parity-last, 1 of two <-> 5 of two, 6 -> 5, 4 without its parity -> 0); stop serve and use `nvraid grow --level {level} -n N --add NEW...`"
+            "--level {level} with -n/--add on a served array: nvraid changes a served array's level with members added only from RAID 5 to RAID 6 (`--level 6 -n N+1 --add NEW`) and RAID 0 to RAID 10 (`--level 10 --add NEW...`), otherwise only where md adds no member (4 <-> 5 parity-last, 1 of two <-> 5 of two, 6 -> 5, 4 without its parity -> 0, 10 near=2 -> 0); stop serve and use `nvraid grow --level {level} -n N --add NEW...`"
         );
     }
     if args.chunk.is_some() || args.layout.is_some() || args.array_size.is_some() {
@@ -658,6 +666,12 @@ fn level_online(args: &GrowArgs, socket: &std::path::Path, level: i32) -> Result
     if let Some(error) = answer["error"].as_str() {
         bail!("level change in the server refused: {error}");
     }
+    print_level_changed(args, &answer)?;
+    Ok(0)
+}
+
+/// What the server answered to a level change: as JSON, or in words.
+fn print_level_changed(args: &GrowArgs, answer: &serde_json::Value) -> Result<()> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&answer)?);
     } else {
@@ -679,6 +693,108 @@ fn level_online(args: &GrowArgs, socket: &std::path::Path, level: i32) -> Result
                 names.join(", ")
             );
         }
+    }
+    Ok(())
+}
+
+/// `grow --socket CTL --level 10 [-n 2N] [--add NEW...]`: the served RAID
+/// 0 of N taken over as md's RAID 10 near=2 of 2N (the second copies
+/// missing), each NEW put into a missing role and rebuilt by the server
+/// while clients go on; waits for those rebuilds, showing the progress.
+/// Without --add the degraded RAID 10 is served (`nvraid add --socket`
+/// fills it later).
+fn raid10_online(args: &GrowArgs, socket: &std::path::Path) -> Result<u8> {
+    if args.chunk.is_some() || args.layout.is_some() || args.array_size.is_some() {
+        bail!(
+            "--level 10 with --chunk, --layout or --array-size on a served array: a served array changes one thing at a time; change the level (`grow --socket CTL --level 10 --add NEW...`), then restripe"
+        );
+    }
+    let answer = nvraid_serve::request(
+        socket,
+        &serde_json::json!({
+            "command": "grow",
+            "level": 10,
+            "raid_devices": args.raid_devices,
+            "add": args.add,
+            "force": args.force,
+        }),
+    )?;
+    if let Some(error) = answer["error"].as_str() {
+        bail!("level change in the server refused: {error}");
+    }
+    if !args.json {
+        print_level_changed(args, &answer)?;
+    }
+    let added: Vec<String> = answer["added"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a["member"].as_str().map(str::to_string))
+        .collect();
+    if let Some(error) = answer["add_error"].as_str() {
+        bail!(
+            "taken over as a RAID 10 (degraded), but a member could not join: {error}; add the missing second copies with `nvraid add --socket CTL NEW`"
+        );
+    }
+    if added.is_empty() {
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&answer)?);
+        } else {
+            println!(
+                "the RAID 10 is served degraded (its second copies missing): add them with `nvraid add --socket CTL NEW`"
+            );
+        }
+        return Ok(0);
+    }
+    // Follow the rebuilds of the added members until each is active.
+    let mut progress = progress_printer();
+    loop {
+        let status = nvraid_serve::request(socket, &serde_json::json!({"command": "status"}))?;
+        let members = status["array"]["members"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let state_of = |spec: &str| {
+            members
+                .iter()
+                .find(|m| m["path"].as_str() == Some(spec))
+                .map(|m| m["state"].as_str().unwrap_or("?").to_string())
+                .unwrap_or_else(|| "gone".into())
+        };
+        if let Some(bad) = added
+            .iter()
+            .find(|a| !matches!(state_of(a).as_str(), "active" | "rebuilding"))
+        {
+            bail!(
+                "{bad} stopped rebuilding ({}): the RAID 10 serves without it; `nvraid status --socket` shows why",
+                state_of(bad)
+            );
+        }
+        if added.iter().all(|a| state_of(a) == "active") {
+            break;
+        }
+        let rebuild = &status["array"]["recovery"]["rebuild"];
+        if let (Some(done), Some(total)) = (
+            rebuild["done_bytes"].as_u64(),
+            rebuild["total_bytes"].as_u64(),
+        ) {
+            if done < total {
+                progress(GrowProgress {
+                    position_bytes: done,
+                    end_bytes: total,
+                });
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&answer)?);
+    } else {
+        println!(
+            "{} rebuilt as the second copies: the RAID 10 near=2 of {} members is whole",
+            added.join(", "),
+            answer["raid_disks"]
+        );
     }
     Ok(0)
 }

@@ -65,6 +65,12 @@ impl Reshaping {
         if !request["size"].is_null() {
             return Some(self.size(request).unwrap_or_else(|e| json!({"error": e})));
         }
+        if request["level"].as_i64() == Some(10) && !request["add"].is_null() {
+            return Some(
+                self.raid10_of_raid0(request)
+                    .unwrap_or_else(|e| json!({"error": e})),
+            );
+        }
         if !request["level"].is_null() && !request["add"].is_null() {
             return Some(self.add_q(request).unwrap_or_else(|e| json!({"error": e})));
         }
@@ -105,6 +111,106 @@ impl Reshaping {
             .level_switched
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = Some(answer.clone());
+        Ok(answer)
+    }
+
+    /// `{"command": "grow", "level": 10, "add": [NEW...], "raid_devices":
+    /// 2N (optional), "force": b}`: the served RAID 0 of N taken over as
+    /// md's RAID 10 near=2 of 2N (`LiveLevel`: role k becoming 2k, the
+    /// second copies missing), then each NEW put into a missing role (the
+    /// lowest first) and rebuilt by the recovery thread while clients go
+    /// on. Every NEW is checked before anything is written. Answered once
+    /// the takeover is recorded and the new members joined (`added`: each
+    /// with its role); a member that could not join then is named
+    /// (`add_error`), the array serving as a degraded RAID 10.
+    fn raid10_of_raid0(&self, request: &Value) -> Result<Value, String> {
+        let add: Vec<String> = request["add"]
+            .as_array()
+            .ok_or("\"add\" lists paths")?
+            .iter()
+            .map(|v| v.as_str().map(str::to_string).ok_or("\"add\" lists paths"))
+            .collect::<Result<_, _>>()?;
+        let force = request["force"].as_bool().unwrap_or(false);
+        let geometry = self.array.geometry().clone();
+        let n = geometry.members();
+        if !add.is_empty() || !request["raid_devices"].is_null() {
+            if geometry.level() != nvraid_layout::Level::Raid0 {
+                return Err(format!(
+                    "--level 10 with -n/--add on a served {}: md doubles the members this way of a RAID 0 only",
+                    geometry.level()
+                ));
+            }
+            if let Some(raid_devices) = request["raid_devices"].as_u64() {
+                if raid_devices != 2 * u64::from(n) {
+                    return Err(format!(
+                        "--raid-devices {raid_devices}: a RAID 0 of {n} becomes a RAID 10 near=2 of {} (md doubles the members)",
+                        2 * n
+                    ));
+                }
+            }
+            if add.len() > n as usize {
+                return Err(format!(
+                    "{} members added: a RAID 0 of {n} taken over as a RAID 10 near=2 of {} has {n} second copies to fill (one --add each, or fewer and `nvraid add --socket` later)",
+                    add.len(),
+                    2 * n
+                ));
+            }
+        }
+        for (i, spec) in add.iter().enumerate() {
+            if add[..i].contains(spec) {
+                return Err(format!("{spec}: given twice with --add"));
+            }
+            self.online
+                .check_joining(spec, force, geometry.member_used_bytes())?;
+        }
+        if self.online.is_busy() {
+            return Err(
+                "a rebuild, check or repair runs on the array (status shows it); change the level after it ends"
+                    .into(),
+            );
+        }
+        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        let changed = LiveLevel::start(&self.array, 10).map_err(|e| e.to_string())?;
+        let switched = changed.switched();
+        eprintln!(
+            "nvraid: event=level-changed level={}->{} raid_disks={}->{} events={}",
+            switched.level_before,
+            switched.level,
+            switched.raid_disks_before,
+            switched.raid_disks,
+            switched.events
+        );
+        let changed: Arc<dyn LiveReshape> = changed;
+        *live = Some((changed, None));
+        let mut answer = serde_json::to_value(&switched).map_err(|e| e.to_string())?;
+        *self
+            .level_switched
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(answer.clone());
+        drop(live);
+        // The second copies: each new member into the lowest missing role,
+        // rebuilt in the background.
+        let mut added = Vec::new();
+        for spec in &add {
+            match self.online.add(spec, force) {
+                Ok(nvraid_array::recovery::online::Joined::Recovering { role }) => {
+                    eprintln!("nvraid: {spec} takes role {role} of the RAID 10; rebuilding");
+                    added.push(json!({"member": spec, "role": role}));
+                }
+                Ok(other) => {
+                    answer["add_error"] = json!(format!(
+                        "{spec}: joined as {other:?}, not into a missing role"
+                    ));
+                    break;
+                }
+                Err(e) => {
+                    answer["add_error"] = json!(e);
+                    break;
+                }
+            }
+        }
+        self.online.wake();
+        answer["added"] = json!(added);
         Ok(answer)
     }
 
