@@ -480,6 +480,21 @@ impl Members {
         self.read_limited.load(Ordering::Acquire)
     }
 
+    /// Whether a working member is being recovered (in sync only part
+    /// way) or has bad blocks, as the roles stand now. Unlike
+    /// [`Members::read_limited`], the readers' quick mark, which once set
+    /// stays set for the run, this is false again once a rebuild has
+    /// ended: what a served reshape waits for.
+    pub fn recovering_or_bad(&self) -> bool {
+        (0..self.in_sync.len()).any(|role| match self.slot(role) {
+            Some(slot) if !self.is_faulty(role) => {
+                self.in_sync[role].load(Ordering::Acquire) != u64::MAX
+                    || !slot.read_limit.bad_ranges().is_empty()
+            }
+            _ => false,
+        })
+    }
+
     /// Whether reads must take the first readable copy (see the field).
     pub fn first_copy_reads(&self) -> bool {
         self.unsynced.load(Ordering::Relaxed)

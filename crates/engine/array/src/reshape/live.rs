@@ -405,9 +405,6 @@ pub(super) fn write_added_superblock(
     member.flush()
 }
 
-/// No member of the served array is being recovered or has bad blocks,
-/// and no resync is awaited: every reshape of a served array waits for
-/// those to end.
 /// Refused while another reshape runs on the served `array` (a served
 /// reshape ends, and its shape is swapped in, before the next may start):
 /// "a second `what`", named on `spec0` (the first member).
@@ -434,8 +431,11 @@ pub(super) fn ready_added(array: &Array, member: &Member, sb: &Superblock) -> Re
     member.flush().map_err(|e| Error::io(member.spec(), e))
 }
 
+/// No member of the served array is being recovered or has bad blocks,
+/// and no resync is awaited: every reshape of a served array waits for
+/// those to end (and may start once they have, in the same run).
 pub(super) fn check_settled(array: &Array) -> Result<()> {
-    if array.read_limited() {
+    if array.recovering_or_bad() {
         return Err(Error::NotStartable(
             "a member is being recovered or has bad blocks; finish the rebuild first".into(),
         ));

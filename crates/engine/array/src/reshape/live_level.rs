@@ -21,10 +21,15 @@
 //! the fast path, another reshape free to start). [`LiveLevel`] is both
 //! the array's reshape record and, until then, its route:
 //!
-//! - **The switch.** The route is set with its gate closed
-//!   (`Array::start_live_route`, which waits for every request the
-//!   fast-path queues had in flight; new ones wait at the gate), so no
-//!   client request is in flight while the superblocks change. A RAID 6's
+//! - **The switch.** The route is set (`Array::start_live_route`, which
+//!   waits for every request the fast-path queues had in flight; from then
+//!   on each request runs through the route), then its gate closes (it
+//!   waits for the routed requests running; new ones wait there), so no
+//!   client request is in flight while the superblocks change. The gate
+//!   is open while the route is set: a routed request runs on its
+//!   worker's thread, and one held at a closed gate then would keep that
+//!   queue's earlier requests unreaped, which the route's start waits for
+//!   (the server hung so under clients 16 deep). A RAID 6's
 //!   Q member then leaves the running array (no longer read, written or
 //!   flushed, and not written by any superblock update: it keeps its old
 //!   superblock, one event behind, as the offline takeover leaves it); a
@@ -72,7 +77,7 @@ use nvraid_layout::parity::ParityLayout;
 use nvraid_layout::{Geometry, Level};
 use nvraid_metadata::{Role, Superblock};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 /// The level change a served array takes.
 #[derive(Clone, Copy, Debug)]
@@ -121,9 +126,9 @@ pub struct LiveLevel {
     switching: AtomicBool,
     /// Members written so far in the switch.
     switch_writes: AtomicUsize,
-    /// Closed (false) while the switch runs: client requests wait.
-    open: Mutex<bool>,
-    opened: Condvar,
+    /// The route's gate: held (read) by each routed request while it
+    /// runs, and (write) while the switch writes the superblocks.
+    gate: RwLock<()>,
     outcome: Mutex<(&'static str, Option<String>)>,
     switched: Mutex<LevelSwitched>,
 }
@@ -223,25 +228,9 @@ impl LiveLevel {
                 "changing the level of an array with md's partial parity log or write journal (md refuses to take those over)".into(),
             ));
         }
-        // As `live::check_settled`, but asked of each member as it stands
-        // (the array's read-limit mark stays set after a rebuild ends: a
-        // RAID 0 taken over as RAID 10 and whose mirrors were rebuilt goes
-        // back to RAID 0 in the same run).
-        let settled = (0..array.roles()).all(|r| {
-            !array.is_usable(r)
-                || array.in_sync_bytes(r).is_none()
-                    && array
-                        .slot(r)
-                        .is_none_or(|s| s.read_limit.bad_ranges().is_empty())
-        });
-        if !settled {
-            super::live::check_settled(array)?;
-        }
-        if array.first_copy_reads() {
-            return Err(Error::NotStartable(
-                "the array awaits a resync (it came up dirty); let it finish first".into(),
-            ));
-        }
+        // A RAID 0 taken over as RAID 10, its mirrors rebuilt, may go
+        // back to RAID 0 in the same run: a rebuild that ended is settled.
+        super::live::check_settled(array)?;
         let old = array.geometry().clone();
         let n = old.members();
         let reference = array.superblock().clone();
@@ -389,8 +378,7 @@ impl LiveLevel {
             renumber,
             switching: AtomicBool::new(true),
             switch_writes: AtomicUsize::new(0),
-            open: Mutex::new(false),
-            opened: Condvar::new(),
+            gate: RwLock::new(()),
             outcome: Mutex::new(("running", None)),
             switched: Mutex::new(LevelSwitched {
                 md_level_before: from,
@@ -404,12 +392,17 @@ impl LiveLevel {
                 released,
             }),
         });
-        // Every request in flight drained, new ones held at the gate.
+        // Every fast-path request goes through the route from here on (the
+        // queues' own requests drained), the gate open meanwhile.
         if !array.start_live_route(live.clone()) {
             return Err(refuse(
                 "a level change while another reshape runs on this served array".into(),
             ));
         }
+        // Then the gate closes: it waits for the routed requests running
+        // (the simple path's, which need no worker to finish) and holds
+        // new ones while the superblocks change.
+        let closed = live.gate.write().unwrap_or_else(|p| p.into_inner());
         let switched = (|| {
             // The leaving role (a RAID 6's Q member; a RAID 4's missing
             // parity) is out of the array, not failed: not degraded by it.
@@ -453,8 +446,7 @@ impl LiveLevel {
         // The route is right either way (the old map is the new one); a
         // superblock write that failed leaves members recording either
         // level, as a crash would, and the next update records the new.
-        *live.open.lock().unwrap_or_else(|p| p.into_inner()) = true;
-        live.opened.notify_all();
+        drop(closed);
         switched?;
         // The served array takes the new level (requests held for it):
         // the fast path serves it, `status` and `detail` show it, and
@@ -503,13 +495,6 @@ impl LiveLevel {
             .unwrap_or_else(|p| p.into_inner())
             .clone()
     }
-
-    fn wait_open(&self) {
-        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        while !*open {
-            open = self.opened.wait(open).unwrap_or_else(|p| p.into_inner());
-        }
-    }
 }
 
 impl LiveRoute for LiveLevel {
@@ -521,7 +506,7 @@ impl LiveRoute for LiveLevel {
         buf: &mut [u8],
         fua: bool,
     ) -> std::result::Result<(), i32> {
-        self.wait_open();
+        let _open = self.gate.read().unwrap_or_else(|p| p.into_inner());
         let errno = |e: Error| match e {
             Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             _ => libc::EIO,
