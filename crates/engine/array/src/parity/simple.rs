@@ -247,7 +247,7 @@ impl Array {
     /// What belongs in `role`'s member bytes `[at, end)` (its data area),
     /// rebuilt a region at a time (a rebuild with no clients to make way
     /// for): every other member's same bytes are read at once, one large
-    /// read per member in parallel, and each stripe's block is recovered
+    /// read per member, all in flight together, and each stripe's block is recovered
     /// from them in place. The stripes are held meanwhile. `sources` holds
     /// buffers for the other members' bytes, kept by the caller from one
     /// region to the next.
