@@ -23,12 +23,18 @@ member's reads and writes at MBPS MB/s with the block layer's throttle
 own bandwidth and the CPU is no longer what limits either side; the
 ratio then says whether nvraid keeps the drives busy.
 
-Usage: bench/rebuild-parity-vs-fio.py [--reps 3] [--mib 1024] [--throttle MBPS] [--json out.json]
+With `--compare OLD`, every repetition also rebuilds (offline and online)
+with the binary OLD, just before the binary measured: each binary's ratios
+are reported, and new/old.
+
+Usage: bench/rebuild-parity-vs-fio.py [--reps 3] [--mib 1024] [--throttle MBPS]
+                                      [--compare OLD] [--json out.json]
+NVRAID=path picks the binary (default target/release/nvraid, built first).
 """
 import argparse, json, os, shutil, signal, statistics, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NVRAID = os.environ.get("NVRAID", os.path.join(ROOT, "target", "release", "nvraid"))
+NVRAID = os.environ.get("NVRAID")
 
 
 def sh(cmd, **kw):
@@ -97,9 +103,9 @@ class Throttle:
         os.rmdir(self.dir)
 
 
-def offline(devs, size):
+def offline(nvraid, devs, size):
     blank(devs[3], size)
-    r = json.loads(sh([NVRAID, "add", "--force", "--json", "--new", devs[3], *devs[:3]]).stdout)
+    r = json.loads(sh([nvraid, "add", "--force", "--json", "--new", devs[3], *devs[:3]]).stdout)
     return r["rebuilt"][0]
 
 
@@ -112,25 +118,25 @@ def fio_write(tmp, dev, nbytes):
         return json.load(f)["jobs"][0]["write"]["bw_bytes"]
 
 
-def online(tmp, devs, size):
+def online(nvraid, tmp, devs, size):
     """The server's rebuild of member 3, failed, removed and replaced by a
     blank one through the control socket; the rebuild's report."""
     sock, ctl = f"{tmp}/md.sock", f"{tmp}/md.ctl"
     with open(f"{tmp}/serve.log", "w") as log:
-        server = subprocess.Popen([NVRAID, "serve", "--listen", f"unix:{sock}", *devs], stderr=log)
+        server = subprocess.Popen([nvraid, "serve", "--listen", f"unix:{sock}", *devs], stderr=log)
     try:
         deadline = time.monotonic() + 30
         while not os.path.exists(ctl):
             if time.monotonic() > deadline or server.poll() is not None:
                 sys.exit(f"serve did not start: {open(f'{tmp}/serve.log').read()}")
             time.sleep(0.05)
-        sh([NVRAID, "fail", "--socket", ctl, "--member", devs[3]])
-        sh([NVRAID, "remove", "--socket", ctl, "--member", devs[3]])
+        sh([nvraid, "fail", "--socket", ctl, "--member", devs[3]])
+        sh([nvraid, "remove", "--socket", ctl, "--member", devs[3]])
         blank(devs[3], size)
-        sh([NVRAID, "add", "--socket", ctl, "--new", devs[3]])
+        sh([nvraid, "add", "--socket", ctl, "--new", devs[3]])
         while True:
             time.sleep(0.5)
-            r = json.loads(sh([NVRAID, "status", "--json", "--socket", ctl]).stdout)
+            r = json.loads(sh([nvraid, "status", "--json", "--socket", ctl]).stdout)
             rebuild = r["array"]["recovery"]["rebuild"]
             if rebuild and rebuild.get("error"):
                 sys.exit(f"online rebuild failed: {rebuild}")
@@ -146,13 +152,19 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--mib", type=int, default=1024, help="member size in MiB")
     ap.add_argument("--throttle", type=int, help="cap each member's reads and writes at MBPS MB/s")
+    ap.add_argument("--compare", metavar="OLD", help="also rebuild with this binary, alternating")
     ap.add_argument("--json")
     args = ap.parse_args()
+    global NVRAID
     if os.geteuid() != 0 or not os.path.exists("/sys/class/zram-control/hot_add"):
         sys.exit("zram members need root and the zram module (modprobe zram)")
     if shutil.which("fio") is None:
         subprocess.run(["apt-get", "install", "-y", "-qq", "fio"], check=True)
-    sh(["cargo", "build", "--release", "-p", "nvraid"], cwd=ROOT)
+    if NVRAID is None:
+        sh(["cargo", "build", "--release", "-p", "nvraid"], cwd=ROOT)
+        target = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
+        NVRAID = os.path.join(target, "release", "nvraid")
+    binaries = ([("old", args.compare)] if args.compare else []) + [("new", NVRAID)]
     size = args.mib << 20
     devs = [zram(size) for _ in range(4)]
     throttle = None
@@ -170,28 +182,36 @@ def main():
                 throttle.cap(dev)
         with tempfile.TemporaryDirectory() as tmp:
             for rep in range(args.reps + 1):
-                off = offline(devs, size)
-                blank(devs[3], size)
-                if throttle:
-                    throttle.cap(devs[3])
-                fio_rate = fio_write(tmp, devs[3], off["bytes"])
-                # Back in the array (rebuilt) before the server fails it.
-                offline(devs, size)
-                if throttle:
-                    throttle.cap(devs[3])
-                on = online(tmp, devs, size)
-                if throttle:
-                    throttle.cap(devs[3])
-                row = {"offline_bytes_per_s": off["rate_bytes_per_second"],
-                       "online_bytes_per_s": on["rate_bytes_per_second"],
-                       "fio_bytes_per_s": fio_rate}
-                row["offline_ratio"] = row["offline_bytes_per_s"] / fio_rate
-                row["online_ratio"] = row["online_bytes_per_s"] / fio_rate
+                row = {}
+                for label, binary in binaries:
+                    off = offline(binary, devs, size)
+                    if label == "new":
+                        blank(devs[3], size)
+                        if throttle:
+                            throttle.cap(devs[3])
+                        fio_rate = fio_write(tmp, devs[3], off["bytes"])
+                        # Back in the array (rebuilt) before the server fails it.
+                        offline(binary, devs, size)
+                    if throttle:
+                        throttle.cap(devs[3])
+                    on = online(binary, tmp, devs, size)
+                    if throttle:
+                        throttle.cap(devs[3])
+                    prefix = "" if label == "new" else "old_"
+                    row[f"{prefix}offline_bytes_per_s"] = off["rate_bytes_per_second"]
+                    row[f"{prefix}online_bytes_per_s"] = on["rate_bytes_per_second"]
+                row["fio_bytes_per_s"] = fio_rate
+                for prefix in [label for label in ("", "old_") if f"{label}offline_bytes_per_s" in row]:
+                    row[f"{prefix}offline_ratio"] = row[f"{prefix}offline_bytes_per_s"] / fio_rate
+                    row[f"{prefix}online_ratio"] = row[f"{prefix}online_bytes_per_s"] / fio_rate
                 if rep == 0:
                     continue  # warm-up: the first writes to a fresh zram device allocate its pool
                 rows.append(row)
                 print(f"rep {rep}: MB/s offline {row['offline_bytes_per_s'] / 1e6:.0f}, "
                       f"online {row['online_bytes_per_s'] / 1e6:.0f}, fio {fio_rate / 1e6:.0f}", flush=True)
+                if args.compare:
+                    print(f"rep {rep}: old binary MB/s offline {row['old_offline_bytes_per_s'] / 1e6:.0f}, "
+                          f"online {row['old_online_bytes_per_s'] / 1e6:.0f}", flush=True)
         kind = f"zram capped at {args.throttle} MB/s" if args.throttle else "zram"
         off_ratio = statistics.median(r["offline_ratio"] for r in rows)
         on_ratio = statistics.median(r["online_ratio"] for r in rows)
@@ -200,9 +220,16 @@ def main():
               f"(target >= 0.8) runs {[round(r['offline_ratio'], 3) for r in rows]}")
         print(f"online rebuild (serve, idle) / fio sequential write: {on_ratio:.3f} "
               f"(target >= 0.8) runs {[round(r['online_ratio'], 3) for r in rows]}")
+        if args.compare:
+            for way in ("offline", "online"):
+                old = statistics.median(r[f"old_{way}_ratio"] for r in rows)
+                gain = statistics.median(r[f"{way}_bytes_per_s"] / r[f"old_{way}_bytes_per_s"] for r in rows)
+                print(f"old binary ({args.compare}) {way}: {old:.3f} runs "
+                      f"{[round(r[f'old_{way}_ratio'], 3) for r in rows]}; new/old {gain:.3f} runs "
+                      f"{[round(r[f'{way}_bytes_per_s'] / r[f'old_{way}_bytes_per_s'], 3) for r in rows]}")
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"members": kind, "mib": args.mib, "runs": rows,
+                json.dump({"members": kind, "mib": args.mib, "runs": rows, "compare": args.compare,
                            "offline_ratio": off_ratio, "online_ratio": on_ratio}, f, indent=2)
     finally:
         if throttle:

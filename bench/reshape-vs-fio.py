@@ -18,8 +18,12 @@ block devices), else files on /dev/shm.
 The issue's second target, a client's 4K random reads during a reshape
 against none, is bench/online-grow-read.py's.
 
+With `--compare OLD`, every repetition also grows the same array with the
+binary OLD (before the binary measured, in the same round, so that both
+meet the same load): each binary's ratio is reported, and new/old.
+
 Usage: bench/reshape-vs-fio.py [--reps 3] [--mib 256] [--bitmap none|internal]
-                               [--step 16M] [--json out.json]
+                               [--step 16M] [--compare OLD] [--json out.json]
 NVRAID=path picks the binary (default target/release/nvraid, built first).
 """
 import argparse, json, os, shutil, statistics, subprocess, sys, tempfile
@@ -88,6 +92,7 @@ def main():
     ap.add_argument("--mib", type=int, default=256, help="member size in MiB")
     ap.add_argument("--bitmap", default="internal", choices=["none", "internal"])
     ap.add_argument("--step", default="16M", help="nvraid grow --step")
+    ap.add_argument("--compare", metavar="OLD", help="also grow with this binary, alternating")
     ap.add_argument("--json")
     args = ap.parse_args()
     if shutil.which("fio") is None:
@@ -104,20 +109,23 @@ def main():
         with tempfile.TemporaryDirectory(dir="/dev/shm") as tmp:
             data = f"{tmp}/data"
             for rep in range(args.reps + 1):
-                for p in m.paths:
-                    m.reset(p)
-                made = json.loads(sh([NVRAID, "create", "--level", "5", "--bitmap", args.bitmap,
-                                      "--json", *old]).stdout)
-                if not os.path.exists(data):
-                    with open(data, "wb") as f:
-                        f.write(os.urandom(made["size_bytes"]))
-                sh([NVRAID, "write", "--input", data, *old])
-                # Block devices are not known to be zeros: the new array owes
-                # its first resync, and a grow wants a clean array.
-                sh([NVRAID, "repair", *old])
-                grown = json.loads(sh([NVRAID, "grow", "-n", "5", "--add", new, "--step", args.step,
-                                       "--json", *old]).stdout)
-                grow_rate = grown["moved_bytes"] / grown["seconds"]
+                rates = {}
+                for label, binary in ([("old", args.compare)] if args.compare else []) + [("new", NVRAID)]:
+                    for p in m.paths:
+                        m.reset(p)
+                    made = json.loads(sh([binary, "create", "--level", "5", "--bitmap", args.bitmap,
+                                          "--json", *old]).stdout)
+                    if not os.path.exists(data):
+                        with open(data, "wb") as f:
+                            f.write(os.urandom(made["size_bytes"]))
+                    sh([binary, "write", "--input", data, *old])
+                    # Block devices are not known to be zeros: the new array owes
+                    # its first resync, and a grow wants a clean array.
+                    sh([binary, "repair", *old])
+                    grown = json.loads(sh([binary, "grow", "-n", "5", "--add", new, "--step",
+                                           args.step, "--json", *old]).stdout)
+                    rates[label] = grown["moved_bytes"] / grown["seconds"]
+                grow_rate = rates["new"]
                 member_bytes = grown["size_bytes"] // 4
                 m.reset(new)
                 fio_rate = fio_write(new, 0, member_bytes, f"{tmp}/fio.json")
@@ -126,6 +134,10 @@ def main():
                 rows.append({"grow_bytes_per_s": grow_rate, "fio_bytes_per_s": fio_rate,
                              "moved_bytes": grown["moved_bytes"], "seconds": grown["seconds"],
                              "ratio": grow_rate / fio_rate})
+                if args.compare:
+                    rows[-1]["old_grow_bytes_per_s"] = rates["old"]
+                    rows[-1]["old_ratio"] = rates["old"] / fio_rate
+                    rows[-1]["new_over_old"] = grow_rate / rates["old"]
             ratio = statistics.median(r["ratio"] for r in rows)
             kind = "zram" if m.zram else "tmpfs"
             print(f"members: 5 x {args.mib} MiB {kind}; bitmap {args.bitmap}; step {args.step}; "
@@ -134,10 +146,17 @@ def main():
                   f"one member: {ratio:.3f} (target >= 0.5) runs {[round(r['ratio'], 3) for r in rows]}")
             print("rates MB/s (grow, fio): "
                   f"{[(round(r['grow_bytes_per_s'] / 1e6), round(r['fio_bytes_per_s'] / 1e6)) for r in rows]}")
+            if args.compare:
+                old_ratio = statistics.median(r["old_ratio"] for r in rows)
+                gain = statistics.median(r["new_over_old"] for r in rows)
+                print(f"old binary ({args.compare}): {old_ratio:.3f} runs "
+                      f"{[round(r['old_ratio'], 3) for r in rows]}; new/old grow rate {gain:.3f} "
+                      f"runs {[round(r['new_over_old'], 3) for r in rows]}")
             if args.json:
                 with open(args.json, "w") as f:
                     json.dump({"members": kind, "mib": args.mib, "bitmap": args.bitmap,
-                               "step": args.step, "runs": rows, "ratio": ratio}, f, indent=2)
+                               "step": args.step, "runs": rows, "ratio": ratio,
+                               "compare": args.compare}, f, indent=2)
     finally:
         m.close()
 

@@ -7,7 +7,7 @@
 //! |---|---|
 //! | `stripe-write` | a RAID 4/5/6 member write has been issued (psync: done) and the next is not |
 //! | `add-journal-superblock` | `add_journal` has written and flushed one more superblock (the journal's first, then each member's) |
-//! | `reshape-write` | a grow's step has written one more member's rows (then once more after every member was flushed) |
+//! | `reshape-write` | one more member write of a reshape step has completed (the step's other writes may be in flight: they go together), then once more after every member was flushed |
 //! | `reshape-backup` | a grow (or a shrink) in place has written and flushed one more piece of a critical-section step's backup on a new member (a leaving one) (header cleared, rows, header) |
 //! | `reshape-backup-file` | a grow in place with `--backup-file` has written and flushed one more piece of the file (the section's bytes, the records; the record forgotten past the section) |
 //! | `reshape-superblock` | a grow has written and flushed one more superblock (the reshape's record: new members first; each checkpoint; the finished shape); a served level change is about to write the next member's superblock (members before it written), and once more after all |

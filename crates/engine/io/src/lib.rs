@@ -9,12 +9,15 @@
 //!   channel per worker).
 //! - [`engine`]: the io_uring and psync engines that execute member operations.
 //! - [`remote`]: the engine that puts remote members beside local files.
+//! - [`batch`]: reads, writes and flushes of several member files put in
+//!   flight together on the calling thread's io_uring (background work).
 //! - [`buf`]: heap buffers aligned for O_DIRECT.
 //! - [`bounded`]: whole files named on the command line, read with a bound.
 //! - [`sys`]: thin, checked wrappers over the system calls nvraid needs that
 //!   `std` lacks (positioned full reads/writes, block-device ioctls, memfd,
 //!   hole punching, O_DIRECT opens).
 
+pub mod batch;
 pub mod bounded;
 pub mod buf;
 pub mod channel;

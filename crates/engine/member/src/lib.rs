@@ -14,7 +14,10 @@
 //! The synchronous methods here ([`Member::read_at`] …) are the simple path
 //! used for metadata and the library API; the fast engines in nvraid-io
 //! address members by their raw file descriptor ([`Member::backend`]).
+//! [`batch::run_together`] puts several members' reads, writes or flushes
+//! in flight at once (background work: a reshape's step, a rebuild).
 
+pub mod batch;
 mod claim;
 mod member;
 mod size;

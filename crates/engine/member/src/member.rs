@@ -624,7 +624,7 @@ impl Member {
         InflightGuard(&self.inflight)
     }
 
-    fn check_range(&self, offset: u64, len: usize) -> io::Result<()> {
+    pub(crate) fn check_range(&self, offset: u64, len: usize) -> io::Result<()> {
         let end = offset.checked_add(len as u64);
         let size = self.size_bytes();
         if end.is_none_or(|end| end > size) {
@@ -639,10 +639,25 @@ impl Member {
         Ok(())
     }
 
-    fn needs_bounce(&self, ptr: *const u8, len: usize, offset: u64) -> bool {
+    pub(crate) fn needs_bounce(&self, ptr: *const u8, len: usize, offset: u64) -> bool {
         self.direct
             && !(buf::is_aligned(ptr, len, buf::BUF_ALIGN_BYTES)
                 && offset.is_multiple_of(u64::from(self.logical_block_bytes)))
+    }
+
+    /// The local file or block device behind the member (none for remote,
+    /// null members).
+    pub(crate) fn local_file(&self) -> Option<&File> {
+        match self.remote {
+            Some(_) => None,
+            None => self.file.as_ref(),
+        }
+    }
+
+    /// Whether [`Member::flush`] syncs the file (a RAM member has nothing
+    /// to make durable).
+    pub(crate) fn flushes_file(&self) -> bool {
+        self.remote.is_none() && matches!(self.kind, MemberKind::File | MemberKind::BlockDevice)
     }
 
     /// Read exactly `buf.len()` bytes at `offset`.

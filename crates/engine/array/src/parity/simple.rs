@@ -247,7 +247,7 @@ impl Array {
     /// What belongs in `role`'s member bytes `[at, end)` (its data area),
     /// rebuilt a region at a time (a rebuild with no clients to make way
     /// for): every other member's same bytes are read at once, one large
-    /// read per member in parallel, and each stripe's block is recovered
+    /// read per member, all in flight together, and each stripe's block is recovered
     /// from them in place. The stripes are held meanwhile. `sources` holds
     /// buffers for the other members' bytes, kept by the caller from one
     /// region to the next.
@@ -290,9 +290,9 @@ impl Array {
     }
 
     /// Read `[at, end)` of every member but `role`'s that can be read there,
-    /// at once (a thread each), into `sources`: the slice each member's
-    /// bytes are in (`None`: not readable, or its member failed now and is
-    /// marked faulty).
+    /// all in flight together (`nvraid_member::batch`), into `sources`: the
+    /// slice each member's bytes are in (`None`: not readable, or its member
+    /// failed now and is marked faulty).
     fn read_others<'b>(
         &self,
         role: usize,
@@ -300,30 +300,33 @@ impl Array {
         end: u64,
         sources: &'b mut [nvraid_io::AlignedBuf],
     ) -> Result<Vec<Option<&'b mut [u8]>>> {
+        use nvraid_member::batch::{run_together, Io, Transfer};
         let len = (end - at) as usize;
         let mut bufs: Vec<Option<&mut [u8]>> = sources
             .iter_mut()
             .enumerate()
             .map(|(m, b)| (m != role && self.readable(m, at, end - at)).then(|| &mut b[..len]))
             .collect();
-        let read: Vec<(usize, std::io::Result<()>)> = std::thread::scope(|scope| {
-            let readers: Vec<_> = bufs
-                .iter_mut()
-                .enumerate()
-                .filter_map(|(m, buf)| buf.as_mut().map(|b| (m, b)))
-                .map(|(m, buf)| {
-                    let Some(slot) = self.slot(m) else {
-                        panic!("invariant: a readable member is present (role {m})");
-                    };
-                    scope
-                        .spawn(move || (m, slot.member.read_at(buf, slot.data_offset_bytes() + at)))
-                })
-                .collect();
-            readers
-                .into_iter()
-                .map(|r| r.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-                .collect()
-        });
+        let mut roles = Vec::new();
+        let reads = bufs
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(m, buf)| buf.as_mut().map(|b| (m, b)))
+            .map(|(m, buf)| {
+                let Some(slot) = self.slot(m) else {
+                    panic!("invariant: a readable member is present (role {m})");
+                };
+                roles.push(m);
+                Transfer {
+                    member: &slot.member,
+                    offset: slot.data_offset_bytes() + at,
+                    io: Io::Read(buf),
+                }
+            })
+            .collect();
+        let mut read: Vec<(usize, std::io::Result<()>)> = Vec::with_capacity(roles.len());
+        run_together(reads, &mut |i, result| read.push((roles[i], result)));
+        read.sort_by_key(|(m, _)| *m);
         for (m, result) in read {
             if !self.on_member(m, at, |_, _| result)? {
                 bufs[m] = None;

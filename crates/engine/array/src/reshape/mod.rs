@@ -6,7 +6,8 @@
 //!   the field named when nvraid cannot honour it;
 //! - `step`: the member I/O: reading through a reshape's map, and one step
 //!   of a grow (old rows read, whole new stripes with their parity written
-//!   at the new data offset, every member flushed);
+//!   at the new data offset, every member flushed), each of the three a
+//!   batch with every member in flight together (`nvraid_member::batch`);
 //! - `read`: [`MidReshape`], such an array opened read-only: every byte
 //!   read from the shape the position puts it in, and what `detail` shows;
 //! - `grow`: [`grow`] and [`continue_grow`], nvraid's own reshape of a

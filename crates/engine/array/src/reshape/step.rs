@@ -14,10 +14,20 @@
 //! parity, a RAID 10 chunk from another copy) and writes nothing to them.
 //! A member whose I/O fails stops the step with [`MemberFailure`] naming
 //! its role; the caller records it failed and redoes the step.
+//!
+//! A step's member I/O goes in batches ([`nvraid_member::batch`]): its
+//! reads of every member in flight together, then its writes of every
+//! member together, then every member's flush together; a batch ends only
+//! when all of its operations have. When several fail, the failure
+//! reported is the first in the batch's order (role order; piece order for
+//! the reads through the map), the one the operations done one after
+//! another would have met first. The crash points between writes are
+//! passed as each write completes, the last after the flushes.
 
 use crate::error::{Error, Result};
 use nvraid_io::AlignedBuf;
 use nvraid_layout::{Direction, Reshape};
+use nvraid_member::batch::{run_together, Io, Transfer};
 use nvraid_member::Member;
 use nvraid_parity::{Block, Kernel, Stripe};
 
@@ -54,24 +64,57 @@ fn is_failed(failed: &[bool], role: u32) -> bool {
     failed.get(role as usize).copied().unwrap_or(false)
 }
 
+/// Run `ops` (each with the role of its member) together, calling `ok(i)`
+/// as the `i`-th completes; the failure of the first in `ops`' order that
+/// failed, once all have finished.
+fn together(ops: Vec<(u32, Transfer<'_>)>, ok: &mut dyn FnMut(usize)) -> StepResult<()> {
+    let roles: Vec<(u32, &Member)> = ops.iter().map(|(role, t)| (*role, t.member)).collect();
+    let mut first: Option<(usize, std::io::Error)> = None;
+    run_together(
+        ops.into_iter().map(|(_, t)| t).collect(),
+        &mut |i, result| match result {
+            Ok(()) => ok(i),
+            Err(e) => {
+                if first.as_ref().is_none_or(|(j, _)| i < *j) {
+                    first = Some((i, e));
+                }
+            }
+        },
+    );
+    match first {
+        None => Ok(()),
+        Some((i, e)) => {
+            let (role, member) = roles[i];
+            Err(failure(role, member, e))
+        }
+    }
+}
+
 /// Read `buf.len()` array bytes at `offset` through `reshape`'s map from
-/// `members` (by role; copy 0 of each piece).
+/// `members` (by role; copy 0 of each piece), every piece's read in flight
+/// together.
 pub(crate) fn read_through(
     reshape: &Reshape,
     members: &[&Member],
     buf: &mut [u8],
     offset: u64,
 ) -> Result<()> {
-    let mut at = 0usize;
-    for piece in reshape.pieces(offset, buf.len() as u64) {
+    let mut ops = Vec::new();
+    let mut rest = buf;
+    for piece in reshape.pieces(offset, rest.len() as u64) {
         let place = reshape.locate(&piece, 0);
-        let member = members[place.member as usize];
-        member
-            .read_at(&mut buf[at..at + piece.len as usize], place.member_offset)
-            .map_err(|e| Error::io(member.spec(), e))?;
-        at += piece.len as usize;
+        let (this, after) = rest.split_at_mut(piece.len as usize);
+        rest = after;
+        ops.push((
+            place.member,
+            Transfer {
+                member: members[place.member as usize],
+                offset: place.member_offset,
+                io: Io::Read(this),
+            },
+        ));
     }
-    Ok(())
+    together(ops, &mut |_| {}).map_err(|f| f.error)
 }
 
 /// [`read_through`] around the members failed (by role; `failed.old` in
@@ -85,8 +128,9 @@ pub(crate) fn read_around(
     buf: &mut [u8],
     offset: u64,
 ) -> StepResult<()> {
-    let mut at = 0usize;
-    for piece in reshape.pieces(offset, buf.len() as u64) {
+    let mut ops = Vec::new();
+    let mut rest = buf;
+    for piece in reshape.pieces(offset, rest.len() as u64) {
         let failed = match piece.shape {
             nvraid_layout::Shape::Old => failed.old,
             nvraid_layout::Shape::New => failed.new,
@@ -96,21 +140,26 @@ pub(crate) fn read_around(
             .map(|copy| reshape.locate(&piece, copy))
             .find(|place| !is_failed(failed, place.member))
             .unwrap_or_else(|| reshape.locate(&piece, 0));
-        let member = members[place.member as usize];
-        member
-            .read_at(&mut buf[at..at + piece.len as usize], place.member_offset)
-            .map_err(|e| failure(place.member, member, e))?;
-        at += piece.len as usize;
+        let (this, after) = rest.split_at_mut(piece.len as usize);
+        rest = after;
+        ops.push((
+            place.member,
+            Transfer {
+                member: members[place.member as usize],
+                offset: place.member_offset,
+                io: Io::Read(this),
+            },
+        ));
     }
-    Ok(())
+    together(ops, &mut |_| {})
 }
 
 /// Read `buf.len()` array bytes at `offset`, all in the old shape (at or
 /// past a forwards reshape's position), with one read per old member: the
 /// member rows that hold them, read whole, then each chunk copied out of
 /// its member's rows (parity chunks in those rows are read and skipped).
-/// A step's reads are a few large sequential ones, not one per chunk.
-/// A failed member's rows are not read: its chunks of each row are
+/// A step's reads are a few large sequential ones, not one per chunk, all
+/// in flight together. A failed member's rows are not read: its chunks of each row are
 /// rebuilt from the row's other chunks and parity.
 fn read_old_rows(
     reshape: &Reshape,
@@ -133,21 +182,30 @@ fn read_old_rows(
     let first_row = old.locate(offset, 0).member_offset / chunk * chunk;
     let last_row = old.locate(end - 1, 0).member_offset / chunk * chunk;
     let span = (last_row + chunk - first_row) as usize;
-    let mut rows: Vec<AlignedBuf> = Vec::with_capacity(old.members() as usize);
-    for role in 0..old.members() {
-        let member = members[role as usize];
-        let at = reshape
-            .data_offset(nvraid_layout::Shape::Old, role)
-            .expect("an old shape's member")
-            + first_row;
-        let mut r = AlignedBuf::zeroed(span);
-        if !is_failed(failed, role) {
-            member
-                .read_at(&mut r, at)
-                .map_err(|e| failure(role, member, e))?;
-        }
-        rows.push(r);
-    }
+    let mut rows: Vec<AlignedBuf> = (0..old.members())
+        .map(|_| AlignedBuf::zeroed(span))
+        .collect();
+    let reads = rows
+        .iter_mut()
+        .zip(0..old.members())
+        .filter(|(_, role)| !is_failed(failed, *role))
+        .map(|(r, role)| {
+            let at = reshape
+                .data_offset(nvraid_layout::Shape::Old, role)
+                .expect("an old shape's member")
+                + first_row;
+            let member = members[role as usize];
+            (
+                role,
+                Transfer {
+                    member,
+                    offset: at,
+                    io: Io::Read(r),
+                },
+            )
+        })
+        .collect();
+    together(reads, &mut |_| {})?;
     if (0..old.members()).any(|role| is_failed(failed, role)) {
         rebuild_rows(reshape, failed, kernel, &mut rows, first_row / chunk);
     }
@@ -235,8 +293,8 @@ fn rebuild_rows(
 /// reshape of a parity level or RAID 10 near; the caller checked
 /// `step_is_safe(to)`): read them from the old shape, write whole new
 /// stripes (rows), flush every member. `hit` is
-/// called after each member write and after the flushes (the caller's
-/// crash points). Members failed in `failed` (by role) are read around
+/// called as each member write completes and after the flushes (the
+/// caller's crash points). Members failed in `failed` (by role) are read around
 /// and not written.
 pub(crate) fn move_rows(
     reshape: &Reshape,
@@ -345,35 +403,50 @@ pub(crate) fn write_stripes(
         }
         out[blocks.p as usize][row as usize * c..(row as usize + 1) * c].copy_from_slice(&p);
     }
-    for (role, rows_out) in out.iter().enumerate() {
-        if is_failed(failed, role as u32) {
-            continue;
-        }
-        let member = members[role];
-        let at = reshape
-            .data_offset(nvraid_layout::Shape::New, role as u32)
-            .expect("a new shape's member")
-            + first * chunk;
-        member
-            .write_at(rows_out, at)
-            .map_err(|e| failure(role as u32, member, e))?;
-        hit();
-    }
+    let writes = out
+        .iter()
+        .zip(0u32..)
+        .filter(|(_, role)| !is_failed(failed, *role))
+        .map(|(rows_out, role)| {
+            let at = reshape
+                .data_offset(nvraid_layout::Shape::New, role)
+                .expect("a new shape's member")
+                + first * chunk;
+            let member = members[role as usize];
+            (
+                role,
+                Transfer {
+                    member,
+                    offset: at,
+                    io: Io::Write(rows_out),
+                },
+            )
+        })
+        .collect();
+    together(writes, &mut |_| hit())?;
     flush_all(members, failed)?;
     hit();
     Ok(())
 }
 
-/// Flush every member not failed.
+/// Flush every member not failed, all together.
 fn flush_all(members: &[&Member], failed: &[bool]) -> StepResult<()> {
-    for (role, member) in members.iter().enumerate() {
-        if !is_failed(failed, role as u32) {
-            member
-                .flush()
-                .map_err(|e| failure(role as u32, member, e))?;
-        }
-    }
-    Ok(())
+    let flushes = members
+        .iter()
+        .zip(0u32..)
+        .filter(|(_, role)| !is_failed(failed, *role))
+        .map(|(member, role)| {
+            (
+                role,
+                Transfer {
+                    member,
+                    offset: 0,
+                    io: Io::Flush,
+                },
+            )
+        })
+        .collect();
+    together(flushes, &mut |_| {})
 }
 
 /// [`move_rows`] for a RAID 10 near layout: the new shape's rows that
@@ -444,28 +517,246 @@ pub(crate) fn write_copy_rows(
     let (first_row, end_row) = (rows.start, rows.end);
     let first_chunk = first_row * n / near;
     let c = chunk as usize;
-    for role in 0..n {
-        if is_failed(failed, role as u32) {
-            continue;
-        }
-        let mut rows_out = AlignedBuf::zeroed(((end_row - first_row) * chunk) as usize);
-        for row in first_row..end_row {
-            let slot_chunk = (row * n + role) / near;
-            let at = ((slot_chunk - first_chunk) * chunk) as usize;
-            let out = ((row - first_row) * chunk) as usize;
-            rows_out[out..out + c].copy_from_slice(&data[at..at + c]);
-        }
-        let member = members[role as usize];
-        let at = reshape
-            .data_offset(nvraid_layout::Shape::New, role as u32)
-            .expect("a new shape's member")
-            + first_row * chunk;
-        member
-            .write_at(&rows_out, at)
-            .map_err(|e| failure(role as u32, member, e))?;
-        hit();
-    }
+    let written: Vec<(u32, AlignedBuf)> = (0..n as u32)
+        .filter(|&role| !is_failed(failed, role))
+        .map(|role| {
+            let mut rows_out = AlignedBuf::zeroed(((end_row - first_row) * chunk) as usize);
+            for row in first_row..end_row {
+                let slot_chunk = (row * n + u64::from(role)) / near;
+                let at = ((slot_chunk - first_chunk) * chunk) as usize;
+                let out = ((row - first_row) * chunk) as usize;
+                rows_out[out..out + c].copy_from_slice(&data[at..at + c]);
+            }
+            (role, rows_out)
+        })
+        .collect();
+    let writes = written
+        .iter()
+        .map(|(role, rows_out)| {
+            let at = reshape
+                .data_offset(nvraid_layout::Shape::New, *role)
+                .expect("a new shape's member")
+                + first_row * chunk;
+            let member = members[*role as usize];
+            (
+                *role,
+                Transfer {
+                    member,
+                    offset: at,
+                    io: Io::Write(rows_out),
+                },
+            )
+        })
+        .collect();
+    together(writes, &mut |_| hit())?;
     flush_all(members, failed)?;
     hit();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nvraid_layout::parity::ParityLayout;
+    use nvraid_layout::{Geometry, Level};
+    use nvraid_member::batch::one_by_one;
+    use nvraid_member::OpenOptions;
+    use std::cell::Cell;
+
+    const CHUNK: u64 = 64 << 10;
+    const MEMBER_DATA: u64 = 1 << 20;
+    /// The old shape's data offset; the new shape's is 0.
+    const OLD_AT: u64 = 2 << 20;
+    const MEMBER_FILE: u64 = 4 << 20;
+
+    fn raid5(members: u32) -> Geometry {
+        let level = Level::Raid5 {
+            layout: ParityLayout::LeftSymmetric,
+        };
+        Geometry::new(level, members, CHUNK, MEMBER_DATA).unwrap()
+    }
+
+    /// A RAID 5 growing from 4 to 5 members, at `position`.
+    fn grow_at(position: u64) -> Reshape {
+        Reshape::new(
+            raid5(4),
+            raid5(5),
+            position,
+            Direction::Forwards,
+            vec![OLD_AT; 4],
+            vec![0; 5],
+        )
+        .unwrap()
+    }
+
+    /// Five member files: the first four hold `data` in the old shape
+    /// (laid out with its parity by the step's own writer, through a
+    /// "reshape" from the old shape to itself), the fifth is blank.
+    fn members(dir: &std::path::Path, data: &[u8]) -> Vec<std::path::PathBuf> {
+        let paths: Vec<_> = (0..5).map(|i| dir.join(format!("m{i}"))).collect();
+        for p in &paths {
+            std::fs::File::create(p)
+                .unwrap()
+                .set_len(MEMBER_FILE)
+                .unwrap();
+        }
+        let opened = open(&paths, &[]);
+        let refs: Vec<&Member> = opened.iter().take(4).collect();
+        let same = Reshape::new(
+            raid5(4),
+            raid5(4),
+            0,
+            Direction::Forwards,
+            vec![OLD_AT; 4],
+            vec![OLD_AT; 4],
+        )
+        .unwrap();
+        write_stripes(&same, &refs, 0, data, &[], Kernel::best(), &|| {}).unwrap();
+        paths
+    }
+
+    /// The members at `paths`, those in `read_only` (by role) opened
+    /// without write access (the kernel refuses their writes).
+    fn open(paths: &[std::path::PathBuf], read_only: &[usize]) -> Vec<Member> {
+        paths
+            .iter()
+            .enumerate()
+            .map(|(role, p)| {
+                let options = OpenOptions {
+                    write: !read_only.contains(&role),
+                    ..OpenOptions::default()
+                };
+                Member::open(p.to_str().unwrap(), options).unwrap()
+            })
+            .collect()
+    }
+
+    fn random(len: usize) -> Vec<u8> {
+        let mut data = vec![0u8; len];
+        nvraid_io::random::fill(&mut data).unwrap();
+        data
+    }
+
+    const NONE: Unreadable = Unreadable { old: &[], new: &[] };
+
+    #[test]
+    fn a_step_reads_writes_and_flushes_every_member_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = random(raid5(4).array_bytes() as usize);
+        let paths = members(dir.path(), &data);
+        let opened = open(&paths, &[]);
+        let refs: Vec<&Member> = opened.iter().collect();
+        // Four new stripes of four data chunks each.
+        let to = 4 * 4 * CHUNK;
+        let hits = Cell::new(0);
+        let before = nvraid_io::batch::ring_operations();
+        move_rows(&grow_at(0), &refs, NONE, to, Kernel::best(), &|| {
+            hits.set(hits.get() + 1)
+        })
+        .unwrap();
+        // One read of each old member's rows, one write and one flush of
+        // each new member, all on the ring.
+        assert_eq!(nvraid_io::batch::ring_operations() - before, 4 + 5 + 5);
+        // The crash point: at each member write, then after the flushes.
+        assert_eq!(hits.get(), 5 + 1);
+        let mut back = vec![0u8; data.len()];
+        read_through(&grow_at(to), &refs, &mut back, 0).unwrap();
+        assert_eq!(back, data);
+        // The same step one operation at a time leaves the same bytes.
+        let serial_dir = tempfile::tempdir().unwrap();
+        let serial_paths = members(serial_dir.path(), &data);
+        let serial = open(&serial_paths, &[]);
+        let serial_refs: Vec<&Member> = serial.iter().collect();
+        one_by_one(|| move_rows(&grow_at(0), &serial_refs, NONE, to, Kernel::best(), &|| {}))
+            .unwrap();
+        for (a, b) in paths.iter().zip(&serial_paths) {
+            assert!(std::fs::read(a).unwrap() == std::fs::read(b).unwrap());
+        }
+    }
+
+    /// The step's failure (role, error kind) with members `read_only`
+    /// refusing writes and `short` cut short (their reads meet the end).
+    fn failed_step(
+        read_only: &[usize],
+        short: &[usize],
+        serial: bool,
+    ) -> (u32, std::io::ErrorKind) {
+        let dir = tempfile::tempdir().unwrap();
+        let data = random(raid5(4).array_bytes() as usize);
+        let paths = members(dir.path(), &data);
+        let opened = open(&paths, read_only);
+        for &role in short {
+            // Past the start of the old shape's rows.
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&paths[role])
+                .unwrap()
+                .set_len(OLD_AT + CHUNK)
+                .unwrap();
+        }
+        let refs: Vec<&Member> = opened.iter().collect();
+        let step = || move_rows(&grow_at(0), &refs, NONE, 16 * CHUNK, Kernel::best(), &|| {});
+        let failed = if serial { one_by_one(step) } else { step() }.unwrap_err();
+        let Error::Io { source, .. } = &failed.error else {
+            panic!("not an I/O error: {:?}", failed.error);
+        };
+        (failed.role, source.kind())
+    }
+
+    #[test]
+    fn a_member_failing_mid_batch_stops_the_step_as_one_by_one_did() {
+        for (read_only, short) in [
+            (&[2][..], &[][..]),
+            (&[1, 4], &[]),
+            (&[], &[3]),
+            (&[0], &[1, 2]),
+        ] {
+            let together = failed_step(read_only, short, false);
+            let serial = failed_step(read_only, short, true);
+            assert_eq!(together, serial, "read-only {read_only:?}, short {short:?}");
+            let first = short.first().or(read_only.first()).copied().unwrap();
+            assert_eq!(together.0, first as u32);
+        }
+    }
+
+    /// The step's failure with role 2 an NBD member (nbdkit serving its
+    /// file behind the error filter, every write failing).
+    fn remote_failed_step(serial: bool) -> (u32, std::io::ErrorKind) {
+        let dir = tempfile::tempdir().unwrap();
+        let data = random(raid5(4).array_bytes() as usize);
+        let paths = members(dir.path(), &data);
+        let server = nvraid_testing::nbdkit::Nbdkit::start(
+            &dir.path().join("m2.sock"),
+            [
+                "--filter=error".to_string(),
+                "file".to_string(),
+                format!("file={}", paths[2].display()),
+                "error-pwrite=EIO".to_string(),
+                "error-pwrite-rate=100%".to_string(),
+            ],
+        );
+        let mut opened = open(&paths, &[]);
+        let options = OpenOptions {
+            write: true,
+            ..OpenOptions::default()
+        };
+        opened[2] = Member::open(&server.uri(), options).unwrap();
+        let before = std::fs::read(&paths[2]).unwrap();
+        let refs: Vec<&Member> = opened.iter().collect();
+        let step = || move_rows(&grow_at(0), &refs, NONE, 16 * CHUNK, Kernel::best(), &|| {});
+        let failed = if serial { one_by_one(step) } else { step() }.unwrap_err();
+        // Its reads worked (the rows came back through it); no write landed.
+        assert!(std::fs::read(&paths[2]).unwrap() == before);
+        let Error::Io { source, .. } = &failed.error else {
+            panic!("not an I/O error: {:?}", failed.error);
+        };
+        (failed.role, source.kind())
+    }
+
+    #[test]
+    fn a_remote_member_failing_its_writes_in_the_batch_fails_the_step_as_before() {
+        let together = remote_failed_step(false);
+        assert_eq!(together, remote_failed_step(true));
+        assert_eq!(together.0, 2);
+    }
 }
