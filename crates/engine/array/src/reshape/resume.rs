@@ -384,7 +384,9 @@ fn check_kind(reference: &Superblock, spec: &str, continue_hint: &str) -> Result
     let backwards = reshape.direction() == Direction::Backwards;
     let shrink = super::shrink::is_shrink(&reshape);
     let forwards_ok = !backwards && (parity || near) && (grow || restripe);
-    let backwards_ok = backwards && parity && (shrink || restripe);
+    // A RAID 10 near runs backwards only shrunk (its rows moved down by
+    // `live_backwards` as the offline shrink moves them).
+    let backwards_ok = backwards && ((parity && (shrink || restripe)) || (near && shrink));
     if !(forwards_ok || backwards_ok) {
         return Err(refuse(describe));
     }

@@ -477,19 +477,26 @@ fn grow_online(args: &GrowArgs, socket: &std::path::Path) -> Result<u8> {
         let Some(raid_devices) = args.raid_devices else {
             bail!("--raid-devices N is needed (or --chunk/--layout)");
         };
-        if args.add.is_empty() || args.array_size.is_some() {
-            bail!(
-                "--socket: a served array gains members (give one --add per new member); shrinking by members is done offline only, not while served: stop the server, then `nvraid grow --raid-devices {raid_devices} --array-size SIZE MEMBERS`"
-            );
+        if args.add.is_empty() {
+            // Fewer members: a served shrink (the server checks the count,
+            // and names the size when --array-size is missing).
+            serde_json::json!({
+                "command": "grow",
+                "raid_devices": raid_devices,
+                "array_size": args.array_size,
+                "force": args.force,
+                "step_bytes": args.step,
+            })
+        } else {
+            serde_json::json!({
+                "command": "grow",
+                "level": args.level,
+                "raid_devices": raid_devices,
+                "add": args.add,
+                "force": args.force,
+                "step_bytes": args.step,
+            })
         }
-        serde_json::json!({
-            "command": "grow",
-            "level": args.level,
-            "raid_devices": raid_devices,
-            "add": args.add,
-            "force": args.force,
-            "step_bytes": args.step,
-        })
     };
     let answer = nvraid_serve::request(socket, &request)?;
     if let Some(error) = answer["error"].as_str() {
@@ -499,10 +506,15 @@ fn grow_online(args: &GrowArgs, socket: &std::path::Path) -> Result<u8> {
     loop {
         let status = nvraid_serve::request(socket, &serde_json::json!({"command": "status"}))?;
         let reshape = &status["array"]["reshape"];
-        let (position, end) = (
+        let (mut position, end) = (
             reshape["position_bytes"].as_u64().unwrap_or(0),
             reshape["end_bytes"].as_u64().unwrap_or(0),
         );
+        // A shrink's position falls from the end to 0: shown as bytes done.
+        let shrinking = reshape["kind"] == "shrink";
+        if shrinking {
+            position = end - position.min(end);
+        }
         match reshape["state"].as_str() {
             // The end is printed once, below.
             Some("running") if position < end => progress(GrowProgress {
@@ -525,6 +537,13 @@ fn grow_online(args: &GrowArgs, socket: &std::path::Path) -> Result<u8> {
                         args.add[0],
                         bytes_text(reshape["new_size_bytes"].as_u64().unwrap_or(0)),
                     );
+                } else if shrinking {
+                    println!(
+                        "shrunk online from {} to {} members: {} served from now on; the members that left are spares",
+                        reshape["raid_disks_before"],
+                        reshape["raid_disks"],
+                        bytes_text(reshape["new_size_bytes"].as_u64().unwrap_or(0)),
+                    );
                 } else if restripe {
                     println!(
                         "restriped online over {} members: {} unchanged (in the new chunk and layout from here on)",
@@ -542,7 +561,9 @@ fn grow_online(args: &GrowArgs, socket: &std::path::Path) -> Result<u8> {
                 return Ok(0);
             }
             Some("failed") => bail!(
-                "the grow in the server stopped at {position} bytes: {}",
+                "the {} in the server stopped at {} bytes: {}",
+                if shrinking { "shrink" } else { "grow" },
+                reshape["position_bytes"].as_u64().unwrap_or(0),
                 reshape["error"].as_str().unwrap_or("(no reason given)")
             ),
             _ => bail!("the server shows no grow in its status"),
