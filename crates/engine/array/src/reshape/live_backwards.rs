@@ -1,5 +1,7 @@
-//! A served reshape running backwards (`serve` going on with a recorded
-//! shrink of a RAID 4/5/6, or a restripe that moved the data offset up):
+//! A served reshape running backwards (a shrink of a RAID 4/5/6 or RAID 10
+//! near, started on the served array by `live_shrink` or recorded and
+//! gone on with by `serve`, or a RAID 4/5/6 restripe that moved the data
+//! offset up):
 //! [`LiveGrow`]'s route and steps with the two shapes the other way round.
 //!
 //! - **The shapes.** md's position `P` falls from the new shape's end to
@@ -13,7 +15,8 @@
 //! - **A step** moves `[P', P)` down as the offline `shape::run_backwards`
 //!   does: as large as `Reshape::step_is_safe` allows and md would go on
 //!   from (`shrink::backwards_step`). It closes the window (the old
-//!   stripes under `[P', P)` whole) and waits for every request that
+//!   stripes under `[P', P)` whole; a RAID 10's new rows it writes
+//!   whole) and waits for every request that
 //!   started before it, reads `[P', P)` from the old shape, writes the new
 //!   shape's stripes at the new offset (above every old row still live),
 //!   flushes, records `P'` in every superblock, and only then moves `P`.
@@ -25,9 +28,16 @@
 //!   more, with the same events, saying so). From then on every byte is
 //!   read and written in the new shape.
 //!
-//! A member failing during a backwards step stops the reshape at the
-//! position last recorded (the record stays; clients go on through both
-//! shapes, and `nvraid grow --continue` finishes it after `serve` stops).
+//! A member failing (in a step, or under a client's request) is recorded
+//! faulty and read around, as a served grow goes on degraded
+//! (`live_degraded`): a step reads `[P', P)` through the array's own
+//! old-shape path (which rebuilds a failed member's chunks from parity)
+//! or a RAID 10's rows from a copy not failed, and writes the new stripes
+//! to every member not failed; a member whose write fails is recorded
+//! faulty and the step done again. More failures than the level covers
+//! stop the reshape at the position last recorded (the record stays, and
+//! `nvraid grow --continue` finishes it after `serve` stops). A leaving
+//! member that failed gets no superblock at the end.
 
 use super::live::{write_added_superblock, GrowPace, LiveGrow};
 use super::step::{read_around, write_copy_rows, write_stripes, Unreadable};

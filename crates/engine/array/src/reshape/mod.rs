@@ -40,6 +40,10 @@
 //! - `live_shape`: [`LiveGrow::start_shape`], a served RAID 4/5/6 or
 //!   RAID 10 near restriped (chunk, layout) as a served grow keeping its members, the
 //!   data offset moved down;
+//! - `live_shrink`: [`LiveGrow::start_shrink`], a served RAID 4/5/6 or
+//!   RAID 10 near shrunk by members: the offline shrink's checks, the
+//!   served size capped first, md's backwards record, the steps
+//!   `live_backwards`'s;
 //! - `live_degraded`: a served grow going on degraded (an old member or
 //!   one the grow added failing recorded faulty, read around, parity
 //!   written covering it);
@@ -57,6 +61,9 @@
 //! - `live_raid6`: [`LiveQ`], a served RAID 5 taken over as md's RAID 6
 //!   in a `-6` layout with Q on an added member, Q rebuilt there while
 //!   clients read and write (their writes below the position writing Q);
+//! - `live_backwards`: [`LiveGrow`]'s route and steps running backwards
+//!   (a shrink, a restripe moving the data offset up), around failed
+//!   members, the leaving members released at the end;
 //! - `resume`: `serve` of an array recorded mid-grow: the old shape
 //!   assembled and a `LiveGrow` made from the record going on (clean), or
 //!   the grow finished offline before the array is served (dirty);

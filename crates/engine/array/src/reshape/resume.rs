@@ -24,8 +24,9 @@
 //!   `grow --chunk` moving the data offset down) go on the same way, clean
 //!   or dirty. A RAID 10's new region is marked in its bitmap again before
 //!   the steps go on (`live_copy::mark_new_region`, as a new grow marks it).
-//! - **Backwards** (a RAID 4/5/6 shrunk by members, nvraid's `grow -n N
-//!   --array-size` or the kernel's, or restriped with its data offset moved
+//! - **Backwards** (a RAID 4/5/6 or RAID 10 near shrunk by members,
+//!   nvraid's `grow -n N --array-size` (offline or served) or the
+//!   kernel's, or a RAID 4/5/6 restriped with its data offset moved
 //!   up, md's choice when there is more room after the data): the same,
 //!   clean or dirty, with the position falling to 0 (`live_backwards`):
 //!   the old shape assembled (every member, the leaving ones too) is
@@ -37,7 +38,7 @@
 //!   reshape other than a RAID 4/5/6 or RAID 10 near gaining members or
 //!   restriped with its data offset moved down, or a RAID 4/5/6 shrunk or
 //!   restriped with it moved up (a level change, a RAID 0 grow or
-//!   restripe, a RAID 10 running backwards, a reshape that kept its data
+//!   restripe, a RAID 10 restriped backwards, a reshape that kept its data
 //!   offset: mdadm's backup file), an array with a partial parity log or a
 //!   write journal, a served read-only export, and a role without its
 //!   member; a dirty one with a member missing names the risk (its bytes
@@ -333,8 +334,8 @@ pub(crate) fn check_servable(reference: &Superblock, spec: &str) -> Result<()> {
 /// 4/5/6 or RAID 10 near gaining members (level, layout and chunk kept) or restriped
 /// with its members kept (chunk and/or layout changed), forwards, every
 /// member's data offset moving down by the same amount from one offset;
-/// or a RAID 4/5/6 shrunk by members or restriped backwards, the offsets
-/// moving up;
+/// or a RAID 4/5/6 shrunk by members or restriped backwards, or a RAID
+/// 10 near shrunk, the offsets moving up;
 /// without a partial parity log or a write journal. Refused otherwise,
 /// naming the offline continue.
 fn check_kind(reference: &Superblock, spec: &str, continue_hint: &str) -> Result<Reshape> {
@@ -345,7 +346,7 @@ fn check_kind(reference: &Superblock, spec: &str, continue_hint: &str) -> Result
             "the members record a reshape in progress ({what}); `nvraid serve` goes on only \
              with a RAID 4/5/6 or RAID 10 near gaining members or restriped (chunk, layout) \
              while served (forwards, the data offset moved down), and with a RAID 4/5/6 \
-             shrunk or restriped backwards (the data offset moved up): finish this one first with {continue_hint}, or let the kernel's md finish \
+             shrunk or restriped backwards or a RAID 10 near shrunk (the data offset moved up): finish this one first with {continue_hint}, or let the kernel's md finish \
              it (mdadm --assemble)"
         ))
     };

@@ -118,8 +118,10 @@ pub struct GrowArgs {
     /// waits for the end, showing the progress). Once it ends the server
     /// serves the new shape and size (NBD connections made after it, and
     /// NVMe/TCP hosts, see the new size), and another reshape may follow
-    /// in the same run. A shrink runs offline
-    /// only. With --chunk and/or --layout: restripe the served RAID 4/5/6
+    /// in the same run. With -n fewer than the array has and
+    /// --array-size (no --add): shrink the served RAID 4/5/6 or RAID 10
+    /// near (its size capped first, the rows moved backwards, the leaving
+    /// members spares at the end). With --chunk and/or --layout: restripe the served RAID 4/5/6
     /// or RAID 10 near (members kept, the data offset moved down; refused,
     /// naming the offline command, when there is no room below the data).
     /// With --level (and no -n/--add): the served array taken over as
@@ -582,7 +584,7 @@ fn level_online(args: &GrowArgs, socket: &std::path::Path, level: i32) -> Result
     }
     if args.chunk.is_some() || args.layout.is_some() || args.array_size.is_some() {
         bail!(
-            "--level {level} with --chunk, --layout or --array-size on a served array: a served array changes one thing at a time; change the level (`grow --socket CTL --level {level}`), then restripe (`grow --socket CTL --chunk SIZE --layout NAME`), or stop serve for a shrink"
+            "--level {level} with --chunk, --layout or --array-size on a served array: a served array changes one thing at a time; change the level (`grow --socket CTL --level {level}`), then restripe (`grow --socket CTL --chunk SIZE --layout NAME`) or shrink (`grow --socket CTL -n N --array-size SIZE`)"
         );
     }
     let answer = nvraid_serve::request(
