@@ -446,26 +446,30 @@ fn a_server_killed_mid_shrink_is_served_again_and_every_block_fio_wrote_reads_ba
     assert!(all[48 << 20..] == pattern(new_size)[48 << 20..]);
 }
 
-#[test]
-fn a_member_failing_mid_shrink_is_recorded_faulty_and_the_shrink_finishes_around_it() {
-    // A served RAID 5 of five, its second member through nbdkit's error
-    // filter, shrinks to four; part-way that member's every request
-    // fails. It is recorded faulty, the steps and client reads go on
-    // around it (md's reshape goes on degraded too), the shrink finishes,
-    // and the four-member array reads the pattern, degraded.
+/// A served RAID `level` of `count` members, its second member through
+/// nbdkit's error filter, shrinks by one; part-way that member's every
+/// request fails. It is recorded faulty, the steps and client reads go
+/// on around it (md's reshape goes on degraded too), the shrink
+/// finishes, and the smaller array reads the pattern, degraded.
+fn member_fails_mid_shrink(level: &str, count: usize) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let mut m = filled(d, "5", 5, 17, "15M", 42 * MIB, &["--bitmap", "none"]);
-    let new_size = smaller_size(d, &m, 4);
+    let mut m = filled(d, level, count, 17, "15M", 42 * MIB, &["--bitmap", "none"]);
+    let n = count as u32 - 1;
+    let new_size = smaller_size(d, &m, n);
+    assert_eq!(new_size, 42 * MIB);
     let node = FailingNode::up(d, "d1");
     let mut served = m.clone();
     served[1] = node.uri();
     let server = serve_with(d, &served, &["--reshape-speed", "3:3"]);
-    let grow = shrink_cmd(d, 4, new_size, &[]);
+    let grow = shrink_cmd(d, n, new_size, &[]);
     wait_reshape_below(d, new_size - 4 * MIB);
     node.fail();
     let said = succeeded(grow);
-    assert!(said.contains("shrunk online from 5 to 4 members"), "{said}");
+    assert!(
+        said.contains(&format!("shrunk online from {count} to {n} members")),
+        "{said}"
+    );
     let s = status(d);
     assert_eq!(s["array"]["reshape"]["state"], "finished", "{s}");
     assert!(
@@ -476,9 +480,15 @@ fn a_member_failing_mid_shrink_is_recorded_faulty_and_the_shrink_finishes_around
     let log = serve_log(d);
     assert!(log.contains("faulty"), "{log}");
     drop(node);
-    // The failed member left out: four roles, one missing.
+    // The failed member left out: the kept roles but one.
     m.remove(1);
-    assert_degraded_holds(d, &m[..3], 4, &pattern(new_size), new_size);
+    assert_degraded_holds(d, &m[..count - 2], n, &pattern(new_size), new_size);
+}
+
+#[test]
+fn a_member_failing_mid_shrink_is_recorded_faulty_and_the_shrink_finishes_around_it() {
+    member_fails_mid_shrink("5", 5);
+    member_fails_mid_shrink("6", 6);
 }
 
 #[test]
