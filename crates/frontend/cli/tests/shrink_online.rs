@@ -371,6 +371,20 @@ fn what_a_served_shrink_refuses_is_named_and_no_byte_of_any_member_changes() {
         &r1,
         &["fewer mirrors of a raid1"],
     );
+    // More mirrors without --add: named as no shrink, --add named.
+    refused(
+        &[
+            "grow",
+            "--socket",
+            &control(&r1),
+            "-n",
+            "4",
+            "--array-size",
+            "1M",
+        ],
+        &r1,
+        &["a shrink goes to fewer members", "--add"],
+    );
     assert_eq!(hash_files(&r1), before, "the RAID 1 refusal changed a byte");
     server.interrupt();
     let deg = dir.path().join("deg");

@@ -67,9 +67,21 @@ impl LiveGrow {
             .to_string();
         refuse_second(array, &spec0, "reshape")?;
         let old = array.geometry().clone();
-        refuse_level(old.level(), &spec0)?;
-        check_growable(array)?;
+        // A count that is no shrink is named as such (with the grow's
+        // `--add`) before the level's refusal.
         let reference = array.superblock().clone();
+        if options.raid_devices < old.members() {
+            refuse_level(old.level(), &spec0)?;
+        } else {
+            smaller_shape(
+                old.level(),
+                &old,
+                options.raid_devices,
+                &reference,
+                options.array_size,
+            )?;
+        }
+        check_growable(array)?;
         let new = smaller_shape(
             old.level(),
             &old,
