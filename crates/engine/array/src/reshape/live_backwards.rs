@@ -152,8 +152,11 @@ impl LiveGrow {
         if new.level().parity_chunks() == 0 {
             let (first, end) = copy_rows(new, to, p);
             let chunk = new.chunk_bytes().expect("RAID 10 has chunks");
-            let rows_end = (end * chunk).min(new.array_bytes());
-            return ((first * chunk).min(to), rows_end.max(p));
+            // The array chunks those rows hold.
+            let (n, near) = (u64::from(new.members()), u64::from(new.copies()));
+            let (first_chunk, end_chunk) = (first * n / near, (end * n).div_ceil(near));
+            let rows_end = (end_chunk * chunk).min(new.array_bytes());
+            return ((first_chunk * chunk).min(to), rows_end.max(p));
         }
         let old_unit = old.chunk_bytes().expect("parity levels have chunks")
             * u64::from(old.members() - old.level().parity_chunks());
