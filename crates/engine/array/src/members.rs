@@ -488,6 +488,15 @@ impl Members {
         )
     }
 
+    /// A served array grown by `grow --size`: from array byte `from` on it
+    /// awaits a resync (md's `resync_offset` at the old end), recorded by
+    /// every superblock update until the resync passes it; meanwhile parity
+    /// there is not trusted and a RAID 1/10 reads its first copy.
+    pub(crate) fn await_resync_from(&self, from: u64) {
+        self.resync_at.store(from, Ordering::Release);
+        self.unsynced.store(true, Ordering::Release);
+    }
+
     /// Record how far a resync got (`Some(bytes)`, md's resync_offset) or
     /// that it finished (`None`: the array is clean unless this process
     /// wrote to it, and reads balance again). Events + 1 on every member.

@@ -146,8 +146,17 @@ fn judge(group: &[&(String, Superblock)]) -> ScannedArray {
     };
     // An array its members record mid-reshape is judged as `serve`
     // assembles it (every role of both shapes): `serve` goes on with a
-    // grow, or refuses by name what it cannot.
+    // grow beside clients or finishes it first, and refuses by name a
+    // record nvraid cannot honour.
     let reshaping = group.iter().any(|(_, sb)| crate::reshape::is_reshaping(sb));
+    // A RAID 0 reshaped as md's RAID 4 never names its parity role: it is
+    // not missing (`serve` asks for no member of it).
+    let unnamed_parity = reshaping
+        && group
+            .iter()
+            .filter(|(_, sb)| crate::reshape::is_reshaping(sb))
+            .max_by_key(|(_, sb)| sb.events)
+            .is_some_and(|(_, sb)| crate::reshape::last_role_unnamed(sb));
     let decided = if reshaping {
         crate::decision::decide_reshaping(&listed).and_then(|decision| {
             let recording = listed
@@ -179,7 +188,12 @@ fn judge(group: &[&(String, Superblock)]) -> ScannedArray {
             if let Some(index) = decision.journal {
                 members[index].state = "journal";
             }
-            let present: Vec<bool> = decision.roles.iter().map(Option::is_some).collect();
+            let mut present: Vec<bool> = decision.roles.iter().map(Option::is_some).collect();
+            if unnamed_parity {
+                if let Some(parity) = present.last_mut() {
+                    *parity = true;
+                }
+            }
             let (status, reason) = status_of(head, &present);
             (members, status, reason)
         }

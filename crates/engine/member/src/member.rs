@@ -8,7 +8,7 @@ use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 /// What kind of device a member is.
@@ -113,7 +113,10 @@ pub struct Member {
     spec: String,
     kind: MemberKind,
     file: Option<File>,
-    size_bytes: u64,
+    /// Bytes the member holds: read at open, and again by
+    /// [`Member::refresh_size`] (a file or device grown under a served
+    /// array, `grow --socket --size max`).
+    size_bytes: AtomicU64,
     logical_block_bytes: u32,
     physical_block_bytes: u32,
     direct: bool,
@@ -301,7 +304,7 @@ impl Member {
             spec: spec.to_string(),
             kind,
             file,
-            size_bytes,
+            size_bytes: AtomicU64::new(size_bytes),
             logical_block_bytes: logical,
             physical_block_bytes: physical,
             direct: false,
@@ -510,7 +513,28 @@ impl Member {
     }
 
     pub fn size_bytes(&self) -> u64 {
-        self.size_bytes
+        self.size_bytes.load(Ordering::Acquire)
+    }
+
+    /// Read the member's size again from its file or block device (it may
+    /// have grown since it was opened: a truncated file, a resized
+    /// volume) and keep it; the new size. A member reached over the
+    /// network or held in memory keeps the size it was opened with (an
+    /// export's size is told once, at its handshake).
+    pub fn refresh_size(&self) -> io::Result<u64> {
+        let Some(file) = self
+            .file
+            .as_ref()
+            .filter(|_| matches!(self.kind, MemberKind::File | MemberKind::BlockDevice))
+        else {
+            return Ok(self.size_bytes());
+        };
+        let bytes = match self.kind {
+            MemberKind::BlockDevice => sys::block_device_bytes(file)?,
+            _ => file.metadata()?.len(),
+        };
+        self.size_bytes.store(bytes, Ordering::Release);
+        Ok(bytes)
     }
 
     /// Smallest I/O unit the member accepts.
@@ -602,12 +626,13 @@ impl Member {
 
     fn check_range(&self, offset: u64, len: usize) -> io::Result<()> {
         let end = offset.checked_add(len as u64);
-        if end.is_none_or(|end| end > self.size_bytes) {
+        let size = self.size_bytes();
+        if end.is_none_or(|end| end > size) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!(
                     "{}: I/O at {offset}+{len} is past the end ({} bytes)",
-                    self.spec, self.size_bytes
+                    self.spec, size
                 ),
             ));
         }

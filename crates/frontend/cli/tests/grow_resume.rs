@@ -536,24 +536,6 @@ fn raid10_and_a_blank(d: &Path) -> (Vec<String>, u64) {
     (members, size)
 }
 
-/// The whole served array through NBD (`nbdcopy`).
-fn served_bytes(d: &Path) -> Vec<u8> {
-    let got = Command::new(tool("nbdcopy"))
-        .arg(format!(
-            "nbd+unix:///?socket={}",
-            d.join("md.sock").display()
-        ))
-        .arg("-")
-        .output()
-        .unwrap();
-    assert!(
-        got.status.success(),
-        "{}",
-        String::from_utf8_lossy(&got.stderr)
-    );
-    got.stdout
-}
-
 #[test]
 fn a_raid10_grow_stopped_with_the_server_goes_on_when_served_again_and_md_assembles_it() {
     // A RAID 10 near=2 growing from 4 to 5 members while served is

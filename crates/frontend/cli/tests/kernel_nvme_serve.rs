@@ -19,8 +19,14 @@
 //!    one range), mkfs.ext4 and 20 files written and synced;
 //! 7. the kernel disconnects and the server sees the controller go;
 //! 8. connected again: e2fsck clean and every file verifies;
-//! 9. SIGTERM: the array is flushed and closed clean (checked on the
-//!    images here too).
+//! 9. the array grown online onto a fourth disk (`grow --socket`) with
+//!    ext4 mounted on the host: at the grow's end the host's namespace
+//!    takes the new size by itself (the server's Namespace Attribute
+//!    Changed notice, an Asynchronous Event), 8 MiB past the old end read
+//!    back raw past the page cache, resize2fs grows ext4 online, 20 more
+//!    files, e2fsck clean, all 40 verify;
+//! 10. SIGTERM: the array is flushed and closed clean, 4 members
+//!     (checked on the images here too).
 
 mod common;
 
@@ -60,11 +66,22 @@ fn the_kernels_nvme_tcp_initiator_carries_ext4_across_a_reconnect() {
             PathBuf::from(env!("CARGO_BIN_EXE_nvraid")),
             nvraid_testing::vm::host_tool("mkfs.ext4"),
             nvraid_testing::vm::host_tool("e2fsck"),
+            nvraid_testing::vm::host_tool("resize2fs"),
         ],
     );
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kernel_nvme_serve.sh");
-    let images: Vec<PathBuf> = members.iter().map(|m| d.join(m)).collect();
-    let console = run_vm_612(&["nvme_tcp", "ext4"], &inside, &script, &images, 500);
+    // The disk the array grows onto: blank, as large as the members.
+    let member_bytes = std::fs::metadata(d.join("a.img")).unwrap().len();
+    std::fs::File::create(d.join("d.img"))
+        .unwrap()
+        .set_len(member_bytes)
+        .unwrap();
+    let images: Vec<PathBuf> = members
+        .iter()
+        .chain(&["d.img"])
+        .map(|m| d.join(m))
+        .collect();
+    let console = run_vm_612(&["nvme_tcp", "ext4"], &inside, &script, &images, 700);
     assert_eq!(console_line(&console, "NQN "), format!("NQN {nqn}"));
     let discovery = console_line(&console, "DISCOVERY ");
     assert!(discovery.ends_with("type=discovery"), "{discovery}");
@@ -87,15 +104,35 @@ fn the_kernels_nvme_tcp_initiator_carries_ext4_across_a_reconnect() {
         "FILES 20 written",
         "DISCONNECTED",
         "VERIFIED 20 files after reconnecting, fsck clean",
+        "GROWN grown online from 3 to 4 members",
         "STOPPED: nvraid: stopped; array flushed and closed",
         "DONE",
     ] {
         console_line(&console, step);
     }
+    // A RAID 5 of 3 grown to 4: half as large again, seen by the host
+    // without reconnecting.
+    let grown = size / 2 * 3;
+    assert_eq!(
+        console_line(&console, "RESIZED "),
+        format!("RESIZED old={size} new={grown}")
+    );
+    assert_eq!(
+        console_line(&console, "GREW "),
+        format!("GREW ext4 online: 40 files verified, fsck clean, {grown} bytes")
+    );
     let state = console_line(&console, "DETAIL ");
-    assert!(state.ends_with("State : clean"), "{state}");
+    assert!(
+        state.contains("Raid Devices : 4") && state.contains("State : clean"),
+        "{state}"
+    );
     let mut detail = vec!["detail"];
     detail.extend(members);
+    detail.push("d.img");
     let text = ok(&detail, d);
     assert!(text.lines().any(|l| l.trim() == "State : clean"), "{text}");
+    assert!(
+        text.lines().any(|l| l.trim() == "Raid Devices : 4"),
+        "{text}"
+    );
 }

@@ -1,7 +1,7 @@
 # Inside the kernel VM (Linux 6.12 with nvme_tcp and ext4; busybox sh):
 # nvraid, mkfs.ext4 and e2fsck are in $MDVM_IN with the libraries they
-# need; the disks are a RAID 5 of 3 (64 KiB chunks) nvraid created on the
-# host. The kernel's own NVMe/TCP initiator attaches to `nvraid serve
+# need; the first three disks are a RAID 5 of 3 (64 KiB chunks) nvraid
+# created on the host, the fourth a blank disk the array grows onto. The kernel's own NVMe/TCP initiator attaches to `nvraid serve
 # --nvme-tcp` through /dev/nvme-fabrics (no nvme-cli). Every check prints a
 # line the host test looks for; any failure exits non-zero at once.
 set -e
@@ -63,8 +63,12 @@ namespace() {
 	done
 }
 
+set -- $MDVM_DISKS
+MEMBERS="$1 $2 $3"
+NEW=$4
+
 # 1. The server: the RAID 5 as an NVMe/TCP subsystem, only this host.
-$N serve --nvme-tcp 127.0.0.1:4420 --nvme-host $HOSTNQN --control /tmp/ctl $MDVM_DISKS 2> /tmp/srv1.log &
+$N serve --nvme-tcp 127.0.0.1:4420 --nvme-host $HOSTNQN --control /tmp/ctl $MEMBERS 2> /tmp/srv1.log &
 SRV=$!
 wait_log /tmp/srv1.log listening-nvme-tcp
 NQN=$(sed -n 's/.*event=listening-nvme-tcp address=[^ ]* nqn=//p' /tmp/srv1.log)
@@ -131,11 +135,57 @@ while [ $i -le 20 ]; do
 done
 umount /mnt
 echo "VERIFIED 20 files after reconnecting, fsck clean"
+
+# 8b. The array grows onto the fourth disk while the host stays attached
+# with ext4 mounted: at the grow's end the served shape is swapped, the
+# namespace takes the new size, and the host hears of it through a
+# Namespace Attribute Changed notice (an Asynchronous Event), then rescans.
+mount -t ext4 $DEV /mnt
+old_bytes=$(($(cat /sys/block/$b/size) * 512))
+$N grow --socket /tmp/ctl -n 4 --add $NEW > /tmp/grow.log 2>&1 || { cat /tmp/grow.log; fail "the online grow"; }
+echo "GROWN $(tail -n 1 /tmp/grow.log)"
+n=0
+while [ $(($(cat /sys/block/$b/size) * 512)) -eq $old_bytes ]; do
+	n=$((n + 1)); [ $n -lt 300 ] || { dmesg | tail -20; fail "the host never saw the namespace grow"; }
+	sleep 0.1
+done
+new_bytes=$(($(cat /sys/block/$b/size) * 512))
+grep -q "event=nvme-namespace-resized old_bytes=$old_bytes new_bytes=$new_bytes" /tmp/srv1.log || fail "the server logged no resize to $new_bytes"
+echo "RESIZED old=$old_bytes new=$new_bytes"
+# The region past the old end, raw (ext4 does not reach it yet): 8 MiB
+# written by the host and read back past its page cache.
+pattern cat -s 7 8388608 > /tmp/tail.ref
+dd if=/tmp/tail.ref of=$DEV bs=1048576 seek=$((old_bytes / 1048576)) conv=fsync 2> /dev/null || fail "writing past the old end"
+echo 3 > /proc/sys/vm/drop_caches
+dd if=$DEV of=/tmp/tail.got bs=1048576 skip=$((old_bytes / 1048576)) count=8 iflag=direct 2> /dev/null || fail "reading past the old end"
+cmp /tmp/tail.ref /tmp/tail.got || fail "the grown region read back differently"
+# ext4 grown online into it, filled further, and checked.
+$MDVM_IN/resize2fs $DEV > /tmp/resize.log 2>&1 || { cat /tmp/resize.log; fail "resize2fs"; }
+write_files_from() {
+	i=$1
+	while [ $i -le $2 ]; do
+		pattern cat -s $i 1048576 > /mnt/f$i
+		i=$((i + 1))
+	done
+}
+write_files_from 21 40
+sync
+umount /mnt
+echo 3 > /proc/sys/vm/drop_caches
+$MDVM_IN/e2fsck -fn $DEV > /tmp/fsck.log 2>&1 || { cat /tmp/fsck.log; fail "e2fsck after the grow"; }
+mount -t ext4 $DEV /mnt
+i=1
+while [ $i -le 40 ]; do
+	pattern cat -s $i 1048576 | cmp - /mnt/f$i || fail "file f$i differs after the grow"
+	i=$((i + 1))
+done
+umount /mnt
+echo "GREW ext4 online: 40 files verified, fsck clean, $(($(cat /sys/block/$b/size) * 512)) bytes"
 echo 1 > /sys/class/nvme/nvme$inst/delete_controller
 
 # 9. SIGTERM: the server stops, the array is flushed and closed clean.
 kill -TERM $SRV
 wait $SRV || fail "the server failed to stop"
 echo "STOPPED: $(tail -n 1 /tmp/srv1.log)"
-echo "DETAIL $($N detail $MDVM_DISKS | grep 'State :' | tr -s ' ')"
+echo "DETAIL $($N detail $MDVM_DISKS | grep -e 'State :' -e 'Raid Devices :' | tr -s ' ' | tr '\n' ' ')"
 echo DONE

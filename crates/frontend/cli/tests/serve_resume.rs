@@ -10,24 +10,6 @@ use common::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The whole served array through NBD (`nbdcopy`).
-fn served_bytes(d: &Path) -> Vec<u8> {
-    let got = Command::new(tool("nbdcopy"))
-        .arg(format!(
-            "nbd+unix:///?socket={}",
-            d.join("md.sock").display()
-        ))
-        .arg("-")
-        .output()
-        .unwrap();
-    assert!(
-        got.status.success(),
-        "{}",
-        String::from_utf8_lossy(&got.stderr)
-    );
-    got.stdout
-}
-
 /// Serve the kernel's `state` (a RAID 10 near growing, stopped cleanly
 /// at `position`) in `d`: the grow goes on from the kernel's position
 /// while the old shape's 30 MiB read back as the pattern, and finishes;
@@ -347,21 +329,50 @@ fn serve_goes_on_with_the_kernels_backwards_chunk_change_and_md_assembles_the_re
     );
 }
 
+/// `serve` of an array recording a reshape it does not go on with while
+/// serving (`d`, its `members`): the reshape is finished first, said in
+/// the log (why, then `raid_disks` from -> to at its end), and then the
+/// array is served. The server, and the whole served array.
+fn served_after_finishing(d: &Path, members: &[String], raid_disks: &str) -> (Served, Vec<u8>) {
+    let server = serve(d, members);
+    let log = serve_log(d);
+    assert!(
+        log.contains("event=reshape-finishing-offline")
+            && log.contains("serve does not go on with it while serving")
+            && log.contains(&format!("event=reshape-finished raid_disks={raid_disks} ")),
+        "{log}"
+    );
+    let got = served_bytes(d);
+    (server, got)
+}
+
 #[test]
-fn a_kernel_shrink_that_kept_its_data_offset_is_refused_by_serve_and_unchanged() {
+fn a_kernel_shrink_that_kept_its_data_offset_is_finished_by_serve_before_it_serves() {
     // The kernel's shrink in place (mdadm's backup file, the data offset
-    // kept): `serve` does not go on with it (its last steps need the
-    // backup); it names `grow --continue` and changes no byte.
+    // kept): its steps cannot go on beside clients, so `serve` finishes it
+    // first (keeping the rows its first steps overwrite on the leaving
+    // member, as `grow --continue` does) and then serves the kernel's
+    // bytes, the array left clean with 4 members.
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let m = md_state("reshape_r5_shrink", d);
-    let before = hash_files(d);
-    refused(
-        &with(&["serve", "--listen", "unix:md.sock"], &m),
-        d,
-        &["reshape in progress", "kept", "nvraid grow --continue"],
+    let server = serve(d, &m);
+    let log = serve_log(d);
+    assert!(
+        log.contains("event=reshape-finishing-offline")
+            && log.contains("backwards")
+            && log.contains("event=reshape-finished raid_disks=5->4"),
+        "{log}"
     );
-    assert_eq!(hash_files(d), before, "a refused serve changed a byte");
+    let s = status(d);
+    assert_eq!(s["array"]["raid_disks"], 4, "{s}");
+    let got = served_bytes(d);
+    assert_eq!(got.len(), 36 << 20);
+    assert_eq!(sha(&got), md_state_sha("reshape_r5_shrink"));
+    server.interrupt();
+    let shrunk = detail(d, &m);
+    assert_eq!(shrunk["state"], "clean", "{shrunk}");
+    assert_eq!(shrunk["raid_disks"], 4, "{shrunk}");
 }
 
 #[test]
@@ -402,27 +413,26 @@ fn a_served_shrink_stopped_with_the_server_goes_on_from_where_the_server_left_it
 }
 
 #[test]
-fn reshapes_serve_still_does_not_go_on_with_are_refused_naming_grow_continue_and_unchanged() {
-    // What `serve` still refuses, each before any byte moves: the
-    // kernel's RAID 0 grow (md's RAID 4 with its parity missing) and
-    // nvraid's own grow in place (no room to move the data offset: its
-    // critical section needs the backup), killed past the section. Each
-    // refusal names `grow --continue`, and every member is unchanged.
+fn reshapes_serve_does_not_go_on_with_while_serving_are_finished_first_and_served() {
+    // What `serve` does not go on with beside clients, each finished
+    // before the array is served (an array taken down mid-reshape comes
+    // back by itself): the kernel's RAID 0 grow (md's RAID 4 with its
+    // parity missing), and nvraid's own grow in place (no room to move the
+    // data offset: its critical section needs the backup), killed past
+    // the section. Each serves every byte afterwards.
     let dir = tempfile::tempdir().unwrap();
     let r0 = dir.path().join("r0");
     std::fs::create_dir(&r0).unwrap();
     let m = md_state("reshape_r0_grow", &r0);
-    let before = hash_files(&r0);
-    refused(
-        &with(&["serve", "--listen", "unix:md.sock"], &m),
-        &r0,
-        &[
-            "reshape in progress",
-            "RAID 4 with its parity missing",
-            "nvraid grow --continue",
-        ],
-    );
-    assert_eq!(hash_files(&r0), before, "a refused serve changed a byte");
+    // A RAID 0 of 3 x 15 MiB grown to 4.
+    let (server, got) = served_after_finishing(&r0, &m, "3->4");
+    assert_eq!(got.len(), 60 << 20);
+    assert_eq!(sha(&got[..45 << 20]), md_state_sha("reshape_r0_grow"));
+    server.interrupt();
+    let grown = detail(&r0, &m);
+    assert_eq!(grown["level"], 0, "{grown}");
+    assert_eq!(grown["raid_disks"], 4, "{grown}");
+    assert_eq!(grown["state"], "clean", "{grown}");
 
     let inplace = dir.path().join("inplace");
     std::fs::create_dir(&inplace).unwrap();
@@ -436,7 +446,8 @@ fn reshapes_serve_still_does_not_go_on_with_are_refused_naming_grow_continue_and
         ),
         &inplace,
     );
-    std::fs::write(inplace.join("data"), pattern(3 * (6 << 20))).unwrap();
+    let data = pattern(3 * (6 << 20));
+    std::fs::write(inplace.join("data"), &data).unwrap();
     ok(&with(&["write", "--input", "data"], &m), &inplace);
     std::fs::remove_file(inplace.join("data")).unwrap();
     let new = blank_mib(&inplace, "d4", 12);
@@ -447,15 +458,9 @@ fn reshapes_serve_still_does_not_go_on_with_are_refused_naming_grow_continue_and
     );
     m.push(new);
     assert_eq!(detail(&inplace, &m)["state"], "reshaping");
-    let before = hash_files(&inplace);
-    refused(
-        &with(&["serve", "--listen", "unix:md.sock"], &m),
-        &inplace,
-        &["reshape in progress", "kept", "nvraid grow --continue"],
-    );
-    assert_eq!(
-        hash_files(&inplace),
-        before,
-        "a refused serve changed a byte"
-    );
+    let (server, got) = served_after_finishing(&inplace, &m, "4->5");
+    assert!(got[..data.len()] == data[..], "the grown array's bytes");
+    assert!(got[data.len()..].iter().all(|&b| b == 0), "the new region");
+    server.interrupt();
+    assert_checks_clean(&inplace, &m, "after serve finished the grow in place");
 }

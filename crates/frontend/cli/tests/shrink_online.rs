@@ -516,7 +516,7 @@ fn a_member_failing_mid_shrink_is_recorded_faulty_and_the_shrink_finishes_around
 #[test]
 fn serve_goes_on_with_raid10_shrinks_the_kernels_and_nvraids_and_starts_one() {
     // The kernel's RAID 10 near=2 shrink 5 -> 4 (its data offset moved up,
-    // stopped at 39168 sectors), which `serve` refused ("a RAID 10 running
+    // stopped at 39168 sectors), which `serve` once refused ("a RAID 10 running
     // backwards"): served now at 24 MiB from the start, the kernel's
     // bytes read mid-way, finished. nvraid's own RAID 10 shrink killed
     // mid-way: the same. Then a served RAID 10 near of five shrunk to

@@ -167,9 +167,7 @@ pub fn start_bound(
             return Err(e);
         }
     }
-    let plan = device
-        .as_ref()
-        .map(|d| d.plan(target.size_bytes(), read_only));
+    let plan = device.as_ref().map(|d| d.plan(read_only));
     let (count, depth, io_max_bytes) = worker_shape(&options, device.as_ref());
     let workers = match WorkerPool::start(&target, count, depth, io_max_bytes, plan.as_ref()) {
         Ok(workers) => workers,
@@ -241,6 +239,27 @@ pub fn start_bound(
     }
     log_listening(&server.shared);
     Ok(server)
+}
+
+/// The ublk device follows the served array's size (looked at every 200
+/// ms, as the NVMe/TCP listener looks): a reshape's end that swapped a
+/// larger shape in grows the device where the driver can
+/// (`ublk::Device::follow_size`).
+fn follow_ublk_size(shared: &Shared, shutdown: &crate::shutdown::ShutdownHandle) {
+    while !shutdown.wait_timeout(Duration::from_millis(200)) {
+        let Some(target) = shared.watched.upgrade() else {
+            return;
+        };
+        let bytes = target.size_bytes();
+        drop(target);
+        let line = match shared.ublk.lock().expect("ublk device").as_mut() {
+            Some(device) => device.follow_size(bytes),
+            None => return,
+        };
+        if let Some(line) = line {
+            shared.log(&line);
+        }
+    }
 }
 
 /// Workers, slots per worker for NBD, and the slots' size: with `--ublk`
@@ -435,6 +454,14 @@ impl Server {
                 }
             })?;
         self.threads.push(sampler);
+        if self.shared.ublk.lock().expect("ublk device").is_some() {
+            let shared = Arc::clone(&self.shared);
+            let shutdown = self.shutdown.clone();
+            let sizer = std::thread::Builder::new()
+                .name("ublk-size".into())
+                .spawn(move || follow_ublk_size(&shared, &shutdown))?;
+            self.threads.push(sizer);
+        }
         Ok(())
     }
 

@@ -16,6 +16,7 @@
 //! (`Device::stop`) stops the device, which completes every request in
 //! flight first, then deletes it once every queue is closed.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -126,7 +127,8 @@ pub(crate) fn preflight(options: &UblkOptions) -> Result<(), Error> {
 pub(crate) struct WorkerUblkPlan {
     pub chardev: Arc<CharDev>,
     pub counters: Arc<Counters>,
-    pub size_bytes: u64,
+    /// The device's size as the kernel has it (`Device::follow_size`).
+    pub size_bytes: Arc<AtomicU64>,
     pub read_only: bool,
     pub handover: Arc<Handover>,
 }
@@ -160,6 +162,14 @@ pub(crate) struct Device {
     pub counters: Arc<Counters>,
     started: bool,
     handover: Arc<Handover>,
+    /// The device's size as the kernel has it: requests past it are
+    /// refused, and an array larger than it (grown while served) is
+    /// followed when the driver can (`follow_size`).
+    size_bytes: Arc<AtomicU64>,
+    /// The driver takes UPDATE_SIZE (Linux 6.16 on).
+    can_resize: bool,
+    /// An array size already said to be out of reach (logged once).
+    size_kept: Option<u64>,
 }
 
 impl Device {
@@ -173,17 +183,24 @@ impl Device {
         workers: u32,
     ) -> Result<Device, Error> {
         let mut ctl = open_control()?;
+        // A driver without GET_FEATURES (before Linux 6.5) has no
+        // UPDATE_SIZE either.
+        let can_resize = ctl.features().is_ok_and(|f| f & uapi::F_UPDATE_SIZE != 0);
         let found = match options.id {
             Some(id) => existing(&mut ctl, id)?,
             None => None,
         };
-        let (info, recovered) = match found {
+        let (info, recovered, device_bytes) = match found {
             Some(info) => {
                 may_recover(&info)?;
-                check_same_device(&mut ctl, &info, size_bytes, sector_bytes)?;
+                let device_bytes = check_same_device(&mut ctl, &info, size_bytes, sector_bytes)?;
                 ctl.start_recovery_within(info.dev_id, QUIESCE_LIMIT)
                     .map_err(ublk_error)?;
-                (ctl.info(info.dev_id).map_err(ublk_error)?, true)
+                (
+                    ctl.info(info.dev_id).map_err(ublk_error)?,
+                    true,
+                    device_bytes,
+                )
             }
             None => {
                 let spec = DeviceSpec {
@@ -203,7 +220,7 @@ impl Device {
                     let _ = ctl.delete(info.dev_id).map(|p| p.wait(COMMAND_LIMIT));
                     return Err(ublk_error(e));
                 }
-                (info, false)
+                (info, false, params.basic.dev_sectors << 9)
             }
         };
         let chardev = match CharDev::open(&info) {
@@ -223,6 +240,9 @@ impl Device {
             counters: Arc::new(Counters::default()),
             started: false,
             handover: Arc::default(),
+            size_bytes: Arc::new(AtomicU64::new(device_bytes)),
+            can_resize,
+            size_kept: None,
         })
     }
 
@@ -230,11 +250,11 @@ impl Device {
         self.info.dev_id
     }
 
-    pub(crate) fn plan(&self, size_bytes: u64, read_only: bool) -> WorkerUblkPlan {
+    pub(crate) fn plan(&self, read_only: bool) -> WorkerUblkPlan {
         WorkerUblkPlan {
             chardev: Arc::clone(self.chardev.as_ref().expect("the device is open")),
             counters: Arc::clone(&self.counters),
-            size_bytes,
+            size_bytes: Arc::clone(&self.size_bytes),
             read_only,
             handover: Arc::clone(&self.handover),
         }
@@ -328,6 +348,50 @@ impl Device {
         Ok(())
     }
 
+    /// The served array is now `array_bytes` (a reshape's end swapped
+    /// its shape in): a started device takes that size where the driver
+    /// can change it (UPDATE_SIZE; the disk then tells udev, and a
+    /// filesystem may grow into it), or keeps its own. Requests are
+    /// accepted up to the larger size before the kernel hears of a
+    /// growth, and only up to the smaller one from before it hears of a
+    /// shrink. The line to log, when something changed or could not.
+    pub(crate) fn follow_size(&mut self, array_bytes: u64) -> Option<String> {
+        let id = self.id();
+        let want = array_bytes >> 9 << 9;
+        let now = self.size_bytes.load(Ordering::Acquire);
+        if !self.started || want == now || self.size_kept == Some(want) {
+            return None;
+        }
+        if !self.can_resize {
+            self.size_kept = Some(want);
+            return Some(format!(
+                "event=ublk-size-kept device=/dev/ublkb{id} bytes={now} array_bytes={want} \
+                 reason=\"this kernel's ublk driver cannot change a started device's size \
+                 (UPDATE_SIZE came with Linux 6.16): the device keeps {now} bytes until the \
+                 server starts it again; new NBD and NVMe/TCP connections see the new size\""
+            ));
+        }
+        if want > now {
+            self.size_bytes.store(want, Ordering::Release);
+        }
+        match self.ctl.update_size(id, want >> 9) {
+            Ok(()) => {
+                self.size_bytes.store(want, Ordering::Release);
+                Some(format!(
+                    "event=ublk-resized device=/dev/ublkb{id} old_bytes={now} new_bytes={want}"
+                ))
+            }
+            Err(e) => {
+                self.size_bytes.store(now, Ordering::Release);
+                self.size_kept = Some(want);
+                Some(format!(
+                    "event=ublk-size-kept device=/dev/ublkb{id} bytes={now} array_bytes={want} \
+                     reason=\"{e}\""
+                ))
+            }
+        }
+    }
+
     /// What the control socket's status shows.
     pub(crate) fn status(&self) -> Value {
         let id = self.id();
@@ -339,24 +403,28 @@ impl Device {
             "depth": self.info.queue_depth,
             "max_io_bytes": self.info.max_io_buf_bytes,
             "recovered": self.recovered,
+            "size_bytes": self.size_bytes.load(Ordering::Acquire),
             "counters": self.counters.snapshot(),
         })
     }
 }
 
-/// A device taken over must be the one this array served: same size and
-/// logical block (a different one behind a mounted filesystem would be
-/// wrong data).
+/// A device taken over must be the one this array served: the same
+/// logical block, and no larger than the array (a different one behind a
+/// mounted filesystem would be wrong data). An array grown while the
+/// device was served (whose driver could not follow it) is larger: the
+/// device is taken over at its own size, then follows the array where the
+/// driver can. The device's size in bytes.
 fn check_same_device(
     ctl: &mut Control,
     info: &DevInfo,
     size_bytes: u64,
     sector_bytes: u32,
-) -> Result<(), Error> {
+) -> Result<u64, Error> {
     let p = ctl.params(info.dev_id).map_err(ublk_error)?;
     let bytes = p.basic.dev_sectors << 9;
     let lbs = 1u32 << p.basic.logical_bs_shift;
-    if bytes != size_bytes || lbs != sector_bytes {
+    if bytes > size_bytes || lbs != sector_bytes {
         let id = info.dev_id;
         return Err(Error::Ublk(format!(
             "ublk device {id} is {bytes} bytes with {lbs}-byte blocks, this array {size_bytes} \
@@ -364,7 +432,7 @@ fn check_same_device(
              and is not taken over; give --ublk another number or `auto`"
         )));
     }
-    Ok(())
+    Ok(bytes)
 }
 
 fn shift(bytes: u32) -> u8 {
@@ -428,7 +496,7 @@ impl Drop for WorkerUblk {
 
 struct Context {
     first_slot: u32,
-    size_bytes: u64,
+    size_bytes: Arc<AtomicU64>,
     read_only: bool,
     counters: Arc<Counters>,
 }
@@ -470,7 +538,7 @@ impl WorkerUblk {
             queue,
             ctx: Context {
                 first_slot,
-                size_bytes: plan.size_bytes,
+                size_bytes: Arc::clone(&plan.size_bytes),
                 read_only: plan.read_only,
                 counters: Arc::clone(&plan.counters),
             },
@@ -572,7 +640,7 @@ impl Context {
             let past_end = desc
                 .offset()
                 .checked_add(len)
-                .is_none_or(|end| end > self.size_bytes);
+                .is_none_or(|end| end > self.size_bytes.load(Ordering::Acquire));
             if past_end || len > u64::from(slots.slot_bytes) {
                 return refuse(libc::EIO);
             }

@@ -115,6 +115,14 @@ impl Control {
         Ok(info)
     }
 
+    /// Tell the kernel a started device's new size (`sectors` of 512
+    /// bytes): its disk takes the capacity and tells udev. Needs
+    /// [`uapi::F_UPDATE_SIZE`] in [`Control::features`] (Linux 6.16 on).
+    pub fn update_size(&mut self, dev: u32, sectors: u64) -> Result<(), Error> {
+        self.run::<u64>(Cmd::UpdateSize, dev, sectors, None)?;
+        Ok(())
+    }
+
     pub fn info(&mut self, dev: u32) -> Result<DevInfo, Error> {
         let mut info = DevInfo::default();
         self.run(Cmd::GetDevInfo, dev, 0, Some(&mut info))?;

@@ -18,6 +18,7 @@ pub enum Cmd {
     GetDevInfo,
     StartUserRecovery,
     EndUserRecovery,
+    UpdateSize,
 }
 
 impl Cmd {
@@ -33,6 +34,7 @@ impl Cmd {
             Cmd::GetDevInfo => uapi::U_CMD_GET_DEV_INFO,
             Cmd::StartUserRecovery => uapi::U_CMD_START_USER_RECOVERY,
             Cmd::EndUserRecovery => uapi::U_CMD_END_USER_RECOVERY,
+            Cmd::UpdateSize => uapi::U_CMD_UPDATE_SIZE,
         }
     }
 
@@ -48,6 +50,7 @@ impl Cmd {
             Cmd::GetDevInfo => "GET_DEV_INFO",
             Cmd::StartUserRecovery => "START_USER_RECOVERY",
             Cmd::EndUserRecovery => "END_USER_RECOVERY",
+            Cmd::UpdateSize => "UPDATE_SIZE",
         }
     }
 }

@@ -44,6 +44,9 @@ pub const U_CMD_END_USER_RECOVERY: u32 = ctrl_rw(0x11);
 pub const U_CMD_GET_DEV_INFO2: u32 = ctrl_r(0x12);
 pub const U_CMD_GET_FEATURES: u32 = ctrl_r(0x13);
 pub const U_CMD_DEL_DEV_ASYNC: u32 = ctrl_r(0x14);
+/// A started device's size changed (`data[0]`: sectors); Linux 6.16 on,
+/// announced by [`F_UPDATE_SIZE`] in the driver's features.
+pub const U_CMD_UPDATE_SIZE: u32 = ctrl_rw(0x15);
 
 // I/O commands (to /dev/ublkcN; the argument is an `IoCmd` in the SQE).
 pub const U_IO_FETCH_REQ: u32 = io_rw(0x20);
@@ -78,6 +81,9 @@ pub const F_CMD_IOCTL_ENCODE: u64 = 1 << 6;
 pub const F_USER_COPY: u64 = 1 << 7;
 pub const F_ZONED: u64 = 1 << 8;
 pub const F_USER_RECOVERY_FAIL_IO: u64 = 1 << 9;
+/// The driver takes [`U_CMD_UPDATE_SIZE`] (a feature bit of
+/// GET_FEATURES; a device needs no flag for it).
+pub const F_UPDATE_SIZE: u64 = 1 << 10;
 
 // Device states (`DevInfo::state`).
 pub const S_DEV_DEAD: u16 = 0;
@@ -314,6 +320,7 @@ mod tests {
         assert_eq!(U_CMD_GET_DEV_INFO2, 0x8020_7512);
         assert_eq!(U_CMD_GET_FEATURES, 0x8020_7513);
         assert_eq!(U_CMD_DEL_DEV_ASYNC, 0x8020_7514);
+        assert_eq!(U_CMD_UPDATE_SIZE, 0xc020_7515);
         assert_eq!(U_IO_FETCH_REQ, 0xc010_7520);
         assert_eq!(U_IO_COMMIT_AND_FETCH_REQ, 0xc010_7521);
         assert_eq!(U_IO_NEED_GET_DATA, 0xc010_7522);
@@ -324,6 +331,7 @@ mod tests {
         assert_eq!(F_USER_RECOVERY, 8);
         assert_eq!(F_USER_RECOVERY_REISSUE, 16);
         assert_eq!(F_CMD_IOCTL_ENCODE, 64);
+        assert_eq!(F_UPDATE_SIZE, 0x400);
         assert_eq!(IO_RES_ABORT, -19);
         assert_eq!(IO_F_FUA, 0x2000);
         assert_eq!(Params::default().len, 112);

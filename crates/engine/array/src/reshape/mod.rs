@@ -44,6 +44,12 @@
 //!   RAID 10 near shrunk by members: the offline shrink's checks, the
 //!   served size capped first, md's backwards record, the steps
 //!   `live_backwards`'s;
+//! - `live_size`: [`LiveSize`], `grow --socket CTL --size` on a served
+//!   RAID 1/4/5/6/10: the superblocks and the bitmap changed as `size`
+//!   changes them (requests held meanwhile), the served shape swapped to
+//!   the new size, then the new region resynced beside the clients from
+//!   md's `resync_offset` at the old end (a smaller size with `force`
+//!   only, cut at once);
 //! - `live_degraded`: a served grow going on degraded (an old member or
 //!   one the grow added failing recorded faulty, read around, parity
 //!   written covering it);
@@ -98,6 +104,7 @@ mod live_raid0;
 mod live_raid6;
 mod live_shape;
 mod live_shrink;
+mod live_size;
 mod md_backup;
 mod mirror;
 mod policy;
@@ -121,6 +128,7 @@ pub use live_level::{LevelSwitched, LiveLevel};
 pub use live_raid6::LiveQ;
 pub use live_shape::LiveShapeOptions;
 pub use live_shrink::LiveShrinkOptions;
+pub use live_size::{LiveSize, LiveSizeOptions, SizeChanged};
 pub use policy::{change_policy, Policy, PolicyChanged};
 pub use read::{MidReshape, ReshapeDetail, ReshapeMember, ShapeDetail};
 pub use record::{is_reshaping, reshape_of};
@@ -129,4 +137,5 @@ pub use resume::{assemble_serving, resumed_line, RecordedGrow, ResumeOptions};
 pub use shape::{change_shape, ShapeOptions};
 pub use shrink::{shrink, shrink_to_two, ShrinkOptions, Shrunk};
 pub use size::{resize, Resized, SizeOptions, SizeTarget};
+pub(crate) use takeover::last_role_unnamed;
 pub use takeover::{add_q, raid0_to_raid10};

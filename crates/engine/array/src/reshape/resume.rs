@@ -34,16 +34,22 @@
 //!   read and written in the new shape, `[0, P)` in the old; at the end a
 //!   shrink's leaving members leave the running array and are recorded
 //!   spares.
+//! - **Finished before it is served** (as a dirty one is): a reshape
+//!   nvraid honours but does not go on with while serving (a level change,
+//!   a RAID 0 grown or restriped as md's RAID 4 with its parity missing, a
+//!   RAID 10 restriped backwards, a reshape in place that kept its data
+//!   offset, an array with a partial parity log or a write journal):
+//!   `continue_grow` runs to the end, its progress logged (and, under
+//!   systemd, the start timeout extended), then the array is assembled in
+//!   its new shape and served. An array that was taken down mid-reshape
+//!   comes back by itself, as md brings its own back. What
+//!   `continue_grow` refuses (a backwards step that would need mdadm's
+//!   backup file) is refused with nothing written.
 //! - **Refused**, nothing written, with `nvraid grow --continue` named: a
-//!   reshape other than a RAID 4/5/6 or RAID 10 near gaining members or
-//!   restriped with its data offset moved down, or a RAID 4/5/6 shrunk or
-//!   restriped with it moved up (a level change, a RAID 0 grow or
-//!   restripe, a RAID 10 restriped backwards, a reshape that kept its data
-//!   offset: mdadm's backup file), an array with a partial parity log or a
-//!   write journal, a served read-only export, and a role without its
-//!   member; a dirty one with a member missing names the risk (its bytes
-//!   would come from parity the crash may have left stale; md refuses to
-//!   start a dirty degraded array too).
+//!   served read-only export, and a role without its member; a dirty one
+//!   with a member missing names the risk (its bytes would come from
+//!   parity the crash may have left stale; md refuses to start a dirty
+//!   degraded array too).
 
 use super::grow::{continue_grow, GrowProgress};
 use super::live::{check_growable, Begin, LiveGrow, LiveGrowStatus, Parts};
@@ -153,7 +159,14 @@ pub fn assemble_serving(
         },
         None => None,
     };
-    let missing: Vec<usize> = (0..roles)
+    // A RAID 0 reshaped as md's RAID 4 never names its parity role: no
+    // member of it is to be given.
+    let named = if super::takeover::last_role_unnamed(&reference) {
+        roles - 1
+    } else {
+        roles
+    };
+    let missing: Vec<usize> = (0..named)
         .filter(|&r| {
             !found
                 .iter()
@@ -165,7 +178,21 @@ pub fn assemble_serving(
     let dirty = found
         .iter()
         .any(|(_, sb)| fresh(sb) && role_of(sb).is_some() && sb.resync_offset != RESYNC_CLEAN);
-    let kind = check_kind(&reference, &ref_spec, &continue_hint)?;
+    // A record nvraid cannot honour is refused here; one it honours but
+    // does not go on with while serving is finished offline below.
+    let recorded = reshape_of(&reference, &ref_spec, &[])?;
+    let unservable = check_kind(&reference, &ref_spec, &continue_hint)
+        .err()
+        .map(|_| {
+            if super::takeover::last_role_unnamed(&reference) {
+                format!(
+                    "a RAID 0 reshaped as md's RAID 4 with its parity missing ({})",
+                    unservable_what(&recorded)
+                )
+            } else {
+                unservable_what(&recorded)
+            }
+        });
     if !missing.is_empty() {
         let roles = missing
             .iter()
@@ -196,7 +223,7 @@ pub fn assemble_serving(
     let cut_short = found
         .iter()
         .any(|(_, sb)| fresh(sb) && role_of(sb).is_some() && !is_reshaping(sb));
-    if dirty || cut_short {
+    if dirty || cut_short || unservable.is_some() {
         let placed: Vec<String> = found
             .iter()
             .filter(|(_, sb)| fresh(sb) && role_of(sb).is_some())
@@ -206,12 +233,17 @@ pub fn assemble_serving(
         drop(unreadable);
         log(&format!(
             "nvraid: event=reshape-finishing-offline position={} end={} reason={}",
-            kind.position(),
-            kind.new_shape().array_bytes(),
+            recorded.position(),
+            recorded.new_shape().array_bytes(),
             if dirty {
-                "\"the array was not stopped cleanly: the grow is finished before it is served, then resynced\""
+                "\"the array was not stopped cleanly: the grow is finished before it is served, then resynced\"".to_string()
+            } else if cut_short {
+                "\"the reshape's record is not on every member\"".to_string()
             } else {
-                "\"the reshape's record is not on every member\""
+                format!(
+                    "\"{}: serve does not go on with it while serving, so it is finished before the array is served\"",
+                    unservable.as_deref().unwrap_or_default()
+                )
             }
         ));
         let mut progress = |p: GrowProgress| {
@@ -324,10 +356,31 @@ pub fn assemble_serving(
     ))
 }
 
-/// Whether `serve` goes on with the reshape `reference` records (`scan`'s
-/// judgement of an array for the boot path); the refusal names why.
+/// Whether `serve` can start the array whose members record the reshape
+/// `reference` records (`scan`'s judgement of an array for the boot
+/// path): a record nvraid honours is gone on with while served, or
+/// finished before the array is served; one it cannot honour is refused,
+/// naming why.
 pub(crate) fn check_servable(reference: &Superblock, spec: &str) -> Result<()> {
-    check_kind(reference, spec, "`nvraid grow --continue` (every member)").map(|_| ())
+    reshape_of(reference, spec, &[]).map(|_| ())
+}
+
+/// A recorded reshape in a few words: its two shapes and its direction.
+fn unservable_what(reshape: &Reshape) -> String {
+    let (old, new) = (reshape.old(), reshape.new_shape());
+    format!(
+        "{} of {} members to {} of {} members, chunk {} to {}, {}",
+        old.level(),
+        old.members(),
+        new.level(),
+        new.members(),
+        old.chunk_bytes().unwrap_or(0),
+        new.chunk_bytes().unwrap_or(0),
+        match reshape.direction() {
+            Direction::Forwards => "forwards",
+            Direction::Backwards => "backwards",
+        }
+    )
 }
 
 /// The reshape `reference` records is one `serve` goes on with: a RAID
@@ -350,19 +403,7 @@ fn check_kind(reference: &Superblock, spec: &str, continue_hint: &str) -> Result
              it (mdadm --assemble)"
         ))
     };
-    let describe = format!(
-        "{} of {} members to {} of {} members, chunk {} to {}, {}",
-        old.level(),
-        old.members(),
-        new.level(),
-        new.members(),
-        old.chunk_bytes().unwrap_or(0),
-        new.chunk_bytes().unwrap_or(0),
-        match reshape.direction() {
-            Direction::Forwards => "forwards",
-            Direction::Backwards => "backwards",
-        }
-    );
+    let describe = unservable_what(&reshape);
     let parity = matches!(old.level(), Level::Raid5 { .. } | Level::Raid6 { .. });
     // A RAID 10 near keeping its copies (the route's `copy_read` and
     // `copy_write`, `step`'s RAID 10 rows).

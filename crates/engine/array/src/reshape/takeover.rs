@@ -127,7 +127,7 @@ pub(super) fn raid0_takeover_of(
 /// Whether no member's role table names the last role of `reference`'s
 /// array (not even faulty): the parity role of md's RAID 4 of a RAID 0,
 /// which no member ever held.
-pub(super) fn last_role_unnamed(reference: &Superblock) -> bool {
+pub(crate) fn last_role_unnamed(reference: &Superblock) -> bool {
     let last = nvraid_metadata::Role::Active(reference.raid_disks.saturating_sub(1) as u16);
     !reference
         .roles_raw

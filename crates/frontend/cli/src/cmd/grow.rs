@@ -458,8 +458,8 @@ fn progress_printer() -> impl FnMut(GrowProgress) {
 /// `grow --socket`: ask the server to grow its array, then follow its
 /// `status` until the grow has finished or failed.
 fn grow_online(args: &GrowArgs, socket: &std::path::Path) -> Result<u8> {
-    if args.size.is_some() {
-        bail!("--size with --socket: a served array's size is not changed online yet; stop serve and run `nvraid grow --size SIZE MEMBERS` (docs/reshape.md, \"Online --size\")");
+    if let Some(size) = &args.size {
+        return size_online(args, socket, size);
     }
     // RAID 5 -> 6 with its Q member added is a rebuild the server runs;
     // the other level changes are answered at once.
@@ -569,6 +569,93 @@ fn grow_online(args: &GrowArgs, socket: &std::path::Path) -> Result<u8> {
                 reshape["error"].as_str().unwrap_or("(no reason given)")
             ),
             _ => bail!("the server shows no grow in its status"),
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// `grow --socket --size max|SIZE`: ask the server to change how much of
+/// each member its array uses, then follow the new region's resync in its
+/// `status` until it has finished (a shrink ends at the answer).
+fn size_online(args: &GrowArgs, socket: &std::path::Path, size: &str) -> Result<u8> {
+    if args.raid_devices.is_some()
+        || !args.add.is_empty()
+        || args.level.is_some()
+        || args.chunk.is_some()
+        || args.layout.is_some()
+    {
+        bail!("--size with -n/--add/--level/--chunk/--layout on a served array: a served array changes one thing at a time; change the size alone (`grow --socket CTL --size max`), then the rest");
+    }
+    let size = if size == "max" {
+        serde_json::json!("max")
+    } else {
+        serde_json::json!(size_arg(size).map_err(|e| anyhow::anyhow!("--size {size}: {e}"))?)
+    };
+    let answer = nvraid_serve::request(
+        socket,
+        &serde_json::json!({"command": "grow", "size": size, "force": args.force}),
+    )?;
+    if let Some(error) = answer["error"].as_str() {
+        bail!("size change in the server refused: {error}");
+    }
+    let (before, after) = (
+        answer["size_bytes_before"].as_u64().unwrap_or(0),
+        answer["size_bytes"].as_u64().unwrap_or(0),
+    );
+    if answer["resync_from_bytes"].is_null() {
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&answer)?);
+        } else {
+            println!(
+                "resized online from {} to {} ({} to {} of each member): requests past the new end fail from now on; events {}",
+                bytes_text(before),
+                bytes_text(after),
+                bytes_text(answer["member_bytes_before"].as_u64().unwrap_or(0)),
+                bytes_text(answer["member_bytes"].as_u64().unwrap_or(0)),
+                answer["events"],
+            );
+        }
+        return Ok(0);
+    }
+    if !args.json {
+        println!(
+            "resized online from {} to {} ({} to {} of each member): clients connecting from now on see the new size; resyncing the new region",
+            bytes_text(before),
+            bytes_text(after),
+            bytes_text(answer["member_bytes_before"].as_u64().unwrap_or(0)),
+            bytes_text(answer["member_bytes"].as_u64().unwrap_or(0)),
+        );
+    }
+    let mut progress = progress_printer();
+    loop {
+        let status = nvraid_serve::request(socket, &serde_json::json!({"command": "status"}))?;
+        let reshape = &status["array"]["reshape"];
+        let (position, end) = (
+            reshape["position_bytes"].as_u64().unwrap_or(0),
+            reshape["end_bytes"].as_u64().unwrap_or(0),
+        );
+        match (reshape["kind"].as_str(), reshape["state"].as_str()) {
+            (Some("size"), Some("running")) => progress(GrowProgress {
+                position_bytes: position,
+                end_bytes: end,
+            }),
+            (Some("size"), Some("finished")) => {
+                progress(GrowProgress {
+                    position_bytes: end,
+                    end_bytes: end,
+                });
+                if args.json {
+                    println!("{}", serde_json::to_string_pretty(&answer)?);
+                } else {
+                    println!("the new region is resynced: the array is in sync");
+                }
+                return Ok(0);
+            }
+            (Some("size"), Some("failed")) => bail!(
+                "the new region's resync stopped at {position} bytes: {}",
+                reshape["error"].as_str().unwrap_or("(no reason given)")
+            ),
+            _ => bail!("the server shows no size change in its status"),
         }
         std::thread::sleep(Duration::from_millis(200));
     }

@@ -15,7 +15,7 @@
 use nvraid_array::recovery::online::Online;
 use nvraid_array::reshape::{
     start_live, LiveGrow, LiveGrowOptions, LiveLevel, LiveQ, LiveReshape, LiveShapeOptions,
-    LiveShrinkOptions,
+    LiveShrinkOptions, LiveSize, LiveSizeOptions, SizeTarget,
 };
 use nvraid_array::Array;
 use serde_json::{json, Value};
@@ -63,6 +63,9 @@ impl Reshaping {
     pub fn command(&self, request: &Value) -> Option<Value> {
         if request["command"].as_str()? != "grow" {
             return None;
+        }
+        if !request["size"].is_null() {
+            return Some(self.size(request).unwrap_or_else(|e| json!({"error": e})));
         }
         if !request["level"].is_null() && !request["add"].is_null() {
             return Some(self.add_q(request).unwrap_or_else(|e| json!({"error": e})));
@@ -284,6 +287,51 @@ impl Reshaping {
         Ok(
             json!({"started": "restripe", "raid_disks": status.raid_disks, "end_bytes": status.end_bytes}),
         )
+    }
+
+    /// `{"command": "grow", "size": "max" | BYTES, "force": b}`: how much
+    /// of each member the served array uses (`LiveSize`); answered once
+    /// the served array has the new size (what changed: `SizeChanged`),
+    /// the new region's resync then running in the background (`status`
+    /// shows it as the reshape of kind `size`).
+    fn size(&self, request: &Value) -> Result<Value, String> {
+        let target = match &request["size"] {
+            Value::String(s) if s == "max" => SizeTarget::Max,
+            v => SizeTarget::MemberBytes(
+                v.as_u64()
+                    .ok_or("\"size\" is \"max\" or a number of bytes of each member")?,
+            ),
+        };
+        if self.online.is_busy() {
+            return Err(
+                "a rebuild, check or repair runs on the array (status shows it); change the size after it ends"
+                    .into(),
+            );
+        }
+        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        let options = LiveSizeOptions {
+            target,
+            force: request["force"].as_bool().unwrap_or(false),
+            max_bytes_per_sec: self.pace.1,
+        };
+        let (resized, thread) =
+            LiveSize::start(&self.array, &options).map_err(|e| e.to_string())?;
+        self.forget_level_change();
+        let changed = resized.changed(&self.array);
+        eprintln!(
+            "nvraid: event=size-changed size={}->{} member_bytes={}->{} resync_from={} events={}",
+            changed.size_bytes_before,
+            changed.size_bytes,
+            changed.member_bytes_before,
+            changed.member_bytes,
+            changed
+                .resync_from_bytes
+                .map_or("none".to_string(), |b| b.to_string()),
+            changed.events
+        );
+        let resized: Arc<dyn LiveReshape> = resized;
+        *live = Some((resized, thread));
+        serde_json::to_value(&changed).map_err(|e| e.to_string())
     }
 
     /// A reshape started after a level change: the level change's fields

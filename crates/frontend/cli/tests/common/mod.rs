@@ -402,13 +402,26 @@ pub fn run_vm_612(
     images: &[PathBuf],
     timeout_s: u32,
 ) -> String {
+    run_vm_series("6.12", modules, inside, script, images, timeout_s)
+}
+
+/// [`run_vm_612`] on the kernel `series` names (`tools/mdvm --kernel`:
+/// `6.12`, or `backports`, trixie-backports' newest).
+pub fn run_vm_series(
+    series: &str,
+    modules: &[&str],
+    inside: &Path,
+    script: &Path,
+    images: &[PathBuf],
+    timeout_s: u32,
+) -> String {
     let mut vm = match std::env::var_os("NVRAID_MDVM") {
         Some(mdvm) => {
             let mut c = Command::new(mdvm);
-            c.args(["--kernel", "6.12", "--modules", &modules.join(" ")]);
+            c.args(["--kernel", series, "--modules", &modules.join(" ")]);
             c
         }
-        None => mdvm_on("mdvm", "6.12", modules),
+        None => mdvm_on("mdvm", series, modules),
     };
     let started = std::time::Instant::now();
     let out = vm

@@ -510,3 +510,21 @@ pub fn wait_reshape_below(dir: &Path, below: u64) -> serde_json::Value {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// The whole array served on `md.sock` in `d`, through NBD (`nbdcopy`).
+pub fn served_bytes(d: &Path) -> Vec<u8> {
+    let got = Command::new(super::tool("nbdcopy"))
+        .arg(format!(
+            "nbd+unix:///?socket={}",
+            d.join("md.sock").display()
+        ))
+        .arg("-")
+        .output()
+        .unwrap();
+    assert!(
+        got.status.success(),
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    got.stdout
+}
