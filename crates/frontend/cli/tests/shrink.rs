@@ -422,20 +422,8 @@ fn shrinks_md_refuses_are_refused_by_name_and_nothing_is_written() {
         dir.path(),
         &["--raid-devices", "at least 2"],
     );
-    // Shrinking a served array: offline only, said before connecting.
-    refused(
-        &[
-            "grow",
-            "--socket",
-            "no-such.ctl",
-            "-n",
-            "4",
-            "--array-size",
-            "42M",
-        ],
-        dir.path(),
-        &["offline only", "--array-size"],
-    );
+    // (A served array is shrunk online now: its refusals are
+    // shrink_online.rs's.)
     // RAID 6 below four members.
     let r6 = tempfile::tempdir().unwrap();
     let (m6, _) = filled(r6.path(), "6", 5, 17, 3 * PER, &["--bitmap", "none"]);

@@ -1151,6 +1151,13 @@ impl LiveGrow {
             .chunk_bytes()
             .map_or(sb.chunk_sectors, |c| (c / 512) as u32);
         sb.reshape_position = position;
+        if backwards {
+            // The data area reaches past the rows the old shape uses by
+            // the move up (as the offline shrink records it): the finished
+            // record's, the move taken off, still holds those rows.
+            let used = self.reshape.old().member_used_bytes() / 512;
+            sb.data_size_sectors = sb.data_size_sectors.max(used + self.moved_sectors);
+        }
         sb.new_offset = if backwards {
             self.moved_sectors as i32 as u32
         } else {
@@ -1300,6 +1307,19 @@ impl LiveRoute for LiveGrow {
             Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             _ => libc::EIO,
         };
+        // A served shrink's smaller size holds from its start: a client
+        // that connected before (told the old size) gets an error past it.
+        let end = self.reshape.new_shape().array_bytes();
+        if matches!(op, OpKind::Read | OpKind::Write)
+            && self.reshape.direction() == Direction::Backwards
+            && offset.saturating_add(buf.len() as u64) > end
+        {
+            return Err(if op == OpKind::Read {
+                libc::EINVAL
+            } else {
+                libc::ENOSPC
+            });
+        }
         match op {
             OpKind::Read => self.rw(array, false, offset, buf, false).map_err(errno),
             OpKind::Write => self.rw(array, true, offset, buf, fua).map_err(errno),

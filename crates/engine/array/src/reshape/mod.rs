@@ -42,6 +42,10 @@
 //! - `live_shape`: [`LiveGrow::start_shape`], a served RAID 4/5/6 or
 //!   RAID 10 near restriped (chunk, layout) as a served grow keeping its members, the
 //!   data offset moved down;
+//! - `live_shrink`: [`LiveGrow::start_shrink`], a served RAID 4/5/6 or
+//!   RAID 10 near shrunk by members: the offline shrink's checks, the
+//!   served size capped first, md's backwards record, the steps
+//!   `live_backwards`'s;
 //! - `live_size`: [`LiveSize`], `grow --socket CTL --size` on a served
 //!   RAID 1/4/5/6/10: the superblocks and the bitmap changed as `size`
 //!   changes them (requests held meanwhile), the served shape swapped to
@@ -68,6 +72,9 @@
 //! - `live_raid6`: [`LiveQ`], a served RAID 5 taken over as md's RAID 6
 //!   in a `-6` layout with Q on an added member, Q rebuilt there while
 //!   clients read and write (their writes below the position writing Q);
+//! - `live_backwards`: [`LiveGrow`]'s route and steps running backwards
+//!   (a shrink, a restripe moving the data offset up), around failed
+//!   members, the leaving members released at the end;
 //! - `resume`: `serve` of an array recorded mid-grow: the old shape
 //!   assembled and a `LiveGrow` made from the record going on (clean), or
 //!   the grow finished offline before the array is served (dirty);
@@ -101,6 +108,7 @@ mod live_level;
 mod live_raid0;
 mod live_raid6;
 mod live_shape;
+mod live_shrink;
 mod live_size;
 mod md_backup;
 mod mirror;
@@ -124,6 +132,7 @@ pub use live_copy::{start_live, LiveMirror, LiveReshape};
 pub use live_level::{LevelSwitched, LiveLevel};
 pub use live_raid6::LiveQ;
 pub use live_shape::LiveShapeOptions;
+pub use live_shrink::LiveShrinkOptions;
 pub use live_size::{LiveSize, LiveSizeOptions, SizeChanged};
 pub use policy::{change_policy, Policy, PolicyChanged};
 pub use read::{MidReshape, ReshapeDetail, ReshapeMember, ShapeDetail};

@@ -24,8 +24,9 @@
 //!   `grow --chunk` moving the data offset down) go on the same way, clean
 //!   or dirty. A RAID 10's new region is marked in its bitmap again before
 //!   the steps go on (`live_copy::mark_new_region`, as a new grow marks it).
-//! - **Backwards** (a RAID 4/5/6 shrunk by members, nvraid's `grow -n N
-//!   --array-size` or the kernel's, or restriped with its data offset moved
+//! - **Backwards** (a RAID 4/5/6 or RAID 10 near shrunk by members,
+//!   nvraid's `grow -n N --array-size` (offline or served) or the
+//!   kernel's, or a RAID 4/5/6 restriped with its data offset moved
 //!   up, md's choice when there is more room after the data): the same,
 //!   clean or dirty, with the position falling to 0 (`live_backwards`):
 //!   the old shape assembled (every member, the leaving ones too) is
@@ -36,7 +37,7 @@
 //! - **Finished before it is served** (as a dirty one is): a reshape
 //!   nvraid honours but does not go on with while serving (a level change,
 //!   a RAID 0 grown or restriped as md's RAID 4 with its parity missing, a
-//!   RAID 10 running backwards, a reshape in place that kept its data
+//!   RAID 10 restriped backwards, a reshape in place that kept its data
 //!   offset, an array with a partial parity log or a write journal):
 //!   `continue_grow` runs to the end, its progress logged (and, under
 //!   systemd, the start timeout extended), then the array is assembled in
@@ -386,8 +387,8 @@ fn unservable_what(reshape: &Reshape) -> String {
 /// 4/5/6 or RAID 10 near gaining members (level, layout and chunk kept) or restriped
 /// with its members kept (chunk and/or layout changed), forwards, every
 /// member's data offset moving down by the same amount from one offset;
-/// or a RAID 4/5/6 shrunk by members or restriped backwards, the offsets
-/// moving up;
+/// or a RAID 4/5/6 shrunk by members or restriped backwards, or a RAID
+/// 10 near shrunk, the offsets moving up;
 /// without a partial parity log or a write journal. Refused otherwise,
 /// naming the offline continue.
 fn check_kind(reference: &Superblock, spec: &str, continue_hint: &str) -> Result<Reshape> {
@@ -398,7 +399,7 @@ fn check_kind(reference: &Superblock, spec: &str, continue_hint: &str) -> Result
             "the members record a reshape in progress ({what}); `nvraid serve` goes on only \
              with a RAID 4/5/6 or RAID 10 near gaining members or restriped (chunk, layout) \
              while served (forwards, the data offset moved down), and with a RAID 4/5/6 \
-             shrunk or restriped backwards (the data offset moved up): finish this one first with {continue_hint}, or let the kernel's md finish \
+             shrunk or restriped backwards or a RAID 10 near shrunk (the data offset moved up): finish this one first with {continue_hint}, or let the kernel's md finish \
              it (mdadm --assemble)"
         ))
     };
@@ -425,7 +426,9 @@ fn check_kind(reference: &Superblock, spec: &str, continue_hint: &str) -> Result
     let backwards = reshape.direction() == Direction::Backwards;
     let shrink = super::shrink::is_shrink(&reshape);
     let forwards_ok = !backwards && (parity || near) && (grow || restripe);
-    let backwards_ok = backwards && parity && (shrink || restripe);
+    // A RAID 10 near runs backwards only shrunk (its rows moved down by
+    // `live_backwards` as the offline shrink moves them).
+    let backwards_ok = backwards && ((parity && (shrink || restripe)) || (near && shrink));
     if !(forwards_ok || backwards_ok) {
         return Err(refuse(describe));
     }

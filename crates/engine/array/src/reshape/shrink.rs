@@ -122,67 +122,23 @@ pub fn shrink(
     let (reference, roles) = check_whole(&found, "shrinks", "shrinking")?;
     let spec = found[roles[0]].0.spec().to_string();
     let level = level_of(&reference, &spec)?;
-    let refuse = |what: String| Error::Unsupported {
-        spec: spec.clone(),
-        what,
-    };
-    match level {
-        Level::Raid0 => {
-            return Err(refuse(
-                "shrinking a raid0 by members (md reshapes a RAID 0 only forwards, as a RAID 4 gaining members; nvraid shrinks RAID 4/5/6 and RAID 10 near): copy the data to a smaller array".into(),
-            ))
-        }
-        Level::Raid1 => {
-            return Err(refuse(
-                "fewer mirrors of a raid1 by --raid-devices (md lowers a RAID 1's count only once the extra mirrors were failed and removed; nvraid shrinks RAID 4/5/6 and RAID 10 near by members)".into(),
-            ))
-        }
-        Level::Raid10Far { offset, .. } => {
-            return Err(refuse(format!(
-                "shrinking a raid10 {} layout by members (md reshapes a RAID 10 only in its near layout; nvraid shrinks RAID 4/5/6 and RAID 10 near): copy the data to a smaller array",
-                if offset { "offset" } else { "far" }
-            )))
-        }
-        Level::Raid10 { .. } | Level::Raid5 { .. } | Level::Raid6 { .. } => {}
-    }
+    refuse_level(level, &spec)?;
     let old = old_shape(&reference, &spec)?;
-    let n = options.raid_devices;
-    if n >= old.members() || n < fewest(level) {
-        return Err(Error::BadOption {
-            option: "--raid-devices".into(),
-            why: format!(
-                "{n} for the {level} of {} members: a shrink goes to fewer members, at least {} for this level (to add members give one --add per new member)",
-                old.members(),
-                fewest(level)
-            ),
-        });
-    }
+    let new = smaller_shape(
+        level,
+        &old,
+        options.raid_devices,
+        &reference,
+        options.array_size,
+    )?;
+    let (n, new_size) = (new.members(), new.array_bytes());
+    let array_size = options.array_size.expect("checked by smaller_shape");
     let chunk = old
         .chunk_bytes()
         .expect("RAID 4/5/6 and RAID 10 have chunks");
-    let new = Geometry::new(level, n, chunk, member_data_bytes(&reference))?;
-    let new_size = new.array_bytes();
-    let Some(array_size) = options.array_size else {
-        return Err(Error::BadOption {
-            option: "--array-size".into(),
-            why: format!(
-                "shrinking the {level} from {} to {n} members cuts the array from {} to {new_size} bytes, and every byte past that is lost: first make the data fit in the first {new_size} bytes (a filesystem shrunk below it, e.g. `e2fsck -f` then `resize2fs DEVICE {}K` for ext4; XFS cannot shrink), then say so with --array-size {new_size} (mdadm's --grow --array-size); nothing was written",
-                old.members(),
-                old.array_bytes(),
-                new_size / 1024
-            ),
-        });
-    };
-    if array_size > new_size {
-        return Err(Error::BadOption {
-            option: "--array-size".into(),
-            why: format!(
-                "{array_size} bytes do not fit the {level} of {n} members, which holds {new_size} bytes: shrink the data below {new_size} bytes first, or keep more members; nothing was written"
-            ),
-        });
-    }
     let bitmap = kept_bitmap(found.iter().map(|(m, sb)| (m, sb)), &old)?;
-    let moved = room_after(&found, &old, chunk)?;
+    let held: Vec<(&Member, &Superblock)> = found.iter().map(|(m, sb)| (m, sb)).collect();
+    let moved = room_after(&held, &old, chunk)?;
     let mut slots: Vec<Option<(Member, Superblock)>> = found.into_iter().map(Some).collect();
     let mut placed: Vec<Placed> = roles
         .iter()
@@ -229,6 +185,77 @@ pub fn shrink(
     Ok(Shrunk { grown, spares })
 }
 
+/// A shrink of `level` refused by name (RAID 0, RAID 1, RAID 10 far or
+/// offset), the offline and the served shrink alike; `spec` names the
+/// array.
+pub(super) fn refuse_level(level: Level, spec: &str) -> Result<()> {
+    let refuse = |what: String| Error::Unsupported {
+        spec: spec.to_string(),
+        what,
+    };
+    match level {
+        Level::Raid0 => Err(refuse(
+            "shrinking a raid0 by members (md reshapes a RAID 0 only forwards, as a RAID 4 gaining members; nvraid shrinks RAID 4/5/6 and RAID 10 near): copy the data to a smaller array".into(),
+        )),
+        Level::Raid1 => Err(refuse(
+            "fewer mirrors of a raid1 by --raid-devices (md lowers a RAID 1's count only once the extra mirrors were failed and removed; nvraid shrinks RAID 4/5/6 and RAID 10 near by members)".into(),
+        )),
+        Level::Raid10Far { offset, .. } => Err(refuse(format!(
+            "shrinking a raid10 {} layout by members (md reshapes a RAID 10 only in its near layout; nvraid shrinks RAID 4/5/6 and RAID 10 near): copy the data to a smaller array",
+            if offset { "offset" } else { "far" }
+        ))),
+        Level::Raid10 { .. } | Level::Raid5 { .. } | Level::Raid6 { .. } => Ok(()),
+    }
+}
+
+/// The shape `old` (of `level`, its superblock `reference`) takes with
+/// `n` members, checked: fewer members than now and no fewer than the
+/// level runs with, and `array_size` given and no larger than the smaller
+/// shape holds (refused naming that size and the filesystem to shrink).
+pub(super) fn smaller_shape(
+    level: Level,
+    old: &Geometry,
+    n: u32,
+    reference: &Superblock,
+    array_size: Option<u64>,
+) -> Result<Geometry> {
+    if n >= old.members() || n < fewest(level) {
+        return Err(Error::BadOption {
+            option: "--raid-devices".into(),
+            why: format!(
+                "{n} for the {level} of {} members: a shrink goes to fewer members, at least {} for this level (to add members give one --add per new member)",
+                old.members(),
+                fewest(level)
+            ),
+        });
+    }
+    let chunk = old
+        .chunk_bytes()
+        .expect("RAID 4/5/6 and RAID 10 have chunks");
+    let new = Geometry::new(level, n, chunk, member_data_bytes(reference))?;
+    let new_size = new.array_bytes();
+    let Some(array_size) = array_size else {
+        return Err(Error::BadOption {
+            option: "--array-size".into(),
+            why: format!(
+                "shrinking the {level} from {} to {n} members cuts the array from {} to {new_size} bytes, and every byte past that is lost: first make the data fit in the first {new_size} bytes (a filesystem shrunk below it, e.g. `e2fsck -f` then `resize2fs DEVICE {}K` for ext4; XFS cannot shrink), then say so with --array-size {new_size} (mdadm's --grow --array-size); nothing was written",
+                old.members(),
+                old.array_bytes(),
+                new_size / 1024
+            ),
+        });
+    };
+    if array_size > new_size {
+        return Err(Error::BadOption {
+            option: "--array-size".into(),
+            why: format!(
+                "{array_size} bytes do not fit the {level} of {n} members, which holds {new_size} bytes: shrink the data below {new_size} bytes first, or keep more members; nothing was written"
+            ),
+        });
+    }
+    Ok(new)
+}
+
 /// Take the RAID 5 of more than two members on `members` to two
 /// (`options.raid_devices` must be 2), the shrink md makes before it takes
 /// a RAID 5 over as RAID 1. `None` when there is nothing to shrink (not a
@@ -262,7 +289,11 @@ pub fn shrink_to_two(
 /// on every member (to the device's end, past the rows the array uses),
 /// at most four chunks (at least 256 KiB, as a grow moves it down), in
 /// whole 4 KiB; refused below one chunk.
-fn room_after(found: &[(Member, Superblock)], old: &Geometry, chunk: u64) -> Result<u64> {
+pub(super) fn room_after(
+    found: &[(&Member, &Superblock)],
+    old: &Geometry,
+    chunk: u64,
+) -> Result<u64> {
     let used = old.member_used_bytes() / 512;
     let mut room = (4 * chunk).max(256 << 10) / 512;
     for (member, sb) in found {
@@ -283,7 +314,7 @@ fn room_after(found: &[(Member, Superblock)], old: &Geometry, chunk: u64) -> Res
 /// A filesystem at the array's start larger than `array_size`, by its own
 /// superblock (ext2/3/4, XFS): refused unless `force`, naming it and the
 /// check to make.
-fn check_filesystem(
+pub(super) fn check_filesystem(
     reshape: &Reshape,
     members: &[&Member],
     array_size: u64,

@@ -120,8 +120,10 @@ pub struct GrowArgs {
     /// waits for the end, showing the progress). Once it ends the server
     /// serves the new shape and size (NBD connections made after it, and
     /// NVMe/TCP hosts, see the new size), and another reshape may follow
-    /// in the same run. A shrink runs offline
-    /// only. With --chunk and/or --layout: restripe the served RAID 4/5/6
+    /// in the same run. With -n fewer than the array has and
+    /// --array-size (no --add): shrink the served RAID 4/5/6 or RAID 10
+    /// near (its size capped first, the rows moved backwards, the leaving
+    /// members spares at the end). With --chunk and/or --layout: restripe the served RAID 4/5/6
     /// or RAID 10 near (members kept, the data offset moved down; refused,
     /// naming the offline command, when there is no room below the data).
     /// With --level (and no -n/--add): the served array taken over as
@@ -482,19 +484,26 @@ fn grow_online(args: &GrowArgs, socket: &std::path::Path) -> Result<u8> {
         let Some(raid_devices) = args.raid_devices else {
             bail!("--raid-devices N is needed (or --chunk/--layout)");
         };
-        if args.add.is_empty() || args.array_size.is_some() {
-            bail!(
-                "--socket: a served array gains members (give one --add per new member); shrinking by members is done offline only, not while served: stop the server, then `nvraid grow --raid-devices {raid_devices} --array-size SIZE MEMBERS`"
-            );
+        if args.add.is_empty() {
+            // Fewer members: a served shrink (the server checks the count,
+            // and names the size when --array-size is missing).
+            serde_json::json!({
+                "command": "grow",
+                "raid_devices": raid_devices,
+                "array_size": args.array_size,
+                "force": args.force,
+                "step_bytes": args.step,
+            })
+        } else {
+            serde_json::json!({
+                "command": "grow",
+                "level": args.level,
+                "raid_devices": raid_devices,
+                "add": args.add,
+                "force": args.force,
+                "step_bytes": args.step,
+            })
         }
-        serde_json::json!({
-            "command": "grow",
-            "level": args.level,
-            "raid_devices": raid_devices,
-            "add": args.add,
-            "force": args.force,
-            "step_bytes": args.step,
-        })
     };
     let answer = nvraid_serve::request(socket, &request)?;
     if let Some(error) = answer["error"].as_str() {
@@ -504,10 +513,15 @@ fn grow_online(args: &GrowArgs, socket: &std::path::Path) -> Result<u8> {
     loop {
         let status = nvraid_serve::request(socket, &serde_json::json!({"command": "status"}))?;
         let reshape = &status["array"]["reshape"];
-        let (position, end) = (
+        let (mut position, end) = (
             reshape["position_bytes"].as_u64().unwrap_or(0),
             reshape["end_bytes"].as_u64().unwrap_or(0),
         );
+        // A shrink's position falls from the end to 0: shown as bytes done.
+        let shrinking = reshape["kind"] == "shrink";
+        if shrinking {
+            position = end - position.min(end);
+        }
         match reshape["state"].as_str() {
             // The end is printed once, below.
             Some("running") if position < end => progress(GrowProgress {
@@ -530,6 +544,13 @@ fn grow_online(args: &GrowArgs, socket: &std::path::Path) -> Result<u8> {
                         args.add[0],
                         bytes_text(reshape["new_size_bytes"].as_u64().unwrap_or(0)),
                     );
+                } else if shrinking {
+                    println!(
+                        "shrunk online from {} to {} members: {} served from now on; the members that left are spares",
+                        reshape["raid_disks_before"],
+                        reshape["raid_disks"],
+                        bytes_text(reshape["new_size_bytes"].as_u64().unwrap_or(0)),
+                    );
                 } else if restripe {
                     println!(
                         "restriped online over {} members: {} unchanged (in the new chunk and layout from here on)",
@@ -547,7 +568,9 @@ fn grow_online(args: &GrowArgs, socket: &std::path::Path) -> Result<u8> {
                 return Ok(0);
             }
             Some("failed") => bail!(
-                "the grow in the server stopped at {position} bytes: {}",
+                "the {} in the server stopped at {} bytes: {}",
+                if shrinking { "shrink" } else { "grow" },
+                reshape["position_bytes"].as_u64().unwrap_or(0),
                 reshape["error"].as_str().unwrap_or("(no reason given)")
             ),
             _ => bail!("the server shows no grow in its status"),
@@ -656,7 +679,7 @@ fn level_online(args: &GrowArgs, socket: &std::path::Path, level: i32) -> Result
     }
     if args.chunk.is_some() || args.layout.is_some() || args.array_size.is_some() {
         bail!(
-            "--level {level} with --chunk, --layout or --array-size on a served array: a served array changes one thing at a time; change the level (`grow --socket CTL --level {level}`), then restripe (`grow --socket CTL --chunk SIZE --layout NAME`), or stop serve for a shrink"
+            "--level {level} with --chunk, --layout or --array-size on a served array: a served array changes one thing at a time; change the level (`grow --socket CTL --level {level}`), then restripe (`grow --socket CTL --chunk SIZE --layout NAME`) or shrink (`grow --socket CTL -n N --array-size SIZE`)"
         );
     }
     let answer = nvraid_serve::request(

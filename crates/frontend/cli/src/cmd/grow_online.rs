@@ -3,7 +3,9 @@
 //! (`nvraid_array::reshape::LiveGrow`), a served RAID 1 mirrors
 //! (`LiveMirror`: the new members rebuilt), a served RAID 4/5/6 is
 //! restriped, or a RAID 10 near's chunk changed (`--chunk`/`--layout`:
-//! `LiveGrow::start_shape`), a served array changes its level where md
+//! `LiveGrow::start_shape`), a served RAID 4/5/6 or RAID 10 near shrunk
+//! by members (`-n` fewer, `--array-size`: `LiveGrow::start_shrink`, the
+//! rows moved backwards), a served array changes its level where md
 //! moves no byte (`LiveLevel`), and `status` shows it.
 //! One reshape at a time; once one ends the served array takes its shape
 //! (`Array::swap_shape`) and another may start in the same run. The
@@ -13,7 +15,7 @@
 use nvraid_array::recovery::online::Online;
 use nvraid_array::reshape::{
     start_live, LiveGrow, LiveGrowOptions, LiveLevel, LiveQ, LiveReshape, LiveShapeOptions,
-    LiveSize, LiveSizeOptions, SizeTarget,
+    LiveShrinkOptions, LiveSize, LiveSizeOptions, SizeTarget,
 };
 use nvraid_array::Array;
 use serde_json::{json, Value};
@@ -218,6 +220,9 @@ impl Reshaping {
         if !request["chunk_bytes"].is_null() || !request["layout"].is_null() {
             return self.restripe(request);
         }
+        if request["add"].is_null() {
+            return self.shrink(request);
+        }
         let raid_devices = request["raid_devices"]
             .as_u64()
             .ok_or("grow needs \"raid_devices\"")? as u32;
@@ -253,6 +258,47 @@ impl Reshaping {
         *live = Some((grow, Some(thread)));
         Ok(
             json!({"started": "grow", "raid_disks": status.raid_disks, "end_bytes": status.end_bytes}),
+        )
+    }
+
+    /// `{"command": "grow", "raid_devices": N, "array_size": n, "force":
+    /// b, "step_bytes": n}` (no `add`): the served RAID 4/5/6 or RAID 10
+    /// near shrunk to N members, its size capped to the smaller shape's
+    /// first, the rows moved backwards (`LiveGrow::start_shrink`).
+    fn shrink(&self, request: &Value) -> Result<Value, String> {
+        let raid_devices = request["raid_devices"]
+            .as_u64()
+            .ok_or("grow needs \"raid_devices\"")? as u32;
+        let array_size = match &request["array_size"] {
+            Value::Null => None,
+            v => Some(v.as_u64().ok_or("\"array_size\" is a number of bytes")?),
+        };
+        if self.online.is_busy() {
+            return Err(
+                "a rebuild, check or repair runs on the array (status shows it); shrink after it ends"
+                    .into(),
+            );
+        }
+        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        let options = LiveShrinkOptions {
+            raid_devices,
+            array_size,
+            force: request["force"].as_bool().unwrap_or(false),
+            step_bytes: request["step_bytes"].as_u64().unwrap_or(16 << 20),
+            min_bytes_per_sec: self.pace.0,
+            max_bytes_per_sec: self.pace.1,
+        };
+        let (grow, thread) =
+            LiveGrow::start_shrink(&self.array, &options).map_err(|e| e.to_string())?;
+        self.forget_level_change();
+        let status = grow.status();
+        eprintln!(
+            "nvraid: event=reshape-started kind=shrink raid_disks={}->{} end={}",
+            status.raid_disks_before, status.raid_disks, status.end_bytes
+        );
+        *live = Some((grow, Some(thread)));
+        Ok(
+            json!({"started": "shrink", "raid_disks": status.raid_disks, "end_bytes": status.end_bytes}),
         )
     }
 
