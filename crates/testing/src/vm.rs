@@ -26,6 +26,10 @@ const VMLIB: &str = concat!(
 /// `dir/in`, made for the VM's `--indir`: each of `binaries` and every
 /// shared library it loads but libc (which the VM has), and `vmlib.sh`
 /// (tools/mdvm/scripts). Run them inside with `LD_LIBRARY_PATH=$MDVM_IN`.
+/// The binaries go without their debug information (`strip
+/// --strip-debug`, binutils): the guest unpacks its initramfs into RAM,
+/// and a debug build of nvraid (about 140 MB) left too little of a 512 MiB
+/// guest for the rest of it to unpack.
 pub fn ship(dir: &Path, binaries: &[PathBuf]) -> PathBuf {
     let inside = dir.join("in");
     std::fs::create_dir_all(&inside).unwrap();
@@ -36,6 +40,16 @@ pub fn ship(dir: &Path, binaries: &[PathBuf]) -> PathBuf {
             .unwrap_or_else(|| panic!("{}: not a file", binary.display()));
         std::fs::copy(binary, inside.join(name))
             .unwrap_or_else(|e| panic!("{}: {e}", binary.display()));
+        let stripped = std::process::Command::new("strip")
+            .arg("--strip-debug")
+            .arg(inside.join(name))
+            .status()
+            .unwrap_or_else(|e| panic!("strip (apt-get install binutils): {e}"));
+        assert!(
+            stripped.success(),
+            "strip --strip-debug {}",
+            binary.display()
+        );
         for lib in libraries(binary) {
             let Some(name) = lib.file_name() else {
                 continue;
