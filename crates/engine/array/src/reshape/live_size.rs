@@ -177,54 +177,14 @@ impl LiveSize {
             .map(|(i, &b)| (b, i))
             .min()
             .expect("an array has members");
-        let want = match options.target {
-            SizeTarget::Max => smallest,
-            SizeTarget::MemberBytes(bytes) if bytes > smallest => {
-                return Err(Error::BadOption {
-                    option: "--size".into(),
-                    why: format!(
-                        "{bytes} bytes of each member, but {} holds only {smallest} past its data offset",
-                        slots[smallest_at].member.spec()
-                    ),
-                });
-            }
-            SizeTarget::MemberBytes(bytes) => bytes,
-        };
-        let new = Geometry::new(
-            old.level(),
-            old.members(),
-            old.chunk_bytes().unwrap_or(0),
-            want,
-        )
-        .map_err(|e| Error::BadOption {
-            option: "--size".into(),
-            why: e.to_string(),
-        })?;
+        let new = super::size::new_geometry(
+            &old,
+            smallest,
+            slots[smallest_at].member.spec(),
+            options.target,
+            options.force,
+        )?;
         let (before, after) = (old.member_used_bytes(), new.member_used_bytes());
-        if after == before {
-            return Err(Error::BadOption {
-                option: "--size".into(),
-                why: format!(
-                    "the array already uses {before} bytes of each member ({} bytes in all): nothing to change{}",
-                    old.array_bytes(),
-                    if options.target == SizeTarget::Max {
-                        " (have the members grown? a file or device must be larger first)"
-                    } else {
-                        ""
-                    }
-                ),
-            });
-        }
-        if after < before && !options.force {
-            return Err(Error::NotStartable(format!(
-                "shrinking the array from {} to {} bytes cuts off its last {} bytes. Shrink what is on it first: a filesystem must end below {} bytes (resize2fs DEVICE {}K for ext4; xfs cannot shrink; check with your filesystem's tool that it is no larger), then run again with --force. Nothing was written",
-                old.array_bytes(),
-                new.array_bytes(),
-                old.array_bytes() - new.array_bytes(),
-                new.array_bytes(),
-                new.array_bytes() / 1024
-            )));
-        }
         let grown = after > before;
         if grown {
             check_bitmap(array, &old, &new, &slots)?;

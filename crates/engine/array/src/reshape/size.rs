@@ -91,51 +91,14 @@ pub fn resize(members: &[String], options: &SizeOptions) -> Result<Resized> {
         .map(|(m, sb)| (held(m, sb), m.spec().to_string()))
         .min()
         .expect("members were given");
-    let want = match options.target {
-        SizeTarget::Max => smallest,
-        SizeTarget::MemberBytes(bytes) => {
-            if bytes > smallest {
-                return Err(Error::BadOption {
-                    option: "--size".into(),
-                    why: format!(
-                        "{bytes} bytes of each member, but {smallest_spec} holds only {smallest} past its data offset"
-                    ),
-                });
-            }
-            bytes
-        }
-    };
-    let chunk = old.chunk_bytes().unwrap_or(0);
-    let new =
-        Geometry::new(old.level(), old.members(), chunk, want).map_err(|e| Error::BadOption {
-            option: "--size".into(),
-            why: e.to_string(),
-        })?;
+    let new = new_geometry(
+        &old,
+        smallest,
+        &smallest_spec,
+        options.target,
+        options.force,
+    )?;
     let (before, after) = (old.member_used_bytes(), new.member_used_bytes());
-    if after == before {
-        return Err(Error::BadOption {
-            option: "--size".into(),
-            why: format!(
-                "the array already uses {before} bytes of each member ({} bytes in all): nothing to change{}",
-                old.array_bytes(),
-                if options.target == SizeTarget::Max {
-                    " (have the members grown? a file or device must be larger first)"
-                } else {
-                    ""
-                }
-            ),
-        });
-    }
-    if after < before && !options.force {
-        return Err(Error::NotStartable(format!(
-            "shrinking the array from {} to {} bytes cuts off its last {} bytes. Shrink what is on it first: a filesystem must end below {} bytes (resize2fs DEVICE {}K for ext4; xfs cannot shrink; check with your filesystem's tool that it is no larger), then run again with --force. Nothing was written",
-            old.array_bytes(),
-            new.array_bytes(),
-            old.array_bytes() - new.array_bytes(),
-            new.array_bytes(),
-            new.array_bytes() / 1024
-        )));
-    }
     let mut bitmap = kept_bitmap(found.iter().map(|(m, sb)| (m, sb)), &old)?;
     if let Some(b) = bitmap.as_mut() {
         *b = resized_bitmap(b, &old, &new, &found)?;
@@ -204,4 +167,64 @@ fn resized_bitmap(
         }
     }
     Ok(resized)
+}
+
+/// The array's geometry at the size `options` ask for (`old` resized; the
+/// smallest member holding `smallest` bytes past its data offset, named
+/// `smallest_spec`; `force`: a smaller size allowed), shared by the offline and the served `--size`.
+/// Refused, by name: a size larger than that member holds, no change, and
+/// a smaller size without `--force` (naming the filesystem check to do).
+pub(super) fn new_geometry(
+    old: &Geometry,
+    smallest: u64,
+    smallest_spec: &str,
+    target: SizeTarget,
+    force: bool,
+) -> Result<Geometry> {
+    let want = match target {
+        SizeTarget::Max => smallest,
+        SizeTarget::MemberBytes(bytes) => {
+            if bytes > smallest {
+                return Err(Error::BadOption {
+                    option: "--size".into(),
+                    why: format!(
+                        "{bytes} bytes of each member, but {smallest_spec} holds only {smallest} past its data offset"
+                    ),
+                });
+            }
+            bytes
+        }
+    };
+    let chunk = old.chunk_bytes().unwrap_or(0);
+    let new =
+        Geometry::new(old.level(), old.members(), chunk, want).map_err(|e| Error::BadOption {
+            option: "--size".into(),
+            why: e.to_string(),
+        })?;
+    let (before, after) = (old.member_used_bytes(), new.member_used_bytes());
+    if after == before {
+        return Err(Error::BadOption {
+            option: "--size".into(),
+            why: format!(
+                "the array already uses {before} bytes of each member ({} bytes in all): nothing to change{}",
+                old.array_bytes(),
+                if target == SizeTarget::Max {
+                    " (have the members grown? a file or device must be larger first)"
+                } else {
+                    ""
+                }
+            ),
+        });
+    }
+    if after < before && !force {
+        return Err(Error::NotStartable(format!(
+            "shrinking the array from {} to {} bytes cuts off its last {} bytes. Shrink what is on it first: a filesystem must end below {} bytes (resize2fs DEVICE {}K for ext4; xfs cannot shrink; check with your filesystem's tool that it is no larger), then run again with --force. Nothing was written",
+            old.array_bytes(),
+            new.array_bytes(),
+            old.array_bytes() - new.array_bytes(),
+            new.array_bytes(),
+            new.array_bytes() / 1024
+        )));
+    }
+    Ok(new)
 }
