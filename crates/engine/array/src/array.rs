@@ -72,10 +72,12 @@ pub(crate) trait LiveRoute: Send + Sync + std::fmt::Debug {
     ) -> std::result::Result<(), i32>;
 }
 
-/// The route of a shape swap with no reshape running (a size change):
-/// every request through the array's simple path, which the swap holds.
+/// The route of a shape swap with no reshape running: every request
+/// through the array's simple path, which the swap holds. The served
+/// takeovers and size changes (`LiveLevel`, `LiveSize`) send their
+/// requests the same way once their gate lets them by.
 #[derive(Debug)]
-struct SimpleRoute;
+pub(crate) struct SimpleRoute;
 
 impl LiveRoute for SimpleRoute {
     fn io(

@@ -422,17 +422,9 @@ impl LiveRoute for LiveSize {
         buf: &mut [u8],
         fua: bool,
     ) -> std::result::Result<(), i32> {
+        // The array's own simple path, once the gate lets the request by.
         let _open = self.gate.read().unwrap_or_else(|p| p.into_inner());
-        let errno = |e: Error| match e {
-            Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
-            _ => libc::EIO,
-        };
-        match op {
-            OpKind::Read => array.read_at(buf, offset).map_err(errno),
-            OpKind::Write => array.write_at(buf, offset, fua).map_err(errno),
-            OpKind::Flush => array.flush().map_err(errno),
-            OpKind::Discard => array.discard(offset, buf.len() as u64).map_err(errno),
-        }
+        crate::array::SimpleRoute.io(array, op, offset, buf, fua)
     }
 }
 
