@@ -27,8 +27,12 @@ With `--compare OLD`, every repetition also rebuilds (offline and online)
 with the binary OLD, just before the binary measured: each binary's ratios
 are reported, and new/old.
 
+`--favour` runs the whole comparison in a cgroup with the largest CPU
+weight, so that other work on a shared machine (builds, tests) yields the
+cores to both sides while it runs (with cgroup v2, not with --throttle).
+
 Usage: bench/rebuild-parity-vs-fio.py [--reps 3] [--mib 1024] [--throttle MBPS]
-                                      [--compare OLD] [--json out.json]
+                                      [--compare OLD] [--favour] [--json out.json]
 NVRAID=path picks the binary (default target/release/nvraid, built first).
 """
 import argparse, json, os, shutil, signal, statistics, subprocess, sys, tempfile, time
@@ -103,6 +107,36 @@ class Throttle:
         os.rmdir(self.dir)
 
 
+class Favour:
+    """This process and its children in a cgroup with the largest CPU
+    weight (cgroup v1 cpu.shares, else v2 cpu.weight): on a machine shared
+    with other work (builds, other tests), the scheduler gives both sides
+    of the comparison the cores they ask for, and the others wait."""
+
+    def __init__(self):
+        v1 = "/sys/fs/cgroup/cpu"
+        v2 = "/sys/fs/cgroup/unified" if os.path.isdir("/sys/fs/cgroup/unified") else "/sys/fs/cgroup"
+        if os.path.exists(f"{v1}/cpu.shares"):
+            self.dir, knob, value = f"{v1}/nvraid-bench-{os.getpid()}", "cpu.shares", "262144"
+        elif os.path.exists(f"{v2}/cgroup.controllers"):
+            self.dir, knob, value = f"{v2}/nvraid-bench-cpu-{os.getpid()}", "cpu.weight", "10000"
+            with open(f"{v2}/cgroup.subtree_control", "w") as f:
+                f.write("+cpu")
+        else:
+            sys.exit("--favour needs the cgroup cpu controller (v1 or v2)")
+        os.mkdir(self.dir)
+        with open(f"{self.dir}/{knob}", "w") as f:
+            f.write(value)
+        with open(f"{self.dir}/cgroup.procs", "w") as f:
+            f.write(str(os.getpid()))
+
+    def close(self):
+        parent = os.path.dirname(self.dir)
+        with open(f"{parent}/cgroup.procs", "w") as f:
+            f.write(str(os.getpid()))
+        os.rmdir(self.dir)
+
+
 def offline(nvraid, devs, size):
     blank(devs[3], size)
     r = json.loads(sh([nvraid, "add", "--force", "--json", "--new", devs[3], *devs[:3]]).stdout)
@@ -153,6 +187,8 @@ def main():
     ap.add_argument("--mib", type=int, default=1024, help="member size in MiB")
     ap.add_argument("--throttle", type=int, help="cap each member's reads and writes at MBPS MB/s")
     ap.add_argument("--compare", metavar="OLD", help="also rebuild with this binary, alternating")
+    ap.add_argument("--favour", action="store_true",
+                    help="run in a cgroup with the largest CPU weight (a machine shared with other work)")
     ap.add_argument("--json")
     args = ap.parse_args()
     global NVRAID
@@ -168,6 +204,7 @@ def main():
     size = args.mib << 20
     devs = [zram(size) for _ in range(4)]
     throttle = None
+    favour = Favour() if args.favour else None
     rows = []
     try:
         for dev in devs:
@@ -234,6 +271,8 @@ def main():
     finally:
         if throttle:
             throttle.close()
+        if favour:
+            favour.close()
         for dev in devs:
             try:
                 with open("/sys/class/zram-control/hot_remove", "w") as f:

@@ -516,6 +516,10 @@ fn client_ops(array: &Array) -> u64 {
 /// (what was written while it was away); the rest already holds the
 /// array's data. With `online`, each step holds its region against client
 /// writes. Checkpoints every second; `bytes` counts what was copied.
+///
+/// The reads run on a reader thread that lives as long as the rebuild
+/// (its io_uring and the kernel's workers behind it are made once), a few
+/// pieces ahead of this thread's writes within a step.
 fn rebuild_stepwise(
     array: &Array,
     role: usize,
@@ -524,8 +528,32 @@ fn rebuild_stepwise(
     online: bool,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Rebuilt> {
+    let step = step_bytes(array, only_marked_of(array, role));
+    std::thread::scope(|scope| {
+        let reader = Reader::start(scope, array, role, step);
+        let copied = copy_steps(array, role, from, pace, online, step, &reader, progress);
+        reader.stop();
+        copied
+    })
+}
+
+fn only_marked_of(array: &Array, role: usize) -> bool {
+    array.recovers_by_bitmap(role)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn copy_steps(
+    array: &Array,
+    role: usize,
+    from: u64,
+    pace: &RebuildPace,
+    online: bool,
+    step: u64,
+    reader: &Reader,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Rebuilt> {
     let geometry = array.geometry();
-    let only_marked = array.recovers_by_bitmap(role);
+    let only_marked = only_marked_of(array, role);
     let total = geometry.member_used_bytes_of(role as u32);
     let Some(target) = array.slot(role) else {
         panic!("invariant: a role being rebuilt has its new member in place");
@@ -544,8 +572,16 @@ fn rebuild_stepwise(
             source,
         }
     };
-    let step = step_bytes(array, only_marked);
-    let mut buffers = StepBuffers::new(step);
+    // While no client is busy and no maximum rate applies, a rebuild
+    // whose family sets no step limit (parity; a RAID 1) copies several
+    // steps under one hold (a client write that comes meanwhile waits for
+    // a longer step, once: the next window sees it busy). A RAID 10's step
+    // is a chunk and a bitmap's a bitmap chunk, for what they map: they
+    // stay so.
+    let idle_step = match array.personality().rebuild_step_limit(geometry) {
+        None if !only_marked => step * IDLE_STEPS,
+        _ => step,
+    };
     let started = Instant::now();
     let mut checkpoints = Checkpoints::start();
     let mut window = PaceWindow::open(array, pace, online);
@@ -558,7 +594,12 @@ fn rebuild_stepwise(
         {
             break;
         }
-        let len = (step - at % step).min(total - at);
+        let this_step = if window.busy || pace.max_rate.is_some() {
+            step
+        } else {
+            idle_step
+        };
+        let len = (this_step - at % this_step).min(total - at);
         // The array bytes this step's member bytes belong to (RAID 4/5/6:
         // the data of their stripe, for any block of it).
         let (logical, logical_len) = array.personality().array_bytes_of(geometry, role, at, len);
@@ -568,19 +609,13 @@ fn rebuild_stepwise(
             // far side must not land on the new member between this
             // step's reads and its write.
             let hold = online.then(|| array.hold_bytes(logical, logical_len));
-            copy_step(
-                array,
-                role,
-                (at, logical, len),
-                &mut buffers,
-                &|piece, piece_at| {
-                    crate::failpoint::pause("rebuild-write", piece_at, piece.len() as u64);
-                    target
-                        .member
-                        .write_at(piece, target.data_offset_bytes() + piece_at)
-                        .map_err(target_error)
-                },
-            )?;
+            reader.copy_step((at, logical, len), &|piece, piece_at| {
+                crate::failpoint::pause("rebuild-write", piece_at, piece.len() as u64);
+                target
+                    .member
+                    .write_at(piece, target.data_offset_bytes() + piece_at)
+                    .map_err(target_error)
+            })?;
             drop(hold);
             copied += len;
             window.copied(array, pace, len);
@@ -613,100 +648,129 @@ fn rebuild_stepwise(
 }
 
 /// The most bytes of a step read (or written) at once: a step longer than
-/// this is copied piece by piece, the reads of the next piece overlapping
+/// this is copied piece by piece, the reads of the next pieces overlapping
 /// the write of the last.
 const PIECE_BYTES: u64 = 1 << 20;
 
-/// The buffers a step-by-step rebuild reuses: the pieces a step is read
-/// into and written from, and the parity family's buffers for the other
-/// members' bytes.
-struct StepBuffers {
-    pieces: Vec<AlignedBuf>,
-    sources: Vec<AlignedBuf>,
+/// Steps taken at once by a parity rebuild while clients are idle: each
+/// hold's first read and last write do not overlap the neighbouring
+/// pieces', so longer holds keep the members busier (on zram, 4 MiB steps
+/// reached about 0.7 of a rebuild with no holds; see
+/// docs/performance-history.md).
+const IDLE_STEPS: u64 = 4;
+
+/// Pieces in flight between the reader and the writer of a step.
+const PIECES_AHEAD: usize = 3;
+
+/// A piece for the reader: `len` bytes of the member at `at` (array bytes
+/// from `logical`), to be rebuilt into the buffer.
+struct PieceRead {
+    at: u64,
+    logical: u64,
+    len: usize,
+    buf: AlignedBuf,
 }
 
-impl StepBuffers {
-    fn new(step: u64) -> StepBuffers {
-        let piece = step.min(PIECE_BYTES) as usize;
-        let count = if step > PIECE_BYTES { 3 } else { 1 };
-        StepBuffers {
-            pieces: (0..count).map(|_| AlignedBuf::zeroed(piece)).collect(),
-            sources: Vec::new(),
-        }
-    }
+/// A step-by-step rebuild's reader thread: rebuilds the pieces it is sent,
+/// in order, from the other members, and hands each back with its
+/// buffer (also when the read failed). The parity family's buffers for
+/// the other members' bytes stay with it from one piece to the next.
+struct Reader {
+    requests: std::sync::mpsc::Sender<PieceRead>,
+    answers: std::sync::mpsc::Receiver<(PieceRead, Result<()>)>,
+    /// The buffers not with the reader.
+    pool: std::cell::RefCell<Vec<AlignedBuf>>,
+    piece: u64,
 }
 
-/// Copy one step of a rebuild: `len` bytes of `role`'s data area at `at`
-/// (array bytes from `logical`), rebuilt from the other members and handed
-/// to `write` with their member offset, in order. A step longer than a
-/// piece is read on a second thread a piece ahead of the writes.
-fn copy_step(
-    array: &Array,
-    role: usize,
-    (at, logical, len): (u64, u64, u64),
-    buffers: &mut StepBuffers,
-    write: &(dyn Fn(&[u8], u64) -> Result<()> + Sync),
-) -> Result<()> {
-    let piece_bytes = buffers.pieces[0].len() as u64;
-    let read = |piece_at: u64, buf: &mut [u8], sources: &mut Vec<AlignedBuf>| {
-        let logical = logical + (piece_at - at);
-        array
-            .personality()
-            .rebuild_piece(array, role, (piece_at, logical), buf, sources)
-    };
-    if len <= piece_bytes {
-        let piece = &mut buffers.pieces[0][..len as usize];
-        read(at, piece, &mut buffers.sources)?;
-        return write(piece, at);
-    }
-    let count = buffers.pieces.len();
-    let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<Result<(u64, AlignedBuf)>>(count);
-    let (empty_tx, empty_rx) = std::sync::mpsc::channel::<AlignedBuf>();
-    for buf in buffers.pieces.drain(..) {
-        empty_tx.send(buf).expect("receiver alive");
-    }
-    let sources = &mut buffers.sources;
-    let end = at + len;
-    let mut back = Vec::with_capacity(count);
-    let outcome = std::thread::scope(|scope| {
-        let reader = scope.spawn(move || {
-            let mut piece_at = at;
-            while piece_at < end {
-                let Ok(mut buf) = empty_rx.recv() else { break };
-                let n = piece_bytes.min(end - piece_at);
-                let got = read(piece_at, &mut buf[..n as usize], sources);
-                let failed = got.is_err();
-                if full_tx.send(got.map(|()| (piece_at, buf))).is_err() || failed {
-                    break;
+impl Reader {
+    fn start<'scope>(
+        scope: &'scope std::thread::Scope<'scope, '_>,
+        array: &'scope Array,
+        role: usize,
+        step: u64,
+    ) -> Reader {
+        let piece = step.min(PIECE_BYTES);
+        let count = if step > PIECE_BYTES { PIECES_AHEAD } else { 1 };
+        let (requests, work) = std::sync::mpsc::channel::<PieceRead>();
+        let (done, answers) = std::sync::mpsc::channel();
+        scope.spawn(move || {
+            let mut sources = Vec::new();
+            for mut job in work {
+                let read = array.personality().rebuild_piece(
+                    array,
+                    role,
+                    (job.at, job.logical),
+                    &mut job.buf[..job.len],
+                    &mut sources,
+                );
+                if done.send((job, read)).is_err() {
+                    return;
                 }
-                piece_at += n;
             }
-            empty_rx
         });
-        let mut outcome = Ok(());
-        for piece in &full_rx {
-            outcome = piece.and_then(|(piece_at, buf)| {
-                let n = piece_bytes.min(end - piece_at) as usize;
-                let written = write(&buf[..n], piece_at);
-                // After the last piece the reader is gone; its pool is
-                // still there (it hands it back).
-                let _ = empty_tx.send(buf);
-                written
-            });
-            if outcome.is_err() {
-                break;
-            }
+        Reader {
+            requests,
+            answers,
+            pool: std::cell::RefCell::new(
+                (0..count)
+                    .map(|_| AlignedBuf::zeroed(piece as usize))
+                    .collect(),
+            ),
+            piece,
         }
-        // A reader blocked handing on a piece gives up.
-        drop(full_rx);
-        let empty_rx = reader.join().expect("a rebuild's reader does not panic");
-        back.extend(empty_rx.try_iter());
-        outcome
-    });
-    // Buffers lost with a failed piece are made again.
-    back.resize_with(count, || AlignedBuf::zeroed(piece_bytes as usize));
-    buffers.pieces = back;
-    outcome
+    }
+
+    /// Copy one step: `len` bytes of the member at `at` (array bytes from
+    /// `logical`), rebuilt by the reader a few pieces ahead and handed to
+    /// `write` with their member offset, in order. Returns once every
+    /// piece sent is back (after an error too).
+    fn copy_step(
+        &self,
+        (at, logical, len): (u64, u64, u64),
+        write: &dyn Fn(&[u8], u64) -> Result<()>,
+    ) -> Result<()> {
+        let end = at + len;
+        let mut next = at;
+        let mut out = 0usize;
+        let mut outcome = Ok(());
+        let mut pool = self.pool.borrow_mut();
+        loop {
+            // Keep the reader a few pieces ahead (none after an error).
+            while outcome.is_ok() && next < end {
+                let Some(buf) = pool.pop() else { break };
+                let n = self.piece.min(end - next);
+                let job = PieceRead {
+                    at: next,
+                    logical: logical + (next - at),
+                    len: n as usize,
+                    buf,
+                };
+                self.requests
+                    .send(job)
+                    .expect("the reader lives as long as the rebuild");
+                next += n;
+                out += 1;
+            }
+            if out == 0 {
+                return outcome;
+            }
+            let (job, read) = self
+                .answers
+                .recv()
+                .expect("the reader answers every piece it was sent");
+            out -= 1;
+            if outcome.is_ok() {
+                outcome = read.and_then(|()| write(&job.buf[..job.len], job.at));
+            }
+            pool.push(job.buf);
+        }
+    }
+
+    /// No more pieces: the reader thread ends.
+    fn stop(self) {
+        drop(self.requests);
+    }
 }
 
 /// A step of a rebuild that goes a step at a time: at most a rebuild
