@@ -716,7 +716,10 @@ fn fio_verifies_through_nbd_while_a_served_raid0_is_restriped_to_256k_chunks() {
     assert_eq!(sb["new_chunk"], 512, "{sb}");
     assert_eq!(sb["chunk_sectors"], 128, "{sb}");
     assert_ne!(sb["feature_map"].as_u64().unwrap() & 4, 0, "{sb}");
-    assert!((sb["new_offset"].as_u64().unwrap() as u32 as i32) < 0, "{sb}");
+    assert!(
+        (sb["new_offset"].as_u64().unwrap() as u32 as i32) < 0,
+        "{sb}"
+    );
     let out = restripe.wait_with_output().unwrap();
     assert!(
         out.status.success(),
@@ -776,7 +779,15 @@ fn writes_acknowledged_during_an_online_raid0_restripe_survive_a_sigkill() {
     let text = refusal(&["grow", "--socket", &control(d), "--chunk", "128K"], d);
     assert!(text.contains("second reshape"), "{text}");
     let text = refusal(
-        &["grow", "--socket", &control(d), "-n", "4", "--add", "new.img"],
+        &[
+            "grow",
+            "--socket",
+            &control(d),
+            "-n",
+            "4",
+            "--add",
+            "new.img",
+        ],
         d,
     );
     assert!(text.contains("second"), "{text}");
@@ -837,7 +848,10 @@ fn a_member_failing_mid_online_raid0_restripe_stops_it_at_its_recorded_position(
     node.fail();
     let out = restripe.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(!out.status.success(), "the restripe went on without a member");
+    assert!(
+        !out.status.success(),
+        "the restripe went on without a member"
+    );
     let stopped: u64 = stderr
         .split("restripe stopped at ")
         .nth(1)
@@ -962,7 +976,11 @@ fn the_kernel_assembles_raid0s_restriped_online_and_finishes_one_left_mid_restri
     let report = kernel_reports(
         dir.path(),
         &images,
-        &[("rdone0", 3 * PER), ("rcont0", 3 * PER), ("rleft0", 3 * PER)],
+        &[
+            ("rdone0", 3 * PER),
+            ("rcont0", 3 * PER),
+            ("rleft0", 3 * PER),
+        ],
     );
     for name in ["rdone0", "rcont0"] {
         let line = kernel_line(&report, name);
@@ -985,4 +1003,64 @@ fn the_kernel_assembles_raid0s_restriped_online_and_finishes_one_left_mid_restri
             && line.contains("chunk=262144"),
         "{line}\n{report}"
     );
+}
+
+/// A server dying inside a served RAID 0's restripe (`NVRAID_FAILPOINT`,
+/// no cleanup, as a power cut ends it): inside a step (after its first,
+/// or a later, member write) and after a step's record. The next `serve`
+/// finishes the restripe before it serves, and every byte of the pattern
+/// written before reads back through it; the array is a RAID 0 of three
+/// in 256 KiB chunks (in 64 KiB ones when it died before any member
+/// recorded the restripe).
+#[test]
+fn a_server_dying_inside_an_online_raid0_restripe_leaves_every_byte() {
+    for kill in [
+        "reshape-write:1",
+        "reshape-write:8",
+        "reshape-superblock:1",
+        "reshape-superblock:4",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let members: Vec<String> = (0..3).map(|i| format!("m{i}.img")).collect();
+        create0(d, &members, "8M", "diec0");
+        let size = detail(d, &members)["size_bytes"].as_u64().unwrap();
+        write_pattern(d, &members, size);
+        let mut server = serve_env(d, &members, &[], &[("NVRAID_FAILPOINT", kill)]);
+        let restripe = restripe0_cmd(d, "256K");
+        let exit = server.wait().unwrap();
+        assert!(!exit.success(), "{kill}: the server lived");
+        let _ = restripe.wait_with_output();
+        assert!(
+            serve_log(d).contains(&format!("failpoint {}", kill.split(':').next().unwrap())),
+            "{kill}: {}",
+            serve_log(d)
+        );
+        // The record reaches the members with the first step's superblock
+        // update: a server dying inside that step leaves a RAID 0 in its
+        // old chunk (the step wrote only below the data), any later one
+        // md's record.
+        let recorded = (examine_sb(d, "m0.img")["feature_map"].as_u64().unwrap() & 4) != 0;
+        assert!(
+            recorded || kill == "reshape-write:1",
+            "{kill}: no record on m0"
+        );
+        let server = serve(d, &members);
+        let log = serve_log(d);
+        assert!(
+            !recorded
+                || log.contains("event=reshape-finishing-offline")
+                    && log.contains("event=reshape-finished"),
+            "{kill}: {log}"
+        );
+        let got = served_bytes(d);
+        server.interrupt();
+        assert_eq!(got.len() as u64, size, "{kill}");
+        assert!(got == pattern(size), "{kill}: a byte moved wrong");
+        let done = detail(d, &members);
+        assert_eq!(done["level"], 0, "{kill}: {done}");
+        let chunk = if recorded { 256 } else { 64 } * 1024;
+        assert_eq!(done["chunk_bytes"], chunk, "{kill}: {done}");
+        assert_eq!(done["state"], "clean", "{kill}: {done}");
+    }
 }

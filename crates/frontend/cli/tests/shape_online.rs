@@ -356,9 +356,9 @@ fn restripes_a_served_array_cannot_take_are_refused_by_name_and_change_no_byte()
     server.interrupt();
     // A served RAID 0 (restriped as md's RAID 4 with its parity missing,
     // `raid0_online.rs`): a layout (md's RAID 0 has none), a chunk md
-    // refuses, one the members' 14 MiB are not a whole number of, and one
-    // larger than the room below the data (it moves forwards only, offline
-    // too).
+    // refuses, one the members' 13 MiB of data are not a whole number of,
+    // and one (1 MiB) more than the room below the data, which is 1 MiB
+    // less the superblock's (it moves forwards only, offline too).
     let sub = d.join("r0");
     std::fs::create_dir(&sub).unwrap();
     let r0 = create(&sub, "0", 4, "14M");
@@ -376,7 +376,7 @@ fn restripes_a_served_array_cannot_take_are_refused_by_name_and_change_no_byte()
     );
     refused_online(
         &sub,
-        &["--chunk", "2M"],
+        &["--chunk", "1M"],
         &["free before the data", "larger chunk", "RAID 0's restripe"],
     );
     server.interrupt();

@@ -22,6 +22,16 @@
 //! not recorded faulty (`holds_every_byte` is false with any member gone):
 //! client requests touching it fail, the others go on in both shapes, and
 //! `nvraid grow --continue` finishes it once the member answers again.
+//!
+//! A served RAID 0's chunk change (`nvraid grow --socket CTL --chunk
+//! SIZE`, [`LiveGrow::start_raid0_shape`]) is the same with no member
+//! added, as the offline restripe (`shape`) records it: the RAID 4 of
+//! N + 1 in both shapes (`delta_disks` 0, md's `new_chunk`), the parity
+//! role N named by no member and a stand-in in both, the data offset
+//! moved down (forwards only, as offline); the end takes it back to a
+//! RAID 0 of N in the new chunk. A server killed mid-way leaves md's
+//! record, which the next `serve` finishes offline before it serves
+//! (`resume`), as it finishes a RAID 0 grow.
 
 use super::grow::{free_dev_numbers, new_member_superblock, room_for};
 use super::live::{
