@@ -1,4 +1,4 @@
-//! A served RAID 5/6/10 restriped (`LiveGrow::start_shape`, what `nvraid
+//! A served RAID 0/5/6/10 restriped (`LiveGrow::start_shape`, what `nvraid
 //! grow --socket --chunk/--layout` runs) while clients read and write
 //! their own blocks through the fast path: every read during the restripe
 //! sees the block's last write, and the array assembled again is in the
@@ -131,4 +131,17 @@ fn clients_read_and_write_through_an_online_raid6_restripe_to_a_smaller_chunk() 
 fn clients_read_and_write_through_an_online_raid10_restripe_to_a_larger_chunk() {
     let raid10 = Level::Raid10 { near: 2 };
     restripe_online_and_check(raid10, 4, 64 << 10, 256 << 10, None, raid10);
+}
+
+/// A RAID 0's chunk, restriped as md's RAID 4 with its parity missing
+/// (`live_raid0`): a larger chunk, then a smaller one; each ends a RAID 0
+/// again, in the new chunk, every block as last written.
+#[test]
+fn clients_read_and_write_through_an_online_raid0_restripe_to_a_larger_chunk() {
+    restripe_online_and_check(Level::Raid0, 3, 64 << 10, 256 << 10, None, Level::Raid0);
+}
+
+#[test]
+fn clients_read_and_write_through_an_online_raid0_restripe_to_a_smaller_chunk() {
+    restripe_online_and_check(Level::Raid0, 4, 128 << 10, 32 << 10, None, Level::Raid0);
 }

@@ -2,7 +2,9 @@
 //! as md grows one (taken over as a RAID 4 with its parity missing, back
 //! to RAID 0 at the end) while clients read and write; a server killed
 //! part-way leaves md's record, which `grow --continue` (or the kernel)
-//! finishes; a member failing stops it at the recorded position.
+//! finishes; a member failing stops it at the recorded position. The same
+//! for `nvraid grow --socket CTL --chunk SIZE`, a served RAID 0's chunk
+//! changed as md changes it (restriped as that RAID 4).
 
 mod common;
 
@@ -31,6 +33,18 @@ fn grow_cmd(dir: &Path, raid_devices: u32, add: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_nvraid"))
         .current_dir(dir)
         .args(&args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// `grow --socket CTL --chunk SIZE` (1 MiB steps).
+fn restripe0_cmd(dir: &Path, chunk: &str) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_nvraid"))
+        .current_dir(dir)
+        .args(["grow", "--socket", &control(dir), "--chunk", chunk])
+        .args(["--step", "1M"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -664,4 +678,389 @@ fn online_raid0_grows_md_would_not_make_are_refused_and_nothing_is_written() {
     refused(&members, &["-n", "5", "--add", "new.img"], "--raid-devices");
     refused(&members, &["-n", "4", "--add", "o0.img"], "o0.img");
     server.interrupt();
+}
+
+/// fio writes and verifies through NBD while a served RAID 0 of three is
+/// restriped from 64 KiB to 256 KiB chunks; `status` shows a restripe
+/// with its position and rate; mid-way the members record md's RAID 4 of
+/// the restripe (level 4, four roles, no member added, the new chunk, the
+/// data offset moving down); at the end it is a RAID 0 of three in 256
+/// KiB chunks at the same size, and fio finds every block it wrote.
+#[test]
+fn fio_verifies_through_nbd_while_a_served_raid0_is_restriped_to_256k_chunks() {
+    tool("fio");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let members: Vec<String> = (0..3).map(|i| format!("m{i}.img")).collect();
+    create0(d, &members, "32M", "chunk0");
+    let before = detail(d, &members);
+    assert_eq!(before["chunk_bytes"], 64 * 1024, "{before}");
+    let size = before["size_bytes"].as_u64().unwrap();
+    let server = serve_with(d, &members, &["--reshape-speed", "12"]);
+    let fio = fio_verify(d, "chunk0", 2000, 23, false);
+    std::thread::sleep(Duration::from_millis(300));
+    let restripe = restripe0_cmd(d, "256K");
+    let mid = wait_reshape_past(d, 0);
+    let r = &mid["array"]["reshape"];
+    assert_eq!(r["kind"], "restripe", "{mid}");
+    assert_eq!(r["raid_disks_before"], 3, "{mid}");
+    assert_eq!(r["raid_disks"], 3, "{mid}");
+    assert_eq!(r["end_bytes"], size, "{mid}");
+    assert!(r["bytes_per_sec"].as_u64().unwrap() > 0, "{mid}");
+    // md's record of a RAID 0's chunk change: its RAID 4 of one more
+    // member, the parity role named by no member.
+    let sb = examine_sb(d, "m0.img");
+    assert_eq!(sb["level"], 4, "{sb}");
+    assert_eq!(sb["raid_disks"], 4, "{sb}");
+    assert_eq!(sb["delta_disks"], 0, "{sb}");
+    assert_eq!(sb["new_chunk"], 512, "{sb}");
+    assert_eq!(sb["chunk_sectors"], 128, "{sb}");
+    assert_ne!(sb["feature_map"].as_u64().unwrap() & 4, 0, "{sb}");
+    assert!(
+        (sb["new_offset"].as_u64().unwrap() as u32 as i32) < 0,
+        "{sb}"
+    );
+    let out = restripe.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "grow --socket --chunk: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The served array is in the new shape already: a second restripe
+    // back starts from it (and is stopped with the server).
+    let s = status(d);
+    assert_eq!(s["array"]["reshape"]["state"], "finished", "{s}");
+    fio_done(fio);
+    server.interrupt();
+    let done = detail(d, &members);
+    assert_eq!(done["level"], 0, "{done}");
+    assert_eq!(done["raid_disks"], 3, "{done}");
+    assert_eq!(done["chunk_bytes"], 256 * 1024, "{done}");
+    assert_eq!(done["size_bytes"], size, "{done}");
+    assert_eq!(done["state"], "clean", "{done}");
+    for m in &members {
+        let sb = examine_sb(d, m);
+        assert_eq!(sb["level"], 0, "{m}: {sb}");
+        assert_eq!(sb["raid_disks"], 3, "{m}: {sb}");
+        assert_eq!(
+            sb["feature_map"].as_u64().unwrap() & (2 | 4),
+            0,
+            "{m}: {sb}"
+        );
+    }
+    let server = serve(d, &members);
+    fio_done(fio_verify(d, "chunk0", 2000, 23, true));
+    server.interrupt();
+}
+
+/// qemu-io's writes through NBD, acknowledged while a served RAID 0 is
+/// restriped to 256 KiB chunks (half below the position, in the new
+/// chunk, half past it), a second reshape refused meanwhile, then the
+/// server killed with SIGKILL: `serve` again finishes the restripe before
+/// it serves (md's RAID 4 with its parity missing), a RAID 0 in 256 KiB
+/// chunks, and every acknowledged write reads back through it, the rest
+/// zeros.
+#[test]
+fn writes_acknowledged_during_an_online_raid0_restripe_survive_a_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let members: Vec<String> = (0..3).map(|i| format!("m{i}.img")).collect();
+    create0(d, &members, "24M", "kill0c");
+    let size = detail(d, &members)["size_bytes"].as_u64().unwrap();
+    blank_mib(d, "new.img", 25);
+    let mut server = serve_with(d, &members, &["--reshape-speed", "3"]);
+    let restripe = restripe0_cmd(d, "256K");
+    let mid = wait_reshape_past(d, 0);
+    let position = mid["array"]["reshape"]["position_bytes"].as_u64().unwrap();
+    let mut want = vec![0u8; size as usize];
+    write_blocks(d, position, 600, 0x2545_f4a1, &mut want);
+    // A second reshape while it runs: refused, the new member untouched.
+    let blank = std::fs::read(d.join("new.img")).unwrap();
+    let text = refusal(&["grow", "--socket", &control(d), "--chunk", "128K"], d);
+    assert!(text.contains("second reshape"), "{text}");
+    let text = refusal(
+        &[
+            "grow",
+            "--socket",
+            &control(d),
+            "-n",
+            "4",
+            "--add",
+            "new.img",
+        ],
+        d,
+    );
+    assert!(text.contains("second"), "{text}");
+    assert!(
+        std::fs::read(d.join("new.img")).unwrap() == blank,
+        "a refused grow wrote to the new member"
+    );
+    let s = status(d);
+    assert_eq!(s["array"]["reshape"]["state"], "running", "{s}");
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let _ = restripe.wait_with_output();
+    let sb = examine_sb(d, "m0.img");
+    assert_ne!(sb["feature_map"].as_u64().unwrap() & 4, 0, "{sb}");
+    let server = serve(d, &members);
+    let log = serve_log(d);
+    assert!(
+        log.contains("event=reshape-finishing-offline")
+            && log.contains("a RAID 0 reshaped as md's RAID 4")
+            && log.contains("event=reshape-finished"),
+        "{log}"
+    );
+    let got = served_bytes(d);
+    server.interrupt();
+    let done = detail(d, &members);
+    assert_eq!(done["level"], 0, "{done}");
+    assert_eq!(done["raid_disks"], 3, "{done}");
+    assert_eq!(done["chunk_bytes"], 256 * 1024, "{done}");
+    assert_eq!(done["state"], "clean", "{done}");
+    assert_eq!(got.len() as u64, size);
+    for b in 0..got.len() / 4096 {
+        assert!(
+            got[b * 4096..(b + 1) * 4096] == want[b * 4096..(b + 1) * 4096],
+            "block {b} lost an acknowledged write across the kill"
+        );
+    }
+}
+
+/// A member of a served RAID 0 fails part-way through its online
+/// restripe (nbdkit's error filter): the restripe stops at the position
+/// its superblocks record, saying so, the member not recorded faulty;
+/// reads on the other members go on in both chunks. Once the member
+/// answers again, `grow --continue` finishes it: a RAID 0 in 256 KiB
+/// chunks, every byte written before in place.
+#[test]
+fn a_member_failing_mid_online_raid0_restripe_stops_it_at_its_recorded_position() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let members: Vec<String> = (0..3).map(|i| format!("m{i}.img")).collect();
+    create0(d, &members, "24M", "failc0");
+    let size = detail(d, &members)["size_bytes"].as_u64().unwrap();
+    write_pattern(d, &members, size);
+    let node = FailingNode::up(d, "m1.img");
+    let through = vec![members[0].clone(), node.uri(), members[2].clone()];
+    let mut server = serve_with(d, &through, &["--reshape-speed", "4"]);
+    let restripe = restripe0_cmd(d, "256K");
+    wait_reshape_past(d, 2 * MIB);
+    node.fail();
+    let out = restripe.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(
+        !out.status.success(),
+        "the restripe went on without a member"
+    );
+    let stopped: u64 = stderr
+        .split("restripe stopped at ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no position in: {stderr}"));
+    assert!(
+        stderr.contains("no redundancy") && stderr.contains("grow --continue"),
+        "{stderr}"
+    );
+    assert!(stopped > 2 * MIB && stopped < size, "{stderr}");
+    let s = status(d);
+    assert_eq!(s["array"]["reshape"]["state"], "failed", "{s}");
+    assert_eq!(
+        s["array"]["reshape"]["position_bytes"].as_u64().unwrap(),
+        stopped,
+        "{s}"
+    );
+    // Blocks on m0 (the first chunk of a row in either chunk) below the
+    // position and past it still read, and read the pattern (block b
+    // holds b).
+    let want = pattern(size);
+    // (A multiple of 768 KiB starts a row on m0 in either chunk.)
+    let row = 3 * 256 * 1024;
+    for at in [row, (stopped + row) / row * row] {
+        assert!(at + 4096 <= size, "{at}");
+        let out = Command::new(tool("qemu-io"))
+            .args(["-f", "raw", "-c", &format!("read -v {at} 4096")])
+            .arg(format!(
+                "nbd+unix:///?socket={}",
+                d.join("md.sock").display()
+            ))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("read 4096/4096") && !text.contains("Input/output error"),
+            "a read at {at} failed after the restripe stopped: {text}"
+        );
+        let first: Vec<u8> = text
+            .lines()
+            .next()
+            .unwrap()
+            .split(':')
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .take(16)
+            .map(|h| u8::from_str_radix(h, 16).unwrap())
+            .collect();
+        assert_eq!(first[..], want[at as usize..at as usize + 16], "at {at}");
+    }
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let sb = examine_sb(d, "m0.img");
+    assert_ne!(sb["feature_map"].as_u64().unwrap() & 4, 0, "{sb}");
+    assert_eq!(
+        sb["reshape_position"].as_u64().unwrap() * 512,
+        stopped,
+        "{sb}"
+    );
+    let max_dev = sb["max_dev"].as_u64().unwrap() as usize;
+    for m in &members {
+        let image = std::fs::read(d.join(m)).unwrap();
+        let table = &image[4096 + 256..4096 + 256 + 2 * max_dev];
+        assert!(
+            !table.chunks(2).any(|e| e == [0xfe, 0xff]),
+            "{m} records a member faulty in a RAID 0: {table:?}"
+        );
+    }
+    drop(node);
+    ok(&with(&["grow", "--continue"], &members), d);
+    let done = detail(d, &members);
+    assert_eq!(done["level"], 0, "{done}");
+    assert_eq!(done["chunk_bytes"], 256 * 1024, "{done}");
+    assert!(read(d, &members, size) == want, "the data moved wrong");
+}
+
+/// md (tools/mdvm) assembles RAID 0s restriped online from 64 KiB to 256
+/// KiB chunks: one to the end, one whose server was killed part-way and
+/// that `grow --continue` finished (both RAID 0s of three in 256 KiB
+/// chunks), and one left killed, which the kernel continues from
+/// nvraid's record as its own RAID 4 restripe (its parity missing: md's
+/// level 4, degraded by that role, in 256 KiB chunks): each reads the
+/// pattern written before.
+#[test]
+fn the_kernel_assembles_raid0s_restriped_online_and_finishes_one_left_mid_restripe() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut images: Vec<PathBuf> = Vec::new();
+    for (name, kill, cont) in [
+        ("rdone0", false, false),
+        ("rcont0", true, true),
+        ("rleft0", true, false),
+    ] {
+        let sub = dir.path().join(name);
+        std::fs::create_dir(&sub).unwrap();
+        let names: Vec<String> = (0..3).map(|i| format!("d{i}")).collect();
+        create0(&sub, &names, "15M", name);
+        write_pattern(&sub, &names, 3 * PER);
+        let speed = if kill { "2" } else { "50" };
+        let mut server = serve_with(&sub, &names, &["--reshape-speed", speed]);
+        let restripe = restripe0_cmd(&sub, "256K");
+        if kill {
+            wait_reshape_past(&sub, MIB);
+            server.kill().unwrap();
+            server.wait().unwrap();
+            let _ = restripe.wait_with_output();
+        } else {
+            let out = restripe.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            server.interrupt();
+        }
+        if cont {
+            ok(&with(&["grow", "--continue"], &names), &sub);
+        }
+        images.extend(names.iter().map(|n| sub.join(n)));
+    }
+    let report = kernel_reports(
+        dir.path(),
+        &images,
+        &[
+            ("rdone0", 3 * PER),
+            ("rcont0", 3 * PER),
+            ("rleft0", 3 * PER),
+        ],
+    );
+    for name in ["rdone0", "rcont0"] {
+        let line = kernel_line(&report, name);
+        assert!(
+            line.contains("level=raid0")
+                && line.contains("disks=3")
+                && line.contains(&format!("size={}", 3 * PER))
+                && line.contains("pattern=ok")
+                && line.contains("chunk=262144"),
+            "{line}\n{report}"
+        );
+    }
+    let line = kernel_line(&report, "rleft0");
+    assert!(
+        line.contains("level=raid4")
+            && line.contains("disks=4")
+            && line.contains("degraded=1")
+            && line.contains(&format!("size={}", 3 * PER))
+            && line.contains("pattern=ok")
+            && line.contains("chunk=262144"),
+        "{line}\n{report}"
+    );
+}
+
+/// A server dying inside a served RAID 0's restripe (`NVRAID_FAILPOINT`,
+/// no cleanup, as a power cut ends it): inside a step (after its first,
+/// or a later, member write) and after a step's record. The next `serve`
+/// finishes the restripe before it serves, and every byte of the pattern
+/// written before reads back through it; the array is a RAID 0 of three
+/// in 256 KiB chunks (in 64 KiB ones when it died before any member
+/// recorded the restripe).
+#[test]
+fn a_server_dying_inside_an_online_raid0_restripe_leaves_every_byte() {
+    for kill in [
+        "reshape-write:1",
+        "reshape-write:8",
+        "reshape-superblock:1",
+        "reshape-superblock:4",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let members: Vec<String> = (0..3).map(|i| format!("m{i}.img")).collect();
+        create0(d, &members, "8M", "diec0");
+        let size = detail(d, &members)["size_bytes"].as_u64().unwrap();
+        write_pattern(d, &members, size);
+        let mut server = serve_env(d, &members, &[], &[("NVRAID_FAILPOINT", kill)]);
+        let restripe = restripe0_cmd(d, "256K");
+        let exit = server.wait().unwrap();
+        assert!(!exit.success(), "{kill}: the server lived");
+        let _ = restripe.wait_with_output();
+        assert!(
+            serve_log(d).contains(&format!("failpoint {}", kill.split(':').next().unwrap())),
+            "{kill}: {}",
+            serve_log(d)
+        );
+        // The record reaches the members with the first step's superblock
+        // update: a server dying inside that step leaves a RAID 0 in its
+        // old chunk (the step wrote only below the data), any later one
+        // md's record.
+        let recorded = (examine_sb(d, "m0.img")["feature_map"].as_u64().unwrap() & 4) != 0;
+        assert!(
+            recorded || kill == "reshape-write:1",
+            "{kill}: no record on m0"
+        );
+        let server = serve(d, &members);
+        let log = serve_log(d);
+        assert!(
+            !recorded
+                || log.contains("event=reshape-finishing-offline")
+                    && log.contains("event=reshape-finished"),
+            "{kill}: {log}"
+        );
+        let got = served_bytes(d);
+        server.interrupt();
+        assert_eq!(got.len() as u64, size, "{kill}");
+        assert!(got == pattern(size), "{kill}: a byte moved wrong");
+        let done = detail(d, &members);
+        assert_eq!(done["level"], 0, "{kill}: {done}");
+        let chunk = if recorded { 256 } else { 64 } * 1024;
+        assert_eq!(done["chunk_bytes"], chunk, "{kill}: {done}");
+        assert_eq!(done["state"], "clean", "{kill}: {done}");
+    }
 }

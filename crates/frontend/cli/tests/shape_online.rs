@@ -354,16 +354,30 @@ fn restripes_a_served_array_cannot_take_are_refused_by_name_and_change_no_byte()
         &["nothing to change"],
     );
     server.interrupt();
-    // A served RAID 0 is refused by name, naming the offline command
-    // (md restripes it as a RAID 4 with its parity missing).
+    // A served RAID 0 (restriped as md's RAID 4 with its parity missing,
+    // `raid0_online.rs`): a layout (md's RAID 0 has none), a chunk md
+    // refuses, one the members' 13 MiB of data are not a whole number of,
+    // and one (1 MiB) more than the room below the data, which is 1 MiB
+    // less the superblock's (it moves forwards only, offline too).
     let sub = d.join("r0");
     std::fs::create_dir(&sub).unwrap();
-    let r0 = create(&sub, "0", 4, "16M");
+    let r0 = create(&sub, "0", 4, "14M");
     let server = serve(&sub, &r0);
     refused_online(
         &sub,
-        &["--chunk", "128K"],
-        &["served raid0", "nvraid grow --chunk"],
+        &["--layout", "left-symmetric"],
+        &["layout of a raid0", "--chunk"],
+    );
+    refused_online(&sub, &["--chunk", "96K"], &["--chunk", "power of two"]);
+    refused_online(
+        &sub,
+        &["--chunk", "4M"],
+        &["not a whole number of the new chunks"],
+    );
+    refused_online(
+        &sub,
+        &["--chunk", "1M"],
+        &["free before the data", "larger chunk", "RAID 0's restripe"],
     );
     server.interrupt();
     // A second reshape while one runs: another restripe, and a grow.

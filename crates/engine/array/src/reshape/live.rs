@@ -750,10 +750,11 @@ impl LiveGrow {
             0
         };
         LiveGrowStatus {
-            // The member count kept: a chunk or layout change (`live_shape`).
-            kind: if self.old_members == self.reshape.new_shape().members() {
+            // The member count kept: a chunk or layout change (`live_shape`;
+            // a RAID 0's counted in its RAID 4's roles, `live_raid0`).
+            kind: if self.reshape.old().members() == self.reshape.new_shape().members() {
                 "restripe"
-            } else if self.old_members > self.reshape.new_shape().members() {
+            } else if self.reshape.old().members() > self.reshape.new_shape().members() {
                 "shrink"
             } else {
                 "grow"

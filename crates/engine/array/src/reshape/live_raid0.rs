@@ -22,11 +22,23 @@
 //! not recorded faulty (`holds_every_byte` is false with any member gone):
 //! client requests touching it fail, the others go on in both shapes, and
 //! `nvraid grow --continue` finishes it once the member answers again.
+//!
+//! A served RAID 0's chunk change (`nvraid grow --socket CTL --chunk
+//! SIZE`, [`LiveGrow::start_raid0_shape`]) is the same with no member
+//! added, as the offline restripe (`shape`) records it: the RAID 4 of
+//! N + 1 in both shapes (`delta_disks` 0, md's `new_chunk`), the parity
+//! role N named by no member and a stand-in in both, the data offset
+//! moved down (forwards only, as offline); the end takes it back to a
+//! RAID 0 of N in the new chunk. A server killed mid-way leaves md's
+//! record, which the next `serve` finishes offline before it serves
+//! (`resume`), as it finishes a RAID 0 grow.
 
 use super::grow::{free_dev_numbers, new_member_superblock, room_for};
 use super::live::{
     check_count, check_settled, move_bblogs, open_added, Begin, LiveGrow, LiveGrowOptions, Parts,
 };
+use super::live_shape::LiveShapeOptions;
+use super::shape::{choose_move, new_geometry, RAID0_FORWARDS_ONLY};
 use super::takeover::{
     finish_as_raid0, follow_position, raid4_of_raid0, record_as_raid4, record_recovering,
 };
@@ -150,6 +162,110 @@ impl LiveGrow {
         LiveGrow::launch_as(array, parts, pace, Begin::Fresh, Some(raid0))
     }
 
+    /// Start restriping the served RAID 0 `array` to a new chunk as md's
+    /// RAID 4 of one more member with its parity missing (`nvraid grow
+    /// --socket CTL --chunk SIZE`; see the module's text). The offline
+    /// restripe's checks (`shape`): md's chunk rules, the array's size
+    /// kept, something to change, one zone, room to move the data offset
+    /// down by at least the larger chunk. Refused, with nothing written:
+    /// those, an array not served writable, a member missing or being
+    /// recovered, a second reshape. (A layout is refused before this, by
+    /// `shape::new_level`.)
+    pub(super) fn start_raid0_shape(
+        array: &Arc<Array>,
+        options: &LiveShapeOptions,
+    ) -> Result<(Arc<LiveGrow>, std::thread::JoinHandle<()>)> {
+        let spec0 = array
+            .slot(0)
+            .map_or("(missing)", |s| s.member.spec())
+            .to_string();
+        super::live::refuse_second(array, &spec0, "reshape")?;
+        if !array.is_writable() {
+            return Err(Error::ReadOnly);
+        }
+        let raid0 = array.geometry().clone();
+        assert_eq!(raid0.level(), Level::Raid0, "invariant: a served RAID 0");
+        if array.is_degraded() || (0..array.roles()).any(|r| !array.is_usable(r)) {
+            return Err(Error::NotStartable(
+                "a member of the RAID 0 is missing; a RAID 0 has no redundancy to restripe around it: bring the member back first".into(),
+            ));
+        }
+        check_settled(array)?;
+        let n = raid0.members();
+        let reference = array.superblock().clone();
+        let sbs: Vec<Superblock> = (0..array.roles())
+            .map(|r| array.slot(r).expect("a RAID 0 is whole").superblock.clone())
+            .collect();
+        let held: Vec<(&str, &Superblock)> = (0..array.roles())
+            .map(|r| array.slot(r).expect("a RAID 0 is whole").member.spec())
+            .zip(sbs.iter())
+            .collect();
+        let old = raid4_of_raid0(&held, &raid0)?;
+        let member_rows = old.member_used_bytes();
+        let (new, _) = new_geometry(
+            &old,
+            old.level(),
+            options.chunk_bytes,
+            options.layout.is_some(),
+            member_rows,
+            &spec0,
+        )?;
+        let data_offset = reference.data_offset_sectors * 512;
+        if sbs
+            .iter()
+            .any(|sb| sb.data_offset_sectors * 512 != data_offset)
+        {
+            return Err(Error::Unsupported {
+                spec: spec0.clone(),
+                what: "members with different data offsets (nvraid restripes a served array whose members start their data at one offset); stop serve and use `nvraid grow --chunk SIZE MEMBERS`".into(),
+            });
+        }
+        let members: Vec<(&Member, &Superblock)> = (0..array.roles())
+            .map(|r| &*array.slot(r).expect("a RAID 0 is whole").member)
+            .zip(sbs.iter())
+            .collect();
+        // Forwards only, as offline: nvraid reads around the RAID 4's
+        // missing parity member only forwards.
+        let (direction, moved_sectors) =
+            choose_move(&members, &old, &new, None, Some(RAID0_FORWARDS_ONLY))?;
+        debug_assert_eq!(direction, Direction::Forwards);
+        drop(members);
+        // The bad-block logs the move would overwrite, and where they go.
+        let (_, log_moves) = room_for(&sbs, &reference, &old, None)?;
+        let new_offset = data_offset - moved_sectors * 512;
+        let reshape = Reshape::new(
+            old.clone(),
+            new.clone(),
+            0,
+            Direction::Forwards,
+            (0..old.members()).map(|_| data_offset).collect(),
+            (0..new.members()).map(|_| new_offset).collect(),
+        )
+        .map_err(|e| Error::NotStartable(e.to_string()))?;
+        let stand_in = super::degraded::stand_in()?;
+        // Nothing written before this line.
+        let bblog_offsets = move_bblogs(array, &sbs, &log_moves)?;
+        let parts = Parts {
+            reshape,
+            old_members: n,
+            added: Vec::new(),
+            moved_sectors,
+            bblog_offsets,
+            table_entries: Vec::new(),
+        };
+        let pace = (
+            options.step_bytes,
+            options.min_bytes_per_sec,
+            options.max_bytes_per_sec,
+        );
+        let raid0 = Raid0Grow {
+            layout: reference.layout,
+            member_rows,
+            stand_in,
+        };
+        LiveGrow::launch_as(array, parts, pace, Begin::Fresh, Some(raid0))
+    }
+
     /// A RAID 0's grow: the new shape's parity role, which no member holds.
     pub(super) fn raid0_parity_role(&self) -> Option<usize> {
         self.raid0
@@ -195,6 +311,11 @@ impl LiveGrow {
     pub(super) fn raid0_stopped(&self, error: Error, position: u64) -> Error {
         if self.raid0.is_none() {
             return error;
+        }
+        if self.reshape.old().members() == self.reshape.new_shape().members() {
+            return Error::NotStartable(format!(
+                "{error}; a RAID 0 has no redundancy to restripe on without that member: the restripe stopped at {position} bytes, the position its superblocks record, the member not recorded faulty; once it answers again, stop serve and run `nvraid grow --continue` with every member (or `nvraid serve`, which finishes it first)"
+            ));
         }
         Error::NotStartable(format!(
             "{error}; a RAID 0 has no redundancy to grow on without that member: the grow stopped at {position} bytes, the position its superblocks record, the member not recorded faulty; once it answers again, stop serve and run `nvraid grow --continue` with every member (the added ones too)"

@@ -1,4 +1,4 @@
-//! A served RAID 4/5/6 (or RAID 10 near: its chunk) restriped in place
+//! A served RAID 4/5/6 (or RAID 0, RAID 10 near: its chunk) restriped in place
 //! (`nvraid grow --socket --chunk SIZE --layout NAME`): [`LiveGrow`] with
 //! the member count kept and the chunk and/or layout changed, md's `new_chunk`/`new_layout` recorded
 //! with the data offset moved down (`new_offset` < 0), running forwards.
@@ -22,8 +22,13 @@
 //!
 //! A RAID 10 near takes the copies' route and steps of its served grow
 //! (`live_copy`; its bitmap counts array bytes, the same in both shapes).
-//! A RAID 0 (restriped as md's RAID 4 with its parity missing) is refused
-//! by name: `nvraid grow --chunk` restripes it offline.
+//! A RAID 0's chunk changes as the offline restripe changes it, as md's
+//! RAID 4 of one more member with its parity missing
+//! (`LiveGrow::start_raid0_shape` in `live_raid0`): the same served grow
+//! with no member added, writing no parity, taken back to RAID 0 in the
+//! new chunk in the superblock write that ends it; a layout is refused
+//! (md's RAID 0 has none), and so is a move of the data offset up (the
+//! offline restripe of a RAID 0 runs forwards only too).
 
 use super::grow::room_for;
 use super::live::{check_growable, move_bblogs, Begin, LiveGrow, Parts};
@@ -81,13 +86,18 @@ impl LiveGrow {
             options.layout.as_deref(),
             &spec0,
         )?;
-        // (A RAID 10 far/offset is refused by `new_level`.)
+        // (A RAID 10 far/offset is refused by `new_level`, a RAID 0's
+        // layout too.) A RAID 0's chunk changes as md's RAID 4 with its
+        // parity missing (`live_raid0`).
+        if old.level() == Level::Raid0 {
+            return LiveGrow::start_raid0_shape(array, options);
+        }
         if !matches!(
             old.level(),
             Level::Raid5 { .. } | Level::Raid6 { .. } | Level::Raid10 { .. }
         ) {
             return Err(refuse(format!(
-                "changing the chunk or layout of a served {} (nvraid restripes a served RAID 4/5/6 or RAID 10 near); stop serve and restripe it offline with `nvraid grow --chunk SIZE MEMBERS`",
+                "changing the chunk or layout of a served {} (nvraid restripes a served RAID 0/4/5/6 or RAID 10 near); stop serve and restripe it offline with `nvraid grow --chunk SIZE MEMBERS`",
                 old.level()
             )));
         }

@@ -41,7 +41,7 @@
 //!   step's window closed to them and earlier requests drained;
 //! - `live_shape`: [`LiveGrow::start_shape`], a served RAID 4/5/6 or
 //!   RAID 10 near restriped (chunk, layout) as a served grow keeping its members, the
-//!   data offset moved down;
+//!   data offset moved down (a served RAID 0's chunk through `live_raid0`);
 //! - `live_shrink`: [`LiveGrow::start_shrink`], a served RAID 4/5/6 or
 //!   RAID 10 near shrunk by members: the offline shrink's checks, the
 //!   served size capped first, md's backwards record, the steps
@@ -66,9 +66,10 @@
 //!   them with the roles renumbered (RAID 0 role k is RAID 10 role 2k; a
 //!   RAID 10's second copies leave), the served RAID 10's missing copies
 //!   added by the server's online recovery;
-//! - `live_raid0`: a served RAID 0 grown as md's RAID 4 with its parity
-//!   missing (a [`LiveGrow`] writing no parity) and taken back to RAID 0
-//!   in the superblock write that records the end;
+//! - `live_raid0`: a served RAID 0 grown (members added) or restriped (its
+//!   chunk changed) as md's RAID 4 with its parity missing (a [`LiveGrow`]
+//!   writing no parity) and taken back to RAID 0 in the superblock write
+//!   that records the end;
 //! - `live_raid6`: [`LiveQ`], a served RAID 5 taken over as md's RAID 6
 //!   in a `-6` layout with Q on an added member, Q rebuilt there while
 //!   clients read and write (their writes below the position writing Q);

@@ -177,7 +177,7 @@ fn ordinary_of(rotation: nvraid_layout::parity::Raid5Rotation) -> ParityLayout {
 
 /// Why a RAID 0's restripe must move its data offset down (see
 /// [`choose_move`]).
-const RAID0_FORWARDS_ONLY: &str = "a RAID 0's restripe (md's RAID 4 with its parity missing) moves the data offset down by at least that, and cannot here";
+pub(super) const RAID0_FORWARDS_ONLY: &str = "a RAID 0's restripe (md's RAID 4 with its parity missing) moves the data offset down by at least that, and cannot here";
 
 /// The new shape of a restripe of `old` to `level` in chunks of `chunk`
 /// bytes (`None`: the old chunk) over members holding `member_bytes` of
