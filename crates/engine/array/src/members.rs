@@ -413,6 +413,17 @@ impl Members {
         true
     }
 
+    /// Drop `record` (a served reshape that failed to start); `false` if
+    /// the array holds another or none.
+    pub(crate) fn clear_reshape_record(&self, record: &Arc<dyn ReshapeRecord>) -> bool {
+        let mut held = self.reshape.lock().unwrap_or_else(|p| p.into_inner());
+        if !held.as_ref().is_some_and(|h| Arc::ptr_eq(h, record)) {
+            return false;
+        }
+        *held = None;
+        true
+    }
+
     /// Whether a reshape runs on the array (recorded, its end not adopted
     /// yet).
     pub(crate) fn is_reshaping(&self) -> bool {
@@ -1051,6 +1062,12 @@ impl Members {
     /// its end lifts the cap).
     pub(crate) fn cap_size(&self, bytes: u64) {
         self.size_cap.fetch_min(bytes, Ordering::AcqRel);
+    }
+
+    /// Serve the whole shape again (a served shrink that failed to start
+    /// lifts the cap it set).
+    pub(crate) fn lift_size_cap(&self) {
+        self.size_cap.store(u64::MAX, Ordering::Release);
     }
 
     /// Offsets and lengths must be multiples of this (512, or 4096 when a

@@ -4,10 +4,12 @@
 //! the leaving members released as spares at the end); what it refuses,
 //! with nothing written; a server killed mid-shrink (`serve` again
 //! finishes it, every acknowledged write reads back); a member failing
-//! mid-shrink (recorded faulty, read around); the kernel's RAID 10 shrink
-//! served and finished; and the kernel's md in tools/mdvm assembling
-//! what served shrinks left, finished or killed, and an array grown then
-//! shrunk in one server run.
+//! mid-shrink (recorded faulty, read around; a leaving one faulty in the
+//! role tables, not a spare); a shrink whose launch fails (the old size
+//! served again, nothing recorded); the kernel's RAID 10 shrink served
+//! and finished; and the kernel's md in tools/mdvm assembling what served
+//! shrinks left, finished, killed or degraded, a RAID 6's, and an array
+//! grown then shrunk in one server run.
 
 mod common;
 
@@ -423,6 +425,50 @@ fn what_a_served_shrink_refuses_is_named_and_no_byte_of_any_member_changes() {
 }
 
 #[test]
+fn a_served_shrink_whose_launch_fails_leaves_the_array_served_at_its_old_size() {
+    // The served shrink caps the size, then records itself on every
+    // member; the error point fails its launch right after
+    // (`NVRAID_FAILERR=reshape-launch:1`). The array is served at its old
+    // size again, every byte (the 0xa5 past the smaller size too) reads
+    // back, no member records a reshape, and a second shrink on the same
+    // server (the record was dropped) starts and finishes.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let m = filled(d, "5", 5, 17, "15M", 42 * MIB, &[]);
+    let new_size = smaller_size(d, &m, 4);
+    let old_size = detail(d, &m)["size_bytes"].as_u64().unwrap();
+    let before = read(d, &m, old_size);
+    let failed_launch = || {
+        let server = serve_env(d, &m, &[], &[("NVRAID_FAILERR", "reshape-launch:1")]);
+        let out = shrink_cmd(d, 4, new_size, &[]).wait_with_output().unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "the launch did not fail: {said}");
+        assert!(said.contains("reshape launch"), "{said}");
+        let s = status(d);
+        assert_eq!(s["array"]["size_bytes"], old_size, "{s}");
+        assert!(s["array"]["reshape"].is_null(), "{s}");
+        let got = served_bytes(d);
+        assert_eq!(got.len() as u64, old_size, "a new connection's size");
+        assert!(got == before, "the bytes after the failed launch");
+        server
+    };
+    failed_launch().interrupt();
+    let left = detail(d, &m);
+    assert_eq!(left["state"], "clean", "{left}");
+    assert_eq!(left["raid_disks"], 5, "{left}");
+    assert_eq!(left["size_bytes"], old_size, "{left}");
+    assert!(read(d, &m, old_size) == before);
+
+    // The same server (its error point passed) shrinks the array.
+    let server = failed_launch();
+    let said = succeeded(shrink_cmd(d, 4, new_size, &[]));
+    assert!(said.contains("shrunk online from 5 to 4 members"), "{said}");
+    assert!(served_bytes(d) == before[..new_size as usize]);
+    server.interrupt();
+    assert_checks_clean(d, &m[..4], "the shrink after a failed launch");
+}
+
+#[test]
 fn a_server_killed_mid_shrink_is_served_again_and_every_block_fio_wrote_reads_back() {
     // fio writes and verifies through NBD while a served RAID 5 shrinks
     // from 5 to 4; the server is killed (SIGKILL) part-way. Served again,
@@ -511,6 +557,63 @@ fn member_fails_mid_shrink(level: &str, count: usize) {
 fn a_member_failing_mid_shrink_is_recorded_faulty_and_the_shrink_finishes_around_it() {
     member_fails_mid_shrink("5", 5);
     member_fails_mid_shrink("6", 6);
+}
+
+#[test]
+fn a_leaving_member_failing_mid_shrink_is_recorded_faulty_not_spare() {
+    // A served RAID 5 of five shrinks to four; part-way the fifth member
+    // (the one leaving) fails. The shrink finishes on the four kept
+    // members, and every role table records the fifth faulty, as md
+    // does, not a spare the shrink released; its own superblock, which
+    // the array wrote no more, does not call it a spare either.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let m = filled(d, "5", 5, 17, "15M", 42 * MIB, &["--bitmap", "none"]);
+    let new_size = smaller_size(d, &m, 4);
+    let examined = |name: &str| -> serde_json::Value {
+        serde_json::from_str(&ok(&["examine", "--json", name], d)).unwrap()
+    };
+    let leaving = examined("d4")[0]["superblock"]["dev_number"]
+        .as_u64()
+        .unwrap();
+    let node = FailingNode::up(d, "d4");
+    let mut served = m.clone();
+    served[4] = node.uri();
+    let server = serve_with(d, &served, &["--reshape-speed", "3:3"]);
+    let grow = shrink_cmd(d, 4, new_size, &[]);
+    wait_reshape_below(d, new_size - 4 * MIB);
+    node.fail();
+    let said = succeeded(grow);
+    assert!(said.contains("shrunk online from 5 to 4 members"), "{said}");
+    assert!(served_bytes(d) == pattern(new_size));
+    server.interrupt();
+    assert!(serve_log(d).contains("faulty"), "{}", serve_log(d));
+    drop(node);
+    // Each kept member's role table (md's v1.2 superblock: 4 KiB into
+    // the member, the table at byte 256, two bytes per device) names the
+    // fifth faulty (0xfffe), not a spare (0xffff).
+    for kept in &m[..4] {
+        let sb = examined(kept);
+        let at = sb[0]["superblock"]["super_offset_sectors"]
+            .as_u64()
+            .unwrap()
+            * 512
+            + 256
+            + 2 * leaving;
+        let bytes = std::fs::read(d.join(kept)).unwrap();
+        let entry = u16::from_le_bytes([bytes[at as usize], bytes[at as usize + 1]]);
+        assert_eq!(
+            entry, 0xfffe,
+            "{kept}'s role table entry of the failed leaving member (device {leaving})"
+        );
+    }
+    let e = ok(&["examine", "d4"], d);
+    assert!(!e.contains("spare"), "the failed leaving member: {e}");
+    let shrunk = detail(d, &m[..4]);
+    assert_eq!(shrunk["state"], "clean", "{shrunk}");
+    assert_eq!(shrunk["raid_disks"], 4, "{shrunk}");
+    assert_checks_clean(d, &m[..4], "after the leaving member failed");
+    assert!(read(d, &m[..4], new_size) == pattern(new_size));
 }
 
 #[test]

@@ -25,8 +25,9 @@
 //!   member leaves a served takeover: `Members::leave_role`) and the next
 //!   update records them as spares in every role table, md's mark for the
 //!   members a shrink released (their own superblocks are written once
-//!   more, with the same events, saying so). From then on every byte is
-//!   read and written in the new shape.
+//!   more, with the same events, saying so); a leaving member that failed
+//!   during the shrink stays faulty in every role table, as md records
+//!   it. From then on every byte is read and written in the new shape.
 //!
 //! A member failing (in a step, or under a client's request) is recorded
 //! faulty and read around, as a served grow goes on degraded
@@ -76,14 +77,23 @@ fn copy_rows(new: &Geometry, to: u64, p: u64) -> (u64, u64) {
 }
 
 impl LiveGrow {
-    /// A shrink's leaving devices recorded as spares, once they left.
+    /// A shrink's leaving devices recorded as spares, once they left;
+    /// those that failed before stay faulty.
     pub(super) fn leaving_table(&self, table: &mut [u16]) {
         if !self.left.load(Ordering::Acquire) {
             return;
         }
+        let failed = self
+            .failed_leaving
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         for &dev in &self.leaving_devs {
             if let Some(entry) = table.get_mut(dev) {
-                *entry = Role::Spare.to_raw();
+                *entry = if failed.contains(&dev) {
+                    Role::Faulty.to_raw()
+                } else {
+                    Role::Spare.to_raw()
+                };
             }
         }
     }
@@ -256,6 +266,16 @@ impl LiveGrow {
         // Those that failed during the shrink get no superblock either.
         let usable: Vec<bool> = (new..self.old_members)
             .map(|role| array.is_usable(role as usize))
+            .collect();
+        // They stay faulty in the role table (md's record of a member that
+        // failed), not spares.
+        *self
+            .failed_leaving
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = (new..self.old_members)
+            .filter(|&role| !usable[(role - new) as usize])
+            .filter_map(|role| array.slot(role as usize))
+            .map(|slot| slot.superblock.dev_number as usize)
             .collect();
         for role in new..self.old_members {
             array.leave_role(

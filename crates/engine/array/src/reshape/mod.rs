@@ -44,8 +44,10 @@
 //!   data offset moved down;
 //! - `live_shrink`: [`LiveGrow::start_shrink`], a served RAID 4/5/6 or
 //!   RAID 10 near shrunk by members: the offline shrink's checks, the
-//!   served size capped first, md's backwards record, the steps
-//!   `live_backwards`'s;
+//!   served size capped first (lifted again, the record forgotten, when
+//!   the launch fails), md's backwards record, the steps
+//!   `live_backwards`'s (a leaving member that failed recorded faulty,
+//!   not a spare);
 //! - `live_size`: [`LiveSize`], `grow --socket CTL --size` on a served
 //!   RAID 1/4/5/6/10: the superblocks and the bitmap changed as `size`
 //!   changes them (requests held meanwhile), the served shape swapped to
