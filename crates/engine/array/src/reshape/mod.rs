@@ -52,8 +52,8 @@
 //!   RAID 1/4/5/6/10: the superblocks and the bitmap changed as `size`
 //!   changes them (requests held meanwhile), the served shape swapped to
 //!   the new size, then the new region resynced beside the clients from
-//!   md's `resync_offset` at the old end (a smaller size with `force`
-//!   only, cut at once);
+//!   md's `resync_offset` at the old end, its progress reported as the
+//!   server's resync (a smaller size with `force` only, cut at once);
 //! - `live_degraded`: a served grow going on degraded (an old member or
 //!   one the grow added failing recorded faulty, read around, parity
 //!   written covering it);
