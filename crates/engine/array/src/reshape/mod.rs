@@ -66,7 +66,8 @@
 //!   written as `level` writes it, a RAID 6's Q member leaving, then the
 //!   new level recorded in every update), RAID 0 <-> RAID 10 near=2 among
 //!   them with the roles renumbered (RAID 0 role k is RAID 10 role 2k; a
-//!   RAID 10's second copies leave), the served RAID 10's missing copies
+//!   RAID 10's second copies leave; each member's I/O counters follow
+//!   it to its new role), the served RAID 10's missing copies
 //!   added by the server's online recovery;
 //! - `live_raid0`: a served RAID 0 grown as md's RAID 4 with its parity
 //!   missing (a [`LiveGrow`] writing no parity) and taken back to RAID 0
