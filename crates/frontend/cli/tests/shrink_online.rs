@@ -789,20 +789,68 @@ fn served_raid10_shrunk(d: &Path) -> Vec<PathBuf> {
     m.iter().map(|n| d.join(n)).collect()
 }
 
+/// A served RAID 5 of five shrunk to four whose second member (through
+/// nbdkit's error filter) fails part-way: the shrink finishes degraded.
+/// The images of the four kept members but the failed one (left out, as
+/// a dead disk would be; the released fifth too, which md would take as
+/// a spare and rebuild onto).
+fn served_shrink_degraded(d: &Path) -> Vec<PathBuf> {
+    let m = filled(
+        d,
+        "5",
+        5,
+        17,
+        "15M",
+        KEEP,
+        &["--name", "degraded", "--bitmap", "none"],
+    );
+    let size = smaller_size(d, &m, 4);
+    let node = FailingNode::up(d, "d1");
+    let mut served = m.clone();
+    served[1] = node.uri();
+    let server = serve_with(d, &served, &["--reshape-speed", "3:3"]);
+    let grow = shrink_cmd(d, 4, size, &[]);
+    wait_reshape_below(d, size - 4 * MIB);
+    node.fail();
+    let said = succeeded(grow);
+    assert!(said.contains("shrunk online from 5 to 4 members"), "{said}");
+    server.interrupt();
+    drop(node);
+    m.iter()
+        .filter(|n| *n != "d1" && *n != "d4")
+        .map(|n| d.join(n))
+        .collect()
+}
+
+/// A served RAID 6 of six shrunk to five on the socket; the images.
+fn served_raid6_shrunk(d: &Path) -> Vec<PathBuf> {
+    let m = filled(d, "6", 6, 17, "15M", KEEP, &["--name", "six"]);
+    let size = smaller_size(d, &m, 5);
+    let server = serve(d, &m);
+    let said = succeeded(shrink_cmd(d, 5, size, &[]));
+    assert!(said.contains("shrunk online from 6 to 5 members"), "{said}");
+    server.interrupt();
+    m.iter().map(|n| d.join(n)).collect()
+}
+
 #[test]
 fn the_kernel_assembles_what_served_shrinks_left() {
-    // One VM boot, three arrays: a RAID 5 grown 4 -> 5 and shrunk 5 -> 4
+    // One VM boot, five arrays: a RAID 5 grown 4 -> 5 and shrunk 5 -> 4
     // in the same `serve`; a served shrink whose server died inside a
     // step (the kernel's md goes on with nvraid's backwards record); a
-    // served RAID 10 near shrunk 5 -> 4. md assembles each with four
-    // members (the fifth a spare), finishes what is left, reads the
-    // pattern, and its check finds no mismatch.
+    // served RAID 10 near shrunk 5 -> 4; a served RAID 5 shrink finished
+    // degraded (a member failed mid-way, its image left out); a served
+    // RAID 6 shrunk 6 -> 5. md assembles each (the leaving member a
+    // spare, the degraded one degraded), finishes what is left, reads
+    // the pattern, and its check finds no mismatch on the whole ones.
     let dir = tempfile::tempdir().unwrap();
     let mut images = Vec::new();
     for (name, make) in [
         ("twice", grown_then_shrunk as fn(&Path) -> Vec<PathBuf>),
         ("killed", served_shrink_killed),
         ("ten", served_raid10_shrunk),
+        ("degraded", served_shrink_degraded),
+        ("six", served_raid6_shrunk),
     ] {
         let sub = dir.path().join(name);
         std::fs::create_dir(&sub).unwrap();
@@ -814,8 +862,14 @@ fn the_kernel_assembles_what_served_shrinks_left() {
         .lines()
         .filter(|l| l.starts_with("KERNEL "))
         .collect();
-    assert_eq!(lines.len(), 3, "three arrays expected:\n{report}");
-    for line in lines {
+    assert_eq!(lines.len(), 5, "five arrays expected:\n{report}");
+    let (six, five): (Vec<&str>, Vec<&str>) =
+        lines.iter().partition(|l| l.contains("level=raid6 "));
+    let (degraded, whole): (Vec<&str>, Vec<&str>) =
+        five.iter().partition(|l| l.contains("degraded=1"));
+    assert_eq!(six.len(), 1, "one RAID 6:\n{report}");
+    assert_eq!(degraded.len(), 1, "one degraded RAID 5:\n{report}");
+    for line in whole {
         assert!(
             line.contains("disks=4 ")
                 && line.contains("pattern=ok")
@@ -826,7 +880,24 @@ fn the_kernel_assembles_what_served_shrinks_left() {
         );
     }
     assert!(
-        report.matches("[4](S)").count() >= 3,
+        six[0].contains("disks=5 ")
+            && six[0].contains("pattern=ok")
+            && six[0].contains("mismatch=0")
+            && six[0].contains("reshape=none")
+            && six[0].contains("degraded=0"),
+        "{}\n{report}",
+        six[0]
+    );
+    assert!(
+        degraded[0].contains("level=raid5 ")
+            && degraded[0].contains("disks=4 ")
+            && degraded[0].contains("pattern=ok")
+            && degraded[0].contains("reshape=none"),
+        "{}\n{report}",
+        degraded[0]
+    );
+    assert!(
+        report.matches("[4](S)").count() >= 3 && report.matches("[5](S)").count() >= 1,
         "the leaving members are not md's spares:\n{report}"
     );
 }
