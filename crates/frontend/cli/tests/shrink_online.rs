@@ -212,6 +212,12 @@ fn a_served_raid5_shrinks_from_5_to_4_while_clients_write_and_every_byte_reads_b
     write_blocks(d, position, 40, 11, &mut data);
     let said = succeeded(grow);
     assert!(said.contains("shrunk online from 5 to 4 members"), "{said}");
+    assert!(!said.contains("failed"), "{said}");
+    assert_eq!(
+        status(d)["array"]["reshape"]["left_faulty"],
+        serde_json::json!([]),
+        "no leaving member failed"
+    );
     assert!(served_bytes(d) == data, "after the served shrink");
     server.interrupt();
     let log = serve_log(d);
@@ -585,6 +591,16 @@ fn a_leaving_member_failing_mid_shrink_is_recorded_faulty_not_spare() {
     node.fail();
     let said = succeeded(grow);
     assert!(said.contains("shrunk online from 5 to 4 members"), "{said}");
+    assert!(
+        said.contains(&format!("but {} failed during the shrink", node.uri())),
+        "{said}"
+    );
+    let s = status(d);
+    assert_eq!(
+        s["array"]["reshape"]["left_faulty"],
+        serde_json::json!([node.uri()]),
+        "{s}"
+    );
     assert!(served_bytes(d) == pattern(new_size));
     server.interrupt();
     assert!(serve_log(d).contains("faulty"), "{}", serve_log(d));

@@ -259,9 +259,10 @@ pub struct LiveGrow {
     pub(super) leaving_devs: Vec<usize>,
     /// Whether the leaving roles have left the running array.
     pub(super) left: AtomicBool,
-    /// Those of `leaving_devs` that failed before they left: faulty in
-    /// the role table, not spares (md's record of them).
-    pub(super) failed_leaving: Mutex<Vec<usize>>,
+    /// Those of `leaving_devs` that failed before they left (device,
+    /// member): faulty in the role table, not spares (md's record of
+    /// them).
+    pub(super) failed_leaving: Mutex<Vec<(usize, String)>>,
 }
 
 /// Client requests (reads, writes, flushes) routed through a grow so far,

@@ -77,6 +77,17 @@ fn copy_rows(new: &Geometry, to: u64, p: u64) -> (u64, u64) {
 }
 
 impl LiveGrow {
+    /// The members a finished shrink released that had failed during it
+    /// (recorded faulty, not spares).
+    pub fn left_faulty(&self) -> Vec<String> {
+        self.failed_leaving
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(_, spec)| spec.clone())
+            .collect()
+    }
+
     /// A shrink's leaving devices recorded as spares, once they left;
     /// those that failed before stay faulty.
     pub(super) fn leaving_table(&self, table: &mut [u16]) {
@@ -89,7 +100,7 @@ impl LiveGrow {
             .unwrap_or_else(|p| p.into_inner());
         for &dev in &self.leaving_devs {
             if let Some(entry) = table.get_mut(dev) {
-                *entry = if failed.contains(&dev) {
+                *entry = if failed.iter().any(|&(d, _)| d == dev) {
                     Role::Faulty.to_raw()
                 } else {
                     Role::Spare.to_raw()
@@ -275,13 +286,20 @@ impl LiveGrow {
             .unwrap_or_else(|p| p.into_inner()) = (new..self.old_members)
             .filter(|&role| !usable[(role - new) as usize])
             .filter_map(|role| array.slot(role as usize))
-            .map(|slot| slot.superblock.dev_number as usize)
+            .map(|slot| {
+                (
+                    slot.superblock.dev_number as usize,
+                    slot.member.spec().to_string(),
+                )
+            })
             .collect();
         for role in new..self.old_members {
-            array.leave_role(
-                role as usize,
-                format!("left the array: the shrink to {new} members finished (recorded a spare)"),
-            );
+            let why = if usable[(role - new) as usize] {
+                format!("left the array: the shrink to {new} members finished (recorded a spare)")
+            } else {
+                format!("failed during the shrink to {new} members (recorded faulty)")
+            };
+            array.leave_role(role as usize, why);
         }
         self.left.store(true, Ordering::Release);
         array.rewrite_superblocks()?;

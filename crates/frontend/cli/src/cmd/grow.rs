@@ -545,11 +545,26 @@ fn grow_online(args: &GrowArgs, socket: &std::path::Path) -> Result<u8> {
                         bytes_text(reshape["new_size_bytes"].as_u64().unwrap_or(0)),
                     );
                 } else if shrinking {
+                    let failed: Vec<&str> = reshape["left_faulty"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|m| m.as_str())
+                        .collect();
                     println!(
-                        "shrunk online from {} to {} members: {} served from now on; the members that left are spares",
+                        "shrunk online from {} to {} members: {} served from now on; the members that left are spares{}",
                         reshape["raid_disks_before"],
                         reshape["raid_disks"],
                         bytes_text(reshape["new_size_bytes"].as_u64().unwrap_or(0)),
+                        if failed.is_empty() {
+                            String::new()
+                        } else {
+                            format!(
+                                ", but {} failed during the shrink and {} recorded faulty",
+                                failed.join(", "),
+                                if failed.len() == 1 { "is" } else { "are" }
+                            )
+                        }
                     );
                 } else if restripe {
                     println!(

@@ -472,7 +472,13 @@ impl Reshaping {
         if status.kind == "size" {
             return None;
         }
+        let shrink = status.kind == "shrink";
         let mut status = serde_json::to_value(status).ok()?;
+        if let (true, Value::Object(fields)) = (shrink, &mut status) {
+            // The leaving members that failed during it: faulty, not
+            // spares.
+            fields.insert("left_faulty".into(), json!(grow.left_faulty()));
+        }
         let switched = self
             .level_switched
             .lock()
