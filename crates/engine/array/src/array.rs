@@ -240,6 +240,20 @@ impl Array {
         slots: Vec<Option<Slot>>,
         table: Vec<u16>,
     ) -> Result<()> {
+        self.swap_shape_renumbered(new, slots, table, &[])
+    }
+
+    /// [`Array::swap_shape`] of a change that renumbers the roles
+    /// (`renumber[old]` the new role of the old role's member, `None` for
+    /// one that left): each member's I/O counters follow it to its new
+    /// role while the requests are held.
+    pub(crate) fn swap_shape_renumbered(
+        &self,
+        new: Geometry,
+        slots: Vec<Option<Slot>>,
+        table: Vec<u16>,
+        renumber: &[Option<usize>],
+    ) -> Result<()> {
         if !self.is_reshaping_live() {
             // Only the first route set wins; a reshape starting meanwhile
             // is refused by its own start.
@@ -252,6 +266,9 @@ impl Array {
             }
             let personality = Personality::of(&new);
             self.members.adopt_shape(new, slots, table)?;
+            if !renumber.is_empty() {
+                self.members.renumber_counters(renumber);
+            }
             let at = self.personality_at.load(Ordering::Acquire) + 1;
             assert!(
                 self.personalities[at].set(personality).is_ok(),

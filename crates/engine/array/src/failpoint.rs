@@ -13,6 +13,15 @@
 //! | `reshape-superblock` | a grow has written and flushed one more superblock (the reshape's record: new members first; each checkpoint; the finished shape); a served level change is about to write the next member's superblock (members before it written), and once more after all |
 //! | `size-superblocks` | a served size change (`grow --socket --size`) has written every superblock with the new size, before the served shape is swapped |
 //!
+//! Error points make an operation fail instead, as a member's I/O error
+//! would: `NVRAID_FAILERR=NAME:N` makes the N-th pass of the point called
+//! NAME return an I/O error (EIO) to its caller, which must undo what it
+//! began. The points:
+//!
+//! | name | where |
+//! |---|---|
+//! | `reshape-launch` | a served reshape has recorded itself on every member and is about to route client requests through it |
+//!
 //! Pause points hold a thread still instead, so that a test can act in
 //! the window: `NVRAID_PAUSE=NAME:OFFSET:MS` sleeps MS milliseconds the
 //! first time the thread passes NAME for a member range holding byte
@@ -43,6 +52,26 @@ pub(crate) fn hit(name: &str) {
             std::process::abort();
         }
     }
+}
+
+static ERR_ARMED: OnceLock<Option<(String, u64)>> = OnceLock::new();
+static ERR_PASSED: AtomicU64 = AtomicU64::new(0);
+
+/// Pass the error point called `name`: `Err` (EIO) the time
+/// `NVRAID_FAILERR` names.
+pub(crate) fn error(name: &str) -> std::io::Result<()> {
+    let armed = ERR_ARMED.get_or_init(|| {
+        let spec = std::env::var("NVRAID_FAILERR").ok()?;
+        let (point, count) = spec.split_once(':')?;
+        Some((point.to_string(), count.parse().ok()?))
+    });
+    if let Some((point, count)) = armed {
+        if point == name && ERR_PASSED.fetch_add(1, Ordering::SeqCst) + 1 == *count {
+            eprintln!("nvraid: error point {name} reached: failing with EIO");
+            return Err(std::io::Error::from_raw_os_error(libc::EIO));
+        }
+    }
+    Ok(())
 }
 
 static PAUSE: OnceLock<Option<(String, u64, u64)>> = OnceLock::new();

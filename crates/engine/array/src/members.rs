@@ -334,9 +334,15 @@ impl Members {
                     base.bytes.load(Ordering::Relaxed),
                     base.errors.load(Ordering::Relaxed),
                 );
+                // Wrapping: a role renumbered carries a base that may be
+                // below its shards' counts (`renumber_counters`).
                 for shard in shards.iter() {
                     let (o, b, e) = shard.get(role);
-                    (ops, bytes, errors) = (ops + o, bytes + b, errors + e);
+                    (ops, bytes, errors) = (
+                        ops.wrapping_add(o),
+                        bytes.wrapping_add(b),
+                        errors.wrapping_add(e),
+                    );
                 }
                 MemberCounters {
                     ops: ops.into(),
@@ -345,6 +351,63 @@ impl Members {
                 }
             })
             .collect()
+    }
+
+    /// The roles were renumbered (a served RAID 0 <-> 10): `renumber[old]`
+    /// is the role the old role's member holds now (`None`: it left).
+    /// Each member's counts go with it to its new role, and a role no
+    /// member moved to starts from 0. Called while no request runs (the
+    /// shape swap's hold): the queues' shards keep counting by role
+    /// index, so each role's base is set to what makes its sum right (a
+    /// wrapping difference where a shard already holds more).
+    pub(crate) fn renumber_counters(&self, renumber: &[Option<usize>]) {
+        let shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
+        let sum = |role: usize| {
+            let base = &self.counters[role];
+            let mut total = (
+                base.ops.load(Ordering::Relaxed),
+                base.bytes.load(Ordering::Relaxed),
+                base.errors.load(Ordering::Relaxed),
+            );
+            for shard in shards.iter() {
+                let (o, b, e) = shard.get(role);
+                total = (
+                    total.0.wrapping_add(o),
+                    total.1.wrapping_add(b),
+                    total.2.wrapping_add(e),
+                );
+            }
+            total
+        };
+        let totals: Vec<(u64, u64, u64)> = (0..self.counters.len()).map(sum).collect();
+        let mut wanted = vec![(0u64, 0u64, 0u64); self.counters.len()];
+        for (old, new) in renumber.iter().enumerate() {
+            if let Some(new) = *new {
+                if new < wanted.len() && old < totals.len() {
+                    wanted[new] = totals[old];
+                }
+            }
+        }
+        for (role, base) in self.counters.iter().enumerate() {
+            // What the shards hold of `role` now stays theirs.
+            let in_shards = (
+                totals[role]
+                    .0
+                    .wrapping_sub(base.ops.load(Ordering::Relaxed)),
+                totals[role]
+                    .1
+                    .wrapping_sub(base.bytes.load(Ordering::Relaxed)),
+                totals[role]
+                    .2
+                    .wrapping_sub(base.errors.load(Ordering::Relaxed)),
+            );
+            base.ops
+                .store(wanted[role].0.wrapping_sub(in_shards.0), Ordering::Relaxed);
+            base.bytes
+                .store(wanted[role].1.wrapping_sub(in_shards.1), Ordering::Relaxed);
+            base.errors
+                .store(wanted[role].2.wrapping_sub(in_shards.2), Ordering::Relaxed);
+        }
     }
 
     /// A counter shard for a new fast-path queue, counted from now on.
@@ -410,6 +473,17 @@ impl Members {
             return false;
         }
         *held = Some(record);
+        true
+    }
+
+    /// Drop `record` (a served reshape that failed to start); `false` if
+    /// the array holds another or none.
+    pub(crate) fn clear_reshape_record(&self, record: &Arc<dyn ReshapeRecord>) -> bool {
+        let mut held = self.reshape.lock().unwrap_or_else(|p| p.into_inner());
+        if !held.as_ref().is_some_and(|h| Arc::ptr_eq(h, record)) {
+            return false;
+        }
+        *held = None;
         true
     }
 
@@ -1051,6 +1125,12 @@ impl Members {
     /// its end lifts the cap).
     pub(crate) fn cap_size(&self, bytes: u64) {
         self.size_cap.fetch_min(bytes, Ordering::AcqRel);
+    }
+
+    /// Serve the whole shape again (a served shrink that failed to start
+    /// lifts the cap it set).
+    pub(crate) fn lift_size_cap(&self) {
+        self.size_cap.store(u64::MAX, Ordering::Release);
     }
 
     /// Offsets and lengths must be multiples of this (512, or 4096 when a

@@ -125,6 +125,19 @@ fn a_served_raid0_becomes_a_raid10_its_mirrors_rebuilt_while_fio_verifies() {
     server.interrupt();
 }
 
+/// The I/O operations the server counted on the member `path` (`status`'s
+/// per-member `io.ops`).
+fn ops_of(dir: &Path, path: &str) -> u64 {
+    let s = status(dir);
+    s["array"]["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["path"] == path)
+        .and_then(|x| x["io"]["ops"].as_u64())
+        .unwrap_or_else(|| panic!("{path} has no io counts: {s}"))
+}
+
 #[test]
 fn a_served_raid0_becomes_a_degraded_raid10_filled_later_then_goes_back_to_raid0() {
     tool("fio");
@@ -137,8 +150,23 @@ fn a_served_raid0_becomes_a_degraded_raid10_filled_later_then_goes_back_to_raid0
     let server = serve(d, &m);
     let fio = fio_verify(d, "r10", 400, 9, false);
     std::thread::sleep(Duration::from_millis(500));
+    // Each member's I/O counts follow it through the renumbering (d1:
+    // role 1, then 2, then 1 again); they only ever grow.
+    let counted = |what: &str, before: &[(&str, u64)]| {
+        for &(path, ops) in before {
+            let now = ops_of(d, path);
+            assert!(
+                now >= ops,
+                "{what}: {path}'s I/O count fell from {ops} to {now}: {}",
+                status(d)
+            );
+        }
+    };
+    let before = [("d0", ops_of(d, "d0")), ("d1", ops_of(d, "d1"))];
+    assert!(before.iter().all(|&(_, ops)| ops > 0), "{before:?}");
     let out = grow_online(d, &["--level", "10"]);
     assert!(out.contains("served degraded"), "{out}");
+    counted("raid0 -> raid10", &before);
     let s = status(d);
     assert!(
         s["array"]["state"].as_str().unwrap().contains("degraded"),
@@ -165,6 +193,7 @@ fn a_served_raid0_becomes_a_degraded_raid10_filled_later_then_goes_back_to_raid0
     }
     // Back to RAID 0: the first working copy of each pair kept (d0, d1,
     // roles 0 and 2), the others (n0, n1) leave and are written no more.
+    let before: Vec<(&str, u64)> = ["d0", "d1"].iter().map(|&p| (p, ops_of(d, p))).collect();
     let out = grow_online(d, &["--level", "0"]);
     assert!(
         out.contains("to raid0 (md level 0), 4 to 2 members")
@@ -180,6 +209,7 @@ fn a_served_raid0_becomes_a_degraded_raid10_filled_later_then_goes_back_to_raid0
     );
     let s = status(d);
     assert_eq!(s["array"]["raid_disks"], 2, "{s}");
+    counted("raid10 -> raid0", &before);
     server.interrupt();
     assert_eq!(md_levels(d, &m), vec![0; 2]);
     let after = detail(d, &m);

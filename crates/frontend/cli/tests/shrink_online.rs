@@ -4,10 +4,12 @@
 //! the leaving members released as spares at the end); what it refuses,
 //! with nothing written; a server killed mid-shrink (`serve` again
 //! finishes it, every acknowledged write reads back); a member failing
-//! mid-shrink (recorded faulty, read around); the kernel's RAID 10 shrink
-//! served and finished; and the kernel's md in tools/mdvm assembling
-//! what served shrinks left, finished or killed, and an array grown then
-//! shrunk in one server run.
+//! mid-shrink (recorded faulty, read around; a leaving one faulty in the
+//! role tables, not a spare); a shrink whose launch fails (the old size
+//! served again, nothing recorded); the kernel's RAID 10 shrink served
+//! and finished; and the kernel's md in tools/mdvm assembling what served
+//! shrinks left, finished, killed or degraded, a RAID 6's, and an array
+//! grown then shrunk in one server run.
 
 mod common;
 
@@ -210,6 +212,12 @@ fn a_served_raid5_shrinks_from_5_to_4_while_clients_write_and_every_byte_reads_b
     write_blocks(d, position, 40, 11, &mut data);
     let said = succeeded(grow);
     assert!(said.contains("shrunk online from 5 to 4 members"), "{said}");
+    assert!(!said.contains("failed"), "{said}");
+    assert_eq!(
+        status(d)["array"]["reshape"]["left_faulty"],
+        serde_json::json!([]),
+        "no leaving member failed"
+    );
     assert!(served_bytes(d) == data, "after the served shrink");
     server.interrupt();
     let log = serve_log(d);
@@ -423,6 +431,50 @@ fn what_a_served_shrink_refuses_is_named_and_no_byte_of_any_member_changes() {
 }
 
 #[test]
+fn a_served_shrink_whose_launch_fails_leaves_the_array_served_at_its_old_size() {
+    // The served shrink caps the size, then records itself on every
+    // member; the error point fails its launch right after
+    // (`NVRAID_FAILERR=reshape-launch:1`). The array is served at its old
+    // size again, every byte (the 0xa5 past the smaller size too) reads
+    // back, no member records a reshape, and a second shrink on the same
+    // server (the record was dropped) starts and finishes.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let m = filled(d, "5", 5, 17, "15M", 42 * MIB, &[]);
+    let new_size = smaller_size(d, &m, 4);
+    let old_size = detail(d, &m)["size_bytes"].as_u64().unwrap();
+    let before = read(d, &m, old_size);
+    let failed_launch = || {
+        let server = serve_env(d, &m, &[], &[("NVRAID_FAILERR", "reshape-launch:1")]);
+        let out = shrink_cmd(d, 4, new_size, &[]).wait_with_output().unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "the launch did not fail: {said}");
+        assert!(said.contains("reshape launch"), "{said}");
+        let s = status(d);
+        assert_eq!(s["array"]["size_bytes"], old_size, "{s}");
+        assert!(s["array"]["reshape"].is_null(), "{s}");
+        let got = served_bytes(d);
+        assert_eq!(got.len() as u64, old_size, "a new connection's size");
+        assert!(got == before, "the bytes after the failed launch");
+        server
+    };
+    failed_launch().interrupt();
+    let left = detail(d, &m);
+    assert_eq!(left["state"], "clean", "{left}");
+    assert_eq!(left["raid_disks"], 5, "{left}");
+    assert_eq!(left["size_bytes"], old_size, "{left}");
+    assert!(read(d, &m, old_size) == before);
+
+    // The same server (its error point passed) shrinks the array.
+    let server = failed_launch();
+    let said = succeeded(shrink_cmd(d, 4, new_size, &[]));
+    assert!(said.contains("shrunk online from 5 to 4 members"), "{said}");
+    assert!(served_bytes(d) == before[..new_size as usize]);
+    server.interrupt();
+    assert_checks_clean(d, &m[..4], "the shrink after a failed launch");
+}
+
+#[test]
 fn a_server_killed_mid_shrink_is_served_again_and_every_block_fio_wrote_reads_back() {
     // fio writes and verifies through NBD while a served RAID 5 shrinks
     // from 5 to 4; the server is killed (SIGKILL) part-way. Served again,
@@ -511,6 +563,73 @@ fn member_fails_mid_shrink(level: &str, count: usize) {
 fn a_member_failing_mid_shrink_is_recorded_faulty_and_the_shrink_finishes_around_it() {
     member_fails_mid_shrink("5", 5);
     member_fails_mid_shrink("6", 6);
+}
+
+#[test]
+fn a_leaving_member_failing_mid_shrink_is_recorded_faulty_not_spare() {
+    // A served RAID 5 of five shrinks to four; part-way the fifth member
+    // (the one leaving) fails. The shrink finishes on the four kept
+    // members, and every role table records the fifth faulty, as md
+    // does, not a spare the shrink released; its own superblock, which
+    // the array wrote no more, does not call it a spare either.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let m = filled(d, "5", 5, 17, "15M", 42 * MIB, &["--bitmap", "none"]);
+    let new_size = smaller_size(d, &m, 4);
+    let examined = |name: &str| -> serde_json::Value {
+        serde_json::from_str(&ok(&["examine", "--json", name], d)).unwrap()
+    };
+    let leaving = examined("d4")[0]["superblock"]["dev_number"]
+        .as_u64()
+        .unwrap();
+    let node = FailingNode::up(d, "d4");
+    let mut served = m.clone();
+    served[4] = node.uri();
+    let server = serve_with(d, &served, &["--reshape-speed", "3:3"]);
+    let grow = shrink_cmd(d, 4, new_size, &[]);
+    wait_reshape_below(d, new_size - 4 * MIB);
+    node.fail();
+    let said = succeeded(grow);
+    assert!(said.contains("shrunk online from 5 to 4 members"), "{said}");
+    assert!(
+        said.contains(&format!("but {} failed during the shrink", node.uri())),
+        "{said}"
+    );
+    let s = status(d);
+    assert_eq!(
+        s["array"]["reshape"]["left_faulty"],
+        serde_json::json!([node.uri()]),
+        "{s}"
+    );
+    assert!(served_bytes(d) == pattern(new_size));
+    server.interrupt();
+    assert!(serve_log(d).contains("faulty"), "{}", serve_log(d));
+    drop(node);
+    // Each kept member's role table (md's v1.2 superblock: 4 KiB into
+    // the member, the table at byte 256, two bytes per device) names the
+    // fifth faulty (0xfffe), not a spare (0xffff).
+    for kept in &m[..4] {
+        let sb = examined(kept);
+        let at = sb[0]["superblock"]["super_offset_sectors"]
+            .as_u64()
+            .unwrap()
+            * 512
+            + 256
+            + 2 * leaving;
+        let bytes = std::fs::read(d.join(kept)).unwrap();
+        let entry = u16::from_le_bytes([bytes[at as usize], bytes[at as usize + 1]]);
+        assert_eq!(
+            entry, 0xfffe,
+            "{kept}'s role table entry of the failed leaving member (device {leaving})"
+        );
+    }
+    let e = ok(&["examine", "d4"], d);
+    assert!(!e.contains("spare"), "the failed leaving member: {e}");
+    let shrunk = detail(d, &m[..4]);
+    assert_eq!(shrunk["state"], "clean", "{shrunk}");
+    assert_eq!(shrunk["raid_disks"], 4, "{shrunk}");
+    assert_checks_clean(d, &m[..4], "after the leaving member failed");
+    assert!(read(d, &m[..4], new_size) == pattern(new_size));
 }
 
 #[test]
@@ -686,20 +805,68 @@ fn served_raid10_shrunk(d: &Path) -> Vec<PathBuf> {
     m.iter().map(|n| d.join(n)).collect()
 }
 
+/// A served RAID 5 of five shrunk to four whose second member (through
+/// nbdkit's error filter) fails part-way: the shrink finishes degraded.
+/// The images of the four kept members but the failed one (left out, as
+/// a dead disk would be; the released fifth too, which md would take as
+/// a spare and rebuild onto).
+fn served_shrink_degraded(d: &Path) -> Vec<PathBuf> {
+    let m = filled(
+        d,
+        "5",
+        5,
+        17,
+        "15M",
+        KEEP,
+        &["--name", "degraded", "--bitmap", "none"],
+    );
+    let size = smaller_size(d, &m, 4);
+    let node = FailingNode::up(d, "d1");
+    let mut served = m.clone();
+    served[1] = node.uri();
+    let server = serve_with(d, &served, &["--reshape-speed", "3:3"]);
+    let grow = shrink_cmd(d, 4, size, &[]);
+    wait_reshape_below(d, size - 4 * MIB);
+    node.fail();
+    let said = succeeded(grow);
+    assert!(said.contains("shrunk online from 5 to 4 members"), "{said}");
+    server.interrupt();
+    drop(node);
+    m.iter()
+        .filter(|n| *n != "d1" && *n != "d4")
+        .map(|n| d.join(n))
+        .collect()
+}
+
+/// A served RAID 6 of six shrunk to five on the socket; the images.
+fn served_raid6_shrunk(d: &Path) -> Vec<PathBuf> {
+    let m = filled(d, "6", 6, 17, "15M", KEEP, &["--name", "six"]);
+    let size = smaller_size(d, &m, 5);
+    let server = serve(d, &m);
+    let said = succeeded(shrink_cmd(d, 5, size, &[]));
+    assert!(said.contains("shrunk online from 6 to 5 members"), "{said}");
+    server.interrupt();
+    m.iter().map(|n| d.join(n)).collect()
+}
+
 #[test]
 fn the_kernel_assembles_what_served_shrinks_left() {
-    // One VM boot, three arrays: a RAID 5 grown 4 -> 5 and shrunk 5 -> 4
+    // One VM boot, five arrays: a RAID 5 grown 4 -> 5 and shrunk 5 -> 4
     // in the same `serve`; a served shrink whose server died inside a
     // step (the kernel's md goes on with nvraid's backwards record); a
-    // served RAID 10 near shrunk 5 -> 4. md assembles each with four
-    // members (the fifth a spare), finishes what is left, reads the
-    // pattern, and its check finds no mismatch.
+    // served RAID 10 near shrunk 5 -> 4; a served RAID 5 shrink finished
+    // degraded (a member failed mid-way, its image left out); a served
+    // RAID 6 shrunk 6 -> 5. md assembles each (the leaving member a
+    // spare, the degraded one degraded), finishes what is left, reads
+    // the pattern, and its check finds no mismatch on the whole ones.
     let dir = tempfile::tempdir().unwrap();
     let mut images = Vec::new();
     for (name, make) in [
         ("twice", grown_then_shrunk as fn(&Path) -> Vec<PathBuf>),
         ("killed", served_shrink_killed),
         ("ten", served_raid10_shrunk),
+        ("degraded", served_shrink_degraded),
+        ("six", served_raid6_shrunk),
     ] {
         let sub = dir.path().join(name);
         std::fs::create_dir(&sub).unwrap();
@@ -711,8 +878,14 @@ fn the_kernel_assembles_what_served_shrinks_left() {
         .lines()
         .filter(|l| l.starts_with("KERNEL "))
         .collect();
-    assert_eq!(lines.len(), 3, "three arrays expected:\n{report}");
-    for line in lines {
+    assert_eq!(lines.len(), 5, "five arrays expected:\n{report}");
+    let (six, five): (Vec<&str>, Vec<&str>) =
+        lines.iter().partition(|l| l.contains("level=raid6 "));
+    let (degraded, whole): (Vec<&str>, Vec<&str>) =
+        five.iter().partition(|l| l.contains("degraded=1"));
+    assert_eq!(six.len(), 1, "one RAID 6:\n{report}");
+    assert_eq!(degraded.len(), 1, "one degraded RAID 5:\n{report}");
+    for line in whole {
         assert!(
             line.contains("disks=4 ")
                 && line.contains("pattern=ok")
@@ -723,7 +896,24 @@ fn the_kernel_assembles_what_served_shrinks_left() {
         );
     }
     assert!(
-        report.matches("[4](S)").count() >= 3,
+        six[0].contains("disks=5 ")
+            && six[0].contains("pattern=ok")
+            && six[0].contains("mismatch=0")
+            && six[0].contains("reshape=none")
+            && six[0].contains("degraded=0"),
+        "{}\n{report}",
+        six[0]
+    );
+    assert!(
+        degraded[0].contains("level=raid5 ")
+            && degraded[0].contains("disks=4 ")
+            && degraded[0].contains("pattern=ok")
+            && degraded[0].contains("reshape=none"),
+        "{}\n{report}",
+        degraded[0]
+    );
+    assert!(
+        report.matches("[4](S)").count() >= 3 && report.matches("[5](S)").count() >= 1,
         "the leaving members are not md's spares:\n{report}"
     );
 }

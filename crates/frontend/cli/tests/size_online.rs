@@ -574,11 +574,33 @@ fn nbd_read_all(dir: &Path) -> Vec<u8> {
 }
 
 /// Poll `status` until the served array's size change resyncs its new
-/// region part-way, past `past`; the status.
-fn wait_size_resync_past(dir: &Path, past: u64) -> serde_json::Value {
-    let s = wait_reshape_past(dir, past);
-    assert_eq!(s["array"]["reshape"]["kind"], "size", "{s}");
-    s
+/// region part-way, past array byte `past` (the resync counts from the
+/// old end, `from`); the status. The resync is shown where a dirty
+/// array's is (`array.resync`, its position, rate and ETA), not as a
+/// reshape.
+fn wait_size_resync_past(dir: &Path, from: u64, past: u64) -> serde_json::Value {
+    let started = Instant::now();
+    loop {
+        let s = status(dir);
+        assert!(s["array"]["reshape"].is_null(), "{s}");
+        let r = &s["array"]["resync"];
+        let (done, total) = (
+            r["done_bytes"].as_u64().unwrap_or(0),
+            r["total_bytes"].as_u64().unwrap_or(0),
+        );
+        if r["finished"] == false && from + done > past && done < total {
+            for field in ["rate_bytes_per_second", "eta_seconds", "resynced_bytes"] {
+                assert!(r[field].is_number(), "{field}: {s}");
+            }
+            assert!(r["error"].is_null(), "{s}");
+            return s;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no resync of the new region part-way past {past}: {s}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// qemu-io writes `count` 4 KiB blocks, each its own byte, at random
@@ -709,9 +731,10 @@ fn size_max_on_a_served_array_raises_it_and_resyncs_the_new_region_while_clients
         let fio = switch_writer(d);
         std::thread::sleep(Duration::from_millis(500));
         let cmd = size_cmd(d, "max", false);
-        let s = wait_size_resync_past(d, old);
+        let s = wait_size_resync_past(d, old, old);
         assert_eq!(
-            s["array"]["reshape"]["end_bytes"], grown,
+            old + s["array"]["resync"]["total_bytes"].as_u64().unwrap(),
+            grown,
             "raid{level}: {s}"
         );
         assert_eq!(nbd_size(d), grown, "raid{level}: a new connection's size");
@@ -736,10 +759,12 @@ fn size_max_on_a_served_array_raises_it_and_resyncs_the_new_region_while_clients
             String::from_utf8_lossy(&out.stderr)
         );
         let s = status(d);
+        assert_eq!(s["array"]["resync"]["finished"], true, "raid{level}: {s}");
         assert_eq!(
-            s["array"]["reshape"]["state"], "finished",
+            s["array"]["resync"]["done_bytes"], s["array"]["resync"]["total_bytes"],
             "raid{level}: {s}"
         );
+        assert!(s["array"]["reshape"].is_null(), "raid{level}: {s}");
         assert_holds(
             &nbd_read_all(d),
             &data,
@@ -960,7 +985,7 @@ fn size_changes_refused_on_a_served_array_name_the_reason_and_change_nothing() {
     let server = serve_with(d, &m, &["--reshape-speed", "0:2"]);
     size_grow_files(d, &m, 8);
     let cmd = size_cmd(d, "max", false);
-    wait_size_resync_past(d, old);
+    wait_size_resync_past(d, old, old);
     let stderr = refusal(&["grow", "--socket", &control(d), "--size", "16M"], d);
     assert!(stderr.contains("resync"), "{stderr}");
     drop(cmd);
@@ -1069,7 +1094,7 @@ fn a_member_failing_during_the_new_regions_resync_keeps_every_written_block() {
     let server = serve_with(d, &m, &["--reshape-speed", "0:2"]);
     size_grow_files(d, &m, 8);
     let cmd = size_cmd(d, "max", false);
-    wait_size_resync_past(d, old);
+    wait_size_resync_past(d, old, old);
     let mut data = pattern(old);
     data.resize(grown as usize, 0);
     let mut written = write_new_region(d, old, 48, 0xfa11, &mut data);
@@ -1079,7 +1104,7 @@ fn a_member_failing_during_the_new_regions_resync_keeps_every_written_block() {
     let out = cmd.wait_with_output().unwrap();
     let s = status(d);
     assert!(
-        s["array"]["reshape"]["state"] == "finished" || s["array"]["reshape"]["state"] == "failed",
+        s["array"]["resync"]["finished"] == true || s["array"]["resync"]["error"].is_string(),
         "{s}\n{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
@@ -1123,7 +1148,7 @@ fn the_kernel_assembles_a_raid5_resized_online_finished_and_killed_mid_resync() 
         size_grow_files(&sub, &m, 8);
         let cmd = size_cmd(&sub, "max", false);
         if kill {
-            wait_size_resync_past(&sub, old + MIB);
+            wait_size_resync_past(&sub, old, old + MIB);
             server.kill().unwrap();
             server.wait().unwrap();
             let _ = cmd.wait_with_output();

@@ -259,6 +259,10 @@ pub struct LiveGrow {
     pub(super) leaving_devs: Vec<usize>,
     /// Whether the leaving roles have left the running array.
     pub(super) left: AtomicBool,
+    /// Those of `leaving_devs` that failed before they left (device,
+    /// member): faulty in the role table, not spares (md's record of
+    /// them).
+    pub(super) failed_leaving: Mutex<Vec<(usize, String)>>,
 }
 
 /// Client requests (reads, writes, flushes) routed through a grow so far,
@@ -688,11 +692,13 @@ impl LiveGrow {
             raid0,
             leaving_devs,
             left: AtomicBool::new(false),
+            failed_leaving: Mutex::new(Vec::new()),
         });
         let second = || Error::Unsupported {
             spec: spec0.clone(),
             what: "a second grow while one runs on this served array".into(),
         };
+        let fresh = matches!(begin, Begin::Fresh);
         match begin {
             Begin::Fresh => {
                 // Clients' writes from here on mark the array dirty through the
@@ -718,8 +724,32 @@ impl LiveGrow {
             "nvraid-reshape",
             "no reshape thread",
             LiveGrow::run,
-        )?;
+        )
+        .inspect_err(|_| {
+            if fresh {
+                live.forget(array);
+            }
+        })?;
         Ok((live, thread))
+    }
+
+    /// A fresh launch failed before it routed any request: the array
+    /// drops the record and writes every superblock again without it, so
+    /// that no member records a reshape that never moved a byte (md would
+    /// go on with it at its next assembly). A member that cannot take
+    /// this write is recorded faulty as any update's is; if the update
+    /// fails, the members keep a record at its start, which md and
+    /// `serve` go on from.
+    fn forget(self: &Arc<Self>, array: &Array) {
+        let record: Arc<dyn ReshapeRecord> = self.clone();
+        if !array.clear_reshape_record(&record) {
+            return;
+        }
+        if let Err(e) = array.rewrite_superblocks() {
+            eprintln!(
+                "nvraid: the reshape that failed to start is still recorded on the members: {e}"
+            );
+        }
     }
 
     /// Stop after the step under way (the position it records stays).
@@ -1284,6 +1314,7 @@ pub(super) fn route_and_run<T: LiveRoute + 'static>(
 ) -> Result<std::thread::JoinHandle<()>> {
     array.rewrite_superblocks()?;
     crate::failpoint::hit("reshape-superblock");
+    crate::failpoint::error("reshape-launch").map_err(|e| Error::io("(reshape launch)", e))?;
     if !array.start_live_route(live.clone()) {
         unreachable!("invariant: the record was set once, so was the route");
     }

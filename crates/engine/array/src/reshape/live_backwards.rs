@@ -25,8 +25,9 @@
 //!   member leaves a served takeover: `Members::leave_role`) and the next
 //!   update records them as spares in every role table, md's mark for the
 //!   members a shrink released (their own superblocks are written once
-//!   more, with the same events, saying so). From then on every byte is
-//!   read and written in the new shape.
+//!   more, with the same events, saying so); a leaving member that failed
+//!   during the shrink stays faulty in every role table, as md records
+//!   it. From then on every byte is read and written in the new shape.
 //!
 //! A member failing (in a step, or under a client's request) is recorded
 //! faulty and read around, as a served grow goes on degraded
@@ -76,14 +77,34 @@ fn copy_rows(new: &Geometry, to: u64, p: u64) -> (u64, u64) {
 }
 
 impl LiveGrow {
-    /// A shrink's leaving devices recorded as spares, once they left.
+    /// The members a finished shrink released that had failed during it
+    /// (recorded faulty, not spares).
+    pub fn left_faulty(&self) -> Vec<String> {
+        self.failed_leaving
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(_, spec)| spec.clone())
+            .collect()
+    }
+
+    /// A shrink's leaving devices recorded as spares, once they left;
+    /// those that failed before stay faulty.
     pub(super) fn leaving_table(&self, table: &mut [u16]) {
         if !self.left.load(Ordering::Acquire) {
             return;
         }
+        let failed = self
+            .failed_leaving
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         for &dev in &self.leaving_devs {
             if let Some(entry) = table.get_mut(dev) {
-                *entry = Role::Spare.to_raw();
+                *entry = if failed.iter().any(|&(d, _)| d == dev) {
+                    Role::Faulty.to_raw()
+                } else {
+                    Role::Spare.to_raw()
+                };
             }
         }
     }
@@ -257,11 +278,28 @@ impl LiveGrow {
         let usable: Vec<bool> = (new..self.old_members)
             .map(|role| array.is_usable(role as usize))
             .collect();
+        // They stay faulty in the role table (md's record of a member that
+        // failed), not spares.
+        *self
+            .failed_leaving
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = (new..self.old_members)
+            .filter(|&role| !usable[(role - new) as usize])
+            .filter_map(|role| array.slot(role as usize))
+            .map(|slot| {
+                (
+                    slot.superblock.dev_number as usize,
+                    slot.member.spec().to_string(),
+                )
+            })
+            .collect();
         for role in new..self.old_members {
-            array.leave_role(
-                role as usize,
-                format!("left the array: the shrink to {new} members finished (recorded a spare)"),
-            );
+            let why = if usable[(role - new) as usize] {
+                format!("left the array: the shrink to {new} members finished (recorded a spare)")
+            } else {
+                format!("failed during the shrink to {new} members (recorded faulty)")
+            };
+            array.leave_role(role as usize, why);
         }
         self.left.store(true, Ordering::Release);
         array.rewrite_superblocks()?;

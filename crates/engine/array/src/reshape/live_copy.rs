@@ -57,6 +57,11 @@ pub trait LiveReshape: Send + Sync + std::fmt::Debug {
     fn stop(&self);
     /// Where it stands (`nvraid status`).
     fn status(&self) -> LiveGrowStatus;
+    /// The members a finished shrink released that had failed during it
+    /// (none for any other reshape).
+    fn left_faulty(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 impl LiveReshape for LiveGrow {
@@ -66,6 +71,10 @@ impl LiveReshape for LiveGrow {
 
     fn status(&self) -> LiveGrowStatus {
         LiveGrow::status(self)
+    }
+
+    fn left_faulty(&self) -> Vec<String> {
+        LiveGrow::left_faulty(self)
     }
 }
 

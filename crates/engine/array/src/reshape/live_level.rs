@@ -485,7 +485,8 @@ impl LiveLevel {
                 None => slots.push(None),
             }
         }
-        array.swap_shape(new.clone(), slots, table)
+        // Each member's I/O counters go with it to its new role.
+        array.swap_shape_renumbered(new.clone(), slots, table, &self.renumber)
     }
 
     /// What the switch did.

@@ -17,7 +17,9 @@
 //!   (`Members::cap_size`) before the record is written: NBD connections
 //!   made from then on are told that size, and a request past it from an
 //!   earlier connection fails (`ENOSPC` for a write, `EINVAL` for a read:
-//!   the route's bound) while those below it go on.
+//!   the route's bound) while those below it go on. A launch that fails
+//!   (a superblock update refused, say) lifts the cap again: the array is
+//!   served at its old size, the record forgotten (`LiveGrow::launch`).
 //! - **The record** is md's backwards one (`RESHAPE_BACKWARDS`, the new
 //!   member count, `reshape_position` at the new size, `new_offset` > 0),
 //!   written with the array marked dirty by the served grow's `launch`;
@@ -140,6 +142,8 @@ impl LiveGrow {
             options.min_bytes_per_sec,
             options.max_bytes_per_sec,
         );
-        LiveGrow::launch(array, parts, pace, Begin::Fresh)
+        // A launch that fails has recorded nothing (or forgotten what it
+        // recorded): the array is served at its old size again.
+        LiveGrow::launch(array, parts, pace, Begin::Fresh).inspect_err(|_| array.lift_size_cap())
     }
 }

@@ -44,7 +44,10 @@
 //!   the grown devices held is never trusted, `parity_trusted`), and a
 //!   RAID 1/10 reads the first copy: so what a client wrote in the new
 //!   region reads back even when a member fails before the resync passed
-//!   it. A member failing stops nothing: the resync goes on over what it
+//!   it. Its progress goes where a dirty array's background resync
+//!   reports its own (`LiveSizeOptions::progress`: the server's `status`
+//!   shows it as `array.resync`, the monitor and the metrics as a resync).
+//!   A member failing stops nothing: the resync goes on over what it
 //!   can read (a stripe with a block lost is left as it is). A kill or a
 //!   stop leaves `resync_offset` at the last checkpoint: the next `serve`
 //!   (or md) resumes there.
@@ -58,6 +61,7 @@ use crate::array::{Array, LiveRoute};
 use crate::error::{Error, Result};
 use crate::intent::{bitmap_at, read_member_bitmap};
 use crate::members::{Companion, ReshapeRecord};
+use crate::recovery::online::ResyncState;
 use crate::recovery::{scrub_with, Mode, Pace};
 use nvraid_io::queue::OpKind;
 use nvraid_layout::{Geometry, Level};
@@ -77,6 +81,10 @@ pub struct LiveSizeOptions {
     pub force: bool,
     /// The new region's resync, bytes per second at most.
     pub max_bytes_per_sec: Option<u64>,
+    /// Where the new region's resync reports its progress as a dirty
+    /// array's background resync reports its own (the server's resync
+    /// state, which `status`, the monitor and the metrics read).
+    pub progress: Option<Arc<Mutex<ResyncState>>>,
 }
 
 /// What the switch did (the answer to the control socket).
@@ -109,6 +117,8 @@ pub struct LiveSize {
     /// `running`, `finished` or `failed`, why it failed, and the resync's
     /// progress (array bytes reached, the rate).
     state: Mutex<SizeState>,
+    /// `LiveSizeOptions::progress`.
+    progress: Option<Arc<Mutex<ResyncState>>>,
 }
 
 #[derive(Debug)]
@@ -220,6 +230,7 @@ impl LiveSize {
                 position: resync_from.unwrap_or(new.array_bytes()),
                 bytes_per_sec: 0,
             }),
+            progress: options.progress.clone(),
         });
         drop(slots);
         // Every fast-path request goes through the route from here on
@@ -269,6 +280,13 @@ impl LiveSize {
         if !grown {
             live.state.lock().unwrap_or_else(|p| p.into_inner()).state = "finished";
             return Ok((live, None));
+        }
+        if let (Some(progress), Some(from)) = (&live.progress, resync_from) {
+            // A resync of its own from here on: none done yet.
+            *progress.lock().unwrap_or_else(|p| p.into_inner()) = ResyncState {
+                total_bytes: new.array_bytes().saturating_sub(from),
+                ..ResyncState::default()
+            };
         }
         let thread = {
             let (array, live, rate) = (array.clone(), live.clone(), options.max_bytes_per_sec);
@@ -343,20 +361,40 @@ impl LiveSize {
             if secs > 0.0 {
                 s.bytes_per_sec = (p.done_bytes as f64 / secs) as u64;
             }
+            if let Some(progress) = &self.progress {
+                let mut r = progress.lock().unwrap_or_else(|e| e.into_inner());
+                r.done_bytes = p.done_bytes;
+                r.total_bytes = p.total_bytes;
+                r.seconds = secs;
+            }
         });
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut r = self
+            .progress
+            .as_ref()
+            .map(|p| p.lock().unwrap_or_else(|e| e.into_inner()));
         match outcome {
             Ok(found) if found.resynced => {
                 s.state = "finished";
                 s.position = self.changed.size_bytes;
+                if let Some(r) = r.as_mut() {
+                    r.finished = true;
+                    r.done_bytes = r.total_bytes;
+                    r.resynced_bytes = found.bytes;
+                    r.seconds = started.elapsed().as_secs_f64();
+                }
             }
             // Stopped (the server is shutting down): the checkpoint stays.
             Ok(_) => {}
             Err(e) => {
                 s.state = "failed";
-                s.error = Some(format!(
+                let why = format!(
                     "the new region's resync stopped: {e}; it resumes from its checkpoint when the array is served again"
-                ));
+                );
+                if let Some(r) = r.as_mut() {
+                    r.error = Some(why.clone());
+                }
+                s.error = Some(why);
             }
         }
     }

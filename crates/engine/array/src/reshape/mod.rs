@@ -44,14 +44,16 @@
 //!   data offset moved down (a served RAID 0's chunk through `live_raid0`);
 //! - `live_shrink`: [`LiveGrow::start_shrink`], a served RAID 4/5/6 or
 //!   RAID 10 near shrunk by members: the offline shrink's checks, the
-//!   served size capped first, md's backwards record, the steps
-//!   `live_backwards`'s;
+//!   served size capped first (lifted again, the record forgotten, when
+//!   the launch fails), md's backwards record, the steps
+//!   `live_backwards`'s (a leaving member that failed recorded faulty,
+//!   not a spare);
 //! - `live_size`: [`LiveSize`], `grow --socket CTL --size` on a served
 //!   RAID 1/4/5/6/10: the superblocks and the bitmap changed as `size`
 //!   changes them (requests held meanwhile), the served shape swapped to
 //!   the new size, then the new region resynced beside the clients from
-//!   md's `resync_offset` at the old end (a smaller size with `force`
-//!   only, cut at once);
+//!   md's `resync_offset` at the old end, its progress reported as the
+//!   server's resync (a smaller size with `force` only, cut at once);
 //! - `live_degraded`: a served grow going on degraded (an old member or
 //!   one the grow added failing recorded faulty, read around, parity
 //!   written covering it);
@@ -64,7 +66,8 @@
 //!   written as `level` writes it, a RAID 6's Q member leaving, then the
 //!   new level recorded in every update), RAID 0 <-> RAID 10 near=2 among
 //!   them with the roles renumbered (RAID 0 role k is RAID 10 role 2k; a
-//!   RAID 10's second copies leave), the served RAID 10's missing copies
+//!   RAID 10's second copies leave; each member's I/O counters follow
+//!   it to its new role), the served RAID 10's missing copies
 //!   added by the server's online recovery;
 //! - `live_raid0`: a served RAID 0 grown (members added) or restriped (its
 //!   chunk changed) as md's RAID 4 with its parity missing (a [`LiveGrow`]

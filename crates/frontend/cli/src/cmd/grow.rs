@@ -545,11 +545,26 @@ fn grow_online(args: &GrowArgs, socket: &std::path::Path) -> Result<u8> {
                         bytes_text(reshape["new_size_bytes"].as_u64().unwrap_or(0)),
                     );
                 } else if shrinking {
+                    let failed: Vec<&str> = reshape["left_faulty"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|m| m.as_str())
+                        .collect();
                     println!(
-                        "shrunk online from {} to {} members: {} served from now on; the members that left are spares",
+                        "shrunk online from {} to {} members: {} served from now on; the members that left are spares{}",
                         reshape["raid_disks_before"],
                         reshape["raid_disks"],
                         bytes_text(reshape["new_size_bytes"].as_u64().unwrap_or(0)),
+                        if failed.is_empty() {
+                            String::new()
+                        } else {
+                            format!(
+                                ", but {} failed during the shrink and {} recorded faulty",
+                                failed.join(", "),
+                                if failed.len() == 1 { "is" } else { "are" }
+                            )
+                        }
                     );
                 } else if restripe {
                     println!(
@@ -631,36 +646,37 @@ fn size_online(args: &GrowArgs, socket: &std::path::Path, size: &str) -> Result<
             bytes_text(answer["member_bytes"].as_u64().unwrap_or(0)),
         );
     }
+    // The new region's resync is the server's resync (`status`'s
+    // `array.resync`), counted from the old end.
+    let from = answer["resync_from_bytes"].as_u64().unwrap_or(0);
     let mut progress = progress_printer();
     loop {
         let status = nvraid_serve::request(socket, &serde_json::json!({"command": "status"}))?;
-        let reshape = &status["array"]["reshape"];
-        let (position, end) = (
-            reshape["position_bytes"].as_u64().unwrap_or(0),
-            reshape["end_bytes"].as_u64().unwrap_or(0),
+        let resync = &status["array"]["resync"];
+        if resync.is_null() {
+            bail!("the server shows no resync of the new region in its status");
+        }
+        let (done, total) = (
+            resync["done_bytes"].as_u64().unwrap_or(0),
+            resync["total_bytes"].as_u64().unwrap_or(0),
         );
-        match (reshape["kind"].as_str(), reshape["state"].as_str()) {
-            (Some("size"), Some("running")) => progress(GrowProgress {
-                position_bytes: position,
-                end_bytes: end,
-            }),
-            (Some("size"), Some("finished")) => {
-                progress(GrowProgress {
-                    position_bytes: end,
-                    end_bytes: end,
-                });
-                if args.json {
-                    println!("{}", serde_json::to_string_pretty(&answer)?);
-                } else {
-                    println!("the new region is resynced: the array is in sync");
-                }
-                return Ok(0);
+        if let Some(error) = resync["error"].as_str() {
+            bail!(
+                "the new region's resync stopped at {} bytes: {error}",
+                from + done
+            );
+        }
+        progress(GrowProgress {
+            position_bytes: from + done,
+            end_bytes: from + total,
+        });
+        if resync["finished"].as_bool() == Some(true) {
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&answer)?);
+            } else {
+                println!("the new region is resynced: the array is in sync");
             }
-            (Some("size"), Some("failed")) => bail!(
-                "the new region's resync stopped at {position} bytes: {}",
-                reshape["error"].as_str().unwrap_or("(no reason given)")
-            ),
-            _ => bail!("the server shows no size change in its status"),
+            return Ok(0);
         }
         std::thread::sleep(Duration::from_millis(200));
     }

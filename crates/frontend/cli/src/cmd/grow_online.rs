@@ -12,7 +12,7 @@
 //! thread that moves the rows is stopped (after its step) before the
 //! array is closed.
 
-use nvraid_array::recovery::online::Online;
+use nvraid_array::recovery::online::{Online, ResyncState};
 use nvraid_array::reshape::{
     start_live, LiveGrow, LiveGrowOptions, LiveLevel, LiveQ, LiveReshape, LiveShapeOptions,
     LiveShrinkOptions, LiveSize, LiveSizeOptions, SizeTarget,
@@ -29,6 +29,9 @@ pub struct Reshaping {
     direct: bool,
     /// `serve --reshape-speed`'s (MIN, MAX), bytes per second.
     pace: (Option<u64>, Option<u64>),
+    /// The server's resync state: a `--size` change's resync of the new
+    /// region reports there (`status`'s `array.resync`).
+    resync: Arc<Mutex<ResyncState>>,
     live: Mutex<Option<Running>>,
     /// A level change's levels and counts, shown beside its status (until
     /// another reshape starts).
@@ -45,12 +48,14 @@ impl Reshaping {
         online: Arc<Online>,
         direct: bool,
         pace: (Option<u64>, Option<u64>),
+        resync: Arc<Mutex<ResyncState>>,
     ) -> Reshaping {
         Reshaping {
             array,
             online,
             direct,
             pace,
+            resync,
             live: Mutex::new(None),
             level_switched: Mutex::new(None),
         }
@@ -399,7 +404,7 @@ impl Reshaping {
     /// of each member the served array uses (`LiveSize`); answered once
     /// the served array has the new size (what changed: `SizeChanged`),
     /// the new region's resync then running in the background (`status`
-    /// shows it as the reshape of kind `size`).
+    /// shows it where a dirty array's resync is shown, `array.resync`).
     fn size(&self, request: &Value) -> Result<Value, String> {
         let target = match &request["size"] {
             Value::String(s) if s == "max" => SizeTarget::Max,
@@ -419,6 +424,7 @@ impl Reshaping {
             target,
             force: request["force"].as_bool().unwrap_or(false),
             max_bytes_per_sec: self.pace.1,
+            progress: Some(self.resync.clone()),
         };
         let (resized, thread) =
             LiveSize::start(&self.array, &options).map_err(|e| e.to_string())?;
@@ -457,11 +463,22 @@ impl Reshaping {
         *self.live.lock().unwrap_or_else(|p| p.into_inner()) = Some((grow, Some(thread)));
     }
 
-    /// The grow's status for `status` (`None` before one started).
+    /// The grow's status for `status` (`None` before one started, and
+    /// for a size change: its resync is `status`'s `array.resync`).
     pub fn status(&self) -> Option<Value> {
         let live = self.live.lock().unwrap_or_else(|p| p.into_inner());
         let (grow, _) = live.as_ref()?;
-        let mut status = serde_json::to_value(grow.status()).ok()?;
+        let status = grow.status();
+        if status.kind == "size" {
+            return None;
+        }
+        let shrink = status.kind == "shrink";
+        let mut status = serde_json::to_value(status).ok()?;
+        if let (true, Value::Object(fields)) = (shrink, &mut status) {
+            // The leaving members that failed during it: faulty, not
+            // spares.
+            fields.insert("left_faulty".into(), json!(grow.left_faulty()));
+        }
         let switched = self
             .level_switched
             .lock()

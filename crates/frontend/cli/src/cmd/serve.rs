@@ -172,6 +172,7 @@ pub fn serve(args: &ServeCmd, direct: bool) -> Result<u8> {
         online.clone(),
         direct,
         reshape_pace,
+        resync.clone(),
     ));
     if let Some((grow, thread)) = resumed {
         reshaping.resumed(grow, thread);
@@ -854,6 +855,33 @@ fn print_array(array: &serde_json::Value) {
                 .map(|s| format!(", ETA {s} s"))
                 .unwrap_or_default(),
             reshape["error"]
+                .as_str()
+                .map(|why| format!("; {why}"))
+                .unwrap_or_default()
+        );
+    }
+    let resync = &array["resync"];
+    if !resync.is_null() {
+        // A dirty array's background resync, or a `--size` change's
+        // resync of the new region.
+        println!(
+            "resync: {}, {} of {} bytes, {} bytes/s{}{}",
+            if resync["finished"] == true {
+                "finished"
+            } else if resync["error"].is_string() {
+                "failed"
+            } else {
+                "running"
+            },
+            resync["done_bytes"],
+            resync["total_bytes"],
+            resync["rate_bytes_per_second"],
+            resync["eta_seconds"]
+                .as_f64()
+                .filter(|_| resync["finished"] != true)
+                .map(|s| format!(", ETA {s:.0} s"))
+                .unwrap_or_default(),
+            resync["error"]
                 .as_str()
                 .map(|why| format!("; {why}"))
                 .unwrap_or_default()
