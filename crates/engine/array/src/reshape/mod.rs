@@ -129,7 +129,7 @@ pub use grow::{
 pub use level::{change_level, raid1_to_raid5_grown, LevelChanged};
 pub use live::{LiveGrow, LiveGrowOptions, LiveGrowStatus};
 pub use live_copy::{start_live, LiveMirror, LiveReshape};
-pub use live_level::{LevelSwitched, LiveLevel};
+pub use live_level::{check_raid5_grown, LevelSwitched, LiveLevel};
 pub use live_raid6::LiveQ;
 pub use live_shape::LiveShapeOptions;
 pub use live_shrink::LiveShrinkOptions;
