@@ -4,6 +4,14 @@
 //! RAID 4 whose parity member is missing -> RAID 0 of the others, and RAID
 //! 0 of N <-> RAID 10 near=2 of 2N.
 //!
+//! A takeover is also the first half of a served RAID 1 of two becoming a
+//! RAID 5 of N (`--level 5 -n N --add NEW...`): [`check_raid5_grown`]
+//! makes the takeover's and the grow's checks on the RAID 5 of two the
+//! takeover would make, before either writes; the server then takes the
+//! array over and starts the grow in the same request. The second half
+//! of a served RAID 5 becoming a RAID 1 (`--level 1 --array-size`): the
+//! server starts the shrink to two and makes the takeover when it ends.
+//!
 //! The last two renumber the roles (`renumber`): RAID 0 role k becomes
 //! RAID 10 role 2k, the odd roles (the second copies) missing, to be added
 //! and rebuilt by the server's online recovery; a RAID 10 keeps, as mdadm
@@ -588,8 +596,27 @@ pub fn check_raid5_grown(array: &Arc<Array>, options: &super::LiveGrowOptions) -
         .map(|r| record(&array.slot(r).expect("whole").superblock))
         .collect();
     let bitmap_bytes = super::live_copy::bitmap_bytes(array, &raid5, options.raid_devices)?;
-    super::grow::room_for(&sbs, &after, &raid5, bitmap_bytes)?;
+    let (moved_sectors, _) = super::grow::room_for(&sbs, &after, &raid5, bitmap_bytes)?;
     super::live::open_added(array, options, &after, &raid5)?;
+    super::grow::free_dev_numbers(&after, options.add.len())?;
+    // The grow's two shapes, as `LiveGrow::start` makes them.
+    let chunk = raid5.chunk_bytes().expect("a RAID 5 has chunks");
+    let grown = Geometry::new(
+        raid5.level(),
+        options.raid_devices,
+        chunk,
+        crate::assemble::member_data_bytes(&after),
+    )?;
+    let new_offset = data_offset - moved_sectors * 512;
+    nvraid_layout::Reshape::new(
+        raid5.clone(),
+        grown.clone(),
+        0,
+        nvraid_layout::Direction::Forwards,
+        vec![data_offset; 2],
+        vec![new_offset; grown.members() as usize],
+    )
+    .map_err(|e| Error::NotStartable(e.to_string()))?;
     Ok(!taken_over)
 }
 

@@ -65,7 +65,11 @@
 //!   new level recorded in every update), RAID 0 <-> RAID 10 near=2 among
 //!   them with the roles renumbered (RAID 0 role k is RAID 10 role 2k; a
 //!   RAID 10's second copies leave), the served RAID 10's missing copies
-//!   added by the server's online recovery;
+//!   added by the server's online recovery; and [`check_raid5_grown`],
+//!   every check of a served RAID 1 of two taken over and grown to a
+//!   RAID 5 of N (the takeover, then [`start_live`]) made before either
+//!   writes (the server chains a RAID 5's shrink to two and the takeover
+//!   to RAID 1 itself: `cmd/grow_online.rs`);
 //! - `live_raid0`: a served RAID 0 grown as md's RAID 4 with its parity
 //!   missing (a [`LiveGrow`] writing no parity) and taken back to RAID 0
 //!   in the superblock write that records the end;

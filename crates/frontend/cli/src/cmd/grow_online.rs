@@ -6,7 +6,12 @@
 //! `LiveGrow::start_shape`), a served RAID 4/5/6 or RAID 10 near shrunk
 //! by members (`-n` fewer, `--array-size`: `LiveGrow::start_shrink`, the
 //! rows moved backwards), a served array changes its level where md
-//! moves no byte (`LiveLevel`), and `status` shows it.
+//! moves no byte (`LiveLevel`), and `status` shows it. Two level changes
+//! are a takeover and a reshape: a served RAID 1 of two taken over as a
+//! RAID 5 and grown in one request (every check of both made first), and
+//! a served RAID 5 shrunk to two, then taken over as RAID 1 by a thread
+//! of the server when the shrink ends (`then_level` in `status` meanwhile;
+//! a stopped or failed shrink makes no takeover).
 //! One reshape at a time; once one ends the served array takes its shape
 //! (`Array::swap_shape`) and another may start in the same run. The
 //! thread that moves the rows is stopped (after its step) before the
