@@ -1095,6 +1095,40 @@ fn a_server_killed_mid_shrink_before_the_takeover_leaves_a_raid5_that_serve_fini
     pattern_past_fio(d, &kept, two, "killed mid-shrink");
 }
 
+#[test]
+fn a_server_killed_after_the_shrink_before_the_takeover_leaves_a_raid5_of_two() {
+    tool("fio");
+    // Killed once the shrink to two has ended, before the server's
+    // takeover writes anything (the failpoint `level-after-shrink`): the
+    // members record a RAID 5 of two, the other two spares; served so,
+    // `--level 1` takes it over.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (m, two) = raid5_of_four(d);
+    let size = two.to_string();
+    killed_at_failpoint(
+        d,
+        &m,
+        &["--level", "1", "--array-size", &size, "--step", "1M"],
+        "level-after-shrink:1",
+    );
+    let kept: Vec<String> = m[..2].to_vec();
+    assert_eq!(md_levels(d, &kept), vec![5, 5]);
+    let left = detail(d, &kept);
+    assert_eq!(left["raid_disks"], 2, "{left}");
+    assert_eq!(left["size_bytes"], two, "{left}");
+    let server = serve(d, &kept);
+    fio_done(fio_verify(d, true), "a RAID 5 of two after the kill");
+    wait_resynced(d);
+    let out = level_online(d, "1");
+    assert!(out.contains("from raid5"), "{out}");
+    fio_done(fio_verify(d, true), "taken over after the kill");
+    server.interrupt();
+    assert_eq!(md_levels(d, &kept), vec![1, 1]);
+    assert_checks_clean(d, &kept, "killed after the shrink, then --level 1");
+    pattern_past_fio(d, &kept, two, "killed after the shrink");
+}
+
 /// The kernel's md (tools/mdvm, 6.1) assembles what the served level
 /// changes with a reshape leave, finished and killed part-way: a RAID 1
 /// of two taken over and grown to a RAID 5 of four; the same killed

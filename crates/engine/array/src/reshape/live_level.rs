@@ -467,6 +467,16 @@ impl LiveLevel {
         Ok(live)
     }
 
+    /// The takeover a server makes once a served shrink to two members has
+    /// ended (`grow --socket CTL --level 1 --array-size SIZE` of a RAID 5):
+    /// the failpoint `level-after-shrink` is passed first (the shrink ended
+    /// and recorded, nothing of the takeover written), then
+    /// [`LiveLevel::start`] with its checks.
+    pub fn start_after_shrink(array: &Arc<Array>, to: i32) -> Result<Arc<LiveLevel>> {
+        crate::failpoint::hit("level-after-shrink");
+        LiveLevel::start(array, to)
+    }
+
     /// Swap the served array's shape for `new`, the level every kept
     /// member records now: each role's template the superblock as
     /// recorded (see `Array::swap_shape`).

@@ -401,7 +401,7 @@ impl Reshaping {
                 let Some(array) = array.upgrade() else {
                     return;
                 };
-                match LiveLevel::start(&array, 1) {
+                match LiveLevel::start_after_shrink(&array, 1) {
                     Ok(changed) => {
                         let switched = changed.switched();
                         log_level_changed(&switched);
