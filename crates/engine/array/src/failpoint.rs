@@ -11,6 +11,7 @@
 //! | `reshape-backup` | a grow (or a shrink) in place has written and flushed one more piece of a critical-section step's backup on a new member (a leaving one) (header cleared, rows, header) |
 //! | `reshape-backup-file` | a grow in place with `--backup-file` has written and flushed one more piece of the file (the section's bytes, the records; the record forgotten past the section) |
 //! | `reshape-superblock` | a grow has written and flushed one more superblock (the reshape's record: new members first; each checkpoint; the finished shape); a served level change is about to write the next member's superblock (members before it written), and once more after all |
+//! | `level-after-shrink` | a served shrink to two asked with `--level 1` has ended (recorded on every member) and the server is about to take the RAID 5 of two over as RAID 1 |
 //! | `size-superblocks` | a served size change (`grow --socket --size`) has written every superblock with the new size, before the served shape is swapped |
 //!
 //! Error points make an operation fail instead, as a member's I/O error

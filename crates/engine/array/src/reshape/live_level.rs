@@ -4,6 +4,14 @@
 //! RAID 4 whose parity member is missing -> RAID 0 of the others, and RAID
 //! 0 of N <-> RAID 10 near=2 of 2N.
 //!
+//! A takeover is also the first half of a served RAID 1 of two becoming a
+//! RAID 5 of N (`--level 5 -n N --add NEW...`): [`check_raid5_grown`]
+//! makes the takeover's and the grow's checks on the RAID 5 of two the
+//! takeover would make, before either writes; the server then takes the
+//! array over and starts the grow in the same request. The second half
+//! of a served RAID 5 becoming a RAID 1 (`--level 1 --array-size`): the
+//! server starts the shrink to two and makes the takeover when it ends.
+//!
 //! The last two renumber the roles (`renumber`): RAID 0 role k becomes
 //! RAID 10 role 2k, the odd roles (the second copies) missing, to be added
 //! and rebuilt by the server's online recovery; a RAID 10 keeps, as mdadm
@@ -459,6 +467,16 @@ impl LiveLevel {
         Ok(live)
     }
 
+    /// The takeover a server makes once a served shrink to two members has
+    /// ended (`grow --socket CTL --level 1 --array-size SIZE` of a RAID 5):
+    /// the failpoint `level-after-shrink` is passed first (the shrink ended
+    /// and recorded, nothing of the takeover written), then
+    /// [`LiveLevel::start`] with its checks.
+    pub fn start_after_shrink(array: &Arc<Array>, to: i32) -> Result<Arc<LiveLevel>> {
+        crate::failpoint::hit("level-after-shrink");
+        LiveLevel::start(array, to)
+    }
+
     /// Swap the served array's shape for `new`, the level every kept
     /// member records now: each role's template the superblock as
     /// recorded (see `Array::swap_shape`).
@@ -496,6 +514,121 @@ impl LiveLevel {
             .unwrap_or_else(|p| p.into_inner())
             .clone()
     }
+}
+
+/// `grow --socket CTL --level 5 -n N --add NEW...` on a served RAID 1 of
+/// two: md's way is the takeover as a RAID 5 of two (no byte moves), then
+/// that RAID 5's grow. Everything both parts check is checked here,
+/// before anything is written, on the RAID 5 of two the takeover would
+/// make: no other reshape, served writable, no partial parity log or
+/// journal, nothing recovering or awaiting a resync, whole, a RAID 1 of
+/// exactly two (or the RAID 5 of two a takeover already made), the count
+/// two plus one per `--add`, a chunk md can take the RAID 1 over with,
+/// one data offset, room below the data for the grow's move, and every
+/// new member large enough, blank unless `force`, not a member already.
+/// Returns whether the takeover is still to be made (`false`: the array
+/// is that RAID 5 of two already, only the grow is left).
+pub fn check_raid5_grown(array: &Arc<Array>, options: &super::LiveGrowOptions) -> Result<bool> {
+    let spec0 = (0..array.roles())
+        .find_map(|r| array.slot(r))
+        .map_or("(missing)", |s| s.member.spec())
+        .to_string();
+    let refuse = |what: String| Error::Unsupported {
+        spec: spec0.clone(),
+        what,
+    };
+    super::live::refuse_second(array, &spec0, "level change")?;
+    if !array.is_writable() {
+        return Err(Error::ReadOnly);
+    }
+    if array.ppl.is_some() || array.md_journal.is_some() {
+        return Err(refuse(
+            "changing the level of an array with md's partial parity log or write journal (md refuses to take those over)".into(),
+        ));
+    }
+    super::live::check_settled(array)?;
+    if array.is_degraded() || (0..array.roles()).any(|r| !array.is_usable(r)) {
+        return Err(Error::NotStartable(
+            "the array is degraded; md takes over and nvraid grows only a whole array: rebuild it first".into(),
+        ));
+    }
+    let reference = array.superblock().clone();
+    let old = array.geometry().clone();
+    let n = reference.raid_disks;
+    let taken_over = reference.level == 5 && n == 2;
+    if !(reference.level == 1 || taken_over) || n != 2 {
+        return Err(refuse(format!(
+            "a {} of {n} members as a RAID 5 with members added: md takes only a RAID 1 of exactly two members over as RAID 5 (then grows it)",
+            old.level()
+        )));
+    }
+    if options.add.is_empty() || options.raid_devices != 2 + options.add.len() as u32 {
+        return Err(Error::BadOption {
+            option: "--raid-devices".into(),
+            why: format!(
+                "{} with {} member(s) added: a RAID 1 of two becomes a RAID 5 of two, grown by one member per --add (so --raid-devices is 2 + the --add count)",
+                options.raid_devices,
+                options.add.len()
+            ),
+        });
+    }
+    // The RAID 5 of two as the takeover writes it (each member's
+    // superblock too: the grow's room is counted on those).
+    let plan = (!taken_over)
+        .then(|| plan_takeover(&reference, 5, &spec0))
+        .transpose()?;
+    let record = |sb: &Superblock| {
+        let mut sb = sb.clone();
+        if let Some(plan) = &plan {
+            plan.record(&mut sb);
+        }
+        sb
+    };
+    let after = record(&reference);
+    let raid5 = crate::assemble::geometry_of(&after, &spec0)?;
+    if old.array_bytes() != raid5.array_bytes() {
+        return Err(refuse(format!(
+            "a served RAID 1 of {} bytes as a RAID 5 of {} bytes: the takeover must keep the size",
+            old.array_bytes(),
+            raid5.array_bytes()
+        )));
+    }
+    let data_offset = after.data_offset_sectors * 512;
+    if (0..array.roles()).any(|r| {
+        array
+            .slot(r)
+            .is_some_and(|s| s.data_offset_bytes() != data_offset)
+    }) {
+        return Err(refuse(
+            "members with different data offsets (nvraid grows a served array whose members start their data at one offset); stop serve and use `nvraid grow --level 5 -n N --add NEW... MEMBERS`".into(),
+        ));
+    }
+    let sbs: Vec<Superblock> = (0..array.roles())
+        .map(|r| record(&array.slot(r).expect("whole").superblock))
+        .collect();
+    let bitmap_bytes = super::live_copy::bitmap_bytes(array, &raid5, options.raid_devices)?;
+    let (moved_sectors, _) = super::grow::room_for(&sbs, &after, &raid5, bitmap_bytes)?;
+    super::live::open_added(array, options, &after, &raid5)?;
+    super::grow::free_dev_numbers(&after, options.add.len())?;
+    // The grow's two shapes, as `LiveGrow::start` makes them.
+    let chunk = raid5.chunk_bytes().expect("a RAID 5 has chunks");
+    let grown = Geometry::new(
+        raid5.level(),
+        options.raid_devices,
+        chunk,
+        crate::assemble::member_data_bytes(&after),
+    )?;
+    let new_offset = data_offset - moved_sectors * 512;
+    nvraid_layout::Reshape::new(
+        raid5.clone(),
+        grown.clone(),
+        0,
+        nvraid_layout::Direction::Forwards,
+        vec![data_offset; 2],
+        vec![new_offset; grown.members() as usize],
+    )
+    .map_err(|e| Error::NotStartable(e.to_string()))?;
+    Ok(!taken_over)
 }
 
 impl LiveRoute for LiveLevel {

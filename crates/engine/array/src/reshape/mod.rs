@@ -68,7 +68,11 @@
 //!   them with the roles renumbered (RAID 0 role k is RAID 10 role 2k; a
 //!   RAID 10's second copies leave; each member's I/O counters follow
 //!   it to its new role), the served RAID 10's missing copies
-//!   added by the server's online recovery;
+//!   added by the server's online recovery; and [`check_raid5_grown`],
+//!   every check of a served RAID 1 of two taken over and grown to a
+//!   RAID 5 of N (the takeover, then [`start_live`]) made before either
+//!   writes (the server chains a RAID 5's shrink to two and the takeover
+//!   to RAID 1 itself: `cmd/grow_online.rs`);
 //! - `live_raid0`: a served RAID 0 grown (members added) or restriped (its
 //!   chunk changed) as md's RAID 4 with its parity missing (a [`LiveGrow`]
 //!   writing no parity) and taken back to RAID 0 in the superblock write
@@ -133,7 +137,7 @@ pub use grow::{
 pub use level::{change_level, raid1_to_raid5_grown, LevelChanged};
 pub use live::{LiveGrow, LiveGrowOptions, LiveGrowStatus};
 pub use live_copy::{start_live, LiveMirror, LiveReshape};
-pub use live_level::{LevelSwitched, LiveLevel};
+pub use live_level::{check_raid5_grown, LevelSwitched, LiveLevel};
 pub use live_raid6::LiveQ;
 pub use live_shape::LiveShapeOptions;
 pub use live_shrink::LiveShrinkOptions;

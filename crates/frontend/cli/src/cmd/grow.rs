@@ -52,7 +52,10 @@ pub struct GrowArgs {
     /// the served array, without -n/--add (see --socket), but for 5 -> 6
     /// with -n N+1 --add NEW (Q rebuilt while served) and 0 -> 10 with
     /// --add NEW... (the second copies rebuilt while served; without
-    /// --add the RAID 10 is served degraded).
+    /// --add the RAID 10 is served degraded), 1 of two -> 5 with -n N
+    /// --add NEW... (the takeover, then the served RAID 5's grow) and 5 of
+    /// more than two -> 1 with --array-size (the served shrink to two,
+    /// then the takeover, made by the server when the shrink ends).
     #[arg(long, value_name = "LEVEL")]
     level: Option<i32>,
     /// Restripe the array in chunks of this size (RAID 4/5/6, RAID 10
@@ -132,7 +135,11 @@ pub struct GrowArgs {
     /// parity -> 0, 10 near=2 of 2N -> 0 of N keeping the first working
     /// copy of each pair, 0 of N -> 10 near=2 of 2N with the second copies
     /// missing, filled by --add), its requests drained for the superblock
-    /// writes.
+    /// writes. With --level 5 -n N --add NEW... of a served RAID 1 of two:
+    /// the takeover as a RAID 5 of two, then its grow to N, every check of
+    /// both made first. With --level 1 --array-size SIZE of a served RAID 5
+    /// of more than two: the shrink to two, then the takeover as RAID 1
+    /// (waits for both).
     #[arg(long, value_name = "PATH", conflicts_with_all = ["members", "cont"])]
     socket: Option<std::path::PathBuf>,
     /// mdadm's --backup-file: a RAID 4/5/6 grown in place (no room to move
@@ -469,7 +476,14 @@ fn grow_online(args: &GrowArgs, socket: &std::path::Path) -> Result<u8> {
     // RAID 5 -> 6 with its Q member added is a rebuild the server runs;
     // the other level changes are answered at once.
     let add_q = args.level == Some(6) && !args.add.is_empty();
-    if let Some(level) = args.level.filter(|_| !add_q) {
+    // RAID 1 of two -> RAID 5 grown, RAID 5 -> two members -> RAID 1: a
+    // takeover and a reshape, the server making both.
+    let raid5_grown = args.level == Some(5) && !args.add.is_empty();
+    let raid1_shrunk = args.level == Some(1) && args.add.is_empty() && args.array_size.is_some();
+    if let Some(level) = args
+        .level
+        .filter(|_| !add_q && !raid5_grown && !raid1_shrunk)
+    {
         return level_online(args, socket, level);
     }
     let restripe = args.chunk.is_some() || args.layout.is_some();
@@ -478,6 +492,17 @@ fn grow_online(args: &GrowArgs, socket: &std::path::Path) -> Result<u8> {
             "command": "grow",
             "chunk_bytes": args.chunk,
             "layout": args.layout,
+            "step_bytes": args.step,
+        })
+    } else if raid1_shrunk {
+        // Two members unless -n says otherwise (the server refuses another
+        // count, as the offline command does).
+        serde_json::json!({
+            "command": "grow",
+            "level": 1,
+            "raid_devices": args.raid_devices,
+            "array_size": args.array_size,
+            "force": args.force,
             "step_bytes": args.step,
         })
     } else {
@@ -507,7 +532,24 @@ fn grow_online(args: &GrowArgs, socket: &std::path::Path) -> Result<u8> {
     };
     let answer = nvraid_serve::request(socket, &request)?;
     if let Some(error) = answer["error"].as_str() {
+        if raid5_grown || raid1_shrunk {
+            bail!("level change in the server refused: {error}");
+        }
         bail!("grow in the server refused: {error}");
+    }
+    if !answer["level_changed"].is_null() && !args.json {
+        print_level_changed(args, &answer["level_changed"])?;
+    }
+    if let Some(error) = answer["grow_error"].as_str() {
+        bail!(
+            "taken over as a RAID 5 of two, but its grow could not start: {error}; the server serves the RAID 5 of two (grow it with `nvraid grow --socket CTL -n N --add NEW...`)"
+        );
+    }
+    if !answer["level"].is_null() && answer["started"].is_null() {
+        // `--level 1 --array-size` of a RAID 5 of two (or of another
+        // level): the takeover alone, answered at once.
+        print_level_changed(args, &answer)?;
+        return Ok(0);
     }
     let mut progress = progress_printer();
     loop {
@@ -529,6 +571,27 @@ fn grow_online(args: &GrowArgs, socket: &std::path::Path) -> Result<u8> {
                 end_bytes: end,
             }),
             Some("running") => {}
+            // The shrink ended; the server's takeover as RAID 1 follows.
+            Some("finished") if reshape["then_level"]["state"] == "pending" => {}
+            Some("finished") if reshape["then_level"]["state"] == "failed" => bail!(
+                "shrunk online to {} members, but the takeover as RAID 1 failed: {}",
+                reshape["raid_disks"],
+                reshape["then_level"]["error"]
+                    .as_str()
+                    .unwrap_or("(no reason given)")
+            ),
+            Some("finished") if raid1_shrunk && reshape["kind"] == "level" => {
+                if args.json {
+                    println!("{}", serde_json::to_string_pretty(reshape)?);
+                } else {
+                    println!(
+                        "shrunk online to two members and taken over as a RAID 1 (md level {}): {} served from now on; the members that left are spares",
+                        reshape["md_level"],
+                        bytes_text(reshape["new_size_bytes"].as_u64().unwrap_or(0)),
+                    );
+                }
+                return Ok(0);
+            }
             Some("finished") => {
                 progress(GrowProgress {
                     position_bytes: end,
@@ -690,7 +753,7 @@ fn level_online(args: &GrowArgs, socket: &std::path::Path, level: i32) -> Result
     }
     if args.raid_devices.is_some() || !args.add.is_empty() {
         bail!(
-            "--level {level} with -n/--add on a served array: nvraid changes a served array's level with members added only from RAID 5 to RAID 6 (`--level 6 -n N+1 --add NEW`) and RAID 0 to RAID 10 (`--level 10 --add NEW...`), otherwise only where md adds no member (4 <-> 5 parity-last, 1 of two <-> 5 of two, 6 -> 5, 4 without its parity -> 0, 10 near=2 -> 0); stop serve and use `nvraid grow --level {level} -n N --add NEW...`"
+            "--level {level} with -n/--add on a served array: nvraid changes a served array's level with members added only from RAID 5 to RAID 6 (`--level 6 -n N+1 --add NEW`), RAID 0 to RAID 10 (`--level 10 --add NEW...`) and RAID 1 of two to RAID 5 grown (`--level 5 -n N --add NEW...`), otherwise only where md adds no member (4 <-> 5 parity-last, 1 of two <-> 5 of two, 6 -> 5, 4 without its parity -> 0, 10 near=2 -> 0); stop serve and use `nvraid grow --level {level} -n N --add NEW...`"
         );
     }
     if args.chunk.is_some() || args.layout.is_some() || args.array_size.is_some() {

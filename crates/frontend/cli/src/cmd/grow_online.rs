@@ -6,7 +6,12 @@
 //! `LiveGrow::start_shape`), a served RAID 4/5/6 or RAID 10 near shrunk
 //! by members (`-n` fewer, `--array-size`: `LiveGrow::start_shrink`, the
 //! rows moved backwards), a served array changes its level where md
-//! moves no byte (`LiveLevel`), and `status` shows it.
+//! moves no byte (`LiveLevel`), and `status` shows it. Two level changes
+//! are a takeover and a reshape: a served RAID 1 of two taken over as a
+//! RAID 5 and grown in one request (every check of both made first), and
+//! a served RAID 5 shrunk to two, then taken over as RAID 1 by a thread
+//! of the server when the shrink ends (`then_level` in `status` meanwhile;
+//! a stopped or failed shrink makes no takeover).
 //! One reshape at a time; once one ends the served array takes its shape
 //! (`Array::swap_shape`) and another may start in the same run. The
 //! thread that moves the rows is stopped (after its step) before the
@@ -32,10 +37,38 @@ pub struct Reshaping {
     /// The server's resync state: a `--size` change's resync of the new
     /// region reports there (`status`'s `array.resync`).
     resync: Arc<Mutex<ResyncState>>,
-    live: Mutex<Option<Running>>,
+    live: Arc<Mutex<Option<Running>>>,
     /// A level change's levels and counts, shown beside its status (until
     /// another reshape starts).
-    level_switched: Mutex<Option<Value>>,
+    level_switched: Arc<Mutex<Option<Value>>>,
+    /// A takeover the server makes once the running reshape ends (`grow
+    /// --level 1 --array-size` of a RAID 5 of more than two: the shrink to
+    /// two, then the RAID 1): its state for `status`, and the thread that
+    /// waits for the shrink's end to make it.
+    then: Arc<Then>,
+    then_thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// The takeover chained after a served shrink (see `Reshaping::then`).
+#[derive(Default)]
+struct Then {
+    /// `{"md_level": 1, "state": "pending" | "failed", "error": ..}` while
+    /// one waits or after it failed; `None` once made (or never asked).
+    state: Mutex<Option<Value>>,
+    /// The server is stopping: the shrink's end makes no takeover.
+    stopping: std::sync::atomic::AtomicBool,
+}
+
+/// The event line of a level change the server made.
+fn log_level_changed(switched: &nvraid_array::reshape::LevelSwitched) {
+    eprintln!(
+        "nvraid: event=level-changed level={}->{} raid_disks={}->{} events={}",
+        switched.level_before,
+        switched.level,
+        switched.raid_disks_before,
+        switched.raid_disks,
+        switched.events
+    );
 }
 
 /// A grow started: its handle and the thread moving its rows (taken when
@@ -56,8 +89,10 @@ impl Reshaping {
             direct,
             pace,
             resync,
-            live: Mutex::new(None),
-            level_switched: Mutex::new(None),
+            live: Arc::new(Mutex::new(None)),
+            level_switched: Arc::new(Mutex::new(None)),
+            then: Arc::new(Then::default()),
+            then_thread: Mutex::new(None),
         }
     }
 
@@ -68,6 +103,27 @@ impl Reshaping {
     pub fn command(&self, request: &Value) -> Option<Value> {
         if request["command"].as_str()? != "grow" {
             return None;
+        }
+        if let Some(Value::Object(then)) =
+            &*self.then.state.lock().unwrap_or_else(|p| p.into_inner())
+        {
+            if then.get("state").and_then(Value::as_str) == Some("pending") {
+                return Some(
+                    json!({"error": "the running shrink to two members is followed by the takeover as RAID 1 (`grow --level 1`): wait for both to end (`nvraid status`)"}),
+                );
+            }
+        }
+        if request["level"].as_i64() == Some(5) && !request["add"].is_null() {
+            return Some(
+                self.raid5_grown(request)
+                    .unwrap_or_else(|e| json!({"error": e})),
+            );
+        }
+        if request["level"].as_i64() == Some(1) && !request["array_size"].is_null() {
+            return Some(
+                self.raid1_of_shrunk(request)
+                    .unwrap_or_else(|e| json!({"error": e})),
+            );
         }
         if !request["size"].is_null() {
             return Some(self.size(request).unwrap_or_else(|e| json!({"error": e})));
@@ -113,6 +169,8 @@ impl Reshaping {
         );
         let changed: Arc<dyn LiveReshape> = changed;
         *live = Some((changed, None));
+        // A takeover chained after a shrink that failed is made now.
+        *self.then.state.lock().unwrap_or_else(|p| p.into_inner()) = None;
         let answer = serde_json::to_value(&switched).map_err(|e| e.to_string())?;
         *self
             .level_switched
@@ -219,6 +277,175 @@ impl Reshaping {
         self.online.wake();
         answer["added"] = json!(added);
         Ok(answer)
+    }
+
+    /// `{"command": "grow", "level": 5, "raid_devices": N, "add": [NEW...],
+    /// "force": b, "step_bytes": n}`: the served RAID 1 of two taken over as
+    /// md's RAID 5 of two (`LiveLevel`, no byte moves), then that RAID 5
+    /// grown to N members (`LiveGrow`) in the same request; every check of
+    /// both parts made first (`check_raid5_grown`), nothing written when
+    /// one refuses. A RAID 5 of two (a takeover made earlier, its grow
+    /// not begun) is only grown. Answered once the grow is recorded:
+    /// `level_changed` (what the takeover did, `null` when there was none)
+    /// and the grow's `started`, `raid_disks`, `end_bytes`; a grow that
+    /// could not start after the takeover is named in `grow_error` (the
+    /// array serves as the RAID 5 of two).
+    fn raid5_grown(&self, request: &Value) -> Result<Value, String> {
+        let options = self.grow_options(request)?;
+        if self.online.is_busy() {
+            return Err(
+                "a rebuild, check or repair runs on the array (status shows it); change the level after it ends"
+                    .into(),
+            );
+        }
+        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        let takeover = nvraid_array::reshape::check_raid5_grown(&self.array, &options)
+            .map_err(|e| e.to_string())?;
+        let mut answer = json!({"level_changed": null});
+        if takeover {
+            let changed = LiveLevel::start(&self.array, 5).map_err(|e| e.to_string())?;
+            let switched = changed.switched();
+            log_level_changed(&switched);
+            answer["level_changed"] = serde_json::to_value(&switched).map_err(|e| e.to_string())?;
+            let changed: Arc<dyn LiveReshape> = changed;
+            *live = Some((changed, None));
+        }
+        match start_live(&self.array, &options) {
+            Ok((grow, thread)) => {
+                self.forget_level_change();
+                let status = grow.status();
+                eprintln!(
+                    "nvraid: event=reshape-started raid_disks={}->{} end={}",
+                    status.raid_disks_before, status.raid_disks, status.end_bytes
+                );
+                *live = Some((grow, Some(thread)));
+                answer["started"] = json!("grow");
+                answer["raid_disks"] = json!(status.raid_disks);
+                answer["end_bytes"] = json!(status.end_bytes);
+                Ok(answer)
+            }
+            Err(e) if takeover => {
+                *self
+                    .level_switched
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()) = Some(answer["level_changed"].clone());
+                answer["grow_error"] = json!(e.to_string());
+                Ok(answer)
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// `{"command": "grow", "level": 1, "array_size": n, "raid_devices": 2
+    /// (optional), "force": b, "step_bytes": n}`: a served RAID 5 of more
+    /// than two shrunk to two members (`LiveGrow::start_shrink`, with the
+    /// offline shrink's checks), and when the shrink ends, the RAID 5 of
+    /// two taken over as RAID 1 by the server (`LiveLevel`), as md makes
+    /// it in two steps. Answered once the shrink is recorded; `status`
+    /// shows the shrink with `then_level` (pending; failed with its
+    /// reason), then the level change. Anything but a RAID 5 of more than
+    /// two is the takeover alone (as offline: a RAID 5 of two is taken
+    /// over at once, the other levels refused by it).
+    fn raid1_of_shrunk(&self, request: &Value) -> Result<Value, String> {
+        let reference = self.array.superblock().clone();
+        if self.array.is_reshaping_live() || reference.level != 5 || reference.raid_disks <= 2 {
+            return self.level(&json!({"command": "grow", "level": 1}));
+        }
+        let raid_devices = match &request["raid_devices"] {
+            Value::Null => 2,
+            v => v.as_u64().ok_or("\"raid_devices\" is a number")? as u32,
+        };
+        if raid_devices != 2 {
+            return Err(format!(
+                "--raid-devices {raid_devices} with --level 1: md takes a RAID 5 over as RAID 1 with two members, so it is shrunk to 2 first"
+            ));
+        }
+        let mut shrink = request.clone();
+        shrink["raid_devices"] = json!(2);
+        let mut answer = self.shrink(&shrink)?;
+        // The shrink is recorded and runs: the takeover waits for its end.
+        *self.then.state.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(json!({"md_level": 1, "state": "pending"}));
+        let running = self
+            .live
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_mut()
+            .and_then(|(grow, thread)| thread.take().map(|t| (grow.clone(), t)));
+        let Some((grow, shrink_thread)) = running else {
+            return Err("the shrink started without a thread".into());
+        };
+        let array = Arc::downgrade(&self.array);
+        let (live, level_switched, then) = (
+            self.live.clone(),
+            self.level_switched.clone(),
+            self.then.clone(),
+        );
+        let thread = std::thread::Builder::new()
+            .name("nvraid-then-level".into())
+            .spawn(move || {
+                let _ = shrink_thread.join();
+                let fail = |error: String| {
+                    eprintln!("nvraid: event=level-change-failed level=5->1 reason=\"{error}\"");
+                    *then.state.lock().unwrap_or_else(|p| p.into_inner()) =
+                        Some(json!({"md_level": 1, "state": "failed", "error": error}));
+                };
+                let status = grow.status();
+                if status.state != "finished" {
+                    fail(format!(
+                        "the shrink to two did not finish ({}); once a RAID 5 of two, take it over with `nvraid grow --level 1`",
+                        status.error.as_deref().unwrap_or(status.state)
+                    ));
+                    return;
+                }
+                let mut live = live.lock().unwrap_or_else(|p| p.into_inner());
+                if then.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+                    fail("the server stopped after the shrink to two; take the RAID 5 of two over with `nvraid grow --level 1`".into());
+                    return;
+                }
+                let Some(array) = array.upgrade() else {
+                    return;
+                };
+                match LiveLevel::start_after_shrink(&array, 1) {
+                    Ok(changed) => {
+                        let switched = changed.switched();
+                        log_level_changed(&switched);
+                        *level_switched.lock().unwrap_or_else(|p| p.into_inner()) =
+                            serde_json::to_value(&switched).ok();
+                        let changed: Arc<dyn LiveReshape> = changed;
+                        *live = Some((changed, None));
+                        *then.state.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                    }
+                    Err(e) => fail(e.to_string()),
+                }
+            })
+            .map_err(|e| format!("no thread for the takeover after the shrink: {e}"))?;
+        *self.then_thread.lock().unwrap_or_else(|p| p.into_inner()) = Some(thread);
+        answer["then_level"] = json!(1);
+        Ok(answer)
+    }
+
+    /// A served grow's options from its request (`raid_devices`, `add`,
+    /// `force`, `step_bytes`) and the server's pace.
+    fn grow_options(&self, request: &Value) -> Result<LiveGrowOptions, String> {
+        let raid_devices = request["raid_devices"]
+            .as_u64()
+            .ok_or("grow needs \"raid_devices\"")? as u32;
+        let add: Vec<String> = request["add"]
+            .as_array()
+            .ok_or("grow needs \"add\" (the new members)")?
+            .iter()
+            .map(|v| v.as_str().map(str::to_string).ok_or("\"add\" lists paths"))
+            .collect::<Result<_, _>>()?;
+        Ok(LiveGrowOptions {
+            raid_devices,
+            add,
+            direct: self.direct,
+            force: request["force"].as_bool().unwrap_or(false),
+            step_bytes: request["step_bytes"].as_u64().unwrap_or(16 << 20),
+            min_bytes_per_sec: self.pace.0,
+            max_bytes_per_sec: self.pace.1,
+        })
     }
 
     fn grow(&self, request: &Value) -> Result<Value, String> {
@@ -453,6 +680,7 @@ impl Reshaping {
             .level_switched
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = None;
+        *self.then.state.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
     /// A grow the members recorded, resumed at assembly (`serve` of an
@@ -496,6 +724,12 @@ impl Reshaping {
                 }
             }
         }
+        if let (Some(then), Value::Object(status)) = (
+            &*self.then.state.lock().unwrap_or_else(|p| p.into_inner()),
+            &mut status,
+        ) {
+            status.insert("then_level".into(), then.clone());
+        }
         Some(status)
     }
 
@@ -503,12 +737,28 @@ impl Reshaping {
     /// it recorded stays on the members: `nvraid serve` goes on from there
     /// the next time, or `nvraid grow --continue` finishes it offline).
     pub fn stop(&self) {
-        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((grow, thread)) = live.as_mut() {
-            grow.stop();
-            if let Some(thread) = thread.take() {
-                let _ = thread.join();
-            }
+        // A takeover chained after a shrink is not made from here on; its
+        // thread ends once the shrink's has.
+        self.then
+            .stopping
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let thread = {
+            let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+            live.as_mut().and_then(|(grow, thread)| {
+                grow.stop();
+                thread.take()
+            })
+        };
+        if let Some(thread) = thread {
+            let _ = thread.join();
+        }
+        let then = self
+            .then_thread
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(then) = then {
+            let _ = then.join();
         }
     }
 }
