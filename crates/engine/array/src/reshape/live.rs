@@ -409,6 +409,29 @@ pub(super) fn write_added_superblock(
     member.flush()
 }
 
+/// md's record of a served reshape from `position` in `direction`: every
+/// member of the old shape with its data at `data_offset`, every member of
+/// the new one at `new_offset` (a served array's members start their data
+/// at one offset, which each start checks).
+pub(super) fn uniform_reshape(
+    old: &Geometry,
+    new: &Geometry,
+    position: u64,
+    direction: Direction,
+    data_offset: u64,
+    new_offset: u64,
+) -> Result<Reshape> {
+    Reshape::new(
+        old.clone(),
+        new.clone(),
+        position,
+        direction,
+        vec![data_offset; old.members() as usize],
+        vec![new_offset; new.members() as usize],
+    )
+    .map_err(|e| Error::NotStartable(e.to_string()))
+}
+
 /// Refused while another reshape runs on the served `array` (a served
 /// reshape ends, and its shape is swapped in, before the next may start):
 /// "a second `what`", named on `spec0` (the first member).
@@ -569,15 +592,7 @@ impl LiveGrow {
         )?;
         let data_offset = reference.data_offset_sectors * 512;
         let new_offset = data_offset - moved_sectors * 512;
-        let reshape = Reshape::new(
-            old.clone(),
-            new.clone(),
-            0,
-            Direction::Forwards,
-            (0..old_count).map(|_| data_offset).collect(),
-            (0..new.members()).map(|_| new_offset).collect(),
-        )
-        .map_err(|e| Error::NotStartable(e.to_string()))?;
+        let reshape = uniform_reshape(&old, &new, 0, Direction::Forwards, data_offset, new_offset)?;
         if (0..array.roles()).any(|r| {
             array
                 .slot(r)

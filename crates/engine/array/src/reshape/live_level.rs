@@ -619,15 +619,14 @@ pub fn check_raid5_grown(array: &Arc<Array>, options: &super::LiveGrowOptions) -
         crate::assemble::member_data_bytes(&after),
     )?;
     let new_offset = data_offset - moved_sectors * 512;
-    nvraid_layout::Reshape::new(
-        raid5.clone(),
-        grown.clone(),
+    super::live::uniform_reshape(
+        &raid5,
+        &grown,
         0,
         nvraid_layout::Direction::Forwards,
-        vec![data_offset; 2],
-        vec![new_offset; grown.members() as usize],
-    )
-    .map_err(|e| Error::NotStartable(e.to_string()))?;
+        data_offset,
+        new_offset,
+    )?;
     Ok(!taken_over)
 }
 

@@ -44,7 +44,7 @@ use super::takeover::{
 };
 use crate::array::Array;
 use crate::error::{Error, Result};
-use nvraid_layout::{Direction, Geometry, Level, Reshape};
+use nvraid_layout::{Direction, Geometry, Level};
 use nvraid_member::Member;
 use nvraid_metadata::{Role, Superblock};
 use std::sync::Arc;
@@ -115,15 +115,14 @@ impl LiveGrow {
             member_rows,
         )?;
         let new_offset = data_offset - moved_sectors * 512;
-        let reshape = Reshape::new(
-            old.clone(),
-            new.clone(),
+        let reshape = super::live::uniform_reshape(
+            &old,
+            &new,
             0,
             Direction::Forwards,
-            (0..old.members()).map(|_| data_offset).collect(),
-            (0..new.members()).map(|_| new_offset).collect(),
-        )
-        .map_err(|e| Error::NotStartable(e.to_string()))?;
+            data_offset,
+            new_offset,
+        )?;
         let stand_in = super::degraded::stand_in()?;
         // Nothing written before this line.
         let bblog_offsets = move_bblogs(array, &sbs, &log_moves)?;
@@ -233,15 +232,14 @@ impl LiveGrow {
         // The bad-block logs the move would overwrite, and where they go.
         let (_, log_moves) = room_for(&sbs, &reference, &old, None)?;
         let new_offset = data_offset - moved_sectors * 512;
-        let reshape = Reshape::new(
-            old.clone(),
-            new.clone(),
+        let reshape = super::live::uniform_reshape(
+            &old,
+            &new,
             0,
             Direction::Forwards,
-            (0..old.members()).map(|_| data_offset).collect(),
-            (0..new.members()).map(|_| new_offset).collect(),
-        )
-        .map_err(|e| Error::NotStartable(e.to_string()))?;
+            data_offset,
+            new_offset,
+        )?;
         let stand_in = super::degraded::stand_in()?;
         // Nothing written before this line.
         let bblog_offsets = move_bblogs(array, &sbs, &log_moves)?;

@@ -35,7 +35,7 @@ use super::live::{check_growable, move_bblogs, Begin, LiveGrow, Parts};
 use super::shape::{choose_move, new_geometry, new_level};
 use crate::array::Array;
 use crate::error::{Error, Result};
-use nvraid_layout::{Direction, Level, Reshape};
+use nvraid_layout::{Direction, Level};
 use nvraid_member::Member;
 use nvraid_metadata::Superblock;
 use std::sync::Arc;
@@ -136,15 +136,14 @@ impl LiveGrow {
         // The bad-block logs the move would overwrite, and where they go.
         let (_, log_moves) = room_for(&sbs, &reference, &old, bitmap_bytes)?;
         let new_offset = data_offset - moved_sectors * 512;
-        let reshape = Reshape::new(
-            old.clone(),
-            new.clone(),
+        let reshape = super::live::uniform_reshape(
+            &old,
+            &new,
             0,
             Direction::Forwards,
-            (0..old.members()).map(|_| data_offset).collect(),
-            (0..new.members()).map(|_| new_offset).collect(),
-        )
-        .map_err(|e| Error::NotStartable(e.to_string()))?;
+            data_offset,
+            new_offset,
+        )?;
         let bblog_offsets = move_bblogs(array, &sbs, &log_moves)?;
         let parts = Parts {
             reshape,

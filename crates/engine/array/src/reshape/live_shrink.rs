@@ -31,7 +31,7 @@ use super::live::{check_growable, refuse_second, Begin, LiveGrow, Parts};
 use super::shrink::{check_filesystem, check_steps, refuse_level, room_after, smaller_shape};
 use crate::array::Array;
 use crate::error::{Error, Result};
-use nvraid_layout::{Direction, Reshape};
+use nvraid_layout::Direction;
 use nvraid_member::Member;
 use nvraid_metadata::Superblock;
 use std::sync::Arc;
@@ -113,15 +113,14 @@ impl LiveGrow {
         let moved_sectors = room_after(&held, &old, chunk)?;
         let new_offset = data_offset + moved_sectors * 512;
         let new_size = new.array_bytes();
-        let reshape = Reshape::new(
-            old.clone(),
-            new.clone(),
+        let reshape = super::live::uniform_reshape(
+            &old,
+            &new,
             new_size,
             Direction::Backwards,
-            (0..old.members()).map(|_| data_offset).collect(),
-            (0..new.members()).map(|_| new_offset).collect(),
-        )
-        .map_err(|e| Error::NotStartable(e.to_string()))?;
+            data_offset,
+            new_offset,
+        )?;
         {
             let members: Vec<&Member> = held.iter().map(|(m, _)| *m).collect();
             check_filesystem(&reshape, &members, array_size, options.force)?;
