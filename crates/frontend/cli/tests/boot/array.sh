@@ -85,6 +85,9 @@ setup)
 	# assembling at boot.
 	mdadm --create /dev/md/kmd --run --metadata=1.2 --level=1 --raid-devices=2 \
 		"$(disk 4)" "$(disk 5)" > mdadm.log 2>&1 || { cat mdadm.log; fail "mdadm --create"; }
+	# /dev/md/kmd is udev's link, made after mdadm returns (on a loaded
+	# host, seen missing at the next line).
+	udevadm settle --timeout=120
 	mdadm --detail --brief /dev/md/kmd >> /etc/mdadm/mdadm.conf
 	nvraid config add "$(disk 0)" --name data > config.log 2>&1 || { cat config.log; fail "config add"; }
 	echo "CONFIG $(grep '^ARRAY' /etc/nvraid/nvraid.conf); mdadm.conf: $(grep -c '^ARRAY <ignore>' /etc/mdadm/mdadm.conf) ignore line"
