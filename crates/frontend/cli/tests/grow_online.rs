@@ -577,3 +577,56 @@ fn writes_acknowledged_during_an_online_grow_survive_a_sigkill_and_continue() {
 fn fio_verify_grow(dir: &Path, verify_only: bool) -> Child {
     fio_verify(dir, "grow", 2000, 7, verify_only)
 }
+
+/// A served grow whose launch fails after the added member's superblock
+/// and the record were written (`NVRAID_FAILERR=reshape-launch:1`): the
+/// record is dropped from the array's members, and the added member is
+/// left without a superblock (it joined nothing: one left behind, an event
+/// ahead and recording a reshape the others do not, would compete with
+/// theirs at the next assembly). The array stays a clean RAID 5 of 4 with
+/// its bytes, and the same server then grows it with the same member.
+#[test]
+fn a_served_grow_whose_launch_fails_leaves_the_added_member_blank() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let members: Vec<String> = (0..4).map(|i| format!("m{i}.img")).collect();
+    create(d, "5", &members, "16M");
+    blank_mib(d, "new.img", 16);
+    let size = detail(d, &members)["size_bytes"].as_u64().unwrap();
+    let data: Vec<u8> = (0..size).map(|i| (i % 241) as u8 ^ 0x5a).collect();
+    std::fs::write(d.join("data.bin"), &data).unwrap();
+    let mut args = vec!["write", "--input", "data.bin"];
+    args.extend(members.iter().map(String::as_str));
+    ok(&args, d);
+    let server = serve_env(d, &members, &[], &[("NVRAID_FAILERR", "reshape-launch:1")]);
+    let out = grow_cmd(d, 5, "new.img").wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the launch did not fail: {said}");
+    assert!(said.contains("reshape launch"), "{said}");
+    let s = status(d);
+    assert!(s["array"]["reshape"].is_null(), "{s}");
+    assert_eq!(s["array"]["size_bytes"], size, "{s}");
+    // The added member holds no superblock (its first 8 KiB are zeros, as
+    // blank_mib made them).
+    let head = std::fs::read(d.join("new.img")).unwrap();
+    assert!(
+        head[..8192].iter().all(|&b| b == 0),
+        "the added member keeps a superblock"
+    );
+    assert!(served_bytes(d) == data, "the bytes after the failed launch");
+    // The error point passed: the same member is added this time.
+    let out = grow_cmd(d, 5, "new.img").wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "grow --socket: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(served_bytes(d)[..data.len()] == data[..]);
+    server.interrupt();
+    let mut grown = members.clone();
+    grown.push("new.img".into());
+    let g = detail(d, &grown);
+    assert_eq!(g["raid_disks"], 5, "{g}");
+    assert_eq!(g["state"], "clean", "{g}");
+    assert_checks_clean(d, &grown, "the grow after a failed launch");
+}

@@ -754,7 +754,10 @@ impl LiveGrow {
     /// go on with it at its next assembly). A member that cannot take
     /// this write is recorded faulty as any update's is; if the update
     /// fails, the members keep a record at its start, which md and
-    /// `serve` go on from.
+    /// `serve` go on from. Once the others no longer record it, the
+    /// members the grow added lose the superblock it gave them: it
+    /// records the reshape, an event ahead of the others, and would
+    /// compete with theirs at the next assembly.
     fn forget(self: &Arc<Self>, array: &Array) {
         let record: Arc<dyn ReshapeRecord> = self.clone();
         if !array.clear_reshape_record(&record) {
@@ -764,6 +767,19 @@ impl LiveGrow {
             eprintln!(
                 "nvraid: the reshape that failed to start is still recorded on the members: {e}"
             );
+            return;
+        }
+        let blank = AlignedBuf::zeroed(4096);
+        for (member, _) in &self.added {
+            let wiped = member
+                .write_at(&blank, nvraid_metadata::SUPER_OFFSET_BYTES)
+                .and_then(|()| member.flush());
+            if let Err(e) = wiped {
+                eprintln!(
+                    "nvraid: {}: its superblock from the grow that failed to start could not be cleared: {e}",
+                    member.spec()
+                );
+            }
         }
     }
 
