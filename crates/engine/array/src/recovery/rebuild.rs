@@ -652,11 +652,11 @@ fn copy_steps(
 /// the write of the last.
 const PIECE_BYTES: u64 = 1 << 20;
 
-/// Steps taken at once by a parity rebuild while clients are idle: each
-/// hold's first read and last write do not overlap the neighbouring
-/// pieces', so longer holds keep the members busier (on zram, 4 MiB steps
-/// reached about 0.7 of a rebuild with no holds; see
-/// docs/performance-history.md).
+/// Steps taken at once by a parity or RAID 1 rebuild while clients are
+/// idle and no maximum rate is set: each hold's first read and last write
+/// do not overlap the neighbouring pieces', so longer holds keep the
+/// members busier (on zram, 4 MiB steps reached about 0.7 of a rebuild
+/// with no holds; see docs/performance-history.md).
 const IDLE_STEPS: u64 = 4;
 
 /// Pieces in flight between the reader and the writer of a step.
