@@ -219,26 +219,11 @@ impl LiveLevel {
     /// text); returns once every kept member records it. Refused, nothing
     /// written, as the module's text lists.
     pub fn start(array: &Arc<Array>, to: i32) -> Result<Arc<LiveLevel>> {
-        let spec0 = (0..array.roles())
-            .find_map(|r| array.slot(r))
-            .map_or("(missing)", |s| s.member.spec())
-            .to_string();
+        let spec0 = check_level_changeable(array)?;
         let refuse = |what: String| Error::Unsupported {
             spec: spec0.clone(),
             what,
         };
-        super::live::refuse_second(array, &spec0, "level change")?;
-        if !array.is_writable() {
-            return Err(Error::ReadOnly);
-        }
-        if array.ppl.is_some() || array.md_journal.is_some() {
-            return Err(refuse(
-                "changing the level of an array with md's partial parity log or write journal (md refuses to take those over)".into(),
-            ));
-        }
-        // A RAID 0 taken over as RAID 10, its mirrors rebuilt, may go
-        // back to RAID 0 in the same run: a rebuild that ended is settled.
-        super::live::check_settled(array)?;
         let old = array.geometry().clone();
         let n = old.members();
         let reference = array.superblock().clone();
@@ -516,6 +501,31 @@ impl LiveLevel {
     }
 }
 
+/// What every served level change checks first, refused with nothing
+/// written: no other reshape, served writable, no partial parity log or
+/// journal, nothing recovering or awaiting a resync (a RAID 0 taken over
+/// as RAID 10, its mirrors rebuilt, may go back to RAID 0 in the same run:
+/// a rebuild that ended is settled). Returns the first present member's
+/// spec, which the refusals name.
+fn check_level_changeable(array: &Arc<Array>) -> Result<String> {
+    let spec0 = (0..array.roles())
+        .find_map(|r| array.slot(r))
+        .map_or("(missing)", |s| s.member.spec())
+        .to_string();
+    super::live::refuse_second(array, &spec0, "level change")?;
+    if !array.is_writable() {
+        return Err(Error::ReadOnly);
+    }
+    if array.ppl.is_some() || array.md_journal.is_some() {
+        return Err(Error::Unsupported {
+            spec: spec0,
+            what: "changing the level of an array with md's partial parity log or write journal (md refuses to take those over)".into(),
+        });
+    }
+    super::live::check_settled(array)?;
+    Ok(spec0)
+}
+
 /// `grow --socket CTL --level 5 -n N --add NEW...` on a served RAID 1 of
 /// two: md's way is the takeover as a RAID 5 of two (no byte moves), then
 /// that RAID 5's grow. Everything both parts check is checked here,
@@ -529,24 +539,11 @@ impl LiveLevel {
 /// Returns whether the takeover is still to be made (`false`: the array
 /// is that RAID 5 of two already, only the grow is left).
 pub fn check_raid5_grown(array: &Arc<Array>, options: &super::LiveGrowOptions) -> Result<bool> {
-    let spec0 = (0..array.roles())
-        .find_map(|r| array.slot(r))
-        .map_or("(missing)", |s| s.member.spec())
-        .to_string();
+    let spec0 = check_level_changeable(array)?;
     let refuse = |what: String| Error::Unsupported {
         spec: spec0.clone(),
         what,
     };
-    super::live::refuse_second(array, &spec0, "level change")?;
-    if !array.is_writable() {
-        return Err(Error::ReadOnly);
-    }
-    if array.ppl.is_some() || array.md_journal.is_some() {
-        return Err(refuse(
-            "changing the level of an array with md's partial parity log or write journal (md refuses to take those over)".into(),
-        ));
-    }
-    super::live::check_settled(array)?;
     if array.is_degraded() || (0..array.roles()).any(|r| !array.is_usable(r)) {
         return Err(Error::NotStartable(
             "the array is degraded; md takes over and nvraid grows only a whole array: rebuild it first".into(),
