@@ -455,15 +455,7 @@ impl Reshaping {
         if request["add"].is_null() {
             return self.shrink(request);
         }
-        let raid_devices = request["raid_devices"]
-            .as_u64()
-            .ok_or("grow needs \"raid_devices\"")? as u32;
-        let add: Vec<String> = request["add"]
-            .as_array()
-            .ok_or("grow needs \"add\" (the new members)")?
-            .iter()
-            .map(|v| v.as_str().map(str::to_string).ok_or("\"add\" lists paths"))
-            .collect::<Result<_, _>>()?;
+        let options = self.grow_options(request)?;
         if self.online.is_busy() {
             return Err(
                 "a rebuild, check or repair runs on the array (status shows it); grow after it ends"
@@ -471,15 +463,6 @@ impl Reshaping {
             );
         }
         let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
-        let options = LiveGrowOptions {
-            raid_devices,
-            add,
-            direct: self.direct,
-            force: request["force"].as_bool().unwrap_or(false),
-            step_bytes: request["step_bytes"].as_u64().unwrap_or(16 << 20),
-            min_bytes_per_sec: self.pace.0,
-            max_bytes_per_sec: self.pace.1,
-        };
         let (grow, thread) = start_live(&self.array, &options).map_err(|e| e.to_string())?;
         self.forget_level_change();
         let status = grow.status();
