@@ -121,15 +121,7 @@ fn fio_verifies_through_nbd_while_a_served_raid0_grows_from_3_to_4_members() {
         size_before / 3 * 4,
         "{grown}"
     );
-    for m in &members {
-        let sb = examine_sb(d, m);
-        assert_eq!(sb["level"], 0, "{m}: {sb}");
-        assert_eq!(
-            sb["feature_map"].as_u64().unwrap() & (2 | 4),
-            0,
-            "{m}: {sb}"
-        );
-    }
+    assert_plain_raid0(d, &members, 4);
     let server = serve(d, &members);
     fio_done(fio_verify(d, "grow0", 2000, 11, true));
     server.interrupt();
@@ -738,16 +730,7 @@ fn fio_verifies_through_nbd_while_a_served_raid0_is_restriped_to_256k_chunks() {
     assert_eq!(done["chunk_bytes"], 256 * 1024, "{done}");
     assert_eq!(done["size_bytes"], size, "{done}");
     assert_eq!(done["state"], "clean", "{done}");
-    for m in &members {
-        let sb = examine_sb(d, m);
-        assert_eq!(sb["level"], 0, "{m}: {sb}");
-        assert_eq!(sb["raid_disks"], 3, "{m}: {sb}");
-        assert_eq!(
-            sb["feature_map"].as_u64().unwrap() & (2 | 4),
-            0,
-            "{m}: {sb}"
-        );
-    }
+    assert_plain_raid0(d, &members, 3);
     let server = serve(d, &members);
     fio_done(fio_verify(d, "chunk0", 2000, 23, true));
     server.interrupt();
@@ -1062,5 +1045,20 @@ fn a_server_dying_inside_an_online_raid0_restripe_leaves_every_byte() {
         let chunk = if recorded { 256 } else { 64 } * 1024;
         assert_eq!(done["chunk_bytes"], chunk, "{kill}: {done}");
         assert_eq!(done["state"], "clean", "{kill}: {done}");
+    }
+}
+
+/// Every member's superblock records a RAID 0 of `raid_disks`, with no
+/// recovery or reshape in progress (feature bits 2 and 4).
+fn assert_plain_raid0(d: &Path, members: &[String], raid_disks: u32) {
+    for m in members {
+        let sb = examine_sb(d, m);
+        assert_eq!(sb["level"], 0, "{m}: {sb}");
+        assert_eq!(sb["raid_disks"], raid_disks, "{m}: {sb}");
+        assert_eq!(
+            sb["feature_map"].as_u64().unwrap() & (2 | 4),
+            0,
+            "{m}: {sb}"
+        );
     }
 }
