@@ -110,10 +110,21 @@ impl Socket {
         }
     }
 
+    /// A read that is tried again when a wake-up of this thread cut it
+    /// short (EINTR). Such wake-ups come with no signal sent: the io_uring
+    /// of this thread's batches (`nvraid_io::batch`) runs its task work
+    /// that way, and a blocking socket read with a timeout (the handshake)
+    /// then fails with EINTR instead of being restarted by the kernel.
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Socket::Tcp(s) => s.read(buf),
-            Socket::Unix(s) => s.read(buf),
+        loop {
+            let read = match self {
+                Socket::Tcp(s) => s.read(buf),
+                Socket::Unix(s) => s.read(buf),
+            };
+            match read {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                other => return other,
+            }
         }
     }
 
@@ -132,10 +143,17 @@ impl Read for Socket {
 }
 
 impl Write for Socket {
+    /// Tried again on EINTR, as [`Socket::read`] is.
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Socket::Tcp(s) => s.write(buf),
-            Socket::Unix(s) => s.write(buf),
+        loop {
+            let written = match self {
+                Socket::Tcp(s) => s.write(buf),
+                Socket::Unix(s) => s.write(buf),
+            };
+            match written {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                other => return other,
+            }
         }
     }
     fn flush(&mut self) -> io::Result<()> {
@@ -368,7 +386,13 @@ pub fn connect(uri: &NbdUri, timeout: Duration) -> Result<Session, ConnectError>
             stream.set_nodelay(true).map_err(unreachable)?;
             Socket::Tcp(stream)
         }
-        Address::Unix(path) => Socket::Unix(UnixStream::connect(path).map_err(unreachable)?),
+        Address::Unix(path) => Socket::Unix(loop {
+            match UnixStream::connect(path) {
+                // A wake-up of this thread (see `Socket::read`), not an answer.
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                connected => break connected.map_err(unreachable)?,
+            }
+        }),
     };
     let mut transport = Transport::Plain(socket);
     let negotiated = handshake(&mut transport, uri, &name, deadline, tls)

@@ -548,3 +548,76 @@ fn a_server_without_multi_conn_gets_one_shared_connection() {
         fds()
     );
 }
+
+extern "C" fn ignore_signal(_: libc::c_int) {}
+
+/// A thread that is woken while it waits in the handshake goes on waiting.
+///
+/// The io_uring of a thread's batches (`nvraid_io::batch`) runs its task
+/// work by marking the thread as signalled; a blocking socket read with a
+/// timeout, such as the handshake's, then returns EINTR rather than being
+/// restarted by the kernel (seen in CI: a test thread that had run a
+/// rebuild failed its next NBD connect with "Interrupted system call").
+/// Here a real signal, caught by a handler installed with SA_RESTART, takes
+/// the same path through the kernel: the server's first bytes are held back
+/// by a relay while the connecting thread is signalled again and again.
+#[test]
+fn a_handshake_interrupted_by_a_wake_up_of_its_thread_goes_on() {
+    use std::os::unix::net::{UnixListener, UnixStream};
+    use std::os::unix::thread::JoinHandleExt;
+
+    let server = Server::nbdkit(&["memory", "1M"]);
+    // SIGUSR2 is caught and ignored: its only effect is to interrupt.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = ignore_signal as *const () as usize;
+        action.sa_flags = libc::SA_RESTART;
+        assert_eq!(
+            libc::sigaction(libc::SIGUSR2, &action, std::ptr::null_mut()),
+            0
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let relay_socket = dir.path().join("relay.sock");
+    let listener = UnixListener::bind(&relay_socket).unwrap();
+    let upstream = server.socket.clone();
+    let relay = std::thread::spawn(move || {
+        let (client, _) = listener.accept().unwrap();
+        // The client now waits for the server's greeting.
+        std::thread::sleep(Duration::from_millis(600));
+        let nbd = UnixStream::connect(&upstream).unwrap();
+        let (mut c2, mut n2) = (client.try_clone().unwrap(), nbd.try_clone().unwrap());
+        let back = std::thread::spawn(move || {
+            let _ = std::io::copy(&mut n2, &mut c2);
+        });
+        let (mut c1, mut n1) = (client, nbd);
+        let _ = std::io::copy(&mut c1, &mut n1);
+        let _ = n1.shutdown(std::net::Shutdown::Both);
+        let _ = back.join();
+    });
+
+    let uri = format!("nbd+unix:///?socket={}", relay_socket.display());
+    let connecting = std::thread::spawn(move || {
+        let export = RemoteExport::open(&uri, true, false, options());
+        export
+            .map(|e| e.info().size_bytes)
+            .map_err(|e| e.to_string())
+    });
+    let pthread = connecting.as_pthread_t();
+    let mut sent = 0;
+    let start = Instant::now();
+    // Signals only while the handshake waits for the relay's greeting.
+    while !connecting.is_finished() && start.elapsed() < Duration::from_millis(500) {
+        unsafe { libc::pthread_kill(pthread, libc::SIGUSR2) };
+        sent += 1;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let size = connecting.join().unwrap();
+    assert_eq!(
+        size,
+        Ok(1 << 20),
+        "the connect did not survive {sent} wake-ups"
+    );
+    assert!(sent > 5, "only {sent} signals sent");
+    relay.join().unwrap();
+}
