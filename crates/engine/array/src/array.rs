@@ -220,6 +220,21 @@ impl Array {
         true
     }
 
+    /// Stop sending fast-path requests to `route` (a served reshape whose
+    /// launch failed after its route was set, no step run): once the routed
+    /// requests in flight are done, requests take the fast path again, in
+    /// the same shape. `false` when `route` is not the one set.
+    pub(crate) fn end_live_route(&self, route: &Arc<dyn LiveRoute>) -> bool {
+        let _hold = self.route_hold.write().unwrap_or_else(|p| p.into_inner());
+        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        if !live.as_ref().is_some_and(|set| Arc::ptr_eq(set, route)) {
+            return false;
+        }
+        *live = None;
+        self.live_set.store(false, Ordering::SeqCst);
+        true
+    }
+
     /// Swap the running array's shape for `new` (a served reshape's end,
     /// or a size change): `slots` and `table` as
     /// [`Members::adopt_shape`] takes them. Fast-path requests are held

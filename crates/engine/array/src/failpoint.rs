@@ -22,6 +22,7 @@
 //! | name | where |
 //! |---|---|
 //! | `reshape-launch` | a served reshape has recorded itself on every member and is about to route client requests through it |
+//! | `reshape-thread` | a served reshape routes client requests through it and is about to start its thread (as if the thread could not be made) |
 //!
 //! Pause points hold a thread still instead, so that a test can act in
 //! the window: `NVRAID_PAUSE=NAME:OFFSET:MS` sleeps MS milliseconds the

@@ -256,7 +256,52 @@ pub struct Examine {
     pub array_size_bytes: Option<u64>,
     pub layout_text: Option<String>,
     pub member_data_bytes: u64,
+    /// The superblock's role table: what each device number is to the
+    /// array, as this member records it. md fills unused entries with the
+    /// spare value, so the table ends at its last entry that is not a spare
+    /// (or at this member's own entry, if later).
+    pub role_table: Vec<TableEntry>,
     pub superblock: Superblock,
+}
+
+/// One entry of a superblock's role table (`examine`).
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct TableEntry {
+    /// The device number (a member's `dev_number`).
+    pub device: u32,
+    /// `active`, `spare`, `faulty` or `journal`.
+    pub role: &'static str,
+    /// The role an active device holds.
+    pub slot: Option<u16>,
+}
+
+/// The role table of `sb` as [`Examine::role_table`] shows it.
+pub fn role_table(sb: &Superblock) -> Vec<TableEntry> {
+    let last_used = sb
+        .roles_raw
+        .iter()
+        .rposition(|&raw| Role::from_raw(raw) != Role::Spare)
+        .map_or(0, |i| i + 1);
+    let len = last_used
+        .max(sb.dev_number as usize + 1)
+        .min(sb.roles_raw.len());
+    sb.roles_raw[..len]
+        .iter()
+        .enumerate()
+        .map(|(device, &raw)| {
+            let (role, slot) = match Role::from_raw(raw) {
+                Role::Active(n) => ("active", Some(n)),
+                Role::Spare => ("spare", None),
+                Role::Faulty => ("faulty", None),
+                Role::Journal => ("journal", None),
+            };
+            TableEntry {
+                device: device as u32,
+                role,
+                slot,
+            }
+        })
+        .collect()
 }
 
 /// Build the `examine` report of one member's superblock.
@@ -287,6 +332,7 @@ pub fn examine(path: &str, sb: &Superblock) -> Examine {
             .ok()
             .and_then(|level| level.layout_name()),
         member_data_bytes: member_data_bytes(sb),
+        role_table: role_table(sb),
         superblock: sb.clone(),
     }
 }

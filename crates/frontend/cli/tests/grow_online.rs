@@ -578,19 +578,22 @@ fn fio_verify_grow(dir: &Path, verify_only: bool) -> Child {
     fio_verify(dir, "grow", 2000, 7, verify_only)
 }
 
-/// A served grow whose launch fails after the added member's superblock
-/// and the record were written (`NVRAID_FAILERR=reshape-launch:1`): the
-/// record is dropped from the array's members, and the added member is
-/// left without a superblock (it joined nothing: one left behind, an event
-/// ahead and recording a reshape the others do not, would compete with
-/// theirs at the next assembly). The array stays a clean RAID 5 of 4 with
-/// its bytes, and the same server then grows it with the same member.
-#[test]
-fn a_served_grow_whose_launch_fails_leaves_the_added_member_blank() {
+/// A served start that gives a new member its superblock and fails at the
+/// error point `point` (`NVRAID_FAILERR=POINT:1`): `reshape-launch`, after
+/// the new member's superblock and the record were written on every member;
+/// `reshape-thread`, after client requests were routed through the start
+/// too. The start is forgotten: the record is dropped from the array's
+/// members and the added member is left without a superblock (it joined
+/// nothing: one left behind, an event ahead and recording a reshape the
+/// others do not, would compete with theirs at the next assembly). The
+/// array stays as it was, clean, with its bytes, served on the fast path
+/// again, and the same server then makes the change with the same member.
+/// `how`: the level, member count and `grow --socket` arguments.
+fn a_served_start_failing_at(point: &str, level: &str, count: u32, how: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let members: Vec<String> = (0..4).map(|i| format!("m{i}.img")).collect();
-    create(d, "5", &members, "16M");
+    let members: Vec<String> = (0..count).map(|i| format!("m{i}.img")).collect();
+    create(d, level, &members, "16M");
     blank_mib(d, "new.img", 16);
     let size = detail(d, &members)["size_bytes"].as_u64().unwrap();
     let data: Vec<u8> = (0..size).map(|i| (i % 241) as u8 ^ 0x5a).collect();
@@ -598,35 +601,78 @@ fn a_served_grow_whose_launch_fails_leaves_the_added_member_blank() {
     let mut args = vec!["write", "--input", "data.bin"];
     args.extend(members.iter().map(String::as_str));
     ok(&args, d);
-    let server = serve_env(d, &members, &[], &[("NVRAID_FAILERR", "reshape-launch:1")]);
-    let out = grow_cmd(d, 5, "new.img").wait_with_output().unwrap();
-    let said = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "the launch did not fail: {said}");
-    assert!(said.contains("reshape launch"), "{said}");
+    let failerr = format!("{point}:1");
+    let server = serve_env(d, &members, &[], &[("NVRAID_FAILERR", &failerr)]);
+    let ctl = control(d);
+    let mut grow = vec!["grow", "--socket", &ctl];
+    grow.extend(how);
+    grow.extend(["--add", "new.img", "--step", "1M"]);
+    let said = refusal(&grow, d);
+    assert!(
+        said.contains("reshape launch") || said.contains("thread"),
+        "{point}: {said}"
+    );
     let s = status(d);
-    assert!(s["array"]["reshape"].is_null(), "{s}");
-    assert_eq!(s["array"]["size_bytes"], size, "{s}");
+    assert!(s["array"]["reshape"].is_null(), "{point}: {s}");
+    assert_eq!(s["array"]["size_bytes"], size, "{point}: {s}");
     // The added member holds no superblock (its first 8 KiB are zeros, as
     // blank_mib made them).
     let head = std::fs::read(d.join("new.img")).unwrap();
     assert!(
         head[..8192].iter().all(|&b| b == 0),
-        "the added member keeps a superblock"
+        "{point}: the added member keeps a superblock"
     );
-    assert!(served_bytes(d) == data, "the bytes after the failed launch");
-    // The error point passed: the same member is added this time.
-    let out = grow_cmd(d, 5, "new.img").wait_with_output().unwrap();
+    // No member records a reshape (md's RESHAPE_ACTIVE feature bit, 4),
+    // and each records the array as it was.
+    for m in &members {
+        let e: serde_json::Value = serde_json::from_str(&ok(&["examine", "--json", m], d)).unwrap();
+        let sb = &e[0]["superblock"];
+        assert_eq!(
+            sb["feature_map"].as_u64().unwrap() & 4,
+            0,
+            "{point}: {m} records a reshape: {e}"
+        );
+        assert_eq!(sb["raid_disks"], count, "{point}: {m}: {e}");
+        assert_eq!(
+            sb["level"],
+            level.parse::<i64>().unwrap(),
+            "{point}: {m}: {e}"
+        );
+    }
     assert!(
-        out.status.success(),
-        "grow --socket: {}",
-        String::from_utf8_lossy(&out.stderr)
+        served_bytes(d) == data,
+        "{point}: the bytes after the failed launch"
     );
-    assert!(served_bytes(d)[..data.len()] == data[..]);
+    // The error point passed: the same member is added this time.
+    ok(&grow, d);
+    assert!(served_bytes(d)[..data.len()] == data[..], "{point}");
     server.interrupt();
     let mut grown = members.clone();
     grown.push("new.img".into());
     let g = detail(d, &grown);
-    assert_eq!(g["raid_disks"], 5, "{g}");
-    assert_eq!(g["state"], "clean", "{g}");
-    assert_checks_clean(d, &grown, "the grow after a failed launch");
+    assert_eq!(g["raid_disks"], count + 1, "{point}: {g}");
+    assert_eq!(g["state"], "clean", "{point}: {g}");
+    assert_checks_clean(d, &grown, "the change after a failed launch");
+}
+
+#[test]
+fn a_served_grow_whose_launch_fails_leaves_the_added_member_blank() {
+    a_served_start_failing_at("reshape-launch", "5", 4, &["-n", "5"]);
+}
+
+/// The same with the thread that would move the rows not made: the route
+/// set for the start is dropped too, and requests take the fast path again.
+#[test]
+fn a_served_grow_whose_thread_fails_to_start_leaves_the_added_member_blank() {
+    a_served_start_failing_at("reshape-thread", "5", 4, &["-n", "5"]);
+}
+
+/// A RAID 1 gaining a mirror (`LiveMirror`) and a RAID 5 taking a Q member
+/// to become a RAID 6 (`LiveQ`), each failing at both points.
+#[test]
+fn served_mirror_and_q_adds_whose_launch_fails_leave_the_new_member_blank() {
+    for point in ["reshape-launch", "reshape-thread"] {
+        a_served_start_failing_at(point, "1", 2, &["-n", "3"]);
+        a_served_start_failing_at(point, "5", 4, &["--level", "6", "-n", "5"]);
+    }
 }

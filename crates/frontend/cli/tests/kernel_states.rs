@@ -1177,3 +1177,81 @@ fn the_kernels_write_through_journal_is_replayed_exactly() {
     assert_eq!(found["mismatch_sectors"], 0, "{found}");
     assert_eq!(sha(&read_all(dir.path(), &m)), kernel_sha("journal_wt"));
 }
+
+/// `examine --json`'s role table agrees with mdadm's reading of the same
+/// superblocks the kernel wrote: the device role of each member, and the
+/// `Array State` mdadm derives from the table (per role of the array, `A`
+/// when one device holds it, `R` when two do, `.` when none does).
+#[test]
+fn examines_role_table_agrees_with_mdadm_on_the_kernels_superblocks() {
+    let mdadm = tool("mdadm");
+    for state in [
+        "spare",
+        "recovering",
+        "bitmap_readd",
+        "reshape_r5_shrink",
+        "splitbrain",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        for name in unpack(state, d) {
+            let ours: serde_json::Value =
+                serde_json::from_str(&ok(&["examine", "--json", &name], d)).unwrap();
+            let ours = &ours[0];
+            let table = ours["role_table"].as_array().unwrap();
+            let sb = &ours["superblock"];
+            let out = Command::new(&mdadm)
+                .arg("--examine")
+                .arg(d.join(&name))
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "mdadm --examine {name}");
+            let text = String::from_utf8(out.stdout).unwrap();
+            let field = |label: &str| {
+                text.lines()
+                    .find_map(|l| l.trim().strip_prefix(label))
+                    .map(|r| r.trim_start_matches([' ', ':']).trim().to_string())
+                    .unwrap_or_else(|| panic!("mdadm shows no {label} for {name}:\n{text}"))
+            };
+            // This member's own entry is its device role.
+            let own = &table[sb["dev_number"].as_u64().unwrap() as usize];
+            let role = match own["role"].as_str().unwrap() {
+                "active" => format!("Active device {}", own["slot"]),
+                "spare" => "spare".to_string(),
+                other => other.to_string(),
+            };
+            assert_eq!(field("Device Role"), role, "{state} {name}: {ours}");
+            // mdadm counts roles up to raid_disks, plus the roles a shrink
+            // still has (delta_disks < 0).
+            let raid_disks = sb["raid_disks"].as_u64().unwrap() as i64;
+            let delta = sb["delta_disks"].as_u64().unwrap() as u32 as i32;
+            let reshaping = sb["feature_map"].as_u64().unwrap() & 4 != 0;
+            let roles = raid_disks
+                + if reshaping && delta < 0 {
+                    -i64::from(delta)
+                } else {
+                    0
+                };
+            let state_of_roles: String = (0..roles)
+                .map(|r| {
+                    let held = table
+                        .iter()
+                        .filter(|e| e["role"] == "active" && e["slot"] == r)
+                        .count();
+                    match held {
+                        0 => '.',
+                        1 => 'A',
+                        2 => 'R',
+                        _ => '?',
+                    }
+                })
+                .collect();
+            let array_state = field("Array State");
+            assert_eq!(
+                array_state.split_whitespace().next().unwrap(),
+                state_of_roles,
+                "{state} {name}: {ours}"
+            );
+        }
+    }
+}

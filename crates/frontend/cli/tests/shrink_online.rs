@@ -622,6 +622,12 @@ fn a_leaving_member_failing_mid_shrink_is_recorded_faulty_not_spare() {
             entry, 0xfffe,
             "{kept}'s role table entry of the failed leaving member (device {leaving})"
         );
+        // `examine --json` reads the same table.
+        assert_eq!(
+            sb[0]["role_table"][leaving as usize],
+            serde_json::json!({"device": leaving, "role": "faulty", "slot": null}),
+            "{kept}: {sb}"
+        );
     }
     let e = ok(&["examine", "d4"], d);
     assert!(!e.contains("spare"), "the failed leaving member: {e}");

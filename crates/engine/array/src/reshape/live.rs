@@ -733,54 +733,21 @@ impl LiveGrow {
                 }
             }
         }
+        let on_failure = match fresh {
+            true => OnFailure::Forget {
+                added: live.added.iter().map(|(m, _)| &**m).collect(),
+            },
+            false => OnFailure::Keep,
+        };
         let thread = super::live::route_and_run(
             array,
             &live,
             "nvraid-reshape",
             "no reshape thread",
             LiveGrow::run,
-        )
-        .inspect_err(|_| {
-            if fresh {
-                live.forget(array);
-            }
-        })?;
+            on_failure,
+        )?;
         Ok((live, thread))
-    }
-
-    /// A fresh launch failed before it routed any request: the array
-    /// drops the record and writes every superblock again without it, so
-    /// that no member records a reshape that never moved a byte (md would
-    /// go on with it at its next assembly). A member that cannot take
-    /// this write is recorded faulty as any update's is; if the update
-    /// fails, the members keep a record at its start, which md and
-    /// `serve` go on from. Once the others no longer record it, the
-    /// members the grow added lose the superblock it gave them: it
-    /// records the reshape, an event ahead of the others, and would
-    /// compete with theirs at the next assembly.
-    fn forget(self: &Arc<Self>, array: &Array) {
-        let record: Arc<dyn ReshapeRecord> = self.clone();
-        if !array.clear_reshape_record(&record) {
-            return;
-        }
-        if let Err(e) = array.rewrite_superblocks() {
-            eprintln!(
-                "nvraid: the reshape that failed to start is still recorded on the members: {e}"
-            );
-            return;
-        }
-        let blank = AlignedBuf::zeroed(4096);
-        for (member, _) in &self.added {
-            let wiped = member
-                .write_at(&blank, nvraid_metadata::SUPER_OFFSET_BYTES)
-                .and_then(|()| member.flush());
-            if let Err(e) = wiped {
-                eprintln!(
-                    "nvraid: {}: its superblock from the grow that failed to start could not be cleared: {e}",
-                    member.spec()
-                );
-            }
-        }
     }
 
     /// Stop after the step under way (the position it records stays).
@@ -1332,29 +1299,89 @@ impl GrowPace {
     }
 }
 
+/// What a served reshape's launch leaves when it fails (see
+/// [`route_and_run`]).
+pub(super) enum OnFailure<'m> {
+    /// A fresh start: it is forgotten. The route and the record are
+    /// dropped, every superblock is written again without the record, and
+    /// `added` (the members the start gave a superblock first, an event
+    /// ahead of the others) are cleared of it: left behind, their
+    /// superblocks would record a reshape that never moved a byte and
+    /// compete with the others' at the next assembly (md would go on
+    /// with it).
+    Forget { added: Vec<&'m Member> },
+    /// A recorded reshape taken up again: the members recorded it before
+    /// this launch, and keep it (md and the next `serve` go on from it).
+    Keep,
+}
+
 /// What every served reshape's start does once its record is set on the
 /// array: every superblock written with it, the route set (waiting for
 /// the requests the fast-path queues had in flight), and `run` started on
 /// a thread named `thread` (`failed`: what a refused thread is called).
-pub(super) fn route_and_run<T: LiveRoute + 'static>(
+/// A failure on the way is handled as `on_failure` says.
+pub(super) fn route_and_run<T: LiveRoute + ReshapeRecord + 'static>(
     array: &Arc<Array>,
     live: &Arc<T>,
     thread: &str,
     failed: &str,
     run: fn(Arc<T>, Weak<Array>),
+    on_failure: OnFailure<'_>,
 ) -> Result<std::thread::JoinHandle<()>> {
-    array.rewrite_superblocks()?;
-    crate::failpoint::hit("reshape-superblock");
-    crate::failpoint::error("reshape-launch").map_err(|e| Error::io("(reshape launch)", e))?;
-    if !array.start_live_route(live.clone()) {
-        unreachable!("invariant: the record was set once, so was the route");
+    let launched = (|| {
+        array.rewrite_superblocks()?;
+        crate::failpoint::hit("reshape-superblock");
+        crate::failpoint::error("reshape-launch").map_err(|e| Error::io("(reshape launch)", e))?;
+        if !array.start_live_route(live.clone()) {
+            unreachable!("invariant: the record was set once, so was the route");
+        }
+        crate::failpoint::error("reshape-thread")
+            .map_err(|e| Error::NotStartable(format!("{failed}: {e}")))?;
+        let weak = Arc::downgrade(array);
+        let live = live.clone();
+        std::thread::Builder::new()
+            .name(thread.into())
+            .spawn(move || run(live, weak))
+            .map_err(|e| Error::NotStartable(format!("{failed}: {e}")))
+    })();
+    if let (Err(_), OnFailure::Forget { added }) = (&launched, on_failure) {
+        forget_launch(array, live, &added);
     }
-    let weak = Arc::downgrade(array);
-    let live = live.clone();
-    std::thread::Builder::new()
-        .name(thread.into())
-        .spawn(move || run(live, weak))
-        .map_err(|e| Error::NotStartable(format!("{failed}: {e}")))
+    launched
+}
+
+/// [`OnFailure::Forget`]: no step ran, so the old shape is the served one
+/// throughout. A member that cannot take the superblock update is
+/// recorded faulty as any update's is; if the update fails, the members
+/// keep a record at the reshape's start, which md and `serve` go on from
+/// (and the added members keep theirs).
+fn forget_launch<T: LiveRoute + ReshapeRecord + 'static>(
+    array: &Array,
+    live: &Arc<T>,
+    added: &[&Member],
+) {
+    let route: Arc<dyn LiveRoute> = live.clone();
+    array.end_live_route(&route);
+    let record: Arc<dyn ReshapeRecord> = live.clone();
+    if !array.clear_reshape_record(&record) {
+        return;
+    }
+    if let Err(e) = array.rewrite_superblocks() {
+        eprintln!("nvraid: the reshape that failed to start is still recorded on the members: {e}");
+        return;
+    }
+    let blank = AlignedBuf::zeroed(4096);
+    for member in added {
+        let wiped = member
+            .write_at(&blank, nvraid_metadata::SUPER_OFFSET_BYTES)
+            .and_then(|()| member.flush());
+        if let Err(e) = wiped {
+            eprintln!(
+                "nvraid: {}: its superblock from the reshape that failed to start could not be cleared: {e}",
+                member.spec()
+            );
+        }
+    }
 }
 
 impl LiveRoute for LiveGrow {

@@ -366,6 +366,9 @@ impl LiveMirror {
             "nvraid-mirror",
             "no copy thread",
             LiveMirror::run,
+            super::live::OnFailure::Forget {
+                added: live.added.iter().map(|(m, _)| &**m).collect(),
+            },
         )?;
         Ok((live, thread))
     }

@@ -207,6 +207,9 @@ impl LiveQ {
             "nvraid-add-q",
             "no rebuild thread",
             LiveQ::run,
+            super::live::OnFailure::Forget {
+                added: vec![&live.member],
+            },
         )?;
         Ok((live, thread))
     }

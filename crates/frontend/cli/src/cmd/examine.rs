@@ -111,5 +111,14 @@ fn print_text(r: &info::Examine) {
         println!("     Chunk Size : {}K", sb.chunk_sectors / 2);
     }
     println!("    Device Role : {}", r.role);
+    let table: Vec<String> = r
+        .role_table
+        .iter()
+        .map(|e| match e.slot {
+            Some(n) => format!("{}:{n}", e.device),
+            None => format!("{}:{}", e.device, e.role),
+        })
+        .collect();
+    println!("     Role Table : {}", table.join(" "));
     println!();
 }
