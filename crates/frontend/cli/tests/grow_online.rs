@@ -352,7 +352,18 @@ fn a_server_killed_mid_grow_leaves_a_grow_that_continue_finishes_with_every_byte
     wait_mid_grow(d);
     server.kill().unwrap();
     server.wait().unwrap();
-    let _ = grow.wait_with_output();
+    // The command following the grow says the server stopped, where the
+    // grow stood and how it goes on.
+    let out = grow.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    for words in [
+        "the server stopped answering during its grow, last seen at",
+        "of 92 MiB",
+        "grow --continue",
+    ] {
+        assert!(said.contains(words), "no {words:?} in: {said}");
+    }
     members.push("new.img".into());
     // The record is on the members; `grow --continue` finishes it offline
     // (`serve` would too: grow_resume.rs).

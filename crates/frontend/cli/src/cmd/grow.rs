@@ -552,8 +552,16 @@ fn grow_online(args: &GrowArgs, socket: &std::path::Path) -> Result<u8> {
         return Ok(0);
     }
     let mut progress = progress_printer();
+    // What the last status showed: (kind, bytes done, of how many).
+    let mut last: Option<(String, u64, u64)> = None;
     loop {
-        let status = nvraid_serve::request(socket, &serde_json::json!({"command": "status"}))?;
+        let status = match nvraid_serve::request(socket, &serde_json::json!({"command": "status"}))
+        {
+            Ok(status) => status,
+            // The server stopped (or was killed) under the reshape: say
+            // where it stood and how it goes on, not only the socket error.
+            Err(e) => bail!("{}", stopped_answering(last.as_ref(), &e.to_string())),
+        };
         let reshape = &status["array"]["reshape"];
         let (mut position, end) = (
             reshape["position_bytes"].as_u64().unwrap_or(0),
@@ -563,6 +571,9 @@ fn grow_online(args: &GrowArgs, socket: &std::path::Path) -> Result<u8> {
         let shrinking = reshape["kind"] == "shrink";
         if shrinking {
             position = end - position.min(end);
+        }
+        if let Some(kind) = reshape["kind"].as_str() {
+            last = Some((kind.to_string(), position, end));
         }
         match reshape["state"].as_str() {
             // The end is printed once, below.
@@ -657,6 +668,23 @@ fn grow_online(args: &GrowArgs, socket: &std::path::Path) -> Result<u8> {
     }
 }
 
+/// What `grow --socket` says when the server stops answering while it
+/// follows a reshape: `last` what the last status showed (kind, bytes done,
+/// of how many), `error` the socket's error.
+fn stopped_answering(last: Option<&(String, u64, u64)>, error: &str) -> String {
+    let stood = match last {
+        Some((kind, done, end)) => format!(
+            "during its {kind}, last seen at {} of {}",
+            bytes_text(*done),
+            bytes_text(*end)
+        ),
+        None => "before it showed the reshape".to_string(),
+    };
+    format!(
+        "the server stopped answering {stood} ({error}); the members record how far it got: serving the array again goes on from there (`nvraid serve`), and `nvraid grow --continue MEMBER...` finishes a grow, shrink or restripe offline"
+    )
+}
+
 /// `grow --socket --size max|SIZE`: ask the server to change how much of
 /// each member its array uses, then follow the new region's resync in its
 /// `status` until it has finished (a shrink ends at the answer).
@@ -713,8 +741,16 @@ fn size_online(args: &GrowArgs, socket: &std::path::Path, size: &str) -> Result<
     // `array.resync`), counted from the old end.
     let from = answer["resync_from_bytes"].as_u64().unwrap_or(0);
     let mut progress = progress_printer();
+    let mut last = (0, 0);
     loop {
-        let status = nvraid_serve::request(socket, &serde_json::json!({"command": "status"}))?;
+        let status = match nvraid_serve::request(socket, &serde_json::json!({"command": "status"})) {
+            Ok(status) => status,
+            Err(e) => bail!(
+                "the server stopped answering during the new region's resync, last seen at {} of {} ({e}); the members record the new size, and the resync goes on from its checkpoint when the array is served again",
+                bytes_text(last.0),
+                bytes_text(last.1)
+            ),
+        };
         let resync = &status["array"]["resync"];
         if resync.is_null() {
             bail!("the server shows no resync of the new region in its status");
@@ -723,6 +759,7 @@ fn size_online(args: &GrowArgs, socket: &std::path::Path, size: &str) -> Result<
             resync["done_bytes"].as_u64().unwrap_or(0),
             resync["total_bytes"].as_u64().unwrap_or(0),
         );
+        last = (done, total);
         if let Some(error) = resync["error"].as_str() {
             bail!(
                 "the new region's resync stopped at {} bytes: {error}",
