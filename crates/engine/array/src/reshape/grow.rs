@@ -945,6 +945,8 @@ pub(super) fn run_backed_with(
             backup = Backup::of(&placed, &failed, &reshape);
         }
     }
+    // The steps reuse their buffers (freed when the loop ends).
+    let _kept = super::step::KeptBuffers::on_this_thread();
     while reshape.position() < end {
         let p = reshape.position();
         while let Some(m) = md.as_ref().filter(|m| p >= m.end()) {
