@@ -59,6 +59,31 @@ struct Then {
     stopping: std::sync::atomic::AtomicBool,
 }
 
+/// A request's `add`: the paths of the members it adds.
+fn add_paths(request: &Value) -> Result<Vec<String>, String> {
+    request["add"]
+        .as_array()
+        .ok_or("\"add\" lists the paths of the new members")?
+        .iter()
+        .map(|v| {
+            v.as_str()
+                .map(str::to_string)
+                .ok_or_else(|| "\"add\" lists paths".to_string())
+        })
+        .collect()
+}
+
+/// A request's `force` (false when not given).
+fn forced(request: &Value) -> bool {
+    request["force"].as_bool().unwrap_or(false)
+}
+
+/// A request's `step_bytes`: the most array bytes between two recorded
+/// positions (16 MiB when not given, as the command's `--step`).
+fn step_bytes(request: &Value) -> u64 {
+    request["step_bytes"].as_u64().unwrap_or(16 << 20)
+}
+
 /// The event line of a level change the server made.
 fn log_level_changed(switched: &nvraid_array::reshape::LevelSwitched) {
     eprintln!(
@@ -150,13 +175,7 @@ impl Reshaping {
         let to = request["level"]
             .as_i64()
             .ok_or("\"level\" is md's level number")? as i32;
-        if self.online.is_busy() {
-            return Err(
-                "a rebuild, check or repair runs on the array (status shows it); change the level after it ends"
-                    .into(),
-            );
-        }
-        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        let mut live = self.settled("change the level")?;
         let changed = LiveLevel::start(&self.array, to).map_err(|e| e.to_string())?;
         let switched = changed.switched();
         eprintln!(
@@ -189,13 +208,8 @@ impl Reshaping {
     /// with its role); a member that could not join then is named
     /// (`add_error`), the array serving as a degraded RAID 10.
     fn raid10_of_raid0(&self, request: &Value) -> Result<Value, String> {
-        let add: Vec<String> = request["add"]
-            .as_array()
-            .ok_or("\"add\" lists paths")?
-            .iter()
-            .map(|v| v.as_str().map(str::to_string).ok_or("\"add\" lists paths"))
-            .collect::<Result<_, _>>()?;
-        let force = request["force"].as_bool().unwrap_or(false);
+        let add = add_paths(request)?;
+        let force = forced(request);
         let geometry = self.array.geometry().clone();
         let n = geometry.members();
         if !add.is_empty() || !request["raid_devices"].is_null() {
@@ -228,13 +242,7 @@ impl Reshaping {
             self.online
                 .check_joining(spec, force, geometry.member_used_bytes())?;
         }
-        if self.online.is_busy() {
-            return Err(
-                "a rebuild, check or repair runs on the array (status shows it); change the level after it ends"
-                    .into(),
-            );
-        }
-        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        let mut live = self.settled("change the level")?;
         let changed = LiveLevel::start(&self.array, 10).map_err(|e| e.to_string())?;
         let switched = changed.switched();
         eprintln!(
@@ -292,13 +300,7 @@ impl Reshaping {
     /// array serves as the RAID 5 of two).
     fn raid5_grown(&self, request: &Value) -> Result<Value, String> {
         let options = self.grow_options(request)?;
-        if self.online.is_busy() {
-            return Err(
-                "a rebuild, check or repair runs on the array (status shows it); change the level after it ends"
-                    .into(),
-            );
-        }
-        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        let mut live = self.settled("change the level")?;
         let takeover = nvraid_array::reshape::check_raid5_grown(&self.array, &options)
             .map_err(|e| e.to_string())?;
         let mut answer = json!({"level_changed": null});
@@ -431,18 +433,13 @@ impl Reshaping {
         let raid_devices = request["raid_devices"]
             .as_u64()
             .ok_or("grow needs \"raid_devices\"")? as u32;
-        let add: Vec<String> = request["add"]
-            .as_array()
-            .ok_or("grow needs \"add\" (the new members)")?
-            .iter()
-            .map(|v| v.as_str().map(str::to_string).ok_or("\"add\" lists paths"))
-            .collect::<Result<_, _>>()?;
+        let add = add_paths(request)?;
         Ok(LiveGrowOptions {
             raid_devices,
             add,
             direct: self.direct,
-            force: request["force"].as_bool().unwrap_or(false),
-            step_bytes: request["step_bytes"].as_u64().unwrap_or(16 << 20),
+            force: forced(request),
+            step_bytes: step_bytes(request),
             min_bytes_per_sec: self.pace.0,
             max_bytes_per_sec: self.pace.1,
         })
@@ -456,13 +453,7 @@ impl Reshaping {
             return self.shrink(request);
         }
         let options = self.grow_options(request)?;
-        if self.online.is_busy() {
-            return Err(
-                "a rebuild, check or repair runs on the array (status shows it); grow after it ends"
-                    .into(),
-            );
-        }
-        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        let mut live = self.settled("grow")?;
         let (grow, thread) = start_live(&self.array, &options).map_err(|e| e.to_string())?;
         self.forget_level_change();
         let status = grow.status();
@@ -488,18 +479,12 @@ impl Reshaping {
             Value::Null => None,
             v => Some(v.as_u64().ok_or("\"array_size\" is a number of bytes")?),
         };
-        if self.online.is_busy() {
-            return Err(
-                "a rebuild, check or repair runs on the array (status shows it); shrink after it ends"
-                    .into(),
-            );
-        }
-        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        let mut live = self.settled("shrink")?;
         let options = LiveShrinkOptions {
             raid_devices,
             array_size,
-            force: request["force"].as_bool().unwrap_or(false),
-            step_bytes: request["step_bytes"].as_u64().unwrap_or(16 << 20),
+            force: forced(request),
+            step_bytes: step_bytes(request),
             min_bytes_per_sec: self.pace.0,
             max_bytes_per_sec: self.pace.1,
         };
@@ -526,32 +511,8 @@ impl Reshaping {
                 "a level change with members added is made on a served array only to RAID 6 (a RAID 5 gaining Q); stop serve for the others".into(),
             );
         }
-        let raid_devices = request["raid_devices"]
-            .as_u64()
-            .ok_or("--level 6 with --add needs \"raid_devices\"")?
-            as u32;
-        let add: Vec<String> = request["add"]
-            .as_array()
-            .ok_or("\"add\" lists paths")?
-            .iter()
-            .map(|v| v.as_str().map(str::to_string).ok_or("\"add\" lists paths"))
-            .collect::<Result<_, _>>()?;
-        if self.online.is_busy() {
-            return Err(
-                "a rebuild, check or repair runs on the array (status shows it); change the level after it ends"
-                    .into(),
-            );
-        }
-        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
-        let options = LiveGrowOptions {
-            raid_devices,
-            add,
-            direct: self.direct,
-            force: request["force"].as_bool().unwrap_or(false),
-            step_bytes: request["step_bytes"].as_u64().unwrap_or(16 << 20),
-            min_bytes_per_sec: self.pace.0,
-            max_bytes_per_sec: self.pace.1,
-        };
+        let options = self.grow_options(request)?;
+        let mut live = self.settled("change the level")?;
         let (q, thread) = LiveQ::start(&self.array, &options).map_err(|e| e.to_string())?;
         let status = q.status();
         eprintln!(
@@ -582,17 +543,11 @@ impl Reshaping {
             Value::Null => None,
             v => Some(v.as_u64().ok_or("\"chunk_bytes\" is a number of bytes")?),
         };
-        if self.online.is_busy() {
-            return Err(
-                "a rebuild, check or repair runs on the array (status shows it); restripe after it ends"
-                    .into(),
-            );
-        }
-        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        let mut live = self.settled("restripe")?;
         let options = LiveShapeOptions {
             chunk_bytes,
             layout,
-            step_bytes: request["step_bytes"].as_u64().unwrap_or(16 << 20),
+            step_bytes: step_bytes(request),
             min_bytes_per_sec: self.pace.0,
             max_bytes_per_sec: self.pace.1,
         };
@@ -623,16 +578,10 @@ impl Reshaping {
                     .ok_or("\"size\" is \"max\" or a number of bytes of each member")?,
             ),
         };
-        if self.online.is_busy() {
-            return Err(
-                "a rebuild, check or repair runs on the array (status shows it); change the size after it ends"
-                    .into(),
-            );
-        }
-        let mut live = self.live.lock().unwrap_or_else(|p| p.into_inner());
+        let mut live = self.settled("change the size")?;
         let options = LiveSizeOptions {
             target,
-            force: request["force"].as_bool().unwrap_or(false),
+            force: forced(request),
             max_bytes_per_sec: self.pace.1,
             progress: Some(self.resync.clone()),
         };
@@ -654,6 +603,17 @@ impl Reshaping {
         let resized: Arc<dyn LiveReshape> = resized;
         *live = Some((resized, thread));
         serde_json::to_value(&changed).map_err(|e| e.to_string())
+    }
+
+    /// The running reshape's slot, held, once no rebuild, check or
+    /// repair runs (else the refusal: `what` waits for it).
+    fn settled(&self, what: &str) -> Result<std::sync::MutexGuard<'_, Option<Running>>, String> {
+        if self.online.is_busy() {
+            return Err(format!(
+                "a rebuild, check or repair runs on the array (status shows it); {what} after it ends"
+            ));
+        }
+        Ok(self.live.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// A reshape started after a level change: the level change's fields
