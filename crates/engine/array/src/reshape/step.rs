@@ -73,33 +73,61 @@ impl Drop for KeptBuffers {
     }
 }
 
+/// A step's buffer: the first `len` bytes of one this thread kept or made
+/// for it.
+pub(crate) struct StepBuf {
+    buf: AlignedBuf,
+    len: usize,
+}
+
+impl std::ops::Deref for StepBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl std::ops::DerefMut for StepBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.buf[..self.len]
+    }
+}
+
 /// A buffer of `len` bytes for a step that writes every byte of it before
-/// reading it: one this thread kept (holding an earlier step's bytes), or
-/// a new one (zeroed).
-fn step_buf(len: usize) -> AlignedBuf {
-    KEPT.with(|k| {
+/// reading it: the smallest one this thread kept that holds `len` (its
+/// start holding an earlier step's bytes), or a new one (zeroed). A
+/// grow's steps widen as it goes (each must leave the bytes not yet moved
+/// intact), so a buffer kept from one step is often too small for the
+/// next; the larger ones replace them.
+fn step_buf(len: usize) -> StepBuf {
+    let kept = KEPT.with(|k| {
         let mut k = k.borrow_mut();
-        let at = k.1.iter().position(|b| b.len() == len)?;
+        let at = (0..k.1.len())
+            .filter(|&i| k.1[i].len() >= len)
+            .min_by_key(|&i| k.1[i].len())?;
         Some(k.1.swap_remove(at))
-    })
-    .unwrap_or_else(|| AlignedBuf::zeroed(len))
+    });
+    StepBuf {
+        buf: kept.unwrap_or_else(|| AlignedBuf::zeroed(len)),
+        len,
+    }
 }
 
 /// Give a step's buffers back for the next step, inside a [`KeptBuffers`]
-/// scope and as far as [`KEEP_BYTES`] allows; the rest are freed.
-fn give_back(bufs: impl IntoIterator<Item = AlignedBuf>) {
+/// scope; past [`KEEP_BYTES`], the smallest kept are freed first.
+fn give_back(bufs: impl IntoIterator<Item = StepBuf>) {
     KEPT.with(|k| {
         let mut k = k.borrow_mut();
         if k.0 == 0 {
             return;
         }
-        let mut held: usize = k.1.iter().map(AlignedBuf::len).sum();
-        for buf in bufs {
-            if held + buf.len() <= KEEP_BYTES {
-                held += buf.len();
-                k.1.push(buf);
-            }
-        }
+        k.1.extend(bufs.into_iter().map(|b| b.buf));
+        k.1.sort_by_key(|b| std::cmp::Reverse(b.len()));
+        let mut held = 0;
+        k.1.retain(|b| {
+            held += b.len();
+            held <= KEEP_BYTES
+        });
     });
 }
 
@@ -255,7 +283,7 @@ fn read_old_rows(
     let last_row = old.locate(end - 1, 0).member_offset / chunk * chunk;
     let span = (last_row + chunk - first_row) as usize;
     // Every byte copied out below is read, or rebuilt from the bytes read.
-    let mut rows: Vec<AlignedBuf> = (0..old.members()).map(|_| step_buf(span)).collect();
+    let mut rows: Vec<StepBuf> = (0..old.members()).map(|_| step_buf(span)).collect();
     let reads = rows
         .iter_mut()
         .zip(0..old.members())
@@ -303,7 +331,7 @@ fn rebuild_rows(
     reshape: &Reshape,
     failed: &[bool],
     kernel: Kernel,
-    rows: &mut [AlignedBuf],
+    rows: &mut [StepBuf],
     first: u64,
 ) {
     let old = reshape.old();
@@ -448,7 +476,7 @@ pub(crate) fn write_stripes(
     let c = chunk as usize;
     // Every row of every member is written below: each stripe's data
     // chunks, P, and Q for RAID 6 are all of its members.
-    let mut out: Vec<AlignedBuf> = (0..new.members())
+    let mut out: Vec<StepBuf> = (0..new.members())
         .map(|_| step_buf(rows as usize * c))
         .collect();
     let mut p = vec![0u8; c];
