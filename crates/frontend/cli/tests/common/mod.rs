@@ -99,6 +99,16 @@ pub fn said_once(stderr: &str) {
     }
 }
 
+/// The `Device Role` line of `nvraid examine`'s text for one member:
+/// `Active device N`, `spare`, `faulty` or `journal`.
+pub fn device_role(examine: &str) -> &str {
+    examine
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Device Role :"))
+        .map(str::trim)
+        .unwrap_or_else(|| panic!("no Device Role in: {examine}"))
+}
+
 /// The path of an installed tool, or a failure that says how to get it.
 pub fn tool(name: &str) -> String {
     let found = Command::new("sh")
