@@ -166,9 +166,10 @@ fn raid10_over_a_shaped_network_survives_a_link_down_and_re_adds_the_node() {
     );
     assert!(
         added.status.success(),
-        "add failed: {}\nserve log:\n{}",
+        "add failed: {}\nserve log:\n{}\nnode logs:{}",
         String::from_utf8_lossy(&added.stderr),
-        std::fs::read_to_string(d.join("serve.log")).unwrap_or_default()
+        std::fs::read_to_string(d.join("serve.log")).unwrap_or_default(),
+        node_logs()
     );
     let added: serde_json::Value = serde_json::from_slice(&added.stdout).unwrap();
     assert_eq!(added["re_added"], true, "{added}");
