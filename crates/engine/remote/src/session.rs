@@ -110,28 +110,33 @@ impl Socket {
         }
     }
 
-    /// A read that is tried again when a wake-up of this thread cut it
-    /// short (EINTR). Such wake-ups come with no signal sent: the io_uring
-    /// of this thread's batches (`nvraid_io::batch`) runs its task work
-    /// that way, and a blocking socket read with a timeout (the handshake)
-    /// then fails with EINTR instead of being restarted by the kernel.
+    /// Tried again on EINTR ([`again_if_interrupted`]).
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        loop {
-            let read = match self {
-                Socket::Tcp(s) => s.read(buf),
-                Socket::Unix(s) => s.read(buf),
-            };
-            match read {
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                other => return other,
-            }
-        }
+        again_if_interrupted(|| match self {
+            Socket::Tcp(s) => s.read(buf),
+            Socket::Unix(s) => s.read(buf),
+        })
     }
 
     fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
         match self {
             Socket::Tcp(s) => s.write_all(buf),
             Socket::Unix(s) => s.write_all(buf),
+        }
+    }
+}
+
+/// `op`, tried again while it fails with EINTR. A socket call of this
+/// crate's is cut short so when its thread is woken with no signal sent:
+/// the io_uring of the thread's batches (`nvraid_io::batch`) runs its
+/// task work that way, and a blocking socket call with a timeout (the
+/// handshake's) then fails with EINTR instead of being restarted by the
+/// kernel.
+fn again_if_interrupted<T>(mut op: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+    loop {
+        match op() {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            done => return done,
         }
     }
 }
@@ -143,18 +148,12 @@ impl Read for Socket {
 }
 
 impl Write for Socket {
-    /// Tried again on EINTR, as [`Socket::read`] is.
+    /// Tried again on EINTR ([`again_if_interrupted`]).
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        loop {
-            let written = match self {
-                Socket::Tcp(s) => s.write(buf),
-                Socket::Unix(s) => s.write(buf),
-            };
-            match written {
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                other => return other,
-            }
-        }
+        again_if_interrupted(|| match self {
+            Socket::Tcp(s) => s.write(buf),
+            Socket::Unix(s) => s.write(buf),
+        })
     }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
@@ -386,13 +385,9 @@ pub fn connect(uri: &NbdUri, timeout: Duration) -> Result<Session, ConnectError>
             stream.set_nodelay(true).map_err(unreachable)?;
             Socket::Tcp(stream)
         }
-        Address::Unix(path) => Socket::Unix(loop {
-            match UnixStream::connect(path) {
-                // A wake-up of this thread (see `Socket::read`), not an answer.
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                connected => break connected.map_err(unreachable)?,
-            }
-        }),
+        Address::Unix(path) => {
+            Socket::Unix(again_if_interrupted(|| UnixStream::connect(path)).map_err(unreachable)?)
+        }
     };
     let mut transport = Transport::Plain(socket);
     let negotiated = handshake(&mut transport, uri, &name, deadline, tls)
