@@ -633,31 +633,7 @@ mod bad_input {
 
 mod interop {
     use super::*;
-
-    fn examine(path: &Path) -> String {
-        let out = Command::new(tool("mdadm"))
-            .arg("--examine")
-            .arg(path)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "mdadm --examine {} failed: {}",
-            path.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    fn field<'a>(text: &'a str, name: &str) -> &'a str {
-        text.lines()
-            .find_map(|l| {
-                l.trim()
-                    .strip_prefix(name)
-                    .map(|r| r.trim_start_matches([' ', ':']).trim())
-            })
-            .unwrap_or_else(|| panic!("mdadm output lacks {name}:\n{text}"))
-    }
+    use crate::common::examine_field as field;
 
     #[test]
     fn mdadm_examine_reads_nvraid_members() {
@@ -690,7 +666,7 @@ mod interop {
             ))
             .unwrap();
             for (role, m) in members.iter().enumerate() {
-                let text = examine(&dir.path().join(m));
+                let text = mdadm_examine(&dir.path().join(m));
                 assert!(field(&text, "Checksum").ends_with("- correct"), "{text}");
                 assert_eq!(field(&text, "Array UUID"), detail["uuid"].as_str().unwrap());
                 assert_eq!(field(&text, "Raid Level"), name);

@@ -1184,7 +1184,6 @@ fn the_kernels_write_through_journal_is_replayed_exactly() {
 /// when one device holds it, `R` when two do, `.` when none does).
 #[test]
 fn examines_role_table_agrees_with_mdadm_on_the_kernels_superblocks() {
-    let mdadm = tool("mdadm");
     for state in [
         "spare",
         "recovering",
@@ -1200,19 +1199,8 @@ fn examines_role_table_agrees_with_mdadm_on_the_kernels_superblocks() {
             let ours = &ours[0];
             let table = ours["role_table"].as_array().unwrap();
             let sb = &ours["superblock"];
-            let out = Command::new(&mdadm)
-                .arg("--examine")
-                .arg(d.join(&name))
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "mdadm --examine {name}");
-            let text = String::from_utf8(out.stdout).unwrap();
-            let field = |label: &str| {
-                text.lines()
-                    .find_map(|l| l.trim().strip_prefix(label))
-                    .map(|r| r.trim_start_matches([' ', ':']).trim().to_string())
-                    .unwrap_or_else(|| panic!("mdadm shows no {label} for {name}:\n{text}"))
-            };
+            let text = mdadm_examine(&d.join(&name));
+            let field = |label: &str| examine_field(&text, label);
             // This member's own entry is its device role.
             let own = &table[sb["dev_number"].as_u64().unwrap() as usize];
             let role = match own["role"].as_str().unwrap() {

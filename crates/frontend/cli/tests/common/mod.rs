@@ -99,14 +99,38 @@ pub fn said_once(stderr: &str) {
     }
 }
 
-/// The `Device Role` line of `nvraid examine`'s text for one member:
+/// `mdadm --examine PATH`'s text (the test fails when mdadm does).
+pub fn mdadm_examine(path: &Path) -> String {
+    let out = Command::new(tool("mdadm"))
+        .arg("--examine")
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "mdadm --examine {} failed: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The value of the line `NAME : value` of an examine text (mdadm's or
+/// nvraid's, which print alike); the test fails when there is none.
+pub fn examine_field<'a>(text: &'a str, name: &str) -> &'a str {
+    text.lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix(name)
+                .map(|r| r.trim_start_matches([' ', ':']).trim())
+        })
+        .unwrap_or_else(|| panic!("the examine text lacks {name}:\n{text}"))
+}
+
+/// The `Device Role` of `nvraid examine`'s text for one member:
 /// `Active device N`, `spare`, `faulty` or `journal`.
 pub fn device_role(examine: &str) -> &str {
-    examine
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Device Role :"))
-        .map(str::trim)
-        .unwrap_or_else(|| panic!("no Device Role in: {examine}"))
+    examine_field(examine, "Device Role")
 }
 
 /// The path of an installed tool, or a failure that says how to get it.
