@@ -636,7 +636,7 @@ fn a_served_start_failing_at(point: &str, level: &str, count: u32, how: &[&str])
     // No member records a reshape (md's RESHAPE_ACTIVE feature bit, 4),
     // and each records the array as it was.
     for m in &members {
-        let e: serde_json::Value = serde_json::from_str(&ok(&["examine", "--json", m], d)).unwrap();
+        let e = examine_member(d, m);
         let sb = &e[0]["superblock"];
         assert_eq!(
             sb["feature_map"].as_u64().unwrap() & 4,
