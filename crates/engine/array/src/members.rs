@@ -8,7 +8,7 @@
 //! (the bitmap's header, the journal member's superblock) is written in
 //! every superblock update through the [`Companion`] each registered.
 
-use crate::barrier::Barrier;
+use crate::barrier::{Barrier, Quiet};
 use crate::decision::SetAside;
 use crate::error::{Error, Result};
 use crate::slot::{
@@ -530,23 +530,46 @@ impl Members {
     /// client write to it is in flight or starts meanwhile. One holder at a
     /// time (a resync and a rebuild running together take turns).
     pub(crate) fn hold_region(&self, region: u64) -> RegionHold<'_> {
-        self.hold_regions(region, region)
+        self.hold_regions(region, region, None).0
     }
 
     /// Hold every region that array bytes `[offset, offset + len)` touch,
-    /// as [`Members::hold_region`] holds one.
-    pub(crate) fn hold_bytes(&self, offset: u64, len: u64) -> RegionHold<'_> {
-        let region = crate::barrier::BARRIER_REGION_BYTES;
-        self.hold_regions(offset / region, (offset + len.max(1) - 1) / region)
+    /// as [`Members::hold_region`] holds one. Given `since` (from
+    /// [`Members::quiet_bytes`] before reading ahead of the hold), also
+    /// whether no client write (nor another holder) reached those regions
+    /// in between, so that what was read stands.
+    pub(crate) fn hold_bytes_after(
+        &self,
+        offset: u64,
+        len: u64,
+        since: Option<&Quiet>,
+    ) -> (RegionHold<'_>, bool) {
+        let (first, last) = Self::regions_of(offset, len);
+        self.hold_regions(first, last, since)
     }
 
-    fn hold_regions(&self, first: u64, last: u64) -> RegionHold<'_> {
+    /// The moment a read ahead of array bytes `[offset, offset + len)`
+    /// starts from, if no client write is in flight in their regions (see
+    /// [`Members::hold_bytes_after`]).
+    pub(crate) fn quiet_bytes(&self, offset: u64, len: u64) -> Option<Quiet> {
+        let (first, last) = Self::regions_of(offset, len);
+        self.barrier.quiet(first, last)
+    }
+
+    /// The barrier regions array bytes `[offset, offset + len)` touch.
+    fn regions_of(offset: u64, len: u64) -> (u64, u64) {
+        let region = crate::barrier::BARRIER_REGION_BYTES;
+        (offset / region, (offset + len.max(1) - 1) / region)
+    }
+
+    fn hold_regions(&self, first: u64, last: u64, since: Option<&Quiet>) -> (RegionHold<'_>, bool) {
         let turn = self.barrier_turn.lock().unwrap_or_else(|p| p.into_inner());
-        self.barrier.raise(first, last);
-        RegionHold {
+        let quiet = self.barrier.raise(first, last, since);
+        let hold = RegionHold {
             members: self,
             _turn: turn,
-        }
+        };
+        (hold, quiet)
     }
 
     /// Whether some member may not be read everywhere (see [`ReadLimit`]).

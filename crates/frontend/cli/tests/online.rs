@@ -471,35 +471,62 @@ fn serve_re_add_puts_a_member_missing_at_the_last_start_back_by_the_bitmap() {
 /// writing it while the client writes there.
 #[test]
 fn a_client_write_across_a_barrier_region_edge_waits_for_the_rebuild_step_of_its_stripe() {
+    // Stripe 21's data chunk 1 (array bytes [4096 KiB, 4160 KiB)) is on
+    // role 0 (left-symmetric: parity on role 2, data from role 3 on), the
+    // role the new member takes; its member offset is 21 chunks.
+    client_write_during_a_paused_rebuild("16M", 21 * 64 * 1024, (4096 << 10, 128 << 10));
+}
+
+/// Beside idle clients, a rebuild reads the next step's first pieces
+/// while it writes the last ones of the step it holds, before it holds
+/// the next (16 MiB of the member per step while idle). A client write
+/// that lands there between those reads and that hold must not be undone:
+/// the hold sees that a write came and the pieces are read again. The
+/// rebuild pauses before writing the first step's last piece (the next
+/// step's first two are read by then) while the client writes the array
+/// bytes of the next step's first piece (member bytes [16 MiB, 17 MiB),
+/// stripes 256 to 271: array bytes [48 MiB, 51 MiB), every chunk of
+/// which, role 0's data or parity among them, the write changes).
+#[test]
+fn a_client_write_between_a_rebuilds_read_ahead_and_its_hold_is_not_undone() {
+    client_write_during_a_paused_rebuild("40M", (15 << 20) + 4096, (48 << 20, 3 << 20));
+}
+
+/// A RAID 5 of four file members of `size` (64 KiB chunks, no bitmap)
+/// filled with a pattern, served; member 0 is failed, removed and
+/// replaced by a blank one, whose rebuild pauses 3 s before writing the
+/// piece holding member byte `pause_at`; meanwhile a client writes
+/// `[at, at + len)` of the array through NBD. After the rebuild, the
+/// array with the new member reads the client's bytes and checks clean.
+fn client_write_during_a_paused_rebuild(size: &str, pause_at: u64, (at, len): (usize, usize)) {
     tool("fio");
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let members: Vec<String> = (0..4).map(|i| format!("m{i}")).collect();
     let mut create = vec![
-        "create", "--level", "5", "--chunk", "64K", "--bitmap", "none", "--size", "16M",
+        "create", "--level", "5", "--chunk", "64K", "--bitmap", "none", "--size", size,
     ];
     create.extend(members.iter().map(String::as_str));
     ok(&create, d);
-    let size = {
+    let array_size = {
         let mut args = vec!["detail", "--json"];
         args.extend(members.iter().map(String::as_str));
         let detail: serde_json::Value = serde_json::from_slice(&ok_bytes(&args, d)).unwrap();
         detail["size_bytes"].as_u64().unwrap() as usize
     };
-    let mut data: Vec<u8> = (0..size as u32).map(|i| (i % 251) as u8 ^ 0x5c).collect();
+    let mut data: Vec<u8> = (0..array_size as u32)
+        .map(|i| (i % 251) as u8 ^ 0x5c)
+        .collect();
     std::fs::write(d.join("data.bin"), &data).unwrap();
     let mut write = vec!["write", "--input", "data.bin"];
     write.extend(members.iter().map(String::as_str));
     ok(&write, d);
+    let member_len = std::fs::metadata(d.join("m0")).unwrap().len();
     std::fs::File::create(d.join("new"))
         .unwrap()
-        .set_len(16 << 20)
+        .set_len(member_len)
         .unwrap();
-    // Stripe 21's data chunk 1 (array bytes [4096 KiB, 4160 KiB)) is on
-    // role 0 (left-symmetric: parity on role 2, data from role 3 on), the
-    // role the new member takes; its member offset is 21 chunks.
-    let stripe_21 = (21u64 * 64 * 1024).to_string();
-    let pause = format!("rebuild-write:{stripe_21}:3000");
+    let pause = format!("rebuild-write:{pause_at}:3000");
     let server = serve_env(d, &members, &[], &[("NVRAID_PAUSE", &pause)]);
     ok(&["fail", "--socket", &control(d), "--member", "m0"], d);
     ok(&["remove", "--socket", &control(d), "--member", "m0"], d);
@@ -511,14 +538,12 @@ fn a_client_write_across_a_barrier_region_edge_waits_for_the_rebuild_step_of_its
     {
         assert!(
             started.elapsed() < Duration::from_secs(30),
-            "the rebuild never reached stripe 21: {}",
+            "the rebuild never reached member byte {pause_at}: {}",
             std::fs::read_to_string(d.join("serve.log")).unwrap()
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    // The client writes the stripe's part in the second region.
-    let (at, len) = (4096usize << 10, 128usize << 10);
-    let wrote = fio_nbd(d, "edge")
+    let wrote = fio_nbd(d, "during")
         .args([
             "--rw=write",
             "--bs=128k",

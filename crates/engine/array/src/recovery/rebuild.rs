@@ -4,6 +4,7 @@
 use super::common::REGION_BYTES;
 use super::{keep_to_rate, Checkpoints};
 use crate::array::Array;
+use crate::barrier::Quiet;
 use crate::create::random_uuid;
 use crate::error::{Error, Result};
 use crate::slot::{write_superblock, Slot};
@@ -519,7 +520,10 @@ fn client_ops(array: &Array) -> u64 {
 ///
 /// The reads run on a reader thread that lives as long as the rebuild
 /// (its io_uring and the kernel's workers behind it are made once), a few
-/// pieces ahead of this thread's writes within a step.
+/// pieces ahead of this thread's writes. Beside idle clients they run on
+/// into the next step before its hold; the hold tells whether a client
+/// write reached that step's regions since, and if one did, those pieces
+/// are read again under it.
 fn rebuild_stepwise(
     array: &Array,
     role: usize,
@@ -587,6 +591,11 @@ fn copy_steps(
     let mut window = PaceWindow::open(array, pace, online);
     let mut copied = 0u64;
     let mut at = from;
+    // Beside idle clients, the next step's first pieces are read while
+    // this step's last ones are written, before the next step's hold: the
+    // step they belong to (member offset, length) and the barrier's word
+    // for its regions from before the reads, which its hold compares.
+    let mut ahead: Option<(u64, u64, Quiet)> = None;
     while at < total {
         if pace
             .stop
@@ -608,14 +617,42 @@ fn copy_steps(
             // stripe can cross a region's edge, and a client write to its
             // far side must not land on the new member between this
             // step's reads and its write.
-            let hold = online.then(|| array.hold_bytes(logical, logical_len));
-            reader.copy_step((at, logical, len), &|piece, piece_at| {
-                crate::failpoint::pause("rebuild-write", piece_at, piece.len() as u64);
-                target
-                    .member
-                    .write_at(piece, target.data_offset_bytes() + piece_at)
-                    .map_err(target_error)
-            })?;
+            let since = ahead.take().filter(|&(a, l, _)| (a, l) == (at, len));
+            let (hold, read_ahead_stands) = match online {
+                true => {
+                    let quiet = since.as_ref().map(|(_, _, q)| q);
+                    let (hold, stands) = array.hold_bytes_after(logical, logical_len, quiet);
+                    (Some(hold), stands)
+                }
+                false => (None, false),
+            };
+            // The next step, read ahead: only beside idle clients (busy
+            // ones would often write there first, and the reads taken
+            // from them would be wasted) and with no maximum rate.
+            let next_at = at + len;
+            let next = (online && !only_marked && !window.busy && pace.max_rate.is_none())
+                .then_some(next_at)
+                .filter(|&n| n < total)
+                .and_then(|n| {
+                    let n_len = (this_step - n % this_step).min(total - n);
+                    let (n_logical, n_logical_len) =
+                        array.personality().array_bytes_of(geometry, role, n, n_len);
+                    let quiet = array.quiet_bytes(n_logical, n_logical_len)?;
+                    Some(((n, n_logical, n_len), quiet))
+                });
+            reader.copy_step(
+                (at, logical, len),
+                read_ahead_stands,
+                next.as_ref().map(|(step, _)| *step),
+                &|piece, piece_at| {
+                    crate::failpoint::pause("rebuild-write", piece_at, piece.len() as u64);
+                    target
+                        .member
+                        .write_at(piece, target.data_offset_bytes() + piece_at)
+                        .map_err(target_error)
+                },
+            )?;
+            ahead = next.map(|((n, _, n_len), quiet)| (n, n_len, quiet));
             drop(hold);
             copied += len;
             window.copied(array, pace, len);
@@ -653,10 +690,12 @@ fn copy_steps(
 const PIECE_BYTES: u64 = 1 << 20;
 
 /// Steps taken at once by a parity or RAID 1 rebuild while clients are
-/// idle and no maximum rate is set: each hold's first read and last write
-/// do not overlap the neighbouring pieces', so longer holds keep the
-/// members busier (on zram, 4 MiB steps reached about 0.7 of a rebuild
-/// with no holds; see docs/performance-history.md).
+/// idle and no maximum rate is set. Before the next step was read ahead
+/// of its hold, each hold's first read and last write overlapped nothing,
+/// and longer holds kept the members busier (on zram, 4 MiB steps reached
+/// about 0.7 of a rebuild with no holds). With the read ahead, one step
+/// per hold measured the same as four within the machine's spread (see
+/// docs/performance-history.md); four stay, for fewer hold changes.
 const IDLE_STEPS: u64 = 4;
 
 /// Pieces in flight between the reader and the writer of a step.
@@ -681,6 +720,19 @@ struct Reader {
     /// The buffers not with the reader.
     pool: std::cell::RefCell<Vec<AlignedBuf>>,
     piece: u64,
+    /// The pieces of the next step sent ahead of its hold.
+    ahead: std::cell::Cell<Option<Ahead>>,
+}
+
+/// The first pieces of a step, sent to the reader before the step's hold.
+#[derive(Clone, Copy)]
+struct Ahead {
+    /// The step's member offset.
+    at: u64,
+    /// Its bytes sent.
+    sent: u64,
+    /// Its pieces not yet back.
+    out: usize,
 }
 
 impl Reader {
@@ -691,7 +743,8 @@ impl Reader {
         step: u64,
     ) -> Reader {
         let piece = step.min(PIECE_BYTES);
-        let count = if step > PIECE_BYTES { PIECES_AHEAD } else { 1 };
+        // A step of one piece still reads the next step's while it writes.
+        let count = if step > PIECE_BYTES { PIECES_AHEAD } else { 2 };
         let (requests, work) = std::sync::mpsc::channel::<PieceRead>();
         let (done, answers) = std::sync::mpsc::channel();
         scope.spawn(move || {
@@ -718,53 +771,100 @@ impl Reader {
                     .collect(),
             ),
             piece,
+            ahead: std::cell::Cell::new(None),
         }
     }
 
     /// Copy one step: `len` bytes of the member at `at` (array bytes from
     /// `logical`), rebuilt by the reader a few pieces ahead and handed to
     /// `write` with their member offset, in order. Returns once every
-    /// piece sent is back (after an error too).
+    /// piece of the step is back (after an error too).
+    ///
+    /// Pieces of this step the last call sent ahead are used if
+    /// `ahead_stands` (its hold saw no write reach them since), else read
+    /// again. Given `next` (member offset, array offset, length of the
+    /// next step), the first pieces of that step are sent as soon as this
+    /// step's are all sent, and stay with the reader for the next call.
     fn copy_step(
         &self,
         (at, logical, len): (u64, u64, u64),
+        ahead_stands: bool,
+        next: Option<(u64, u64, u64)>,
         write: &dyn Fn(&[u8], u64) -> Result<()>,
     ) -> Result<()> {
         let end = at + len;
-        let mut next = at;
+        let mut sent = at;
         let mut out = 0usize;
         let mut outcome = Ok(());
         let mut pool = self.pool.borrow_mut();
+        match self.ahead.take() {
+            Some(ahead) if ahead_stands && ahead.at == at => {
+                (sent, out) = (at + ahead.sent, ahead.out);
+            }
+            Some(ahead) => {
+                // A client write may have reached them before the hold.
+                for _ in 0..ahead.out {
+                    pool.push(self.answer().0.buf);
+                }
+            }
+            None => {}
+        }
+        let mut ahead = next.map(|(n, _, _)| Ahead {
+            at: n,
+            sent: 0,
+            out: 0,
+        });
         loop {
             // Keep the reader a few pieces ahead (none after an error).
-            while outcome.is_ok() && next < end {
+            while outcome.is_ok() && sent < end {
                 let Some(buf) = pool.pop() else { break };
-                let n = self.piece.min(end - next);
-                let job = PieceRead {
-                    at: next,
-                    logical: logical + (next - at),
-                    len: n as usize,
-                    buf,
-                };
-                self.requests
-                    .send(job)
-                    .expect("the reader lives as long as the rebuild");
-                next += n;
+                let n = self.piece.min(end - sent);
+                self.send(sent, logical + (sent - at), n, buf);
+                sent += n;
                 out += 1;
             }
+            // Then the next step's first pieces, as buffers come back.
+            if let (Some((n_at, n_logical, n_len)), Some(a)) = (next, ahead.as_mut()) {
+                while outcome.is_ok() && sent == end && a.sent < n_len {
+                    let Some(buf) = pool.pop() else { break };
+                    let n = self.piece.min(n_len - a.sent);
+                    self.send(n_at + a.sent, n_logical + a.sent, n, buf);
+                    a.sent += n;
+                    a.out += 1;
+                }
+            }
             if out == 0 {
+                self.ahead.set(ahead.filter(|a| a.out > 0));
                 return outcome;
             }
-            let (job, read) = self
-                .answers
-                .recv()
-                .expect("the reader answers every piece it was sent");
+            let (job, read) = self.answer();
             out -= 1;
             if outcome.is_ok() {
                 outcome = read.and_then(|()| write(&job.buf[..job.len], job.at));
             }
             pool.push(job.buf);
         }
+    }
+
+    /// Send the reader `len` bytes of the member at `at` (array bytes from
+    /// `logical`) to rebuild into `buf`.
+    fn send(&self, at: u64, logical: u64, len: u64, buf: AlignedBuf) {
+        let job = PieceRead {
+            at,
+            logical,
+            len: len as usize,
+            buf,
+        };
+        self.requests
+            .send(job)
+            .expect("the reader lives as long as the rebuild");
+    }
+
+    /// The reader's next piece back, in the order sent.
+    fn answer(&self) -> (PieceRead, Result<()>) {
+        self.answers
+            .recv()
+            .expect("the reader answers every piece it was sent")
     }
 
     /// No more pieces: the reader thread ends.
