@@ -221,39 +221,6 @@ fn ppl_chains(specs: &[String]) -> Vec<usize> {
         .collect()
 }
 
-/// Delete the member files of roles `lost`; the specs of the others.
-fn lose(specs: &[String], lost: &[usize]) -> Vec<String> {
-    for &role in lost {
-        std::fs::remove_file(&specs[role]).unwrap();
-    }
-    (0..specs.len())
-        .filter(|r| !lost.contains(r))
-        .map(|r| specs[r].clone())
-        .collect()
-}
-
-/// A new, empty member file of `bytes` at `spec`, open for writing.
-fn fresh_member(spec: &str, bytes: u64) -> nvraid_member::Member {
-    nvraid_member::Member::open(
-        spec,
-        nvraid_member::OpenOptions {
-            write: true,
-            create_bytes: Some(bytes),
-            direct: true,
-            ..Default::default()
-        },
-    )
-    .unwrap()
-}
-
-/// Read the whole array from `kept` and compare it with `model`.
-fn reads_as(kept: &[String], model: &[u8], what: &str) {
-    let array = common::writable(kept);
-    let mut back = vec![0u8; model.len()];
-    array.read_at(&mut back, 0).unwrap();
-    assert!(back == model, "{what}");
-}
-
 #[test]
 fn concurrent_writers_keep_every_stripe_consistent() {
     for (level, members) in levels() {
@@ -451,12 +418,12 @@ fn a_new_member_is_rebuilt_beside_clients() {
         let lost: Vec<usize> = (0..level.parity_chunks() as usize)
             .map(|k| 1 + 2 * k)
             .collect();
-        let present = lose(&specs, &lost);
+        let present = common::lose(&specs, &lost);
         let array = common::writable(&present);
         let size = array.size_bytes() as usize;
         let mut model = vec![0u8; size];
         array.read_at(&mut model, 0).unwrap();
-        let new = fresh_member(&specs[lost[0]], 3 << 20);
+        let new = common::fresh_member(&specs[lost[0]], 3 << 20);
         assert_eq!(
             add_member_to(&array, new).unwrap(),
             Added::Recovering {
@@ -485,78 +452,7 @@ fn a_new_member_is_rebuilt_beside_clients() {
         let mut kept: Vec<String> = present.clone();
         kept.remove(0);
         kept.push(specs[lost[0]].clone());
-        reads_as(
-            &kept,
-            &model,
-            &format!("{level}: the rebuilt member's blocks are wrong"),
-        );
-    }
-}
-
-/// Beside idle clients the rebuild reads the next step's first pieces
-/// (1 MiB each, up to three) while it writes the last ones of the step it
-/// holds, before it holds the next (16 MiB of a member per step while
-/// idle). A client write that lands there in between must not be undone:
-/// here it comes from the rebuild's own progress report after the first
-/// step (its hold released, the next not yet raised, the read ahead
-/// done), over the array bytes of the next step's first 3 MiB of member
-/// rows. RAID 5 and RAID 6: the rebuilt member holds exactly its blocks: parity right
-/// everywhere, the array equal to the model, the member's blocks read in
-/// place of another's. With the hold's comparison removed, the member
-/// gets those rows' old bytes back and this fails.
-#[test]
-fn a_client_write_between_a_rebuilds_read_ahead_and_its_hold_is_kept() {
-    use nvraid_array::recovery::{add_member_to, rebuild_online, Added, RebuildPace};
-    for (level, members) in levels() {
-        let bytes = 40 << 20;
-        let dir = tempfile::tempdir().unwrap();
-        let specs = common::new_array(&dir, level, members, CHUNK, bytes);
-        {
-            let array = common::writable(&specs);
-            let size = array.size_bytes() as usize;
-            let data: Vec<u8> = (0..size).map(|i| (i * 13 % 251) as u8).collect();
-            array.write_at(&data, 0, true).unwrap();
-            Arc::try_unwrap(array).unwrap().close().unwrap();
-        }
-        let present = lose(&specs, &[2]);
-        let array = common::writable(&present);
-        let size = array.size_bytes() as usize;
-        let mut model = vec![0u8; size];
-        array.read_at(&mut model, 0).unwrap();
-        let new = fresh_member(&specs[2], bytes);
-        assert_eq!(
-            add_member_to(&array, new).unwrap(),
-            Added::Recovering { role: 2 }
-        );
-        // The array bytes of member rows [16 MiB, 19 MiB).
-        let data_members = (members - level.parity_chunks() as usize) as u64;
-        let (at, len) = ((16 << 20) * data_members, (3 << 20) * data_members);
-        let written: Vec<u8> = (0..len).map(|i| (i % 241) as u8 ^ 0xa5).collect();
-        let mut wrote = false;
-        rebuild_online(&array, &RebuildPace::default(), &mut |p| {
-            if p.done_bytes == 16 << 20 && !wrote {
-                // The reader has long read the next step's first pieces.
-                std::thread::sleep(std::time::Duration::from_millis(100));
-                array.write_at(&written, at, true).unwrap();
-                wrote = true;
-            }
-        })
-        .unwrap();
-        assert!(
-            wrote,
-            "{level}: the rebuild never reported the end of its first 16 MiB step"
-        );
-        model[at as usize..(at + len) as usize].copy_from_slice(&written);
-        assert_eq!(array.in_sync_bytes(2), None, "{level}: rebuilt");
-        let mut whole = vec![0u8; size];
-        array.read_at(&mut whole, 0).unwrap();
-        assert!(whole == model, "{level}: array differs from the model");
-        Arc::try_unwrap(array).unwrap().close().unwrap();
-        assert_eq!(first_bad_stripe(&specs, level), None, "{level}");
-        let mut kept: Vec<String> = present.clone();
-        kept.remove(0);
-        kept.push(specs[2].clone());
-        reads_as(
+        common::reads_as(
             &kept,
             &model,
             &format!("{level}: the rebuilt member's blocks are wrong"),
@@ -582,9 +478,9 @@ fn offline_rebuild_restores_every_block() {
         array.write_at(&data, 0, true).unwrap();
         Arc::try_unwrap(array).unwrap().close().unwrap();
         let lost: Vec<usize> = (0..level.parity_chunks() as usize).map(|k| k * 2).collect();
-        let present = lose(&specs, &lost);
+        let present = common::lose(&specs, &lost);
         let array = Arc::try_unwrap(common::writable(&present)).unwrap();
-        let new = fresh_member(&specs[lost[0]], 9 << 20);
+        let new = common::fresh_member(&specs[lost[0]], 9 << 20);
         let (array, _) = add_member(array, new).unwrap();
         let done = rebuild(&array, None, &mut |_| {}).unwrap();
         assert_eq!(done.len(), 1, "{level}");
@@ -594,7 +490,7 @@ fn offline_rebuild_restores_every_block() {
         let mut kept: Vec<String> = present.clone();
         kept.remove(0);
         kept.push(specs[lost[0]].clone());
-        reads_as(&kept, &data, &format!("{level}: rebuilt blocks are wrong"));
+        common::reads_as(&kept, &data, &format!("{level}: rebuilt blocks are wrong"));
     }
 }
 

@@ -161,3 +161,36 @@ pub fn clients_during(
         })
         .collect()
 }
+
+/// Delete the member files of roles `lost`; the specs of the others.
+pub fn lose(specs: &[String], lost: &[usize]) -> Vec<String> {
+    for &role in lost {
+        std::fs::remove_file(&specs[role]).unwrap();
+    }
+    (0..specs.len())
+        .filter(|r| !lost.contains(r))
+        .map(|r| specs[r].clone())
+        .collect()
+}
+
+/// A new, empty member file of `bytes` at `spec`, open for writing.
+pub fn fresh_member(spec: &str, bytes: u64) -> nvraid_member::Member {
+    nvraid_member::Member::open(
+        spec,
+        nvraid_member::OpenOptions {
+            write: true,
+            create_bytes: Some(bytes),
+            direct: true,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+/// Read the whole array from `kept` and compare it with `model`.
+pub fn reads_as(kept: &[String], model: &[u8], what: &str) {
+    let array = writable(kept);
+    let mut back = vec![0u8; model.len()];
+    array.read_at(&mut back, 0).unwrap();
+    assert!(back == model, "{what}");
+}
