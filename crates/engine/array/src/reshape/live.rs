@@ -802,8 +802,12 @@ impl LiveGrow {
 
     /// The steps, then the end; a failure recorded in the status.
     fn run(self: Arc<Self>, array: Weak<Array>) {
-        let outcome = self
-            .steps(&array)
+        // The steps reuse their buffers (freed when the grow's thread
+        // leaves its steps), as the offline grow's do.
+        let kept = super::step::KeptBuffers::on_this_thread();
+        let steps = self.steps(&array);
+        drop(kept);
+        let outcome = steps
             .and_then(|finished| match array.upgrade() {
                 Some(array) if finished => self.adopt_end(&array).map(|()| true),
                 _ => Ok(finished),
