@@ -807,11 +807,10 @@ impl LiveGrow {
         let kept = super::step::KeptBuffers::on_this_thread();
         let steps = self.steps(&array);
         drop(kept);
-        let outcome = steps
-            .and_then(|finished| match array.upgrade() {
-                Some(array) if finished => self.adopt_end(&array).map(|()| true),
-                _ => Ok(finished),
-            });
+        let outcome = steps.and_then(|finished| match array.upgrade() {
+            Some(array) if finished => self.adopt_end(&array).map(|()| true),
+            _ => Ok(finished),
+        });
         self.progress
             .lock()
             .unwrap_or_else(|p| p.into_inner())
