@@ -608,7 +608,9 @@ fn copy_steps(
         } else {
             idle_step
         };
-        let len = (this_step - at % this_step).min(total - at);
+        // A step from member offset `a`: up to the next multiple of the step.
+        let step_from = |a: u64| (this_step - a % this_step).min(total - a);
+        let len = step_from(at);
         // The array bytes this step's member bytes belong to (RAID 4/5/6:
         // the data of their stripe, for any block of it).
         let (logical, logical_len) = array.personality().array_bytes_of(geometry, role, at, len);
@@ -634,7 +636,7 @@ fn copy_steps(
                 .then_some(next_at)
                 .filter(|&n| n < total)
                 .and_then(|n| {
-                    let n_len = (this_step - n % this_step).min(total - n);
+                    let n_len = step_from(n);
                     let (n_logical, n_logical_len) =
                         array.personality().array_bytes_of(geometry, role, n, n_len);
                     let quiet = array.quiet_bytes(n_logical, n_logical_len)?;
